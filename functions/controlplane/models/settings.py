@@ -1,0 +1,94 @@
+"""Control-plane settings: environment variables, one value for the whole fleet."""
+
+from __future__ import annotations
+
+import os
+from enum import StrEnum
+from functools import lru_cache
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class PayloadLostPolicy(StrEnum):
+    RETRY_ONCE = "retry_once"  # requeue once (attempt + 1), then fail
+    FAIL = "fail"  # fail at the first report
+
+
+class SettingsError(RuntimeError):
+    """A setting is missing or malformed: the function cannot start."""
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    # env var name -> field: the names are part of the deployment contract (CDK sets them).
+    inline_threshold: int = Field(262_144, ge=1)
+    max_payload_bytes: int = Field(104_857_600, ge=1, le=5 * 1024**3)  # single PUT cap: 5 GiB
+    presign_ttl_s: int = Field(900, ge=1, le=7 * 24 * 3600)
+    result_ttl_s: int = Field(172_800, ge=60)
+    max_presigns_per_job: int = Field(5, ge=1)
+    visibility_timeout_s: int = Field(300, ge=1)
+    payload_lost_policy: PayloadLostPolicy = PayloadLostPolicy.RETRY_ONCE
+    # Long-poll caps: both stay well inside API Gateway's 29 s integration timeout.
+    poll_max_wait_s: float = Field(20.0, ge=0, le=25)
+    result_max_wait_s: float = Field(20.0, ge=0, le=25)
+    # Queue streams are trimmed of entries older than this (MINID ~); defaults to result_ttl_s.
+    queue_retention_s: int | None = Field(None, ge=60)
+
+    payload_bucket: str = Field(..., min_length=3)
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_cluster: bool = False
+    # Secrets Manager ARN/name holding the ElastiCache AUTH token (deployed stacks only).
+    redis_auth_secret: str | None = None
+    aws_region: str = "us-east-1"
+    # Set locally (moto server); unset on AWS.
+    s3_endpoint_url: str | None = None
+    token_parameter_path: str = "/payloadstore/tokens"
+    token_cache_s: int = Field(60, ge=0)
+
+
+    @property
+    def retention_s(self) -> int:
+        return self.queue_retention_s or self.result_ttl_s
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> "Settings":
+        env = os.environ if environ is None else environ
+        values: dict[str, str] = {}
+        for field, env_name in SETTINGS_ENV.items():
+            raw = env.get(env_name)
+            if raw not in (None, ""):
+                values[field] = raw
+        try:
+            return cls(**values)
+        except ValidationError as e:
+            raise SettingsError(f"invalid control-plane settings: {e}") from e
+
+
+# field -> environment variable
+SETTINGS_ENV: dict[str, str] = {
+    "inline_threshold": "INLINE_THRESHOLD",
+    "max_payload_bytes": "MAX_PAYLOAD_BYTES",
+    "presign_ttl_s": "PRESIGN_TTL_S",
+    "result_ttl_s": "RESULT_TTL_S",
+    "max_presigns_per_job": "MAX_PRESIGNS_PER_JOB",
+    "visibility_timeout_s": "VISIBILITY_TIMEOUT_S",
+    "payload_lost_policy": "PAYLOAD_LOST_POLICY",
+    "poll_max_wait_s": "POLL_MAX_WAIT_S",
+    "result_max_wait_s": "RESULT_MAX_WAIT_S",
+    "queue_retention_s": "QUEUE_RETENTION_S",
+    "payload_bucket": "PAYLOAD_BUCKET",
+    "redis_url": "REDIS_URL",
+    "redis_cluster": "REDIS_CLUSTER",
+    "redis_auth_secret": "REDIS_AUTH_SECRET",
+    "aws_region": "AWS_REGION",
+    "s3_endpoint_url": "S3_ENDPOINT_URL",
+    "token_parameter_path": "TOKEN_PARAMETER_PATH",
+    "token_cache_s": "TOKEN_CACHE_S",
+}
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """Settings of this container, read once (tests call `get_settings.cache_clear()`)."""
+    return Settings.from_env()

@@ -1,0 +1,127 @@
+"""Bearer tokens: random, shown once, stored only as sha256 hashes in SSM Parameter Store.
+
+Layout: one String parameter per token, `<TOKEN_PARAMETER_PATH>/<sha256 hex of the token>`,
+whose value is `{"namespace": ..., "role": ..., "created_at": ...}`. A hash is not a secret
+(the token has 256 random bits), so no SecureString/KMS is needed; revocation is a delete.
+The authorizer reads the whole path through Powertools Parameters, cached for TOKEN_CACHE_S.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any
+
+TOKEN_PREFIX = "pst_"
+NAMESPACE_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+ROLES = ("client", "daemon")
+
+
+@dataclass(frozen=True)
+class TokenInfo:
+    namespace: str
+    role: str
+    token_id: str  # first 12 hex chars of the hash: safe to log, enough to revoke
+
+
+class TokenStoreError(RuntimeError):
+    pass
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def token_id_of(token_hash: str) -> str:
+    return token_hash[:12]
+
+
+class TokenStore:
+    def __init__(self, ssm_client: Any, path: str, cache_s: int = 60):
+        self._ssm = ssm_client
+        self._path = path.rstrip("/")
+        self._cache_s = cache_s
+        self._provider = None
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    def _parameter_name(self, token_hash: str) -> str:
+        return f"{self._path}/{token_hash}"
+
+    def mint(self, namespace: str, role: str) -> tuple[str, TokenInfo]:
+        """Create a token; the plain token is returned here and never stored."""
+        if not NAMESPACE_RE.match(namespace):
+            raise TokenStoreError(f"invalid namespace {namespace!r}: use [a-z0-9_-], 1-63 chars")
+        if role not in ROLES:
+            raise TokenStoreError(f"invalid role {role!r}: one of {', '.join(ROLES)}")
+        token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        token_hash = hash_token(token)
+        value = {"namespace": namespace, "role": role, "created_at": int(time.time())}
+        self._ssm.put_parameter(
+            Name=self._parameter_name(token_hash),
+            Value=json.dumps(value, separators=(",", ":")),
+            Type="String",
+            Overwrite=False,
+            Description=f"payloadstore {role} token for namespace {namespace}",
+        )
+        return token, TokenInfo(namespace, role, token_id_of(token_hash))
+
+    def revoke(self, token_or_id: str) -> int:
+        """Delete a token given the token itself or its id (hash prefix). Returns how many went."""
+        if token_or_id.startswith(TOKEN_PREFIX):
+            names = [self._parameter_name(hash_token(token_or_id))]
+        else:
+            if not re.fullmatch(r"[0-9a-f]{8,64}", token_or_id):
+                raise TokenStoreError("give the token or its id (hex prefix of its hash, 8+ chars)")
+            names = [n for n in self._list_names() if n.rsplit("/", 1)[-1].startswith(token_or_id)]
+        removed = 0
+        for name in names:
+            try:
+                self._ssm.delete_parameter(Name=name)
+                removed += 1
+            except self._ssm.exceptions.ParameterNotFound:
+                pass
+        return removed
+
+    def list(self) -> list[TokenInfo]:
+        return [
+            TokenInfo(v["namespace"], v["role"], token_id_of(h)) for h, v in self._load(force=True).items()
+        ]
+
+    def _list_names(self) -> list[str]:
+        names: list[str] = []
+        for page in self._ssm.get_paginator("get_parameters_by_path").paginate(Path=self._path):
+            names.extend(p["Name"] for p in page["Parameters"])
+        return names
+
+    def _load(self, force: bool = False) -> dict[str, dict]:
+        from aws_lambda_powertools.utilities.parameters import SSMProvider
+
+        if self._provider is None:
+            self._provider = SSMProvider(boto3_client=self._ssm)
+        raw = self._provider.get_multiple(
+            self._path, max_age=0 if force else self._cache_s, force_fetch=force, transform="json"
+        )
+        return {name.rsplit("/", 1)[-1]: value for name, value in raw.items()}
+
+    def lookup(self, token: str) -> TokenInfo | None:
+        """The token's namespace and role, or None. Cached; the final compare is constant time."""
+        if not token or not token.startswith(TOKEN_PREFIX) or len(token) > 128:
+            return None
+        presented = hash_token(token)
+        # Compare against every stored hash in constant time rather than a dict lookup, so the
+        # time taken says nothing about how close a guess came. Tokens number in the hundreds.
+        match: dict | None = None
+        for stored_hash, entry in self._load().items():
+            if hmac.compare_digest(stored_hash, presented):
+                match = entry
+        if match is None:
+            return None
+        return TokenInfo(match["namespace"], match["role"], token_id_of(presented))

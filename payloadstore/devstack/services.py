@@ -1,0 +1,202 @@
+"""Child processes of the local stack: redis-server and moto's S3/SSM server, on free loopback ports.
+
+Tests use these too, so every run owns its services and can stop and restart them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+LOOPBACK = "127.0.0.1"
+
+# The lifecycle the CDK stack puts on the bucket (infra/ asserts the same values).
+PAYLOAD_PREFIX = "payloads/"
+PAYLOAD_EXPIRATION_DAYS = 2
+ABORT_MULTIPART_DAYS = 1
+LIFECYCLE_RULE_ID = "expire-payloads"
+
+
+class ServiceError(RuntimeError):
+    """A local service could not be found or started."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((LOOPBACK, 0))
+        return s.getsockname()[1]
+
+
+def port_is_open(port: int, host: str = LOOPBACK) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.2)
+        return s.connect_ex((host, port)) == 0
+
+
+def find_redis_server(install: bool = True) -> str:
+    """Path of a redis-server binary; installs Debian's package when missing and we are root."""
+    found = shutil.which("redis-server") or (
+        "/usr/bin/redis-server" if os.path.exists("/usr/bin/redis-server") else None
+    )
+    if found:
+        return found
+    if install and hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get"):
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["apt-get", "update", "-qq"], check=False, env=env)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "redis-server"], check=False, env=env)
+        found = shutil.which("redis-server")
+        if found:
+            return found
+    raise ServiceError(
+        "redis-server not found: install it (Debian/Ubuntu: apt-get install redis-server; "
+        "macOS: brew install redis) and run again"
+    )
+
+
+def _wait_until(predicate, timeout_s: float, what: str, proc: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise ServiceError(f"{what} exited early with code {proc.returncode}")
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise ServiceError(f"{what} did not become ready within {timeout_s:.0f}s")
+
+
+@dataclass
+class RedisServer:
+    """A redis-server of our own. appendonly keeps queued jobs across a stop/start."""
+
+    data_dir: Path
+    port: int = field(default_factory=free_port)
+    appendonly: bool = True
+    proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://{LOOPBACK}:{self.port}/0"
+
+    def start(self, timeout_s: float = 10.0) -> "RedisServer":
+        binary = find_redis_server()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        args = [
+            binary,
+            "--bind", LOOPBACK,
+            "--port", str(self.port),
+            "--dir", str(self.data_dir),
+            "--appendonly", "yes" if self.appendonly else "no",
+            "--appendfsync", "everysec",
+            "--save", "",
+            "--protected-mode", "yes",
+            "--logfile", str(self.data_dir / "redis.log"),
+        ]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _wait_until(lambda: port_is_open(self.port), timeout_s, f"redis-server on port {self.port}", self.proc)
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Graceful stop (SIGTERM): redis flushes the append-only file before exiting."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+
+@dataclass
+class MotoServer:
+    """moto's HTTP server: S3 with real presigned URLs, and SSM Parameter Store for tokens."""
+
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen | None = None
+    log_path: Path | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+    def start(self, timeout_s: float = 30.0) -> "MotoServer":
+        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        env = {**os.environ, "MOTO_ALLOW_NONEXISTENT_REGION": "true"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", LOOPBACK, "-p", str(self.port)],
+            stdout=out,
+            stderr=subprocess.STDOUT if self.log_path else subprocess.DEVNULL,
+            env=env,
+        )
+        _wait_until(lambda: port_is_open(self.port), timeout_s, f"moto server on port {self.port}", self.proc)
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+def local_aws_env(endpoint: str, region: str = "us-east-1") -> dict[str, str]:
+    """Environment that points boto3 at the emulator with dummy credentials."""
+    return {
+        "AWS_ACCESS_KEY_ID": "local",
+        "AWS_SECRET_ACCESS_KEY": "local-secret",
+        "AWS_DEFAULT_REGION": region,
+        "AWS_REGION": region,
+        "AWS_ENDPOINT_URL_S3": endpoint,
+        "AWS_ENDPOINT_URL_SSM": endpoint,
+        "S3_ENDPOINT_URL": endpoint,
+    }
+
+
+def create_payload_bucket(s3, bucket: str) -> None:
+    """Create the bucket as the CDK stack does: SSE-S3, public access blocked, payloads/ lifecycle."""
+    try:
+        s3.create_bucket(Bucket=bucket)
+    except s3.exceptions.BucketAlreadyOwnedByYou:
+        pass
+    s3.put_bucket_encryption(
+        Bucket=bucket,
+        ServerSideEncryptionConfiguration={
+            "Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]
+        },
+    )
+    s3.put_public_access_block(
+        Bucket=bucket,
+        PublicAccessBlockConfiguration={
+            "BlockPublicAcls": True,
+            "IgnorePublicAcls": True,
+            "BlockPublicPolicy": True,
+            "RestrictPublicBuckets": True,
+        },
+    )
+    s3.put_bucket_lifecycle_configuration(
+        Bucket=bucket,
+        LifecycleConfiguration={
+            "Rules": [
+                {
+                    "ID": LIFECYCLE_RULE_ID,
+                    "Filter": {"Prefix": PAYLOAD_PREFIX},
+                    "Status": "Enabled",
+                    "Expiration": {"Days": PAYLOAD_EXPIRATION_DAYS},
+                    "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": ABORT_MULTIPART_DAYS},
+                }
+            ]
+        },
+    )

@@ -1,0 +1,75 @@
+"""Session services every test layer shares: our own redis-server and moto's S3/SSM over HTTP.
+
+Nothing here relies on a service the machine happened to start: each session picks free ports.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from payloadstore.devstack.services import (
+    MotoServer,
+    RedisServer,
+    create_payload_bucket,
+    local_aws_env,
+)
+
+TEST_BUCKET = "payloadstore-test-payloads"
+TEST_REGION = "us-east-1"
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory) -> RedisServer:
+    server = RedisServer(data_dir=Path(tmp_path_factory.mktemp("redis")), appendonly=True).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def moto_server(tmp_path_factory) -> MotoServer:
+    server = MotoServer(log_path=Path(tmp_path_factory.mktemp("moto")) / "moto.log").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def aws_env(moto_server):
+    """Point boto3 (in this process) at the emulator for the whole session."""
+    env = local_aws_env(moto_server.endpoint, TEST_REGION)
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    yield env
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+@pytest.fixture(scope="session")
+def s3_client(aws_env, moto_server):
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "s3",
+        endpoint_url=moto_server.endpoint,
+        region_name=TEST_REGION,
+        config=Config(signature_version="s3v4"),
+    )
+
+
+@pytest.fixture(scope="session")
+def ssm_client(aws_env, moto_server):
+    import boto3
+
+    return boto3.client("ssm", endpoint_url=moto_server.endpoint, region_name=TEST_REGION)
+
+
+@pytest.fixture(scope="session")
+def payload_bucket(s3_client) -> str:
+    create_payload_bucket(s3_client, TEST_BUCKET)
+    return TEST_BUCKET
