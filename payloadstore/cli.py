@@ -1,0 +1,384 @@
+"""`payloadstore`: the command line of the SDK.
+
+Exit codes: 0 ok; 1 the job failed (remote error) or another error; 2 usage or configuration;
+3 auth (bad, revoked or foreign token); 4 job not found; 5 still pending after --wait;
+6 payload over the cap; 7 control plane unreachable or unhealthy; 8 payload corrupt or lost.
+Errors are one line on stderr: `error: <what happened and what to do>`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .client import (
+    DEFAULT_NAMESPACE,
+    ENV_ENDPOINT,
+    ENV_NAMESPACE,
+    ENV_TOKEN,
+    Client,
+    find_devstack_file,
+    read_devstack,
+)
+from .errors import ConfigError, JobFailed, PayloadStoreError
+
+ENV_TOKEN_PARAMETER_PATH = "TOKEN_PARAMETER_PATH"
+
+
+class Settings:
+    def __init__(self, endpoint: str | None, token: str | None, namespace: str | None, devstack: str | None, verbose: bool):
+        self.endpoint = endpoint
+        self.token = token
+        self.namespace = namespace
+        self.devstack = devstack
+        self.verbose = verbose
+
+    def devstack_file(self) -> Path | None:
+        return Path(self.devstack) if self.devstack else find_devstack_file()
+
+    def client(self, role: str = "client", **kwargs: Any) -> Client:
+        """Flags, then PAYLOADSTORE_* variables, then the local stack's .devstack.json."""
+        namespace = self.namespace or DEFAULT_NAMESPACE
+        endpoint, token = self.endpoint, self.token
+        if not (endpoint and token):
+            found = self.devstack_file()
+            if found is None or not found.exists():
+                missing = " and ".join(n for n, v in ((f"--endpoint/{ENV_ENDPOINT}", endpoint), (f"--token/{ENV_TOKEN}", token)) if not v)
+                raise ConfigError(f"set {missing}, or start the local stack (payloadstore dev) so .devstack.json exists")
+            _, stack = read_devstack(found)
+            endpoint = endpoint or stack.get("endpoint")
+            if not token:
+                try:
+                    token = stack["namespaces"][namespace][f"{role}_token"]
+                except (KeyError, TypeError) as e:
+                    raise ConfigError(f"{found} has no {role} token for namespace {namespace!r}") from e
+        return Client(endpoint, token, namespace, **kwargs)
+
+    def endpoint_only(self) -> str:
+        if self.endpoint:
+            return self.endpoint
+        found = self.devstack_file()
+        if found is None or not found.exists():
+            raise ConfigError(f"set --endpoint/{ENV_ENDPOINT}, or start the local stack (payloadstore dev)")
+        return read_devstack(found)[1]["endpoint"]
+
+
+def fail(error: BaseException, verbose: bool = False) -> None:
+    """Print one line (plus the remote traceback when verbose) and exit with the error's code."""
+    if isinstance(error, JobFailed):
+        click.echo(f"error: job {error.job_id} failed: {error.type}: {error.message}", err=True)
+        if error.traceback:
+            if verbose:
+                click.echo(error.traceback.rstrip(), err=True)
+            else:
+                click.echo("  (run with -v for the remote traceback)", err=True)
+    else:
+        message = getattr(error, "message", None) or str(error)
+        click.echo(f"error: {message.splitlines()[0] if message else type(error).__name__}", err=True)
+    sys.exit(getattr(error, "exit_code", 1))
+
+
+def json_default(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {"bytes": len(value)}
+    tolist = getattr(value, "tolist", None)
+    if callable(tolist):
+        return tolist()
+    if isinstance(value, (set, frozenset)):
+        return sorted(value, key=repr)
+    return repr(value)
+
+
+def emit_value(value: Any, out: str | None) -> None:
+    """bytes go out raw (to --out or stdout); anything else as JSON."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        data = bytes(value)
+        if out:
+            Path(out).write_bytes(data)
+        else:
+            sys.stdout.buffer.write(data)
+            sys.stdout.flush()
+        return
+    text = json.dumps(value, default=json_default, ensure_ascii=False)
+    if out:
+        Path(out).write_text(text + "\n")
+    else:
+        click.echo(text)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--endpoint", envvar=ENV_ENDPOINT, help=f"control-plane URL [{ENV_ENDPOINT}]")
+@click.option("--token", envvar=ENV_TOKEN, help=f"bearer token [{ENV_TOKEN}]")
+@click.option("--namespace", "-n", envvar=ENV_NAMESPACE, help=f"namespace [{ENV_NAMESPACE}, default {DEFAULT_NAMESPACE}]")
+@click.option("--devstack", type=click.Path(dir_okay=False), envvar="PAYLOADSTORE_DEVSTACK",
+              help="the local stack's state file [default: .devstack.json here or above]")
+@click.option("--verbose", "-v", is_flag=True, help="log requests and show remote tracebacks")
+@click.pass_context
+def cli(ctx: click.Context, endpoint, token, namespace, devstack, verbose) -> None:
+    """Queue jobs whose payloads live inline in Redis or in S3, and run daemons for them."""
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s %(message)s"
+    )
+    ctx.obj = Settings(endpoint, token, namespace, devstack, verbose)
+
+
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.pass_context
+def dev(ctx: click.Context) -> None:
+    """Run the control plane locally (redis-server, S3 emulator, gateway); options pass through."""
+    from .devstack.stack import main as stack_main
+
+    sys.exit(stack_main(list(ctx.args)))
+
+
+# -- tokens ----------------------------------------------------------------------------------
+
+
+def token_store(settings: Settings, path: str | None, ssm_endpoint: str | None, region: str | None):
+    """TokenStore (functions/controlplane/store/tokens.py) over SSM: the local stack's emulator
+    when .devstack.json is found (or --ssm-endpoint), else AWS with TOKEN_PARAMETER_PATH."""
+    try:
+        from .devstack.gateway import FUNCTIONS_DIR, ensure_functions_on_path
+
+        if not FUNCTIONS_DIR.is_dir():
+            raise ImportError(str(FUNCTIONS_DIR))
+        ensure_functions_on_path()
+        from controlplane.store.tokens import TokenStore
+        import boto3
+    except ImportError as e:
+        raise ConfigError(
+            "token commands need the repository checkout (functions/) and boto3 + aws-lambda-powertools "
+            f"(pip install -e '.[controlplane]'): {e}"
+        ) from e
+    endpoint = ssm_endpoint
+    if endpoint is None and not os.environ.get(ENV_TOKEN_PARAMETER_PATH):
+        found = settings.devstack_file()
+        if found is not None and found.exists():
+            # moto's server answers SSM on the same endpoint as S3.
+            endpoint = read_devstack(found)[1]["s3_endpoint"]
+    if endpoint:
+        from .devstack.services import local_aws_env
+        from .devstack.stack import DEV_TOKEN_PATH
+
+        for name, value in local_aws_env(endpoint, region or "us-east-1").items():
+            os.environ.setdefault(name, value)
+        path = path or DEV_TOKEN_PATH
+    path = path or os.environ.get(ENV_TOKEN_PARAMETER_PATH)
+    if not path:
+        raise ConfigError(
+            f"no token store: start the local stack, or set {ENV_TOKEN_PARAMETER_PATH} (and AWS credentials) "
+            "for the deployed one"
+        )
+    ssm = boto3.client("ssm", endpoint_url=endpoint, region_name=region or os.environ.get("AWS_REGION") or None)
+    return TokenStore(ssm, path, cache_s=0)
+
+
+_token_options = [
+    click.option("--path", "param_path", help=f"SSM parameter path [{ENV_TOKEN_PARAMETER_PATH}]"),
+    click.option("--ssm-endpoint", help="SSM endpoint URL (default: the local stack's, else AWS)"),
+    click.option("--region", help="AWS region (default: the environment's)"),
+]
+
+
+def with_token_options(fn):
+    for option in reversed(_token_options):
+        fn = option(fn)
+    return fn
+
+
+@cli.group()
+def token() -> None:
+    """Mint and revoke bearer tokens (shown once, stored as sha256 hashes in SSM)."""
+
+
+@token.command("create")
+@click.option("--namespace", "-n", "token_namespace", required=True, help="the token's namespace")
+@click.option("--role", type=click.Choice(["client", "daemon"]), required=True)
+@with_token_options
+@click.pass_obj
+def token_create(settings: Settings, token_namespace, role, param_path, ssm_endpoint, region) -> None:
+    """Print a new token on stdout (it is not stored anywhere in plain text)."""
+    try:
+        store = token_store(settings, param_path, ssm_endpoint, region)
+        plain, info = store.mint(token_namespace, role)
+    except PayloadStoreError as e:
+        fail(e)
+    except Exception as e:  # noqa: BLE001 - boto/validation errors become one line
+        fail(ConfigError(f"cannot create token: {e}"))
+    click.echo(plain)
+    click.echo(f"created token_id={info.token_id} namespace={info.namespace} role={info.role}", err=True)
+
+
+@token.command("revoke")
+@click.argument("token_or_id")
+@with_token_options
+@click.pass_obj
+def token_revoke(settings: Settings, token_or_id, param_path, ssm_endpoint, region) -> None:
+    """Revoke a token, given the token or its id (the hash prefix `token create` printed)."""
+    try:
+        store = token_store(settings, param_path, ssm_endpoint, region)
+        removed = store.revoke(token_or_id)
+    except PayloadStoreError as e:
+        fail(e)
+    except Exception as e:  # noqa: BLE001
+        fail(ConfigError(f"cannot revoke token: {e}"))
+    if not removed:
+        click.echo("error: no such token", err=True)
+        sys.exit(4)
+    click.echo(f"revoked count={removed}", err=True)
+
+
+@token.command("list")
+@with_token_options
+@click.pass_obj
+def token_list(settings: Settings, param_path, ssm_endpoint, region) -> None:
+    """List token ids with their namespace and role."""
+    try:
+        store = token_store(settings, param_path, ssm_endpoint, region)
+        infos = store.list()
+    except PayloadStoreError as e:
+        fail(e)
+    except Exception as e:  # noqa: BLE001
+        fail(ConfigError(f"cannot list tokens: {e}"))
+    for info in sorted(infos, key=lambda i: (i.namespace, i.role, i.token_id)):
+        click.echo(f"{info.token_id}\t{info.namespace}\t{info.role}")
+
+
+# -- jobs ------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("queue")
+@click.option("--file", "file_path", type=click.Path(exists=True, dir_okay=False, allow_dash=True),
+              help="pass this file's bytes as the one argument ('-' for stdin)")
+@click.option("--json", "json_text", help="pass this JSON value as the one argument")
+@click.option("--wait", type=float, default=None, help="then wait up to S seconds and print the result")
+@click.option("--out", type=click.Path(dir_okay=False), help="with --wait: write the result here")
+@click.option("--progress/--no-progress", default=None, help="progress bar (default: when stderr is a terminal)")
+@click.pass_obj
+def enqueue(settings: Settings, queue, file_path, json_text, wait, out, progress) -> None:
+    """Enqueue a job on QUEUE; prints the job id. The daemon's function is called with one
+    argument: the file's bytes or the JSON value."""
+    if (file_path is None) == (json_text is None):
+        raise click.UsageError("give exactly one of --file or --json")
+    if json_text is not None:
+        try:
+            value: Any = json.loads(json_text)
+        except ValueError as e:
+            raise click.BadParameter(f"not JSON: {e}", param_hint="--json") from e
+    elif file_path == "-":
+        value = sys.stdin.buffer.read()
+    else:
+        value = Path(file_path).read_bytes()
+    try:
+        with settings.client("client", progress=progress) as client:
+            job = client.queue(queue).submit((value,), progress=progress)
+            click.echo(job.job_id)
+            click.echo(f"enqueued job_id={job.job_id} queue={queue} tier={job.tier}", err=True)
+            if wait is not None:
+                emit_value(job.result(timeout=wait, progress=progress), out)
+    except PayloadStoreError as e:
+        fail(e, settings.verbose)
+
+
+@cli.command()
+@click.argument("job_id")
+@click.option("--wait", type=float, default=0.0, show_default=True, help="seconds to wait for a pending job")
+@click.option("--out", type=click.Path(dir_okay=False), help="write the result here (bytes raw, else JSON)")
+@click.option("--progress/--no-progress", default=None)
+@click.pass_obj
+def result(settings: Settings, job_id, wait, out, progress) -> None:
+    """Print a job's result (JSON, or raw bytes); exit 5 while it is still pending."""
+    try:
+        with settings.client("client", progress=progress) as client:
+            emit_value(client.job(job_id).result(timeout=wait, progress=progress), out)
+    except PayloadStoreError as e:
+        fail(e, settings.verbose)
+
+
+@cli.command()
+@click.argument("job_id")
+@click.pass_obj
+def status(settings: Settings, job_id) -> None:
+    """Print a job's status as JSON."""
+    try:
+        with settings.client("client") as client:
+            click.echo(json.dumps(client.job(job_id).status().raw))
+    except PayloadStoreError as e:
+        fail(e, settings.verbose)
+
+
+def load_function(spec: str):
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise click.BadParameter("use MODULE:FUNCTION, e.g. tasks:resize", param_hint="MODULE:FUNC")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as e:
+        raise click.BadParameter(f"cannot import {module_name}: {e}", param_hint="MODULE:FUNC") from e
+    for part in attr.split("."):
+        target = getattr(target, part, None)
+        if target is None:
+            raise click.BadParameter(f"{module_name} has no {attr}", param_hint="MODULE:FUNC")
+    if not callable(target):
+        raise click.BadParameter(f"{spec} is not callable", param_hint="MODULE:FUNC")
+    return target
+
+
+@cli.command()
+@click.argument("function")
+@click.option("--queue", "-q", "queues", multiple=True, required=True, help="queue to take jobs from (repeatable)")
+@click.option("--concurrency", "-c", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--poll-wait", type=click.FloatRange(min=0), default=10.0, show_default=True, help="long-poll seconds")
+@click.option("--max-jobs", type=click.IntRange(min=1), default=None, help="stop after this many jobs")
+@click.option("--exit-when-idle", is_flag=True, help="stop at the first empty poll")
+@click.pass_obj
+def daemon(settings: Settings, function, queues, concurrency, poll_wait, max_jobs, exit_when_idle) -> None:
+    """Run FUNCTION (module:function) for each job of the queues, until SIGTERM/SIGINT."""
+    from .daemon import Daemon
+
+    fn = load_function(function)
+    if not settings.verbose:
+        logging.getLogger("payloadstore").setLevel(logging.INFO)
+    try:
+        with settings.client("daemon", progress=False) as client:
+            worker = Daemon(client, list(queues), concurrency=concurrency, wait_s=poll_wait)
+            stats = worker.run(fn, max_jobs=max_jobs, stop_when_idle=exit_when_idle)
+    except PayloadStoreError as e:
+        fail(e, settings.verbose)
+    click.echo(" ".join(f"{k}={v}" for k, v in sorted(stats.items())) or "no jobs", err=True)
+
+
+@cli.command()
+@click.pass_obj
+def health(settings: Settings) -> None:
+    """Check the control plane's Redis and bucket; exit 7 when a check fails."""
+    try:
+        endpoint = settings.endpoint_only()
+        with Client(endpoint, "-", settings.namespace or DEFAULT_NAMESPACE) as client:
+            healthy, body = client.health()
+    except PayloadStoreError as e:
+        fail(e, settings.verbose)
+    for name, check in sorted((body.get("checks") or {}).items()):
+        ok = check.get("ok") if isinstance(check, dict) else bool(check)
+        detail = check.get("detail", "") if isinstance(check, dict) else str(check)
+        click.echo(f"{'ok  ' if ok else 'FAIL'} {name}: {detail}")
+    click.echo(f"status: {body.get('status')}")
+    sys.exit(0 if healthy else 7)
+
+
+def main(argv: list[str] | None = None) -> None:
+    cli.main(args=argv, prog_name="payloadstore")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,347 @@
+"""The daemon helper: poll a queue, fetch and verify the args, run the function, store the result.
+
+    daemon = Daemon(Client.from_env(), queues=["resize"])
+
+    @daemon.register
+    def resize(image, width=256): ...
+
+    daemon.run()          # until SIGTERM/SIGINT; the job in hand is finished first
+
+A job's payload `{"args": [...], "kwargs": {...}}` (what `Queue.add` sends) becomes
+`fn(*args, **kwargs)`; any other payload value (e.g. from another client) is passed as `fn(value)`.
+"""
+
+from __future__ import annotations
+
+import base64
+import collections
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import traceback
+import uuid
+from typing import Any, Callable
+
+from . import codec
+from .client import Client
+from .errors import (
+    AuthError,
+    ConflictError,
+    PayloadCorrupt,
+    PayloadLost,
+    PayloadStoreError,
+    ServiceUnavailable,
+)
+
+log = logging.getLogger("payloadstore.daemon")
+
+# Outcomes of one job, as counted in `Daemon.stats`.
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+PAYLOAD_CORRUPT = "payload_corrupt"
+PAYLOAD_LOST = "payload_lost"
+REFUSED = "refused"  # the control plane would not take the result (409: redelivered elsewhere)
+ABANDONED = "abandoned"  # could not store/post the result; the job is redelivered after the visibility timeout
+
+
+def failing_checks(body: dict) -> list[str]:
+    """'name: detail' for each failing check of a /v1/health body."""
+    out = []
+    checks = body.get("checks") or {}
+    for name, check in checks.items():
+        if isinstance(check, dict):
+            if not check.get("ok", True):
+                out.append(f"{name}: {check.get('detail') or 'failing'}")
+        elif check is False or (isinstance(check, str) and check.lower() not in ("ok", "pass")):
+            out.append(f"{name}: {check}")
+    return out
+
+
+def remote_type_name(exc: BaseException) -> str:
+    cls = type(exc)
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+
+
+def call_arguments(payload: Any) -> tuple[list, dict]:
+    if isinstance(payload, dict) and set(payload) == {"args", "kwargs"} and isinstance(payload["kwargs"], dict):
+        return list(payload["args"]), dict(payload["kwargs"])
+    return [payload], {}
+
+
+class Daemon:
+    def __init__(
+        self,
+        client: Client,
+        queues: list[str] | tuple[str, ...] | str,
+        *,
+        concurrency: int = 1,
+        wait_s: float = 10.0,
+        daemon_id: str | None = None,
+        check_health: bool = True,
+        progress: bool | None = False,
+        install_signal_handlers: bool = True,
+    ):
+        if isinstance(queues, str):
+            queues = [queues]
+        if not queues:
+            raise ValueError("give at least one queue")
+        if concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        self.client = client
+        self.queues = list(queues)
+        self.concurrency = concurrency
+        self.wait_s = wait_s
+        self.daemon_id = daemon_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.check_health = check_health
+        self.progress = progress
+        self.install_signal_handlers = install_signal_handlers
+        self.stats: collections.Counter[str] = collections.Counter()
+        self._fn: Callable[..., Any] | None = None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._max_jobs: int | None = None
+        self._stop_when_idle = False
+        self._signals_seen = 0
+
+    # -- registration and control ---------------------------------------------------------------
+
+    def register(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Decorator: the function `run()` calls for each job."""
+        self._fn = fn
+        return fn
+
+    __call__ = register
+
+    def stop(self) -> None:
+        """Ask the loop to stop after the jobs in hand (thread-safe, signal-safe)."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def ensure_healthy(self) -> None:
+        healthy, body = self.client.health()
+        if not healthy:
+            problems = failing_checks(body) or [f"status {body.get('status')!r}"]
+            raise ServiceUnavailable(
+                "control plane is not healthy, refusing to take jobs: " + "; ".join(problems),
+                checks=body.get("checks") or {},
+            )
+
+    def run(
+        self,
+        fn: Callable[..., Any] | None = None,
+        *,
+        max_jobs: int | None = None,
+        stop_when_idle: bool = False,
+    ) -> collections.Counter:
+        """Take jobs until stopped (signal, `stop()`, `max_jobs` done, or idle when asked).
+        Returns the count of jobs by outcome."""
+        fn = fn or self._fn
+        if fn is None:
+            raise ValueError("no function: pass run(fn) or decorate one with @daemon.register")
+        self._fn = fn
+        self._max_jobs = max_jobs
+        self._stop_when_idle = stop_when_idle
+        self._stop.clear()
+        if self.check_health:
+            self.ensure_healthy()
+        restore = self._install_signals()
+        log.info(
+            "daemon started daemon_id=%s namespace=%s queues=%s concurrency=%d",
+            self.daemon_id, self.client.namespace, ",".join(self.queues), self.concurrency,
+        )
+        try:
+            if self.concurrency == 1:
+                self._loop(self.daemon_id)
+            else:
+                workers = [
+                    threading.Thread(
+                        target=self._loop, args=(f"{self.daemon_id}-{i}",), name=f"payloadstore-worker-{i}", daemon=True
+                    )
+                    for i in range(self.concurrency)
+                ]
+                for w in workers:
+                    w.start()
+                while any(w.is_alive() for w in workers):
+                    for w in workers:
+                        w.join(timeout=0.2)
+        finally:
+            restore()
+        log.info("daemon stopped daemon_id=%s %s", self.daemon_id, " ".join(f"{k}={v}" for k, v in sorted(self.stats.items())))
+        return self.stats
+
+    def _install_signals(self) -> Callable[[], None]:
+        if not self.install_signal_handlers or threading.current_thread() is not threading.main_thread():
+            return lambda: None
+
+        def on_signal(signum, frame):
+            self._signals_seen += 1
+            if self._signals_seen > 1:
+                raise KeyboardInterrupt(f"second {signal.Signals(signum).name}: stopping now")
+            log.info("stopping signal=%s finishing jobs in hand (signal again to quit now)", signal.Signals(signum).name)
+            self.stop()
+
+        saved = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        self._signals_seen = 0
+
+        def restore() -> None:
+            for s, handler in saved.items():
+                signal.signal(s, handler)
+
+        return restore
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def _loop(self, worker_id: str) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                message = self.poll(worker_id)
+                failures = 0
+            except AuthError:
+                self.stop()
+                raise
+            except PayloadStoreError as e:
+                failures += 1
+                delay = self.client.retry.backoff(min(failures, 6))
+                log.warning("poll failed worker=%s error=%s delay_s=%.2f", worker_id, e, delay)
+                self._stop.wait(delay)
+                continue
+            if message is None:
+                if self._stop_when_idle:
+                    self.stop()
+                continue
+            self.process(message)
+            with self._lock:
+                if self._max_jobs is not None and sum(self.stats.values()) >= self._max_jobs:
+                    self.stop()
+
+    def poll(self, worker_id: str | None = None) -> dict | None:
+        """One long poll; the job message, or None when the queues stayed empty."""
+        response = self.client.api.request(
+            "POST",
+            "/v1/daemon/poll",
+            "poll",
+            json_body={
+                "namespace": self.client.namespace,
+                "queues": self.queues,
+                "wait_s": self.wait_s,
+                "daemon_id": worker_id or self.daemon_id,
+            },
+            timeout_s=self.wait_s + 20.0,
+            ok=(200, 204),
+        )
+        if response.status_code == 204 or not response.content:
+            return None
+        return response.json()
+
+    def process(self, message: dict, fn: Callable[..., Any] | None = None) -> str:
+        """Run one polled job end to end and report it; returns the outcome."""
+        fn = fn or self._fn
+        job_id = message["job_id"]
+        started = time.monotonic()
+        outcome = self._process(job_id, message, fn)
+        with self._lock:
+            self.stats[outcome] += 1
+        log.info(
+            "job done job_id=%s queue=%s attempt=%s outcome=%s duration_ms=%d",
+            job_id, message.get("queue"), message.get("attempt"), outcome, (time.monotonic() - started) * 1000,
+        )
+        return outcome
+
+    def _process(self, job_id: str, message: dict, fn: Callable[..., Any]) -> str:
+        client = self.client
+        # 1. the args' bytes, verified
+        try:
+            if message.get("payloadInline") is not None:
+                data: Any = base64.b64decode(message["payloadInline"])
+            else:
+                ref = message["payloadRef"]
+                data = client._fetch_ref(ref, job_id=job_id, progress=self.progress)
+        except PayloadCorrupt as e:
+            log.error("payload corrupt job_id=%s key=%s expected=%s actual=%s", job_id, e.key, e.expected_sha256, e.actual_sha256)
+            self._report_failure(job_id, PAYLOAD_CORRUPT, e.message, e.expected_sha256, e.actual_sha256)
+            return PAYLOAD_CORRUPT
+        except PayloadLost as e:
+            log.error("payload lost job_id=%s key=%s", job_id, e.key)
+            self._report_failure(job_id, PAYLOAD_LOST, e.message)
+            return PAYLOAD_LOST
+        # 2. decode and call
+        try:
+            payload = codec.decode(data, copy=False)
+        except Exception as e:  # noqa: BLE001 - any decode failure is the job's failure, reported
+            return self._post_error(job_id, "CodecError", f"cannot decode the job's payload: {e}", traceback.format_exc())
+        args, kwargs = call_arguments(payload)
+        try:
+            value = fn(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - the function's exception is the job's error
+            return self._post_error(job_id, remote_type_name(e), str(e), traceback.format_exc())
+        # 3. store the result by tier and post it
+        try:
+            encoded = codec.encode(value)
+        except Exception as e:  # noqa: BLE001
+            return self._post_error(
+                job_id, "CodecError", f"cannot encode the function's return value: {e}", traceback.format_exc()
+            )
+        try:
+            if encoded.nbytes <= client.config.inline_threshold:
+                body: dict = {"resultInline": base64.b64encode(encoded.tobytes()).decode("ascii")}
+            else:
+                if encoded.nbytes > client.config.max_payload_bytes:
+                    limit = client.config.max_payload_bytes
+                    return self._post_error(
+                        job_id,
+                        "PayloadTooLarge",
+                        f"result is {encoded.nbytes} bytes encoded, over the {limit} byte cap (MAX_PAYLOAD_BYTES)",
+                        None,
+                    )
+                ref, _ = client._store_large(encoded, "result", job_id=job_id, progress=self.progress)
+                body = {"resultRef": ref}
+            return self._post_result(job_id, body, SUCCEEDED)
+        except PayloadStoreError as e:
+            log.error("result not stored job_id=%s error=%s", job_id, e)
+            return ABANDONED
+
+    def _post_error(self, job_id: str, type_name: str, message: str, tb: str | None) -> str:
+        error = {"type": type_name, "message": message}
+        if tb:
+            error["traceback"] = tb
+        try:
+            return self._post_result(job_id, {"error": error}, FAILED)
+        except PayloadStoreError as e:
+            log.error("error not posted job_id=%s error=%s", job_id, e)
+            return ABANDONED
+
+    def _post_result(self, job_id: str, body: dict, outcome: str) -> str:
+        try:
+            self.client.api.request(
+                "POST", self.client._ns_path(f"/jobs/{job_id}/result"), f"post result of job {job_id}",
+                json_body=body, ok=(200, 204),
+            )
+        except ConflictError as e:
+            log.warning("result refused job_id=%s reason=%s", job_id, e.message)
+            return REFUSED
+        return outcome
+
+    def _report_failure(
+        self, job_id: str, state: str, detail: str, expected: str | None = None, actual: str | None = None
+    ) -> None:
+        body: dict[str, Any] = {"state": state, "detail": detail}
+        if expected:
+            body["expected_sha256"] = expected
+        if actual:
+            body["actual_sha256"] = actual
+        try:
+            self.client.api.request(
+                "POST", self.client._ns_path(f"/jobs/{job_id}/failure"), f"report {state} for job {job_id}",
+                json_body=body, ok=(200, 204),
+            )
+        except ConflictError as e:
+            log.warning("failure report refused job_id=%s reason=%s", job_id, e.message)
+        except PayloadStoreError as e:
+            log.error("failure not reported job_id=%s state=%s error=%s", job_id, state, e)

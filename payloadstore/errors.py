@@ -1,0 +1,152 @@
+"""Typed errors of the SDK, daemon helper and CLI.
+
+Every error raised because of an HTTP answer is chained `from` the `httpx.HTTPStatusError`
+(or the transport error) that caused it, so the raw response stays one `__cause__` away.
+"""
+
+from __future__ import annotations
+
+
+class PayloadStoreError(Exception):
+    """Base of every error this package raises on purpose."""
+
+    #: process exit code the CLI uses for this kind of error
+    exit_code = 1
+
+
+class ConfigError(PayloadStoreError):
+    """The client is missing its endpoint, token or namespace, or the devstack file is unusable."""
+
+    exit_code = 2
+
+
+class ApiError(PayloadStoreError):
+    """The control plane answered with an error status (after retries, where retrying applies)."""
+
+    def __init__(self, message: str, *, status: int | None = None, code: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.code = code
+
+
+class AuthError(ApiError):
+    """401/403: the token is missing, unknown, revoked, of the wrong role or of another namespace."""
+
+    exit_code = 3
+
+
+class JobNotFound(ApiError):
+    """404 for a job id: never created, expired after RESULT_TTL_S, or of another namespace."""
+
+    exit_code = 4
+
+
+class PayloadTooLarge(ApiError):
+    """The encoded payload is over MAX_PAYLOAD_BYTES (or an inline body over the threshold)."""
+
+    exit_code = 6
+
+    def __init__(self, message: str, *, size: int | None = None, limit: int | None = None, **kw):
+        super().__init__(message, **kw)
+        self.size = size
+        self.limit = limit
+
+
+class ConflictError(ApiError):
+    """409: the reference was refused (not issued, not uploaded, size or checksum mismatch) or a
+    different result was already posted."""
+
+
+class InvalidRequest(ApiError):
+    """400/422: the control plane refused the request's shape; the message says why."""
+
+
+class ServiceUnavailable(ApiError):
+    """The control plane or S3 stayed unreachable, overloaded (429) or failing (5xx) through
+    every retry, or /v1/health reports a failing check."""
+
+    exit_code = 7
+
+    def __init__(self, message: str, *, checks: dict | None = None, **kw):
+        super().__init__(message, **kw)
+        self.checks = checks or {}
+
+
+class PayloadError(PayloadStoreError):
+    """A stored payload (args or result) cannot be used."""
+
+    exit_code = 8
+
+    def __init__(self, message: str, *, job_id: str | None = None, key: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.job_id = job_id
+        self.key = key
+
+
+class PayloadCorrupt(PayloadError):
+    """The bytes read back do not hash to the sha256 recorded when they were stored."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        expected_sha256: str | None = None,
+        actual_sha256: str | None = None,
+        **kw,
+    ):
+        super().__init__(message, **kw)
+        self.expected_sha256 = expected_sha256
+        self.actual_sha256 = actual_sha256
+
+
+class PayloadLost(PayloadError):
+    """The stored object is gone (S3 404, or past the 48 h retention)."""
+
+
+class JobFailed(PayloadStoreError):
+    """The job's function raised on the daemon; carries the remote exception as reported."""
+
+    def __init__(
+        self,
+        job_id: str,
+        type: str,
+        message: str,
+        traceback: str | None = None,
+        state: str = "failed",
+    ):
+        super().__init__(f"job {job_id} failed: {type}: {message}")
+        self.job_id = job_id
+        self.type = type
+        self.message = message
+        self.traceback = traceback
+        self.state = state
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        if self.traceback:
+            text += "\n\nremote traceback:\n" + self.traceback.rstrip()
+        return text
+
+
+class ResultTimeout(PayloadStoreError, TimeoutError):
+    """`Job.result(timeout=...)` ran out of time while the job was still queued or running."""
+
+    exit_code = 5
+
+    def __init__(self, job_id: str, timeout: float, state: str | None):
+        super().__init__(f"job {job_id} still {state or 'pending'} after {timeout:g}s")
+        self.job_id = job_id
+        self.timeout = timeout
+        self.state = state
+
+
+class TransferError(PayloadStoreError):
+    """S3 refused a presigned upload or download for a reason retrying cannot fix."""
+
+    def __init__(self, message: str, *, status: int | None = None, code: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.code = code
