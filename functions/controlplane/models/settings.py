@@ -25,7 +25,8 @@ class Settings(BaseModel):
     inline_threshold: int = Field(262_144, ge=1)
     max_payload_bytes: int = Field(104_857_600, ge=1, le=5 * 1024**3)  # single PUT cap: 5 GiB
     presign_ttl_s: int = Field(900, ge=1, le=7 * 24 * 3600)
-    result_ttl_s: int = Field(172_800, ge=60)
+    # The bucket lifecycle deletes payloads after 2 days, so nothing may be promised for longer.
+    result_ttl_s: int = Field(172_800, ge=60, le=172_800)
     max_presigns_per_job: int = Field(5, ge=1)
     visibility_timeout_s: int = Field(300, ge=1)
     payload_lost_policy: PayloadLostPolicy = PayloadLostPolicy.RETRY_ONCE

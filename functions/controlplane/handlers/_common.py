@@ -1,0 +1,171 @@
+"""What every API handler shares: the container's dependencies, the resolver factory, the caller's
+identity, and the one mapping from errors to HTTP responses."""
+
+from __future__ import annotations
+
+import base64
+import json
+from functools import lru_cache
+
+import redis
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
+from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+from botocore.exceptions import BotoCoreError
+from pydantic import ValidationError
+
+from .. import clock
+from ..logic.context import Deps, Principal
+from ..models.errors import (
+    Forbidden,
+    PayloadStoreError,
+    ServiceUnavailable,
+    Unauthorized,
+    Unprocessable,
+)
+from ..models.settings import get_settings
+from ..observability import logger
+from ..routes import ROUTES
+from ..store.redis_client import cached_redis
+from ..store.redis_jobs import RedisJobStore
+from ..store.s3_objects import S3Objects, cached_s3_client
+
+REDIS_RETRY_AFTER_S = 2
+
+
+@lru_cache(maxsize=1)
+def get_deps() -> Deps:
+    """Clients are created once per container (cold start), never per request."""
+    s = get_settings()
+    password = None
+    if s.redis_auth_secret:
+        from aws_lambda_powertools.utilities import parameters
+
+        password = parameters.get_secret(s.redis_auth_secret, max_age=3600)
+    client = cached_redis(
+        s.redis_url, s.redis_cluster, password, max(s.poll_max_wait_s, s.result_max_wait_s)
+    )
+    return Deps(
+        settings=s,
+        jobs=RedisJobStore(client, result_ttl_s=s.result_ttl_s),
+        objects=S3Objects(cached_s3_client(s.aws_region, s.s3_endpoint_url), s.payload_bucket, s.presign_ttl_s),
+        # Looked up at call time so tests can move the clock.
+        clock=lambda: clock.now(),
+    )
+
+
+def roles_for(method: str, path: str) -> tuple[str, ...] | None:
+    api_path = path.replace("<", "{").replace(">", "}")
+    for route in ROUTES:
+        if route.method == method and route.path == api_path:
+            return route.roles
+    raise KeyError(f"{method} {path} is not in routes.ROUTES")
+
+
+def principal(app: APIGatewayRestResolver, roles: tuple[str, ...], namespace: str | None = None) -> Principal:
+    """The caller as the authorizer saw it; 403 for another namespace or a route outside the role."""
+    ctx = (app.current_event.raw_event.get("requestContext") or {}).get("authorizer") or {}
+    ns, role = ctx.get("namespace"), ctx.get("role")
+    if not ns or not role:
+        raise Unauthorized("missing or invalid bearer token")
+    if role not in roles:
+        raise Forbidden(f"a {role} token cannot use this route")
+    if namespace is not None and namespace != ns:
+        raise Forbidden("token does not belong to this namespace")
+    return Principal(namespace=ns, role=role, token_id=ctx.get("token_id", ""))
+
+
+def raw_body(app: APIGatewayRestResolver) -> bytes:
+    event = app.current_event
+    body = event.body or ""
+    if event.is_base64_encoded:
+        return base64.b64decode(body)
+    return body.encode("utf-8")
+
+
+def json_body(app: APIGatewayRestResolver) -> dict:
+    data = raw_body(app)
+    if not data.strip():
+        return {}
+    try:
+        value = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise Unprocessable("body is not valid JSON") from e
+    if not isinstance(value, dict):
+        raise Unprocessable("body must be a JSON object")
+    return value
+
+
+def error_response(status: int, code: str, message: str, headers: dict | None = None, **details) -> Response:
+    body = {"error": {"code": code, "message": message, **details}}
+    return Response(
+        status_code=status,
+        content_type="application/json",
+        body=json.dumps(body, default=str),
+        headers=headers or {},
+    )
+
+
+def json_response(status: int, model) -> Response:
+    body = model.model_dump_json(exclude_none=True) if hasattr(model, "model_dump_json") else json.dumps(model)
+    return Response(status_code=status, content_type="application/json", body=body)
+
+
+def empty_response(status: int = 204) -> Response:
+    return Response(status_code=status, content_type="application/json", body="")
+
+
+def _summarize(errors: list[dict]) -> str:
+    parts = []
+    for err in errors[:5]:
+        loc = ".".join(str(x) for x in err.get("loc", ()) if x not in ("body",))
+        parts.append(f"{loc or 'body'}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts) or "invalid request"
+
+
+def new_resolver() -> APIGatewayRestResolver:
+    """A REST resolver with request validation and our error mapping, identical for every function."""
+    app = APIGatewayRestResolver(enable_validation=True)
+
+    @app.exception_handler(PayloadStoreError)
+    def _domain(e: PayloadStoreError):
+        if e.status >= 500:
+            logger.warning("request failed", extra={"status": e.status, "error": e.message})
+        return error_response(e.status, e.code, e.message, e.headers, **e.details)
+
+    @app.exception_handler(RequestValidationError)
+    def _request_invalid(e: RequestValidationError):
+        errors = [
+            {k: v for k, v in err.items() if k in ("loc", "msg", "type")} for err in e.errors()
+        ]
+        return error_response(422, "invalid_request", _summarize(errors), details=errors)
+
+    @app.exception_handler(ValidationError)
+    def _model_invalid(e: ValidationError):
+        errors = [{"loc": err["loc"], "msg": err["msg"], "type": err["type"]} for err in e.errors()]
+        return error_response(422, "invalid_request", _summarize(errors), details=errors)
+
+    @app.exception_handler(redis.RedisError)
+    def _redis_down(e: redis.RedisError):
+        if isinstance(e, (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)) or (
+            "READONLY" in str(e) or "LOADING" in str(e) or "CLUSTERDOWN" in str(e)
+        ):
+            logger.warning("redis unavailable", extra={"error": type(e).__name__})
+            err = ServiceUnavailable("redis is unreachable; retry shortly", retry_after_s=REDIS_RETRY_AFTER_S)
+            return error_response(err.status, err.code, err.message, err.headers)
+        logger.exception("redis error")
+        return error_response(500, "internal_error", "internal error")
+
+    @app.exception_handler(BotoCoreError)
+    def _aws_down(e: BotoCoreError):
+        logger.warning("object storage unavailable", extra={"error": type(e).__name__})
+        err = ServiceUnavailable("object storage is unreachable; retry shortly")
+        return error_response(err.status, err.code, err.message, err.headers)
+
+    @app.exception_handler(Exception)
+    def _unexpected(e: Exception):
+        # Log the stack trace; the client gets a plain message and the request id to quote.
+        logger.exception("unhandled error")
+        request_id = (app.current_event.raw_event.get("requestContext") or {}).get("requestId", "")
+        return error_response(500, "internal_error", f"internal error (request id {request_id})")
+
+    return app

@@ -1,0 +1,39 @@
+"""Health: every check the design needs before dispatch (redis, bucket, region, encryption, lifecycle)."""
+
+from __future__ import annotations
+
+from ..models.wire import ConfigResponse, HealthCheck, HealthResponse
+from .context import Deps
+from .payload_keys import PAYLOAD_PREFIX
+
+LIFECYCLE_MAX_DAYS = 2
+
+
+def health(deps: Deps) -> HealthResponse:
+    checks: dict[str, HealthCheck] = {}
+    try:
+        deps.jobs.ping()
+        checks["redis"] = HealthCheck(ok=True, detail="ping ok")
+    except Exception as e:  # any failure is the check's answer, never the endpoint's crash
+        checks["redis"] = HealthCheck(ok=False, detail=f"redis unreachable: {type(e).__name__}")
+    objects = deps.objects
+    for name, (ok, detail) in (
+        ("bucket", objects.check_reachable()),
+        ("region", objects.check_region(deps.settings.aws_region)),
+        ("encryption", objects.check_encryption()),
+        ("lifecycle", objects.check_lifecycle(PAYLOAD_PREFIX, LIFECYCLE_MAX_DAYS)),
+    ):
+        checks[name] = HealthCheck(ok=ok, detail=detail)
+    failing = [name for name, check in checks.items() if not check.ok]
+    return HealthResponse(status="failing" if failing else "ok", failing=failing, checks=checks)
+
+
+def client_config(deps: Deps) -> ConfigResponse:
+    s = deps.settings
+    return ConfigResponse(
+        inline_threshold=s.inline_threshold,
+        max_payload_bytes=s.max_payload_bytes,
+        presign_ttl_s=s.presign_ttl_s,
+        result_ttl_s=s.result_ttl_s,
+        max_presigns_per_job=s.max_presigns_per_job,
+    )

@@ -1,0 +1,130 @@
+"""Presigned URLs: mint keys, remember them, and refuse keys this namespace was never issued."""
+
+from __future__ import annotations
+
+import time
+
+from ..models.domain import IssueRecord, JobStatus, PayloadKind, job_id_time_s, new_job_id
+from ..models.errors import Conflict, Forbidden, Gone, NotFound, PayloadTooLarge, TooManyPresigns
+from ..models.wire import PresignGetResponse, PresignPutResponse, PresignRequest
+from ..observability import logger, metrics_count
+from ..routes import CLIENT
+from .context import Deps, Principal
+from .payload_keys import key_for, parse_key
+
+
+def iso_utc(ts: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+def presign_put(p: Principal, req: PresignRequest, deps: Deps) -> PresignPutResponse:
+    s = deps.settings
+    if req.size > s.max_payload_bytes:
+        raise PayloadTooLarge(
+            f"size {req.size} exceeds MAX_PAYLOAD_BYTES={s.max_payload_bytes}",
+            max_payload_bytes=s.max_payload_bytes,
+        )
+    wanted = PayloadKind.ARGS if p.role == CLIENT else PayloadKind.RESULT
+    if req.kind != wanted:
+        raise Forbidden(f"a {p.role} token presigns kind={wanted.value} only")
+    now = deps.clock()
+
+    if req.kind is PayloadKind.RESULT:
+        # Only for a daemon holding the job: it must be running in this namespace.
+        if not req.job_id:
+            raise Conflict("kind=result needs the job_id of the job being run")
+        job = deps.jobs.get_job(req.job_id)
+        if job is None or job.get("namespace") != p.namespace:
+            raise NotFound(f"job {req.job_id} not found")
+        if job.get("state") != JobStatus.RUNNING:
+            raise Conflict(f"job {req.job_id} is {job.get('state')}, not running")
+
+    if req.job_id:
+        issued = deps.jobs.get_issue(req.job_id, req.kind)
+        if issued is not None:
+            return _represign(p, req, issued, deps)
+        if req.kind is PayloadKind.ARGS:
+            raise NotFound(f"no {req.kind.value} key was issued for job {req.job_id}")
+        job_id = req.job_id
+    else:
+        job_id = new_job_id(int(now * 1000))
+
+    key = key_for(job_id, req.kind)
+    issue = IssueRecord(
+        namespace=p.namespace,
+        job_id=job_id,
+        kind=req.kind,
+        key=key,
+        bucket=deps.objects.bucket,
+        size=req.size,
+        content_type=req.content_type,
+        sha256=req.sha256,
+        presigns=1,
+        issued_at=now,
+    )
+    if not deps.jobs.record_issue(issue):
+        # Two first presigns for one result raced: the other one recorded it; count this one.
+        return _represign(p, req, deps.jobs.get_issue(job_id, req.kind), deps)
+    signed = deps.objects.presign_put(key, req.size, req.content_type, req.sha256)
+    metrics_count("Presigns", op="put")
+    logger.info("presigned put", extra={"job_id": job_id, "kind": req.kind.value, "size": req.size})
+    return PresignPutResponse(
+        url=signed.url,
+        headers=signed.headers,
+        bucket=deps.objects.bucket,
+        key=key,
+        job_id=job_id,
+        expires_at=iso_utc(now + deps.settings.presign_ttl_s),
+    )
+
+
+def _represign(p: Principal, req: PresignRequest, issued: IssueRecord, deps: Deps) -> PresignPutResponse:
+    if issued.namespace != p.namespace:
+        raise NotFound(f"no {req.kind.value} key was issued for job {issued.job_id}")
+    if (issued.size, issued.sha256, issued.content_type) != (req.size, req.sha256, req.content_type):
+        raise Conflict(
+            "a re-presign must repeat the size, sha256 and content_type of the first "
+            f"(issued size={issued.size} sha256={issued.sha256 or '-'} content_type={issued.content_type})"
+        )
+    count = deps.jobs.bump_presign(issued.job_id, issued.kind, deps.settings.max_presigns_per_job)
+    if count == 0:
+        raise NotFound(f"no {req.kind.value} key was issued for job {issued.job_id}")
+    if count < 0:
+        raise TooManyPresigns(
+            f"job {issued.job_id} reached MAX_PRESIGNS_PER_JOB={deps.settings.max_presigns_per_job}"
+        )
+    signed = deps.objects.presign_put(issued.key, issued.size, issued.content_type, issued.sha256)
+    now = deps.clock()
+    metrics_count("Presigns", op="put")
+    logger.info("re-presigned put", extra={"job_id": issued.job_id, "presigns": count})
+    return PresignPutResponse(
+        url=signed.url,
+        headers=signed.headers,
+        bucket=issued.bucket,
+        key=issued.key,
+        job_id=issued.job_id,
+        expires_at=iso_utc(now + deps.settings.presign_ttl_s),
+    )
+
+
+def presign_get(p: Principal, req: PresignRequest, deps: Deps) -> PresignGetResponse:
+    now = deps.clock()
+    retention = deps.settings.result_ttl_s
+    parsed = parse_key(req.key)
+    if parsed is None:
+        raise NotFound("key was never issued to this namespace")
+    job_id, kind = parsed
+    issued = deps.jobs.get_issue(job_id, kind)
+    if issued is None:
+        # The record expires with the retention; the id's timestamp tells "expired" from "never".
+        if now - job_id_time_s(job_id) > retention:
+            raise Gone(f"key is past the {retention // 3600} h retention")
+        raise NotFound("key was never issued to this namespace")
+    if issued.namespace != p.namespace:
+        raise NotFound("key was never issued to this namespace")
+    if now - issued.issued_at > retention:
+        # S3's lifecycle rounds to midnight UTC, so the object may linger: refuse it anyway.
+        raise Gone(f"key is past the {retention // 3600} h retention")
+    url = deps.objects.presign_get(issued.key)
+    metrics_count("Presigns", op="get")
+    return PresignGetResponse(url=url, expires_at=iso_utc(now + deps.settings.presign_ttl_s))

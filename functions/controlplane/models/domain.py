@@ -1,0 +1,93 @@
+"""Domain vocabulary shared by logic and store."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict
+
+
+class JobStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    PAYLOAD_LOST = "payload_lost"
+    PAYLOAD_CORRUPT = "payload_corrupt"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_STATES
+
+
+TERMINAL_STATES = frozenset(
+    {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.PAYLOAD_LOST, JobStatus.PAYLOAD_CORRUPT}
+)
+
+
+class Tier(StrEnum):
+    INLINE = "inline"
+    S3 = "s3"
+
+
+class PayloadKind(StrEnum):
+    ARGS = "args"
+    RESULT = "result"
+
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+NAMESPACE_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+
+# Crockford base32: job ids sort by creation time as strings (ULID layout: 48-bit ms + 80 random bits).
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_CROCKFORD_INDEX = {c: i for i, c in enumerate(_CROCKFORD)}
+JOB_ID_RE = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
+
+
+def new_job_id(now_ms: int | None = None) -> str:
+    ms = int(time.time() * 1000) if now_ms is None else now_ms
+    value = (ms << 80) | int.from_bytes(os.urandom(10), "big")
+    chars = []
+    for _ in range(26):
+        chars.append(_CROCKFORD[value & 31])
+        value >>= 5
+    return "".join(reversed(chars))
+
+
+def job_id_time_s(job_id: str) -> float:
+    """Creation time encoded in a job id (seconds since the epoch)."""
+    value = 0
+    for c in job_id:
+        value = (value << 5) | _CROCKFORD_INDEX[c]
+    return (value >> 80) / 1000.0
+
+
+class PayloadRef(BaseModel):
+    """Where a large payload lives. Field names follow the wire (camelCase contentType)."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="forbid")
+
+    kind: str = "s3"
+    bucket: str
+    key: str
+    size: int
+    contentType: str | None = None
+    sha256: str | None = None
+
+
+class IssueRecord(BaseModel):
+    """What the CP remembers about a key it minted."""
+
+    namespace: str
+    job_id: str
+    kind: PayloadKind
+    key: str
+    bucket: str
+    size: int
+    content_type: str
+    sha256: str | None = None
+    presigns: int = 1
+    issued_at: float

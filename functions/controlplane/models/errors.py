@@ -1,0 +1,66 @@
+"""Domain errors. Each carries the HTTP status it maps to; `handlers/_http.py` is the one place
+that turns them into responses, so logic code never thinks about HTTP."""
+
+from __future__ import annotations
+
+
+class PayloadStoreError(Exception):
+    status = 500
+    code = "internal_error"
+
+    def __init__(self, message: str, *, headers: dict[str, str] | None = None, **details):
+        super().__init__(message)
+        self.message = message
+        self.headers = headers or {}
+        self.details = details
+
+
+class BadRequest(PayloadStoreError):
+    status, code = 400, "bad_request"
+
+
+class Unauthorized(PayloadStoreError):
+    status, code = 401, "unauthorized"
+
+
+class Forbidden(PayloadStoreError):
+    status, code = 403, "forbidden"
+
+
+class NotFound(PayloadStoreError):
+    status, code = 404, "not_found"
+
+
+class Conflict(PayloadStoreError):
+    status, code = 409, "conflict"
+
+
+class Gone(PayloadStoreError):
+    status, code = 410, "gone"
+
+
+class PayloadTooLarge(PayloadStoreError):
+    status, code = 413, "payload_too_large"
+
+
+class Unprocessable(PayloadStoreError):
+    status, code = 422, "invalid_request"
+
+
+class TooManyPresigns(PayloadStoreError):
+    status, code = 429, "too_many_presigns"
+
+
+class UpstreamError(PayloadStoreError):
+    """S3 answered with an error we cannot fix by retrying the same request."""
+
+    status, code = 502, "storage_error"
+
+
+class ServiceUnavailable(PayloadStoreError):
+    """Redis or S3 unreachable: the client should retry later."""
+
+    status, code = 503, "service_unavailable"
+
+    def __init__(self, message: str, *, retry_after_s: int = 2, **details):
+        super().__init__(message, headers={"Retry-After": str(retry_after_s)}, **details)

@@ -1,0 +1,197 @@
+"""Wire models (v1): request and response bodies, validated by pydantic and published as OpenAPI."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .domain import NAME_RE, JobStatus, PayloadKind, PayloadRef, Tier
+
+Sha256Hex = Annotated[str, Field(pattern=r"^[0-9a-fA-F]{64}$", description="sha256 of the bytes, hex")]
+Name = Annotated[str, Field(pattern=NAME_RE.pattern, description="[A-Za-z0-9_.-], 1-63 chars")]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+def _b64(value: str) -> bytes:
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise ValueError("not valid base64") from e
+
+
+# -- presign -------------------------------------------------------------------------------
+
+
+class PresignRequest(_Strict):
+    """Query parameters and/or JSON body of POST .../payloads/presign (query wins)."""
+
+    op: Literal["put", "get"]
+    size: int | None = Field(None, ge=1, description="exact byte size of the upload (op=put)")
+    kind: PayloadKind = PayloadKind.ARGS
+    job_id: str | None = Field(None, description="re-presign the key of this job (op=put)")
+    content_type: str = Field("application/msgpack", max_length=255)
+    sha256: Sha256Hex | None = None
+    key: str | None = Field(None, max_length=512, description="an issued key (op=get)")
+
+    @model_validator(mode="after")
+    def _fields_for_op(self):
+        if self.op == "put" and self.size is None:
+            raise ValueError("op=put needs size")
+        if self.op == "get" and not self.key:
+            raise ValueError("op=get needs key")
+        if self.sha256:
+            self.sha256 = self.sha256.lower()
+        return self
+
+
+class PresignPutResponse(BaseModel):
+    url: str
+    method: Literal["PUT"] = "PUT"
+    headers: dict[str, str] = Field(description="send exactly these headers with the PUT")
+    bucket: str
+    key: str
+    job_id: str
+    expires_at: str = Field(description="ISO 8601 UTC")
+
+
+class PresignGetResponse(BaseModel):
+    url: str
+    method: Literal["GET"] = "GET"
+    expires_at: str
+
+
+# -- enqueue / status ----------------------------------------------------------------------
+
+
+class EnqueueRequest(_Strict):
+    payloadRef: PayloadRef | None = None
+    payloadInline: str | None = Field(None, description="base64 of the msgpack bytes")
+
+    @field_validator("payloadInline")
+    @classmethod
+    def _valid_base64(cls, v: str | None) -> str | None:
+        if v is not None:
+            _b64(v)
+        return v
+
+    def inline_bytes(self) -> bytes | None:
+        return None if self.payloadInline is None else _b64(self.payloadInline)
+
+
+class EnqueueResponse(BaseModel):
+    job_id: str
+    tier: Tier
+
+
+class JobError(BaseModel):
+    type: str
+    message: str = ""
+    traceback: str | None = None
+    expected_sha256: str | None = None
+    actual_sha256: str | None = None
+
+
+class JobStatusResponse(BaseModel):
+    job_id: str
+    queue: str
+    state: JobStatus
+    attempts: int
+    tier: Tier
+    payloadRef: PayloadRef | None = None
+    resultRef: PayloadRef | None = None
+    error: JobError | None = None
+    created_at: float | None = None
+    updated_at: float | None = None
+
+
+# -- daemon side ---------------------------------------------------------------------------
+
+
+class PollRequest(_Strict):
+    namespace: str
+    queues: list[Name] = Field(min_length=1, max_length=16)
+    wait_s: float = Field(10.0, ge=0, le=60, description="capped by POLL_MAX_WAIT_S")
+    daemon_id: str = Field(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
+
+
+class PollResponse(BaseModel):
+    job_id: str
+    namespace: str
+    queue: str
+    attempt: int
+    payloadRef: PayloadRef | None = None
+    payloadInline: str | None = None
+
+
+class ResultErrorIn(_Strict):
+    type: str = Field(max_length=256)
+    message: str = Field("", max_length=16_384)
+    traceback: str | None = Field(None, max_length=65_536)
+
+
+class ResultPost(_Strict):
+    resultRef: PayloadRef | None = None
+    resultInline: str | None = Field(None, description="base64 of the msgpack bytes")
+    error: ResultErrorIn | None = None
+
+    @field_validator("resultInline")
+    @classmethod
+    def _valid_base64(cls, v: str | None) -> str | None:
+        if v is not None:
+            _b64(v)
+        return v
+
+    def inline_bytes(self) -> bytes | None:
+        return None if self.resultInline is None else _b64(self.resultInline)
+
+
+class FailureReport(_Strict):
+    state: Literal["payload_lost", "payload_corrupt"]
+    detail: str = Field("", max_length=4096)
+    expected_sha256: Sha256Hex | None = None
+    actual_sha256: Sha256Hex | None = None
+
+
+class ResultResponse(BaseModel):
+    job_id: str
+    state: JobStatus
+    resultRef: PayloadRef | None = None
+    resultInline: str | None = None
+    error: JobError | None = None
+
+
+# -- public --------------------------------------------------------------------------------
+
+
+class ConfigResponse(BaseModel):
+    inline_threshold: int
+    max_payload_bytes: int
+    presign_ttl_s: int
+    result_ttl_s: int
+    max_presigns_per_job: int
+
+
+class HealthCheck(BaseModel):
+    ok: bool
+    detail: str
+
+
+class HealthResponse(BaseModel):
+    status: Literal["ok", "failing"]
+    failing: list[str]
+    checks: dict[str, HealthCheck]
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
