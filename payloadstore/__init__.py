@@ -1,47 +1,75 @@
-"""payloadstore: the SDK of a two-tier (inline Redis / presigned S3) job payload store."""
+"""payloadstore: the SDK of a two-tier (inline Redis / presigned S3) job payload store.
 
-from .client import Client, Job, JobStatus, Queue, ServerConfig
-from .daemon import Daemon
-from .errors import (
-    ApiError,
-    AuthError,
-    ConfigError,
-    ConflictError,
-    InvalidRequest,
-    JobFailed,
-    JobNotFound,
-    PayloadCorrupt,
-    PayloadError,
-    PayloadLost,
-    PayloadStoreError,
-    PayloadTooLarge,
-    ResultTimeout,
-    ServiceUnavailable,
-    TransferError,
-)
-from ._http import RetryPolicy
+    from payloadstore import Client, Daemon
 
-__all__ = [
-    "ApiError",
-    "AuthError",
-    "Client",
-    "ConfigError",
-    "ConflictError",
-    "Daemon",
-    "InvalidRequest",
-    "Job",
-    "JobFailed",
-    "JobNotFound",
-    "JobStatus",
-    "PayloadCorrupt",
-    "PayloadError",
-    "PayloadLost",
-    "PayloadStoreError",
-    "PayloadTooLarge",
-    "Queue",
-    "ResultTimeout",
-    "RetryPolicy",
-    "ServerConfig",
-    "ServiceUnavailable",
-    "TransferError",
-]
+Names are resolved on first use, so `import payloadstore.devstack` (the local stack, the test
+fixtures) does not pull in httpx, msgpack or the codec.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "Client": ".client",
+    "Job": ".client",
+    "JobStatus": ".client",
+    "Queue": ".client",
+    "ServerConfig": ".client",
+    "Daemon": ".daemon",
+    "RetryPolicy": "._http",
+    "ApiError": ".errors",
+    "AuthError": ".errors",
+    "ConfigError": ".errors",
+    "ConflictError": ".errors",
+    "InvalidRequest": ".errors",
+    "JobFailed": ".errors",
+    "JobNotFound": ".errors",
+    "PayloadCorrupt": ".errors",
+    "PayloadError": ".errors",
+    "PayloadLost": ".errors",
+    "PayloadStoreError": ".errors",
+    "PayloadTooLarge": ".errors",
+    "ResultTimeout": ".errors",
+    "ServiceUnavailable": ".errors",
+    "TransferError": ".errors",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'payloadstore' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from ._http import RetryPolicy
+    from .client import Client, Job, JobStatus, Queue, ServerConfig
+    from .daemon import Daemon
+    from .errors import (
+        ApiError,
+        AuthError,
+        ConfigError,
+        ConflictError,
+        InvalidRequest,
+        JobFailed,
+        JobNotFound,
+        PayloadCorrupt,
+        PayloadError,
+        PayloadLost,
+        PayloadStoreError,
+        PayloadTooLarge,
+        ResultTimeout,
+        ServiceUnavailable,
+        TransferError,
+    )
