@@ -1,0 +1,372 @@
+"""encode/decode: msgpack's C packer and unpacker do the walking; ext values are built on the side.
+
+Encoding runs one `msgpack.packb` with a `default` hook. The hook turns each numpy/torch/PIL
+value into a small ext value; a value larger than INLINE_MAX_BYTES leaves only its header (with an
+offset) in the structure while its memory is queued as a separate chunk of the data section, so a
+64 MiB array is never copied into a joined buffer. Decoding runs one `msgpack.unpackb` over the
+structure with an `ext_hook` that builds arrays over the data section of the input buffer, which is
+what makes the decode zero-copy at the C unpacker's speed, however many small elements surround it.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import struct
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import msgpack
+
+from . import _format as fmt
+from ._format import CodecError
+
+# Top-level bytes at least this large are emitted as a bin header plus the caller's buffer.
+_DIRECT_BIN_MIN = 64 * 1024
+# Chunks smaller than this are coalesced, so many small blocks do not become many tiny writes.
+_COALESCE_BELOW = 64 * 1024
+_ITER_SLICE = 1024 * 1024
+
+_KIND_NAMES = {fmt.EXT_NDARRAY: "numpy", fmt.EXT_TORCH: "torch", fmt.EXT_IMAGE: "image"}
+_KIND_MODULES = {fmt.EXT_NDARRAY: "_numpy", fmt.EXT_TORCH: "_torch", fmt.EXT_IMAGE: "_image"}
+_KIND_PACKAGES = {fmt.EXT_NDARRAY: "numpy", fmt.EXT_TORCH: "torch", fmt.EXT_IMAGE: "Pillow"}
+_ZTYPES = {"numpy.ndarray": fmt.EXT_NDARRAY, "torch.Tensor": fmt.EXT_TORCH, "image": fmt.EXT_IMAGE}
+_ZDATA_KEYS = frozenset(("ztype", "b", "dtype", "shape"))
+
+
+class Encoded:
+    """An encoded payload as a list of chunks; large array memory is referenced, not copied.
+
+    The chunks may point into the encoded arrays and tensors: do not mutate them until the payload
+    has been stored.
+    """
+
+    __slots__ = ("_keepalive", "chunks", "nbytes")
+    content_type = fmt.CONTENT_TYPE
+
+    def __init__(self, chunks: list[bytes | memoryview], keepalive: list[object] | None = None):
+        self.chunks = chunks
+        self.nbytes = sum(len(chunk) for chunk in chunks)
+        self._keepalive = keepalive or []
+
+    def __len__(self) -> int:
+        return self.nbytes
+
+    def __iter__(self) -> Iterator[memoryview]:
+        return self.iter_slices()
+
+    def iter_slices(self, size: int = _ITER_SLICE) -> Iterator[memoryview]:
+        """Yields the payload as memoryview slices of at most `size` bytes (for streaming uploads)."""
+        for chunk in self.chunks:
+            view = memoryview(chunk)
+            for start in range(0, len(view), size):
+                yield view[start : start + size]
+
+    def sha256(self) -> str:
+        digest = hashlib.sha256()
+        for chunk in self.chunks:
+            digest.update(chunk)
+        return digest.hexdigest()
+
+    def tobytes(self) -> bytes:
+        if len(self.chunks) == 1 and type(self.chunks[0]) is bytes:
+            return self.chunks[0]
+        return b"".join(self.chunks)
+
+    __bytes__ = tobytes
+
+    def __repr__(self) -> str:
+        return f"Encoded(nbytes={self.nbytes}, chunks={len(self.chunks)})"
+
+
+def _kind_module(kind: int):
+    name = _KIND_MODULES[kind]
+    try:
+        if name == "_numpy":
+            from . import _numpy as module
+        elif name == "_torch":
+            from . import _torch as module
+        else:
+            from . import _image as module
+    except ImportError as e:
+        raise CodecError(
+            f"payload holds a {_KIND_NAMES[kind]} value; install {_KIND_PACKAGES[kind]} to "
+            f"decode it: {e}"
+        ) from e
+    return module
+
+
+class _Encoder:
+    """The `default` hook of one packb call plus the data-section blocks it queued."""
+
+    def __init__(self) -> None:
+        self.blocks: list[tuple[int, bytes | memoryview]] = []  # (offset in data section, bytes)
+        self.data_len = 0
+        self.keepalive: list[object] = []
+
+    def default(self, value: Any) -> Any:
+        numpy = sys.modules.get("numpy")
+        if numpy is not None and isinstance(value, (numpy.ndarray, numpy.generic)):
+            from . import _numpy
+
+            return self._ext(fmt.EXT_NDARRAY, *_numpy.to_header_and_bytes(value))
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(value, torch.Tensor):
+            from . import _torch
+
+            return self._ext(fmt.EXT_TORCH, *_torch.to_header_and_bytes(value))
+        pil_image = sys.modules.get("PIL.Image")
+        if pil_image is not None and isinstance(value, pil_image.Image):
+            from . import _image
+
+            return self._ext(fmt.EXT_IMAGE, *_image.to_header_and_bytes(value))
+        return _plain(value)
+
+    def _ext(
+        self, kind: int, header: dict, raw: bytes | memoryview, owner: object
+    ) -> msgpack.ExtType:
+        if len(raw) <= fmt.INLINE_MAX_BYTES:
+            return msgpack.ExtType(kind, fmt.ext_payload(header, raw))
+        offset = fmt.align_up(self.data_len)
+        header["off"], header["len"] = offset, len(raw)
+        self.blocks.append((offset, raw))
+        self.data_len = offset + len(raw)
+        if owner is not None:
+            self.keepalive.append(owner)
+        return msgpack.ExtType(kind, fmt.ext_payload(header))
+
+
+def _plain(value: Any) -> Any:
+    """Maps the remaining types msgpack's strict mode hands back to plain msgpack values."""
+    if isinstance(value, tuple):
+        return list(value)  # documented: tuples decode as lists, as in JSON
+    if isinstance(value, dict):
+        return dict(value)
+    if isinstance(value, list):
+        return list(value)
+    if isinstance(value, _dt.datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise CodecError(
+                f"cannot encode naive datetime {value.isoformat()}: it names no instant; attach a "
+                "tzinfo (e.g. datetime.timezone.utc)"
+            )
+        return msgpack.Timestamp.from_datetime(value)
+    if isinstance(value, str):
+        return str.__str__(value)  # str() would give an Enum mixin's "Cls.NAME"
+    for base in (int, float, bytes):
+        if isinstance(value, base):
+            return base(value)
+    kind = type(value)
+    raise CodecError(
+        f"cannot encode a value of type {kind.__module__}.{kind.__qualname__}: supported are None, "
+        "bool, int, float, str, bytes, list, tuple, dict, timezone-aware datetime, numpy arrays "
+        "and scalars, torch tensors and PIL images"
+    )
+
+
+def _pack(value: Any, default: Callable[[Any], Any]) -> bytes:
+    try:
+        return msgpack.packb(
+            value, default=default, use_bin_type=True, strict_types=True, datetime=True
+        )
+    except CodecError:
+        raise
+    except OverflowError as e:
+        raise CodecError(f"cannot encode an integer outside msgpack's 64-bit range: {e}") from e
+    except (TypeError, ValueError, BufferError) as e:
+        raise CodecError(f"cannot encode the value: {e}") from e
+
+
+def _direct_bin(value: bytes | bytearray | memoryview) -> Encoded | None:
+    view = memoryview(value)
+    if not view.c_contiguous:
+        return None
+    view = view.cast("B") if view.format != "B" or view.ndim != 1 else view
+    if len(view) > 0xFFFF_FFFF:
+        raise CodecError("cannot encode bytes of 4 GiB or more in one msgpack bin value")
+    return Encoded([struct.pack(">BI", 0xC6, len(view)), view], [value])
+
+
+def encode(obj: Any) -> Encoded:
+    """Encodes `obj` to msgpack with the payloadstore ext types; see the module doc for the layout."""
+    if type(obj) in (bytes, bytearray, memoryview) and memoryview(obj).nbytes >= _DIRECT_BIN_MIN:
+        direct = _direct_bin(obj)
+        if direct is not None:
+            return direct
+    encoder = _Encoder()
+    structure = _pack(obj, encoder.default)
+    if not encoder.blocks:
+        return Encoded([structure])
+    return _envelope(structure, encoder)
+
+
+def _envelope(structure: bytes, encoder: _Encoder) -> Encoded:
+    prefix_len = fmt.ENVELOPE_PREFIX.size
+    # The data section starts on an ALIGNMENT boundary counted from the payload's first byte.
+    data_start = (
+        fmt.align_up(fmt.EXT32_HEADER.size + prefix_len + len(structure)) - fmt.EXT32_HEADER.size
+    )
+    body_len = data_start + encoder.data_len
+    if body_len > fmt.MAX_ENVELOPE_BODY:
+        raise CodecError(
+            f"cannot encode {body_len} bytes of arrays in one payload: the limit is 4 GiB - 1 "
+            "(one msgpack ext32 value); split the work into several jobs"
+        )
+    head = b"".join(
+        (
+            fmt.EXT32_HEADER.pack(0xC9, body_len, fmt.EXT_ENVELOPE),
+            fmt.ENVELOPE_PREFIX.pack(fmt.FORMAT_VERSION, len(structure), data_start),
+            structure,
+            bytes(data_start - prefix_len - len(structure)),
+        )
+    )
+    chunks = _Chunks(head)
+    position = 0
+    for offset, raw in encoder.blocks:
+        chunks.add(bytes(offset - position))
+        chunks.add(raw)
+        position = offset + len(raw)
+    return Encoded(chunks.finish(), encoder.keepalive)
+
+
+class _Chunks:
+    """Collects chunks, copying small pieces together and keeping large ones as references."""
+
+    def __init__(self, first: bytes) -> None:
+        self.done: list[bytes | memoryview] = []
+        self.pending = bytearray(first)
+
+    def add(self, piece: bytes | memoryview) -> None:
+        if not piece:
+            return
+        if len(piece) < _COALESCE_BELOW:
+            self.pending += piece
+            return
+        if self.pending:
+            self.done.append(bytes(self.pending))
+            self.pending = bytearray()
+        self.done.append(piece)
+
+    def finish(self) -> list[bytes | memoryview]:
+        if self.pending:
+            self.done.append(bytes(self.pending))
+        return self.done
+
+
+def decode(data: bytes | bytearray | memoryview, *, copy: bool = False, zdata: bool = True) -> Any:
+    """Decodes a payload.
+
+    copy=False: numpy arrays larger than INLINE_MAX_BYTES are read-only views over `data` (which
+    they keep alive); smaller ones are read-only too. Tensors share `data` only when it is writable.
+    copy=True: every array and tensor owns writable memory.
+    zdata=True: zaku `{"ztype", "b", ...}` maps are decoded to arrays, tensors and images.
+    """
+    try:
+        view = memoryview(data)
+    except TypeError as e:
+        raise CodecError(f"cannot decode a {type(data).__name__}: expected bytes-like data") from e
+    if view.format != "B" or view.ndim != 1:
+        if not view.c_contiguous:
+            raise CodecError("cannot decode a non-contiguous buffer")
+        view = view.cast("B")
+    if not view:
+        raise CodecError("cannot decode an empty payload")
+    data_section = None
+    structure = view
+    if len(view) >= fmt.EXT32_HEADER.size and view[0] == 0xC9 and view[5] == fmt.EXT_ENVELOPE:
+        structure, data_section = _open_envelope(view)
+    hook = _ExtHook(data_section, copy)
+    try:
+        return msgpack.unpackb(
+            structure,
+            ext_hook=hook.ext,
+            object_hook=hook.zdata if zdata else None,
+            raw=False,
+            strict_map_key=False,
+            timestamp=3,
+        )
+    except CodecError:
+        raise
+    except msgpack.ExtraData as e:
+        raise CodecError("corrupt payload: bytes after the end of the msgpack value") from e
+    except TypeError as e:
+        # A map key that decodes to a list (a tuple key on the encoding side) is unhashable.
+        raise CodecError(f"cannot decode the payload: {e} (map keys must be scalars)") from e
+    except (ValueError, msgpack.UnpackException) as e:
+        raise CodecError(f"cannot decode the payload as msgpack: {e}") from e
+
+
+def _open_envelope(view: memoryview) -> tuple[memoryview, memoryview]:
+    _, body_len, _ = fmt.EXT32_HEADER.unpack_from(view, 0)
+    body = view[fmt.EXT32_HEADER.size :]
+    if len(body) != body_len:
+        raise CodecError(
+            f"corrupt payload: envelope says {body_len} bytes, {len(body)} follow its header"
+        )
+    if len(body) < fmt.ENVELOPE_PREFIX.size:
+        raise CodecError("corrupt payload: envelope too short")
+    version, structure_len, data_start = fmt.ENVELOPE_PREFIX.unpack_from(body, 0)
+    if version != fmt.FORMAT_VERSION:
+        raise CodecError(
+            f"payload has format version {version}; this reader knows version "
+            f"{fmt.FORMAT_VERSION}: upgrade payloadstore to read it"
+        )
+    structure_end = fmt.ENVELOPE_PREFIX.size + structure_len
+    if structure_end > data_start or data_start > len(body):
+        raise CodecError("corrupt payload: envelope offsets out of range")
+    return body[fmt.ENVELOPE_PREFIX.size : structure_end], body[data_start:]
+
+
+class _ExtHook:
+    def __init__(self, data_section: memoryview | None, copy: bool) -> None:
+        self.data_section = data_section
+        self.copy = copy
+
+    def ext(self, code: int, payload: bytes) -> Any:
+        if code not in _KIND_NAMES:
+            if code == fmt.EXT_ENVELOPE:
+                raise CodecError(
+                    "corrupt payload: an envelope ext value that is not the whole payload"
+                )
+            raise CodecError(
+                f"payload holds msgpack ext type {code}, which payloadstore does not know "
+                f"(known: {sorted(_KIND_NAMES)} and the msgpack timestamp)"
+            )
+        kind = _KIND_NAMES[code]
+        header, inline = fmt.read_ext_payload(kind, payload)
+        if "off" in header:
+            raw = self._block(kind, header)
+            view = True
+        else:
+            raw, view = inline, False
+        return _kind_module(code).from_header(header, raw, view=view, copy=self.copy)
+
+    def _block(self, kind: str, header: dict) -> memoryview:
+        if self.data_section is None:
+            raise CodecError(
+                f"corrupt payload: {kind} value refers to a data section that is absent"
+            )
+        offset, length = header.get("off"), header.get("len")
+        if (
+            type(offset) is not int
+            or type(length) is not int
+            or offset < 0
+            or length < 0
+            or offset + length > len(self.data_section)
+        ):
+            raise CodecError(f"corrupt payload: {kind} value's data block is out of range")
+        return self.data_section[offset : offset + length]
+
+    def zdata(self, mapping: dict) -> Any:
+        ztype = mapping.get("ztype")
+        if (
+            ztype is None
+            or not isinstance(mapping.get("b"), bytes)
+            or not mapping.keys() <= _ZDATA_KEYS
+        ):
+            return mapping
+        kind = _ZTYPES.get(ztype)
+        if kind is None:
+            return mapping
+        return _kind_module(kind).from_zdata(mapping, copy=self.copy)
