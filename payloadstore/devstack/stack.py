@@ -1,0 +1,352 @@
+"""`make dev`: the whole control plane on this machine, in the foreground.
+
+A redis-server of our own (append-only file under the state dir, so queued jobs survive a
+restart), moto's server for S3 and SSM on loopback, the bucket created as the CDK stack creates
+it, tokens for the `dev` and `sandbox` namespaces, and the local gateway serving the deployed
+handlers. Ctrl-C (SIGINT) or SIGTERM stops every child and keeps the data.
+
+What survives a restart: Redis data (AOF), the tokens (kept in `<state dir>/tokens.json` and
+registered again at start), and the bucket's objects (copied to `<state dir>/s3/` on a clean stop
+and put back at start, since moto keeps everything in memory). The ports of Redis and S3 are
+reused when still free, so presigned URLs minted before a restart keep working.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from payloadstore.devstack.gateway import (
+    DEFAULT_PORT,
+    LocalGateway,
+    PortInUseError,
+    RunningGateway,
+    configure_logging,
+    ensure_functions_on_path,
+    serve_in_thread,
+)
+from payloadstore.devstack.services import (
+    LOOPBACK,
+    MotoServer,
+    RedisServer,
+    ServiceError,
+    create_payload_bucket,
+    find_redis_server,
+    free_port,
+    local_aws_env,
+    port_is_open,
+)
+
+log = logging.getLogger("devstack.stack")
+
+DEV_BUCKET = "payloadstore-dev-payloads"
+DEV_REGION = "us-east-1"
+DEV_TOKEN_PATH = "/payloadstore/dev/tokens"
+NAMESPACES = ("dev", "sandbox")
+ROLES = ("client", "daemon")
+
+
+def handler_env(*, redis_url: str, s3_endpoint: str, bucket: str, region: str = DEV_REGION,
+                token_path: str = DEV_TOKEN_PATH, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """What the Lambda functions' environment holds in the CDK stack, pointed at local services."""
+    env = {
+        **local_aws_env(s3_endpoint, region),
+        "PAYLOAD_BUCKET": bucket,
+        "REDIS_URL": redis_url,
+        "S3_ENDPOINT_URL": s3_endpoint,
+        "AWS_REGION": region,
+        "TOKEN_PARAMETER_PATH": token_path,
+        "POWERTOOLS_SERVICE_NAME": "payloadstore",
+        "POWERTOOLS_METRICS_NAMESPACE": "PayloadStore",
+        "POWERTOOLS_TRACE_DISABLED": "true",
+        "AWS_LAMBDA_FUNCTION_NAME": "payloadstore-local",
+    }
+    env.update(extra or {})
+    return env
+
+
+def mint_tokens(ssm: Any, token_path: str, namespaces=NAMESPACES) -> dict[str, dict[str, str]]:
+    """A client and a daemon token per namespace: {ns: {client_token, daemon_token}}."""
+    ensure_functions_on_path()
+    from controlplane.store.tokens import TokenStore
+
+    store = TokenStore(ssm, token_path)
+    return {ns: {f"{role}_token": store.mint(ns, role)[0] for role in ROLES} for ns in namespaces}
+
+
+def register_tokens(ssm: Any, token_path: str, tokens: dict[str, dict[str, str]]) -> None:
+    """Put known plain tokens back into a fresh token store (same layout TokenStore.mint writes)."""
+    ensure_functions_on_path()
+    from controlplane.store.tokens import hash_token
+
+    for ns, pair in tokens.items():
+        for role in ROLES:
+            token = pair[f"{role}_token"]
+            ssm.put_parameter(
+                Name=f"{token_path.rstrip('/')}/{hash_token(token)}",
+                Value=json.dumps({"namespace": ns, "role": role, "created_at": int(time.time())},
+                                 separators=(",", ":")),
+                Type="String",
+                Overwrite=True,
+                Description=f"payloadstore {role} token for namespace {ns}",
+            )
+
+
+def _port_of(url: str | None) -> int | None:
+    try:
+        return urlsplit(url).port if url else None
+    except ValueError:
+        return None
+
+
+def _reusable_port(previous: int | None) -> int:
+    if previous and not port_is_open(previous):
+        return previous
+    return free_port()
+
+
+def snapshot_bucket(s3: Any, bucket: str, target: Path) -> int:
+    """Copy every object to `target` with a manifest (moto keeps objects only in memory)."""
+    target.mkdir(parents=True, exist_ok=True)
+    manifest: dict[str, dict] = {}
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+        for obj in page.get("Contents", []):
+            key = obj["Key"]
+            got = s3.get_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+            data = got["Body"].read()
+            name = hashlib.sha256(key.encode()).hexdigest()
+            (target / name).write_bytes(data)
+            manifest[key] = {
+                "file": name,
+                "content_type": got.get("ContentType"),
+                "checksum_sha256": got.get("ChecksumSHA256"),
+            }
+    (target / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    return len(manifest)
+
+
+def restore_bucket(s3: Any, bucket: str, source: Path) -> int:
+    manifest_path = source / "manifest.json"
+    if not manifest_path.exists():
+        return 0
+    manifest = json.loads(manifest_path.read_text())
+    restored = 0
+    for key, meta in manifest.items():
+        path = source / meta["file"]
+        if not path.exists():
+            continue
+        kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key, "Body": path.read_bytes()}
+        if meta.get("content_type"):
+            kwargs["ContentType"] = meta["content_type"]
+        if meta.get("checksum_sha256"):
+            kwargs["ChecksumSHA256"] = meta["checksum_sha256"]
+        s3.put_object(**kwargs)
+        restored += 1
+    return restored
+
+
+@dataclass
+class DevStack:
+    state_dir: Path
+    state_file: Path
+    port: int = DEFAULT_PORT
+    host: str = LOOPBACK
+    bucket: str = DEV_BUCKET
+    region: str = DEV_REGION
+    token_path: str = DEV_TOKEN_PATH
+    authorizer_cache_s: float = 5.0
+    redis: RedisServer | None = None
+    moto: MotoServer | None = None
+    gateway: RunningGateway | None = None
+    tokens: dict[str, dict[str, str]] = field(default_factory=dict)
+    _s3: Any = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def _previous_state(self) -> dict:
+        try:
+            return json.loads((self.state_dir / "ports.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def start(self) -> "DevStack":
+        if port_is_open(self.port, self.host):
+            raise PortInUseError(
+                f"port {self.port} on {self.host} is taken; stop what uses it or set PAYLOADSTORE_PORT"
+            )
+        find_redis_server()  # fails with one clear line before anything starts
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        previous = self._previous_state()
+        try:
+            self.redis = RedisServer(
+                data_dir=self.state_dir / "redis", port=_reusable_port(previous.get("redis_port")), appendonly=True
+            ).start()
+            self.moto = MotoServer(
+                port=_reusable_port(previous.get("s3_port")), log_path=self.state_dir / "moto.log"
+            ).start()
+            (self.state_dir / "ports.json").write_text(
+                json.dumps({"redis_port": self.redis.port, "s3_port": self.moto.port})
+            )
+            env = handler_env(redis_url=self.redis.url, s3_endpoint=self.moto.endpoint, bucket=self.bucket,
+                              region=self.region, token_path=self.token_path)
+            # The handlers read settings once per process (lru_cache): set them before any import.
+            # POWERTOOLS_* the user already set (log level, say) are kept.
+            for name, value in env.items():
+                if name.startswith("POWERTOOLS_"):
+                    os.environ.setdefault(name, value)
+                else:
+                    os.environ[name] = value
+            self._prepare_aws()
+            self.gateway = serve_in_thread(
+                LocalGateway(region=self.region, authorizer_cache_s=self.authorizer_cache_s),
+                self.host, self.port,
+            )
+            failed = self.gateway.server.RequestHandlerClass.gateway.warm()
+            if failed:
+                log.warning("some handlers could not be imported groups=%s", ",".join(failed))
+            self.write_state_file()
+        except BaseException:
+            self.stop(snapshot=False)
+            raise
+        return self
+
+    def _prepare_aws(self) -> None:
+        import boto3
+        from botocore.config import Config
+
+        self._s3 = boto3.client("s3", endpoint_url=self.moto.endpoint, region_name=self.region,
+                                config=Config(signature_version="s3v4"))
+        ssm = boto3.client("ssm", endpoint_url=self.moto.endpoint, region_name=self.region)
+        create_payload_bucket(self._s3, self.bucket)
+        restored = restore_bucket(self._s3, self.bucket, self.state_dir / "s3")
+        if restored:
+            log.info("restored objects count=%d bucket=%s", restored, self.bucket)
+        tokens_file = self.state_dir / "tokens.json"
+        if tokens_file.exists():
+            self.tokens = json.loads(tokens_file.read_text())
+            register_tokens(ssm, self.token_path, self.tokens)
+        else:
+            self.tokens = mint_tokens(ssm, self.token_path)
+            tokens_file.write_text(json.dumps(self.tokens, indent=2))
+            tokens_file.chmod(0o600)
+
+    def state(self) -> dict:
+        return {
+            "endpoint": self.endpoint,
+            "s3_endpoint": self.moto.endpoint,
+            "bucket": self.bucket,
+            "redis_url": self.redis.url,
+            "namespaces": self.tokens,
+        }
+
+    def write_state_file(self) -> None:
+        tmp = self.state_file.with_name(self.state_file.name + ".tmp")
+        tmp.write_text(json.dumps(self.state(), indent=2) + "\n")
+        tmp.chmod(0o600)
+        tmp.replace(self.state_file)
+
+    def stop(self, snapshot: bool = True) -> None:
+        if self.gateway is not None:
+            self.gateway.stop()
+            self.gateway = None
+        if snapshot and self._s3 is not None and self.moto is not None and self.moto.proc is not None:
+            try:
+                saved = snapshot_bucket(self._s3, self.bucket, self.state_dir / "s3")
+                log.info("saved objects count=%d dir=%s", saved, self.state_dir / "s3")
+            except Exception as e:  # noqa: BLE001 - stopping must go on
+                log.warning("could not save bucket objects error=%s", e)
+        if self.moto is not None:
+            self.moto.stop()
+        if self.redis is not None:
+            self.redis.stop()
+        try:
+            self.state_file.unlink()
+        except FileNotFoundError:
+            pass
+
+
+def banner(stack: DevStack) -> str:
+    dev = stack.tokens["dev"]
+    return f"""
+payloadstore local stack is up
+  endpoint     {stack.endpoint}
+  s3           {stack.moto.endpoint}  bucket={stack.bucket}
+  redis        {stack.redis.url}  data={stack.state_dir / 'redis'}
+  tokens       {stack.state_file}  (namespaces: {', '.join(stack.tokens)})
+
+  curl {stack.endpoint}/v1/health
+  curl -H "Authorization: Bearer {dev['client_token']}" {stack.endpoint}/v1/config
+
+  python - <<'EOF'
+  import payloadstore
+  client = payloadstore.Client("{stack.endpoint}", token="{dev['client_token']}", namespace="dev")
+  job = client.queue("default").add({{"x": 1}})
+  EOF
+
+Ctrl-C stops everything (data stays in {stack.state_dir}).
+"""
+
+
+def _defaults_from_env() -> dict:
+    return {
+        "port": int(os.environ.get("PAYLOADSTORE_PORT", DEFAULT_PORT)),
+        "state_dir": Path(os.environ.get("PAYLOADSTORE_STATE_DIR", ".devstack")),
+        "state_file": Path(os.environ.get("PAYLOADSTORE_STATE_FILE", ".devstack.json")),
+        "authorizer_cache_s": float(os.environ.get("PAYLOADSTORE_AUTHORIZER_CACHE_S", "5")),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    defaults = _defaults_from_env()
+    parser = argparse.ArgumentParser(prog="payloadstore dev", description="run the control plane locally")
+    parser.add_argument("--port", type=int, default=defaults["port"], help="gateway port (PAYLOADSTORE_PORT)")
+    parser.add_argument("--state-dir", type=Path, default=defaults["state_dir"],
+                        help="redis data, tokens, saved objects (PAYLOADSTORE_STATE_DIR)")
+    parser.add_argument("--state-file", type=Path, default=defaults["state_file"],
+                        help="where the endpoint and tokens are written (PAYLOADSTORE_STATE_FILE)")
+    parser.add_argument("--authorizer-cache-s", type=float, default=defaults["authorizer_cache_s"],
+                        help="authorizer result cache TTL (PAYLOADSTORE_AUTHORIZER_CACHE_S)")
+    args = parser.parse_args(argv)
+    configure_logging()
+
+    stop_requested = threading.Event()
+
+    def request_stop(signum, _frame) -> None:
+        log.info("stopping signal=%s", signal.Signals(signum).name)
+        stop_requested.set()
+
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
+
+    stack = DevStack(state_dir=args.state_dir.resolve(), state_file=args.state_file.resolve(),
+                     port=args.port, authorizer_cache_s=args.authorizer_cache_s)
+    try:
+        stack.start()
+    except (PortInUseError, ServiceError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(banner(stack), flush=True)
+    try:
+        while not stop_requested.wait(0.5):
+            pass
+    finally:
+        stack.stop()
+        log.info("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
