@@ -271,7 +271,7 @@ def _read_verified(
     buffer = bytearray(length)
     view = memoryview(buffer)
     filled = 0
-    for piece in response.iter_raw():
+    for piece in response.iter_bytes():
         n = len(piece)
         digest.update(piece)
         bar.update(n)

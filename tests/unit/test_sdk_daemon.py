@@ -1,0 +1,165 @@
+"""The daemon helper against an in-memory control plane + S3 (tests/unit/sdk_fakes.py)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import signal
+
+import pytest
+
+from payloadstore import Daemon, ServiceUnavailable
+from payloadstore import codec
+from tests.unit.sdk_fakes import FakeWorld, make_client
+
+
+def big(n: int) -> bytes:
+    return hashlib.sha256(b"seed").digest() * (n // 32) + b"x" * (n % 32)
+
+
+def daemon_for(world: FakeWorld, **kw) -> Daemon:
+    return Daemon(make_client(world), ["q"], wait_s=0, install_signal_handlers=kw.pop("signals", False), **kw)
+
+
+def posted_result(world: FakeWorld, job_id: str) -> dict:
+    (post,) = [r for r in world.calls("POST", f"/jobs/{job_id}/result")]
+    return json.loads(post.content)
+
+
+def test_given_an_unhealthy_control_plane_when_starting_then_it_refuses_naming_the_check_and_never_polls():
+    world = FakeWorld(healthy=False)
+    world.health_checks["lifecycle"] = {"ok": False, "detail": "no expiration rule on payloads/"}
+    with pytest.raises(ServiceUnavailable, match="lifecycle: no expiration rule on payloads/"):
+        daemon_for(world).run(lambda: None)
+    assert not world.calls("POST", "/v1/daemon/poll")
+
+
+def test_given_inline_and_large_jobs_when_running_then_fn_gets_args_and_results_are_stored_by_tier():
+    # Given
+    world = FakeWorld(inline_threshold=1024)
+    client = make_client(world)
+    small_job = client.queue("q").add(2, 3)
+    large_job = client.queue("q").add(big(5000), repeat=1)
+    seen = []
+
+    def fn(a, b=None, repeat=0):
+        seen.append((type(a).__name__, repeat))
+        return a * 2 if isinstance(a, int) else bytes(a) * 2
+
+    # When
+    stats = daemon_for(world).run(fn, stop_when_idle=True)
+    # Then
+    assert stats["succeeded"] == 2
+    assert seen == [("int", 0), ("bytes", 1)]
+    small = posted_result(world, small_job.job_id)
+    assert codec.decode(base64.b64decode(small["resultInline"])) == 4
+    large = posted_result(world, large_job.job_id)["resultRef"]
+    presign = [json.loads(r.content) for r in world.calls("POST", "/payloads/presign") if b'"result"' in r.content]
+    assert presign[0]["kind"] == "result" and presign[0]["job_id"] == large_job.job_id
+    assert large["key"].endswith(f"{large_job.job_id}/result")
+    assert bytes(codec.decode(world.objects[large["key"]])) == big(5000) * 2
+    assert client.job(large_job.job_id).result(timeout=1) == big(5000) * 2
+
+
+def test_given_args_altered_in_s3_when_running_then_payload_corrupt_is_reported_and_fn_never_called():
+    world = FakeWorld()
+    job = make_client(world).queue("q").add(big(5000))
+    key = world.jobs[job.job_id]["payload"]["payloadRef"]["key"]
+    expected = hashlib.sha256(world.objects[key]).hexdigest()
+    world.objects[key] = world.objects[key][:-1] + b"!"
+    actual = hashlib.sha256(world.objects[key]).hexdigest()
+    calls = []
+    stats = daemon_for(world).run(lambda *a, **k: calls.append(a), stop_when_idle=True)
+    assert calls == []
+    assert stats == {"payload_corrupt": 1}
+    (report,) = world.calls("POST", f"/jobs/{job.job_id}/failure")
+    body = json.loads(report.content)
+    assert body["state"] == "payload_corrupt"
+    assert (body["expected_sha256"], body["actual_sha256"]) == (expected, actual)
+    assert not world.calls("POST", f"/jobs/{job.job_id}/result")
+
+
+def test_given_args_deleted_from_s3_when_running_then_payload_lost_is_reported():
+    world = FakeWorld()
+    job = make_client(world).queue("q").add(big(5000))
+    del world.objects[world.jobs[job.job_id]["payload"]["payloadRef"]["key"]]
+    stats = daemon_for(world).run(lambda *a: pytest.fail("must not run"), stop_when_idle=True)
+    assert stats == {"payload_lost": 1}
+    (report,) = world.calls("POST", f"/jobs/{job.job_id}/failure")
+    assert json.loads(report.content)["state"] == "payload_lost"
+
+
+def test_given_a_function_that_raises_when_running_then_the_error_is_posted_with_type_message_and_traceback():
+    world = FakeWorld()
+    job = make_client(world).queue("q").add(-1)
+
+    def sqrt(x):
+        if x < 0:
+            raise ValueError(f"negative input {x}")
+        return x**0.5
+
+    stats = daemon_for(world).run(sqrt, stop_when_idle=True)
+    assert stats == {"failed": 1}
+    error = posted_result(world, job.job_id)["error"]
+    assert error["type"] == "ValueError" and error["message"] == "negative input -1"
+    assert "in sqrt" in error["traceback"] and "raise ValueError" in error["traceback"]
+
+
+def test_given_an_unencodable_return_value_when_running_then_a_codec_error_is_posted():
+    world = FakeWorld()
+    job = make_client(world).queue("q").add(1)
+    daemon_for(world).run(lambda x: object(), stop_when_idle=True)
+    assert posted_result(world, job.job_id)["error"]["type"] == "CodecError"
+
+
+def test_given_a_payload_not_made_by_add_when_running_then_fn_gets_the_value_itself():
+    world = FakeWorld()
+    job_id = world.new_job_id()
+    world.jobs[job_id] = {"queue": "q", "state": "queued", "tier": "inline",
+                          "payload": {"payloadInline": base64.b64encode(codec.encode([1, 2]).tobytes()).decode()}}
+    world.queue.append(job_id)
+    daemon_for(world).run(lambda value: sum(value), stop_when_idle=True)
+    assert codec.decode(base64.b64decode(posted_result(world, job_id)["resultInline"])) == 3
+
+
+def test_given_sigterm_during_a_job_when_running_then_the_job_finishes_and_no_further_job_is_taken():
+    world = FakeWorld()
+    client = make_client(world)
+    first, second = client.queue("q").add(1), client.queue("q").add(2)
+    daemon = daemon_for(world, signals=True)
+
+    @daemon.register
+    def slow(x):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return x + 100
+
+    previous = signal.getsignal(signal.SIGTERM)
+    stats = daemon.run()
+    assert stats == {"succeeded": 1}
+    assert codec.decode(base64.b64decode(posted_result(world, first.job_id)["resultInline"])) == 101
+    assert world.jobs[second.job_id]["state"] == "queued"
+    assert len(world.calls("POST", "/v1/daemon/poll")) == 1
+    assert signal.getsignal(signal.SIGTERM) is previous
+
+
+def test_given_concurrency_when_running_then_every_job_is_done_once():
+    world = FakeWorld()
+    client = make_client(world)
+    jobs = [client.queue("q").add(i) for i in range(12)]
+    stats = Daemon(client, ["q"], wait_s=0, concurrency=3, install_signal_handlers=False).run(
+        lambda i: i * i, stop_when_idle=True
+    )
+    assert stats == {"succeeded": 12}
+    for i, job in enumerate(jobs):
+        assert job.result(timeout=1) == i * i
+
+
+def test_given_max_jobs_when_running_then_it_stops_after_that_many():
+    world = FakeWorld()
+    client = make_client(world)
+    for i in range(3):
+        client.queue("q").add(i)
+    assert daemon_for(world).run(lambda i: i, max_jobs=2) == {"succeeded": 2}
+    assert len(world.queue) == 1
