@@ -106,12 +106,13 @@ def error_response(status: int, code: str, message: str, headers: dict | None = 
 
 
 def json_response(status: int, model) -> Response:
-    body = model.model_dump_json(exclude_none=True) if hasattr(model, "model_dump_json") else json.dumps(model)
-    return Response(status_code=status, content_type="application/json", body=body)
+    """The model goes through Powertools' response validation and serialization."""
+    return Response(status_code=status, content_type="application/json", body=model)
 
 
 def empty_response(status: int = 204) -> Response:
-    return Response(status_code=status, content_type="application/json", body="")
+    # No content type: Powertools' response validation passes non-JSON responses through as is.
+    return Response(status_code=status, content_type=None, body="")
 
 
 def _summarize(errors: list[dict]) -> str:

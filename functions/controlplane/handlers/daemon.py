@@ -24,15 +24,18 @@ def register(app) -> None:
     @app.post(
         POLL,
         summary="Take the next job of the named queues (blocking up to wait_s); 204 when idle",
-        responses={204: {"description": "nothing to do"}},
+        responses={
+            200: {"description": "a job", "content": {"application/json": {"model": PollResponse}}},
+            204: {"description": "nothing to do"},
+        },
     )
-    def poll_job(body: Annotated[PollRequest, Body()]) -> PollResponse:
+    def poll_job(body: Annotated[PollRequest, Body()]):
         p = principal(app, poll_roles)
         delivery = poll(p, body, get_deps())
         return empty_response(204) if delivery is None else json_response(200, delivery)
 
     @app.post(RESULT, summary="Post a job's result or error", responses={204: {"description": "stored"}})
-    def result(ns: str, job_id: str, body: Annotated[ResultPost, Body()]) -> None:
+    def result(ns: str, job_id: str, body: Annotated[ResultPost, Body()]):
         p = principal(app, result_roles, ns)
         post_result(p, job_id, body, get_deps())
         return empty_response(204)
@@ -42,7 +45,7 @@ def register(app) -> None:
         summary="Report payload_lost (requeued once by default) or payload_corrupt (terminal)",
         responses={204: {"description": "recorded"}},
     )
-    def failure(ns: str, job_id: str, body: Annotated[FailureReport, Body()]) -> None:
+    def failure(ns: str, job_id: str, body: Annotated[FailureReport, Body()]):
         p = principal(app, failure_roles, ns)
         report_failure(p, job_id, body, get_deps())
         return empty_response(204)

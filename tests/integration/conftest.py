@@ -1,0 +1,157 @@
+"""Call the real lambda_handlers with API Gateway events against our redis-server and moto's S3."""
+
+from __future__ import annotations
+
+import base64
+import importlib
+import json
+import os
+import uuid
+from dataclasses import dataclass
+
+import pytest
+
+from tests.support.events import FakeLambdaContext, api_event
+
+TOKEN_PATH = "/payloadstore-test/tokens"
+
+
+@pytest.fixture(scope="session")
+def cp_env(redis_server, aws_env, payload_bucket):
+    env = {
+        "PAYLOAD_BUCKET": payload_bucket,
+        "REDIS_URL": redis_server.url,
+        "TOKEN_PARAMETER_PATH": TOKEN_PATH,
+        "TOKEN_CACHE_S": "0",
+        "POWERTOOLS_TRACE_DISABLED": "true",
+        "POWERTOOLS_SERVICE_NAME": "payloadstore",
+        "POWERTOOLS_METRICS_NAMESPACE": "PayloadStore",
+        "POLL_MAX_WAIT_S": "2",
+        "RESULT_MAX_WAIT_S": "2",
+    }
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    reset_caches()
+    yield env
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    reset_caches()
+
+
+def reset_caches() -> None:
+    from controlplane.handlers import _common, authorizer
+    from controlplane.models.settings import get_settings
+
+    get_settings.cache_clear()
+    _common.get_deps.cache_clear()
+    authorizer.token_store.cache_clear()
+
+
+@pytest.fixture
+def settings_env(cp_env, monkeypatch):
+    """Override settings for one test: settings_env(MAX_PRESIGNS_PER_JOB="2")."""
+
+    def apply(**values: str) -> None:
+        for k, v in values.items():
+            monkeypatch.setenv(k, str(v))
+        reset_caches()
+
+    yield apply
+    monkeypatch.undo()
+    reset_caches()
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: dict
+    raw_body: str
+
+    @property
+    def json(self):
+        return json.loads(self.raw_body) if self.raw_body else None
+
+    @property
+    def error(self) -> dict:
+        return (self.json or {}).get("error", {})
+
+
+class ControlPlane:
+    """One namespace's view of the control plane, speaking events to the handlers."""
+
+    def __init__(self, namespace: str):
+        self.ns = namespace
+        self.queue = "q" + uuid.uuid4().hex[:8]
+
+    def call(self, function: str, method: str, resource: str, path_params=None, *, role="client",
+             namespace=None, **kw) -> Reply:
+        module = importlib.import_module(f"controlplane.handlers.{function}")
+        event = api_event(method, resource, path_params, namespace=namespace or self.ns, role=role, **kw)
+        out = module.lambda_handler(event, FakeLambdaContext())
+        body = out.get("body") or ""
+        if out.get("isBase64Encoded"):
+            body = base64.b64decode(body).decode()
+        return Reply(out["statusCode"], out.get("headers") or {}, body)
+
+    # -- routes -------------------------------------------------------------------------
+    def presign_put(self, size, *, role="client", kind=None, job_id=None, sha256=None, content_type=None,
+                    namespace=None) -> Reply:
+        body = {k: v for k, v in dict(kind=kind, job_id=job_id, sha256=sha256, content_type=content_type).items()
+                if v is not None}
+        if kind is None:
+            body["kind"] = "result" if role == "daemon" else "args"
+        return self.call("payloads", "POST", "/v1/namespaces/{ns}/payloads/presign", {"ns": namespace or self.ns},
+                         role=role, query={"op": "put", "size": str(size)}, body=body)
+
+    def presign_get(self, key, *, role="daemon") -> Reply:
+        return self.call("payloads", "POST", "/v1/namespaces/{ns}/payloads/presign", {"ns": self.ns},
+                         role=role, query={"op": "get", "key": key})
+
+    def enqueue(self, *, ref=None, inline: bytes | None = None, raw: bytes | None = None, queue=None,
+                headers=None, body=None) -> Reply:
+        params = {"ns": self.ns, "queue": queue or self.queue}
+        resource = "/v1/namespaces/{ns}/queues/{queue}/jobs"
+        if raw is not None:
+            return self.call("jobs", "POST", resource, params, body=raw,
+                             headers={"Content-Type": "application/msgpack", **(headers or {})})
+        if body is None:
+            body = {}
+            if ref is not None:
+                body["payloadRef"] = ref
+            if inline is not None:
+                body["payloadInline"] = base64.b64encode(inline).decode()
+        return self.call("jobs", "POST", resource, params, body=body, headers=headers)
+
+    def status(self, job_id, role="client") -> Reply:
+        return self.call("jobs", "GET", "/v1/namespaces/{ns}/jobs/{job_id}", {"ns": self.ns, "job_id": job_id},
+                         role=role)
+
+    def result(self, job_id, wait=None) -> Reply:
+        return self.call("jobs", "GET", "/v1/namespaces/{ns}/jobs/{job_id}/result",
+                         {"ns": self.ns, "job_id": job_id}, query={"wait": str(wait)} if wait is not None else None)
+
+    def poll(self, queues=None, wait_s=0, daemon_id="d1") -> Reply:
+        return self.call("daemon", "POST", "/v1/daemon/poll", role="daemon",
+                         body={"namespace": self.ns, "queues": queues or [self.queue], "wait_s": wait_s,
+                               "daemon_id": daemon_id})
+
+    def post_result(self, job_id, body) -> Reply:
+        return self.call("daemon", "POST", "/v1/namespaces/{ns}/jobs/{job_id}/result",
+                         {"ns": self.ns, "job_id": job_id}, role="daemon", body=body)
+
+    def report(self, job_id, body) -> Reply:
+        return self.call("daemon", "POST", "/v1/namespaces/{ns}/jobs/{job_id}/failure",
+                         {"ns": self.ns, "job_id": job_id}, role="daemon", body=body)
+
+
+@pytest.fixture
+def cp(cp_env) -> ControlPlane:
+    return ControlPlane("t" + uuid.uuid4().hex[:10])
+
+
+@pytest.fixture
+def other_cp(cp_env) -> ControlPlane:
+    return ControlPlane("o" + uuid.uuid4().hex[:10])
