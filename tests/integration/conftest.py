@@ -155,3 +155,30 @@ def cp(cp_env) -> ControlPlane:
 @pytest.fixture
 def other_cp(cp_env) -> ControlPlane:
     return ControlPlane("o" + uuid.uuid4().hex[:10])
+
+
+def sha256_hex(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def put_presigned(presign: dict, data: bytes):
+    """Upload as a client would: exactly the headers the CP returned, over real HTTP."""
+    import requests
+
+    return requests.put(presign["url"], data=data, headers=presign["headers"], timeout=30)
+
+
+def upload(cp: ControlPlane, data: bytes, *, with_sha: bool = True, role="client", job_id=None) -> dict:
+    """Presign, PUT, and return the payloadRef to enqueue (or resultRef to post)."""
+    sha = sha256_hex(data) if with_sha else None
+    r = cp.presign_put(len(data), sha256=sha, role=role, job_id=job_id)
+    assert r.status == 200, r.raw_body
+    up = put_presigned(r.json, data)
+    assert up.status_code == 200, up.text
+    ref = {"kind": "s3", "bucket": r.json["bucket"], "key": r.json["key"], "size": len(data),
+           "contentType": "application/msgpack"}
+    if sha:
+        ref["sha256"] = sha
+    return ref

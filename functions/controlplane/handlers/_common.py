@@ -9,6 +9,7 @@ from functools import lru_cache
 
 import redis
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
+from aws_lambda_powertools.event_handler.exceptions import ServiceError
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 from botocore.exceptions import BotoCoreError
 from pydantic import ValidationError
@@ -153,7 +154,7 @@ def new_resolver() -> APIGatewayRestResolver:
             logger.warning("redis unavailable", extra={"error": type(e).__name__})
             err = ServiceUnavailable("redis is unreachable; retry shortly", retry_after_s=REDIS_RETRY_AFTER_S)
             return error_response(err.status, err.code, err.message, err.headers)
-        logger.exception("redis error")
+        logger.error("redis error", exc_info=e)
         return error_response(500, "internal_error", "internal error")
 
     @app.exception_handler(BotoCoreError)
@@ -162,10 +163,16 @@ def new_resolver() -> APIGatewayRestResolver:
         err = ServiceUnavailable("object storage is unreachable; retry shortly")
         return error_response(err.status, err.code, err.message, err.headers)
 
+    @app.exception_handler(ServiceError)
+    def _powertools(e: ServiceError):
+        # Powertools' own answers, e.g. 404 for a path no route matches.
+        code = "route_not_found" if e.status_code == 404 else "error"
+        return error_response(e.status_code, code, e.msg)
+
     @app.exception_handler(Exception)
     def _unexpected(e: Exception):
         # Log the stack trace; the client gets a plain message and the request id to quote.
-        logger.exception("unhandled error")
+        logger.error("unhandled error", exc_info=e)
         request_id = (app.current_event.raw_event.get("requestContext") or {}).get("requestId", "")
         return error_response(500, "internal_error", f"internal error (request id {request_id})")
 

@@ -1,0 +1,152 @@
+"""POST /v1/namespaces/{ns}/payloads/presign against real Redis and S3 over HTTP."""
+
+from __future__ import annotations
+
+import hashlib
+from urllib.parse import parse_qs, urlparse
+
+import requests
+
+from controlplane.models.domain import new_job_id
+from tests.integration.conftest import put_presigned, sha256_hex, upload
+
+
+def test_put_url_signs_length_type_and_checksum_and_round_trips_bytes(cp, s3_client):
+    # Given a 300 KiB payload and its sha256
+    data = bytes(range(256)) * 1200
+    sha = sha256_hex(data)
+    # When a client presigns a PUT for it
+    r = cp.presign_put(len(data), sha256=sha)
+    # Then the URL signs exactly the headers the uploader must send, for 900 s
+    assert r.status == 200, r.raw_body
+    body = r.json
+    query = parse_qs(urlparse(body["url"]).query)
+    signed = query["X-Amz-SignedHeaders"][0].split(";")
+    assert {"content-length", "content-type", "x-amz-checksum-sha256"} <= set(signed)
+    assert query["X-Amz-Expires"] == ["900"]
+    assert body["method"] == "PUT"
+    assert body["headers"]["Content-Length"] == str(len(data))
+    assert body["headers"]["Content-Type"] == "application/msgpack"
+    assert body["key"] == f"payloads/{body['key'].split('/')[1]}/{body['key'].split('/')[2]}/" \
+        f"{body['key'].split('/')[3]}/{body['job_id']}/args"
+    assert body["bucket"] == "payloadstore-test-payloads"
+    assert body["expires_at"].endswith("Z")
+    # And a real HTTP PUT with those headers then a GET through a presigned GET URL round-trips
+    assert put_presigned(body, data).status_code == 200
+    got = cp.presign_get(body["key"], role="client")
+    assert got.status == 200, got.raw_body
+    fetched = requests.get(got.json["url"], timeout=30)
+    assert fetched.status_code == 200
+    assert hashlib.sha256(fetched.content).hexdigest() == sha
+
+
+def test_put_without_sha_signs_length_and_type_only(cp):
+    r = cp.presign_put(10)
+    signed = parse_qs(urlparse(r.json["url"]).query)["X-Amz-SignedHeaders"][0].split(";")
+    assert "x-amz-checksum-sha256" not in signed
+    assert set(r.json["headers"]) == {"Content-Length", "Content-Type"}
+
+
+def test_size_over_cap_is_413_naming_the_cap(cp):
+    r = cp.presign_put(104_857_601)
+    assert r.status == 413
+    assert "MAX_PAYLOAD_BYTES=104857600" in r.error["message"]
+
+
+def test_size_zero_or_missing_or_bad_sha_is_422(cp):
+    assert cp.presign_put(0).status == 422
+    r = cp.call("payloads", "POST", "/v1/namespaces/{ns}/payloads/presign", {"ns": cp.ns},
+                query={"op": "put"})
+    assert r.status == 422 and "size" in r.error["message"]
+    assert cp.presign_put(10, sha256="xyz").status == 422
+    r = cp.call("payloads", "POST", "/v1/namespaces/{ns}/payloads/presign", {"ns": cp.ns},
+                query={"op": "delete", "size": "1"})
+    assert r.status == 422
+
+
+def test_client_cannot_presign_result_and_daemon_cannot_presign_args(cp):
+    assert cp.presign_put(10, kind="result").status == 403
+    r = cp.presign_put(10, role="daemon", kind="args")
+    assert r.status == 403
+
+
+def test_re_presign_same_job_keeps_key_until_cap_then_429(cp, settings_env):
+    # Given a cap of 3 presigns per job
+    settings_env(MAX_PRESIGNS_PER_JOB="3")
+    first = cp.presign_put(100, sha256="ab" * 32)
+    job_id, key = first.json["job_id"], first.json["key"]
+    # When the client re-presigns twice with the job id
+    again = [cp.presign_put(100, sha256="ab" * 32, job_id=job_id) for _ in range(2)]
+    # Then it gets the same key with fresh URLs
+    assert [a.status for a in again] == [200, 200]
+    assert {a.json["key"] for a in again} == {key}
+    # And the fourth presign is refused with 429
+    over = cp.presign_put(100, sha256="ab" * 32, job_id=job_id)
+    assert over.status == 429
+    assert "MAX_PRESIGNS_PER_JOB=3" in over.error["message"]
+
+
+def test_re_presign_must_repeat_size(cp):
+    first = cp.presign_put(100)
+    r = cp.presign_put(101, job_id=first.json["job_id"])
+    assert r.status == 409
+
+
+def test_re_presign_of_unknown_or_foreign_job_is_404(cp, other_cp):
+    assert cp.presign_put(10, job_id=new_job_id()).status == 404
+    theirs = other_cp.presign_put(10)
+    assert cp.presign_put(10, job_id=theirs.json["job_id"]).status == 404
+
+
+def test_get_refuses_keys_never_issued_to_this_namespace(cp, other_cp):
+    # Given a key issued to another namespace, and a well-formed key nobody was issued
+    theirs = upload(other_cp, b"secret")
+    made_up = f"payloads/2026/11/29/{new_job_id()}/args"
+    # When this namespace asks to download them
+    # Then both are 404, as is a key outside payloads/
+    assert cp.presign_get(theirs["key"]).status == 404
+    assert cp.presign_get(made_up).status == 404
+    assert cp.presign_get("exec/logs/whatever").status == 404
+
+
+def test_get_is_410_past_48h_even_if_s3_still_has_it(cp, monkeypatch):
+    # Given an uploaded payload
+    ref = upload(cp, b"old bytes")
+    import controlplane.clock as clock
+
+    real_now = clock.now()
+    # When the clock moves 48 h + 1 s on (the object still exists in S3)
+    monkeypatch.setattr(clock, "now", lambda: real_now + 48 * 3600 + 1)
+    r = cp.presign_get(ref["key"])
+    # Then the download is refused as gone
+    assert r.status == 410
+    assert "48 h" in r.error["message"]
+    # And just inside the window it is still served
+    monkeypatch.setattr(clock, "now", lambda: real_now + 48 * 3600 - 60)
+    assert cp.presign_get(ref["key"]).status == 200
+
+
+def test_get_of_expired_record_is_410_not_404(cp, redis_server):
+    # Given a key minted 3 days ago whose record Redis has already expired
+    import time
+
+    old_id = new_job_id(int((time.time() - 3 * 86400) * 1000))
+    from controlplane.logic.payload_keys import key_for
+    from controlplane.models.domain import PayloadKind
+
+    # Then asking for it says it is past retention
+    assert cp.presign_get(key_for(old_id, PayloadKind.ARGS)).status == 410
+
+
+def test_presign_is_recorded_in_redis_with_its_facts(cp, redis_server):
+    import redis
+
+    r = cp.presign_put(4096, sha256="cd" * 32)
+    rec = redis.Redis.from_url(redis_server.url).hgetall(f"ps:{{j:{r.json['job_id']}}}:issue:args")
+    assert rec[b"namespace"].decode() == cp.ns
+    assert rec[b"size"] == b"4096"
+    assert rec[b"sha256"] == b"cd" * 32
+    assert rec[b"presigns"] == b"1"
+    assert rec[b"kind"] == b"args"
+    ttl = redis.Redis.from_url(redis_server.url).ttl(f"ps:{{j:{r.json['job_id']}}}:issue:args")
+    assert 172_700 < ttl <= 172_800

@@ -1,0 +1,244 @@
+"""Codec core: plain values, the Encoded chunk API, the envelope layout and refusals."""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import hashlib
+import struct
+from collections import OrderedDict
+
+import msgpack
+import numpy as np
+import pytest
+
+from payloadstore import codec
+from payloadstore.codec import _format
+
+
+class Color(enum.IntEnum):
+    RED = 1
+
+
+class Shade(str, enum.Enum):
+    DARK = "dark"
+
+
+def test_plain_values_encode_to_exactly_what_msgpack_writes():
+    # Given a payload with no arrays, tensors or images
+    value = {"args": [1, -2, 2**63 - 1, 1.5, "x", b"\x00\xff", None, True], "kwargs": {"k": {}}}
+
+    # When it is encoded
+    encoded = codec.encode(value)
+
+    # Then any msgpack reader can read it: it is the bytes msgpack's own packer writes
+    assert encoded.tobytes() == msgpack.packb(value, use_bin_type=True)
+    assert codec.decode(encoded.tobytes()) == value
+
+
+def test_tuples_decode_as_lists_and_subclasses_as_their_base_types():
+    # Given tuples, an OrderedDict, an IntEnum and a str-mixin Enum
+    value = {"pair": (1, (2, 3)), "ordered": OrderedDict(a=1), "color": Color.RED, "shade": Shade.DARK}
+
+    # When round-tripped
+    decoded = codec.decode(codec.encode(value).tobytes())
+
+    # Then tuples are lists (as in JSON) and subclasses arrive as plain base values
+    assert decoded == {"pair": [1, [2, 3]], "ordered": {"a": 1}, "color": 1, "shade": "dark"}
+    assert type(decoded["color"]) is int and type(decoded["shade"]) is str
+
+
+def test_integer_and_non_string_keys_round_trip():
+    # Given a dict keyed by ints and floats
+    value = {1: "a", 2.5: "b", None: "c"}
+
+    # When round-tripped
+    decoded = codec.decode(codec.encode(value).tobytes())
+
+    # Then the keys are kept
+    assert decoded == value
+
+
+def test_aware_datetime_round_trips_as_the_same_instant_in_utc():
+    # Given a timezone-aware datetime with microseconds in a +02:00 zone
+    moment = dt.datetime(2026, 3, 4, 5, 6, 7, 891011, tzinfo=dt.timezone(dt.timedelta(hours=2)))
+
+    # When round-tripped
+    decoded = codec.decode(codec.encode({"at": moment}).tobytes())["at"]
+
+    # Then the instant is equal and the zone is UTC (msgpack's timestamp carries no offset)
+    assert decoded == moment
+    assert decoded.tzinfo == dt.timezone.utc
+
+
+def test_naive_datetime_is_refused_with_a_hint():
+    # Given a naive datetime (no instant)
+    # When encoded, Then a CodecError says to attach a tzinfo
+    with pytest.raises(codec.CodecError, match="naive datetime.*tzinfo"):
+        codec.encode([dt.datetime(2026, 1, 1)])
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({1, 2}, "type builtins.set"),
+        (object(), "type builtins.object"),
+        (1 + 2j, "type builtins.complex"),
+        (2**64, "64-bit range"),
+        (dt.date(2026, 1, 1), "type datetime.date"),
+    ],
+)
+def test_unsupported_values_are_refused_with_the_type_named(value, message):
+    # Given a value msgpack cannot carry
+    # When encoded inside a structure, Then CodecError (a ValueError) names the problem
+    with pytest.raises(codec.CodecError, match=message) as raised:
+        codec.encode({"nested": [value]})
+    assert isinstance(raised.value, ValueError)
+
+
+def test_self_referencing_structure_is_refused():
+    # Given a list that contains itself
+    loop: list = []
+    loop.append(loop)
+
+    # When encoded, Then a CodecError (not a crash) comes back
+    with pytest.raises(codec.CodecError):
+        codec.encode(loop)
+
+
+def test_large_array_is_a_separate_chunk_sharing_the_array_memory():
+    # Given an 8 MiB float32 array inside a dict
+    array = np.arange(2 * 1024 * 1024, dtype=np.float32)
+
+    # When encoded
+    encoded = codec.encode({"weights": array, "step": 3})
+
+    # Then one chunk is a memoryview over the array's own memory (no copy), and the totals agree
+    shared = [c for c in encoded.chunks if isinstance(c, memoryview) and len(c) == array.nbytes]
+    assert len(shared) == 1
+    assert np.shares_memory(np.frombuffer(shared[0], dtype=np.uint8), array)
+    assert encoded.nbytes == len(encoded.tobytes()) == len(encoded)
+    assert encoded.nbytes < array.nbytes + 512
+
+
+def test_sha256_and_slices_match_the_joined_bytes():
+    # Given an encoded payload of several chunks
+    encoded = codec.encode({"a": np.ones(300_000, dtype=np.float64), "b": "text", "c": np.zeros(7)})
+    joined = encoded.tobytes()
+    assert len(encoded.chunks) > 1
+
+    # When hashed and streamed in 64 KiB slices
+    slices = list(encoded.iter_slices(64 * 1024))
+
+    # Then the hash is the joined bytes' hash and the slices concatenate to them
+    assert encoded.sha256() == hashlib.sha256(joined).hexdigest()
+    assert all(len(s) <= 64 * 1024 for s in slices)
+    assert b"".join(slices) == joined == b"".join(encoded) == bytes(encoded)
+
+
+def test_large_top_level_bytes_are_sent_without_a_copy():
+    # Given a 1 MiB bytearray as the whole payload
+    blob = bytearray(range(256)) * 4096
+
+    # When encoded
+    encoded = codec.encode(blob)
+
+    # Then it is a msgpack bin32 header plus the caller's buffer, and decodes to equal bytes
+    assert encoded.chunks[0] == struct.pack(">BI", 0xC6, len(blob))
+    assert encoded.chunks[1].obj is blob
+    assert codec.decode(encoded.tobytes()) == bytes(blob)
+
+
+def test_envelope_layout_aligns_data_blocks_to_64_bytes_from_the_payload_start():
+    # Given two large arrays of odd sizes
+    first = np.arange(1501, dtype=np.uint16)
+    second = np.arange(3000, dtype=np.float64)
+
+    # When encoded
+    data = codec.encode([first, "between", second]).tobytes()
+
+    # Then the payload is one ext32 envelope whose arrays start on 64-byte boundaries
+    marker, body_len, ext_type = struct.unpack_from(">BIb", data)
+    assert (marker, ext_type, body_len) == (0xC9, codec.EXT_ENVELOPE, len(data) - 6)
+    version, structure_len, data_start = struct.unpack_from(">BII", data, 6)
+    assert version == codec.FORMAT_VERSION
+    assert (6 + data_start) % 64 == 0 and data_start >= 9 + structure_len
+    buffer = bytearray(data)
+    decoded = codec.decode(buffer)
+    for original, view in zip((first, second), (decoded[0], decoded[2]), strict=True):
+        assert (view.ctypes.data - np.frombuffer(buffer, np.uint8).ctypes.data) % 64 == 0
+        assert view.tobytes() == original.tobytes()
+
+
+def test_envelope_over_the_ext32_limit_is_refused(monkeypatch):
+    # Given an envelope limit lowered so a 2 KiB array exceeds it (4 GiB is the real one)
+    monkeypatch.setattr(_format, "MAX_ENVELOPE_BODY", 1024)
+
+    # When encoded, Then CodecError explains the limit
+    with pytest.raises(codec.CodecError, match="limit is 4 GiB"):
+        codec.encode(np.zeros(2048, dtype=np.uint8))
+
+
+def _envelope(structure: bytes, data: bytes = b"", version: int = codec.FORMAT_VERSION) -> bytes:
+    data_start = 9 + len(structure)
+    body = struct.pack(">BII", version, len(structure), data_start) + structure + data
+    return struct.pack(">BIb", 0xC9, len(body), codec.EXT_ENVELOPE) + body
+
+
+def _ndarray_ext(header: dict, inline: bytes = b"", version: int = codec.FORMAT_VERSION) -> bytes:
+    payload = bytes((version,)) + msgpack.packb(header) + inline
+    return msgpack.packb(msgpack.ExtType(codec.EXT_NDARRAY, payload))
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"", "empty payload"),
+        (b"\xc1", "as msgpack"),
+        (msgpack.packb([1, 2])[:-1], "as msgpack"),
+        (msgpack.packb(1) + b"\x01", "bytes after the end"),
+        (msgpack.packb(msgpack.ExtType(42, b"x")), "ext type 42"),
+        (msgpack.packb([msgpack.ExtType(codec.EXT_ENVELOPE, b"x")]), "envelope ext value"),
+        (_envelope(msgpack.packb(1), version=9), "format version 9.*upgrade payloadstore"),
+        (_envelope(msgpack.packb(1))[:-1], "envelope says"),
+        (_ndarray_ext({"dtype": "<f4", "shape": [1]}, b"\0" * 4, version=7), "format version 7"),
+        (_ndarray_ext({"dtype": "<f4", "shape": [2]}, b"\0" * 4), "needs 8 bytes, found 4"),
+        (_ndarray_ext({"dtype": "<f4", "shape": [-1]}), "invalid shape"),
+        (_ndarray_ext({"dtype": "nonsense", "shape": [1]}), "unknown dtype"),
+        (_ndarray_ext({"dtype": "|O", "shape": [1]}, b"\0" * 8), "Python objects"),
+        (_ndarray_ext({"dtype": "<f4", "shape": [1], "off": 0, "len": 4}), "data section"),
+        (
+            _envelope(
+                msgpack.packb(
+                    msgpack.ExtType(
+                        codec.EXT_NDARRAY,
+                        b"\x01" + msgpack.packb({"dtype": "<f4", "shape": [4], "off": 0, "len": 16}),
+                    )
+                ),
+                b"\0" * 8,
+            ),
+            "out of range",
+        ),
+        (msgpack.packb({(1, 2): 3}), "map keys"),
+    ],
+)
+def test_bad_payloads_are_refused_with_a_reason(data, message):
+    # Given bytes that are not a payload this reader can trust
+    # When decoded, Then CodecError says why
+    with pytest.raises(codec.CodecError, match=message):
+        codec.decode(data)
+
+
+def test_decode_refuses_non_bytes_input():
+    # Given a str instead of bytes
+    # When decoded, Then CodecError names the expectation
+    with pytest.raises(codec.CodecError, match="bytes-like"):
+        codec.decode("not bytes")  # type: ignore[arg-type]
+
+
+def test_content_type_and_version_are_published():
+    # Given the codec's public constants
+    # Then they say what the store records with each object
+    assert codec.CONTENT_TYPE == "application/msgpack"
+    assert codec.FORMAT_VERSION == 1
+    assert issubclass(codec.CodecError, ValueError)
