@@ -200,3 +200,20 @@ def create_payload_bucket(s3, bucket: str) -> None:
             ]
         },
     )
+
+
+def _main(argv: list[str]) -> int:
+    """`python -m payloadstore.devstack.services find-redis`: the Makefile's redis check."""
+    if argv[:1] != ["find-redis"]:
+        print("usage: python -m payloadstore.devstack.services find-redis", file=sys.stderr)
+        return 2
+    try:
+        print(find_redis_server())
+    except ServiceError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
