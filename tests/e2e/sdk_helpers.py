@@ -53,8 +53,3 @@ def bytes_len_for_encoded_size(target: int, wrap: Callable[[bytes], Any] = lambd
         if codec.encode(wrap(bytes(length))).nbytes == target:
             return length
     raise AssertionError(f"no bytes length encodes to exactly {target} bytes")
-
-
-def as_call(data: bytes) -> dict:
-    """What `Queue.add(data)` encodes."""
-    return {"args": [data], "kwargs": {}}

@@ -8,7 +8,8 @@ import os
 
 import pytest
 
-from tests.e2e.sdk_helpers import as_call, bytes_len_for_encoded_size, clients, daemon_thread, unique_queue
+from payloadstore import codec
+from tests.e2e.sdk_helpers import bytes_len_for_encoded_size, clients, daemon_thread, unique_queue
 
 pytestmark = pytest.mark.e2e
 
@@ -59,13 +60,14 @@ def test_given_a_payload_of_each_size_when_round_tripped_then_args_and_result_la
     client, queue, _ = echo_daemon
     threshold = client.config.inline_threshold
     _, raw_len, encoded_size = next(s for s in sizes(threshold) if s[0] == label)
-    # Given: random args whose whole call encodes to exactly `encoded_size` bytes
-    if encoded_size is not None:
-        raw_len = bytes_len_for_encoded_size(encoded_size, as_call)
-    data = os.urandom(raw_len)
-    from payloadstore import codec
+    # Given: random args whose whole call (args and kwargs) encodes to exactly `encoded_size` bytes
+    def call(data: bytes) -> dict:
+        return {"args": [data], "kwargs": {"result_size": encoded_size}}
 
-    payload_size = codec.encode(as_call(data)).nbytes
+    if encoded_size is not None:
+        raw_len = bytes_len_for_encoded_size(encoded_size, call)
+    data = os.urandom(raw_len)
+    payload_size = codec.encode(call(data)).nbytes
     assert encoded_size is None or payload_size == encoded_size
     expected_tier = "inline" if payload_size <= threshold else "s3"
     # When: enqueued, run by the daemon, and the result awaited (result sized like the args)
