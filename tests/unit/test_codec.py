@@ -38,7 +38,12 @@ def test_plain_values_encode_to_exactly_what_msgpack_writes():
 
 def test_tuples_decode_as_lists_and_subclasses_as_their_base_types():
     # Given tuples, an OrderedDict, an IntEnum and a str-mixin Enum
-    value = {"pair": (1, (2, 3)), "ordered": OrderedDict(a=1), "color": Color.RED, "shade": Shade.DARK}
+    value = {
+        "pair": (1, (2, 3)),
+        "ordered": OrderedDict(a=1),
+        "color": Color.RED,
+        "shade": Shade.DARK,
+    }
 
     # When round-tripped
     decoded = codec.decode(codec.encode(value).tobytes())
@@ -68,7 +73,7 @@ def test_aware_datetime_round_trips_as_the_same_instant_in_utc():
 
     # Then the instant is equal and the zone is UTC (msgpack's timestamp carries no offset)
     assert decoded == moment
-    assert decoded.tzinfo == dt.timezone.utc
+    assert decoded.tzinfo == dt.UTC
 
 
 def test_naive_datetime_is_refused_with_a_hint():
@@ -212,7 +217,8 @@ def _ndarray_ext(header: dict, inline: bytes = b"", version: int = codec.FORMAT_
                 msgpack.packb(
                     msgpack.ExtType(
                         codec.EXT_NDARRAY,
-                        b"\x01" + msgpack.packb({"dtype": "<f4", "shape": [4], "off": 0, "len": 16}),
+                        b"\x01"
+                        + msgpack.packb({"dtype": "<f4", "shape": [4], "off": 0, "len": 16}),
                     )
                 ),
                 b"\0" * 8,

@@ -48,7 +48,9 @@ def _random_array(dtype_str: str, shape: tuple[int, ...], seed: int = 7) -> np.n
     if dtype.kind == "b":
         raw = raw % 2
     if dtype.kind == "U":
-        raw = np.frombuffer(np.array(["héllo", "ab", "", "z" * 5], dtype="<U5").tobytes() * count, np.uint8)
+        raw = np.frombuffer(
+            np.array(["héllo", "ab", "", "z" * 5], dtype="<U5").tobytes() * count, np.uint8
+        )
         raw = raw[: count * dtype.itemsize]
     return np.frombuffer(raw.tobytes(), dtype=dtype).reshape(shape)
 
@@ -78,7 +80,9 @@ def test_every_dtype_round_trips_bit_exact(dtype_str, shape):
 
 
 @pytest.mark.parametrize("dtype_str", ["<f4", ">f8", "<M8[ns]", "|b1", "<c8"])
-@pytest.mark.parametrize("shape", [(), (0,), (0, 3), (4, 0, 2)], ids=["0d", "empty", "empty2d", "empty3d"])
+@pytest.mark.parametrize(
+    "shape", [(), (0,), (0, 3), (4, 0, 2)], ids=["0d", "empty", "empty2d", "empty3d"]
+)
 def test_zero_dimensional_and_empty_arrays_keep_shape_and_dtype(dtype_str, shape):
     # Given a 0-d or empty array
     original = _random_array(dtype_str, shape)
@@ -117,9 +121,17 @@ def test_non_contiguous_arrays_arrive_as_c_order_copies_of_their_values(make_vie
 
 @pytest.mark.parametrize(
     "scalar",
-    [np.float32(1.5), np.float64(-0.0), np.int64(-(2**62)), np.uint8(255), np.bool_(True),
-     np.complex64(1 - 2j), np.float16(0.1), np.datetime64("2026-01-02T03:04:05.123456789"),
-     np.str_("héllo")],
+    [
+        np.float32(1.5),
+        np.float64(-0.0),
+        np.int64(-(2**62)),
+        np.uint8(255),
+        np.bool_(True),
+        np.complex64(1 - 2j),
+        np.float16(0.1),
+        np.datetime64("2026-01-02T03:04:05.123456789"),
+        np.str_("héllo"),
+    ],
     ids=lambda s: type(s).__name__,
 )
 def test_numpy_scalars_come_back_as_numpy_scalars_of_the_same_type(scalar):

@@ -173,6 +173,7 @@ def test_tensor_over_a_bytearray_shares_its_memory_unless_copy_is_asked():
     assert owned[0] == 0
 
 
+@pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning")
 @pytest.mark.parametrize(
     ("make", "message"),
     [
@@ -189,7 +190,7 @@ def test_tensors_without_plain_cpu_bytes_are_refused_clearly(make, message):
         codec.encode({"t": make()})
 
 
-def test_tensors_nested_with_arrays_and_images_round_trip():
+def test_tensors_nested_in_tuples_and_dicts_round_trip():
     # Given a tensor inside a tuple inside a dict, next to other values
     big = _random_tensor(torch.bfloat16, (1000, 3))
     value = {"batch": (big, {"ids": torch.arange(5)}), "name": "x"}

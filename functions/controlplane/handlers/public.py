@@ -47,7 +47,33 @@ def openapi_document() -> dict:
     schema = doc_app.get_openapi_json_schema(
         title="payloadstore control plane", version="1", description=__doc__,
     )
-    return json.loads(schema)
+    document = json.loads(schema)
+    _document_manual_bodies(document)
+    return document
+
+
+def _document_manual_bodies(document: dict) -> None:
+    """Presign and enqueue parse their bodies themselves (query + JSON, or raw msgpack), so
+    Powertools cannot see them: describe those request bodies here."""
+    from ..models.wire import EnqueueRequest, PresignRequest
+
+    schemas = document.setdefault("components", {}).setdefault("schemas", {})
+    for model in (PresignRequest, EnqueueRequest):
+        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        schemas.update(schema.pop("$defs", {}))
+        schemas[model.__name__] = schema
+    paths = document["paths"]
+    paths["/v1/namespaces/{ns}/payloads/presign"]["post"]["requestBody"] = {
+        "description": "JSON body and/or the same fields as query parameters (query wins)",
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/PresignRequest"}}},
+    }
+    paths["/v1/namespaces/{ns}/queues/{queue}/jobs"]["post"]["requestBody"] = {
+        "required": True,
+        "content": {
+            "application/json": {"schema": {"$ref": "#/components/schemas/EnqueueRequest"}},
+            "application/msgpack": {"schema": {"type": "string", "format": "binary"}},
+        },
+    }
 
 
 app = new_resolver()

@@ -1,0 +1,231 @@
+"""`make dev` as a user meets it: a foreground process that serves the API until Ctrl-C.
+
+Each test runs the stack in a process group of its own, with its own port and state dir
+(PAYLOADSTORE_PORT / PAYLOADSTORE_STATE_DIR / PAYLOADSTORE_STATE_FILE), so a developer's own
+`make dev` and `.devstack.json` are never touched.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from payloadstore.devstack.services import free_port, port_is_open
+
+pytestmark = pytest.mark.e2e
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+STATE_KEYS = {"endpoint", "s3_endpoint", "bucket", "redis_url", "namespaces"}
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below `pid`, from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def command_of(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return "?"
+
+
+class StackProcess:
+    def __init__(self, tmp_path: Path, command: list[str], port: int | None = None):
+        self.port = port or free_port()
+        self.state_dir = tmp_path / "state"
+        self.state_file = tmp_path / "devstack.json"
+        self.log_path = tmp_path / f"stack-{time.monotonic_ns()}.log"
+        env = {**os.environ,
+               "PAYLOADSTORE_PORT": str(self.port),
+               "PAYLOADSTORE_STATE_DIR": str(self.state_dir),
+               "PAYLOADSTORE_STATE_FILE": str(self.state_file),
+               "PYTHONUNBUFFERED": "1"}
+        env.pop("MAKEFLAGS", None)  # a `make test` parent must not turn this make into a sub-make
+        env.pop("MAKELEVEL", None)
+        self.log = open(self.log_path, "wb")
+        # Its own process group: SIGINT to the group is what Ctrl-C in a terminal sends.
+        self.proc = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=self.log,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def output(self) -> str:
+        self.log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def wait_ready(self, timeout_s: float = 240.0) -> dict:
+        deadline = time.monotonic() + timeout_s
+        while not self.state_file.exists():
+            assert self.proc.poll() is None, f"stack exited with {self.proc.returncode}:\n{self.output()}"
+            assert time.monotonic() < deadline, f"no {self.state_file} after {timeout_s}s:\n{self.output()}"
+            time.sleep(0.2)
+        return json.loads(self.state_file.read_text())
+
+    def ctrl_c(self, timeout_s: float = 60.0) -> int:
+        os.killpg(self.proc.pid, signal.SIGINT)
+        try:
+            return self.proc.wait(timeout_s)
+        finally:
+            self.log.close()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+@pytest.fixture
+def stacks():
+    started: list[StackProcess] = []
+    yield started
+    for stack in started:
+        for pid in descendants(stack.proc.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        stack.kill()
+
+
+def test_make_dev_serves_the_api_and_ctrl_c_leaves_no_child(tmp_path, stacks):
+    # Given `make dev` started as a user would, on a free port
+    stack = StackProcess(tmp_path, ["make", "--no-print-directory", "dev"])
+    stacks.append(stack)
+    # When .devstack.json appears
+    state = stack.wait_ready()
+    # Then it says where everything is, with a client and a daemon token per namespace
+    assert set(state) == STATE_KEYS
+    assert state["endpoint"] == f"http://127.0.0.1:{stack.port}"
+    assert set(state["namespaces"]) == {"dev", "sandbox"}
+    for tokens in state["namespaces"].values():
+        assert set(tokens) == {"client_token", "daemon_token"}
+        assert all(t.startswith("pst_") for t in tokens.values())
+    # And the API answers: health without a token, config with one
+    health = requests.get(f"{state['endpoint']}/v1/health", timeout=30)
+    assert health.status_code == 200, health.text
+    dev = state["namespaces"]["dev"]
+    config = requests.get(f"{state['endpoint']}/v1/config",
+                          headers={"Authorization": f"Bearer {dev['client_token']}"}, timeout=30)
+    assert config.status_code == 200, config.text
+    assert config.json()["inline_threshold"] == 262144
+    # And the banner told the user where to point the SDK
+    assert state["endpoint"] in stack.output()
+
+    children = descendants(stack.proc.pid)
+    commands = " ".join(command_of(p) for p in children)
+    assert "redis-server" in commands and "moto.server" in commands
+    redis_port = int(state["redis_url"].rsplit(":", 1)[1].split("/")[0])
+    s3_port = int(state["s3_endpoint"].rsplit(":", 1)[1])
+
+    # When the user presses Ctrl-C
+    stack.ctrl_c()
+    # Then no process it started is left, and no port stays open
+    survivors = [f"{p} {command_of(p)}" for p in children if alive(p)]
+    assert survivors == []
+    for port in (stack.port, redis_port, s3_port):
+        assert not port_is_open(port), f"port {port} still open"
+    # And the data is kept: the append-only file and the tokens stay in the state dir
+    assert (stack.state_dir / "redis").is_dir()
+    assert any((stack.state_dir / "redis").rglob("*.aof*"))
+    assert json.loads((stack.state_dir / "tokens.json").read_text()) == state["namespaces"]
+    # And the file describing a running stack is gone with it
+    assert not stack.state_file.exists()
+
+
+def test_restart_keeps_queued_jobs_their_s3_payloads_and_the_tokens(tmp_path, stacks):
+    command = [sys.executable, "-m", "payloadstore.devstack"]
+    # Given a running stack with one inline job and one job whose args are in S3
+    first = StackProcess(tmp_path, command)
+    stacks.append(first)
+    state = first.wait_ready()
+    url, dev = state["endpoint"], state["namespaces"]["dev"]
+    client = {"Authorization": f"Bearer {dev['client_token']}"}
+    inline = requests.post(f"{url}/v1/namespaces/dev/queues/restart/jobs", headers=client,
+                           json={"payloadInline": base64.b64encode(b"small args").decode()}, timeout=30)
+    assert inline.status_code == 201, inline.text
+    blob = os.urandom(300_000)
+    presign = requests.post(f"{url}/v1/namespaces/dev/payloads/presign", headers=client,
+                            params={"op": "put", "size": len(blob), "kind": "args"}, timeout=30)
+    assert presign.status_code == 200, presign.text
+    put = presign.json()
+    upload = requests.request(put["method"], put["url"], data=blob, headers=put["headers"], timeout=30)
+    assert upload.status_code == 200, upload.text
+    ref = {"kind": "s3", "bucket": put["bucket"], "key": put["key"], "size": len(blob)}
+    by_ref = requests.post(f"{url}/v1/namespaces/dev/queues/restart/jobs", headers=client,
+                           json={"payloadRef": ref}, timeout=30)
+    assert by_ref.status_code == 201, by_ref.text
+
+    # When it is stopped with Ctrl-C and started again on the same state dir
+    first.ctrl_c()
+    second = StackProcess(tmp_path, command, port=first.port)
+    stacks.append(second)
+    state2 = second.wait_ready()
+
+    # Then the same tokens still work
+    assert state2["namespaces"] == state["namespaces"]
+    daemon = {"Authorization": f"Bearer {dev['daemon_token']}"}
+    # And both jobs are still queued, in order, and the S3 payload is still there
+    got = []
+    for _ in range(2):
+        poll = requests.post(f"{url}/v1/daemon/poll", headers=daemon, timeout=30,
+                             json={"namespace": "dev", "queues": ["restart"], "wait_s": 2, "daemon_id": "d1"})
+        assert poll.status_code == 200, poll.text
+        got.append(poll.json())
+    assert [j["job_id"] for j in got] == [inline.json()["job_id"], by_ref.json()["job_id"]]
+    assert base64.b64decode(got[0]["payloadInline"]) == b"small args"
+    get = requests.post(f"{url}/v1/namespaces/dev/payloads/presign", headers=daemon,
+                        params={"op": "get", "key": got[1]["payloadRef"]["key"]}, timeout=30)
+    assert get.status_code == 200, get.text
+    assert requests.get(get.json()["url"], timeout=30).content == blob
+    second.ctrl_c()
+
+
+def test_port_taken_is_one_clear_line_and_starts_nothing(tmp_path, stacks):
+    # Given something already listening on the port
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        stack = StackProcess(tmp_path, [sys.executable, "-m", "payloadstore.devstack"], port=port)
+        stacks.append(stack)
+        # When the stack starts
+        code = stack.proc.wait(60)
+    # Then it exits non-zero, naming the port and the way out, having started no service
+    assert code != 0
+    out = stack.output()
+    assert f"port {port}" in out and "PAYLOADSTORE_PORT" in out
+    assert not stack.state_file.exists()
+    assert not (stack.state_dir / "redis").exists()
