@@ -110,8 +110,12 @@ def from_zdata(zdata: dict[str, Any], *, copy: bool) -> Any:
     zaku itself rebuilds these with `torch.Tensor(array)`, which turns every dtype into float32;
     here the dtype is kept.
     """
-    from . import _numpy
-
+    try:
+        from . import _numpy
+    except ImportError as e:
+        raise CodecError(
+            f"payload holds a zaku torch.Tensor; install numpy to decode it: {e}"
+        ) from e
     array = _numpy.from_zdata(zdata, copy=True)
     try:
         return torch.from_numpy(array)
