@@ -112,7 +112,8 @@ class S3ExpiryRule(httpx.BaseTransport):
             if request.method == "PUT" and not self.puts:
                 time.sleep(max(0.0, expires - time.time()) + 1.1)
             if time.time() > expires:
-                self.puts.append((str(request.url), 403)) if request.method == "PUT" else None
+                if request.method == "PUT":
+                    self.puts.append((str(request.url), 403))
                 return httpx.Response(
                     403,
                     content=b"<Error><Code>AccessDenied</Code><Message>Request has expired</Message></Error>",
