@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -70,6 +71,19 @@ def _wait_until(predicate, timeout_s: float, what: str, proc: subprocess.Popen |
     raise ServiceError(f"{what} did not become ready within {timeout_s:.0f}s")
 
 
+def _own_group_dying_with_parent() -> None:
+    """Child-side setup for `detach=True`: a session of its own, so a terminal's Ctrl-C reaches
+    only the parent (which then stops children in order, after saving what it must), and
+    SIGTERM when the parent dies, so even a killed parent leaves no service behind (Linux)."""
+    os.setsid()
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 @dataclass
 class RedisServer:
     """A redis-server of our own. appendonly keeps queued jobs across a stop/start."""
@@ -78,6 +92,7 @@ class RedisServer:
     port: int = field(default_factory=free_port)
     appendonly: bool = True
     proc: subprocess.Popen | None = None
+    detach: bool = False  # see _own_group_dying_with_parent (the dev stack sets it)
 
     @property
     def url(self) -> str:
@@ -97,7 +112,10 @@ class RedisServer:
             "--protected-mode", "yes",
             "--logfile", str(self.data_dir / "redis.log"),
         ]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            preexec_fn=_own_group_dying_with_parent if self.detach else None,
+        )
         _wait_until(lambda: port_is_open(self.port), timeout_s, f"redis-server on port {self.port}", self.proc)
         return self
 
@@ -124,6 +142,7 @@ class MotoServer:
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen | None = None
     log_path: Path | None = None
+    detach: bool = False  # see _own_group_dying_with_parent (the dev stack sets it)
 
     @property
     def endpoint(self) -> str:
@@ -137,6 +156,7 @@ class MotoServer:
             stdout=out,
             stderr=subprocess.STDOUT if self.log_path else subprocess.DEVNULL,
             env=env,
+            preexec_fn=_own_group_dying_with_parent if self.detach else None,
         )
         _wait_until(lambda: port_is_open(self.port), timeout_s, f"moto server on port {self.port}", self.proc)
         return self

@@ -192,10 +192,12 @@ class DevStack:
         previous = self._previous_state()
         try:
             self.redis = RedisServer(
-                data_dir=self.state_dir / "redis", port=_reusable_port(previous.get("redis_port")), appendonly=True
+                data_dir=self.state_dir / "redis", port=_reusable_port(previous.get("redis_port")), appendonly=True,
+                detach=True,
             ).start()
             self.moto = MotoServer(
-                port=_reusable_port(previous.get("s3_port")), log_path=self.state_dir / "moto.log"
+                port=_reusable_port(previous.get("s3_port")), log_path=self.state_dir / "moto.log",
+                detach=True,
             ).start()
             (self.state_dir / "ports.json").write_text(
                 json.dumps({"redis_port": self.redis.port, "s3_port": self.moto.port})

@@ -229,3 +229,20 @@ def test_port_taken_is_one_clear_line_and_starts_nothing(tmp_path, stacks):
     assert f"port {port}" in out and "PAYLOADSTORE_PORT" in out
     assert not stack.state_file.exists()
     assert not (stack.state_dir / "redis").exists()
+
+
+def test_a_killed_stack_takes_its_services_with_it(tmp_path, stacks):
+    # Given a running stack
+    stack = StackProcess(tmp_path, [sys.executable, "-m", "payloadstore.devstack"])
+    stacks.append(stack)
+    stack.wait_ready()
+    children = descendants(stack.proc.pid)
+    assert children
+    # When it is killed outright (no chance to clean up)
+    stack.proc.kill()
+    stack.proc.wait(10)
+    # Then redis-server and the S3 emulator stop by themselves
+    deadline = time.monotonic() + 15
+    while any(alive(p) for p in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [command_of(p) for p in children if alive(p)] == []
