@@ -87,14 +87,18 @@ class ControlPlane:
         self.queue = "q" + uuid.uuid4().hex[:8]
 
     def call(self, function: str, method: str, resource: str, path_params=None, *, role="client",
-             namespace=None, **kw) -> Reply:
+             namespace: str | None = "", **kw) -> Reply:
+        """namespace: "" = this namespace's token, None = no authorizer context at all."""
         module = importlib.import_module(f"controlplane.handlers.{function}")
-        event = api_event(method, resource, path_params, namespace=namespace or self.ns, role=role, **kw)
+        ns = self.ns if namespace == "" else namespace
+        event = api_event(method, resource, path_params, namespace=ns, role=role, **kw)
         out = module.lambda_handler(event, FakeLambdaContext())
         body = out.get("body") or ""
         if out.get("isBase64Encoded"):
             body = base64.b64decode(body).decode()
-        return Reply(out["statusCode"], out.get("headers") or {}, body)
+        headers = dict(out.get("headers") or {})
+        headers.update({k: v[-1] for k, v in (out.get("multiValueHeaders") or {}).items() if v})
+        return Reply(out["statusCode"], headers, body)
 
     # -- routes -------------------------------------------------------------------------
     def presign_put(self, size, *, role="client", kind=None, job_id=None, sha256=None, content_type=None,

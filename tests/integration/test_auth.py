@@ -1,0 +1,100 @@
+"""The REQUEST authorizer against tokens in SSM (moto over HTTP), and role/namespace refusals."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from controlplane.handlers import admin, authorizer
+from controlplane.store.tokens import TokenStore, hash_token
+from tests.integration.conftest import TOKEN_PATH
+from tests.support.events import FakeLambdaContext, load_event
+
+
+@pytest.fixture
+def tokens(cp_env, ssm_client):
+    return TokenStore(ssm_client, TOKEN_PATH, cache_s=0)
+
+
+def authorize(token: str | None, header="Authorization"):
+    event = copy.deepcopy(load_event("authorizer_request"))
+    event["headers"] = {} if token is None else {header: f"Bearer {token}"}
+    return authorizer.lambda_handler(event, FakeLambdaContext())
+
+
+def test_minted_token_is_allowed_with_namespace_and_role_in_context(tokens):
+    token, info = tokens.mint("team-a", "client")
+    policy = authorize(token)
+    assert policy["context"] == {"namespace": "team-a", "role": "client", "token_id": info.token_id}
+    statement = policy["policyDocument"]["Statement"][0]
+    assert statement["Effect"] == "Allow"
+    # One cached answer must serve every route of the API
+    assert statement["Resource"][0].endswith("abcdef1234/prod/*/*")
+
+
+def test_header_name_is_case_insensitive(tokens):
+    token, _ = tokens.mint("team-a", "daemon")
+    assert authorize(token, header="authorization")["context"]["role"] == "daemon"
+
+
+def test_unknown_missing_and_malformed_tokens_are_unauthorized(tokens):
+    tokens.mint("team-a", "client")
+    for bad in ("pst_" + "x" * 43, None, "not-a-token", ""):
+        with pytest.raises(Exception, match="^Unauthorized$"):
+            authorize(bad)
+
+
+def test_token_is_stored_only_as_its_hash(tokens, ssm_client):
+    token, info = tokens.mint("team-b", "client")
+    names = [p["Name"] for p in ssm_client.get_parameters_by_path(Path=TOKEN_PATH)["Parameters"]]
+    assert f"{TOKEN_PATH}/{hash_token(token)}" in names
+    values = [p["Value"] for p in ssm_client.get_parameters_by_path(Path=TOKEN_PATH)["Parameters"]]
+    assert not any(token in v for v in values + names)
+
+
+def test_revoked_token_is_refused(tokens):
+    token, info = tokens.mint("team-c", "client")
+    assert authorize(token)["context"]["namespace"] == "team-c"
+    assert tokens.revoke(info.token_id) == 1
+    with pytest.raises(Exception, match="Unauthorized"):
+        authorize(token)
+
+
+def test_admin_function_mints_lists_and_revokes(cp_env):
+    minted = admin.lambda_handler({"action": "mint", "namespace": "team-d", "role": "daemon"}, FakeLambdaContext())
+    assert minted["token"].startswith("pst_") and minted["role"] == "daemon"
+    listed = admin.lambda_handler({"action": "list"}, FakeLambdaContext())
+    assert any(t["token_id"] == minted["token_id"] for t in listed["tokens"])
+    assert authorize(minted["token"])["context"]["namespace"] == "team-d"
+    assert admin.lambda_handler({"action": "revoke", "token": minted["token"]}, FakeLambdaContext()) == {"revoked": 1}
+    bad = admin.lambda_handler({"action": "mint", "namespace": "Bad NS", "role": "client"}, FakeLambdaContext())
+    assert "invalid namespace" in bad["error"]
+
+
+def test_handlers_refuse_other_namespace_and_role(cp):
+    job = cp.enqueue(raw=b"\x01").json["job_id"]
+    # path namespace other than the token's
+    r = cp.call("jobs", "GET", "/v1/namespaces/{ns}/jobs/{job_id}", {"ns": "elsewhere", "job_id": job})
+    assert r.status == 403 and "namespace" in r.error["message"]
+
+
+def test_role_matrix(cp):
+    job = cp.enqueue(raw=b"\x01").json["job_id"]
+    daemon_only = [
+        ("daemon", "POST", "/v1/namespaces/{ns}/jobs/{job_id}/result", {"resultInline": "AQ=="}),
+        ("daemon", "POST", "/v1/namespaces/{ns}/jobs/{job_id}/failure", {"state": "payload_lost"}),
+    ]
+    for function, method, resource, body in daemon_only:
+        r = cp.call(function, method, resource, {"ns": cp.ns, "job_id": job}, role="client", body=body)
+        assert r.status == 403, resource
+    r = cp.call("jobs", "POST", "/v1/namespaces/{ns}/queues/{queue}/jobs", {"ns": cp.ns, "queue": "q"},
+                role="daemon", body={"payloadInline": "AQ=="})
+    assert r.status == 403
+    r = cp.call("jobs", "GET", "/v1/namespaces/{ns}/jobs/{job_id}/result", {"ns": cp.ns, "job_id": job},
+                role="daemon")
+    assert r.status == 403
+    # no authorizer context at all (misconfigured API) is 401, never served
+    r = cp.call("jobs", "GET", "/v1/namespaces/{ns}/jobs/{job_id}", {"ns": cp.ns, "job_id": job},
+                namespace=None)
+    assert r.status == 401
