@@ -1,0 +1,109 @@
+"""The REST API built from ROUTES: one Lambda proxy method per route, the bearer-token REQUEST
+authorizer on every route that names roles, binary media types, throttling and access logs."""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from aws_cdk import aws_apigateway as apigw
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from controlplane.routes import BINARY_MEDIA_TYPES, ROUTES
+
+STAGE_NAME = "prod"
+# How long API Gateway reuses an authorizer answer for the same Authorization header. A revoked
+# token keeps working for at most this plus the authorizer's own TOKEN_CACHE_S (60 s): two
+# minutes in all, while a polling daemon costs one authorizer call a minute, not one a request.
+AUTHORIZER_CACHE_TTL = cdk.Duration.seconds(60)
+DEFAULT_THROTTLE_RATE = 100
+DEFAULT_THROTTLE_BURST = 200
+
+
+class ControlPlaneApi(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        functions: dict[str, lambda_.IFunction],
+        authorizer_function: lambda_.IFunction,
+        throttle_rate: int,
+        throttle_burst: int,
+        destroy_on_removal: bool,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.access_logs = logs.LogGroup(
+            self,
+            "AccessLogs",
+            retention=logs.RetentionDays.ONE_MONTH,
+            removal_policy=cdk.RemovalPolicy.DESTROY if destroy_on_removal else cdk.RemovalPolicy.RETAIN,
+        )
+        self.api = apigw.RestApi(
+            self,
+            "Api",
+            rest_api_name=cdk.Stack.of(self).stack_name,
+            description="payloadstore control plane (wire v1)",
+            endpoint_types=[apigw.EndpointType.REGIONAL],
+            binary_media_types=list(BINARY_MEDIA_TYPES),
+            # Execution logging (below) needs the account-level CloudWatch role for API Gateway.
+            cloud_watch_role=True,
+            cloud_watch_role_removal_policy=cdk.RemovalPolicy.RETAIN,
+            deploy_options=apigw.StageOptions(
+                stage_name=STAGE_NAME,
+                throttling_rate_limit=throttle_rate,
+                throttling_burst_limit=throttle_burst,
+                tracing_enabled=True,
+                metrics_enabled=True,
+                # Errors only, never request/response bodies: those may be payload bytes.
+                logging_level=apigw.MethodLoggingLevel.ERROR,
+                data_trace_enabled=False,
+                access_log_destination=apigw.LogGroupLogDestination(self.access_logs),
+                access_log_format=apigw.AccessLogFormat.json_with_standard_fields(
+                    caller=False,
+                    http_method=True,
+                    ip=True,
+                    protocol=True,
+                    request_time=True,
+                    resource_path=True,
+                    response_length=True,
+                    status=True,
+                    user=False,
+                ),
+            ),
+        )
+        self.authorizer = apigw.RequestAuthorizer(
+            self,
+            "BearerAuthorizer",
+            handler=authorizer_function,
+            identity_sources=[apigw.IdentitySource.header("Authorization")],
+            results_cache_ttl=AUTHORIZER_CACHE_TTL,
+        )
+        integrations: dict[str, apigw.LambdaIntegration] = {}
+        self.methods: dict[tuple[str, str], apigw.Method] = {}
+        for route in ROUTES:
+            integration = integrations.get(route.function)
+            if integration is None:
+                # One integration per function; test-invoke permissions are left out, so each
+                # method adds one resource-based permission for its own ARN only.
+                integration = apigw.LambdaIntegration(
+                    functions[route.function], proxy=True, allow_test_invoke=False
+                )
+                integrations[route.function] = integration
+            resource = self.api.root.resource_for_path(route.path)
+            if route.roles is None:
+                method = resource.add_method(
+                    route.method, integration, authorization_type=apigw.AuthorizationType.NONE
+                )
+            else:
+                method = resource.add_method(
+                    route.method,
+                    integration,
+                    authorizer=self.authorizer,
+                    authorization_type=apigw.AuthorizationType.CUSTOM,
+                )
+            self.methods[(route.method, route.path)] = method
+
+    @property
+    def url(self) -> str:
+        return self.api.url

@@ -1,0 +1,100 @@
+"""Deployment constants and the context flags a user can set (`npx cdk deploy -c key=value`).
+
+Kept in one module so the stack, the tests and the README agree on every name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from constructs import Construct
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+FUNCTIONS_DIR = REPO_ROOT / "functions"
+REQUIREMENTS_FILE = FUNCTIONS_DIR / "requirements.txt"
+
+STACK_NAME = "PayloadStore"
+
+# The newest Lambda Python whose manylinux wheels (pydantic-core, hiredis, wrapt) pip can fetch
+# here and whose interpreter is available to compile bytecode for the layer.
+PYTHON_VERSION = "3.13"
+PIP_PLATFORM = "manylinux2014_x86_64"
+
+# Powertools: the PayloadCorrupt alarm watches this namespace and `service` dimension.
+SERVICE_NAME = "payloadstore"
+METRICS_NAMESPACE = "PayloadStore"
+LOG_LEVEL = "INFO"
+
+TOKEN_PARAMETER_PATH = "/payloadstore/tokens"
+REDIS_PORT = 6379
+
+# Context flags (cdk.json "context" or `-c name=value`).
+CTX_REMOVAL_POLICY = "payloadstore:removalPolicy"  # "retain" (default) | "destroy"
+CTX_CACHE_NODE_TYPE = "payloadstore:cacheNodeType"
+CTX_CACHE_SHARDS = "payloadstore:cacheShards"
+CTX_ALARM_EMAIL = "payloadstore:alarmEmail"
+CTX_THROTTLE_RATE = "payloadstore:throttleRateLimit"
+CTX_THROTTLE_BURST = "payloadstore:throttleBurstLimit"
+CTX_SETTINGS_PREFIX = "payloadstore:setting:"  # e.g. -c payloadstore:setting:INLINE_THRESHOLD=131072
+
+
+@dataclass(frozen=True)
+class FunctionTuning:
+    memory_mb: int
+    timeout_s: int
+
+
+# Long-poll groups wait up to POLL_MAX_WAIT_S / RESULT_MAX_WAIT_S (20 s by default, 25 s at most)
+# and must still answer inside API Gateway's 29 s integration timeout; the rest answer in
+# milliseconds and get a short timeout so a stuck dependency fails fast.
+FUNCTION_TUNING: dict[str, FunctionTuning] = {
+    "payloads": FunctionTuning(memory_mb=512, timeout_s=10),
+    "jobs": FunctionTuning(memory_mb=512, timeout_s=28),
+    "daemon": FunctionTuning(memory_mb=512, timeout_s=28),
+    "public": FunctionTuning(memory_mb=512, timeout_s=10),
+    "authorizer": FunctionTuning(memory_mb=512, timeout_s=10),
+    "admin": FunctionTuning(memory_mb=256, timeout_s=30),
+}
+
+# S3 actions per function group, on `<bucket>/payloads/*` only. A presigned URL can do only what
+# its signer may do, so the presigning group gets exactly Put+Get; the groups that verify a
+# reference before accepting it (HEAD needs s3:GetObject) get Get only.
+OBJECT_ACTIONS: dict[str, tuple[str, ...]] = {
+    "payloads": ("s3:GetObject", "s3:PutObject"),
+    "jobs": ("s3:GetObject",),
+    "daemon": ("s3:GetObject",),
+}
+# Health reads bucket configuration only: HeadBucket (authorised by s3:ListBucket), the region,
+# the default encryption and the lifecycle rules.
+HEALTH_BUCKET_ACTIONS: tuple[str, ...] = (
+    "s3:GetBucketLocation",
+    "s3:GetEncryptionConfiguration",
+    "s3:GetLifecycleConfiguration",
+    "s3:ListBucket",
+)
+HEALTH_FUNCTION = "public"
+# Groups that talk to Redis (and so read the AUTH secret). The authorizer and admin only use SSM.
+REDIS_FUNCTIONS: tuple[str, ...] = ("payloads", "jobs", "daemon", "public")
+AUTHORIZER_FUNCTION = "authorizer"
+ADMIN_FUNCTION = "admin"
+
+
+def context_str(scope: Construct, key: str, default: str) -> str:
+    value = scope.node.try_get_context(key)
+    return default if value in (None, "") else str(value)
+
+
+def context_int(scope: Construct, key: str, default: int) -> int:
+    raw = context_str(scope, key, str(default))
+    try:
+        return int(raw)
+    except ValueError as e:
+        raise ValueError(f"context {key} must be an integer, got {raw!r}") from e
+
+
+def destroy_on_removal(scope: Construct) -> bool:
+    value = context_str(scope, CTX_REMOVAL_POLICY, "retain").lower()
+    if value not in ("retain", "destroy"):
+        raise ValueError(f"context {CTX_REMOVAL_POLICY} must be retain or destroy, got {value!r}")
+    return value == "destroy"

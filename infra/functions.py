@@ -1,0 +1,243 @@
+"""One Lambda per function group of `functions/controlplane/routes.py`, plus the shared layer."""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from controlplane.models.settings import SETTINGS_ENV, Settings
+from controlplane.routes import FUNCTIONS
+from infra.bundling import CodeBundling, LayerBundling, bundling_image
+from infra.config import (
+    ADMIN_FUNCTION,
+    AUTHORIZER_FUNCTION,
+    CTX_SETTINGS_PREFIX,
+    FUNCTION_TUNING,
+    FUNCTIONS_DIR,
+    HEALTH_BUCKET_ACTIONS,
+    HEALTH_FUNCTION,
+    LOG_LEVEL,
+    METRICS_NAMESPACE,
+    OBJECT_ACTIONS,
+    PYTHON_VERSION,
+    REDIS_FUNCTIONS,
+    REQUIREMENTS_FILE,
+    SERVICE_NAME,
+    TOKEN_PARAMETER_PATH,
+)
+from infra.storage import PAYLOAD_PREFIX
+
+RUNTIME = lambda_.Runtime.PYTHON_3_13
+assert RUNTIME.name == f"python{PYTHON_VERSION}", "runtime and layer python version must agree"
+
+# Set on AWS by Lambda itself (AWS_REGION) or only meaningful against a local emulator.
+NOT_ON_AWS = frozenset({"AWS_REGION", "S3_ENDPOINT_URL"})
+# Wired from resources of this stack, not from Settings defaults.
+FROM_RESOURCES = frozenset(
+    {"PAYLOAD_BUCKET", "REDIS_URL", "REDIS_CLUSTER", "REDIS_AUTH_SECRET", "TOKEN_PARAMETER_PATH"}
+)
+
+
+def settings_environment(scope: Construct, resources: dict[str, str]) -> dict[str, str]:
+    """Every AWS-relevant setting of SETTINGS_ENV: defaults from the Settings model (overridable
+    with `-c payloadstore:setting:NAME=value`), resource-derived ones from `resources`.
+    """
+    env: dict[str, str] = {}
+    fields = Settings.model_fields
+    for field, name in SETTINGS_ENV.items():
+        if name in NOT_ON_AWS:
+            continue
+        if name in FROM_RESOURCES:
+            env[name] = resources[name]
+            continue
+        override = scope.node.try_get_context(CTX_SETTINGS_PREFIX + name)
+        if override not in (None, ""):
+            env[name] = str(override)
+            continue
+        default = fields[field].default
+        if default is None and field == "queue_retention_s":
+            # Unset means "same as RESULT_TTL_S"; spelled out so the console shows the value.
+            default = env.get("RESULT_TTL_S", fields["result_ttl_s"].default)
+        env[name] = str(getattr(default, "value", default))
+    missing = set(resources) - set(env)
+    if missing:
+        raise ValueError(f"resources given for unknown settings: {sorted(missing)}")
+    return env
+
+
+def function_logical_id(group: str) -> str:
+    return f"{group.capitalize()}Function"
+
+
+def parameter_arn(scope: Construct, name: str) -> str:
+    # A parameter whose name starts with "/" has an ARN of `...:parameter/a/b`, not `parameter//a/b`.
+    return cdk.Stack.of(scope).format_arn(
+        service="ssm", resource="parameter", resource_name=name.lstrip("/")
+    )
+
+
+class ControlPlaneFunctions(Construct):
+    """Functions, their roles (written out, least privilege) and the dependency layer."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        vpc: ec2.IVpc,
+        subnets: ec2.SubnetSelection,
+        security_group: ec2.ISecurityGroup,
+        bucket_arn: str,
+        bucket_name: str,
+        redis_url: str,
+        redis_cluster: bool,
+        redis_auth_secret_arn: str,
+        destroy_on_removal: bool,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        removal = cdk.RemovalPolicy.DESTROY if destroy_on_removal else cdk.RemovalPolicy.RETAIN
+
+        layer_bundling = LayerBundling(REQUIREMENTS_FILE)
+        self.layer = lambda_.LayerVersion(
+            self,
+            "Dependencies",
+            description=f"payloadstore control-plane dependencies (python {PYTHON_VERSION}, x86_64)",
+            compatible_runtimes=[RUNTIME],
+            compatible_architectures=[lambda_.Architecture.X86_64],
+            # The layer source is requirements.txt alone; hashing the inputs ourselves means an
+            # unchanged requirements file reuses the staged build instead of running pip again.
+            code=lambda_.Code.from_asset(
+                str(REQUIREMENTS_FILE.parent),
+                asset_hash_type=cdk.AssetHashType.CUSTOM,
+                asset_hash=layer_bundling.asset_hash(),
+                bundling=cdk.BundlingOptions(image=bundling_image(), local=layer_bundling),
+            ),
+            removal_policy=cdk.RemovalPolicy.RETAIN,
+        )
+
+        code = lambda_.Code.from_asset(
+            str(FUNCTIONS_DIR),
+            exclude=["tests", "**/__pycache__", "**/*.pyc", "requirements.txt", "*.egg-info"],
+            asset_hash_type=cdk.AssetHashType.SOURCE,
+            bundling=cdk.BundlingOptions(image=bundling_image(), local=CodeBundling(FUNCTIONS_DIR)),
+        )
+
+        settings_env = settings_environment(
+            self,
+            {
+                "PAYLOAD_BUCKET": bucket_name,
+                "REDIS_URL": redis_url,
+                "REDIS_CLUSTER": "true" if redis_cluster else "false",
+                "REDIS_AUTH_SECRET": redis_auth_secret_arn,
+                "TOKEN_PARAMETER_PATH": TOKEN_PARAMETER_PATH,
+            },
+        )
+        powertools_env = {
+            "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
+            "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
+            "POWERTOOLS_LOG_LEVEL": LOG_LEVEL,
+        }
+
+        self.functions: dict[str, lambda_.Function] = {}
+        self.roles: dict[str, iam.Role] = {}
+        self.log_groups: dict[str, logs.LogGroup] = {}
+        for group, handler in FUNCTIONS.items():
+            tuning = FUNCTION_TUNING[group]
+            log_group = logs.LogGroup(
+                self,
+                f"{group.capitalize()}Logs",
+                retention=logs.RetentionDays.ONE_MONTH,
+                removal_policy=removal,
+            )
+            role = iam.Role(
+                self,
+                f"{group.capitalize()}Role",
+                assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+                description=f"payloadstore {group} function",
+            )
+            # Written out instead of AWSLambdaBasicExecutionRole: logs to its own group only.
+            role.add_to_policy(
+                iam.PolicyStatement(
+                    actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+                    resources=[log_group.log_group_arn, f"{log_group.log_group_arn}:log-stream:*"],
+                )
+            )
+            # Written out instead of AWSLambdaVPCAccessExecutionRole: the ENI calls Lambda makes
+            # for a VPC function. EC2 grants them on no narrower resource than "*".
+            role.add_to_policy(
+                iam.PolicyStatement(
+                    actions=[
+                        "ec2:CreateNetworkInterface",
+                        "ec2:DescribeNetworkInterfaces",
+                        "ec2:DescribeSubnets",
+                        "ec2:DeleteNetworkInterface",
+                        "ec2:AssignPrivateIpAddresses",
+                        "ec2:UnassignPrivateIpAddresses",
+                    ],
+                    resources=["*"],
+                )
+            )
+            fn = lambda_.Function(
+                self,
+                f"{group.capitalize()}Function",
+                description=f"payloadstore control plane: {group} ({handler})",
+                runtime=RUNTIME,
+                architecture=lambda_.Architecture.X86_64,
+                handler=handler,
+                code=code,
+                layers=[self.layer],
+                memory_size=tuning.memory_mb,
+                timeout=cdk.Duration.seconds(tuning.timeout_s),
+                tracing=lambda_.Tracing.ACTIVE,
+                role=role,
+                log_group=log_group,
+                vpc=vpc,
+                vpc_subnets=subnets,
+                security_groups=[security_group],
+                environment={**settings_env, **powertools_env},
+            )
+            # Stable, readable logical ids: `sam local invoke -t cdk.out/PayloadStore.template.json
+            # PayloadsFunction` and the README name these.
+            fn.node.default_child.override_logical_id(function_logical_id(group))
+            self.functions[group] = fn
+            self.roles[group] = role
+            self.log_groups[group] = log_group
+
+        self._grant_s3(bucket_arn)
+        self._grant_tokens()
+        for group in REDIS_FUNCTIONS:
+            self.roles[group].add_to_policy(
+                iam.PolicyStatement(
+                    actions=["secretsmanager:GetSecretValue"], resources=[redis_auth_secret_arn]
+                )
+            )
+
+    def _grant_s3(self, bucket_arn: str) -> None:
+        for group, actions in OBJECT_ACTIONS.items():
+            self.roles[group].add_to_policy(
+                iam.PolicyStatement(
+                    actions=list(actions), resources=[f"{bucket_arn}/{PAYLOAD_PREFIX}*"]
+                )
+            )
+        self.roles[HEALTH_FUNCTION].add_to_policy(
+            iam.PolicyStatement(actions=list(HEALTH_BUCKET_ACTIONS), resources=[bucket_arn])
+        )
+
+    def _grant_tokens(self) -> None:
+        path_arn = parameter_arn(self, TOKEN_PARAMETER_PATH)
+        # GetParametersByPath is authorised on the path itself; single tokens live beneath it.
+        self.roles[AUTHORIZER_FUNCTION].add_to_policy(
+            iam.PolicyStatement(actions=["ssm:GetParametersByPath"], resources=[path_arn])
+        )
+        self.roles[ADMIN_FUNCTION].add_to_policy(
+            iam.PolicyStatement(actions=["ssm:GetParametersByPath"], resources=[path_arn])
+        )
+        self.roles[ADMIN_FUNCTION].add_to_policy(
+            iam.PolicyStatement(
+                actions=["ssm:PutParameter", "ssm:DeleteParameter"], resources=[f"{path_arn}/*"]
+            )
+        )

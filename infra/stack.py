@@ -1,0 +1,101 @@
+"""The PayloadStore stack: storage, network, cache, functions, API and alarms, wired together."""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from constructs import Construct
+
+from infra.alarms import Alarms
+from infra.api import DEFAULT_THROTTLE_BURST, DEFAULT_THROTTLE_RATE, ControlPlaneApi
+from infra.cache import DEFAULT_NODE_TYPE, RedisCache
+from infra.config import (
+    ADMIN_FUNCTION,
+    AUTHORIZER_FUNCTION,
+    CTX_ALARM_EMAIL,
+    CTX_CACHE_NODE_TYPE,
+    CTX_CACHE_SHARDS,
+    CTX_THROTTLE_BURST,
+    CTX_THROTTLE_RATE,
+    TOKEN_PARAMETER_PATH,
+    context_int,
+    context_str,
+    destroy_on_removal,
+)
+from infra.functions import ControlPlaneFunctions
+from infra.network import Network
+from infra.storage import PayloadStorage
+
+
+class PayloadStoreStack(cdk.Stack):
+    def __init__(self, scope: Construct, construct_id: str, **kwargs) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        destroy = destroy_on_removal(self)
+
+        self.storage = PayloadStorage(self, "Storage", destroy_on_removal=destroy)
+        self.network = Network(self, "Network", destroy_on_removal=destroy)
+        self.cache = RedisCache(
+            self,
+            "Cache",
+            vpc=self.network.vpc,
+            subnets=self.network.isolated,
+            clients=self.network.functions_sg,
+            node_type=context_str(self, CTX_CACHE_NODE_TYPE, DEFAULT_NODE_TYPE),
+            shards=context_int(self, CTX_CACHE_SHARDS, 1),
+            destroy_on_removal=destroy,
+        )
+        self.functions = ControlPlaneFunctions(
+            self,
+            "Functions",
+            vpc=self.network.vpc,
+            subnets=self.network.isolated,
+            security_group=self.network.functions_sg,
+            bucket_arn=self.storage.bucket.bucket_arn,
+            bucket_name=self.storage.bucket.bucket_name,
+            redis_url=self.cache.url,
+            redis_cluster=True,
+            redis_auth_secret_arn=self.cache.auth_secret.secret_arn,
+            destroy_on_removal=destroy,
+        )
+        api_functions = {
+            group: fn
+            for group, fn in self.functions.functions.items()
+            if group not in (AUTHORIZER_FUNCTION, ADMIN_FUNCTION)
+        }
+        self.api = ControlPlaneApi(
+            self,
+            "Api",
+            functions=api_functions,
+            authorizer_function=self.functions.functions[AUTHORIZER_FUNCTION],
+            throttle_rate=context_int(self, CTX_THROTTLE_RATE, DEFAULT_THROTTLE_RATE),
+            throttle_burst=context_int(self, CTX_THROTTLE_BURST, DEFAULT_THROTTLE_BURST),
+            destroy_on_removal=destroy,
+        )
+        self.alarms = Alarms(
+            self,
+            "Alarms",
+            api=self.api.api,
+            redis_node_ids=self.cache.node_ids,
+            email=self.node.try_get_context(CTX_ALARM_EMAIL) or None,
+        )
+
+        cdk.CfnOutput(self, "ApiUrl", value=self.api.url, description="base URL of the v1 API")
+        cdk.CfnOutput(
+            self, "PayloadBucketName", value=self.storage.bucket.bucket_name,
+            description="bucket holding payloads/ (2-day lifecycle)",
+        )
+        cdk.CfnOutput(
+            self, "TokenParameterPath", value=TOKEN_PARAMETER_PATH,
+            description="SSM Parameter Store path of the token store (one parameter per token hash)",
+        )
+        cdk.CfnOutput(
+            self, "AlarmTopicArn", value=self.alarms.topic.topic_arn,
+            description="SNS topic of the PayloadCorrupt, API 5xx and Redis memory alarms",
+        )
+        cdk.CfnOutput(
+            self, "AdminFunctionName", value=self.functions.functions[ADMIN_FUNCTION].function_name,
+            description="invoke to mint or revoke tokens (aws lambda invoke)",
+        )
+        cdk.CfnOutput(
+            self, "RedisAuthSecretArn", value=self.cache.auth_secret.secret_arn,
+            description="Secrets Manager secret holding the Redis AUTH token",
+        )
