@@ -1,0 +1,86 @@
+"""The same control-plane code on a real 3-node Redis Cluster (as on ElastiCache in cluster mode).
+
+Every multi-key command and Lua script must stay inside one hash slot, or the cluster refuses it
+with CROSSSLOT; this runs the whole job life cycle there."""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import time
+
+import pytest
+import redis
+from redis.cluster import RedisCluster
+
+from payloadstore.devstack.services import find_redis_server, free_port, port_is_open
+from tests.integration.conftest import upload
+
+
+@pytest.fixture(scope="module")
+def redis_cluster(tmp_path_factory):
+    binary = find_redis_server()
+    base = tmp_path_factory.mktemp("cluster")
+    ports = [free_port() for _ in range(3)]
+    procs = []
+    for port in ports:
+        d = base / str(port)
+        d.mkdir()
+        procs.append(subprocess.Popen(
+            [binary, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(d),
+             "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+             "--cluster-node-timeout", "2000", "--save", "", "--appendonly", "no",
+             "--logfile", str(d / "redis.log")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    deadline = time.monotonic() + 10
+    while not all(port_is_open(p) for p in ports):
+        assert time.monotonic() < deadline, "cluster nodes did not start"
+        time.sleep(0.05)
+    cli = binary.replace("redis-server", "redis-cli")
+    subprocess.run([cli, "--cluster", "create", *[f"127.0.0.1:{p}" for p in ports],
+                    "--cluster-replicas", "0", "--cluster-yes"],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    node = redis.Redis(port=ports[0])
+    while node.cluster("info")["cluster_state"] != "ok":
+        assert time.monotonic() < deadline + 10, "cluster did not become ok"
+        time.sleep(0.1)
+    yield f"redis://127.0.0.1:{ports[0]}/0"
+    for p in procs:
+        p.terminate()
+        p.wait(5)
+
+
+@pytest.fixture
+def on_cluster(redis_cluster, settings_env):
+    settings_env(REDIS_URL=redis_cluster, REDIS_CLUSTER="true", VISIBILITY_TIMEOUT_S="1")
+    return RedisCluster.from_url(redis_cluster)
+
+
+def test_whole_job_life_cycle_runs_on_a_cluster(cp, on_cluster):
+    b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
+    # inline enqueue with an Idempotency-Key, twice
+    first = cp.enqueue(raw=b"\x01", headers={"Idempotency-Key": "k1"})
+    again = cp.enqueue(raw=b"\x01", headers={"Idempotency-Key": "k1"})
+    assert (first.status, again.status) == (201, 200)
+    # by-reference enqueue on a second queue
+    ref = upload(cp, b"\x02" * 1000)
+    by_ref = cp.enqueue(ref=ref, queue="second")
+    assert by_ref.status == 201
+    # one XREADGROUP over both queues of the namespace (same slot)
+    got = {cp.poll(queues=[cp.queue, "second"]).json["job_id"] for _ in range(2)}
+    assert got == {first.json["job_id"], by_ref.json["job_id"]}
+    # redelivery through XAUTOCLAIM
+    time.sleep(1.2)
+    redelivered = cp.poll(queues=[cp.queue, "second"])
+    assert redelivered.status == 200 and redelivered.json["attempt"] == 2
+    # payload lost -> requeued once (XADD + XACK/XDEL in the namespace slot, Lua in the job slot)
+    job = by_ref.json["job_id"]
+    if redelivered.json["job_id"] != job:
+        time.sleep(1.2)
+        assert cp.poll(queues=["second"]).json["job_id"] == job
+    assert cp.report(job, {"state": "payload_lost"}).status == 204
+    assert cp.poll(queues=["second"]).json["job_id"] == job
+    # results (Lua over job hash + done list) and the blocking wait
+    for job_id in (first.json["job_id"], job):
+        assert cp.post_result(job_id, {"resultInline": b64(b"\x2a")}).status == 204
+        assert cp.result(job_id, wait=1).json["state"] == "succeeded"
