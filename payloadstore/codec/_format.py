@@ -15,7 +15,8 @@ A payload is one msgpack object.
   decoded view over a freshly received buffer is aligned for every dtype.
 
 Every ext payload of EXT_NDARRAY / EXT_TORCH / EXT_IMAGE is `u8 format version | msgpack map`;
-the map is the header, followed (when the map says `inline`) by the value's raw bytes.
+the map is the header and holds the value's raw bytes under "b" when they are inline, or the
+block's place in the data section under "off" and "len" otherwise.
 """
 
 from __future__ import annotations
@@ -51,15 +52,14 @@ class CodecError(ValueError):
 
 
 def ext_payload(header: dict[str, Any], inline: bytes | memoryview | None = None) -> bytes:
-    """Builds an ext payload: version byte, msgpack header, then the inline bytes if any."""
-    head = bytes((FORMAT_VERSION,)) + msgpack.packb(header, use_bin_type=True)
-    if inline is None:
-        return head
-    return head + bytes(inline)
+    """Builds an ext payload: the version byte, then the header map (inline bytes under "b")."""
+    if inline is not None:
+        header["b"] = bytes(inline)
+    return bytes((FORMAT_VERSION,)) + msgpack.packb(header, use_bin_type=True)
 
 
-def read_ext_payload(kind: str, data: bytes) -> tuple[dict[str, Any], memoryview]:
-    """Splits an ext payload into its header map and the bytes after it (inline data)."""
+def read_ext_payload(kind: str, data: bytes) -> tuple[dict[str, Any], memoryview | None]:
+    """Splits an ext payload into its header map and its inline bytes (None for a data block)."""
     if not data:
         raise CodecError(f"empty {kind} ext value")
     version = data[0]
@@ -68,16 +68,16 @@ def read_ext_payload(kind: str, data: bytes) -> tuple[dict[str, Any], memoryview
             f"{kind} ext value has format version {version}; this reader knows version "
             f"{FORMAT_VERSION}: upgrade payloadstore to read it"
         )
-    unpacker = msgpack.Unpacker(raw=False, strict_map_key=True)
-    view = memoryview(data)
-    unpacker.feed(view[1:])
     try:
-        header = unpacker.unpack()
-    except (msgpack.OutOfData, ValueError, TypeError) as e:
+        header = msgpack.unpackb(memoryview(data)[1:], raw=False)
+    except (ValueError, TypeError) as e:
         raise CodecError(f"{kind} ext value has an unreadable header") from e
     if not isinstance(header, dict):
         raise CodecError(f"{kind} ext value header is not a map")
-    return header, view[1 + unpacker.tell() :]
+    inline = header.pop("b", None)
+    if inline is not None and not isinstance(inline, bytes):
+        raise CodecError(f"{kind} ext value has inline data that is not bytes")
+    return header, None if inline is None else memoryview(inline)
 
 
 def check_shape(kind: str, shape: Any) -> tuple[int, ...]:

@@ -190,8 +190,12 @@ def _envelope(structure: bytes, data: bytes = b"", version: int = codec.FORMAT_V
     return struct.pack(">BIb", 0xC9, len(body), codec.EXT_ENVELOPE) + body
 
 
-def _ndarray_ext(header: dict, inline: bytes = b"", version: int = codec.FORMAT_VERSION) -> bytes:
-    payload = bytes((version,)) + msgpack.packb(header) + inline
+def _ndarray_ext(
+    header: dict, inline: bytes | None = b"", version: int = codec.FORMAT_VERSION
+) -> bytes:
+    if inline is not None:
+        header = {**header, "b": inline}
+    payload = bytes((version,)) + msgpack.packb(header)
     return msgpack.packb(msgpack.ExtType(codec.EXT_NDARRAY, payload))
 
 
@@ -211,7 +215,9 @@ def _ndarray_ext(header: dict, inline: bytes = b"", version: int = codec.FORMAT_
         (_ndarray_ext({"dtype": "<f4", "shape": [-1]}), "invalid shape"),
         (_ndarray_ext({"dtype": "nonsense", "shape": [1]}), "unknown dtype"),
         (_ndarray_ext({"dtype": "|O", "shape": [1]}, b"\0" * 8), "Python objects"),
-        (_ndarray_ext({"dtype": "<f4", "shape": [1], "off": 0, "len": 4}), "data section"),
+        (_ndarray_ext({"dtype": "<f4", "shape": [1], "off": 0, "len": 4}, None), "data section"),
+        (_ndarray_ext({"dtype": "<f4", "shape": [1]}, None), "data section"),
+        (_ndarray_ext({"dtype": "<f4", "shape": [1]}, "text"), "not bytes"),
         (
             _envelope(
                 msgpack.packb(

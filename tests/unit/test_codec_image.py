@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import msgpack
 import pytest
 from PIL import Image
 
@@ -100,13 +101,12 @@ def test_images_nested_in_lists_and_dicts_round_trip():
     assert decoded["fps"] == 30
 
 
-def test_corrupt_image_block_is_refused():
-    # Given an image payload whose pixel bytes were cut short
-    data = bytearray(codec.encode(_random_image("RGB", (4, 3))).tobytes())
-    data[-1:] = b""
-    # (the ext length byte must shrink with it to stay valid msgpack)
-    data[1] -= 1
+def test_image_with_too_few_pixel_bytes_is_refused():
+    # Given an image ext value whose pixel bytes are one short of 4x3 RGB
+    header = {"mode": "RGB", "size": [4, 3], "b": bytes(35)}
+    payload = bytes((codec.FORMAT_VERSION,)) + msgpack.packb(header)
+    data = msgpack.packb(msgpack.ExtType(codec.EXT_IMAGE, payload))
 
     # When decoded, Then CodecError says the image is corrupt
     with pytest.raises(codec.CodecError, match="image ext value is corrupt"):
-        codec.decode(bytes(data))
+        codec.decode(data)
