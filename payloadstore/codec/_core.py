@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as _dt
 import gc
 import hashlib
+import importlib
 import struct
 import sys
 from collections.abc import Callable, Iterator
@@ -46,13 +47,12 @@ class Encoded:
     has been stored.
     """
 
-    __slots__ = ("_keepalive", "chunks", "nbytes")
+    __slots__ = ("chunks", "nbytes")
     content_type = fmt.CONTENT_TYPE
 
-    def __init__(self, chunks: list[bytes | memoryview], keepalive: list[object] | None = None):
+    def __init__(self, chunks: list[bytes | memoryview]):
         self.chunks = chunks
         self.nbytes = sum(len(chunk) for chunk in chunks)
-        self._keepalive = keepalive or []
 
     def __len__(self) -> int:
         return self.nbytes
@@ -85,20 +85,14 @@ class Encoded:
 
 
 def _kind_module(kind: int):
-    name = _KIND_MODULES[kind]
+    """The module for one ext kind, imported on first use (it imports numpy/torch/PIL)."""
     try:
-        if name == "_numpy":
-            from . import _numpy as module
-        elif name == "_torch":
-            from . import _torch as module
-        else:
-            from . import _image as module
+        return importlib.import_module(f"{__package__}.{_KIND_MODULES[kind]}")
     except ImportError as e:
         raise CodecError(
             f"payload holds a {_KIND_NAMES[kind]} value; install {_KIND_PACKAGES[kind]} to "
             f"decode it: {e}"
         ) from e
-    return module
 
 
 class _Encoder:
@@ -107,7 +101,6 @@ class _Encoder:
     def __init__(self) -> None:
         self.blocks: list[tuple[int, bytes | memoryview]] = []  # (offset in data section, bytes)
         self.data_len = 0
-        self.keepalive: list[object] = []
 
     def default(self, value: Any) -> Any:
         numpy = sys.modules.get("numpy")
@@ -127,17 +120,13 @@ class _Encoder:
             return self._ext(fmt.EXT_IMAGE, *_image.to_header_and_bytes(value))
         return _plain(value)
 
-    def _ext(
-        self, kind: int, header: dict, raw: bytes | memoryview, owner: object
-    ) -> msgpack.ExtType:
+    def _ext(self, kind: int, header: dict, raw: bytes | memoryview) -> msgpack.ExtType:
         if len(raw) <= fmt.INLINE_MAX_BYTES:
             return msgpack.ExtType(kind, fmt.ext_payload(header, raw))
         offset = fmt.align_up(self.data_len)
         header["off"], header["len"] = offset, len(raw)
         self.blocks.append((offset, raw))
         self.data_len = offset + len(raw)
-        if owner is not None:
-            self.keepalive.append(owner)
         return msgpack.ExtType(kind, fmt.ext_payload(header))
 
 
@@ -189,7 +178,7 @@ def _direct_bin(value: bytes | bytearray | memoryview) -> Encoded | None:
     view = view.cast("B") if view.format != "B" or view.ndim != 1 else view
     if len(view) > 0xFFFF_FFFF:
         raise CodecError("cannot encode bytes of 4 GiB or more in one msgpack bin value")
-    return Encoded([struct.pack(">BI", 0xC6, len(view)), view], [value])
+    return Encoded([struct.pack(">BI", 0xC6, len(view)), view])
 
 
 def encode(obj: Any) -> Encoded:
@@ -231,7 +220,7 @@ def _envelope(structure: bytes, encoder: _Encoder) -> Encoded:
         chunks.add(bytes(offset - position))
         chunks.add(raw)
         position = offset + len(raw)
-    return Encoded(chunks.finish(), encoder.keepalive)
+    return Encoded(chunks.finish())
 
 
 class _Chunks:
@@ -302,8 +291,9 @@ def decode(data: bytes | bytearray | memoryview, *, copy: bool = False, zdata: b
     except msgpack.ExtraData as e:
         raise CodecError("corrupt payload: bytes after the end of the msgpack value") from e
     except TypeError as e:
-        # A map key that decodes to a list (a tuple key on the encoding side) is unhashable.
-        raise CodecError(f"cannot decode the payload: {e} (map keys must be scalars)") from e
+        # e.g. a map key that decodes to a list (a tuple key on the encoding side) is unhashable
+        hint = " (map keys must be scalars)" if "unhashable" in str(e) else ""
+        raise CodecError(f"cannot decode the payload: {e}{hint}") from e
     except (ValueError, msgpack.UnpackException) as e:
         raise CodecError(f"cannot decode the payload as msgpack: {e}") from e
     finally:
@@ -374,7 +364,7 @@ class _ExtHook:
     def zdata(self, mapping: dict) -> Any:
         ztype = mapping.get("ztype")
         if (
-            ztype is None
+            not isinstance(ztype, str)
             or not isinstance(mapping.get("b"), bytes)
             or not mapping.keys() <= _ZDATA_KEYS
         ):

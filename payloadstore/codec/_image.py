@@ -15,7 +15,7 @@ from PIL import Image
 from ._format import CodecError
 
 
-def to_header_and_bytes(value: Any) -> tuple[dict[str, Any], bytes, object]:
+def to_header_and_bytes(value: Any) -> tuple[dict[str, Any], bytes]:
     try:
         raw = value.tobytes()
     except (OSError, ValueError) as e:
@@ -31,7 +31,7 @@ def to_header_and_bytes(value: Any) -> tuple[dict[str, Any], bytes, object]:
         header["transparency"] = transparency
     elif isinstance(transparency, tuple) and all(isinstance(v, int) for v in transparency):
         header["transparency"] = list(transparency)
-    return header, raw, None
+    return header, raw
 
 
 def from_header(header: dict[str, Any], raw: memoryview, *, view: bool, copy: bool) -> Any:

@@ -22,8 +22,8 @@ def _refuse_dtype(dtype: np.dtype, what: str) -> None:
         )
 
 
-def to_header_and_bytes(value: Any) -> tuple[dict[str, Any], memoryview, object]:
-    """Returns (header, raw C-order bytes as a byte memoryview, object that owns the bytes)."""
+def to_header_and_bytes(value: Any) -> tuple[dict[str, Any], memoryview]:
+    """Returns the header and the C-order bytes as a byte memoryview (which keeps them alive)."""
     is_scalar = isinstance(value, np.generic)
     if isinstance(value, np.ma.MaskedArray):
         raise CodecError("cannot encode a numpy masked array: send .data and .mask separately")
@@ -37,7 +37,7 @@ def to_header_and_bytes(value: Any) -> tuple[dict[str, Any], memoryview, object]
         header["scalar"] = True
     # Through uint8 so dtypes the buffer protocol cannot describe (datetime64, float16) export too.
     raw = memoryview(arr.reshape(-1).view(np.uint8)) if arr.nbytes else memoryview(b"")
-    return header, raw, arr
+    return header, raw
 
 
 def from_header(header: dict[str, Any], raw: memoryview, *, view: bool, copy: bool) -> Any:

@@ -1,8 +1,8 @@
 """torch tensors <-> EXT_TORCH. Imported only when a tensor or a torch ext value is met.
 
 Tensor bytes are read through ctypes rather than `.numpy()`, so bfloat16 and the float8 types
-(which numpy cannot represent) and torch builds without numpy all work; the encoder keeps the CPU
-tensor alive for as long as the `Encoded` that points at its memory.
+(which numpy cannot represent) and torch builds without numpy all work; the byte view holds a
+reference to the CPU tensor, so the memory it points at lives as long as the view.
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ DTYPES_BY_NAME: dict[str, torch.dtype] = {
 NAMES_BY_DTYPE = {dtype: name for name, dtype in DTYPES_BY_NAME.items()}
 
 
-def to_header_and_bytes(value: Any) -> tuple[dict[str, Any], memoryview, object]:
-    """Returns (header, raw bytes, the CPU tensor that owns them)."""
+def to_header_and_bytes(value: Any) -> tuple[dict[str, Any], memoryview]:
+    """Returns the header and the tensor's bytes as a memoryview that keeps the tensor alive."""
     tensor = value.detach()  # gradients are not data: a requires_grad tensor travels as its values
     if tensor.is_quantized or tensor.is_nested or tensor.layout != torch.strided:
         raise CodecError(
@@ -73,9 +73,10 @@ def to_header_and_bytes(value: Any) -> tuple[dict[str, Any], memoryview, object]
     header = {"dtype": name, "shape": list(tensor.shape)}
     nbytes = tensor.numel() * tensor.element_size()
     if nbytes == 0:
-        return header, memoryview(b""), tensor
+        return header, memoryview(b"")
     window = (ctypes.c_ubyte * nbytes).from_address(tensor.data_ptr())
-    return header, memoryview(window).cast("B"), tensor
+    window.owner = tensor  # the view below keeps `window` alive, and so the memory it points at
+    return header, memoryview(window).cast("B")
 
 
 def from_header(header: dict[str, Any], raw: memoryview, *, view: bool, copy: bool) -> Any:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 import torch
 
@@ -202,3 +204,17 @@ def test_tensors_nested_in_tuples_and_dicts_round_trip():
     _assert_bit_exact(decoded["batch"][0], big)
     assert torch.equal(decoded["batch"][1]["ids"], torch.arange(5))
     assert decoded["name"] == "x"
+
+
+def test_encoded_chunks_keep_a_temporary_tensor_alive():
+    # Given a payload encoded from a temporary tensor nobody else references
+    encoded = codec.encode({"t": torch.arange(1_000_000, dtype=torch.float32) * 2})
+    gc.collect()
+    scratch = [torch.full((1_000_000,), -1.0) for _ in range(4)]  # reuse any freed memory
+
+    # When the payload is decoded after that
+    decoded = codec.decode(encoded.tobytes())["t"]
+
+    # Then it holds the tensor's values (its memory was not freed under the chunk)
+    assert torch.equal(decoded, torch.arange(1_000_000, dtype=torch.float32) * 2)
+    del scratch
