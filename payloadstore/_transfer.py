@@ -50,7 +50,7 @@ class Progress:
         except ImportError:
             return
         self._bar = tqdm(
-            total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024, file=sys.stderr, leave=False
+            total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024, file=sys.stderr, leave=True
         )
 
     def update(self, n: int) -> None:

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -141,9 +142,59 @@ def dev(ctx: click.Context) -> None:
 # -- tokens ----------------------------------------------------------------------------------
 
 
-def token_store(settings: Settings, path: str | None, ssm_endpoint: str | None, region: str | None):
+@dataclass(frozen=True)
+class TokenRecord:
+    namespace: str
+    role: str
+    token_id: str
+
+
+class LambdaTokenAdmin:
+    """The deployed admin function (`controlplane.handlers.admin.lambda_handler`), invoked with
+    boto3: for operators allowed lambda:InvokeFunction but not the SSM path, and for installs
+    without the repository's functions/ directory."""
+
+    def __init__(self, function_name: str, lambda_client: Any = None, region: str | None = None):
+        if lambda_client is None:
+            import boto3
+
+            lambda_client = boto3.client("lambda", region_name=region)
+        self._lambda = lambda_client
+        self._function = function_name
+
+    def _invoke(self, event: dict) -> dict:
+        response = self._lambda.invoke(FunctionName=self._function, Payload=json.dumps(event).encode())
+        body = json.loads(response["Payload"].read() or b"{}")
+        if response.get("FunctionError") or not isinstance(body, dict):
+            raise ConfigError(f"admin function {self._function} failed: {body}")
+        if body.get("error"):
+            raise ConfigError(f"admin function refused: {body['error']}")
+        return body
+
+    def mint(self, namespace: str, role: str) -> tuple[str, TokenRecord]:
+        body = self._invoke({"action": "mint", "namespace": namespace, "role": role})
+        return body["token"], TokenRecord(body["namespace"], body["role"], body["token_id"])
+
+    def revoke(self, token_or_id: str) -> int:
+        key = "token" if token_or_id.startswith("pst_") else "token_id"
+        return int(self._invoke({"action": "revoke", key: token_or_id})["revoked"])
+
+    def list(self) -> list[TokenRecord]:
+        return [TokenRecord(t["namespace"], t["role"], t["token_id"]) for t in self._invoke({"action": "list"})["tokens"]]
+
+
+def token_store(
+    settings: Settings,
+    path: str | None,
+    ssm_endpoint: str | None,
+    region: str | None,
+    admin_function: str | None = None,
+):
     """TokenStore (functions/controlplane/store/tokens.py) over SSM: the local stack's emulator
-    when .devstack.json is found (or --ssm-endpoint), else AWS with TOKEN_PARAMETER_PATH."""
+    when .devstack.json is found (or --ssm-endpoint), else AWS with TOKEN_PARAMETER_PATH; or the
+    deployed admin function when one is named."""
+    if admin_function:
+        return LambdaTokenAdmin(admin_function, region=region)
     try:
         from .devstack.gateway import FUNCTIONS_DIR, ensure_functions_on_path
 
@@ -184,6 +235,8 @@ _token_options = [
     click.option("--path", "param_path", help=f"SSM parameter path [{ENV_TOKEN_PARAMETER_PATH}]"),
     click.option("--ssm-endpoint", help="SSM endpoint URL (default: the local stack's, else AWS)"),
     click.option("--region", help="AWS region (default: the environment's)"),
+    click.option("--admin-function", envvar="PAYLOADSTORE_ADMIN_FUNCTION",
+                 help="invoke this deployed admin Lambda instead of writing SSM [PAYLOADSTORE_ADMIN_FUNCTION]"),
 ]
 
 
@@ -203,10 +256,10 @@ def token() -> None:
 @click.option("--role", type=click.Choice(["client", "daemon"]), required=True)
 @with_token_options
 @click.pass_obj
-def token_create(settings: Settings, token_namespace, role, param_path, ssm_endpoint, region) -> None:
+def token_create(settings: Settings, token_namespace, role, param_path, ssm_endpoint, region, admin_function) -> None:
     """Print a new token on stdout (it is not stored anywhere in plain text)."""
     try:
-        store = token_store(settings, param_path, ssm_endpoint, region)
+        store = token_store(settings, param_path, ssm_endpoint, region, admin_function)
         plain, info = store.mint(token_namespace, role)
     except PayloadStoreError as e:
         fail(e)
@@ -220,10 +273,10 @@ def token_create(settings: Settings, token_namespace, role, param_path, ssm_endp
 @click.argument("token_or_id")
 @with_token_options
 @click.pass_obj
-def token_revoke(settings: Settings, token_or_id, param_path, ssm_endpoint, region) -> None:
+def token_revoke(settings: Settings, token_or_id, param_path, ssm_endpoint, region, admin_function) -> None:
     """Revoke a token, given the token or its id (the hash prefix `token create` printed)."""
     try:
-        store = token_store(settings, param_path, ssm_endpoint, region)
+        store = token_store(settings, param_path, ssm_endpoint, region, admin_function)
         removed = store.revoke(token_or_id)
     except PayloadStoreError as e:
         fail(e)
@@ -238,10 +291,10 @@ def token_revoke(settings: Settings, token_or_id, param_path, ssm_endpoint, regi
 @token.command("list")
 @with_token_options
 @click.pass_obj
-def token_list(settings: Settings, param_path, ssm_endpoint, region) -> None:
+def token_list(settings: Settings, param_path, ssm_endpoint, region, admin_function) -> None:
     """List token ids with their namespace and role."""
     try:
-        store = token_store(settings, param_path, ssm_endpoint, region)
+        store = token_store(settings, param_path, ssm_endpoint, region, admin_function)
         infos = store.list()
     except PayloadStoreError as e:
         fail(e)

@@ -262,3 +262,23 @@ def test_given_a_cp_that_stays_down_when_adding_then_service_unavailable():
     world.fail("GET", "/v1/config", *[response(503, json={"error": {"code": "service_unavailable", "message": "redis down"}})] * 5)
     with pytest.raises(ServiceUnavailable, match="redis down"):
         make_client(world).queue("q").add(1)
+
+
+def test_given_progress_true_when_uploading_then_a_bar_reaches_the_full_size_on_stderr(capsys):
+    world = FakeWorld(max_payload_bytes=8 << 20)
+    make_client(world).queue("q").submit((big_bytes(3 << 20),), progress=True)
+    err = capsys.readouterr().err
+    assert "upload args" in err and "100%" in err
+
+
+def test_given_progress_false_when_uploading_then_stderr_stays_quiet(capsys):
+    world = FakeWorld(max_payload_bytes=8 << 20)
+    make_client(world).queue("q").submit((big_bytes(3 << 20),), progress=False)
+    assert capsys.readouterr().err == ""
+
+
+def test_given_no_tqdm_when_progress_is_asked_then_a_plain_counter_reaches_100_percent(capsys, monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "tqdm", None)  # import tqdm -> ImportError
+    world = FakeWorld(max_payload_bytes=8 << 20)
+    make_client(world).queue("q").submit((big_bytes(3 << 20),), progress=True)
+    assert "upload args 100% 3.0/3.0 MiB" in capsys.readouterr().err

@@ -1,0 +1,78 @@
+"""CLI pieces that need no server: the admin-Lambda token path, argument checks, value output."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from payloadstore.cli import LambdaTokenAdmin, cli, emit_value
+from payloadstore.errors import ConfigError
+
+
+class FakeLambda:
+    """Answers like the deployed admin function (controlplane.handlers.admin) would."""
+
+    def __init__(self, answer: dict, function_error: str | None = None):
+        self.answer = answer
+        self.function_error = function_error
+        self.events: list[tuple[str, dict]] = []
+
+    def invoke(self, FunctionName: str, Payload: bytes) -> dict:
+        self.events.append((FunctionName, json.loads(Payload)))
+        out = {"StatusCode": 200, "Payload": io.BytesIO(json.dumps(self.answer).encode())}
+        if self.function_error:
+            out["FunctionError"] = self.function_error
+        return out
+
+
+def test_given_the_admin_function_when_minting_then_it_is_invoked_with_the_mint_event():
+    fake = FakeLambda({"token": "pst_abc", "token_id": "0123456789ab", "namespace": "team", "role": "daemon"})
+    token, info = LambdaTokenAdmin("ps-admin", lambda_client=fake).mint("team", "daemon")
+    assert (token, info.token_id, info.role) == ("pst_abc", "0123456789ab", "daemon")
+    assert fake.events == [("ps-admin", {"action": "mint", "namespace": "team", "role": "daemon"})]
+
+
+def test_given_a_token_or_an_id_when_revoking_then_the_event_names_the_right_field():
+    fake = FakeLambda({"revoked": 1})
+    admin = LambdaTokenAdmin("ps-admin", lambda_client=fake)
+    assert admin.revoke("pst_secret") == 1 and admin.revoke("0123456789ab") == 1
+    assert [e for _, e in fake.events] == [{"action": "revoke", "token": "pst_secret"},
+                                          {"action": "revoke", "token_id": "0123456789ab"}]
+
+
+def test_given_the_admin_function_refuses_when_minting_then_config_error_with_its_reason():
+    fake = FakeLambda({"error": "invalid namespace 'Bad NS'"})
+    with pytest.raises(ConfigError, match="invalid namespace"):
+        LambdaTokenAdmin("ps-admin", lambda_client=fake).mint("Bad NS", "client")
+
+
+def test_given_neither_file_nor_json_when_enqueueing_then_usage_error_exit_2():
+    result = CliRunner().invoke(cli, ["--endpoint", "http://x", "--token", "pst_x", "enqueue", "q"])
+    assert result.exit_code == 2 and "exactly one of --file or --json" in result.output
+
+
+def test_given_invalid_json_when_enqueueing_then_usage_error_exit_2():
+    result = CliRunner().invoke(cli, ["--endpoint", "http://x", "--token", "pst_x", "enqueue", "q", "--json", "{"])
+    assert result.exit_code == 2 and "not JSON" in result.output
+
+
+def test_given_no_credentials_anywhere_when_enqueueing_then_exit_2_naming_what_to_set(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for name in ("PAYLOADSTORE_ENDPOINT", "PAYLOADSTORE_TOKEN", "PAYLOADSTORE_DEVSTACK"):
+        monkeypatch.delenv(name, raising=False)
+    result = CliRunner().invoke(cli, ["enqueue", "q", "--json", "1"])
+    assert result.exit_code == 2
+    assert "PAYLOADSTORE_ENDPOINT" in result.output and "payloadstore dev" in result.output
+
+
+def test_values_are_printed_as_json_and_bytes_raw(tmp_path, capsysbinary):
+    import numpy as np
+
+    emit_value({"a": np.arange(3), "b": b"xyz"}, None)
+    emit_value(b"\x00\x01", str(tmp_path / "out.bin"))
+    out = capsysbinary.readouterr().out
+    assert json.loads(out) == {"a": [0, 1, 2], "b": {"bytes": 3}}
+    assert (tmp_path / "out.bin").read_bytes() == b"\x00\x01"
