@@ -1,0 +1,429 @@
+"""What the synthesized template promises, checked resource by resource (one in-process synth)."""
+
+from __future__ import annotations
+
+import pytest
+
+from controlplane.models.settings import SETTINGS_ENV, Settings
+from controlplane.routes import BINARY_MEDIA_TYPES, FUNCTIONS, ROUTES, API_GATEWAY_TIMEOUT_S
+from infra.config import METRICS_NAMESPACE, SERVICE_NAME, TOKEN_PARAMETER_PATH
+from infra.functions import function_logical_id
+from tests.infra.cfn import (
+    api_paths,
+    as_list,
+    integrated_function,
+    render,
+    resources,
+    role_statements,
+)
+
+pytestmark = pytest.mark.infra
+
+
+def _payload_bucket_id(template) -> str:
+    (bucket_id,) = [
+        k for k, v in resources(template, "AWS::S3::Bucket").items()
+        if "LoggingConfiguration" in v["Properties"]
+    ]
+    return bucket_id
+
+
+def _function(template, group: str) -> dict:
+    return template["Resources"][function_logical_id(group)]
+
+
+# --- storage ---------------------------------------------------------------------------------
+
+
+def test_every_bucket_is_sse_s3_encrypted_and_blocks_all_public_access(template):
+    # Given the synthesized stack
+    buckets = resources(template, "AWS::S3::Bucket")
+    assert len(buckets) == 2, "the payload bucket and its access-log bucket"
+    for bucket_id, bucket in buckets.items():
+        props = bucket["Properties"]
+        # Then default encryption is SSE-S3 (AES256)
+        (rule,) = props["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+        assert rule["ServerSideEncryptionByDefault"] == {"SSEAlgorithm": "AES256"}, bucket_id
+        # And all four public-access blocks are on
+        assert props["PublicAccessBlockConfiguration"] == {
+            "BlockPublicAcls": True,
+            "BlockPublicPolicy": True,
+            "IgnorePublicAcls": True,
+            "RestrictPublicBuckets": True,
+        }, bucket_id
+        # And no CORS: no browser client ever talks to S3
+        assert "CorsConfiguration" not in props
+
+
+def test_every_bucket_policy_denies_requests_without_tls(template):
+    for policy in resources(template, "AWS::S3::BucketPolicy").values():
+        statements = policy["Properties"]["PolicyDocument"]["Statement"]
+        denies = [
+            s for s in statements
+            if s["Effect"] == "Deny"
+            and s.get("Condition") == {"Bool": {"aws:SecureTransport": "false"}}
+            and s["Action"] == "s3:*"
+        ]
+        assert len(denies) == 1, statements
+        bucket = render(policy["Properties"]["Bucket"])
+        bucket_arn = bucket.replace(">", ".Arn>")
+        # Both the bucket and every object in it
+        assert sorted(render(denies[0]["Resource"])) == sorted([bucket_arn, f"{bucket_arn}/*"])
+    assert len(resources(template, "AWS::S3::BucketPolicy")) == 2
+
+
+def test_lifecycle_expires_only_payloads_after_two_days_and_aborts_uploads_after_one(template):
+    bucket = template["Resources"][_payload_bucket_id(template)]
+    rules = bucket["Properties"]["LifecycleConfiguration"]["Rules"]
+    # Then there is exactly one rule, scoped to payloads/ (exec/ and others are untouched)
+    assert len(rules) == 1
+    (rule,) = rules
+    assert rule["Status"] == "Enabled"
+    prefix = rule.get("Prefix", rule.get("Filter", {}).get("Prefix"))
+    assert prefix == "payloads/"
+    assert rule["ExpirationInDays"] == 2
+    assert rule["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 1}
+
+
+def test_lifecycle_matches_the_local_stack_bucket():
+    # The local stack creates its bucket from its own constants: both must say the same thing.
+    from infra import storage
+    from payloadstore.devstack import services
+
+    assert (storage.PAYLOAD_PREFIX, storage.PAYLOAD_EXPIRATION_DAYS, storage.ABORT_MULTIPART_DAYS) == (
+        services.PAYLOAD_PREFIX, services.PAYLOAD_EXPIRATION_DAYS, services.ABORT_MULTIPART_DAYS
+    )
+    assert storage.LIFECYCLE_RULE_ID == services.LIFECYCLE_RULE_ID
+
+
+def test_payload_bucket_logs_access_and_is_retained_by_default(template):
+    bucket_id = _payload_bucket_id(template)
+    bucket = template["Resources"][bucket_id]
+    assert bucket["DeletionPolicy"] == "Retain"
+    assert bucket["UpdateReplacePolicy"] == "Retain"
+    target = render(bucket["Properties"]["LoggingConfiguration"]["DestinationBucketName"])
+    assert target != f"<{bucket_id}>"
+    assert template["Resources"][target.strip("<>")]["Type"] == "AWS::S3::Bucket"
+
+
+def test_removal_policy_context_flag_switches_buckets_to_destroy():
+    # Given a stack built with -c payloadstore:removalPolicy=destroy (storage construct alone)
+    import aws_cdk as cdk
+    from aws_cdk.assertions import Template
+
+    from infra.app_factory import cdk_json_context
+    from infra.config import CTX_REMOVAL_POLICY, destroy_on_removal
+    from infra.storage import PayloadStorage
+
+    app = cdk.App(context={**cdk_json_context(), CTX_REMOVAL_POLICY: "destroy"})
+    stack = cdk.Stack(app, "Flag")
+    PayloadStorage(stack, "Storage", destroy_on_removal=destroy_on_removal(stack))
+    # Then the buckets are deleted with the stack (emptied first)
+    buckets = Template.from_stack(stack).find_resources("AWS::S3::Bucket")
+    assert {b["DeletionPolicy"] for b in buckets.values()} == {"Delete"}
+    # And a typo is refused rather than silently retaining or destroying
+    bad = cdk.Stack(cdk.App(context={CTX_REMOVAL_POLICY: "destory"}), "Bad")
+    with pytest.raises(ValueError, match="retain or destroy"):
+        destroy_on_removal(bad)
+
+
+# --- network and cache -------------------------------------------------------------------------
+
+
+def test_vpc_has_only_isolated_subnets_and_no_internet_path(template):
+    subnets = resources(template, "AWS::EC2::Subnet")
+    assert len(subnets) == 2, "two AZs for Multi-AZ Redis"
+    for subnet in subnets.values():
+        tags = {t["Key"]: t["Value"] for t in subnet["Properties"]["Tags"]}
+        assert tags["aws-cdk:subnet-type"] == "Isolated"
+        assert subnet["Properties"]["MapPublicIpOnLaunch"] is False
+    for forbidden in ("AWS::EC2::InternetGateway", "AWS::EC2::NatGateway", "AWS::EC2::Route", "AWS::EC2::EIP"):
+        assert resources(template, forbidden) == {}, forbidden
+
+
+def test_vpc_reaches_s3_by_gateway_and_secrets_and_ssm_by_private_interface_endpoints(template):
+    endpoints = resources(template, "AWS::EC2::VPCEndpoint").values()
+    by_service = {render(e["Properties"]["ServiceName"]): e["Properties"] for e in endpoints}
+    services = {name.rsplit(".", 1)[-1] if "." in name else name: props for name, props in by_service.items()}
+    s3 = next(p for n, p in by_service.items() if n.endswith(".s3") or n.endswith("s3"))
+    assert s3["VpcEndpointType"] == "Gateway"
+    for service in ("secretsmanager", "ssm"):
+        props = next(p for n, p in by_service.items() if n.endswith(f".{service}"))
+        assert props["VpcEndpointType"] == "Interface"
+        assert props["PrivateDnsEnabled"] is True
+    assert len(services) == 3
+
+
+def test_redis_is_encrypted_multi_az_cluster_mode_with_auth(template):
+    (group,) = resources(template, "AWS::ElastiCache::ReplicationGroup").values()
+    props = group["Properties"]
+    assert props["TransitEncryptionEnabled"] is True
+    assert props["TransitEncryptionMode"] == "required"
+    assert props["AtRestEncryptionEnabled"] is True
+    assert props["MultiAZEnabled"] is True and props["AutomaticFailoverEnabled"] is True
+    assert props["ReplicasPerNodeGroup"] >= 1
+    assert props["ClusterMode"] == "enabled" and props["CacheParameterGroupName"].endswith(".cluster.on")
+    # The AUTH token comes from the generated secret, never a literal in the template
+    (secret_id,) = resources(template, "AWS::SecretsManager::Secret")
+    assert render(props["AuthToken"]) == f"{{{{resolve:secretsmanager:<{secret_id}>:SecretString:::}}}}"
+    # And it lives in the isolated subnets
+    (subnet_group,) = resources(template, "AWS::ElastiCache::SubnetGroup").values()
+    isolated = {f"<{k}>" for k in resources(template, "AWS::EC2::Subnet")}
+    assert set(render(subnet_group["Properties"]["SubnetIds"])) == isolated
+
+
+def test_redis_accepts_connections_only_from_the_functions_security_group(template):
+    (group,) = resources(template, "AWS::ElastiCache::ReplicationGroup").values()
+    (redis_sg,) = [render(s).strip("<>").split(".")[0] for s in group["Properties"]["SecurityGroupIds"]]
+    function_sgs = {
+        render(sg).strip("<>").split(".")[0]
+        for fn in resources(template, "AWS::Lambda::Function").values()
+        for sg in fn["Properties"]["VpcConfig"]["SecurityGroupIds"]
+    }
+    assert len(function_sgs) == 1
+    # No inline ingress on the group itself, one separate rule: port 6379 from the functions' SG
+    assert "SecurityGroupIngress" not in template["Resources"][redis_sg]["Properties"]
+    ingress = [
+        r["Properties"] for r in resources(template, "AWS::EC2::SecurityGroupIngress").values()
+        if render(r["Properties"]["GroupId"]) == f"<{redis_sg}.GroupId>"
+    ]
+    assert ingress == [
+        {
+            "Description": "redis from the control-plane functions",
+            "FromPort": 6379,
+            "ToPort": 6379,
+            "IpProtocol": "tcp",
+            "GroupId": {"Fn::GetAtt": [redis_sg, "GroupId"]},
+            "SourceSecurityGroupId": {"Fn::GetAtt": [function_sgs.pop(), "GroupId"]},
+        }
+    ]
+    # And nothing in the stack is open to the world inbound
+    for sg in resources(template, "AWS::EC2::SecurityGroup").values():
+        for rule in sg["Properties"].get("SecurityGroupIngress", []):
+            assert rule.get("CidrIp") not in ("0.0.0.0/0",) and rule.get("CidrIpv6") != "::/0"
+
+
+# --- functions -------------------------------------------------------------------------------
+
+
+def test_one_function_per_group_with_its_handler_runtime_tracing_and_timeout(template):
+    functions = resources(template, "AWS::Lambda::Function")
+    assert set(functions) == {function_logical_id(g) for g in FUNCTIONS}
+    for group, handler in FUNCTIONS.items():
+        props = _function(template, group)["Properties"]
+        assert props["Handler"] == handler
+        assert props["Runtime"] == "python3.13"
+        assert props["Architectures"] == ["x86_64"]
+        assert props["TracingConfig"] == {"Mode": "Active"}
+        if group not in ("admin",):
+            # Answers must reach the client before API Gateway's 29 s integration timeout
+            assert props["Timeout"] < API_GATEWAY_TIMEOUT_S, group
+        assert len(props["Layers"]) == 1
+        isolated = {f"<{k}>" for k in resources(template, "AWS::EC2::Subnet")}
+        assert set(render(props["VpcConfig"]["SubnetIds"])) == isolated
+
+
+def test_long_poll_functions_outlive_their_longest_wait(template):
+    settings = Settings(payload_bucket="bucket")
+    for group in ("jobs", "daemon"):
+        timeout = _function(template, group)["Properties"]["Timeout"]
+        assert timeout > max(settings.poll_max_wait_s, settings.result_max_wait_s) + 2
+
+
+def test_every_function_carries_the_settings_and_powertools_environment(template):
+    (bucket_id,) = [_payload_bucket_id(template)]
+    (secret_id,) = resources(template, "AWS::SecretsManager::Secret")
+    (group_id,) = resources(template, "AWS::ElastiCache::ReplicationGroup")
+    expected_names = set(SETTINGS_ENV.values()) - {"AWS_REGION", "S3_ENDPOINT_URL"}
+    for group in FUNCTIONS:
+        env = _function(template, group)["Properties"]["Environment"]["Variables"]
+        # Then every AWS-relevant setting is there, plus Powertools' three
+        assert set(env) == expected_names | {
+            "POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_LOG_LEVEL"
+        }, group
+        assert env["POWERTOOLS_SERVICE_NAME"] == SERVICE_NAME
+        assert env["POWERTOOLS_METRICS_NAMESPACE"] == METRICS_NAMESPACE == "PayloadStore"
+        # And the resource-backed ones point at this stack's resources
+        assert render(env["PAYLOAD_BUCKET"]) == f"<{bucket_id}>"
+        assert render(env["REDIS_URL"]) == (
+            f"rediss://<{group_id}.ConfigurationEndPoint.Address>:<{group_id}.ConfigurationEndPoint.Port>/0"
+        )
+        assert env["REDIS_CLUSTER"] == "true"
+        assert render(env["REDIS_AUTH_SECRET"]) == f"<{secret_id}>"
+        assert env["TOKEN_PARAMETER_PATH"] == TOKEN_PARAMETER_PATH
+        # And the literal ones are valid settings equal to the documented defaults
+        literal = {k: v for k, v in env.items() if isinstance(v, str)}
+        parsed = Settings.from_env({**literal, "PAYLOAD_BUCKET": "bucket", "REDIS_URL": "rediss://h:6379/0"})
+        defaults = Settings(payload_bucket="bucket")
+        for field in ("inline_threshold", "max_payload_bytes", "presign_ttl_s", "result_ttl_s",
+                      "max_presigns_per_job", "visibility_timeout_s", "payload_lost_policy"):
+            assert getattr(parsed, field) == getattr(defaults, field), field
+        assert parsed.redis_cluster is True
+
+
+def _s3_statements(template, group):
+    role_id = render(_function(template, group)["Properties"]["Role"]).strip("<>").split(".")[0]
+    return [
+        s for s in role_statements(template, role_id)
+        if any(a.startswith("s3:") for a in as_list(s["Action"]))
+    ]
+
+
+def test_s3_permissions_are_exactly_what_each_function_signs_or_checks(template):
+    bucket_arn = f"<{_payload_bucket_id(template)}.Arn>"
+    objects = f"{bucket_arn}/payloads/*"
+
+    def summary(group):
+        return sorted(
+            (tuple(sorted(as_list(s["Action"]))), tuple(sorted(as_list(render(s["Resource"])))), s["Effect"])
+            for s in _s3_statements(template, group)
+        )
+
+    # The presigning function: Put and Get on payloads/* only (a URL can do what its signer can)
+    assert summary("payloads") == [(("s3:GetObject", "s3:PutObject"), (objects,), "Allow")]
+    # The reference checkers: HEAD (s3:GetObject) on payloads/* only
+    assert summary("jobs") == [(("s3:GetObject",),  (objects,), "Allow")]
+    assert summary("daemon") == [(("s3:GetObject",), (objects,), "Allow")]
+    # Health: bucket-level configuration reads on the bucket itself, no object access
+    assert summary("public") == [(
+        ("s3:GetBucketLocation", "s3:GetEncryptionConfiguration", "s3:GetLifecycleConfiguration",
+         "s3:ListBucket"),
+        (bucket_arn,),
+        "Allow",
+    )]
+    # The authorizer and the admin function never touch S3
+    assert summary("authorizer") == [] and summary("admin") == []
+
+
+def test_no_role_has_s3_wildcards_or_object_listing(template):
+    for role_id in resources(template, "AWS::IAM::Role"):
+        for s in role_statements(template, role_id):
+            actions = as_list(s["Action"])
+            assert "s3:*" not in actions and "*" not in actions, role_id
+            assert not [a for a in actions if a.startswith("s3:List") and a != "s3:ListBucket"], role_id
+
+
+def test_token_store_permissions(template):
+    def ssm(group):
+        role_id = render(_function(template, group)["Properties"]["Role"]).strip("<>").split(".")[0]
+        return sorted(
+            (a, r)
+            for s in role_statements(template, role_id)
+            for a in as_list(s["Action"]) if a.startswith("ssm:")
+            for r in as_list(render(s["Resource"]))
+        )
+
+    path = "arn:<AWS::Partition>:ssm:<AWS::Region>:<AWS::AccountId>:parameter/payloadstore/tokens"
+    assert ssm("authorizer") == [("ssm:GetParametersByPath", path)]
+    assert ssm("admin") == [
+        ("ssm:DeleteParameter", f"{path}/*"),
+        ("ssm:GetParametersByPath", path),
+        ("ssm:PutParameter", f"{path}/*"),
+    ]
+    for group in ("payloads", "jobs", "daemon", "public"):
+        assert ssm(group) == [], group
+
+
+# --- API -------------------------------------------------------------------------------------
+
+
+def _methods(template):
+    paths = api_paths(template)
+    out = {}
+    for method in resources(template, "AWS::ApiGateway::Method").values():
+        props = method["Properties"]
+        out[(props["HttpMethod"], paths[props["ResourceId"]["Ref"]])] = method
+    return out
+
+
+def test_api_has_exactly_the_routes_of_the_wire_each_on_its_function(template):
+    methods = _methods(template)
+    assert set(methods) == {(r.method, r.path) for r in ROUTES}
+    for route in ROUTES:
+        assert integrated_function(methods[(route.method, route.path)]) == function_logical_id(route.function)
+        assert methods[(route.method, route.path)]["Properties"]["Integration"]["Type"] == "AWS_PROXY"
+    # The admin function and the authorizer are not routes
+    integrated = {integrated_function(m) for m in methods.values()}
+    assert function_logical_id("admin") not in integrated
+    assert function_logical_id("authorizer") not in integrated
+
+
+def test_authorizer_guards_every_route_but_the_public_ones(template):
+    (authorizer_id, authorizer), = resources(template, "AWS::ApiGateway::Authorizer").items()
+    props = authorizer["Properties"]
+    assert props["Type"] == "REQUEST"
+    assert props["IdentitySource"] == "method.request.header.Authorization"
+    assert 0 < props["AuthorizerResultTtlInSeconds"] <= 300
+    assert function_logical_id("authorizer") in str(props["AuthorizerUri"])
+    methods = _methods(template)
+    for route in ROUTES:
+        method = methods[(route.method, route.path)]["Properties"]
+        if route.roles is None:
+            assert method["AuthorizationType"] == "NONE", route.path
+            assert "AuthorizerId" not in method
+        else:
+            assert method["AuthorizationType"] == "CUSTOM", route.path
+            assert method["AuthorizerId"] == {"Ref": authorizer_id}, route.path
+    assert [r.path for r in ROUTES if r.roles is None and r.path == "/v1/health"] == ["/v1/health"]
+
+
+def test_api_accepts_msgpack_bodies_as_binary(template):
+    (api,) = resources(template, "AWS::ApiGateway::RestApi").values()
+    assert "application/msgpack" in api["Properties"]["BinaryMediaTypes"]
+    assert set(api["Properties"]["BinaryMediaTypes"]) == set(BINARY_MEDIA_TYPES)
+
+
+def test_stage_is_throttled_traced_and_access_logged(template):
+    (stage,) = resources(template, "AWS::ApiGateway::Stage").values()
+    props = stage["Properties"]
+    assert props["TracingEnabled"] is True
+    (settings,) = props["MethodSettings"]
+    assert settings["HttpMethod"] == "*" and settings["ResourcePath"] == "/*"
+    assert settings["ThrottlingRateLimit"] > 0 and settings["ThrottlingBurstLimit"] > 0
+    assert settings["DataTraceEnabled"] is False, "bodies may be payload bytes: never log them"
+    destination = render(props["AccessLogSetting"]["DestinationArn"])
+    (log_group,) = resources(template, "AWS::Logs::LogGroup").keys() & {
+        k for k in template["Resources"] if f"log-group:<{k}>" in destination
+    }
+    assert template["Resources"][log_group]["Properties"]["RetentionInDays"] > 0
+    assert '"status"' in props["AccessLogSetting"]["Format"]
+
+
+# --- alarms and outputs ------------------------------------------------------------------------
+
+
+def test_alarms_on_corrupt_payloads_api_5xx_and_redis_memory_notify_the_topic(template):
+    (topic_id,) = resources(template, "AWS::SNS::Topic")
+    alarms = list(resources(template, "AWS::CloudWatch::Alarm").values())
+    assert len(alarms) == 3
+    for alarm in alarms:
+        assert alarm["Properties"]["AlarmActions"] == [{"Ref": topic_id}]
+
+    (corrupt,) = [a["Properties"] for a in alarms if a["Properties"].get("MetricName") == "PayloadCorrupt"]
+    assert corrupt["Namespace"] == "PayloadStore"
+    assert corrupt["Dimensions"] == [{"Name": "service", "Value": SERVICE_NAME}]
+    assert corrupt["Threshold"] == 0 and corrupt["ComparisonOperator"] == "GreaterThanThreshold"
+    assert corrupt["Statistic"] == "Sum"
+
+    (api_5xx,) = [a["Properties"] for a in alarms if a["Properties"].get("MetricName") == "5XXError"]
+    assert api_5xx["Namespace"] == "AWS/ApiGateway"
+
+    (memory,) = [a["Properties"] for a in alarms if "Metrics" in a["Properties"]]
+    metrics = [m["MetricStat"]["Metric"] for m in memory["Metrics"] if "MetricStat" in m]
+    (group,) = resources(template, "AWS::ElastiCache::ReplicationGroup").values()
+    props = group["Properties"]
+    assert {m["MetricName"] for m in metrics} == {"DatabaseMemoryUsagePercentage"}
+    # Every node of every shard is watched
+    assert len(metrics) == props["NumNodeGroups"] * (props["ReplicasPerNodeGroup"] + 1)
+    node_ids = {m["Dimensions"][0]["Value"] for m in metrics}
+    assert all(n.startswith(props["ReplicationGroupId"] + "-") for n in node_ids)
+
+
+def test_outputs_name_the_api_bucket_token_store_and_alarm_topic(template):
+    outputs = template["Outputs"]
+    assert {"ApiUrl", "PayloadBucketName", "TokenParameterPath", "AlarmTopicArn", "AdminFunctionName"} <= set(outputs)
+    assert outputs["TokenParameterPath"]["Value"] == TOKEN_PARAMETER_PATH
+    assert render(outputs["PayloadBucketName"]["Value"]) == f"<{_payload_bucket_id(template)}>"
+    (topic_id,) = resources(template, "AWS::SNS::Topic")
+    assert render(outputs["AlarmTopicArn"]["Value"]) == f"<{topic_id}>"
+    assert "execute-api" in str(outputs["ApiUrl"]["Value"])
