@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import gc
 import hashlib
 import struct
 from collections import OrderedDict
@@ -254,3 +255,22 @@ def test_content_type_and_version_are_published():
     assert codec.CONTENT_TYPE == "application/msgpack"
     assert codec.FORMAT_VERSION == 1
     assert issubclass(codec.CodecError, ValueError)
+
+
+@pytest.mark.parametrize("enabled_before", [True, False])
+def test_decoding_a_large_structure_leaves_the_gc_as_it_found_it(enabled_before):
+    # Given a structure over 1 MiB of msgpack (decode pauses the GC for it) and a GC state
+    data = codec.encode([{"k": i, "v": "x" * 8} for i in range(100_000)]).tobytes()
+    assert len(data) > 1024 * 1024
+    was_enabled = gc.isenabled()
+    (gc.enable if enabled_before else gc.disable)()
+    try:
+        # When decoded, successfully and unsuccessfully
+        assert len(codec.decode(data)) == 100_000
+        with pytest.raises(codec.CodecError):
+            codec.decode(data[:-1])
+
+        # Then the GC is enabled exactly when it was before
+        assert gc.isenabled() is enabled_before
+    finally:
+        (gc.enable if was_enabled else gc.disable)()
