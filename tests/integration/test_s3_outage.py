@@ -1,0 +1,25 @@
+"""S3 unreachable: 503 with Retry-After, never a stack trace; nothing written."""
+
+from __future__ import annotations
+
+from payloadstore.devstack.services import free_port
+from tests.integration.conftest import upload
+
+
+def test_s3_down_at_enqueue_is_503_and_creates_no_job(cp, settings_env, redis_server):
+    # Given an uploaded payload, then S3 becomes unreachable
+    ref = upload(cp, b"\x01" * 100)
+    settings_env(S3_ENDPOINT_URL=f"http://127.0.0.1:{free_port()}")
+    # When the client enqueues it
+    r = cp.enqueue(ref=ref)
+    # Then it is told to retry later, and no job exists
+    assert r.status == 503, r.raw_body
+    assert r.headers.get("Retry-After")
+    assert "object storage" in r.error["message"] and "Traceback" not in r.raw_body
+    import redis
+
+    job_id = ref["key"].split("/")[-2]
+    assert not redis.Redis.from_url(redis_server.url).exists(f"ps:{{j:{job_id}}}:job")
+    # And health names the bucket checks
+    health = cp.call("public", "GET", "/v1/health", namespace=None)
+    assert health.status == 503 and "bucket" in health.json["failing"]

@@ -1,0 +1,26 @@
+"""How S3 failures map to answers (narrow unit test: botocore errors built by hand)."""
+
+from __future__ import annotations
+
+from botocore.exceptions import ClientError, EndpointConnectionError
+
+from controlplane.models.errors import ServiceUnavailable, UpstreamError
+from controlplane.store.s3_objects import _storage_error
+
+
+def client_error(code: str) -> ClientError:
+    return ClientError({"Error": {"Code": code, "Message": "m"}}, "HeadObject")
+
+
+def test_throttling_and_outages_are_retryable_503():
+    for e in (client_error("SlowDown"), client_error("ServiceUnavailable"),
+              EndpointConnectionError(endpoint_url="http://s3")):
+        mapped = _storage_error(e, "head")
+        assert isinstance(mapped, ServiceUnavailable) and mapped.status == 503
+        assert mapped.headers["Retry-After"]
+
+
+def test_refusals_are_502_naming_the_code():
+    mapped = _storage_error(client_error("AccessDenied"), "head")
+    assert isinstance(mapped, UpstreamError) and mapped.status == 502
+    assert "AccessDenied" in mapped.message
