@@ -21,15 +21,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import boto3  # noqa: E402
-import httpx  # noqa: E402
-import numpy as np  # noqa: E402
-from botocore.config import Config  # noqa: E402
+import boto3
+import httpx
+import numpy as np
+from botocore.config import Config
 
-from payloadstore import codec  # noqa: E402
-from payloadstore._http import RetryPolicy  # noqa: E402
-from payloadstore._transfer import download, upload  # noqa: E402
-from payloadstore.devstack.services import MotoServer, create_payload_bucket, local_aws_env  # noqa: E402
+from payloadstore import codec
+from payloadstore._http import RetryPolicy
+from payloadstore._transfer import download, upload
+from payloadstore.devstack.services import MotoServer, create_payload_bucket, local_aws_env
 
 BUCKET = "bench-sdk"
 
@@ -85,19 +85,30 @@ def run(s3, mib: int, repeat: int) -> None:
 
     rows: dict[str, list[tuple[float, int]]] = {"upload (sdk, streamed)": [], "upload (joined bytes)": [],
                                                 "download + verify (sdk)": []}
+    t_decode = 0.0
     for i in range(repeat):
         key = f"payloads/bench/{i}/args"
-        t, peak, _ = measure(lambda: upload(http, grant(key, "PUT"), list(encoded.chunks), size,
-                                            presign_again=lambda: grant(key, "PUT"), retry=retry, progress=False))
+        put, put_joined, get = grant(key, "PUT"), grant(key + "-joined", "PUT"), grant(key, "GET")
+
+        def streamed(put=put, key=key):
+            return upload(http, put, list(encoded.chunks), size,
+                          presign_again=lambda: grant(key, "PUT"), retry=retry, progress=False)
+
+        def joined(put=put_joined):
+            http.put(put["url"], content=encoded.tobytes(), headers=put["headers"]).raise_for_status()
+
+        def fetched(get=get, key=key):
+            return download(http, get, size=size, sha256=sha,
+                            presign_again=lambda: grant(key, "GET"), retry=retry, progress=False)
+
+        t, peak, _ = measure(streamed)
         rows["upload (sdk, streamed)"].append((t, peak))
-        t, peak, _ = measure(lambda: http.put(grant(key + "-joined", "PUT")["url"], content=encoded.tobytes(),
-                                              headers=grant(key + "-joined", "PUT")["headers"]).raise_for_status())
+        t, peak, _ = measure(joined)
         rows["upload (joined bytes)"].append((t, peak))
-        t, peak, data = measure(lambda: download(http, grant(key, "GET"), size=size, sha256=sha,
-                                                 presign_again=lambda: grant(key, "GET"), retry=retry, progress=False))
+        t, peak, data = measure(fetched)
         rows["download + verify (sdk)"].append((t, peak))
         assert hashlib.sha256(data).hexdigest() == sha
-        t_decode, _, decoded = measure(lambda: codec.decode(data))
+        t_decode, _, decoded = measure(lambda data=data: codec.decode(data))
         assert np.array_equal(decoded, array)
         del data, decoded
 

@@ -36,7 +36,30 @@ _EXPORTS = {
     "TransferError": ".errors",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "ApiError",
+    "AuthError",
+    "Client",
+    "ConfigError",
+    "ConflictError",
+    "Daemon",
+    "InvalidRequest",
+    "Job",
+    "JobFailed",
+    "JobNotFound",
+    "JobStatus",
+    "PayloadCorrupt",
+    "PayloadError",
+    "PayloadLost",
+    "PayloadStoreError",
+    "PayloadTooLarge",
+    "Queue",
+    "ResultTimeout",
+    "RetryPolicy",
+    "ServerConfig",
+    "ServiceUnavailable",
+    "TransferError",
+]
 
 
 def __getattr__(name: str) -> Any:

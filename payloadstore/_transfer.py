@@ -12,7 +12,9 @@ import logging
 import re
 import sys
 import time
-from typing import Any, Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from datetime import UTC
+from typing import Any
 
 import httpx
 
@@ -119,11 +121,11 @@ def expiry_epoch(expires_at: Any) -> float | None:
     if isinstance(expires_at, (int, float)):
         return float(expires_at)
     try:
-        from datetime import datetime, timezone
+        from datetime import datetime
 
-        parsed = datetime.fromisoformat(str(expires_at).replace("Z", "+00:00"))
+        parsed = datetime.fromisoformat(str(expires_at))
         if parsed.tzinfo is None:
-            parsed = parsed.replace(tzinfo=timezone.utc)
+            parsed = parsed.replace(tzinfo=UTC)
         return parsed.timestamp()
     except ValueError:
         return None

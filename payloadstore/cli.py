@@ -201,8 +201,8 @@ def token_store(
         if not FUNCTIONS_DIR.is_dir():
             raise ImportError(str(FUNCTIONS_DIR))
         ensure_functions_on_path()
-        from controlplane.store.tokens import TokenStore
         import boto3
+        from controlplane.store.tokens import TokenStore
     except ImportError as e:
         raise ConfigError(
             "token commands need the repository checkout (functions/) and boto3 + aws-lambda-powertools "

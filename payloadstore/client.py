@@ -15,9 +15,10 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Self
 
 import httpx
 
@@ -141,7 +142,7 @@ class Client:
     # -- construction -------------------------------------------------------------------------
 
     @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None, **kwargs: Any) -> "Client":
+    def from_env(cls, environ: dict[str, str] | None = None, **kwargs: Any) -> Client:
         env = os.environ if environ is None else environ
         missing = [n for n in (ENV_ENDPOINT, ENV_TOKEN) if not env.get(n)]
         if missing:
@@ -156,7 +157,7 @@ class Client:
         namespace: str = DEFAULT_NAMESPACE,
         role: str = "client",
         **kwargs: Any,
-    ) -> "Client":
+    ) -> Client:
         """A client of the local stack, from the `.devstack.json` that `make dev` writes."""
         found, stack = read_devstack(path)
         try:
@@ -171,7 +172,7 @@ class Client:
         return cls(endpoint, token, namespace, **kwargs)
 
     @classmethod
-    def from_env_or_devstack(cls, *, role: str = "client", **kwargs: Any) -> "Client":
+    def from_env_or_devstack(cls, *, role: str = "client", **kwargs: Any) -> Client:
         """Environment variables when set, else the local stack's file."""
         if os.environ.get(ENV_ENDPOINT) or os.environ.get(ENV_TOKEN):
             return cls.from_env(**kwargs)
@@ -182,10 +183,10 @@ class Client:
         if self._owns_s3:
             self.s3_http.close()
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
@@ -206,10 +207,10 @@ class Client:
                 )
             return self._config
 
-    def queue(self, name: str) -> "Queue":
+    def queue(self, name: str) -> Queue:
         return Queue(self, name)
 
-    def job(self, job_id: str) -> "Job":
+    def job(self, job_id: str) -> Job:
         return Job(self, job_id)
 
     def health(self) -> tuple[bool, dict]:
@@ -349,7 +350,7 @@ class Queue:
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, namespace={self.client.namespace!r})"
 
-    def add(self, *args: Any, **kwargs: Any) -> "Job":
+    def add(self, *args: Any, **kwargs: Any) -> Job:
         """Enqueue a call of the daemon's function with these arguments."""
         return self.submit(args, kwargs)
 
@@ -360,7 +361,7 @@ class Queue:
         *,
         progress: bool | None = None,
         idempotency_key: str | None = None,
-    ) -> "Job":
+    ) -> Job:
         """`add` with options: progress bar for large uploads, and an idempotency key so a
         caller's own retry of an inline enqueue cannot create a second job."""
         encoded = codec.encode({"args": list(args), "kwargs": dict(kwargs or {})})
@@ -368,7 +369,7 @@ class Queue:
 
     def submit_encoded(
         self, encoded: Any, *, progress: bool | None = None, idempotency_key: str | None = None
-    ) -> "Job":
+    ) -> Job:
         client = self.client
         size = encoded.nbytes
         path = client._ns_path(f"/queues/{self.name}/jobs")

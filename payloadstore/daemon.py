@@ -23,7 +23,8 @@ import threading
 import time
 import traceback
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from . import codec
 from .client import Client

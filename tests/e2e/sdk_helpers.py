@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from payloadstore import Client, Daemon, codec
 

@@ -54,7 +54,7 @@ class Shell:
 
     def run(self, *args: str, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
         return subprocess.run(payloadstore_command() + list(args), cwd=self.dir, env=self.env,
-                              capture_output=True, text=True, timeout=timeout, **kw)
+                              capture_output=True, text=True, timeout=timeout, check=False, **kw)
 
     def start(self, *args: str) -> subprocess.Popen:
         return subprocess.Popen(payloadstore_command() + list(args), cwd=self.dir, env=self.env,

@@ -7,7 +7,7 @@ import hashlib
 import os
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import httpx
 import pytest
@@ -107,7 +107,7 @@ class S3ExpiryRule(httpx.BaseTransport):
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         params = request.url.params
         if "X-Amz-Date" in params:
-            signed = datetime.strptime(params["X-Amz-Date"], "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc).timestamp()
+            signed = datetime.strptime(params["X-Amz-Date"], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC).timestamp()
             expires = signed + int(params["X-Amz-Expires"])
             if request.method == "PUT" and not self.puts:
                 time.sleep(max(0.0, expires - time.time()) + 1.1)

@@ -20,8 +20,8 @@ from payloadstore import (
     PayloadTooLarge,
     ResultTimeout,
     ServiceUnavailable,
+    codec,
 )
-from payloadstore import codec
 from tests.unit.sdk_fakes import FakeWorld, make_client, response
 
 
@@ -97,7 +97,7 @@ def test_given_an_expired_url_when_uploading_then_the_same_job_is_re_presigned_a
     def expire_first_url(request):
         first_url.append(str(request.url))
         world.expired_urls.add(str(request.url))
-        return None  # fall through: S3 answers 403 "Request has expired"
+        # fall through: S3 answers 403 "Request has expired"
 
     world.fail("PUT", "s3.test", expire_first_url)
     client = make_client(world)

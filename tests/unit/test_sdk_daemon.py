@@ -10,8 +10,7 @@ import signal
 
 import pytest
 
-from payloadstore import Daemon, ServiceUnavailable
-from payloadstore import codec
+from payloadstore import Daemon, ServiceUnavailable, codec
 from tests.unit.sdk_fakes import FakeWorld, make_client
 
 
