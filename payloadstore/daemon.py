@@ -160,9 +160,18 @@ class Daemon:
             if self.concurrency == 1:
                 self._loop(self.daemon_id)
             else:
+                crashed: list[BaseException] = []
+
+                def work(worker_id: str) -> None:
+                    try:
+                        self._loop(worker_id)
+                    except BaseException as e:  # noqa: BLE001 - re-raised by run() below
+                        crashed.append(e)
+                        self.stop()
+
                 workers = [
                     threading.Thread(
-                        target=self._loop, args=(f"{self.daemon_id}-{i}",), name=f"payloadstore-worker-{i}", daemon=True
+                        target=work, args=(f"{self.daemon_id}-{i}",), name=f"payloadstore-worker-{i}", daemon=True
                     )
                     for i in range(self.concurrency)
                 ]
@@ -171,6 +180,8 @@ class Daemon:
                 while any(w.is_alive() for w in workers):
                     for w in workers:
                         w.join(timeout=0.2)
+                if crashed:
+                    raise crashed[0]
         finally:
             restore()
         log.info("daemon stopped daemon_id=%s %s", self.daemon_id, " ".join(f"{k}={v}" for k, v in sorted(self.stats.items())))

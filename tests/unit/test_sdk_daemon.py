@@ -162,3 +162,18 @@ def test_given_max_jobs_when_running_then_it_stops_after_that_many():
         client.queue("q").add(i)
     assert daemon_for(world).run(lambda i: i, max_jobs=2) == {"succeeded": 2}
     assert len(world.queue) == 1
+
+
+@pytest.mark.parametrize("concurrency", [1, 3])
+def test_given_a_revoked_token_when_polling_then_run_raises_auth_error(concurrency):
+    import httpx
+
+    from payloadstore import AuthError, Client
+
+    world = FakeWorld()
+    transport = world.transport()
+    client = Client("http://cp.test", "pst_revoked", "ns", http=httpx.Client(transport=transport),
+                    s3_http=httpx.Client(transport=transport))
+    daemon = Daemon(client, ["q"], wait_s=0, concurrency=concurrency, install_signal_handlers=False)
+    with pytest.raises(AuthError, match="unknown token"):
+        daemon.run(lambda x: x)
