@@ -115,7 +115,9 @@ def test_removal_policy_context_flag_switches_buckets_to_destroy():
     from infra.config import CTX_REMOVAL_POLICY, destroy_on_removal
     from infra.storage import PayloadStorage
 
-    app = cdk.App(context={**cdk_json_context(), CTX_REMOVAL_POLICY: "destroy"})
+    app = cdk.App(
+        context={**cdk_json_context(), CTX_REMOVAL_POLICY: "destroy"}, builtin_cloud_formation_validation=False
+    )
     stack = cdk.Stack(app, "Flag")
     PayloadStorage(stack, "Storage", destroy_on_removal=destroy_on_removal(stack))
     # Then the buckets are deleted with the stack (emptied first)
