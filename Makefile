@@ -29,7 +29,9 @@ $(PY_STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
 	  echo "error: payloadstore needs python3 3.11 or newer (found: $$($(PYTHON) --version 2>&1)); set PYTHON=/path/to/python3.11" >&2; exit 1; }
 	@test -x $(PY) && $(PY) -c 'import sys' 2>/dev/null || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@echo "installing payloadstore[dev] into $(VENV) (log: $(VENV)/pip-install.log)"
+	@$(PY) -m pip install --disable-pip-version-check -e '.[dev]' > $(VENV)/pip-install.log 2>&1 || { \
+	  tail -n 40 $(VENV)/pip-install.log >&2; echo "error: pip install failed; full log in $(VENV)/pip-install.log" >&2; exit 1; }
 	@touch $@
 
 venv: $(PY_STAMP)

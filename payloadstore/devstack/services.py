@@ -6,6 +6,7 @@ Tests use these too, so every run owns its services and can stop and restart the
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -28,10 +29,27 @@ class ServiceError(RuntimeError):
     """A local service could not be found or started."""
 
 
+# A Redis Cluster node also listens on port + 10000 and refuses to start above 55535; the
+# kernel's ephemeral range here reaches 60999, so unchecked picks broke cluster nodes ~1 in 5.
+MAX_SERVICE_PORT = 55535
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((LOOPBACK, 0))
-        return s.getsockname()[1]
+    """A free loopback port, at most MAX_SERVICE_PORT so any of our services can use it."""
+    for _ in range(200):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((LOOPBACK, 0))
+            port = s.getsockname()[1]
+        if port <= MAX_SERVICE_PORT:
+            return port
+    for port in random.sample(range(20000, MAX_SERVICE_PORT + 1), 2000):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((LOOPBACK, port))
+            except OSError:
+                continue
+            return port
+    raise ServiceError(f"no free loopback port at or below {MAX_SERVICE_PORT}")
 
 
 def port_is_open(port: int, host: str = LOOPBACK) -> bool:

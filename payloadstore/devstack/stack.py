@@ -292,11 +292,8 @@ payloadstore local stack is up
   curl {stack.endpoint}/v1/health
   curl -H "Authorization: Bearer {dev['client_token']}" {stack.endpoint}/v1/config
 
-  python - <<'EOF'
-  import payloadstore
-  client = payloadstore.Client("{stack.endpoint}", token="{dev['client_token']}", namespace="dev")
-  job = client.queue("default").add({{"x": 1}})
-  EOF
+  .venv/bin/python -c 'from payloadstore import Client; print(Client.from_devstack().config)'
+  make demo      # a small and an 8 MiB job through a daemon, with the bytes each moved
 
 Ctrl-C stops everything (data stays in {stack.state_dir}).
 """
