@@ -8,7 +8,6 @@ from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
-
 from controlplane.routes import BINARY_MEDIA_TYPES, ROUTES
 
 STAGE_NAME = "prod"

@@ -16,8 +16,8 @@ from infra.config import FUNCTIONS_DIR, REPO_ROOT, STACK_NAME
 if str(FUNCTIONS_DIR) not in sys.path:
     sys.path.insert(0, str(FUNCTIONS_DIR))
 
-from infra.nag import acknowledge_findings  # noqa: E402
-from infra.stack import PayloadStoreStack  # noqa: E402
+from infra.nag import acknowledge_findings
+from infra.stack import PayloadStoreStack
 
 
 def cdk_json_context() -> dict[str, Any]:

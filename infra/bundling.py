@@ -49,7 +49,7 @@ def _reports_version(python: str, version: str) -> bool:
     try:
         out = subprocess.run(
             [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-            capture_output=True, text=True, timeout=30,
+            capture_output=True, text=True, timeout=30, check=False,
         )
     except (OSError, subprocess.TimeoutExpired):
         return False
@@ -88,7 +88,7 @@ def compile_bytecode(python: str, tree: Path, runtime_dir: str) -> None:
         "-s", str(tree), "-p", runtime_dir,
         str(tree),
     ]
-    result = subprocess.run(cmd, capture_output=True, text=True)
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise BundlingError(f"compileall failed in {tree}: {result.stdout[-2000:]}{result.stderr[-2000:]}")
 
@@ -151,7 +151,7 @@ class LayerBundling:
             "--target", str(target),
         ]
         log.info("building lambda layer python=%s platform=%s", self.python_version, self.platform)
-        result = subprocess.run(cmd, capture_output=True, text=True)
+        result = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise BundlingError(
                 f"pip could not build the layer for python {self.python_version} on {self.platform}:\n"

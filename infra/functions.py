@@ -8,9 +8,9 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
-
 from controlplane.models.settings import SETTINGS_ENV, Settings
 from controlplane.routes import FUNCTIONS
+
 from infra.bundling import CodeBundling, LayerBundling, bundling_image
 from infra.config import (
     ADMIN_FUNCTION,

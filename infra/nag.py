@@ -32,7 +32,7 @@ def _logical_id(stack: cdk.Stack, construct: IConstruct) -> str:
     return stack.resolve(stack.get_logical_id(construct.node.default_child))
 
 
-def acknowledge_findings(stack: "PayloadStoreStack") -> None:
+def acknowledge_findings(stack: PayloadStoreStack) -> None:
     fns = stack.functions
     api = stack.api
 
@@ -102,7 +102,7 @@ def acknowledge_findings(stack: "PayloadStoreStack") -> None:
         "stage is throttled, and the API carries no browser traffic. Associate a web ACL with "
         "the stage if the account mandates one.",
     )
-    for (method, path), m in api.methods.items():
+    for m in api.methods.values():
         _ack(
             m,
             "AwsSolutions-COG4",

@@ -121,6 +121,7 @@ def cli_synth(tmp_path_factory) -> CliSynth:
         capture_output=True,
         text=True,
         timeout=900,
+        check=False,  # the assertion below shows the CLI's output
     )
     seconds = time.monotonic() - started
     assert result.returncode == 0, f"npx cdk synth failed:\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import json
+from pathlib import Path
 
 import pytest
 
@@ -59,7 +60,7 @@ def test_layer_holds_manylinux_wheels_for_the_runtime_with_unchecked_bytecode(cl
     # With bytecode for 3.13 in unchecked-hash mode (valid whatever timestamp the zip gives)
     pycs = glob.glob(str(root / "pydantic" / "__pycache__" / "main.cpython-313.pyc"))
     assert pycs, "no 3.13 bytecode in the layer"
-    header = open(pycs[0], "rb").read(8)
+    header = Path(pycs[0]).read_bytes()[:8]
     # PEP 552 flags word: bit 0 hash-based, bit 1 check_source. 0b01 = trusted as shipped.
     assert int.from_bytes(header[4:8], "little") == 0b01, "expected an unchecked hash-based .pyc"
 

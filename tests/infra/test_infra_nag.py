@@ -58,7 +58,7 @@ def test_the_real_app_fails_synth_on_an_unacknowledged_finding(tmp_path):
     from infra.app_factory import build_app, cdk_json_context
 
     context = {**cdk_json_context(), "aws:cdk:bundling-stacks": [], "aws:cdk:disable-asset-staging": True}
-    app, stack = build_app(context=context, outdir=tmp_path, nag=False, builtin_validation=False)
+    app, _stack = build_app(context=context, outdir=tmp_path, nag=False, builtin_validation=False)
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     # When it synthesizes, Then synth fails and names a rule
     with pytest.raises(Exception, match="AwsSolutions-"):

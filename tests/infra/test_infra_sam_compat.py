@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from controlplane.models.settings import SETTINGS_ENV
 from controlplane.routes import FUNCTIONS, ROUTES
 
@@ -100,7 +99,7 @@ def event_catalog() -> dict[str, list[str]]:
 def code_asset_importable(asset: Path):
     """Make `controlplane` resolve inside the staged asset, as /var/task does on Lambda, and
     put the source-tree modules back afterwards."""
-    own = lambda name: name == "controlplane" or name.startswith("controlplane.")  # noqa: E731
+    own = lambda name: name == "controlplane" or name.startswith("controlplane.")
     saved = {n: m for n, m in sys.modules.items() if own(n)}
     for name in saved:
         del sys.modules[name]
@@ -136,7 +135,7 @@ class DeployedFunction:
         self.asset = outdir / resource["Metadata"]["aws:asset:path"]
         self.env = self.props["Environment"]["Variables"]
 
-    def local_env(self, redis: "LocalRedis", bucket: str) -> dict[str, str]:
+    def local_env(self, redis: LocalRedis, bucket: str) -> dict[str, str]:
         literal = {k: v for k, v in self.env.items() if isinstance(v, str)}
         assert set(self.env) - set(literal) == RESOURCE_BACKED, "an unexpected non-literal variable"
         local = {
@@ -280,7 +279,7 @@ def _body(response: dict):
 def test_api_functions_serve_their_events_against_local_redis_and_s3(deployed, function_env, local_redis):
     catalog = event_catalog()
     responses = {}
-    for name in ROUTE_EVENT_ORDER + sorted(set(sum(catalog.values(), [])) - set(ROUTE_EVENT_ORDER)):
+    for name in ROUTE_EVENT_ORDER + sorted({n for events in catalog.values() for n in events} - set(ROUTE_EVENT_ORDER)):
         group = next((g for g, events in catalog.items() if name in events), None)
         if group in (None, "authorizer", "admin"):
             continue

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-
 from controlplane.models.settings import SETTINGS_ENV, Settings
-from controlplane.routes import BINARY_MEDIA_TYPES, FUNCTIONS, ROUTES, API_GATEWAY_TIMEOUT_S
+from controlplane.routes import API_GATEWAY_TIMEOUT_S, BINARY_MEDIA_TYPES, FUNCTIONS, ROUTES
+
 from infra.config import METRICS_NAMESPACE, SERVICE_NAME, TOKEN_PARAMETER_PATH
 from infra.functions import function_logical_id
 from tests.infra.cfn import (
@@ -145,15 +145,15 @@ def test_vpc_has_only_isolated_subnets_and_no_internet_path(template):
 
 def test_vpc_reaches_s3_by_gateway_and_secrets_and_ssm_by_private_interface_endpoints(template):
     endpoints = resources(template, "AWS::EC2::VPCEndpoint").values()
-    by_service = {render(e["Properties"]["ServiceName"]): e["Properties"] for e in endpoints}
-    services = {name.rsplit(".", 1)[-1] if "." in name else name: props for name, props in by_service.items()}
-    s3 = next(p for n, p in by_service.items() if n.endswith(".s3") or n.endswith("s3"))
-    assert s3["VpcEndpointType"] == "Gateway"
+    # ServiceName renders as "com.amazonaws.<AWS::Region>.<service>"
+    by_service = {
+        render(e["Properties"]["ServiceName"]).rsplit(".", 1)[-1]: e["Properties"] for e in endpoints
+    }
+    assert set(by_service) == {"s3", "secretsmanager", "ssm"}
+    assert by_service["s3"]["VpcEndpointType"] == "Gateway"
     for service in ("secretsmanager", "ssm"):
-        props = next(p for n, p in by_service.items() if n.endswith(f".{service}"))
-        assert props["VpcEndpointType"] == "Interface"
-        assert props["PrivateDnsEnabled"] is True
-    assert len(services) == 3
+        assert by_service[service]["VpcEndpointType"] == "Interface"
+        assert by_service[service]["PrivateDnsEnabled"] is True
 
 
 def test_redis_is_encrypted_multi_az_cluster_mode_with_auth(template):
