@@ -202,3 +202,31 @@ def test_sigterm_lets_the_daemon_finish_its_job_then_exit_0(shell, local_gateway
     assert daemon.returncode == 0, stderr
     assert "succeeded=1" in stderr
     assert client.job(job_id).result(timeout=1) == "slept 2"
+
+
+def test_dev_starts_the_local_stack_that_the_other_commands_find(tmp_path):
+    from payloadstore.devstack.services import free_port
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PAYLOADSTORE_", "AWS_"))}
+    state_file = tmp_path / ".devstack.json"
+    stack = subprocess.Popen(
+        payloadstore_command() + ["dev", "--port", str(free_port()), "--state-dir", str(tmp_path / "state"),
+                                  "--state-file", str(state_file)],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not state_file.exists():
+            assert stack.poll() is None, stack.stderr.read()
+            assert time.monotonic() < deadline, "no .devstack.json within 60 s"
+            time.sleep(0.2)
+        health = subprocess.run(payloadstore_command() + ["health"], cwd=tmp_path, env=env,
+                                capture_output=True, text=True, timeout=60, check=False)
+        assert health.returncode == 0, health.stdout + health.stderr
+        stack.send_signal(signal.SIGINT)
+        stack.communicate(timeout=60)
+        assert stack.returncode == 0
+        assert not state_file.exists(), "a clean stop removes the state file"
+    finally:
+        if stack.poll() is None:
+            stack.kill()

@@ -54,8 +54,9 @@ def assert_same_array(got: np.ndarray, sent: np.ndarray) -> None:
     assert got.tobytes() == np.ascontiguousarray(sent).tobytes(), "bit-exact, NaNs included"
 
 
-NUMERIC = ["|i1", "<i2", "<i4", "<i8", "|u1", "<u2", "<u4", "<u8", "<f2", "<f4", "<f8", "<c8", "<c16", "|b1",
-           "<M8[ns]", "<M8[D]", "<m8[s]", ">i4", ">f8", ">c16"]
+NUMERIC = ["|i1", "<i2", "<i4", "<i8", "|u1", "<u2", "<u4", "<u8", "<f2", "<f4", "<f8",
+           np.dtype(np.longdouble).str, "<c8", "<c16", np.dtype(np.clongdouble).str, "|b1",
+           "<M8[ns]", "<M8[D]", "<m8[s]", ">i4", ">u2", ">f8", ">c16"]
 
 
 @pytest.mark.parametrize("dtype", NUMERIC)
