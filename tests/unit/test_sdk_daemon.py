@@ -177,3 +177,22 @@ def test_given_a_revoked_token_when_polling_then_run_raises_auth_error(concurren
     daemon = Daemon(client, ["q"], wait_s=0, concurrency=concurrency, install_signal_handlers=False)
     with pytest.raises(AuthError, match="unknown token"):
         daemon.run(lambda x: x)
+
+
+def test_given_the_result_was_already_posted_elsewhere_when_posting_then_the_job_counts_as_refused():
+    import httpx
+
+    world = FakeWorld()
+    job = make_client(world).queue("q").add(1)
+    world.fail("POST", f"/jobs/{job.job_id}/result", lambda r: httpx.Response(
+        409, json={"error": {"code": "conflict", "message": "a different result was already posted"}}))
+    assert daemon_for(world).run(lambda x: x, stop_when_idle=True) == {"refused": 1}
+
+
+def test_given_a_result_over_the_cap_when_storing_then_the_job_fails_with_payload_too_large():
+    world = FakeWorld(max_payload_bytes=10_000)
+    job = make_client(world).queue("q").add(1)
+    assert daemon_for(world).run(lambda x: b"r" * 20_000, stop_when_idle=True) == {"failed": 1}
+    error = posted_result(world, job.job_id)["error"]
+    assert error["type"] == "PayloadTooLarge" and "over the 10000 byte cap" in error["message"]
+    assert not [r for r in world.calls("POST", "/payloads/presign") if b'"result"' in r.content]
