@@ -32,8 +32,10 @@ def redis_cluster(tmp_path_factory):
              "--cluster-node-timeout", "2000", "--save", "", "--appendonly", "no",
              "--logfile", str(d / "redis.log")],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while not all(port_is_open(p) for p in ports):
+        exited = [p.args[4] for p in procs if p.poll() is not None]
+        assert not exited, f"cluster node(s) on port {exited} exited; see {base}/*/redis.log"
         assert time.monotonic() < deadline, "cluster nodes did not start"
         time.sleep(0.05)
     cli = binary.replace("redis-server", "redis-cli")

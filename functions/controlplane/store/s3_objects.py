@@ -44,7 +44,8 @@ def cached_s3_client(region: str, endpoint_url: str | None):
         signature_version="s3v4",
         # A local emulator speaks path style; AWS gets virtual-hosted URLs on the regional endpoint.
         s3={"addressing_style": "path" if endpoint_url else "virtual"},
-        retries={"mode": "standard", "max_attempts": 3},
+        # Two tries: a request must end well inside API Gateway's 29 s even when S3 is down.
+        retries={"mode": "standard", "max_attempts": 2},
         connect_timeout=2,
         read_timeout=5,
     )
