@@ -38,6 +38,8 @@ from payloadstore.devstack.gateway import (
 )
 from payloadstore.devstack.services import (
     LOOPBACK,
+    PAYLOAD_EXPIRATION_DAYS,
+    PAYLOAD_PREFIX,
     MotoServer,
     RedisServer,
     ServiceError,
@@ -116,35 +118,49 @@ def _reusable_port(previous: int | None) -> int:
     return free_port()
 
 
+def _read_manifest(directory: Path) -> dict[str, dict]:
+    try:
+        return json.loads((directory / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def snapshot_bucket(s3: Any, bucket: str, target: Path) -> int:
-    """Copy every object to `target` with a manifest (moto keeps objects only in memory)."""
+    """Copy every object to `target` with a manifest (moto keeps objects only in memory).
+
+    Each object keeps the time it was first written, across any number of restarts, so the
+    bucket's 2-day lifecycle still applies to it (see restore_bucket)."""
     target.mkdir(parents=True, exist_ok=True)
+    previous = _read_manifest(target)
     manifest: dict[str, dict] = {}
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
         for obj in page.get("Contents", []):
             key = obj["Key"]
             got = s3.get_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
-            data = got["Body"].read()
             name = hashlib.sha256(key.encode()).hexdigest()
-            (target / name).write_bytes(data)
+            (target / name).write_bytes(got["Body"].read())
             manifest[key] = {
                 "file": name,
                 "content_type": got.get("ContentType"),
                 "checksum_sha256": got.get("ChecksumSHA256"),
+                "written_at": previous.get(key, {}).get("written_at") or obj["LastModified"].timestamp(),
             }
     (target / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    kept = {m["file"] for m in manifest.values()} | {"manifest.json"}
+    for stale in target.iterdir():
+        if stale.name not in kept:
+            stale.unlink()
     return len(manifest)
 
 
-def restore_bucket(s3: Any, bucket: str, source: Path) -> int:
-    manifest_path = source / "manifest.json"
-    if not manifest_path.exists():
-        return 0
-    manifest = json.loads(manifest_path.read_text())
+def restore_bucket(s3: Any, bucket: str, source: Path, now: float | None = None) -> int:
+    """Put saved objects back, except those the lifecycle rule would have expired by now."""
+    manifest = _read_manifest(source)
+    cutoff = (now or time.time()) - PAYLOAD_EXPIRATION_DAYS * 86400
     restored = 0
     for key, meta in manifest.items():
         path = source / meta["file"]
-        if not path.exists():
+        if not path.exists() or (key.startswith(PAYLOAD_PREFIX) and meta.get("written_at", 0) < cutoff):
             continue
         kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key, "Body": path.read_bytes()}
         if meta.get("content_type"):
