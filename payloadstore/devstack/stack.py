@@ -105,6 +105,25 @@ def register_tokens(ssm: Any, token_path: str, tokens: dict[str, dict[str, str]]
             )
 
 
+def save_parameters(ssm: Any, path: str, target: Path) -> int:
+    """The token store as it is (hashes and their namespace/role, no secrets), so tokens minted
+    with `payloadstore token create` survive a restart and revoked ones stay revoked."""
+    params = []
+    for page in ssm.get_paginator("get_parameters_by_path").paginate(Path=path.rstrip("/"), Recursive=True):
+        params.extend({"Name": p["Name"], "Value": p["Value"]} for p in page["Parameters"])
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text(json.dumps(params, indent=1))
+    tmp.replace(target)
+    return len(params)
+
+
+def restore_parameters(ssm: Any, source: Path) -> int:
+    params = json.loads(source.read_text())
+    for p in params:
+        ssm.put_parameter(Name=p["Name"], Value=p["Value"], Type="String", Overwrite=True)
+    return len(params)
+
+
 def _port_of(url: str | None) -> int | None:
     try:
         return urlsplit(url).port if url else None
@@ -187,6 +206,7 @@ class DevStack:
     gateway: RunningGateway | None = None
     tokens: dict[str, dict[str, str]] = field(default_factory=dict)
     _s3: Any = None
+    _ssm: Any = None
 
     @property
     def endpoint(self) -> str:
@@ -252,14 +272,20 @@ class DevStack:
         restored = restore_bucket(self._s3, self.bucket, self.state_dir / "s3")
         if restored:
             log.info("restored objects count=%d bucket=%s", restored, self.bucket)
+        self._ssm = ssm
         tokens_file = self.state_dir / "tokens.json"
+        parameters_file = self.state_dir / "token-store.json"
         if tokens_file.exists():
             self.tokens = json.loads(tokens_file.read_text())
-            register_tokens(ssm, self.token_path, self.tokens)
+            if parameters_file.exists():
+                restore_parameters(ssm, parameters_file)
+            else:
+                register_tokens(ssm, self.token_path, self.tokens)
         else:
             self.tokens = mint_tokens(ssm, self.token_path)
             tokens_file.write_text(json.dumps(self.tokens, indent=2))
             tokens_file.chmod(0o600)
+        save_parameters(ssm, self.token_path, parameters_file)
 
     def state(self) -> dict:
         return {
@@ -284,8 +310,10 @@ class DevStack:
             try:
                 saved = snapshot_bucket(self._s3, self.bucket, self.state_dir / "s3")
                 log.info("saved objects count=%d dir=%s", saved, self.state_dir / "s3")
+                tokens = save_parameters(self._ssm, self.token_path, self.state_dir / "token-store.json")
+                log.info("saved token store count=%d", tokens)
             except Exception as e:  # noqa: BLE001 - stopping must go on
-                log.warning("could not save bucket objects error=%s", e)
+                log.warning("could not save bucket objects or tokens error=%s", e)
         if self.moto is not None:
             self.moto.stop()
         if self.redis is not None:
