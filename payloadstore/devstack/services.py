@@ -170,7 +170,7 @@ class MotoServer:
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         env = {**os.environ, "MOTO_ALLOW_NONEXISTENT_REGION": "true"}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", LOOPBACK, "-p", str(self.port)],
+            [sys.executable, "-m", "payloadstore.devstack.s3_emulator", "-H", LOOPBACK, "-p", str(self.port)],
             stdout=out,
             stderr=subprocess.STDOUT if self.log_path else subprocess.DEVNULL,
             env=env,
