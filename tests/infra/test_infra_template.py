@@ -429,3 +429,24 @@ def test_outputs_name_the_api_bucket_token_store_and_alarm_topic(template):
     (topic_id,) = resources(template, "AWS::SNS::Topic")
     assert render(outputs["AlarmTopicArn"]["Value"]) == f"<{topic_id}>"
     assert "execute-api" in str(outputs["ApiUrl"]["Value"])
+
+
+def test_a_setting_can_be_overridden_by_context_and_a_bad_one_fails_synth():
+    import aws_cdk as cdk
+    from controlplane.models.settings import SettingsError
+
+    from infra.config import CTX_SETTINGS_PREFIX
+    from infra.functions import settings_environment
+
+    resources_ = {
+        "PAYLOAD_BUCKET": "b", "REDIS_URL": "u", "REDIS_CLUSTER": "true",
+        "REDIS_AUTH_SECRET": "s", "TOKEN_PARAMETER_PATH": "/p",
+    }
+    # Given -c payloadstore:setting:INLINE_THRESHOLD=131072
+    ok = cdk.Stack(cdk.App(context={CTX_SETTINGS_PREFIX + "INLINE_THRESHOLD": "131072"}), "Ok")
+    # Then the functions get that value
+    assert settings_environment(ok, resources_)["INLINE_THRESHOLD"] == "131072"
+    # And a value the functions would refuse at cold start is refused at synth, naming the field
+    bad = cdk.Stack(cdk.App(context={CTX_SETTINGS_PREFIX + "PRESIGN_TTL_S": "0"}), "Bad")
+    with pytest.raises(SettingsError, match="presign_ttl_s"):
+        settings_environment(bad, resources_)
