@@ -1,0 +1,58 @@
+"""Lambda-like containers for the local gateway.
+
+Lambda runs one invocation per container at a time; concurrent requests get more containers.
+Handler modules rely on that: a Powertools resolver keeps the current event and route in module
+state. Running one module instance on several threads at once would let one request read another's
+event (its body, even its authorizer identity). So each container here is a private instance of the
+handler module, loaded on demand and serving one invocation at a time; the shared code below it
+(clients, caches in `_common`, logic, store) is thread-safe, like a container's imports would be.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import itertools
+import sys
+import threading
+from typing import Any, Callable
+
+Handler = Callable[[dict, Any], Any]
+
+
+class HandlerPool:
+    """Calls `module.function` in an idle container, starting a new one when all are busy."""
+
+    _serial = itertools.count(1)
+
+    def __init__(self, handler: str):
+        module_name, _, attr = handler.rpartition(".")
+        if not module_name:
+            raise ValueError(f"handler {handler!r} is not of the form module.function")
+        self.handler = handler
+        self._module_name, self._attr = module_name, attr
+        # The first container is the canonical import: an import error surfaces here, at warm-up.
+        self._idle: list[Handler] = [getattr(importlib.import_module(module_name), attr)]
+        self._lock = threading.Lock()
+        self.containers = 1
+
+    def _new_container(self) -> Handler:
+        canonical = sys.modules[self._module_name]
+        name = f"{self._module_name}__container{next(self._serial)}"
+        spec = importlib.util.spec_from_file_location(name, canonical.__file__)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return getattr(module, self._attr)
+
+    def __call__(self, event: dict, context: Any) -> Any:
+        with self._lock:
+            fn = self._idle.pop() if self._idle else None
+            if fn is None:
+                self.containers += 1
+        if fn is None:
+            fn = self._new_container()
+        try:
+            return fn(event, context)
+        finally:
+            with self._lock:
+                self._idle.append(fn)
