@@ -5,7 +5,6 @@ Nothing here relies on a service the machine happened to start: each session pic
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from payloadstore.devstack.services import (
     create_payload_bucket,
     local_aws_env,
 )
+from tests.support.env import patched_environ
 
 TEST_BUCKET = "payloadstore-test-payloads"
 TEST_REGION = "us-east-1"
@@ -38,15 +38,8 @@ def moto_server(tmp_path_factory) -> MotoServer:
 @pytest.fixture(scope="session")
 def aws_env(moto_server):
     """Point boto3 (in this process) at the emulator for the whole session."""
-    env = local_aws_env(moto_server.endpoint, TEST_REGION)
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    yield env
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    with patched_environ(local_aws_env(moto_server.endpoint, TEST_REGION)) as env:
+        yield env
 
 
 @pytest.fixture(scope="session")

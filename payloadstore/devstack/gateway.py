@@ -770,15 +770,9 @@ class GatewayProcess:
         return self
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        import subprocess
+        from payloadstore.devstack.services import terminate
 
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc, timeout_s)
         self.proc = None
 
 

@@ -58,6 +58,18 @@ def port_is_open(port: int, host: str = LOOPBACK) -> bool:
         return s.connect_ex((host, port)) == 0
 
 
+def terminate(proc: subprocess.Popen | None, timeout_s: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL if the process is still there after timeout_s."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def find_redis_server(install: bool = True) -> str:
     """Path of a redis-server binary; installs Debian's package when missing and we are root."""
     found = shutil.which("redis-server") or (
@@ -139,13 +151,7 @@ class RedisServer:
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Graceful stop (SIGTERM): redis flushes the append-only file before exiting."""
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc, timeout_s)
         self.proc = None
 
     def restart(self) -> None:
@@ -180,13 +186,7 @@ class MotoServer:
         return self
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc, timeout_s)
         self.proc = None
 
 

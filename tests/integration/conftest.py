@@ -5,12 +5,12 @@ from __future__ import annotations
 import base64
 import importlib
 import json
-import os
 import uuid
 from dataclasses import dataclass
 
 import pytest
 
+from tests.support.env import patched_environ
 from tests.support.events import FakeLambdaContext, api_event
 
 TOKEN_PATH = "/payloadstore-test/tokens"
@@ -29,15 +29,9 @@ def cp_env(redis_server, aws_env, payload_bucket):
         "POLL_MAX_WAIT_S": "2",
         "RESULT_MAX_WAIT_S": "2",
     }
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    reset_caches()
-    yield env
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    with patched_environ(env):
+        reset_caches()
+        yield env
     reset_caches()
 
 

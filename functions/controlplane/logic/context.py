@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
+from ..models.errors import NotFound
+from ..observability import bind_job
+
 if TYPE_CHECKING:
     from ..models.settings import Settings
     from ..store.redis_jobs import RedisJobStore
@@ -24,3 +27,12 @@ class Deps:
     jobs: "RedisJobStore"
     objects: "S3Objects"
     clock: Callable[[], float]
+
+
+def load_job(p: Principal, job_id: str, deps: Deps) -> dict:
+    """The job, if it belongs to the caller's namespace; 404 otherwise (never a hint it exists)."""
+    job = deps.jobs.get_job(job_id)
+    if job is None or job.get("namespace") != p.namespace:
+        raise NotFound(f"job {job_id} not found")
+    bind_job(job_id)
+    return job

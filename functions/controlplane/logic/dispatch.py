@@ -12,7 +12,7 @@ from ..models.settings import PayloadLostPolicy
 from ..models.wire import FailureReport, PollRequest, PollResponse, ResultPost
 from ..observability import bind_job, logger, metrics_bytes, metrics_count
 from ..store.redis_jobs import dumps
-from .context import Deps, Principal
+from .context import Deps, Principal, load_job
 from .payload_keys import parse_key
 from .verify import verify_uploaded
 
@@ -62,14 +62,6 @@ def _field(fields: dict, name: str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _job_in_namespace(p: Principal, job_id: str, deps: Deps) -> dict:
-    job = deps.jobs.get_job(job_id)
-    if job is None or job.get("namespace") != p.namespace:
-        raise NotFound(f"job {job_id} not found")
-    bind_job(job_id)
-    return job
-
-
 def _digest(kind: str, payload: bytes | str) -> str:
     data = payload.encode() if isinstance(payload, str) else payload
     return kind + ":" + hashlib.sha256(data).hexdigest()
@@ -79,7 +71,7 @@ def post_result(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> None
     forms = [body.resultRef is not None, body.resultInline is not None, body.error is not None]
     if sum(forms) != 1:
         raise Unprocessable("give exactly one of resultRef, resultInline or error")
-    job = _job_in_namespace(p, job_id, deps)
+    job = load_job(p, job_id, deps)
 
     fields: dict = {}
     if body.resultInline is not None:
@@ -148,7 +140,7 @@ def _settle(p: Principal, job_id: str, outcome, deps: Deps) -> None:
 
 
 def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps) -> None:
-    job = _job_in_namespace(p, job_id, deps)
+    job = load_job(p, job_id, deps)
     now = deps.clock()
     if report.state == "payload_corrupt":
         error = {

@@ -6,18 +6,8 @@ import base64
 import json
 
 from ..models.domain import JobStatus, PayloadRef, Tier
-from ..models.errors import NotFound
 from ..models.wire import JobError, JobStatusResponse, ResultResponse
-from ..observability import bind_job
-from .context import Deps, Principal
-
-
-def _load(p: Principal, job_id: str, deps: Deps) -> dict:
-    job = deps.jobs.get_job(job_id)
-    if job is None or job.get("namespace") != p.namespace:
-        raise NotFound(f"job {job_id} not found")
-    bind_job(job_id)
-    return job
+from .context import Deps, Principal, load_job
 
 
 def _ref(raw: str | None) -> PayloadRef | None:
@@ -29,7 +19,7 @@ def _error(raw: str | None) -> JobError | None:
 
 
 def job_status(p: Principal, job_id: str, deps: Deps) -> JobStatusResponse:
-    job = _load(p, job_id, deps)
+    job = load_job(p, job_id, deps)
     return JobStatusResponse(
         job_id=job_id,
         queue=job["queue"],
@@ -46,10 +36,10 @@ def job_status(p: Principal, job_id: str, deps: Deps) -> JobStatusResponse:
 
 def get_result(p: Principal, job_id: str, wait_s: float, deps: Deps) -> ResultResponse:
     """The result or terminal error; state queued/running when still pending after the wait."""
-    job = _load(p, job_id, deps)
+    job = load_job(p, job_id, deps)
     if not JobStatus(job["state"]).terminal and wait_s > 0:
         deps.jobs.wait_done(job_id, min(wait_s, deps.settings.result_max_wait_s))
-        job = _load(p, job_id, deps)
+        job = load_job(p, job_id, deps)
     state = JobStatus(job["state"])
     if not state.terminal:
         return ResultResponse(job_id=job_id, state=state)

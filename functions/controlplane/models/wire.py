@@ -6,7 +6,7 @@ import base64
 import binascii
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from .domain import NAME_RE, JobStatus, PayloadKind, PayloadRef, Tier
 
@@ -23,6 +23,14 @@ def _b64(value: str) -> bytes:
         return base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError) as e:
         raise ValueError("not valid base64") from e
+
+
+def _checked_b64(value: str) -> str:
+    _b64(value)
+    return value
+
+
+Base64Bytes = Annotated[str, AfterValidator(_checked_b64), Field(description="base64 of the msgpack bytes")]
 
 
 # -- presign -------------------------------------------------------------------------------
@@ -71,14 +79,7 @@ class PresignGetResponse(BaseModel):
 
 class EnqueueRequest(_Strict):
     payloadRef: PayloadRef | None = None
-    payloadInline: str | None = Field(None, description="base64 of the msgpack bytes")
-
-    @field_validator("payloadInline")
-    @classmethod
-    def _valid_base64(cls, v: str | None) -> str | None:
-        if v is not None:
-            _b64(v)
-        return v
+    payloadInline: Base64Bytes | None = None
 
     def inline_bytes(self) -> bytes | None:
         return None if self.payloadInline is None else _b64(self.payloadInline)
@@ -137,15 +138,8 @@ class ResultErrorIn(_Strict):
 
 class ResultPost(_Strict):
     resultRef: PayloadRef | None = None
-    resultInline: str | None = Field(None, description="base64 of the msgpack bytes")
+    resultInline: Base64Bytes | None = None
     error: ResultErrorIn | None = None
-
-    @field_validator("resultInline")
-    @classmethod
-    def _valid_base64(cls, v: str | None) -> str | None:
-        if v is not None:
-            _b64(v)
-        return v
 
     def inline_bytes(self) -> bytes | None:
         return None if self.resultInline is None else _b64(self.resultInline)
