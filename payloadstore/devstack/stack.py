@@ -207,6 +207,7 @@ class DevStack:
     tokens: dict[str, dict[str, str]] = field(default_factory=dict)
     _s3: Any = None
     _ssm: Any = None
+    _lock_handle: Any = None
 
     @property
     def endpoint(self) -> str:
@@ -225,6 +226,7 @@ class DevStack:
             )
         find_redis_server()  # fails with one clear line before anything starts
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_state_dir()
         previous = self._previous_state()
         try:
             self.redis = RedisServer(
@@ -302,6 +304,27 @@ class DevStack:
         tmp.chmod(0o600)
         tmp.replace(self.state_file)
 
+    def _lock_state_dir(self) -> None:
+        """One stack per state dir: two redis-servers appending to one AOF would corrupt it."""
+        import fcntl
+
+        handle = open(self.state_dir / "stack.lock", "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            handle.seek(0)
+            holder = handle.read().strip() or "?"
+            handle.close()
+            raise ServiceError(
+                f"another local stack (pid {holder}) is using {self.state_dir}; stop it, "
+                "or give this one its own PAYLOADSTORE_STATE_DIR"
+            ) from e
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        self._lock_handle = handle
+
     def stop(self, snapshot: bool = True) -> None:
         if self.gateway is not None:
             self.gateway.stop()
@@ -322,6 +345,9 @@ class DevStack:
             self.state_file.unlink()
         except FileNotFoundError:
             pass
+        if self._lock_handle is not None:
+            self._lock_handle.close()  # releases the flock
+            self._lock_handle = None
 
 
 def banner(stack: DevStack) -> str:

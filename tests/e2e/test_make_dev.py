@@ -315,3 +315,20 @@ def test_tokens_minted_and_revoked_while_running_stay_so_after_a_restart(tmp_pat
     assert config_status(revoked) == 401
     assert config_status(state["namespaces"]["dev"]["client_token"]) == 200
     second.ctrl_c()
+
+
+def test_a_second_stack_on_the_same_state_dir_is_refused(tmp_path, stacks):
+    command = [sys.executable, "-m", "payloadstore.devstack"]
+    # Given a running stack
+    first = StackProcess(tmp_path, command)
+    stacks.append(first)
+    first.wait_ready()
+    # When another starts on a different port but the same state dir (and so the same AOF)
+    second = StackProcess(tmp_path, command)
+    stacks.append(second)
+    code = second.proc.wait(60)
+    # Then it refuses with one line naming the way out, and the first one keeps serving
+    assert code != 0
+    assert "PAYLOADSTORE_STATE_DIR" in second.output()
+    assert requests.get(f"http://127.0.0.1:{first.port}/v1/health", timeout=30).status_code == 200
+    first.ctrl_c()
