@@ -179,7 +179,9 @@ def restore_bucket(s3: Any, bucket: str, source: Path, now: float | None = None)
     restored = 0
     for key, meta in manifest.items():
         path = source / meta["file"]
-        if not path.exists() or (key.startswith(PAYLOAD_PREFIX) and meta.get("written_at", 0) < cutoff):
+        written_at = meta.get("written_at")
+        expired = key.startswith(PAYLOAD_PREFIX) and written_at is not None and written_at < cutoff
+        if expired or not path.exists():
             continue
         kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key, "Body": path.read_bytes()}
         if meta.get("content_type"):
