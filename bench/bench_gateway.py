@@ -25,10 +25,10 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from payloadstore.devstack.gateway import LocalGateway, ensure_functions_on_path, serve_in_thread  # noqa: E402
+from payloadstore.devstack.gateway import LocalGateway, ensure_functions_on_path, serve_in_thread
 
 ensure_functions_on_path()
-from controlplane.routes import Route  # noqa: E402
+from controlplane.routes import Route
 
 
 def trivial(event, context):
@@ -97,7 +97,7 @@ def bench_stack(n: int) -> list[str]:
             auth = {"Authorization": f"Bearer {state['namespaces']['dev']['client_token']}"}
             with httpx.Client(base_url=state["endpoint"]) as http:
                 lines.append(summary(f"stack GET /v1/config (authorizer cache {cache_s} s)",
-                                     timed(lambda: http.get("/v1/config", headers=auth), n)))
+                                     timed(lambda auth=auth: http.get("/v1/config", headers=auth), n)))
                 if cache_s == "0":
                     lines.append(summary("stack GET /v1/health (redis + 4 S3 calls)",
                                          timed(lambda: http.get("/v1/health"), max(50, n // 10))))

@@ -24,9 +24,9 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 
@@ -194,13 +194,13 @@ class TemporaryStack:
         self.proc: subprocess.Popen | None = None
         self.state: dict = {}
 
-    def start(self, timeout_s: float = 90.0) -> "TemporaryStack":
+    def start(self, timeout_s: float = 90.0) -> TemporaryStack:
         from payloadstore.devstack.services import free_port
 
         env = {**os.environ, "PAYLOADSTORE_PORT": str(free_port()),
                "PAYLOADSTORE_STATE_DIR": str(self.dir / "state"),
                "PAYLOADSTORE_STATE_FILE": str(self.state_file)}
-        log = open(self.dir / "devstack.log", "ab")
+        log = open(self.dir / "devstack.log", "ab")  # noqa: SIM115 - the child writes it until stop()
         self.proc = subprocess.Popen([sys.executable, "-m", "payloadstore.devstack"], env=env,
                                      stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout_s

@@ -31,12 +31,12 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from http import HTTPStatus
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from payloadstore.devstack.containers import HandlerPool
@@ -376,7 +376,7 @@ class LocalGateway:
 
     def _request_context(self, req: IncomingRequest, route: CompiledRoute, path: str,
                          request_id: str, user_agent: str | None) -> dict:
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         return {
             "accountId": ACCOUNT_ID,
             "apiId": API_ID,
@@ -458,7 +458,7 @@ class LocalGateway:
         function_ref = self._functions[route.function]
         try:
             fn = self._resolve(function_ref)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             log.error("handler import failed function=%s error=%r", route.function, e)
             raise internal_error() from e
         # Hand the handler its own copy, as the JSON round trip through Lambda would.
@@ -467,7 +467,7 @@ class LocalGateway:
         except TimeoutError as e:
             log.warning("integration timeout function=%s request_id=%s", route.function, request_id)
             raise timed_out() from e
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             log.error("handler raised function=%s request_id=%s error=%r", route.function, request_id, e,
                       exc_info=e)
             raise internal_error() from e
@@ -540,7 +540,7 @@ class LocalGateway:
                 result = self._invoke(fn, event, "authorizer", request_context["requestId"])
             except TimeoutError as e:
                 raise authorizer_failure() from e
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 if str(e) == "Unauthorized":
                     raise unauthorized() from e
                 log.error("authorizer raised error=%r", e, exc_info=e)
@@ -597,7 +597,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True
     gateway: LocalGateway  # set on the subclass the server builds
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:
         pass  # one line per request is written by _serve instead
 
     def _read_body(self) -> tuple[bytes, bool]:
@@ -744,7 +744,7 @@ class GatewayProcess:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout_s: float = 30.0) -> "GatewayProcess":
+    def start(self, timeout_s: float = 30.0) -> GatewayProcess:
         import subprocess
 
         from payloadstore.devstack.services import ServiceError, free_port, port_is_open
@@ -755,7 +755,8 @@ class GatewayProcess:
                 "--authorizer-cache-s", str(self.authorizer_cache_s)]
         if self.timeout_s is not None:
             args += ["--timeout-s", str(self.timeout_s)]
-        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        # The child writes this log for as long as it runs.
+        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
         self.proc = subprocess.Popen(args, cwd=str(REPO_ROOT), env={**os.environ, **self.env},
                                      stdout=out, stderr=subprocess.STDOUT if self.log_path else subprocess.DEVNULL)
         deadline = time.monotonic() + timeout_s

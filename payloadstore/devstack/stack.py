@@ -221,7 +221,7 @@ class DevStack:
         except (OSError, ValueError):
             return {}
 
-    def start(self) -> "DevStack":
+    def start(self) -> DevStack:
         if port_is_open(self.port, self.host):
             raise PortInUseError(
                 f"port {self.port} on {self.host} is taken; stop what uses it or set PAYLOADSTORE_PORT"
@@ -310,7 +310,7 @@ class DevStack:
         """One stack per state dir: two redis-servers appending to one AOF would corrupt it."""
         import fcntl
 
-        handle = open(self.state_dir / "stack.lock", "a+")
+        handle = open(self.state_dir / "stack.lock", "a+")  # noqa: SIM115 - held until stop()
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:

@@ -79,7 +79,7 @@ class StackProcess:
                "PYTHONUNBUFFERED": "1"}
         env.pop("MAKEFLAGS", None)  # a `make test` parent must not turn this make into a sub-make
         env.pop("MAKELEVEL", None)
-        self.log = open(self.log_path, "wb")
+        self.log = open(self.log_path, "wb")  # noqa: SIM115 - the stack writes it until ctrl_c()
         # Its own process group: SIGINT to the group is what Ctrl-C in a terminal sends.
         self.proc = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=self.log,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
@@ -286,8 +286,8 @@ def test_saved_objects_come_back_until_the_lifecycle_would_expire_them(s3_client
 
 def test_tokens_minted_and_revoked_while_running_stay_so_after_a_restart(tmp_path, stacks):
     import boto3
-
     from controlplane.store.tokens import TokenStore
+
     from payloadstore.devstack.stack import DEV_REGION, DEV_TOKEN_PATH
 
     command = [sys.executable, "-m", "payloadstore.devstack"]

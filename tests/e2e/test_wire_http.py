@@ -16,7 +16,6 @@ import uuid
 import msgpack
 import pytest
 import requests
-
 from controlplane.routes import ROUTES
 
 pytestmark = pytest.mark.e2e
