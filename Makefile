@@ -55,7 +55,10 @@ demo: venv redis
 smoke: venv
 	@test -n "$(ENDPOINT)" -a -n "$(TOKEN)" -a -n "$(DAEMON_TOKEN)" || { \
 	  echo "usage: make smoke ENDPOINT=https://<api>/<stage> TOKEN=<client token> DAEMON_TOKEN=<daemon token> [NAMESPACE=dev]" >&2; exit 2; }
-	$(PY) -m payloadstore.devstack.demo --endpoint "$(ENDPOINT)" --token "$(TOKEN)" --daemon-token "$(DAEMON_TOKEN)" --namespace "$(NAMESPACE)"
+	@echo "smoke test of $(ENDPOINT) (namespace $(NAMESPACE))"
+	@# Tokens go through the environment: not echoed by make, not visible in `ps`.
+	@PAYLOADSTORE_SMOKE_TOKEN="$(TOKEN)" PAYLOADSTORE_SMOKE_DAEMON_TOKEN="$(DAEMON_TOKEN)" \
+	  $(PY) -m payloadstore.devstack.demo --endpoint "$(ENDPOINT)" --namespace "$(NAMESPACE)"
 
 test: venv node redis
 	$(PY) -m pytest $(PYTEST_ARGS)

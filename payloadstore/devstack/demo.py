@@ -227,8 +227,10 @@ class TemporaryStack:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="a small and an 8 MiB job through a daemon")
     parser.add_argument("--endpoint", help="API endpoint (smoke test of a deployed stack)")
-    parser.add_argument("--token", help="client token for --endpoint")
-    parser.add_argument("--daemon-token", help="daemon token for --endpoint")
+    parser.add_argument("--token", default=os.environ.get("PAYLOADSTORE_SMOKE_TOKEN"),
+                        help="client token for --endpoint (or PAYLOADSTORE_SMOKE_TOKEN)")
+    parser.add_argument("--daemon-token", default=os.environ.get("PAYLOADSTORE_SMOKE_DAEMON_TOKEN"),
+                        help="daemon token for --endpoint (or PAYLOADSTORE_SMOKE_DAEMON_TOKEN)")
     parser.add_argument("--namespace", default="dev")
     parser.add_argument("--state-file", type=Path,
                         default=Path(os.environ.get("PAYLOADSTORE_STATE_FILE", ".devstack.json")))

@@ -39,6 +39,8 @@ def test_make_smoke_runs_the_round_trip_against_an_endpoint(local_gateway):
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+    # And the tokens were not echoed into the (CI) log
+    assert gw.token("dev", "client") not in done.stdout + done.stderr
     rows = {line.split()[0]: line.split() for line in done.stdout.splitlines() if line.startswith(("small", "8 MiB"))}
     assert rows["small"][3:5] == ["inline", "inline"]
     assert rows["8"][4:6] == ["s3", "s3"]  # "8 MiB" splits in two
