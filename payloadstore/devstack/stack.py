@@ -399,8 +399,9 @@ def main(argv: list[str] | None = None) -> int:
         log.info("stopping signal=%s", signal.Signals(signum).name)
         stop_requested.set()
 
-    signal.signal(signal.SIGINT, request_stop)
-    signal.signal(signal.SIGTERM, request_stop)
+    # SIGHUP too: a closed terminal should save the bucket and stop Redis cleanly like Ctrl-C.
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, request_stop)
 
     stack = DevStack(state_dir=args.state_dir.resolve(), state_file=args.state_file.resolve(),
                      port=args.port, authorizer_cache_s=args.authorizer_cache_s)

@@ -234,6 +234,21 @@ def test_port_taken_is_one_clear_line_and_starts_nothing(tmp_path, stacks):
     assert not (stack.state_dir / "redis").exists()
 
 
+def test_closing_the_terminal_stops_it_cleanly_too(tmp_path, stacks):
+    # Given a running stack that holds an object in S3
+    stack = StackProcess(tmp_path, [sys.executable, "-m", "payloadstore.devstack"])
+    stacks.append(stack)
+    stack.wait_ready()
+    children = descendants(stack.proc.pid)
+    # When its terminal goes away (SIGHUP)
+    os.killpg(stack.proc.pid, signal.SIGHUP)
+    # Then it stops like on Ctrl-C: exit 0, children gone, token store saved
+    assert stack.proc.wait(60) == 0
+    assert [command_of(p) for p in children if alive(p)] == []
+    assert "stopped" in stack.output()
+    assert (stack.state_dir / "token-store.json").exists()
+
+
 def test_a_killed_stack_takes_its_services_with_it(tmp_path, stacks):
     # Given a running stack
     stack = StackProcess(tmp_path, [sys.executable, "-m", "payloadstore.devstack"])
