@@ -31,6 +31,9 @@ def metrics_bytes(name: str, value: float, **dimensions: str) -> None:
 
 
 def _emit(name: str, unit: MetricUnit, value: float, dimensions: dict[str, str]) -> None:
+    # single_metric prints at once and ignores POWERTOOLS_METRICS_DISABLED; honour it here too.
+    if os.environ.get("POWERTOOLS_METRICS_DISABLED", "").lower() == "true":
+        return
     with single_metric(name=name, unit=unit, value=value, namespace=METRICS_NAMESPACE) as metric:
         metric.add_dimension(name="service", value=SERVICE)
         for key, dim_value in dimensions.items():
