@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC
-from typing import Any
+from typing import Any, NoReturn
 
 import httpx
 
@@ -181,18 +181,25 @@ def upload(
                 log.warning("retrying upload status=%d attempt=%d delay_s=%.2f", response.status_code, attempt + 1, delay)
                 sleep(delay)
                 continue
-            try:
-                response.raise_for_status()
-            except httpx.HTTPStatusError as e:
-                cls = ServiceUnavailable if response.status_code >= 500 else TransferError
-                raise cls(
-                    f"upload to S3 refused: {code}: {message} (HTTP {response.status_code})",
-                    status=response.status_code,
-                    code=code,
-                ) from e
+            _raise_refused(response, code, message, "upload to S3")
         raise ServiceUnavailable("upload to S3 did not succeed within the retry budget")
     finally:
         bar.close()
+
+
+def _raise_refused(response: httpx.Response, code: str, message: str, what: str) -> NoReturn:
+    """S3 said no for good: 5xx is the service's trouble (retry later), 4xx the request's."""
+    try:
+        response.raise_for_status()
+    except httpx.HTTPStatusError as e:
+        cls = ServiceUnavailable if response.status_code >= 500 else TransferError
+        raise cls(
+            f"{what} refused: {code}: {message} (HTTP {response.status_code})",
+            status=response.status_code,
+            code=code,
+        ) from e
+    raise TransferError(f"{what} refused: {code}: {message} (HTTP {response.status_code})",
+                        status=response.status_code, code=code)
 
 
 def download(
@@ -245,15 +252,7 @@ def download(
                 log.warning("retrying download status=%d attempt=%d delay_s=%.2f", response.status_code, attempt + 1, delay)
                 sleep(delay)
                 continue
-            try:
-                response.raise_for_status()
-            except httpx.HTTPStatusError as e:
-                cls = ServiceUnavailable if response.status_code >= 500 else TransferError
-                raise cls(
-                    f"download from S3 refused: {code}: {message} (HTTP {response.status_code})",
-                    status=response.status_code,
-                    code=code,
-                ) from e
+            _raise_refused(response, code, message, "download from S3")
         raise ServiceUnavailable("download from S3 did not succeed within the retry budget")
     finally:
         bar.close()
