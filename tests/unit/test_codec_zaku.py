@@ -12,22 +12,9 @@ import torch
 from PIL import Image
 
 from payloadstore import codec
+from tests.unit.fixtures.zaku.zaku_values import zaku_values
 
 FIXTURES = Path(__file__).parent / "fixtures" / "zaku"
-
-
-def zaku_values() -> dict:
-    """The values tests/unit/fixtures/zaku/make_fixtures.py gave zaku's own encoder."""
-    return {
-        "matrix": np.arange(6, dtype=np.float32).reshape(2, 3),
-        "big_endian": np.array([1, -2, 300], dtype=">i2"),
-        "flags": np.array([True, False, True]),
-        "tensor": torch.arange(8, dtype=torch.float32).reshape(2, 4) / 3,
-        "tensor_int": torch.tensor([[1, 2], [3, 2**40]], dtype=torch.int64),
-        "image": Image.frombytes("RGB", (3, 2), bytes(range(18))),
-        "text": "hello",
-        "count": 3,
-    }
 
 
 def _zdata(array: np.ndarray, ztype: str = "numpy.ndarray") -> dict:
