@@ -38,9 +38,16 @@ def trivial(event, context):
 def allow_all(event, context):
     return {
         "principalId": "bench",
-        "policyDocument": {"Version": "2012-10-17",
-                           "Statement": [{"Action": "execute-api:Invoke", "Effect": "Allow",
-                                          "Resource": event["methodArn"].split("/", 1)[0] + "/*"}]},
+        "policyDocument": {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Action": "execute-api:Invoke",
+                    "Effect": "Allow",
+                    "Resource": event["methodArn"].split("/", 1)[0] + "/*",
+                }
+            ],
+        },
         "context": {"namespace": "dev", "role": "client", "token_id": "bench"},
     }
 
@@ -63,16 +70,38 @@ def summary(name: str, samples_us: list[float]) -> str:
 
 
 def bench_translation(n: int) -> list[str]:
-    routes = (Route("GET", "/v1/trivial", "t", None, "-"), Route("GET", "/v1/namespaces/{ns}/p", "t", ("client",), "-"))
+    routes = (
+        Route("GET", "/v1/trivial", "t", None, "-"),
+        Route("GET", "/v1/namespaces/{ns}/p", "t", ("client",), "-"),
+    )
     lines = [summary("direct handler call", timed(lambda: trivial({}, None), n))]
     for cache_s in (0.0, 300.0):
-        running = serve_in_thread(LocalGateway(routes=routes, functions={"t": trivial}, authorizer=allow_all,
-                                               authorizer_cache_s=cache_s), "127.0.0.1", 0)
+        running = serve_in_thread(
+            LocalGateway(
+                routes=routes,
+                functions={"t": trivial},
+                authorizer=allow_all,
+                authorizer_cache_s=cache_s,
+            ),
+            "127.0.0.1",
+            0,
+        )
         with httpx.Client(base_url=running.url) as http:
             if cache_s == 0:
-                lines.append(summary("gateway, public route", timed(lambda: http.get("/v1/trivial"), n)))
-            lines.append(summary(f"gateway, authorizer (cache {cache_s:g} s)",
-                                 timed(lambda: http.get("/v1/namespaces/dev/p", headers={"Authorization": "Bearer x"}), n)))
+                lines.append(
+                    summary("gateway, public route", timed(lambda: http.get("/v1/trivial"), n))
+                )
+            lines.append(
+                summary(
+                    f"gateway, authorizer (cache {cache_s:g} s)",
+                    timed(
+                        lambda: http.get(
+                            "/v1/namespaces/dev/p", headers={"Authorization": "Bearer x"}
+                        ),
+                        n,
+                    ),
+                )
+            )
         running.stop()
     return lines
 
@@ -83,24 +112,41 @@ def bench_stack(n: int) -> list[str]:
         tmp = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
         from payloadstore.devstack.services import free_port
 
-        env = {"PAYLOADSTORE_PORT": str(free_port()), "PAYLOADSTORE_STATE_DIR": str(tmp / "state"),
-               "PAYLOADSTORE_STATE_FILE": str(tmp / "devstack.json"), "PAYLOADSTORE_AUTHORIZER_CACHE_S": cache_s,
-               "PAYLOADSTORE_GATEWAY_LOG_LEVEL": "WARNING", "POWERTOOLS_LOG_LEVEL": "WARNING"}
+        env = {
+            "PAYLOADSTORE_PORT": str(free_port()),
+            "PAYLOADSTORE_STATE_DIR": str(tmp / "state"),
+            "PAYLOADSTORE_STATE_FILE": str(tmp / "devstack.json"),
+            "PAYLOADSTORE_AUTHORIZER_CACHE_S": cache_s,
+            "PAYLOADSTORE_GATEWAY_LOG_LEVEL": "WARNING",
+            "POWERTOOLS_LOG_LEVEL": "WARNING",
+        }
         import os
 
-        proc = subprocess.Popen([sys.executable, "-m", "payloadstore.devstack"], env={**os.environ, **env},
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "payloadstore.devstack"],
+            env={**os.environ, **env},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             while not (tmp / "devstack.json").exists():
                 time.sleep(0.1)
             state = json.loads((tmp / "devstack.json").read_text())
             auth = {"Authorization": f"Bearer {state['namespaces']['dev']['client_token']}"}
             with httpx.Client(base_url=state["endpoint"]) as http:
-                lines.append(summary(f"stack GET /v1/config (authorizer cache {cache_s} s)",
-                                     timed(lambda auth=auth: http.get("/v1/config", headers=auth), n)))
+                lines.append(
+                    summary(
+                        f"stack GET /v1/config (authorizer cache {cache_s} s)",
+                        timed(lambda auth=auth: http.get("/v1/config", headers=auth), n),
+                    )
+                )
                 if cache_s == "0":
-                    lines.append(summary("stack GET /v1/health (redis + 4 S3 calls)",
-                                         timed(lambda: http.get("/v1/health"), max(50, n // 10))))
+                    lines.append(
+                        summary(
+                            "stack GET /v1/health (redis + 4 S3 calls)",
+                            timed(lambda: http.get("/v1/health"), max(50, n // 10)),
+                        )
+                    )
         finally:
             proc.send_signal(2)
             proc.wait(30)

@@ -22,7 +22,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "functions")]
-os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")  # infra imports aws_cdk
+os.environ.setdefault(
+    "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20"
+)  # infra imports aws_cdk
 
 from controlplane.routes import FUNCTIONS
 
@@ -54,16 +56,26 @@ def staged_dirs(cdk_out: Path) -> tuple[Path, Path]:
 
 def sample(python: str, code: Path, layer: Path, modules: list[str], runs: int) -> list[float]:
     # Environment the handlers read at import, as deployed.
-    env = {"PATH": os.environ.get("PATH", ""), "POWERTOOLS_SERVICE_NAME": "payloadstore",
-           "POWERTOOLS_METRICS_NAMESPACE": "PayloadStore", "POWERTOOLS_TRACE_DISABLED": "true",
-           "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1"}
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "POWERTOOLS_SERVICE_NAME": "payloadstore",
+        "POWERTOOLS_METRICS_NAMESPACE": "PayloadStore",
+        "POWERTOOLS_TRACE_DISABLED": "true",
+        "AWS_REGION": "us-east-1",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
     probe = PROBE.format(code=str(code), layer=str(layer), modules=modules)
     out = []
     for _ in range(runs):
         # -I -S: nothing from this machine's site-packages; -B: never write bytecode (Lambda's
         # disk is read-only), so a tree without .pyc files compiles on every sample.
-        result = subprocess.run([python, "-I", "-S", "-B", "-c", probe], capture_output=True, text=True,
-                                env=env, check=False)
+        result = subprocess.run(
+            [python, "-I", "-S", "-B", "-c", probe],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
         if result.returncode != 0:
             raise SystemExit(f"import failed:\n{result.stderr[-3000:]}")
         out.append(float(result.stdout.strip().splitlines()[-1]))
@@ -89,9 +101,15 @@ def main() -> None:
         shutil.copytree(layer, bare_layer, ignore=ignore)
         without_pyc = sample(python, bare_code, bare_layer, modules, args.n)
 
-    print(f"{Path(python).name} {sys.platform}, handlers: {', '.join(modules)}; median of {args.n} fresh processes")
-    print(f"cold import, shipped unchecked-hash bytecode: {statistics.median(with_pyc) * 1000:.0f} ms")
-    print(f"cold import, source only (read-only disk):   {statistics.median(without_pyc) * 1000:.0f} ms")
+    print(
+        f"{Path(python).name} {sys.platform}, handlers: {', '.join(modules)}; median of {args.n} fresh processes"
+    )
+    print(
+        f"cold import, shipped unchecked-hash bytecode: {statistics.median(with_pyc) * 1000:.0f} ms"
+    )
+    print(
+        f"cold import, source only (read-only disk):   {statistics.median(without_pyc) * 1000:.0f} ms"
+    )
 
 
 if __name__ == "__main__":

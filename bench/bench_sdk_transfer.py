@@ -56,8 +56,12 @@ def main() -> None:
             import os
 
             os.environ.update(local_aws_env(moto.endpoint))
-            s3 = boto3.client("s3", endpoint_url=moto.endpoint, region_name="us-east-1",
-                              config=Config(signature_version="s3v4"))
+            s3 = boto3.client(
+                "s3",
+                endpoint_url=moto.endpoint,
+                region_name="us-east-1",
+                config=Config(signature_version="s3v4"),
+            )
             create_payload_bucket(s3, BUCKET)
             run(s3, args.mib, args.repeat)
         finally:
@@ -75,31 +79,69 @@ def run(s3, mib: int, repeat: int) -> None:
 
     def grant(key: str, method: str) -> dict:
         if method == "PUT":
-            url = s3.generate_presigned_url("put_object", Params={
-                "Bucket": BUCKET, "Key": key, "ContentType": codec.CONTENT_TYPE, "ContentLength": size,
-                "ChecksumSHA256": checksum}, ExpiresIn=900)
-            return {"url": url, "method": "PUT", "key": key, "headers": {
-                "content-length": str(size), "content-type": codec.CONTENT_TYPE,
-                "x-amz-checksum-sha256": checksum, "x-amz-sdk-checksum-algorithm": "SHA256"}}
-        return {"url": s3.generate_presigned_url("get_object", Params={"Bucket": BUCKET, "Key": key}), "method": "GET"}
+            url = s3.generate_presigned_url(
+                "put_object",
+                Params={
+                    "Bucket": BUCKET,
+                    "Key": key,
+                    "ContentType": codec.CONTENT_TYPE,
+                    "ContentLength": size,
+                    "ChecksumSHA256": checksum,
+                },
+                ExpiresIn=900,
+            )
+            return {
+                "url": url,
+                "method": "PUT",
+                "key": key,
+                "headers": {
+                    "content-length": str(size),
+                    "content-type": codec.CONTENT_TYPE,
+                    "x-amz-checksum-sha256": checksum,
+                    "x-amz-sdk-checksum-algorithm": "SHA256",
+                },
+            }
+        return {
+            "url": s3.generate_presigned_url("get_object", Params={"Bucket": BUCKET, "Key": key}),
+            "method": "GET",
+        }
 
-    rows: dict[str, list[tuple[float, int]]] = {"upload (sdk, streamed)": [], "upload (joined bytes)": [],
-                                                "download + verify (sdk)": []}
+    rows: dict[str, list[tuple[float, int]]] = {
+        "upload (sdk, streamed)": [],
+        "upload (joined bytes)": [],
+        "download + verify (sdk)": [],
+    }
     t_decode = 0.0
     for i in range(repeat):
         key = f"payloads/bench/{i}/args"
         put, put_joined, get = grant(key, "PUT"), grant(key + "-joined", "PUT"), grant(key, "GET")
 
         def streamed(put=put, key=key):
-            return upload(http, put, list(encoded.chunks), size,
-                          presign_again=lambda: grant(key, "PUT"), retry=retry, progress=False)
+            return upload(
+                http,
+                put,
+                list(encoded.chunks),
+                size,
+                presign_again=lambda: grant(key, "PUT"),
+                retry=retry,
+                progress=False,
+            )
 
         def joined(put=put_joined):
-            http.put(put["url"], content=encoded.tobytes(), headers=put["headers"]).raise_for_status()
+            http.put(
+                put["url"], content=encoded.tobytes(), headers=put["headers"]
+            ).raise_for_status()
 
         def fetched(get=get, key=key):
-            return download(http, get, size=size, sha256=sha,
-                            presign_again=lambda: grant(key, "GET"), retry=retry, progress=False)
+            return download(
+                http,
+                get,
+                size=size,
+                sha256=sha,
+                presign_again=lambda: grant(key, "GET"),
+                retry=retry,
+                progress=False,
+            )
 
         t, peak, _ = measure(streamed)
         rows["upload (sdk, streamed)"].append((t, peak))
@@ -113,13 +155,17 @@ def run(s3, mib: int, repeat: int) -> None:
         del data, decoded
 
     print(f"payload: float32 array, {size / 2**20:.1f} MiB encoded, repeat={repeat} (medians)")
-    print(f"encode: {t_encode * 1e3:.1f} ms, peak heap {peak_encode / 2**20:.2f} MiB; sha256: {t_sha * 1e3:.1f} ms "
-          f"({size / t_sha / 1e9:.2f} GB/s)")
+    print(
+        f"encode: {t_encode * 1e3:.1f} ms, peak heap {peak_encode / 2**20:.2f} MiB; sha256: {t_sha * 1e3:.1f} ms "
+        f"({size / t_sha / 1e9:.2f} GB/s)"
+    )
     for name, samples in rows.items():
         t = statistics.median(s[0] for s in samples)
         peak = statistics.median(s[1] for s in samples)
-        print(f"{name}: {t * 1e3:.0f} ms ({size / t / 1e9:.2f} GB/s), peak heap {peak / 2**20:.2f} MiB "
-              f"({peak / size:.2f}x payload)")
+        print(
+            f"{name}: {t * 1e3:.0f} ms ({size / t / 1e9:.2f} GB/s), peak heap {peak / 2**20:.2f} MiB "
+            f"({peak / size:.2f}x payload)"
+        )
     print(f"decode (zero-copy view): {t_decode * 1e3:.2f} ms")
 
 

@@ -15,19 +15,30 @@ JOB = "01KB7Z6Q3N4V8W2X5Y9Z0A1B2C"
 TOKEN = "pst_replace_with_a_minted_token"
 
 TEMPLATE = {
-    "resource": "/", "path": "/", "httpMethod": "GET",
-    "headers": {}, "multiValueHeaders": {},
-    "queryStringParameters": None, "multiValueQueryStringParameters": None,
-    "pathParameters": None, "stageVariables": None,
+    "resource": "/",
+    "path": "/",
+    "httpMethod": "GET",
+    "headers": {},
+    "multiValueHeaders": {},
+    "queryStringParameters": None,
+    "multiValueQueryStringParameters": None,
+    "pathParameters": None,
+    "stageVariables": None,
     "requestContext": {
-        "accountId": "123456789012", "apiId": "abcdef1234", "stage": "prod",
+        "accountId": "123456789012",
+        "apiId": "abcdef1234",
+        "stage": "prod",
         "requestId": "00000000-0000-0000-0000-000000000000",
-        "resourcePath": "/", "httpMethod": "GET", "path": "/prod/", "protocol": "HTTP/1.1",
+        "resourcePath": "/",
+        "httpMethod": "GET",
+        "path": "/prod/",
+        "protocol": "HTTP/1.1",
         "identity": {"sourceIp": "127.0.0.1", "userAgent": "sam-local"},
         "authorizer": {"namespace": "dev", "role": "client", "token_id": "example"},
         "requestTimeEpoch": 1764400000000,
     },
-    "body": None, "isBase64Encoded": False,
+    "body": None,
+    "isBase64Encoded": False,
 }
 
 
@@ -36,7 +47,10 @@ def event(method, resource, params, role="client", body=None, query=None, header
     path = resource
     for k, v in (params or {}).items():
         path = path.replace("{" + k + "}", v)
-    h = {"Host": "abcdef1234.execute-api.us-east-1.amazonaws.com", "Authorization": f"Bearer {TOKEN}"}
+    h = {
+        "Host": "abcdef1234.execute-api.us-east-1.amazonaws.com",
+        "Authorization": f"Bearer {TOKEN}",
+    }
     if role is None:
         h.pop("Authorization")
     if isinstance(body, dict):
@@ -44,11 +58,16 @@ def event(method, resource, params, role="client", body=None, query=None, header
         h["Content-Type"] = "application/json"
     h.update(headers or {})
     e.update(
-        resource=resource, path=path, httpMethod=method, headers=h,
+        resource=resource,
+        path=path,
+        httpMethod=method,
+        headers=h,
         multiValueHeaders={k: [v] for k, v in h.items()},
         queryStringParameters=query,
         multiValueQueryStringParameters={k: [v] for k, v in query.items()} if query else None,
-        pathParameters=params or None, body=body, isBase64Encoded=b64,
+        pathParameters=params or None,
+        body=body,
+        isBase64Encoded=b64,
     )
     rc = e["requestContext"]
     rc.update(resourcePath=resource, httpMethod=method, path="/prod" + path)
@@ -62,25 +81,72 @@ def event(method, resource, params, role="client", body=None, query=None, header
 def main() -> None:
     key = f"payloads/2026/01/01/{JOB}/args"
     events = {
-        "presign_put": event("POST", "/v1/namespaces/{ns}/payloads/presign", {"ns": "dev"},
-                             query={"op": "put", "size": "8388608"}, body={"kind": "args", "sha256": "a" * 64}),
-        "presign_get": event("POST", "/v1/namespaces/{ns}/payloads/presign", {"ns": "dev"}, role="daemon",
-                             query={"op": "get", "key": key}),
-        "enqueue_inline": event("POST", "/v1/namespaces/{ns}/queues/{queue}/jobs", {"ns": "dev", "queue": "default"},
-                                body=base64.b64encode(msgpack.packb({"args": [1, 2], "kwargs": {}})).decode(),
-                                headers={"Content-Type": "application/msgpack"}, b64=True),
-        "enqueue_ref": event("POST", "/v1/namespaces/{ns}/queues/{queue}/jobs", {"ns": "dev", "queue": "default"},
-                             body={"payloadRef": {"kind": "s3", "bucket": "payloadstore-payloads", "key": key,
-                                                  "size": 8388608, "contentType": "application/msgpack"}}),
-        "job_status": event("GET", "/v1/namespaces/{ns}/jobs/{job_id}", {"ns": "dev", "job_id": JOB}),
-        "result_get": event("GET", "/v1/namespaces/{ns}/jobs/{job_id}/result", {"ns": "dev", "job_id": JOB},
-                            query={"wait": "1"}),
-        "daemon_poll": event("POST", "/v1/daemon/poll", None, role="daemon",
-                             body={"namespace": "dev", "queues": ["default"], "wait_s": 1, "daemon_id": "daemon-1"}),
-        "result_post": event("POST", "/v1/namespaces/{ns}/jobs/{job_id}/result", {"ns": "dev", "job_id": JOB},
-                             role="daemon", body={"resultInline": base64.b64encode(msgpack.packb(3)).decode()}),
-        "failure_report": event("POST", "/v1/namespaces/{ns}/jobs/{job_id}/failure", {"ns": "dev", "job_id": JOB},
-                                role="daemon", body={"state": "payload_lost", "detail": "GET returned 404"}),
+        "presign_put": event(
+            "POST",
+            "/v1/namespaces/{ns}/payloads/presign",
+            {"ns": "dev"},
+            query={"op": "put", "size": "8388608"},
+            body={"kind": "args", "sha256": "a" * 64},
+        ),
+        "presign_get": event(
+            "POST",
+            "/v1/namespaces/{ns}/payloads/presign",
+            {"ns": "dev"},
+            role="daemon",
+            query={"op": "get", "key": key},
+        ),
+        "enqueue_inline": event(
+            "POST",
+            "/v1/namespaces/{ns}/queues/{queue}/jobs",
+            {"ns": "dev", "queue": "default"},
+            body=base64.b64encode(msgpack.packb({"args": [1, 2], "kwargs": {}})).decode(),
+            headers={"Content-Type": "application/msgpack"},
+            b64=True,
+        ),
+        "enqueue_ref": event(
+            "POST",
+            "/v1/namespaces/{ns}/queues/{queue}/jobs",
+            {"ns": "dev", "queue": "default"},
+            body={
+                "payloadRef": {
+                    "kind": "s3",
+                    "bucket": "payloadstore-payloads",
+                    "key": key,
+                    "size": 8388608,
+                    "contentType": "application/msgpack",
+                }
+            },
+        ),
+        "job_status": event(
+            "GET", "/v1/namespaces/{ns}/jobs/{job_id}", {"ns": "dev", "job_id": JOB}
+        ),
+        "result_get": event(
+            "GET",
+            "/v1/namespaces/{ns}/jobs/{job_id}/result",
+            {"ns": "dev", "job_id": JOB},
+            query={"wait": "1"},
+        ),
+        "daemon_poll": event(
+            "POST",
+            "/v1/daemon/poll",
+            None,
+            role="daemon",
+            body={"namespace": "dev", "queues": ["default"], "wait_s": 1, "daemon_id": "daemon-1"},
+        ),
+        "result_post": event(
+            "POST",
+            "/v1/namespaces/{ns}/jobs/{job_id}/result",
+            {"ns": "dev", "job_id": JOB},
+            role="daemon",
+            body={"resultInline": base64.b64encode(msgpack.packb(3)).decode()},
+        ),
+        "failure_report": event(
+            "POST",
+            "/v1/namespaces/{ns}/jobs/{job_id}/failure",
+            {"ns": "dev", "job_id": JOB},
+            role="daemon",
+            body={"state": "payload_lost", "detail": "GET returned 404"},
+        ),
         "config": event("GET", "/v1/config", None),
         "health": event("GET", "/v1/health", None, role=None),
         "openapi": event("GET", "/v1/openapi.json", None, role=None),
@@ -89,14 +155,25 @@ def main() -> None:
     events["authorizer_request"] = {
         "type": "REQUEST",
         "methodArn": "arn:aws:execute-api:us-east-1:123456789012:abcdef1234/prod/GET/v1/config",
-        "resource": "/v1/config", "path": "/v1/config", "httpMethod": "GET",
+        "resource": "/v1/config",
+        "path": "/v1/config",
+        "httpMethod": "GET",
         "headers": {"Authorization": f"Bearer {TOKEN}"},
         "multiValueHeaders": {"Authorization": [f"Bearer {TOKEN}"]},
-        "queryStringParameters": {}, "multiValueQueryStringParameters": {}, "pathParameters": {},
+        "queryStringParameters": {},
+        "multiValueQueryStringParameters": {},
+        "pathParameters": {},
         "stageVariables": {},
-        "requestContext": {"accountId": "123456789012", "apiId": "abcdef1234", "stage": "prod",
-                           "requestId": "00000000-0000-0000-0000-000000000001", "resourcePath": "/v1/config",
-                           "httpMethod": "GET", "path": "/prod/v1/config", "identity": {"sourceIp": "127.0.0.1"}},
+        "requestContext": {
+            "accountId": "123456789012",
+            "apiId": "abcdef1234",
+            "stage": "prod",
+            "requestId": "00000000-0000-0000-0000-000000000001",
+            "resourcePath": "/v1/config",
+            "httpMethod": "GET",
+            "path": "/prod/v1/config",
+            "identity": {"sourceIp": "127.0.0.1"},
+        },
     }
     events["admin_mint"] = {"action": "mint", "namespace": "dev", "role": "client"}
     for name, body in events.items():

@@ -29,9 +29,7 @@ class Alarms(Construct):
         email: str | None,
     ) -> None:
         super().__init__(scope, construct_id)
-        self.topic = sns.Topic(
-            self, "Topic", display_name="payloadstore alarms", enforce_ssl=True
-        )
+        self.topic = sns.Topic(self, "Topic", display_name="payloadstore alarms", enforce_ssl=True)
         if email:
             self.topic.add_subscription(subscriptions.EmailSubscription(email))
         action = cw_actions.SnsAction(self.topic)

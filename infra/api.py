@@ -36,7 +36,9 @@ class ControlPlaneApi(Construct):
             self,
             "AccessLogs",
             retention=logs.RetentionDays.ONE_MONTH,
-            removal_policy=cdk.RemovalPolicy.DESTROY if destroy_on_removal else cdk.RemovalPolicy.RETAIN,
+            removal_policy=cdk.RemovalPolicy.DESTROY
+            if destroy_on_removal
+            else cdk.RemovalPolicy.RETAIN,
         )
         self.api = apigw.RestApi(
             self,

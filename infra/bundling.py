@@ -50,7 +50,10 @@ def _reports_version(python: str, version: str) -> bool:
     try:
         out = subprocess.run(
             [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-            capture_output=True, text=True, timeout=30, check=False,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
         )
     except (OSError, subprocess.TimeoutExpired):
         return False
@@ -84,14 +87,25 @@ def find_runtime_python(version: str = PYTHON_VERSION) -> str | None:
 def compile_bytecode(python: str, tree: Path, runtime_dir: str) -> None:
     """Compile every .py under `tree` as the runtime will see it (paths under `runtime_dir`)."""
     cmd = [
-        python, "-m", "compileall", "-q", "-j", "0",
-        "--invalidation-mode", "unchecked-hash",
-        "-s", str(tree), "-p", runtime_dir,
+        python,
+        "-m",
+        "compileall",
+        "-q",
+        "-j",
+        "0",
+        "--invalidation-mode",
+        "unchecked-hash",
+        "-s",
+        str(tree),
+        "-p",
+        runtime_dir,
         str(tree),
     ]
     result = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if result.returncode != 0:
-        raise BundlingError(f"compileall failed in {tree}: {result.stdout[-2000:]}{result.stderr[-2000:]}")
+        raise BundlingError(
+            f"compileall failed in {tree}: {result.stdout[-2000:]}{result.stderr[-2000:]}"
+        )
 
 
 def _digest(*parts: bytes) -> str:
@@ -106,7 +120,9 @@ def _digest(*parts: bytes) -> str:
 class LayerBundling:
     """pip-installs requirements.txt for the Lambda platform into `<out>/python`, then compiles it."""
 
-    def __init__(self, requirements: Path, python_version: str = PYTHON_VERSION, platform: str = PIP_PLATFORM):
+    def __init__(
+        self, requirements: Path, python_version: str = PYTHON_VERSION, platform: str = PIP_PLATFORM
+    ):
         self.requirements = requirements
         self.python_version = python_version
         self.platform = platform
@@ -142,14 +158,24 @@ class LayerBundling:
     def build(self, out: Path) -> None:
         target = out / "python"
         cmd = [
-            sys.executable, "-m", "pip", "install",
-            "--quiet", "--disable-pip-version-check", "--no-compile",
-            "--requirement", str(self.requirements),
-            "--platform", self.platform,
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-compile",
+            "--requirement",
+            str(self.requirements),
+            "--platform",
+            self.platform,
             "--only-binary=:all:",
-            "--implementation", "cp",
-            "--python-version", self.python_version,
-            "--target", str(target),
+            "--implementation",
+            "cp",
+            "--python-version",
+            self.python_version,
+            "--target",
+            str(target),
         ]
         log.info("building lambda layer python=%s platform=%s", self.python_version, self.platform)
         result = subprocess.run(cmd, capture_output=True, text=True, check=False)

@@ -36,7 +36,9 @@ CTX_CACHE_SHARDS = "payloadstore:cacheShards"
 CTX_ALARM_EMAIL = "payloadstore:alarmEmail"
 CTX_THROTTLE_RATE = "payloadstore:throttleRateLimit"
 CTX_THROTTLE_BURST = "payloadstore:throttleBurstLimit"
-CTX_SETTINGS_PREFIX = "payloadstore:setting:"  # e.g. -c payloadstore:setting:INLINE_THRESHOLD=131072
+CTX_SETTINGS_PREFIX = (
+    "payloadstore:setting:"  # e.g. -c payloadstore:setting:INLINE_THRESHOLD=131072
+)
 
 
 @dataclass(frozen=True)

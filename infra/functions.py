@@ -68,7 +68,9 @@ def settings_environment(scope: Construct, resources: dict[str, str]) -> dict[st
         raise ValueError(f"resources given for unknown settings: {sorted(missing)}")
     # Refuse at synth what every function would refuse at its first cold start.
     literal = {k: v for k, v in env.items() if k not in FROM_RESOURCES}
-    Settings.from_env({**literal, "PAYLOAD_BUCKET": "synth-check", "REDIS_URL": "rediss://synth-check:6379/0"})
+    Settings.from_env(
+        {**literal, "PAYLOAD_BUCKET": "synth-check", "REDIS_URL": "rediss://synth-check:6379/0"}
+    )
     return env
 
 

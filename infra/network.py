@@ -44,7 +44,9 @@ class Network(Construct):
             self,
             "FlowLogs",
             retention=logs.RetentionDays.ONE_MONTH,
-            removal_policy=cdk.RemovalPolicy.DESTROY if destroy_on_removal else cdk.RemovalPolicy.RETAIN,
+            removal_policy=cdk.RemovalPolicy.DESTROY
+            if destroy_on_removal
+            else cdk.RemovalPolicy.RETAIN,
         )
         # Rejected flows only: in a VPC without an internet path, a reject is the signal
         # (a misrouted call or a probe); accepted flows would be volume without insight.

@@ -80,22 +80,32 @@ class PayloadStoreStack(cdk.Stack):
 
         cdk.CfnOutput(self, "ApiUrl", value=self.api.url, description="base URL of the v1 API")
         cdk.CfnOutput(
-            self, "PayloadBucketName", value=self.storage.bucket.bucket_name,
+            self,
+            "PayloadBucketName",
+            value=self.storage.bucket.bucket_name,
             description="bucket holding payloads/ (2-day lifecycle)",
         )
         cdk.CfnOutput(
-            self, "TokenParameterPath", value=TOKEN_PARAMETER_PATH,
+            self,
+            "TokenParameterPath",
+            value=TOKEN_PARAMETER_PATH,
             description="SSM Parameter Store path of the token store (one parameter per token hash)",
         )
         cdk.CfnOutput(
-            self, "AlarmTopicArn", value=self.alarms.topic.topic_arn,
+            self,
+            "AlarmTopicArn",
+            value=self.alarms.topic.topic_arn,
             description="SNS topic of the PayloadCorrupt, API 5xx and Redis memory alarms",
         )
         cdk.CfnOutput(
-            self, "AdminFunctionName", value=self.functions.functions[ADMIN_FUNCTION].function_name,
+            self,
+            "AdminFunctionName",
+            value=self.functions.functions[ADMIN_FUNCTION].function_name,
             description="invoke to mint or revoke tokens (aws lambda invoke)",
         )
         cdk.CfnOutput(
-            self, "RedisAuthSecretArn", value=self.cache.auth_secret.secret_arn,
+            self,
+            "RedisAuthSecretArn",
+            value=self.cache.auth_secret.secret_arn,
             description="Secrets Manager secret holding the Redis AUTH token",
         )

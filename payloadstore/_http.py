@@ -178,17 +178,31 @@ class ApiSession:
                         f"{what}: cannot reach the control plane at {self.endpoint}: {e!r}"
                     ) from e
                 delay = self.retry.backoff(attempt)
-                log.warning("retrying what=%s error=%s attempt=%d delay_s=%.2f", what, type(e).__name__, attempt + 1, delay)
+                log.warning(
+                    "retrying what=%s error=%s attempt=%d delay_s=%.2f",
+                    what,
+                    type(e).__name__,
+                    attempt + 1,
+                    delay,
+                )
                 self._sleep(delay)
                 continue
             if response.status_code in ok:
                 return response
             if response.status_code in RETRY_STATUSES and not last and not self._final(response):
                 delay = self.retry.backoff(attempt, retry_after_seconds(response))
-                log.warning("retrying what=%s status=%d attempt=%d delay_s=%.2f", what, response.status_code, attempt + 1, delay)
+                log.warning(
+                    "retrying what=%s status=%d attempt=%d delay_s=%.2f",
+                    what,
+                    response.status_code,
+                    attempt + 1,
+                    delay,
+                )
                 self._sleep(delay)
                 continue
             raise_for_api_status(response, what)
             # A status outside `ok` that is not an error (e.g. an unexpected 3xx).
-            raise ApiError(f"{what}: unexpected HTTP {response.status_code}", status=response.status_code)
+            raise ApiError(
+                f"{what}: unexpected HTTP {response.status_code}", status=response.status_code
+            )
         raise AssertionError("unreachable")  # pragma: no cover

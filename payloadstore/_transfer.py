@@ -52,7 +52,13 @@ class Progress:
         except ImportError:
             return
         self._bar = tqdm(
-            total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024, file=sys.stderr, leave=True
+            total=total,
+            desc=desc,
+            unit="B",
+            unit_scale=True,
+            unit_divisor=1024,
+            file=sys.stderr,
+            leave=True,
         )
 
     def update(self, n: int) -> None:
@@ -65,7 +71,9 @@ class Progress:
         pct = int(self._done * 100 / self._total) if self._total else 100
         if pct != self._last_pct:
             self._last_pct = pct
-            sys.stderr.write(f"\r{self._desc} {pct:3d}% {self._done / 2**20:.1f}/{self._total / 2**20:.1f} MiB")
+            sys.stderr.write(
+                f"\r{self._desc} {pct:3d}% {self._done / 2**20:.1f}/{self._total / 2**20:.1f} MiB"
+            )
             sys.stderr.flush()
 
     def reset(self) -> None:
@@ -157,13 +165,21 @@ def upload(
                 headers["Content-Length"] = str(size)
             try:
                 response = s3.request(
-                    grant.get("method", "PUT"), grant["url"], content=iter_slices(chunks, bar), headers=headers
+                    grant.get("method", "PUT"),
+                    grant["url"],
+                    content=iter_slices(chunks, bar),
+                    headers=headers,
                 )
             except httpx.TransportError as e:
                 if last:
                     raise ServiceUnavailable(f"upload to S3 failed: {e!r}") from e
                 delay = retry.backoff(attempt)
-                log.warning("retrying upload error=%s attempt=%d delay_s=%.2f", type(e).__name__, attempt + 1, delay)
+                log.warning(
+                    "retrying upload error=%s attempt=%d delay_s=%.2f",
+                    type(e).__name__,
+                    attempt + 1,
+                    delay,
+                )
                 sleep(delay)
                 continue
             if response.status_code in (200, 201, 204):
@@ -178,7 +194,12 @@ def upload(
                     continue
             if response.status_code in S3_RETRY_STATUSES and not last:
                 delay = retry.backoff(attempt)
-                log.warning("retrying upload status=%d attempt=%d delay_s=%.2f", response.status_code, attempt + 1, delay)
+                log.warning(
+                    "retrying upload status=%d attempt=%d delay_s=%.2f",
+                    response.status_code,
+                    attempt + 1,
+                    delay,
+                )
                 sleep(delay)
                 continue
             _raise_refused(response, code, message, "upload to S3")
@@ -198,8 +219,11 @@ def _raise_refused(response: httpx.Response, code: str, message: str, what: str)
             status=response.status_code,
             code=code,
         ) from e
-    raise TransferError(f"{what} refused: {code}: {message} (HTTP {response.status_code})",
-                        status=response.status_code, code=code)
+    raise TransferError(
+        f"{what} refused: {code}: {message} (HTTP {response.status_code})",
+        status=response.status_code,
+        code=code,
+    )
 
 
 def download(
@@ -232,7 +256,12 @@ def download(
                 if last:
                     raise ServiceUnavailable(f"download from S3 failed: {e!r}") from e
                 delay = retry.backoff(attempt)
-                log.warning("retrying download error=%s attempt=%d delay_s=%.2f", type(e).__name__, attempt + 1, delay)
+                log.warning(
+                    "retrying download error=%s attempt=%d delay_s=%.2f",
+                    type(e).__name__,
+                    attempt + 1,
+                    delay,
+                )
                 sleep(delay)
                 continue
             code, message = s3_error(response)
@@ -241,7 +270,9 @@ def download(
                     response.raise_for_status()
                 except httpx.HTTPStatusError as e:
                     raise PayloadLost(
-                        f"payload object is gone from S3: key={key} ({code})", job_id=job_id, key=key
+                        f"payload object is gone from S3: key={key} ({code})",
+                        job_id=job_id,
+                        key=key,
                     ) from e
             if response.status_code == 403 and not last:
                 log.info("re-presigning download key=%s reason=%s", key, code)
@@ -249,7 +280,12 @@ def download(
                 continue
             if response.status_code in S3_RETRY_STATUSES and not last:
                 delay = retry.backoff(attempt)
-                log.warning("retrying download status=%d attempt=%d delay_s=%.2f", response.status_code, attempt + 1, delay)
+                log.warning(
+                    "retrying download status=%d attempt=%d delay_s=%.2f",
+                    response.status_code,
+                    attempt + 1,
+                    delay,
+                )
                 sleep(delay)
                 continue
             _raise_refused(response, code, message, "download from S3")

@@ -34,7 +34,14 @@ ENV_TOKEN_PARAMETER_PATH = "TOKEN_PARAMETER_PATH"
 
 
 class Settings:
-    def __init__(self, endpoint: str | None, token: str | None, namespace: str | None, devstack: str | None, verbose: bool):
+    def __init__(
+        self,
+        endpoint: str | None,
+        token: str | None,
+        namespace: str | None,
+        devstack: str | None,
+        verbose: bool,
+    ):
         self.endpoint = endpoint
         self.token = token
         self.namespace = namespace
@@ -51,15 +58,26 @@ class Settings:
         if not (endpoint and token):
             found = self.devstack_file()
             if found is None or not found.exists():
-                missing = " and ".join(n for n, v in ((f"--endpoint/{ENV_ENDPOINT}", endpoint), (f"--token/{ENV_TOKEN}", token)) if not v)
-                raise ConfigError(f"set {missing}, or start the local stack (payloadstore dev) so .devstack.json exists")
+                missing = " and ".join(
+                    n
+                    for n, v in (
+                        (f"--endpoint/{ENV_ENDPOINT}", endpoint),
+                        (f"--token/{ENV_TOKEN}", token),
+                    )
+                    if not v
+                )
+                raise ConfigError(
+                    f"set {missing}, or start the local stack (payloadstore dev) so .devstack.json exists"
+                )
             _, stack = read_devstack(found)
             endpoint = endpoint or stack.get("endpoint")
             if not token:
                 try:
                     token = stack["namespaces"][namespace][f"{role}_token"]
                 except (KeyError, TypeError) as e:
-                    raise ConfigError(f"{found} has no {role} token for namespace {namespace!r}") from e
+                    raise ConfigError(
+                        f"{found} has no {role} token for namespace {namespace!r}"
+                    ) from e
         return Client(endpoint, token, namespace, **kwargs)
 
     def endpoint_only(self) -> str:
@@ -67,7 +85,9 @@ class Settings:
             return self.endpoint
         found = self.devstack_file()
         if found is None or not found.exists():
-            raise ConfigError(f"set --endpoint/{ENV_ENDPOINT}, or start the local stack (payloadstore dev)")
+            raise ConfigError(
+                f"set --endpoint/{ENV_ENDPOINT}, or start the local stack (payloadstore dev)"
+            )
         return read_devstack(found)[1]["endpoint"]
 
 
@@ -82,7 +102,9 @@ def fail(error: BaseException, verbose: bool = False) -> None:
                 click.echo("  (run with -v for the remote traceback)", err=True)
     else:
         message = getattr(error, "message", None) or str(error)
-        click.echo(f"error: {message.splitlines()[0] if message else type(error).__name__}", err=True)
+        click.echo(
+            f"error: {message.splitlines()[0] if message else type(error).__name__}", err=True
+        )
     sys.exit(getattr(error, "exit_code", 1))
 
 
@@ -117,15 +139,26 @@ def emit_value(value: Any, out: str | None) -> None:
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--endpoint", envvar=ENV_ENDPOINT, help=f"control-plane URL [{ENV_ENDPOINT}]")
 @click.option("--token", envvar=ENV_TOKEN, help=f"bearer token [{ENV_TOKEN}]")
-@click.option("--namespace", "-n", envvar=ENV_NAMESPACE, help=f"namespace [{ENV_NAMESPACE}, default {DEFAULT_NAMESPACE}]")
-@click.option("--devstack", type=click.Path(dir_okay=False), envvar="PAYLOADSTORE_DEVSTACK",
-              help="the local stack's state file [default: .devstack.json here or above]")
+@click.option(
+    "--namespace",
+    "-n",
+    envvar=ENV_NAMESPACE,
+    help=f"namespace [{ENV_NAMESPACE}, default {DEFAULT_NAMESPACE}]",
+)
+@click.option(
+    "--devstack",
+    type=click.Path(dir_okay=False),
+    envvar="PAYLOADSTORE_DEVSTACK",
+    help="the local stack's state file [default: .devstack.json here or above]",
+)
 @click.option("--verbose", "-v", is_flag=True, help="log requests and show remote tracebacks")
 @click.pass_context
 def cli(ctx: click.Context, endpoint, token, namespace, devstack, verbose) -> None:
     """Queue jobs whose payloads live inline in Redis or in S3, and run daemons for them."""
     logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s %(message)s"
+        level=logging.INFO if verbose else logging.WARNING,
+        stream=sys.stderr,
+        format="%(levelname)s %(name)s %(message)s",
     )
     ctx.obj = Settings(endpoint, token, namespace, devstack, verbose)
 
@@ -163,7 +196,9 @@ class LambdaTokenAdmin:
         self._function = function_name
 
     def _invoke(self, event: dict) -> dict:
-        response = self._lambda.invoke(FunctionName=self._function, Payload=json.dumps(event).encode())
+        response = self._lambda.invoke(
+            FunctionName=self._function, Payload=json.dumps(event).encode()
+        )
         body = json.loads(response["Payload"].read() or b"{}")
         if response.get("FunctionError") or not isinstance(body, dict):
             raise ConfigError(f"admin function {self._function} failed: {body}")
@@ -180,7 +215,10 @@ class LambdaTokenAdmin:
         return int(self._invoke({"action": "revoke", key: token_or_id})["revoked"])
 
     def list(self) -> list[TokenRecord]:
-        return [TokenRecord(t["namespace"], t["role"], t["token_id"]) for t in self._invoke({"action": "list"})["tokens"]]
+        return [
+            TokenRecord(t["namespace"], t["role"], t["token_id"])
+            for t in self._invoke({"action": "list"})["tokens"]
+        ]
 
 
 def token_store(
@@ -227,7 +265,9 @@ def token_store(
             f"no token store: start the local stack, or set {ENV_TOKEN_PARAMETER_PATH} (and AWS credentials) "
             "for the deployed one"
         )
-    ssm = boto3.client("ssm", endpoint_url=endpoint, region_name=region or os.environ.get("AWS_REGION") or None)
+    ssm = boto3.client(
+        "ssm", endpoint_url=endpoint, region_name=region or os.environ.get("AWS_REGION") or None
+    )
     return TokenStore(ssm, path, cache_s=0)
 
 
@@ -235,8 +275,11 @@ _token_options = [
     click.option("--path", "param_path", help=f"SSM parameter path [{ENV_TOKEN_PARAMETER_PATH}]"),
     click.option("--ssm-endpoint", help="SSM endpoint URL (default: the local stack's, else AWS)"),
     click.option("--region", help="AWS region (default: the environment's)"),
-    click.option("--admin-function", envvar="PAYLOADSTORE_ADMIN_FUNCTION",
-                 help="invoke this deployed admin Lambda instead of writing SSM [PAYLOADSTORE_ADMIN_FUNCTION]"),
+    click.option(
+        "--admin-function",
+        envvar="PAYLOADSTORE_ADMIN_FUNCTION",
+        help="invoke this deployed admin Lambda instead of writing SSM [PAYLOADSTORE_ADMIN_FUNCTION]",
+    ),
 ]
 
 
@@ -256,7 +299,9 @@ def token() -> None:
 @click.option("--role", type=click.Choice(["client", "daemon"]), required=True)
 @with_token_options
 @click.pass_obj
-def token_create(settings: Settings, token_namespace, role, param_path, ssm_endpoint, region, admin_function) -> None:
+def token_create(
+    settings: Settings, token_namespace, role, param_path, ssm_endpoint, region, admin_function
+) -> None:
     """Print a new token on stdout (it is not stored anywhere in plain text)."""
     try:
         store = token_store(settings, param_path, ssm_endpoint, region, admin_function)
@@ -266,14 +311,18 @@ def token_create(settings: Settings, token_namespace, role, param_path, ssm_endp
     except Exception as e:  # noqa: BLE001 - boto/validation errors become one line
         fail(ConfigError(f"cannot create token: {e}"))
     click.echo(plain)
-    click.echo(f"created token_id={info.token_id} namespace={info.namespace} role={info.role}", err=True)
+    click.echo(
+        f"created token_id={info.token_id} namespace={info.namespace} role={info.role}", err=True
+    )
 
 
 @token.command("revoke")
 @click.argument("token_or_id")
 @with_token_options
 @click.pass_obj
-def token_revoke(settings: Settings, token_or_id, param_path, ssm_endpoint, region, admin_function) -> None:
+def token_revoke(
+    settings: Settings, token_or_id, param_path, ssm_endpoint, region, admin_function
+) -> None:
     """Revoke a token, given the token or its id (the hash prefix `token create` printed)."""
     try:
         store = token_store(settings, param_path, ssm_endpoint, region, admin_function)
@@ -309,12 +358,22 @@ def token_list(settings: Settings, param_path, ssm_endpoint, region, admin_funct
 
 @cli.command()
 @click.argument("queue")
-@click.option("--file", "file_path", type=click.Path(exists=True, dir_okay=False, allow_dash=True),
-              help="pass this file's bytes as the one argument ('-' for stdin)")
+@click.option(
+    "--file",
+    "file_path",
+    type=click.Path(exists=True, dir_okay=False, allow_dash=True),
+    help="pass this file's bytes as the one argument ('-' for stdin)",
+)
 @click.option("--json", "json_text", help="pass this JSON value as the one argument")
-@click.option("--wait", type=float, default=None, help="then wait up to S seconds and print the result")
+@click.option(
+    "--wait", type=float, default=None, help="then wait up to S seconds and print the result"
+)
 @click.option("--out", type=click.Path(dir_okay=False), help="with --wait: write the result here")
-@click.option("--progress/--no-progress", default=None, help="progress bar (default: when stderr is a terminal)")
+@click.option(
+    "--progress/--no-progress",
+    default=None,
+    help="progress bar (default: when stderr is a terminal)",
+)
 @click.pass_obj
 def enqueue(settings: Settings, queue, file_path, json_text, wait, out, progress) -> None:
     """Enqueue a job on QUEUE; prints the job id. The daemon's function is called with one
@@ -343,8 +402,12 @@ def enqueue(settings: Settings, queue, file_path, json_text, wait, out, progress
 
 @cli.command()
 @click.argument("job_id")
-@click.option("--wait", type=float, default=0.0, show_default=True, help="seconds to wait for a pending job")
-@click.option("--out", type=click.Path(dir_okay=False), help="write the result here (bytes raw, else JSON)")
+@click.option(
+    "--wait", type=float, default=0.0, show_default=True, help="seconds to wait for a pending job"
+)
+@click.option(
+    "--out", type=click.Path(dir_okay=False), help="write the result here (bytes raw, else JSON)"
+)
 @click.option("--progress/--no-progress", default=None)
 @click.pass_obj
 def result(settings: Settings, job_id, wait, out, progress) -> None:
@@ -377,7 +440,9 @@ def load_function(spec: str):
     try:
         target: Any = importlib.import_module(module_name)
     except ImportError as e:
-        raise click.BadParameter(f"cannot import {module_name}: {e}", param_hint="MODULE:FUNC") from e
+        raise click.BadParameter(
+            f"cannot import {module_name}: {e}", param_hint="MODULE:FUNC"
+        ) from e
     for part in attr.split("."):
         target = getattr(target, part, None)
         if target is None:
@@ -389,13 +454,30 @@ def load_function(spec: str):
 
 @cli.command()
 @click.argument("function")
-@click.option("--queue", "-q", "queues", multiple=True, required=True, help="queue to take jobs from (repeatable)")
+@click.option(
+    "--queue",
+    "-q",
+    "queues",
+    multiple=True,
+    required=True,
+    help="queue to take jobs from (repeatable)",
+)
 @click.option("--concurrency", "-c", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--poll-wait", type=click.FloatRange(min=0), default=10.0, show_default=True, help="long-poll seconds")
-@click.option("--max-jobs", type=click.IntRange(min=1), default=None, help="stop after this many jobs")
+@click.option(
+    "--poll-wait",
+    type=click.FloatRange(min=0),
+    default=10.0,
+    show_default=True,
+    help="long-poll seconds",
+)
+@click.option(
+    "--max-jobs", type=click.IntRange(min=1), default=None, help="stop after this many jobs"
+)
 @click.option("--exit-when-idle", is_flag=True, help="stop at the first empty poll")
 @click.pass_obj
-def daemon(settings: Settings, function, queues, concurrency, poll_wait, max_jobs, exit_when_idle) -> None:
+def daemon(
+    settings: Settings, function, queues, concurrency, poll_wait, max_jobs, exit_when_idle
+) -> None:
     """Run FUNCTION (module:function) for each job of the queues, until SIGTERM/SIGINT."""
     from .daemon import Daemon
 

@@ -132,7 +132,9 @@ class Client:
         self.retry = retry or RetryPolicy()
         self.progress = progress
         self._sleep = sleep
-        self.api = ApiSession(endpoint, token, http=http, retry=self.retry, timeout_s=timeout_s, sleep=sleep)
+        self.api = ApiSession(
+            endpoint, token, http=http, retry=self.retry, timeout_s=timeout_s, sleep=sleep
+        )
         self._owns_s3 = s3_http is None
         # Long read timeout: a 100 MiB object on a slow link; connect stays short.
         self.s3_http = s3_http or httpx.Client(timeout=httpx.Timeout(300.0, connect=10.0))
@@ -146,8 +148,12 @@ class Client:
         env = os.environ if environ is None else environ
         missing = [n for n in (ENV_ENDPOINT, ENV_TOKEN) if not env.get(n)]
         if missing:
-            raise ConfigError(f"set {' and '.join(missing)} (and {ENV_NAMESPACE}, default {DEFAULT_NAMESPACE})")
-        return cls(env[ENV_ENDPOINT], env[ENV_TOKEN], env.get(ENV_NAMESPACE) or DEFAULT_NAMESPACE, **kwargs)
+            raise ConfigError(
+                f"set {' and '.join(missing)} (and {ENV_NAMESPACE}, default {DEFAULT_NAMESPACE})"
+            )
+        return cls(
+            env[ENV_ENDPOINT], env[ENV_TOKEN], env.get(ENV_NAMESPACE) or DEFAULT_NAMESPACE, **kwargs
+        )
 
     @classmethod
     def from_devstack(
@@ -176,7 +182,9 @@ class Client:
         """Environment variables when set, else the local stack's file."""
         if os.environ.get(ENV_ENDPOINT) or os.environ.get(ENV_TOKEN):
             return cls.from_env(**kwargs)
-        return cls.from_devstack(namespace=os.environ.get(ENV_NAMESPACE) or DEFAULT_NAMESPACE, role=role, **kwargs)
+        return cls.from_devstack(
+            namespace=os.environ.get(ENV_NAMESPACE) or DEFAULT_NAMESPACE, role=role, **kwargs
+        )
 
     def close(self) -> None:
         self.api.close()
@@ -220,7 +228,11 @@ class Client:
             body = response.json()
         except ValueError:
             body = {"status": "unreadable", "body": response.text[:300]}
-        healthy = response.status_code == 200 and str(body.get("status", "ok")).lower() in ("ok", "healthy", "pass")
+        healthy = response.status_code == 200 and str(body.get("status", "ok")).lower() in (
+            "ok",
+            "healthy",
+            "pass",
+        )
         return healthy, body
 
     # -- wire helpers shared with the daemon ----------------------------------------------------
@@ -250,19 +262,31 @@ class Client:
         if job_id:
             body["job_id"] = job_id
         return self.api.request(
-            "POST", self._ns_path("/payloads/presign"), f"presign {kind} upload", json_body=body, ok=(200,)
+            "POST",
+            self._ns_path("/payloads/presign"),
+            f"presign {kind} upload",
+            json_body=body,
+            ok=(200,),
         ).json()
 
     def _presign_get(self, key: str, job_id: str | None = None) -> dict:
         path = self._ns_path("/payloads/presign")
         response = self.api.request(
-            "POST", path, "presign download", json_body={"op": "get", "key": key}, ok=(200, 404, 410)
+            "POST",
+            path,
+            "presign download",
+            json_body={"op": "get", "key": key},
+            ok=(200, 404, 410),
         )
         if response.status_code != 200:
             try:
                 response.raise_for_status()
             except httpx.HTTPStatusError as e:
-                reason = "past retention" if response.status_code == 410 else "unknown to the control plane"
+                reason = (
+                    "past retention"
+                    if response.status_code == 410
+                    else "unknown to the control plane"
+                )
                 raise PayloadLost(
                     f"payload {key} is {reason}: {api_error(response, 'presign download').message}",
                     job_id=job_id,
@@ -309,7 +333,9 @@ class Client:
         }
         return ref, granted_job
 
-    def _fetch_ref(self, ref: dict, *, job_id: str | None = None, progress: bool | None = None) -> bytearray:
+    def _fetch_ref(
+        self, ref: dict, *, job_id: str | None = None, progress: bool | None = None
+    ) -> bytearray:
         """Download a payload reference and verify its sha256 (PayloadCorrupt / PayloadLost)."""
         key = ref_key(ref)
         grant = self._presign_get(key, job_id)
@@ -328,7 +354,9 @@ class Client:
         )
 
     def _status(self, job_id: str) -> JobStatus:
-        body = self.api.request("GET", self._ns_path(f"/jobs/{job_id}"), f"job {job_id} status", ok=(200,)).json()
+        body = self.api.request(
+            "GET", self._ns_path(f"/jobs/{job_id}"), f"job {job_id} status", ok=(200,)
+        ).json()
         return JobStatus(
             job_id=body.get("job_id", job_id),
             state=body.get("state", "unknown"),
@@ -389,7 +417,9 @@ class Queue:
             ref, _ = client._store_large(encoded, "args", progress=progress)
             # The upload is done once; enqueueing the same issued key again is idempotent on the
             # server, so the session's retries never re-upload.
-            body = client.api.request("POST", path, what, json_body={"payloadRef": ref}, ok=(200, 201)).json()
+            body = client.api.request(
+                "POST", path, what, json_body={"payloadRef": ref}, ok=(200, 201)
+            ).json()
             tier = body.get("tier", "s3")
         job = Job(client, body["job_id"], tier=tier, queue=self.name)
         log.info("enqueued job_id=%s queue=%s tier=%s bytes=%d", job.job_id, self.name, tier, size)
@@ -397,7 +427,9 @@ class Queue:
 
 
 class Job:
-    def __init__(self, client: Client, job_id: str, *, tier: str | None = None, queue: str | None = None):
+    def __init__(
+        self, client: Client, job_id: str, *, tier: str | None = None, queue: str | None = None
+    ):
         self.client = client
         self.job_id = job_id
         self.tier = tier
@@ -414,7 +446,9 @@ class Job:
         self.queue = self.queue or status.queue
         return status
 
-    def result(self, timeout: float | None = None, *, progress: bool | None = None, copy: bool = False) -> Any:
+    def result(
+        self, timeout: float | None = None, *, progress: bool | None = None, copy: bool = False
+    ) -> Any:
         """Wait for the job and return its decoded value; `timeout=None` waits as long as it takes.
 
         Raises JobFailed (remote type, message, traceback), PayloadCorrupt, PayloadLost,
@@ -469,7 +503,9 @@ def job_error(job_id: str, state: str | None, error: Any) -> Exception:
             actual_sha256=err.get("actual_sha256"),
         )
     if state == "payload_lost":
-        return PayloadLost(f"job {job_id} payload_lost: {message}", job_id=job_id, key=err.get("key"))
+        return PayloadLost(
+            f"job {job_id} payload_lost: {message}", job_id=job_id, key=err.get("key")
+        )
     if state == "failed" or error:
         return JobFailed(
             job_id,

@@ -63,11 +63,17 @@ def failing_checks(body: dict) -> list[str]:
 
 def remote_type_name(exc: BaseException) -> str:
     cls = type(exc)
-    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    return (
+        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    )
 
 
 def call_arguments(payload: Any) -> tuple[list, dict]:
-    if isinstance(payload, dict) and set(payload) == {"args", "kwargs"} and isinstance(payload["kwargs"], dict):
+    if (
+        isinstance(payload, dict)
+        and set(payload) == {"args", "kwargs"}
+        and isinstance(payload["kwargs"], dict)
+    ):
         return list(payload["args"]), dict(payload["kwargs"])
     return [payload], {}
 
@@ -154,7 +160,10 @@ class Daemon:
         restore = self._install_signals()
         log.info(
             "daemon started daemon_id=%s namespace=%s queues=%s concurrency=%d",
-            self.daemon_id, self.client.namespace, ",".join(self.queues), self.concurrency,
+            self.daemon_id,
+            self.client.namespace,
+            ",".join(self.queues),
+            self.concurrency,
         )
         try:
             if self.concurrency == 1:
@@ -171,7 +180,10 @@ class Daemon:
 
                 workers = [
                     threading.Thread(
-                        target=work, args=(f"{self.daemon_id}-{i}",), name=f"payloadstore-worker-{i}", daemon=True
+                        target=work,
+                        args=(f"{self.daemon_id}-{i}",),
+                        name=f"payloadstore-worker-{i}",
+                        daemon=True,
                     )
                     for i in range(self.concurrency)
                 ]
@@ -184,18 +196,28 @@ class Daemon:
                     raise crashed[0]
         finally:
             restore()
-        log.info("daemon stopped daemon_id=%s %s", self.daemon_id, " ".join(f"{k}={v}" for k, v in sorted(self.stats.items())))
+        log.info(
+            "daemon stopped daemon_id=%s %s",
+            self.daemon_id,
+            " ".join(f"{k}={v}" for k, v in sorted(self.stats.items())),
+        )
         return self.stats
 
     def _install_signals(self) -> Callable[[], None]:
-        if not self.install_signal_handlers or threading.current_thread() is not threading.main_thread():
+        if (
+            not self.install_signal_handlers
+            or threading.current_thread() is not threading.main_thread()
+        ):
             return lambda: None
 
         def on_signal(signum, frame):
             self._signals_seen += 1
             if self._signals_seen > 1:
                 raise KeyboardInterrupt(f"second {signal.Signals(signum).name}: stopping now")
-            log.info("stopping signal=%s finishing jobs in hand (signal again to quit now)", signal.Signals(signum).name)
+            log.info(
+                "stopping signal=%s finishing jobs in hand (signal again to quit now)",
+                signal.Signals(signum).name,
+            )
             self.stop()
 
         saved = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
@@ -262,7 +284,11 @@ class Daemon:
             self.stats[outcome] += 1
         log.info(
             "job done job_id=%s queue=%s attempt=%s outcome=%s duration_ms=%d",
-            job_id, message.get("queue"), message.get("attempt"), outcome, (time.monotonic() - started) * 1000,
+            job_id,
+            message.get("queue"),
+            message.get("attempt"),
+            outcome,
+            (time.monotonic() - started) * 1000,
         )
         return outcome
 
@@ -276,8 +302,16 @@ class Daemon:
                 ref = message["payloadRef"]
                 data = client._fetch_ref(ref, job_id=job_id, progress=self.progress)
         except PayloadCorrupt as e:
-            log.error("payload corrupt job_id=%s key=%s expected=%s actual=%s", job_id, e.key, e.expected_sha256, e.actual_sha256)
-            self._report_failure(job_id, PAYLOAD_CORRUPT, e.message, e.expected_sha256, e.actual_sha256)
+            log.error(
+                "payload corrupt job_id=%s key=%s expected=%s actual=%s",
+                job_id,
+                e.key,
+                e.expected_sha256,
+                e.actual_sha256,
+            )
+            self._report_failure(
+                job_id, PAYLOAD_CORRUPT, e.message, e.expected_sha256, e.actual_sha256
+            )
             return PAYLOAD_CORRUPT
         except PayloadLost as e:
             log.error("payload lost job_id=%s key=%s", job_id, e.key)
@@ -287,7 +321,12 @@ class Daemon:
         try:
             payload = codec.decode(data, copy=False)
         except Exception as e:  # noqa: BLE001 - any decode failure is the job's failure, reported
-            return self._post_error(job_id, "CodecError", f"cannot decode the job's payload: {e}", traceback.format_exc())
+            return self._post_error(
+                job_id,
+                "CodecError",
+                f"cannot decode the job's payload: {e}",
+                traceback.format_exc(),
+            )
         args, kwargs = call_arguments(payload)
         try:
             value = fn(*args, **kwargs)
@@ -298,7 +337,10 @@ class Daemon:
             encoded = codec.encode(value)
         except Exception as e:  # noqa: BLE001
             return self._post_error(
-                job_id, "CodecError", f"cannot encode the function's return value: {e}", traceback.format_exc()
+                job_id,
+                "CodecError",
+                f"cannot encode the function's return value: {e}",
+                traceback.format_exc(),
             )
         try:
             if encoded.nbytes <= client.config.inline_threshold:
@@ -312,7 +354,9 @@ class Daemon:
                         f"result is {encoded.nbytes} bytes encoded, over the {limit} byte cap (MAX_PAYLOAD_BYTES)",
                         None,
                     )
-                ref, _ = client._store_large(encoded, "result", job_id=job_id, progress=self.progress)
+                ref, _ = client._store_large(
+                    encoded, "result", job_id=job_id, progress=self.progress
+                )
                 body = {"resultRef": ref}
             return self._post_result(job_id, body, SUCCEEDED)
         except PayloadStoreError as e:
@@ -332,8 +376,11 @@ class Daemon:
     def _post_result(self, job_id: str, body: dict, outcome: str) -> str:
         try:
             self.client.api.request(
-                "POST", self.client._ns_path(f"/jobs/{job_id}/result"), f"post result of job {job_id}",
-                json_body=body, ok=(200, 204),
+                "POST",
+                self.client._ns_path(f"/jobs/{job_id}/result"),
+                f"post result of job {job_id}",
+                json_body=body,
+                ok=(200, 204),
             )
         except ConflictError as e:
             log.warning("result refused job_id=%s reason=%s", job_id, e.message)
@@ -341,7 +388,12 @@ class Daemon:
         return outcome
 
     def _report_failure(
-        self, job_id: str, state: str, detail: str, expected: str | None = None, actual: str | None = None
+        self,
+        job_id: str,
+        state: str,
+        detail: str,
+        expected: str | None = None,
+        actual: str | None = None,
     ) -> None:
         body: dict[str, Any] = {"state": state, "detail": detail}
         if expected:
@@ -350,8 +402,11 @@ class Daemon:
             body["actual_sha256"] = actual
         try:
             self.client.api.request(
-                "POST", self.client._ns_path(f"/jobs/{job_id}/failure"), f"report {state} for job {job_id}",
-                json_body=body, ok=(200, 204),
+                "POST",
+                self.client._ns_path(f"/jobs/{job_id}/failure"),
+                f"report {state} for job {job_id}",
+                json_body=body,
+                ok=(200, 204),
             )
         except ConflictError as e:
             log.warning("failure report refused job_id=%s reason=%s", job_id, e.message)

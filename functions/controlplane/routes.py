@@ -36,13 +36,17 @@ class Route:
 
 
 ROUTES: tuple[Route, ...] = (
-    Route("POST", "/v1/namespaces/{ns}/payloads/presign", "payloads", (CLIENT, DAEMON), "presign_put"),
+    Route(
+        "POST", "/v1/namespaces/{ns}/payloads/presign", "payloads", (CLIENT, DAEMON), "presign_put"
+    ),
     Route("POST", "/v1/namespaces/{ns}/queues/{queue}/jobs", "jobs", (CLIENT,), "enqueue_inline"),
     Route("GET", "/v1/namespaces/{ns}/jobs/{job_id}", "jobs", (CLIENT, DAEMON), "job_status"),
     Route("GET", "/v1/namespaces/{ns}/jobs/{job_id}/result", "jobs", (CLIENT,), "result_get"),
     Route("POST", "/v1/daemon/poll", "daemon", (DAEMON,), "daemon_poll"),
     Route("POST", "/v1/namespaces/{ns}/jobs/{job_id}/result", "daemon", (DAEMON,), "result_post"),
-    Route("POST", "/v1/namespaces/{ns}/jobs/{job_id}/failure", "daemon", (DAEMON,), "failure_report"),
+    Route(
+        "POST", "/v1/namespaces/{ns}/jobs/{job_id}/failure", "daemon", (DAEMON,), "failure_report"
+    ),
     Route("GET", "/v1/config", "public", (CLIENT, DAEMON), "config"),
     Route("GET", "/v1/health", "public", None, "health"),
     Route("GET", "/v1/openapi.json", "public", None, "openapi"),

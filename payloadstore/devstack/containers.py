@@ -15,7 +15,8 @@ import importlib.util
 import itertools
 import sys
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 Handler = Callable[[dict, Any], Any]
 

@@ -114,8 +114,14 @@ class DemoFailed(RuntimeError):
     pass
 
 
-def run_round_trip(endpoint: str, client_token: str, daemon_token: str, namespace: str,
-                   queue: str | None = None, sizes: tuple[tuple[str, int], ...] | None = None) -> list[JobReport]:
+def run_round_trip(
+    endpoint: str,
+    client_token: str,
+    daemon_token: str,
+    namespace: str,
+    queue: str | None = None,
+    sizes: tuple[tuple[str, int], ...] | None = None,
+) -> list[JobReport]:
     """Enqueue each payload, let a daemon run `digest_and_invert`, fetch and check the result."""
     from payloadstore import Client, Daemon
 
@@ -124,10 +130,16 @@ def run_round_trip(endpoint: str, client_token: str, daemon_token: str, namespac
     cp, s3 = ByteCounter(), ByteCounter()
 
     def http(counter: ByteCounter, read_s: float) -> httpx.Client:
-        return httpx.Client(transport=CountingTransport(counter), timeout=httpx.Timeout(read_s, connect=10.0))
+        return httpx.Client(
+            transport=CountingTransport(counter), timeout=httpx.Timeout(read_s, connect=10.0)
+        )
 
-    client = Client(endpoint, client_token, namespace, http=http(cp, 60), s3_http=http(s3, 300), progress=False)
-    worker = Client(endpoint, daemon_token, namespace, http=http(cp, 60), s3_http=http(s3, 300), progress=False)
+    client = Client(
+        endpoint, client_token, namespace, http=http(cp, 60), s3_http=http(s3, 300), progress=False
+    )
+    worker = Client(
+        endpoint, daemon_token, namespace, http=http(cp, 60), s3_http=http(s3, 300), progress=False
+    )
     daemon = Daemon(worker, queue, wait_s=2.0, install_signal_handlers=False, progress=False)
     daemon_error: list[BaseException] = []
 
@@ -150,12 +162,25 @@ def run_round_trip(endpoint: str, client_token: str, daemon_token: str, namespac
             wall = time.perf_counter() - started
             if daemon_error:
                 raise DemoFailed(f"daemon stopped: {daemon_error[0]!r}") from daemon_error[0]
-            if value["sha256"] != hashlib.sha256(payload).hexdigest() or bytes(value["inverted"]) != payload.translate(INVERT):
-                raise DemoFailed(f"job {job.job_id}: the result does not match what the function computes")
+            if value["sha256"] != hashlib.sha256(payload).hexdigest() or bytes(
+                value["inverted"]
+            ) != payload.translate(INVERT):
+                raise DemoFailed(
+                    f"job {job.job_id}: the result does not match what the function computes"
+                )
             status = job.status()
             result_tier = "s3" if (status.result_ref or {}).get("kind") == "s3" else "inline"
-            reports.append(JobReport(name, size, job.tier or status.tier or "?", result_tier,
-                                     cp.total - cp_before, s3.total - s3_before, wall))
+            reports.append(
+                JobReport(
+                    name,
+                    size,
+                    job.tier or status.tier or "?",
+                    result_tier,
+                    cp.total - cp_before,
+                    s3.total - s3_before,
+                    wall,
+                )
+            )
     finally:
         daemon.stop()
         thread.join(10)
@@ -165,13 +190,19 @@ def run_round_trip(endpoint: str, client_token: str, daemon_token: str, namespac
 
 
 def format_reports(reports: list[JobReport], endpoint: str) -> str:
-    lines = [f"endpoint {endpoint}",
-             f"{'job':<8} {'args':>9} {'args tier':>9} {'result tier':>11} {'through CP':>11} {'straight to S3':>14} {'wall':>8}"]
+    lines = [
+        f"endpoint {endpoint}",
+        f"{'job':<8} {'args':>9} {'args tier':>9} {'result tier':>11} {'through CP':>11} {'straight to S3':>14} {'wall':>8}",
+    ]
     for r in reports:
-        lines.append(f"{r.name:<8} {human(r.size):>9} {r.args_tier:>9} {r.result_tier:>11} {human(r.cp_bytes):>11} "
-                     f"{human(r.s3_bytes):>14} {r.wall_s * 1000:>6.0f} ms")
-    lines.append("through CP: request+response bodies to the API (incl. the daemon's polls); "
-                 "straight to S3: bodies sent to/read from presigned URLs")
+        lines.append(
+            f"{r.name:<8} {human(r.size):>9} {r.args_tier:>9} {r.result_tier:>11} {human(r.cp_bytes):>11} "
+            f"{human(r.s3_bytes):>14} {r.wall_s * 1000:>6.0f} ms"
+        )
+    lines.append(
+        "through CP: request+response bodies to the API (incl. the daemon's polls); "
+        "straight to S3: bodies sent to/read from presigned URLs"
+    )
     return "\n".join(lines)
 
 
@@ -197,12 +228,20 @@ class TemporaryStack:
     def start(self, timeout_s: float = 90.0) -> TemporaryStack:
         from payloadstore.devstack.services import free_port
 
-        env = {**os.environ, "PAYLOADSTORE_PORT": str(free_port()),
-               "PAYLOADSTORE_STATE_DIR": str(self.dir / "state"),
-               "PAYLOADSTORE_STATE_FILE": str(self.state_file)}
+        env = {
+            **os.environ,
+            "PAYLOADSTORE_PORT": str(free_port()),
+            "PAYLOADSTORE_STATE_DIR": str(self.dir / "state"),
+            "PAYLOADSTORE_STATE_FILE": str(self.state_file),
+        }
         log = open(self.dir / "devstack.log", "ab")  # noqa: SIM115 - the child writes it until stop()
-        self.proc = subprocess.Popen([sys.executable, "-m", "payloadstore.devstack"], env=env,
-                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "payloadstore.devstack"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + timeout_s
         while not self.state_file.exists():
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -227,13 +266,22 @@ class TemporaryStack:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="a small and an 8 MiB job through a daemon")
     parser.add_argument("--endpoint", help="API endpoint (smoke test of a deployed stack)")
-    parser.add_argument("--token", default=os.environ.get("PAYLOADSTORE_SMOKE_TOKEN"),
-                        help="client token for --endpoint (or PAYLOADSTORE_SMOKE_TOKEN)")
-    parser.add_argument("--daemon-token", default=os.environ.get("PAYLOADSTORE_SMOKE_DAEMON_TOKEN"),
-                        help="daemon token for --endpoint (or PAYLOADSTORE_SMOKE_DAEMON_TOKEN)")
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("PAYLOADSTORE_SMOKE_TOKEN"),
+        help="client token for --endpoint (or PAYLOADSTORE_SMOKE_TOKEN)",
+    )
+    parser.add_argument(
+        "--daemon-token",
+        default=os.environ.get("PAYLOADSTORE_SMOKE_DAEMON_TOKEN"),
+        help="daemon token for --endpoint (or PAYLOADSTORE_SMOKE_DAEMON_TOKEN)",
+    )
     parser.add_argument("--namespace", default="dev")
-    parser.add_argument("--state-file", type=Path,
-                        default=Path(os.environ.get("PAYLOADSTORE_STATE_FILE", ".devstack.json")))
+    parser.add_argument(
+        "--state-file",
+        type=Path,
+        default=Path(os.environ.get("PAYLOADSTORE_STATE_FILE", ".devstack.json")),
+    )
     args = parser.parse_args(argv)
 
     stack = None
@@ -245,7 +293,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             state = _running_stack(args.state_file)
             if state is None:
-                print(f"no running stack at {args.state_file}: starting one for the demo", flush=True)
+                print(
+                    f"no running stack at {args.state_file}: starting one for the demo", flush=True
+                )
                 stack = TemporaryStack().start()
                 state = stack.state
             endpoint = state["endpoint"]

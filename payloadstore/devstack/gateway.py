@@ -97,12 +97,16 @@ def unauthorized() -> GatewayError:
 
 def explicit_deny() -> GatewayError:
     return GatewayError(
-        403, "User is not authorized to access this resource with an explicit deny", "AccessDeniedException"
+        403,
+        "User is not authorized to access this resource with an explicit deny",
+        "AccessDeniedException",
     )
 
 
 def not_allowed() -> GatewayError:
-    return GatewayError(403, "User is not authorized to access this resource", "AccessDeniedException")
+    return GatewayError(
+        403, "User is not authorized to access this resource", "AccessDeniedException"
+    )
 
 
 def internal_error() -> GatewayError:
@@ -141,20 +145,30 @@ def compile_routes(routes) -> list[CompiledRoute]:
     for route in routes:
         parts = route.path.strip("/").split("/")
         regex = "".join(
-            f"/(?P<{p[1:-1]}>[^/]+)" if p.startswith("{") and p.endswith("}") else "/" + re.escape(p)
+            f"/(?P<{p[1:-1]}>[^/]+)"
+            if p.startswith("{") and p.endswith("}")
+            else "/" + re.escape(p)
             for p in parts
         )
         literal = sum(1 for p in parts if not p.startswith("{"))
         compiled.append(
-            CompiledRoute(route.method.upper(), route.path, route.function, route.roles,
-                          re.compile(f"^{regex}$"), literal)
+            CompiledRoute(
+                route.method.upper(),
+                route.path,
+                route.function,
+                route.roles,
+                re.compile(f"^{regex}$"),
+                literal,
+            )
         )
     # API Gateway prefers the most specific resource: literal segments beat path parameters.
     compiled.sort(key=lambda r: -r.literal_segments)
     return compiled
 
 
-def match_route(routes: list[CompiledRoute], method: str, path: str) -> tuple[CompiledRoute, dict[str, str]]:
+def match_route(
+    routes: list[CompiledRoute], method: str, path: str
+) -> tuple[CompiledRoute, dict[str, str]]:
     for route in routes:
         m = route.pattern.match(path)
         if m and route.method == method:
@@ -268,11 +282,15 @@ class LocalGateway:
         ensure_functions_on_path()
         from controlplane import routes as route_module
 
-        self._routes = compile_routes(self.routes if self.routes is not None else route_module.ROUTES)
+        self._routes = compile_routes(
+            self.routes if self.routes is not None else route_module.ROUTES
+        )
         functions = dict(route_module.FUNCTIONS)
         functions.update(self.functions or {})
         self._functions = functions
-        self._authorizer_ref = self.authorizer if self.authorizer is not None else functions["authorizer"]
+        self._authorizer_ref = (
+            self.authorizer if self.authorizer is not None else functions["authorizer"]
+        )
         if self.binary_media_types is None:
             self.binary_media_types = route_module.BINARY_MEDIA_TYPES
         if self.timeout_s is None:
@@ -374,8 +392,14 @@ class LocalGateway:
                 return True
         return False
 
-    def _request_context(self, req: IncomingRequest, route: CompiledRoute, path: str,
-                         request_id: str, user_agent: str | None) -> dict:
+    def _request_context(
+        self,
+        req: IncomingRequest,
+        route: CompiledRoute,
+        path: str,
+        request_id: str,
+        user_agent: str | None,
+    ) -> dict:
         now = datetime.now(UTC)
         return {
             "accountId": ACCOUNT_ID,
@@ -407,8 +431,11 @@ class LocalGateway:
         body = json.dumps({"message": e.message}).encode()
         return OutgoingResponse(
             e.status,
-            [("Content-Type", "application/json"), ("x-amzn-RequestId", request_id),
-             ("x-amzn-ErrorType", e.error_type)],
+            [
+                ("Content-Type", "application/json"),
+                ("x-amzn-RequestId", request_id),
+                ("x-amzn-ErrorType", e.error_type),
+            ],
             body,
         )
 
@@ -422,11 +449,21 @@ class LocalGateway:
         headers, multi_headers = self._header_maps(req.headers)
         lower = {k.lower(): v for k, v in headers.items()}
         query, multi_query = self._query_maps(split.query)
-        request_context = self._request_context(req, route, path, request_id, lower.get("user-agent"))
+        request_context = self._request_context(
+            req, route, path, request_id, lower.get("user-agent")
+        )
 
         if route.roles is not None:
             request_context["authorizer"] = self._authorize(
-                req, route, path, path_params, headers, multi_headers, query, multi_query, request_context
+                req,
+                route,
+                path,
+                path_params,
+                headers,
+                multi_headers,
+                query,
+                multi_query,
+                request_context,
             )
 
         binary = self._is_binary(lower.get("content-type"))
@@ -452,7 +489,11 @@ class LocalGateway:
         }
         event_json = json.dumps(event)
         if len(event_json) > LAMBDA_PAYLOAD_LIMIT_BYTES:
-            log.warning("lambda request payload over 6 MB bytes=%d request_id=%s", len(event_json), request_id)
+            log.warning(
+                "lambda request payload over 6 MB bytes=%d request_id=%s",
+                len(event_json),
+                request_id,
+            )
             raise too_large()
 
         function_ref = self._functions[route.function]
@@ -468,8 +509,13 @@ class LocalGateway:
             log.warning("integration timeout function=%s request_id=%s", route.function, request_id)
             raise timed_out() from e
         except Exception as e:
-            log.error("handler raised function=%s request_id=%s error=%r", route.function, request_id, e,
-                      exc_info=e)
+            log.error(
+                "handler raised function=%s request_id=%s error=%r",
+                route.function,
+                request_id,
+                e,
+                exc_info=e,
+            )
             raise internal_error() from e
         return self._to_http(result, route.function, request_id)
 
@@ -490,7 +536,11 @@ class LocalGateway:
         if body is None:
             data = b""
         elif not isinstance(body, str):
-            log.error("malformed lambda proxy response body function=%s type=%s", function, type(body).__name__)
+            log.error(
+                "malformed lambda proxy response body function=%s type=%s",
+                function,
+                type(body).__name__,
+            )
             raise internal_error()
         elif result.get("isBase64Encoded"):
             try:
@@ -513,8 +563,18 @@ class LocalGateway:
         out.append(("x-amzn-RequestId", request_id))
         return OutgoingResponse(result["statusCode"], out, data)
 
-    def _authorize(self, req, route, path, path_params, headers, multi_headers, query, multi_query,
-                   request_context) -> dict:
+    def _authorize(
+        self,
+        req,
+        route,
+        path,
+        path_params,
+        headers,
+        multi_headers,
+        query,
+        multi_query,
+        request_context,
+    ) -> dict:
         token_header = next((v for k, v in headers.items() if k.lower() == "authorization"), None)
         if not token_header:
             raise unauthorized()
@@ -567,7 +627,11 @@ class LocalGateway:
             return None
 
     def _parse_authorizer_result(self, result: Any) -> AuthorizerResult:
-        if not isinstance(result, dict) or "policyDocument" not in result or "principalId" not in result:
+        if (
+            not isinstance(result, dict)
+            or "policyDocument" not in result
+            or "principalId" not in result
+        ):
             log.error("authorizer returned no principalId/policyDocument")
             raise authorizer_failure()
         context = result.get("context") or {}
@@ -651,8 +715,11 @@ class _RequestHandler(BaseHTTPRequestHandler):
             req = IncomingRequest(
                 method=self.command.upper(),
                 raw_path=self.path,
-                headers=[(k, v) for k, v in self.headers.items()
-                         if k.lower() not in ("transfer-encoding", "connection")],
+                headers=[
+                    (k, v)
+                    for k, v in self.headers.items()
+                    if k.lower() not in ("transfer-encoding", "connection")
+                ],
                 body=body,
                 source_ip=self.client_address[0],
             )
@@ -671,8 +738,13 @@ class _RequestHandler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
         elapsed_ms = (time.monotonic() - started) * 1000
-        log.info("request method=%s path=%s status=%d ms=%.1f", self.command, self.path.split("?", 1)[0],
-                 resp.status, elapsed_ms)
+        log.info(
+            "request method=%s path=%s status=%d ms=%.1f",
+            self.command,
+            self.path.split("?", 1)[0],
+            resp.status,
+            elapsed_ms,
+        )
 
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _serve
 
@@ -683,7 +755,9 @@ class GatewayServer(ThreadingHTTPServer):
     request_queue_size = 128
 
 
-def make_server(gateway: LocalGateway, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> GatewayServer:
+def make_server(
+    gateway: LocalGateway, host: str = "127.0.0.1", port: int = DEFAULT_PORT
+) -> GatewayServer:
     """Bind the gateway to host:port (port 0 picks a free one). Raises OSError if taken."""
     handler_cls = type("BoundRequestHandler", (_RequestHandler,), {"gateway": gateway})
     return GatewayServer((host, port), handler_cls)
@@ -720,10 +794,16 @@ class RunningGateway:
         self.thread.join(5)
 
 
-def serve_in_thread(gateway: LocalGateway, host: str = "127.0.0.1", port: int = 0) -> RunningGateway:
+def serve_in_thread(
+    gateway: LocalGateway, host: str = "127.0.0.1", port: int = 0
+) -> RunningGateway:
     server = bind_or_explain(gateway, host, port)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
-                              name="local-gateway", daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever,
+        kwargs={"poll_interval": 0.1},
+        name="local-gateway",
+        daemon=True,
+    )
     thread.start()
     return RunningGateway(server, thread)
 
@@ -751,22 +831,38 @@ class GatewayProcess:
 
         if not self.port:
             self.port = free_port()
-        args = [sys.executable, "-m", "payloadstore.devstack.gateway", "--port", str(self.port),
-                "--authorizer-cache-s", str(self.authorizer_cache_s)]
+        args = [
+            sys.executable,
+            "-m",
+            "payloadstore.devstack.gateway",
+            "--port",
+            str(self.port),
+            "--authorizer-cache-s",
+            str(self.authorizer_cache_s),
+        ]
         if self.timeout_s is not None:
             args += ["--timeout-s", str(self.timeout_s)]
         # The child writes this log for as long as it runs.
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
-        self.proc = subprocess.Popen(args, cwd=str(REPO_ROOT), env={**os.environ, **self.env},
-                                     stdout=out, stderr=subprocess.STDOUT if self.log_path else subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            args,
+            cwd=str(REPO_ROOT),
+            env={**os.environ, **self.env},
+            stdout=out,
+            stderr=subprocess.STDOUT if self.log_path else subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + timeout_s
         while not port_is_open(self.port):
             if self.proc.poll() is not None:
-                raise ServiceError(f"local gateway exited early with code {self.proc.returncode}"
-                                   + (f"; see {self.log_path}" if self.log_path else ""))
+                raise ServiceError(
+                    f"local gateway exited early with code {self.proc.returncode}"
+                    + (f"; see {self.log_path}" if self.log_path else "")
+                )
             if time.monotonic() > deadline:
                 self.stop()
-                raise ServiceError(f"local gateway did not listen on port {self.port} within {timeout_s:.0f}s")
+                raise ServiceError(
+                    f"local gateway did not listen on port {self.port} within {timeout_s:.0f}s"
+                )
             time.sleep(0.05)
         return self
 
@@ -790,12 +886,21 @@ def configure_logging(level: str | None = None) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Serve the gateway alone; the handlers read their settings from this process's environment."""
-    parser = argparse.ArgumentParser(description="local API gateway in front of the control-plane handlers")
+    parser = argparse.ArgumentParser(
+        description="local API gateway in front of the control-plane handlers"
+    )
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=int(os.environ.get("PAYLOADSTORE_PORT", DEFAULT_PORT)))
-    parser.add_argument("--authorizer-cache-s", type=float,
-                        default=float(os.environ.get("PAYLOADSTORE_AUTHORIZER_CACHE_S", "0")))
-    parser.add_argument("--timeout-s", type=float, default=None, help="integration timeout (default 29)")
+    parser.add_argument(
+        "--port", type=int, default=int(os.environ.get("PAYLOADSTORE_PORT", DEFAULT_PORT))
+    )
+    parser.add_argument(
+        "--authorizer-cache-s",
+        type=float,
+        default=float(os.environ.get("PAYLOADSTORE_AUTHORIZER_CACHE_S", "0")),
+    )
+    parser.add_argument(
+        "--timeout-s", type=float, default=None, help="integration timeout (default 29)"
+    )
     args = parser.parse_args(argv)
     configure_logging()
     gateway = LocalGateway(authorizer_cache_s=args.authorizer_cache_s, timeout_s=args.timeout_s)

@@ -16,7 +16,7 @@ import base64
 import hashlib
 import io
 import os
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from urllib.parse import parse_qs
 
 
@@ -25,35 +25,54 @@ def _error(start_response, status: str, code: str, message: str):
         '<?xml version="1.0" encoding="UTF-8"?>\n'
         f"<Error><Code>{code}</Code><Message>{message}</Message></Error>"
     ).encode()
-    start_response(status, [("Content-Type", "application/xml"), ("Content-Length", str(len(body)))])
+    start_response(
+        status, [("Content-Type", "application/xml"), ("Content-Length", str(len(body)))]
+    )
     return [body]
 
 
 class PresignedUrlRules:
     def __init__(self, app, clock=None):
         self.app = app
-        self.clock = clock or (lambda: datetime.now(timezone.utc))
+        self.clock = clock or (lambda: datetime.now(UTC))
 
     def __call__(self, environ, start_response):
         query = parse_qs(environ.get("QUERY_STRING", ""))
         if "X-Amz-Signature" not in query:
             return self.app(environ, start_response)
         try:
-            signed_at = datetime.strptime(query["X-Amz-Date"][0], "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc)
+            signed_at = datetime.strptime(query["X-Amz-Date"][0], "%Y%m%dT%H%M%SZ").replace(
+                tzinfo=UTC
+            )
             expires_s = int(query["X-Amz-Expires"][0])
         except (KeyError, ValueError):
-            return _error(start_response, "400 Bad Request", "AuthorizationQueryParametersError",
-                          "X-Amz-Date and X-Amz-Expires are required")
+            return _error(
+                start_response,
+                "400 Bad Request",
+                "AuthorizationQueryParametersError",
+                "X-Amz-Date and X-Amz-Expires are required",
+            )
         if self.clock() > signed_at + timedelta(seconds=expires_s):
             return _error(start_response, "403 Forbidden", "AccessDenied", "Request has expired")
 
         signed = set(query.get("X-Amz-SignedHeaders", [""])[0].split(";"))
         for header in signed - {"host"}:
-            key = "CONTENT_LENGTH" if header == "content-length" else (
-                "CONTENT_TYPE" if header == "content-type" else "HTTP_" + header.upper().replace("-", "_"))
+            key = (
+                "CONTENT_LENGTH"
+                if header == "content-length"
+                else (
+                    "CONTENT_TYPE"
+                    if header == "content-type"
+                    else "HTTP_" + header.upper().replace("-", "_")
+                )
+            )
             if not environ.get(key):
-                return _error(start_response, "403 Forbidden", "SignatureDoesNotMatch",
-                              f"the request omits the signed header {header}")
+                return _error(
+                    start_response,
+                    "403 Forbidden",
+                    "SignatureDoesNotMatch",
+                    f"the request omits the signed header {header}",
+                )
 
         claimed = environ.get("HTTP_X_AMZ_CHECKSUM_SHA256")
         if environ.get("REQUEST_METHOD") == "PUT" and claimed:
@@ -61,14 +80,21 @@ class PresignedUrlRules:
             body = environ["wsgi.input"].read(length) if length else b""
             actual = base64.b64encode(hashlib.sha256(body).digest()).decode()
             if actual != claimed:
-                return _error(start_response, "400 Bad Request", "BadDigest",
-                              "The SHA256 you specified did not match the calculated checksum.")
+                return _error(
+                    start_response,
+                    "400 Bad Request",
+                    "BadDigest",
+                    "The SHA256 you specified did not match the calculated checksum.",
+                )
             environ["wsgi.input"] = io.BytesIO(body)
         return self.app(environ, start_response)
 
 
 def main(argv: list[str] | None = None) -> None:
-    from moto.moto_server.threaded_moto_server import DomainDispatcherApplication, create_backend_app
+    from moto.moto_server.threaded_moto_server import (
+        DomainDispatcherApplication,
+        create_backend_app,
+    )
     from werkzeug.serving import run_simple
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -90,7 +90,9 @@ def find_redis_server(install: bool = True) -> str:
     )
 
 
-def _wait_until(predicate, timeout_s: float, what: str, proc: subprocess.Popen | None = None) -> None:
+def _wait_until(
+    predicate, timeout_s: float, what: str, proc: subprocess.Popen | None = None
+) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
@@ -128,25 +130,40 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://{LOOPBACK}:{self.port}/0"
 
-    def start(self, timeout_s: float = 10.0) -> "RedisServer":
+    def start(self, timeout_s: float = 10.0) -> RedisServer:
         binary = find_redis_server()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         args = [
             binary,
-            "--bind", LOOPBACK,
-            "--port", str(self.port),
-            "--dir", str(self.data_dir),
-            "--appendonly", "yes" if self.appendonly else "no",
-            "--appendfsync", "everysec",
-            "--save", "",
-            "--protected-mode", "yes",
-            "--logfile", str(self.data_dir / "redis.log"),
+            "--bind",
+            LOOPBACK,
+            "--port",
+            str(self.port),
+            "--dir",
+            str(self.data_dir),
+            "--appendonly",
+            "yes" if self.appendonly else "no",
+            "--appendfsync",
+            "everysec",
+            "--save",
+            "",
+            "--protected-mode",
+            "yes",
+            "--logfile",
+            str(self.data_dir / "redis.log"),
         ]
         self.proc = subprocess.Popen(
-            args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            args,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
             preexec_fn=_own_group_dying_with_parent if self.detach else None,
         )
-        _wait_until(lambda: port_is_open(self.port), timeout_s, f"redis-server on port {self.port}", self.proc)
+        _wait_until(
+            lambda: port_is_open(self.port),
+            timeout_s,
+            f"redis-server on port {self.port}",
+            self.proc,
+        )
         return self
 
     def stop(self, timeout_s: float = 10.0) -> None:
@@ -172,17 +189,30 @@ class MotoServer:
     def endpoint(self) -> str:
         return f"http://{LOOPBACK}:{self.port}"
 
-    def start(self, timeout_s: float = 30.0) -> "MotoServer":
+    def start(self, timeout_s: float = 30.0) -> MotoServer:
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         env = {**os.environ, "MOTO_ALLOW_NONEXISTENT_REGION": "true"}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "payloadstore.devstack.s3_emulator", "-H", LOOPBACK, "-p", str(self.port)],
+            [
+                sys.executable,
+                "-m",
+                "payloadstore.devstack.s3_emulator",
+                "-H",
+                LOOPBACK,
+                "-p",
+                str(self.port),
+            ],
             stdout=out,
             stderr=subprocess.STDOUT if self.log_path else subprocess.DEVNULL,
             env=env,
             preexec_fn=_own_group_dying_with_parent if self.detach else None,
         )
-        _wait_until(lambda: port_is_open(self.port), timeout_s, f"moto server on port {self.port}", self.proc)
+        _wait_until(
+            lambda: port_is_open(self.port),
+            timeout_s,
+            f"moto server on port {self.port}",
+            self.proc,
+        )
         return self
 
     def stop(self, timeout_s: float = 10.0) -> None:

@@ -59,8 +59,15 @@ NAMESPACES = ("dev", "sandbox")
 ROLES = ("client", "daemon")
 
 
-def handler_env(*, redis_url: str, s3_endpoint: str, bucket: str, region: str = DEV_REGION,
-                token_path: str = DEV_TOKEN_PATH, extra: dict[str, str] | None = None) -> dict[str, str]:
+def handler_env(
+    *,
+    redis_url: str,
+    s3_endpoint: str,
+    bucket: str,
+    region: str = DEV_REGION,
+    token_path: str = DEV_TOKEN_PATH,
+    extra: dict[str, str] | None = None,
+) -> dict[str, str]:
     """What the Lambda functions' environment holds in the CDK stack, pointed at local services."""
     env = {
         **local_aws_env(s3_endpoint, region),
@@ -97,8 +104,10 @@ def register_tokens(ssm: Any, token_path: str, tokens: dict[str, dict[str, str]]
             token = pair[f"{role}_token"]
             ssm.put_parameter(
                 Name=f"{token_path.rstrip('/')}/{hash_token(token)}",
-                Value=json.dumps({"namespace": ns, "role": role, "created_at": int(time.time())},
-                                 separators=(",", ":")),
+                Value=json.dumps(
+                    {"namespace": ns, "role": role, "created_at": int(time.time())},
+                    separators=(",", ":"),
+                ),
                 Type="String",
                 Overwrite=True,
                 Description=f"payloadstore {role} token for namespace {ns}",
@@ -109,7 +118,9 @@ def save_parameters(ssm: Any, path: str, target: Path) -> int:
     """The token store as it is (hashes and their namespace/role, no secrets), so tokens minted
     with `payloadstore token create` survive a restart and revoked ones stay revoked."""
     params = []
-    for page in ssm.get_paginator("get_parameters_by_path").paginate(Path=path.rstrip("/"), Recursive=True):
+    for page in ssm.get_paginator("get_parameters_by_path").paginate(
+        Path=path.rstrip("/"), Recursive=True
+    ):
         params.extend({"Name": p["Name"], "Value": p["Value"]} for p in page["Parameters"])
     tmp = target.with_name(target.name + ".tmp")
     tmp.write_text(json.dumps(params, indent=1))
@@ -162,7 +173,8 @@ def snapshot_bucket(s3: Any, bucket: str, target: Path) -> int:
                 "file": name,
                 "content_type": got.get("ContentType"),
                 "checksum_sha256": got.get("ChecksumSHA256"),
-                "written_at": previous.get(key, {}).get("written_at") or obj["LastModified"].timestamp(),
+                "written_at": previous.get(key, {}).get("written_at")
+                or obj["LastModified"].timestamp(),
             }
     (target / "manifest.json").write_text(json.dumps(manifest, indent=1))
     kept = {m["file"] for m in manifest.values()} | {"manifest.json"}
@@ -232,18 +244,26 @@ class DevStack:
         previous = self._previous_state()
         try:
             self.redis = RedisServer(
-                data_dir=self.state_dir / "redis", port=_reusable_port(previous.get("redis_port")), appendonly=True,
+                data_dir=self.state_dir / "redis",
+                port=_reusable_port(previous.get("redis_port")),
+                appendonly=True,
                 detach=True,
             ).start()
             self.moto = MotoServer(
-                port=_reusable_port(previous.get("s3_port")), log_path=self.state_dir / "moto.log",
+                port=_reusable_port(previous.get("s3_port")),
+                log_path=self.state_dir / "moto.log",
                 detach=True,
             ).start()
             (self.state_dir / "ports.json").write_text(
                 json.dumps({"redis_port": self.redis.port, "s3_port": self.moto.port})
             )
-            env = handler_env(redis_url=self.redis.url, s3_endpoint=self.moto.endpoint, bucket=self.bucket,
-                              region=self.region, token_path=self.token_path)
+            env = handler_env(
+                redis_url=self.redis.url,
+                s3_endpoint=self.moto.endpoint,
+                bucket=self.bucket,
+                region=self.region,
+                token_path=self.token_path,
+            )
             # The handlers read settings once per process (lru_cache): set them before any import.
             # POWERTOOLS_* the user already set (log level, say) are kept.
             for name, value in env.items():
@@ -254,7 +274,8 @@ class DevStack:
             self._prepare_aws()
             self.gateway = serve_in_thread(
                 LocalGateway(region=self.region, authorizer_cache_s=self.authorizer_cache_s),
-                self.host, self.port,
+                self.host,
+                self.port,
             )
             failed = self.gateway.server.RequestHandlerClass.gateway.warm()
             if failed:
@@ -269,8 +290,12 @@ class DevStack:
         import boto3
         from botocore.config import Config
 
-        self._s3 = boto3.client("s3", endpoint_url=self.moto.endpoint, region_name=self.region,
-                                config=Config(signature_version="s3v4"))
+        self._s3 = boto3.client(
+            "s3",
+            endpoint_url=self.moto.endpoint,
+            region_name=self.region,
+            config=Config(signature_version="s3v4"),
+        )
         ssm = boto3.client("ssm", endpoint_url=self.moto.endpoint, region_name=self.region)
         create_payload_bucket(self._s3, self.bucket)
         restored = restore_bucket(self._s3, self.bucket, self.state_dir / "s3")
@@ -331,11 +356,18 @@ class DevStack:
         if self.gateway is not None:
             self.gateway.stop()
             self.gateway = None
-        if snapshot and self._s3 is not None and self.moto is not None and self.moto.proc is not None:
+        if (
+            snapshot
+            and self._s3 is not None
+            and self.moto is not None
+            and self.moto.proc is not None
+        ):
             try:
                 saved = snapshot_bucket(self._s3, self.bucket, self.state_dir / "s3")
                 log.info("saved objects count=%d dir=%s", saved, self.state_dir / "s3")
-                tokens = save_parameters(self._ssm, self.token_path, self.state_dir / "token-store.json")
+                tokens = save_parameters(
+                    self._ssm, self.token_path, self.state_dir / "token-store.json"
+                )
                 log.info("saved token store count=%d", tokens)
             except Exception as e:  # noqa: BLE001 - stopping must go on
                 log.warning("could not save bucket objects or tokens error=%s", e)
@@ -358,11 +390,11 @@ def banner(stack: DevStack) -> str:
 payloadstore local stack is up
   endpoint     {stack.endpoint}
   s3           {stack.moto.endpoint}  bucket={stack.bucket}
-  redis        {stack.redis.url}  data={stack.state_dir / 'redis'}
-  tokens       {stack.state_file}  (namespaces: {', '.join(stack.tokens)})
+  redis        {stack.redis.url}  data={stack.state_dir / "redis"}
+  tokens       {stack.state_file}  (namespaces: {", ".join(stack.tokens)})
 
   curl {stack.endpoint}/v1/health
-  curl -H "Authorization: Bearer {dev['client_token']}" {stack.endpoint}/v1/config
+  curl -H "Authorization: Bearer {dev["client_token"]}" {stack.endpoint}/v1/config
 
   .venv/bin/python -c 'from payloadstore import Client; print(Client.from_devstack().config)'
   make demo      # a small and an 8 MiB job through a daemon, with the bytes each moved
@@ -382,14 +414,30 @@ def _defaults_from_env() -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     defaults = _defaults_from_env()
-    parser = argparse.ArgumentParser(prog="payloadstore dev", description="run the control plane locally")
-    parser.add_argument("--port", type=int, default=defaults["port"], help="gateway port (PAYLOADSTORE_PORT)")
-    parser.add_argument("--state-dir", type=Path, default=defaults["state_dir"],
-                        help="redis data, tokens, saved objects (PAYLOADSTORE_STATE_DIR)")
-    parser.add_argument("--state-file", type=Path, default=defaults["state_file"],
-                        help="where the endpoint and tokens are written (PAYLOADSTORE_STATE_FILE)")
-    parser.add_argument("--authorizer-cache-s", type=float, default=defaults["authorizer_cache_s"],
-                        help="authorizer result cache TTL (PAYLOADSTORE_AUTHORIZER_CACHE_S)")
+    parser = argparse.ArgumentParser(
+        prog="payloadstore dev", description="run the control plane locally"
+    )
+    parser.add_argument(
+        "--port", type=int, default=defaults["port"], help="gateway port (PAYLOADSTORE_PORT)"
+    )
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=defaults["state_dir"],
+        help="redis data, tokens, saved objects (PAYLOADSTORE_STATE_DIR)",
+    )
+    parser.add_argument(
+        "--state-file",
+        type=Path,
+        default=defaults["state_file"],
+        help="where the endpoint and tokens are written (PAYLOADSTORE_STATE_FILE)",
+    )
+    parser.add_argument(
+        "--authorizer-cache-s",
+        type=float,
+        default=defaults["authorizer_cache_s"],
+        help="authorizer result cache TTL (PAYLOADSTORE_AUTHORIZER_CACHE_S)",
+    )
     args = parser.parse_args(argv)
     configure_logging()
 
@@ -403,8 +451,12 @@ def main(argv: list[str] | None = None) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, request_stop)
 
-    stack = DevStack(state_dir=args.state_dir.resolve(), state_file=args.state_file.resolve(),
-                     port=args.port, authorizer_cache_s=args.authorizer_cache_s)
+    stack = DevStack(
+        state_dir=args.state_dir.resolve(),
+        state_file=args.state_file.resolve(),
+        port=args.port,
+        authorizer_cache_s=args.authorizer_cache_s,
+    )
     try:
         stack.start()
     except (PortInUseError, ServiceError) as e:

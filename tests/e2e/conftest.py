@@ -86,7 +86,9 @@ def _gateway_services(redis_server, moto_server, payload_bucket, ssm_client, tmp
     }
 
 
-def _start(services: dict, name: str, settings_env: dict[str, str], **gateway_kwargs) -> tuple[GatewayProcess, LocalGatewayInfo]:
+def _start(
+    services: dict, name: str, settings_env: dict[str, str], **gateway_kwargs
+) -> tuple[GatewayProcess, LocalGatewayInfo]:
     env = {**services["env"], **settings_env}
     log_path = services["log_dir"] / f"{name}.log"
     proc = GatewayProcess(env=env, log_path=log_path, **gateway_kwargs).start()
@@ -114,9 +116,16 @@ def local_gateway(_gateway_services) -> LocalGatewayInfo:
 def start_local_gateway(_gateway_services):
     started: list[GatewayProcess] = []
 
-    def start(authorizer_cache_s: float = 0.0, timeout_s: float | None = None, **settings_env: str) -> LocalGatewayInfo:
-        proc, info = _start(_gateway_services, f"gateway-{uuid.uuid4().hex[:6]}", settings_env,
-                            authorizer_cache_s=authorizer_cache_s, timeout_s=timeout_s)
+    def start(
+        authorizer_cache_s: float = 0.0, timeout_s: float | None = None, **settings_env: str
+    ) -> LocalGatewayInfo:
+        proc, info = _start(
+            _gateway_services,
+            f"gateway-{uuid.uuid4().hex[:6]}",
+            settings_env,
+            authorizer_cache_s=authorizer_cache_s,
+            timeout_s=timeout_s,
+        )
         started.append(proc)
         return info
 

@@ -17,7 +17,7 @@ from tests.e2e.sdk_helpers import unique_queue
 
 pytestmark = pytest.mark.e2e
 
-TASKS = '''
+TASKS = """
 import hashlib, time
 
 def describe(value):
@@ -34,7 +34,7 @@ def divide(value):
 def slow(seconds):
     time.sleep(seconds)
     return f"slept {seconds}"
-'''
+"""
 
 
 def payloadstore_command() -> list[str]:
@@ -53,12 +53,26 @@ class Shell:
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("PAYLOADSTORE_")}
 
     def run(self, *args: str, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
-        return subprocess.run(payloadstore_command() + list(args), cwd=self.dir, env=self.env,
-                              capture_output=True, text=True, timeout=timeout, check=False, **kw)
+        return subprocess.run(
+            payloadstore_command() + list(args),
+            cwd=self.dir,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            **kw,
+        )
 
     def start(self, *args: str) -> subprocess.Popen:
-        return subprocess.Popen(payloadstore_command() + list(args), cwd=self.dir, env=self.env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen(
+            payloadstore_command() + list(args),
+            cwd=self.dir,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
 
 @pytest.fixture
@@ -87,7 +101,9 @@ def test_enqueue_json_then_daemon_then_result_prints_the_value(shell):
     assert enqueued.returncode == 0, enqueued.stderr
     job_id = enqueued.stdout.strip()
     assert f"job_id={job_id}" in enqueued.stderr and "tier=inline" in enqueued.stderr
-    daemon = shell.run("daemon", "tasks:describe", "--queue", queue, "--max-jobs", "1", "--poll-wait", "1")
+    daemon = shell.run(
+        "daemon", "tasks:describe", "--queue", queue, "--max-jobs", "1", "--poll-wait", "1"
+    )
     assert daemon.returncode == 0, daemon.stderr
     assert "succeeded=1" in daemon.stderr
     result = shell.run("result", job_id, "--wait", "10")
@@ -103,7 +119,12 @@ def test_enqueue_a_large_file_goes_through_s3_and_result_out_writes_the_bytes(sh
     assert enqueued.returncode == 0, enqueued.stderr
     assert "tier=s3" in enqueued.stderr
     job_id = enqueued.stdout.strip()
-    assert shell.run("daemon", "tasks:reverse", "-q", queue, "--max-jobs", "1", "--poll-wait", "1").returncode == 0
+    assert (
+        shell.run(
+            "daemon", "tasks:reverse", "-q", queue, "--max-jobs", "1", "--poll-wait", "1"
+        ).returncode
+        == 0
+    )
     result = shell.run("result", job_id, "--wait", "10", "--out", "output.bin")
     assert result.returncode == 0, result.stderr
     assert (shell.dir / "output.bin").read_bytes() == data[::-1]
@@ -119,13 +140,21 @@ def test_result_of_a_pending_job_exits_5(shell):
 def test_result_of_a_failed_job_exits_1_with_the_remote_error_and_traceback_on_v(shell):
     queue = unique_queue("cli-fail")
     job_id = shell.run("enqueue", queue, "--json", '{"a": 1, "b": 0}').stdout.strip()
-    assert shell.run("daemon", "tasks:divide", "-q", queue, "--max-jobs", "1", "--poll-wait", "1").returncode == 0
+    assert (
+        shell.run(
+            "daemon", "tasks:divide", "-q", queue, "--max-jobs", "1", "--poll-wait", "1"
+        ).returncode
+        == 0
+    )
     result = shell.run("result", job_id, "--wait", "10")
     assert result.returncode == 1
-    assert result.stderr.splitlines()[0] == f"error: job {job_id} failed: ZeroDivisionError: division by zero"
+    assert (
+        result.stderr.splitlines()[0]
+        == f"error: job {job_id} failed: ZeroDivisionError: division by zero"
+    )
     verbose = shell.run("-v", "result", job_id)
     assert verbose.returncode == 1
-    assert 'in divide' in verbose.stderr and 'return value["a"] / value["b"]' in verbose.stderr
+    assert "in divide" in verbose.stderr and 'return value["a"] / value["b"]' in verbose.stderr
 
 
 def test_a_bad_token_exits_3_with_one_line(shell):
@@ -156,7 +185,9 @@ def test_token_create_works_at_once_and_revoke_locks_it_out(shell, local_gateway
     token = created.stdout.strip()
     assert token.startswith("pst_") and "\n" not in token
     token_id = created.stderr.split("token_id=")[1].split()[0]
-    used = shell.run("--token", token, "-n", "sandbox", "enqueue", unique_queue("cli-token"), "--json", "1")
+    used = shell.run(
+        "--token", token, "-n", "sandbox", "enqueue", unique_queue("cli-token"), "--json", "1"
+    )
     assert used.returncode == 0, used.stderr
     listed = shell.run("token", "list", *store)
     assert f"{token_id}\tsandbox\tclient" in listed.stdout
@@ -173,7 +204,9 @@ def test_daemon_with_an_unknown_function_exits_2(shell):
     assert "cannot import no_such_module" in out.stderr
 
 
-def test_daemon_refuses_an_unhealthy_control_plane_with_exit_7(tmp_path, start_local_gateway, s3_client):
+def test_daemon_refuses_an_unhealthy_control_plane_with_exit_7(
+    tmp_path, start_local_gateway, s3_client
+):
     bucket = f"payloadstore-cli-bare-{os.getpid()}"
     s3_client.create_bucket(Bucket=bucket)
     shell = Shell(tmp_path, start_local_gateway(PAYLOAD_BUCKET=bucket))
@@ -210,9 +243,21 @@ def test_dev_starts_the_local_stack_that_the_other_commands_find(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PAYLOADSTORE_", "AWS_"))}
     state_file = tmp_path / ".devstack.json"
     stack = subprocess.Popen(
-        payloadstore_command() + ["dev", "--port", str(free_port()), "--state-dir", str(tmp_path / "state"),
-                                  "--state-file", str(state_file)],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        payloadstore_command()
+        + [
+            "dev",
+            "--port",
+            str(free_port()),
+            "--state-dir",
+            str(tmp_path / "state"),
+            "--state-file",
+            str(state_file),
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 60
@@ -220,8 +265,15 @@ def test_dev_starts_the_local_stack_that_the_other_commands_find(tmp_path):
             assert stack.poll() is None, stack.stderr.read()
             assert time.monotonic() < deadline, "no .devstack.json within 60 s"
             time.sleep(0.2)
-        health = subprocess.run(payloadstore_command() + ["health"], cwd=tmp_path, env=env,
-                                capture_output=True, text=True, timeout=60, check=False)
+        health = subprocess.run(
+            payloadstore_command() + ["health"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert health.returncode == 0, health.stdout + health.stderr
         stack.send_signal(signal.SIGINT)
         stack.communicate(timeout=60)

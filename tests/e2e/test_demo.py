@@ -19,7 +19,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 def test_large_payload_goes_straight_to_s3_and_never_through_the_cp(local_gateway):
     gw = local_gateway
     # When the demo's two jobs run through a daemon against the local gateway
-    small, large = run_round_trip(gw.url, gw.token("dev", "client"), gw.token("dev", "daemon"), "dev")
+    small, large = run_round_trip(
+        gw.url, gw.token("dev", "client"), gw.token("dev", "daemon"), "dev"
+    )
     # Then the small one stays inline both ways and touches no S3 URL
     assert (small.args_tier, small.result_tier, small.s3_bytes) == ("inline", "inline", 0)
     assert small.cp_bytes < 32 * 1024
@@ -34,14 +36,30 @@ def test_make_smoke_runs_the_round_trip_against_an_endpoint(local_gateway):
     gw = local_gateway
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL")}
     done = subprocess.run(
-        ["make", "--no-print-directory", "smoke", f"ENDPOINT={gw.url}", f"TOKEN={gw.token('dev', 'client')}",
-         f"DAEMON_TOKEN={gw.token('dev', 'daemon')}", "NAMESPACE=dev"],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
+        [
+            "make",
+            "--no-print-directory",
+            "smoke",
+            f"ENDPOINT={gw.url}",
+            f"TOKEN={gw.token('dev', 'client')}",
+            f"DAEMON_TOKEN={gw.token('dev', 'daemon')}",
+            "NAMESPACE=dev",
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     # And the tokens were not echoed into the (CI) log
     assert gw.token("dev", "client") not in done.stdout + done.stderr
-    rows = {line.split()[0]: line.split() for line in done.stdout.splitlines() if line.startswith(("small", "8 MiB"))}
+    rows = {
+        line.split()[0]: line.split()
+        for line in done.stdout.splitlines()
+        if line.startswith(("small", "8 MiB"))
+    }
     assert rows["small"][3:5] == ["inline", "inline"]
     assert rows["8"][4:6] == ["s3", "s3"]  # "8 MiB" splits in two
 
@@ -49,9 +67,22 @@ def test_make_smoke_runs_the_round_trip_against_an_endpoint(local_gateway):
 def test_make_smoke_with_a_wrong_token_fails_loudly(local_gateway):
     gw = local_gateway
     done = subprocess.run(
-        [sys.executable, "-m", "payloadstore.devstack.demo", "--endpoint", gw.url, "--token", "pst_wrong",
-         "--daemon-token", gw.token("dev", "daemon")],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False,
+        [
+            sys.executable,
+            "-m",
+            "payloadstore.devstack.demo",
+            "--endpoint",
+            gw.url,
+            "--token",
+            "pst_wrong",
+            "--daemon-token",
+            gw.token("dev", "daemon"),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert done.returncode != 0
     assert "demo failed" in done.stderr
@@ -60,8 +91,18 @@ def test_make_smoke_with_a_wrong_token_fails_loudly(local_gateway):
 def test_demo_without_a_running_stack_starts_and_stops_its_own(tmp_path):
     # Given no stack described at the state-file path
     done = subprocess.run(
-        [sys.executable, "-m", "payloadstore.devstack.demo", "--state-file", str(tmp_path / "none.json")],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False,
+        [
+            sys.executable,
+            "-m",
+            "payloadstore.devstack.demo",
+            "--state-file",
+            str(tmp_path / "none.json"),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     # Then it starts one, shows both tiers, and exits cleanly
     assert done.returncode == 0, done.stdout + done.stderr

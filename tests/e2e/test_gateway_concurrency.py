@@ -14,21 +14,40 @@ def test_requests_to_one_function_during_a_long_poll_are_answered_correctly(loca
     base = f"{local_gateway.url}/v1/namespaces/dev"
     client = local_gateway.auth("dev", "client")
     # Given a job whose result a client is long-polling (jobs function, blocked in Redis)
-    job = requests.post(f"{base}/queues/concurrency/jobs", data=msgpack.packb(1),
-                        headers={**client, "Content-Type": "application/msgpack"}, timeout=10).json()["job_id"]
+    job = requests.post(
+        f"{base}/queues/concurrency/jobs",
+        data=msgpack.packb(1),
+        headers={**client, "Content-Type": "application/msgpack"},
+        timeout=10,
+    ).json()["job_id"]
     polls: list = []
 
     def long_poll(wait: str):
-        polls.append(requests.get(f"{base}/jobs/{job}/result", params={"wait": wait}, headers=client, timeout=30))
+        polls.append(
+            requests.get(
+                f"{base}/jobs/{job}/result", params={"wait": wait}, headers=client, timeout=30
+            )
+        )
 
     answers: list = []
 
     def busy(n: int):
         for i in range(n):
-            enq = requests.post(f"{base}/queues/concurrency/jobs", data=msgpack.packb(i),
-                                headers={**client, "Content-Type": "application/msgpack"}, timeout=10)
+            enq = requests.post(
+                f"{base}/queues/concurrency/jobs",
+                data=msgpack.packb(i),
+                headers={**client, "Content-Type": "application/msgpack"},
+                timeout=10,
+            )
             status = requests.get(f"{base}/jobs/{enq.json()['job_id']}", headers=client, timeout=10)
-            answers.append((enq.status_code, sorted(enq.json()), status.status_code, status.json().get("state")))
+            answers.append(
+                (
+                    enq.status_code,
+                    sorted(enq.json()),
+                    status.status_code,
+                    status.json().get("state"),
+                )
+            )
 
     # When the same function serves other routes meanwhile, from several callers at once
     threads = [threading.Thread(target=long_poll, args=(w,)) for w in ("0.5", "1", "1.5", "2")]

@@ -18,8 +18,11 @@ def test_health_is_200_with_every_check_passing(local_gateway):
 
 
 def test_config_tells_clients_the_fleet_settings(local_gateway):
-    resp = requests.get(f"{local_gateway.url}/v1/config", headers=local_gateway.auth("sandbox", "daemon"),
-                        timeout=30)
+    resp = requests.get(
+        f"{local_gateway.url}/v1/config",
+        headers=local_gateway.auth("sandbox", "daemon"),
+        timeout=30,
+    )
     assert resp.status_code == 200, resp.text
     body = resp.json()
     assert body["inline_threshold"] == 262144

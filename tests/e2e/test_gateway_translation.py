@@ -31,7 +31,9 @@ def echo_handler(event, context):
         "statusCode": 200,
         "headers": {"Content-Type": "application/json", "X-Echo": "yes"},
         "multiValueHeaders": {"X-Multi": ["a", "b"]},
-        "body": json.dumps({"event": event, "remaining_ms": context.get_remaining_time_in_millis()}),
+        "body": json.dumps(
+            {"event": event, "remaining_ms": context.get_remaining_time_in_millis()}
+        ),
         "isBase64Encoded": False,
     }
 
@@ -81,7 +83,9 @@ class FakeAuthorizer:
             return self._policy("Deny", arn, {})
         kind, _, ns = token.partition("-")
         resource = arn if kind == "narrow" else arn.split("/", 1)[0] + "/*"
-        return self._policy("Allow", resource, {"namespace": ns, "role": "client", "token_id": "abc123"})
+        return self._policy(
+            "Allow", resource, {"namespace": ns, "role": "client", "token_id": "abc123"}
+        )
 
     @staticmethod
     def _policy(effect, resource, context):
@@ -89,7 +93,9 @@ class FakeAuthorizer:
             "principalId": "abc123",
             "policyDocument": {
                 "Version": "2012-10-17",
-                "Statement": [{"Action": "execute-api:Invoke", "Effect": effect, "Resource": resource}],
+                "Statement": [
+                    {"Action": "execute-api:Invoke", "Effect": effect, "Resource": resource}
+                ],
             },
             "context": context,
         }
@@ -144,8 +150,12 @@ def test_binary_body_round_trips_byte_for_byte(gateway):
     # Given bytes that are not valid UTF-8, sent as one of the binary media types
     payload = bytes(range(256)) * 64 + os.urandom(4096)
     # When they go through the gateway to a handler that sends them back
-    resp = requests.post(f"{gateway.url}/v1/raw", data=payload,
-                         headers={"Content-Type": "application/msgpack"}, timeout=10)
+    resp = requests.post(
+        f"{gateway.url}/v1/raw",
+        data=payload,
+        headers={"Content-Type": "application/msgpack"},
+        timeout=10,
+    )
     # Then the very same bytes come back
     assert resp.status_code == 200
     assert resp.headers["Content-Type"] == "application/octet-stream"
@@ -154,8 +164,12 @@ def test_binary_body_round_trips_byte_for_byte(gateway):
 
 def test_binary_media_type_arrives_base64_and_text_arrives_as_is(gateway):
     # Given one msgpack body and one JSON body
-    binary = requests.post(f"{gateway.url}/v1/echo/x", data=b"\x81\xa1a\x01",
-                           headers={"Content-Type": "application/msgpack"}, timeout=10)
+    binary = requests.post(
+        f"{gateway.url}/v1/echo/x",
+        data=b"\x81\xa1a\x01",
+        headers={"Content-Type": "application/msgpack"},
+        timeout=10,
+    )
     text = requests.post(f"{gateway.url}/v1/echo/x", json={"a": "é"}, timeout=10)
     # Then the handler sees base64 for the binary type and the text verbatim otherwise
     ev = event_of(binary)
@@ -169,18 +183,28 @@ def test_binary_media_type_arrives_base64_and_text_arrives_as_is(gateway):
 def test_chunked_request_body_is_read_whole(gateway):
     # Given a body sent with Transfer-Encoding: chunked (a generator in requests)
     parts = [b"a" * 1000, b"b" * 70000, b"c"]
-    resp = requests.put(f"{gateway.url}/v1/raw", data=iter(parts),
-                        headers={"Content-Type": "application/octet-stream"}, timeout=10)
+    resp = requests.put(
+        f"{gateway.url}/v1/raw",
+        data=iter(parts),
+        headers={"Content-Type": "application/octet-stream"},
+        timeout=10,
+    )
     # Then the handler got all of it
     assert resp.content == b"".join(parts)
 
 
 def test_repeated_query_keys_fill_multi_value_parameters(gateway):
     # Given a query string repeating a key and carrying an encoded value
-    resp = requests.get(f"{gateway.url}/v1/echo/a%20b?q=1&q=2&q=3&x=hello%20world&empty=", timeout=10)
+    resp = requests.get(
+        f"{gateway.url}/v1/echo/a%20b?q=1&q=2&q=3&x=hello%20world&empty=", timeout=10
+    )
     ev = event_of(resp)
     # Then every value is in multiValueQueryStringParameters and the last one in the single map
-    assert ev["multiValueQueryStringParameters"] == {"q": ["1", "2", "3"], "x": ["hello world"], "empty": [""]}
+    assert ev["multiValueQueryStringParameters"] == {
+        "q": ["1", "2", "3"],
+        "x": ["hello world"],
+        "empty": [""],
+    }
     assert ev["queryStringParameters"] == {"q": "3", "x": "hello world", "empty": ""}
     # And the path parameter is decoded, the resource is the template
     assert ev["pathParameters"] == {"name": "a b"}
@@ -197,8 +221,9 @@ def test_no_query_string_gives_null_maps_like_api_gateway(gateway):
 
 
 def test_event_carries_headers_and_request_context(gateway):
-    resp = requests.get(f"{gateway.url}/v1/echo/x", headers={"X-Thing": "1", "Idempotency-Key": "k1"},
-                        timeout=10)
+    resp = requests.get(
+        f"{gateway.url}/v1/echo/x", headers={"X-Thing": "1", "Idempotency-Key": "k1"}, timeout=10
+    )
     ev = event_of(resp)
     assert ev["headers"]["X-Thing"] == "1"
     assert ev["multiValueHeaders"]["Idempotency-Key"] == ["k1"]
@@ -225,8 +250,12 @@ def test_body_over_10_mb_is_refused_with_413_before_any_handler(gateway, authori
     # Given a body one byte over API Gateway's 10 MB limit
     body = b"x" * (10 * 1024 * 1024 + 1)
     # When it is posted
-    resp = requests.post(f"{gateway.url}/v1/raw", data=body,
-                         headers={"Content-Type": "application/octet-stream"}, timeout=30)
+    resp = requests.post(
+        f"{gateway.url}/v1/raw",
+        data=body,
+        headers={"Content-Type": "application/octet-stream"},
+        timeout=30,
+    )
     # Then the gateway answers 413 itself
     assert resp.status_code == 413
     assert resp.json() == {"message": "Request Too Long"}
@@ -237,15 +266,21 @@ def test_body_over_10_mb_is_refused_with_413_before_any_handler(gateway, authori
 def test_event_over_lambdas_6_mb_payload_limit_is_refused(gateway):
     # Given a 5 MB binary body: under 10 MB, but base64 in the event makes it ~6.7 MB
     body = os.urandom(5 * 1024 * 1024)
-    resp = requests.post(f"{gateway.url}/v1/raw", data=body,
-                         headers={"Content-Type": "application/octet-stream"}, timeout=30)
+    resp = requests.post(
+        f"{gateway.url}/v1/raw",
+        data=body,
+        headers={"Content-Type": "application/octet-stream"},
+        timeout=30,
+    )
     # Then it cannot reach Lambda, as in AWS
     assert resp.status_code == 413
 
 
 def test_unknown_route_and_unknown_method_get_missing_authentication_token(gateway):
-    for resp in (requests.get(f"{gateway.url}/v1/nowhere", timeout=10),
-                 requests.delete(f"{gateway.url}/v1/echo/x", timeout=10)):
+    for resp in (
+        requests.get(f"{gateway.url}/v1/nowhere", timeout=10),
+        requests.delete(f"{gateway.url}/v1/echo/x", timeout=10),
+    ):
         assert resp.status_code == 403
         assert resp.json() == {"message": "Missing Authentication Token"}
 
@@ -284,8 +319,12 @@ def test_slow_requests_do_not_block_each_other(gateway):
     # Given four requests that each take 1 s in the handler
     started = time.monotonic()
     with ThreadPoolExecutor(4) as pool:
-        statuses = list(pool.map(lambda _: requests.get(f"{gateway.url}/v1/slow?s=1", timeout=10).status_code,
-                                 range(4)))
+        statuses = list(
+            pool.map(
+                lambda _: requests.get(f"{gateway.url}/v1/slow?s=1", timeout=10).status_code,
+                range(4),
+            )
+        )
     # Then they ran side by side
     assert statuses == [200] * 4
     assert time.monotonic() - started < 2.5
@@ -302,34 +341,52 @@ def test_missing_authorization_is_401_without_calling_the_authorizer(gateway, au
 
 
 def test_authorizer_unauthorized_is_401(gateway):
-    resp = requests.get(f"{gateway.url}/v1/namespaces/dev/thing", headers={"Authorization": "Bearer bad"},
-                        timeout=10)
+    resp = requests.get(
+        f"{gateway.url}/v1/namespaces/dev/thing",
+        headers={"Authorization": "Bearer bad"},
+        timeout=10,
+    )
     assert resp.status_code == 401
     assert resp.json() == {"message": "Unauthorized"}
 
 
 def test_explicit_deny_is_403(gateway):
-    resp = requests.get(f"{gateway.url}/v1/namespaces/dev/thing", headers={"Authorization": "Bearer deny"},
-                        timeout=10)
+    resp = requests.get(
+        f"{gateway.url}/v1/namespaces/dev/thing",
+        headers={"Authorization": "Bearer deny"},
+        timeout=10,
+    )
     assert resp.status_code == 403
-    assert resp.json() == {"message": "User is not authorized to access this resource with an explicit deny"}
+    assert resp.json() == {
+        "message": "User is not authorized to access this resource with an explicit deny"
+    }
 
 
 def test_authorizer_crash_is_500(gateway):
-    resp = requests.get(f"{gateway.url}/v1/namespaces/dev/thing", headers={"Authorization": "Bearer crash"},
-                        timeout=10)
+    resp = requests.get(
+        f"{gateway.url}/v1/namespaces/dev/thing",
+        headers={"Authorization": "Bearer crash"},
+        timeout=10,
+    )
     assert resp.status_code == 500
     assert resp.headers["x-amzn-ErrorType"] == "AuthorizerConfigurationException"
 
 
 def test_allow_passes_the_authorizer_context_to_the_handler(gateway, authorizer):
     # When an allowed token calls a protected route
-    resp = requests.get(f"{gateway.url}/v1/namespaces/dev/thing?x=1",
-                        headers={"Authorization": "Bearer allow-dev"}, timeout=10)
+    resp = requests.get(
+        f"{gateway.url}/v1/namespaces/dev/thing?x=1",
+        headers={"Authorization": "Bearer allow-dev"},
+        timeout=10,
+    )
     # Then the handler reads namespace, role and token id from requestContext.authorizer
     ev = event_of(resp)
     assert ev["requestContext"]["authorizer"] == {
-        "namespace": "dev", "role": "client", "token_id": "abc123", "principalId": "abc123"}
+        "namespace": "dev",
+        "role": "client",
+        "token_id": "abc123",
+        "principalId": "abc123",
+    }
     # And the authorizer got a REQUEST event for this method ARN
     (call,) = authorizer.calls
     assert call["type"] == "REQUEST"
@@ -345,13 +402,28 @@ def test_cached_authorizer_result_is_reused_and_reevaluated_per_route(authorizer
         wide = {"Authorization": "Bearer allow-dev"}
         narrow = {"Authorization": "Bearer narrow-dev"}
         # When one token calls two routes
-        assert requests.get(f"{running.url}/v1/namespaces/dev/thing", headers=wide, timeout=10).status_code == 200
-        assert requests.get(f"{running.url}/v1/namespaces/dev/other", headers=wide, timeout=10).status_code == 200
+        assert (
+            requests.get(
+                f"{running.url}/v1/namespaces/dev/thing", headers=wide, timeout=10
+            ).status_code
+            == 200
+        )
+        assert (
+            requests.get(
+                f"{running.url}/v1/namespaces/dev/other", headers=wide, timeout=10
+            ).status_code
+            == 200
+        )
         # Then the authorizer ran once for it
         assert len(authorizer.calls) == 1
         # And a policy naming only the first method ARN denies the second route from the cache,
         # which is why an authorizer behind a cache must allow the whole API
-        assert requests.get(f"{running.url}/v1/namespaces/dev/thing", headers=narrow, timeout=10).status_code == 200
+        assert (
+            requests.get(
+                f"{running.url}/v1/namespaces/dev/thing", headers=narrow, timeout=10
+            ).status_code
+            == 200
+        )
         resp = requests.get(f"{running.url}/v1/namespaces/dev/other", headers=narrow, timeout=10)
         assert resp.status_code == 403
         assert resp.json() == {"message": "User is not authorized to access this resource"}
@@ -367,5 +439,8 @@ def test_port_taken_is_a_clear_error(authorizer):
         s.listen()
         port = s.getsockname()[1]
         with pytest.raises(PortInUseError, match=f"port {port}.*PAYLOADSTORE_PORT"):
-            serve_in_thread(LocalGateway(routes=TEST_ROUTES, functions=FUNCTIONS, authorizer=authorizer),
-                            "127.0.0.1", port)
+            serve_in_thread(
+                LocalGateway(routes=TEST_ROUTES, functions=FUNCTIONS, authorizer=authorizer),
+                "127.0.0.1",
+                port,
+            )

@@ -61,7 +61,9 @@ def alive(pid: int) -> bool:
 
 def command_of(pid: int) -> str:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        return (
+            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        )
     except OSError:
         return "?"
 
@@ -72,17 +74,26 @@ class StackProcess:
         self.state_dir = tmp_path / "state"
         self.state_file = tmp_path / "devstack.json"
         self.log_path = tmp_path / f"stack-{time.monotonic_ns()}.log"
-        env = {**os.environ,
-               "PAYLOADSTORE_PORT": str(self.port),
-               "PAYLOADSTORE_STATE_DIR": str(self.state_dir),
-               "PAYLOADSTORE_STATE_FILE": str(self.state_file),
-               "PYTHONUNBUFFERED": "1"}
+        env = {
+            **os.environ,
+            "PAYLOADSTORE_PORT": str(self.port),
+            "PAYLOADSTORE_STATE_DIR": str(self.state_dir),
+            "PAYLOADSTORE_STATE_FILE": str(self.state_file),
+            "PYTHONUNBUFFERED": "1",
+        }
         env.pop("MAKEFLAGS", None)  # a `make test` parent must not turn this make into a sub-make
         env.pop("MAKELEVEL", None)
         self.log = open(self.log_path, "wb")  # noqa: SIM115 - the stack writes it until ctrl_c()
         # Its own process group: SIGINT to the group is what Ctrl-C in a terminal sends.
-        self.proc = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=self.log,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        self.proc = subprocess.Popen(
+            command,
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
     def output(self) -> str:
         self.log.flush()
@@ -91,8 +102,12 @@ class StackProcess:
     def wait_ready(self, timeout_s: float = 240.0) -> dict:
         deadline = time.monotonic() + timeout_s
         while not self.state_file.exists():
-            assert self.proc.poll() is None, f"stack exited with {self.proc.returncode}:\n{self.output()}"
-            assert time.monotonic() < deadline, f"no {self.state_file} after {timeout_s}s:\n{self.output()}"
+            assert self.proc.poll() is None, (
+                f"stack exited with {self.proc.returncode}:\n{self.output()}"
+            )
+            assert time.monotonic() < deadline, (
+                f"no {self.state_file} after {timeout_s}s:\n{self.output()}"
+            )
             time.sleep(0.2)
         return json.loads(self.state_file.read_text())
 
@@ -139,8 +154,11 @@ def test_make_dev_serves_the_api_and_ctrl_c_leaves_no_child(tmp_path, stacks):
     health = requests.get(f"{state['endpoint']}/v1/health", timeout=30)
     assert health.status_code == 200, health.text
     dev = state["namespaces"]["dev"]
-    config = requests.get(f"{state['endpoint']}/v1/config",
-                          headers={"Authorization": f"Bearer {dev['client_token']}"}, timeout=30)
+    config = requests.get(
+        f"{state['endpoint']}/v1/config",
+        headers={"Authorization": f"Bearer {dev['client_token']}"},
+        timeout=30,
+    )
     assert config.status_code == 200, config.text
     assert config.json()["inline_threshold"] == 262144
     # And the banner told the user where to point the SDK
@@ -176,19 +194,33 @@ def test_restart_keeps_queued_jobs_their_s3_payloads_and_the_tokens(tmp_path, st
     state = first.wait_ready()
     url, dev = state["endpoint"], state["namespaces"]["dev"]
     client = {"Authorization": f"Bearer {dev['client_token']}"}
-    inline = requests.post(f"{url}/v1/namespaces/dev/queues/restart/jobs", headers=client,
-                           json={"payloadInline": base64.b64encode(b"small args").decode()}, timeout=30)
+    inline = requests.post(
+        f"{url}/v1/namespaces/dev/queues/restart/jobs",
+        headers=client,
+        json={"payloadInline": base64.b64encode(b"small args").decode()},
+        timeout=30,
+    )
     assert inline.status_code == 201, inline.text
     blob = os.urandom(300_000)
-    presign = requests.post(f"{url}/v1/namespaces/dev/payloads/presign", headers=client,
-                            params={"op": "put", "size": len(blob), "kind": "args"}, timeout=30)
+    presign = requests.post(
+        f"{url}/v1/namespaces/dev/payloads/presign",
+        headers=client,
+        params={"op": "put", "size": len(blob), "kind": "args"},
+        timeout=30,
+    )
     assert presign.status_code == 200, presign.text
     put = presign.json()
-    upload = requests.request(put["method"], put["url"], data=blob, headers=put["headers"], timeout=30)
+    upload = requests.request(
+        put["method"], put["url"], data=blob, headers=put["headers"], timeout=30
+    )
     assert upload.status_code == 200, upload.text
     ref = {"kind": "s3", "bucket": put["bucket"], "key": put["key"], "size": len(blob)}
-    by_ref = requests.post(f"{url}/v1/namespaces/dev/queues/restart/jobs", headers=client,
-                           json={"payloadRef": ref}, timeout=30)
+    by_ref = requests.post(
+        f"{url}/v1/namespaces/dev/queues/restart/jobs",
+        headers=client,
+        json={"payloadRef": ref},
+        timeout=30,
+    )
     assert by_ref.status_code == 201, by_ref.text
 
     # When it is stopped with Ctrl-C and started again on the same state dir
@@ -203,14 +235,22 @@ def test_restart_keeps_queued_jobs_their_s3_payloads_and_the_tokens(tmp_path, st
     # And both jobs are still queued, in order, and the S3 payload is still there
     got = []
     for _ in range(2):
-        poll = requests.post(f"{url}/v1/daemon/poll", headers=daemon, timeout=30,
-                             json={"namespace": "dev", "queues": ["restart"], "wait_s": 2, "daemon_id": "d1"})
+        poll = requests.post(
+            f"{url}/v1/daemon/poll",
+            headers=daemon,
+            timeout=30,
+            json={"namespace": "dev", "queues": ["restart"], "wait_s": 2, "daemon_id": "d1"},
+        )
         assert poll.status_code == 200, poll.text
         got.append(poll.json())
     assert [j["job_id"] for j in got] == [inline.json()["job_id"], by_ref.json()["job_id"]]
     assert base64.b64decode(got[0]["payloadInline"]) == b"small args"
-    get = requests.post(f"{url}/v1/namespaces/dev/payloads/presign", headers=daemon,
-                        params={"op": "get", "key": got[1]["payloadRef"]["key"]}, timeout=30)
+    get = requests.post(
+        f"{url}/v1/namespaces/dev/payloads/presign",
+        headers=daemon,
+        params={"op": "get", "key": got[1]["payloadRef"]["key"]},
+        timeout=30,
+    )
     assert get.status_code == 200, get.text
     assert requests.get(get.json()["url"], timeout=30).content == blob
     second.ctrl_c()
@@ -275,16 +315,24 @@ def test_saved_objects_come_back_until_the_lifecycle_would_expire_them(s3_client
     create_payload_bucket(s3_client, source)
     blob = os.urandom(70_000)
     checksum = base64.b64encode(hashlib.sha256(blob).digest()).decode()
-    s3_client.put_object(Bucket=source, Key="payloads/2026/01/01/j1/args", Body=blob,
-                         ContentType="application/msgpack", ChecksumSHA256=checksum)
+    s3_client.put_object(
+        Bucket=source,
+        Key="payloads/2026/01/01/j1/args",
+        Body=blob,
+        ContentType="application/msgpack",
+        ChecksumSHA256=checksum,
+    )
     s3_client.put_object(Bucket=source, Key="exec/log.txt", Body=b"log")
     # When it is saved and put back into a fresh bucket
     assert snapshot_bucket(s3_client, source, tmp_path / "s3") == 2
     create_payload_bucket(s3_client, target)
     assert restore_bucket(s3_client, target, tmp_path / "s3") == 2
+
     # Then bytes, content type and checksum are as they were
     def read(bucket):
-        return s3_client.get_object(Bucket=bucket, Key="payloads/2026/01/01/j1/args", ChecksumMode="ENABLED")
+        return s3_client.get_object(
+            Bucket=bucket, Key="payloads/2026/01/01/j1/args", ChecksumMode="ENABLED"
+        )
 
     got, original = read(target), read(source)
     assert got["Body"].read() == blob
@@ -310,8 +358,13 @@ def test_tokens_minted_and_revoked_while_running_stay_so_after_a_restart(tmp_pat
     stacks.append(first)
     state = first.wait_ready()
     # Given one token minted and one revoked while the stack runs
-    ssm = boto3.client("ssm", endpoint_url=state["s3_endpoint"], region_name=DEV_REGION,
-                       aws_access_key_id="local", aws_secret_access_key="local-secret")
+    ssm = boto3.client(
+        "ssm",
+        endpoint_url=state["s3_endpoint"],
+        region_name=DEV_REGION,
+        aws_access_key_id="local",
+        aws_secret_access_key="local-secret",
+    )
     store = TokenStore(ssm, DEV_TOKEN_PATH)
     minted, _ = store.mint("team-a", "client")
     revoked = state["namespaces"]["sandbox"]["client_token"]
@@ -323,7 +376,9 @@ def test_tokens_minted_and_revoked_while_running_stay_so_after_a_restart(tmp_pat
     url = second.wait_ready()["endpoint"]
 
     def config_status(token: str) -> int:
-        return requests.get(f"{url}/v1/config", headers={"Authorization": f"Bearer {token}"}, timeout=30).status_code
+        return requests.get(
+            f"{url}/v1/config", headers={"Authorization": f"Bearer {token}"}, timeout=30
+        ).status_code
 
     # Then the minted one still works and the revoked one is still refused
     assert config_status(minted) == 200

@@ -28,7 +28,9 @@ LARGE = 300_000  # over the 256 KiB threshold: the args go to S3
 
 
 def run_until_idle(daemon_client: Client, queue: str, fn) -> dict:
-    return Daemon(daemon_client, [queue], wait_s=1, install_signal_handlers=False).run(fn, stop_when_idle=True)
+    return Daemon(daemon_client, [queue], wait_s=1, install_signal_handlers=False).run(
+        fn, stop_when_idle=True
+    )
 
 
 def test_given_args_overwritten_in_s3_when_the_daemon_fetches_them_then_payload_corrupt_and_the_job_is_terminal(
@@ -56,7 +58,9 @@ def test_given_args_overwritten_in_s3_when_the_daemon_fetches_them_then_payload_
     with pytest.raises(PayloadCorrupt) as info:
         job.result(timeout=5)
     assert info.value.job_id == job.job_id
-    assert run_until_idle(daemon_client, queue, lambda *a: calls.append(a)) == {}, "never redelivered"
+    assert run_until_idle(daemon_client, queue, lambda *a: calls.append(a)) == {}, (
+        "never redelivered"
+    )
 
 
 def test_given_args_deleted_from_s3_when_the_daemon_fetches_them_then_payload_lost_after_the_retry_once(
@@ -75,7 +79,9 @@ def test_given_args_deleted_from_s3_when_the_daemon_fetches_them_then_payload_lo
         job.result(timeout=5)
 
 
-def test_given_a_function_that_raises_when_the_job_runs_then_job_failed_carries_the_remote_traceback(local_gateway):
+def test_given_a_function_that_raises_when_the_job_runs_then_job_failed_carries_the_remote_traceback(
+    local_gateway,
+):
     client, daemon_client = clients(local_gateway)
     queue = unique_queue("raises")
     job = client.queue(queue).add({"width": -3})
@@ -107,7 +113,11 @@ class S3ExpiryRule(httpx.BaseTransport):
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         params = request.url.params
         if "X-Amz-Date" in params:
-            signed = datetime.strptime(params["X-Amz-Date"], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC).timestamp()
+            signed = (
+                datetime.strptime(params["X-Amz-Date"], "%Y%m%dT%H%M%SZ")
+                .replace(tzinfo=UTC)
+                .timestamp()
+            )
             expires = signed + int(params["X-Amz-Expires"])
             if request.method == "PUT" and not self.puts:
                 time.sleep(max(0.0, expires - time.time()) + 1.1)
@@ -131,7 +141,12 @@ def test_given_an_upload_url_that_expires_before_the_put_when_adding_then_it_re_
     # Given: URLs valid for 2 s, and an upload that only starts after its URL expired
     gateway = start_local_gateway(PRESIGN_TTL_S="2")
     s3 = S3ExpiryRule()
-    client = Client(gateway.url, gateway.token("dev", "client"), "dev", s3_http=httpx.Client(transport=s3, timeout=60))
+    client = Client(
+        gateway.url,
+        gateway.token("dev", "client"),
+        "dev",
+        s3_http=httpx.Client(transport=s3, timeout=60),
+    )
     daemon_client = Client(gateway.url, gateway.token("dev", "daemon"), "dev")
     queue = unique_queue("expired")
     data = os.urandom(LARGE)
@@ -143,7 +158,9 @@ def test_given_an_upload_url_that_expires_before_the_put_when_adding_then_it_re_
     assert first != second
     assert httpx.URL(first).path == httpx.URL(second).path
     assert job.job_id in httpx.URL(second).path
-    assert run_until_idle(daemon_client, queue, lambda b: hashlib.sha256(b).hexdigest()) == {"succeeded": 1}
+    assert run_until_idle(daemon_client, queue, lambda b: hashlib.sha256(b).hexdigest()) == {
+        "succeeded": 1
+    }
     assert job.result(timeout=10) == hashlib.sha256(data).hexdigest()
 
 
@@ -156,6 +173,8 @@ def test_given_a_bucket_without_the_lifecycle_rule_when_the_daemon_starts_then_i
     daemon_client = Client(gateway.url, gateway.token("dev", "daemon"), "dev")
     ran = threading.Event()
     with pytest.raises(ServiceUnavailable, match="refusing to take jobs: .*lifecycle") as info:
-        Daemon(daemon_client, ["any"], wait_s=1, install_signal_handlers=False).run(lambda *a: ran.set())
+        Daemon(daemon_client, ["any"], wait_s=1, install_signal_handlers=False).run(
+            lambda *a: ran.set()
+        )
     assert "lifecycle" in info.value.checks and not info.value.checks["lifecycle"]["ok"]
     assert not ran.is_set()

@@ -38,22 +38,50 @@ def test_the_readme_quick_start_runs_as_written_against_the_local_stack(tmp_path
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PAYLOADSTORE_", "AWS_"))}
     state_file = tmp_path / ".devstack.json"
     stack = subprocess.Popen(
-        [sys.executable, "-m", "payloadstore.devstack", "--port", str(free_port()),
-         "--state-dir", str(tmp_path / ".devstack"), "--state-file", str(state_file)],
-        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "payloadstore.devstack",
+            "--port",
+            str(free_port()),
+            "--state-dir",
+            str(tmp_path / ".devstack"),
+            "--state-file",
+            str(state_file),
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     worker = None
     try:
         deadline = time.monotonic() + 60
         while not state_file.exists():
             assert stack.poll() is None, f"the local stack exited: {stack.stderr.read()}"
-            assert time.monotonic() < deadline, "the local stack did not write .devstack.json in 60 s"
+            assert time.monotonic() < deadline, (
+                "the local stack did not write .devstack.json in 60 s"
+            )
             time.sleep(0.2)
         assert set(json.loads(state_file.read_text())["namespaces"]) >= {"dev"}
-        worker = subprocess.Popen([sys.executable, "worker.py"], cwd=tmp_path, env=env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        client = subprocess.run([sys.executable, "client.py"], cwd=tmp_path, env=env,
-                                capture_output=True, text=True, timeout=120, check=False)
+        worker = subprocess.Popen(
+            [sys.executable, "worker.py"],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        client = subprocess.run(
+            [sys.executable, "client.py"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert client.returncode == 0, client.stderr
         assert client.stdout == expected
         worker.send_signal(2)  # Ctrl-C

@@ -60,6 +60,7 @@ def test_given_a_payload_of_each_size_when_round_tripped_then_args_and_result_la
     client, queue, _ = echo_daemon
     threshold = client.config.inline_threshold
     _, raw_len, encoded_size = next(s for s in sizes(threshold) if s[0] == label)
+
     # Given: random args whose whole call (args and kwargs) encodes to exactly `encoded_size` bytes
     def call(data: bytes) -> dict:
         return {"args": [data], "kwargs": {"result_size": encoded_size}}
@@ -80,17 +81,29 @@ def test_given_a_payload_of_each_size_when_round_tripped_then_args_and_result_la
     if expected_tier == "s3":
         head = s3_client.head_object(Bucket=local_gateway.bucket, Key=status.payload_ref["key"])
         assert head["ContentLength"] == payload_size
-        assert status.payload_ref["sha256"] == hashlib.sha256(
-            s3_client.get_object(Bucket=local_gateway.bucket, Key=status.payload_ref["key"])["Body"].read()
-        ).hexdigest()
+        assert (
+            status.payload_ref["sha256"]
+            == hashlib.sha256(
+                s3_client.get_object(Bucket=local_gateway.bucket, Key=status.payload_ref["key"])[
+                    "Body"
+                ].read()
+            ).hexdigest()
+        )
         assert status.result_ref is not None, "a result of the same size goes to S3 too"
         assert status.result_ref["key"].endswith(f"/{job.job_id}/result")
-        assert s3_client.head_object(Bucket=local_gateway.bucket, Key=status.result_ref["key"])["ContentLength"] == encoded_size
+        assert (
+            s3_client.head_object(Bucket=local_gateway.bucket, Key=status.result_ref["key"])[
+                "ContentLength"
+            ]
+            == encoded_size
+        )
     else:
         assert status.payload_ref is None and status.result_ref is None
 
 
-def test_given_a_job_id_when_picked_up_by_another_client_then_its_result_is_readable(echo_daemon, local_gateway):
+def test_given_a_job_id_when_picked_up_by_another_client_then_its_result_is_readable(
+    echo_daemon, local_gateway
+):
     client, queue, _ = echo_daemon
     job = client.queue(queue).add(b"abc")
     other, _ = clients(local_gateway)

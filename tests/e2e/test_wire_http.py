@@ -29,37 +29,64 @@ def queue_name() -> str:
 
 def curl_put(url: str, path, headers: dict[str, str]) -> int:
     """`curl -T` the file to a presigned URL with exactly `headers`; returns the HTTP status."""
-    args = ["curl", "--silent", "--show-error", "--output", "/dev/null", "--write-out", "%{http_code}",
-            "--upload-file", str(path)]
+    args = [
+        "curl",
+        "--silent",
+        "--show-error",
+        "--output",
+        "/dev/null",
+        "--write-out",
+        "%{http_code}",
+        "--upload-file",
+        str(path),
+    ]
     for name, value in headers.items():
         args += ["--header", f"{name}: {value}"]
     done = subprocess.run(args + [url], capture_output=True, text=True, timeout=60, check=True)
     return int(done.stdout)
 
 
-def presign_put(gw, role: str, size: int, sha256: str | None = None, kind: str = "args",
-                job_id: str | None = None) -> dict:
+def presign_put(
+    gw,
+    role: str,
+    size: int,
+    sha256: str | None = None,
+    kind: str = "args",
+    job_id: str | None = None,
+) -> dict:
     params = {"op": "put", "size": size, "kind": kind}
     if sha256:
         params["sha256"] = sha256
     if job_id:
         params["job_id"] = job_id
-    resp = requests.post(f"{gw.url}/v1/namespaces/dev/payloads/presign", params=params,
-                         headers=gw.auth("dev", role), timeout=TIMEOUT)
+    resp = requests.post(
+        f"{gw.url}/v1/namespaces/dev/payloads/presign",
+        params=params,
+        headers=gw.auth("dev", role),
+        timeout=TIMEOUT,
+    )
     assert resp.status_code == 200, resp.text
     return resp.json()
 
 
 def presign_get(gw, role: str, key: str) -> dict:
-    resp = requests.post(f"{gw.url}/v1/namespaces/dev/payloads/presign", params={"op": "get", "key": key},
-                         headers=gw.auth("dev", role), timeout=TIMEOUT)
+    resp = requests.post(
+        f"{gw.url}/v1/namespaces/dev/payloads/presign",
+        params={"op": "get", "key": key},
+        headers=gw.auth("dev", role),
+        timeout=TIMEOUT,
+    )
     assert resp.status_code == 200, resp.text
     return resp.json()
 
 
 def poll(gw, queue: str, wait_s: float = 5) -> requests.Response:
-    return requests.post(f"{gw.url}/v1/daemon/poll", headers=gw.auth("dev", "daemon"), timeout=TIMEOUT,
-                         json={"namespace": "dev", "queues": [queue], "wait_s": wait_s, "daemon_id": "e2e-daemon"})
+    return requests.post(
+        f"{gw.url}/v1/daemon/poll",
+        headers=gw.auth("dev", "daemon"),
+        timeout=TIMEOUT,
+        json={"namespace": "dev", "queues": [queue], "wait_s": wait_s, "daemon_id": "e2e-daemon"},
+    )
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
@@ -74,13 +101,27 @@ def test_enqueue_by_reference_uploaded_with_curl_through_to_the_result(local_gat
     # When the client presigns an upload and curl PUTs the file with exactly the listed headers
     put = presign_put(gw, "client", len(args), sha256=digest)
     assert put["method"] == "PUT"
-    assert {h.lower() for h in put["headers"]} >= {"content-length", "content-type", "x-amz-checksum-sha256"}
+    assert {h.lower() for h in put["headers"]} >= {
+        "content-length",
+        "content-type",
+        "x-amz-checksum-sha256",
+    }
     assert curl_put(put["url"], path, put["headers"]) == 200
     # And enqueues the reference
-    ref = {"kind": "s3", "bucket": put["bucket"], "key": put["key"], "size": len(args), "sha256": digest,
-           "contentType": "application/msgpack"}
-    enq = requests.post(f"{gw.url}/v1/namespaces/dev/queues/{queue}/jobs", json={"payloadRef": ref},
-                        headers=gw.auth("dev", "client"), timeout=TIMEOUT)
+    ref = {
+        "kind": "s3",
+        "bucket": put["bucket"],
+        "key": put["key"],
+        "size": len(args),
+        "sha256": digest,
+        "contentType": "application/msgpack",
+    }
+    enq = requests.post(
+        f"{gw.url}/v1/namespaces/dev/queues/{queue}/jobs",
+        json={"payloadRef": ref},
+        headers=gw.auth("dev", "client"),
+        timeout=TIMEOUT,
+    )
     # Then the job is created on the S3 tier with the id the presign minted
     assert enq.status_code == 201, enq.text
     assert enq.json() == {"job_id": put["job_id"], "tier": "s3"}
@@ -98,18 +139,28 @@ def test_enqueue_by_reference_uploaded_with_curl_through_to_the_result(local_gat
 
     # And posts a small result inline
     result = msgpack.packb({"len": len(fetched)})
-    posted = requests.post(f"{gw.url}/v1/namespaces/dev/jobs/{job_id}/result",
-                           json={"resultInline": base64.b64encode(result).decode()},
-                           headers=gw.auth("dev", "daemon"), timeout=TIMEOUT)
+    posted = requests.post(
+        f"{gw.url}/v1/namespaces/dev/jobs/{job_id}/result",
+        json={"resultInline": base64.b64encode(result).decode()},
+        headers=gw.auth("dev", "daemon"),
+        timeout=TIMEOUT,
+    )
     assert posted.status_code == 204, posted.text
 
     # Then the client reads the result and the job's status says it succeeded
-    got = requests.get(f"{gw.url}/v1/namespaces/dev/jobs/{job_id}/result", params={"wait": 5},
-                       headers=gw.auth("dev", "client"), timeout=TIMEOUT)
+    got = requests.get(
+        f"{gw.url}/v1/namespaces/dev/jobs/{job_id}/result",
+        params={"wait": 5},
+        headers=gw.auth("dev", "client"),
+        timeout=TIMEOUT,
+    )
     assert got.status_code == 200, got.text
     assert msgpack.unpackb(base64.b64decode(got.json()["resultInline"])) == {"len": len(args)}
-    status = requests.get(f"{gw.url}/v1/namespaces/dev/jobs/{job_id}", headers=gw.auth("dev", "client"),
-                          timeout=TIMEOUT)
+    status = requests.get(
+        f"{gw.url}/v1/namespaces/dev/jobs/{job_id}",
+        headers=gw.auth("dev", "client"),
+        timeout=TIMEOUT,
+    )
     assert status.status_code == 200
     assert status.json()["state"] == "succeeded"
     assert status.json()["tier"] == "s3"
@@ -120,9 +171,12 @@ def test_inline_enqueue_as_raw_msgpack_and_a_result_by_reference(local_gateway):
     queue = queue_name()
     # Given small args sent as the raw request body (Content-Type: application/msgpack)
     args = msgpack.packb({"args": [1, 2, 3], "kwargs": {}})
-    enq = requests.post(f"{gw.url}/v1/namespaces/dev/queues/{queue}/jobs", data=args,
-                        headers={**gw.auth("dev", "client"), "Content-Type": "application/msgpack"},
-                        timeout=TIMEOUT)
+    enq = requests.post(
+        f"{gw.url}/v1/namespaces/dev/queues/{queue}/jobs",
+        data=args,
+        headers={**gw.auth("dev", "client"), "Content-Type": "application/msgpack"},
+        timeout=TIMEOUT,
+    )
     assert enq.status_code == 201, enq.text
     assert enq.json()["tier"] == "inline"
     job_id = enq.json()["job_id"]
@@ -134,35 +188,64 @@ def test_inline_enqueue_as_raw_msgpack_and_a_result_by_reference(local_gateway):
 
     # And it stores a 1 MiB result in S3 (presigned for this job, uploaded with requests)
     result = os.urandom(1024 * 1024)
-    put = presign_put(gw, "daemon", len(result), kind="result", job_id=job_id,
-                      sha256=hashlib.sha256(result).hexdigest())
+    put = presign_put(
+        gw,
+        "daemon",
+        len(result),
+        kind="result",
+        job_id=job_id,
+        sha256=hashlib.sha256(result).hexdigest(),
+    )
     upload = requests.put(put["url"], data=result, headers=put["headers"], timeout=TIMEOUT)
     assert upload.status_code == 200, upload.text
-    ref = {"kind": "s3", "bucket": put["bucket"], "key": put["key"], "size": len(result),
-           "sha256": hashlib.sha256(result).hexdigest()}
-    posted = requests.post(f"{gw.url}/v1/namespaces/dev/jobs/{job_id}/result", json={"resultRef": ref},
-                           headers=gw.auth("dev", "daemon"), timeout=TIMEOUT)
+    ref = {
+        "kind": "s3",
+        "bucket": put["bucket"],
+        "key": put["key"],
+        "size": len(result),
+        "sha256": hashlib.sha256(result).hexdigest(),
+    }
+    posted = requests.post(
+        f"{gw.url}/v1/namespaces/dev/jobs/{job_id}/result",
+        json={"resultRef": ref},
+        headers=gw.auth("dev", "daemon"),
+        timeout=TIMEOUT,
+    )
     assert posted.status_code == 204, posted.text
 
     # Then the client gets the reference and downloads the very bytes
-    got = requests.get(f"{gw.url}/v1/namespaces/dev/jobs/{job_id}/result", params={"wait": 5},
-                       headers=gw.auth("dev", "client"), timeout=TIMEOUT)
+    got = requests.get(
+        f"{gw.url}/v1/namespaces/dev/jobs/{job_id}/result",
+        params={"wait": 5},
+        headers=gw.auth("dev", "client"),
+        timeout=TIMEOUT,
+    )
     assert got.status_code == 200, got.text
     result_ref = got.json()["resultRef"]
     assert result_ref["key"].endswith(f"/{job_id}/result")
-    assert requests.get(presign_get(gw, "client", result_ref["key"])["url"], timeout=TIMEOUT).content == result
+    assert (
+        requests.get(presign_get(gw, "client", result_ref["key"])["url"], timeout=TIMEOUT).content
+        == result
+    )
 
 
 def test_idle_poll_is_204_and_pending_result_is_202(local_gateway):
     gw = local_gateway
     queue = queue_name()
     assert poll(gw, queue, wait_s=0).status_code == 204
-    enq = requests.post(f"{gw.url}/v1/namespaces/dev/queues/{queue}/jobs",
-                        json={"payloadInline": base64.b64encode(msgpack.packb(1)).decode()},
-                        headers=gw.auth("dev", "client"), timeout=TIMEOUT)
+    enq = requests.post(
+        f"{gw.url}/v1/namespaces/dev/queues/{queue}/jobs",
+        json={"payloadInline": base64.b64encode(msgpack.packb(1)).decode()},
+        headers=gw.auth("dev", "client"),
+        timeout=TIMEOUT,
+    )
     assert enq.status_code == 201, enq.text
-    pending = requests.get(f"{gw.url}/v1/namespaces/dev/jobs/{enq.json()['job_id']}/result", params={"wait": 0},
-                           headers=gw.auth("dev", "client"), timeout=TIMEOUT)
+    pending = requests.get(
+        f"{gw.url}/v1/namespaces/dev/jobs/{enq.json()['job_id']}/result",
+        params={"wait": 0},
+        headers=gw.auth("dev", "client"),
+        timeout=TIMEOUT,
+    )
     assert pending.status_code == 202, pending.text
 
 
@@ -175,36 +258,58 @@ def test_no_token_is_401(local_gateway):
     assert resp.json() == {"message": "Unauthorized"}
 
 
-@pytest.mark.parametrize("header", ["Bearer pst_not-a-real-token", "Bearer ", "Basic dXNlcjpwYXNz", "pst_x"])
+@pytest.mark.parametrize(
+    "header", ["Bearer pst_not-a-real-token", "Bearer ", "Basic dXNlcjpwYXNz", "pst_x"]
+)
 def test_bad_token_is_401(local_gateway, header):
-    resp = requests.get(f"{local_gateway.url}/v1/config", headers={"Authorization": header}, timeout=TIMEOUT)
+    resp = requests.get(
+        f"{local_gateway.url}/v1/config", headers={"Authorization": header}, timeout=TIMEOUT
+    )
     assert resp.status_code == 401, resp.text
 
 
 def test_token_of_another_namespace_is_403(local_gateway):
     gw = local_gateway
     # Given the dev client token used on the sandbox namespace
-    resp = requests.post(f"{gw.url}/v1/namespaces/sandbox/queues/q/jobs",
-                         json={"payloadInline": base64.b64encode(b"x").decode()},
-                         headers=gw.auth("dev", "client"), timeout=TIMEOUT)
+    resp = requests.post(
+        f"{gw.url}/v1/namespaces/sandbox/queues/q/jobs",
+        json={"payloadInline": base64.b64encode(b"x").decode()},
+        headers=gw.auth("dev", "client"),
+        timeout=TIMEOUT,
+    )
     assert resp.status_code == 403, resp.text
     # And the sandbox daemon polling the dev namespace
-    resp = requests.post(f"{gw.url}/v1/daemon/poll", headers=gw.auth("sandbox", "daemon"), timeout=TIMEOUT,
-                         json={"namespace": "dev", "queues": ["q"], "wait_s": 0, "daemon_id": "d"})
+    resp = requests.post(
+        f"{gw.url}/v1/daemon/poll",
+        headers=gw.auth("sandbox", "daemon"),
+        timeout=TIMEOUT,
+        json={"namespace": "dev", "queues": ["q"], "wait_s": 0, "daemon_id": "d"},
+    )
     assert resp.status_code == 403, resp.text
 
 
 def test_client_token_on_daemon_routes_and_daemon_token_on_enqueue_are_403(local_gateway):
     gw = local_gateway
-    resp = requests.post(f"{gw.url}/v1/daemon/poll", headers=gw.auth("dev", "client"), timeout=TIMEOUT,
-                         json={"namespace": "dev", "queues": ["q"], "wait_s": 0, "daemon_id": "d"})
+    resp = requests.post(
+        f"{gw.url}/v1/daemon/poll",
+        headers=gw.auth("dev", "client"),
+        timeout=TIMEOUT,
+        json={"namespace": "dev", "queues": ["q"], "wait_s": 0, "daemon_id": "d"},
+    )
     assert resp.status_code == 403, resp.text
-    resp = requests.post(f"{gw.url}/v1/namespaces/dev/jobs/someid/result", json={"resultInline": ""},
-                         headers=gw.auth("dev", "client"), timeout=TIMEOUT)
+    resp = requests.post(
+        f"{gw.url}/v1/namespaces/dev/jobs/someid/result",
+        json={"resultInline": ""},
+        headers=gw.auth("dev", "client"),
+        timeout=TIMEOUT,
+    )
     assert resp.status_code == 403, resp.text
-    resp = requests.post(f"{gw.url}/v1/namespaces/dev/queues/q/jobs",
-                         json={"payloadInline": base64.b64encode(b"x").decode()},
-                         headers=gw.auth("dev", "daemon"), timeout=TIMEOUT)
+    resp = requests.post(
+        f"{gw.url}/v1/namespaces/dev/queues/q/jobs",
+        json={"payloadInline": base64.b64encode(b"x").decode()},
+        headers=gw.auth("dev", "daemon"),
+        timeout=TIMEOUT,
+    )
     assert resp.status_code == 403, resp.text
 
 
@@ -223,7 +328,9 @@ def test_revoked_token_is_refused_at_once(local_gateway, ssm_client):
     assert requests.get(f"{gw.url}/v1/config", headers=auth, timeout=TIMEOUT).status_code == 401
 
 
-@pytest.mark.parametrize("route", [r for r in ROUTES if r.roles is not None], ids=lambda r: f"{r.method} {r.path}")
+@pytest.mark.parametrize(
+    "route", [r for r in ROUTES if r.roles is not None], ids=lambda r: f"{r.method} {r.path}"
+)
 def test_every_protected_route_wants_a_token(local_gateway, route):
     path = route.path.replace("{ns}", "dev").replace("{queue}", "q").replace("{job_id}", "j")
     resp = requests.request(route.method, f"{local_gateway.url}{path}", timeout=TIMEOUT)
@@ -237,9 +344,15 @@ def test_a_cached_authorization_still_works_across_routes(start_local_gateway):
     # When one token calls several routes within the cache lifetime
     statuses = [
         requests.get(f"{gw.url}/v1/config", headers=auth, timeout=TIMEOUT).status_code,
-        requests.get(f"{gw.url}/v1/namespaces/dev/jobs/nope", headers=auth, timeout=TIMEOUT).status_code,
-        requests.post(f"{gw.url}/v1/namespaces/dev/payloads/presign", params={"op": "put", "size": 10},
-                      headers=auth, timeout=TIMEOUT).status_code,
+        requests.get(
+            f"{gw.url}/v1/namespaces/dev/jobs/nope", headers=auth, timeout=TIMEOUT
+        ).status_code,
+        requests.post(
+            f"{gw.url}/v1/namespaces/dev/payloads/presign",
+            params={"op": "put", "size": 10},
+            headers=auth,
+            timeout=TIMEOUT,
+        ).status_code,
     ]
     # Then none is refused by a policy cached for another route
     assert statuses == [200, 404, 200]

@@ -9,7 +9,7 @@ def render(value: Any) -> Any:
     """Intrinsics as readable strings: {"Fn::GetAtt": ["B", "Arn"]} -> "<B.Arn>", Ref -> "<X>",
     Fn::Join -> the joined string. Plain values come back unchanged."""
     if isinstance(value, dict) and len(value) == 1:
-        (key, arg), = value.items()
+        ((key, arg),) = value.items()
         if key == "Ref":
             return f"<{arg}>"
         if key == "Fn::GetAtt":

@@ -75,9 +75,14 @@ def ensure_cdk_cli() -> Path:
     if not cdk.exists():
         npm = shutil.which("npm")
         if npm is None:
-            pytest.fail("npm not found: install Node.js 20+ to synthesize the stack with the pinned CDK CLI")
+            pytest.fail(
+                "npm not found: install Node.js 20+ to synthesize the stack with the pinned CDK CLI"
+            )
         subprocess.run(
-            [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=REPO, check=True, timeout=600
+            [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+            cwd=REPO,
+            check=True,
+            timeout=600,
         )
     return cdk
 
@@ -124,8 +129,15 @@ def cli_synth(tmp_path_factory) -> CliSynth:
         check=False,  # the assertion below shows the CLI's output
     )
     seconds = time.monotonic() - started
-    assert result.returncode == 0, f"npx cdk synth failed:\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+    assert result.returncode == 0, (
+        f"npx cdk synth failed:\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+    )
     template_path = outdir / f"{STACK}.template.json"
     return CliSynth(
-        outdir, template_path, json.loads(template_path.read_text()), result.stdout, result.stderr, seconds
+        outdir,
+        template_path,
+        json.loads(template_path.read_text()),
+        result.stdout,
+        result.stderr,
+        seconds,
     )

@@ -34,7 +34,9 @@ def test_synth_needs_no_credentials_and_makes_no_lookups(cli_synth):
     assert "missing" not in manifest
     # And the built-in template validation and cdk-nag both ran and passed
     report = json.loads((cli_synth.outdir / "validation-report.json").read_text())
-    assert {p["pluginName"]: p["conclusion"] for p in report["pluginReports"]}.get("AwsSolutions") == "success"
+    assert {p["pluginName"]: p["conclusion"] for p in report["pluginReports"]}.get(
+        "AwsSolutions"
+    ) == "success"
     print(f"npx cdk synth took {cli_synth.seconds:.1f}s")
 
 
@@ -50,10 +52,22 @@ def test_cfn_lint_finds_nothing(cli_synth):
 
 
 def test_layer_holds_manylinux_wheels_for_the_runtime_with_unchecked_bytecode(cli_synth):
-    (layer_id,) = [k for k, v in cli_synth.template["Resources"].items() if v["Type"] == "AWS::Lambda::LayerVersion"]
+    (layer_id,) = [
+        k
+        for k, v in cli_synth.template["Resources"].items()
+        if v["Type"] == "AWS::Lambda::LayerVersion"
+    ]
     root = _assets(cli_synth)[layer_id] / "python"
     # Then Lambda finds the dependencies under /opt/python
-    for package in ("aws_lambda_powertools", "pydantic", "pydantic_core", "redis", "hiredis", "boto3", "botocore"):
+    for package in (
+        "aws_lambda_powertools",
+        "pydantic",
+        "pydantic_core",
+        "redis",
+        "hiredis",
+        "boto3",
+        "botocore",
+    ):
         assert (root / package / "__init__.py").is_file(), package
     # Built for the runtime: CPython 3.13 on x86_64 Linux, not for this machine's interpreter
     assert glob.glob(str(root / "pydantic_core" / "_pydantic_core.cpython-313-x86_64-linux-gnu.so"))
@@ -67,7 +81,11 @@ def test_layer_holds_manylinux_wheels_for_the_runtime_with_unchecked_bytecode(cl
 
 def test_function_asset_is_the_functions_tree_without_tests_or_local_caches(cli_synth):
     assets = _assets(cli_synth)
-    functions = {k: v for k, v in cli_synth.template["Resources"].items() if v["Type"] == "AWS::Lambda::Function"}
+    functions = {
+        k: v
+        for k, v in cli_synth.template["Resources"].items()
+        if v["Type"] == "AWS::Lambda::Function"
+    }
     code_dirs = {assets[k] for k in functions}
     # One code asset shared by all functions
     assert len(code_dirs) == 1
@@ -75,5 +93,7 @@ def test_function_asset_is_the_functions_tree_without_tests_or_local_caches(cli_
     assert (code / "controlplane" / "routes.py").is_file()
     assert not (code / "tests").exists()
     assert not (code / "requirements.txt").exists()
-    assert not glob.glob(str(code / "**" / "*.cpython-311.pyc"), recursive=True), "a local cache leaked in"
+    assert not glob.glob(str(code / "**" / "*.cpython-311.pyc"), recursive=True), (
+        "a local cache leaked in"
+    )
     assert glob.glob(str(code / "controlplane" / "__pycache__" / "routes.cpython-313.pyc"))

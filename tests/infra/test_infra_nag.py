@@ -34,7 +34,9 @@ def test_aws_solutions_checks_ran_and_found_no_unacknowledged_error(synth):
 def test_every_acknowledgement_carries_a_reason(synth):
     for finding in _plugin(synth.report)["suppressedViolations"]:
         reason = finding.get("reason", "")
-        assert len(reason.split()) >= 8, f"{finding['ruleName']} acknowledged without a real reason: {reason!r}"
+        assert len(reason.split()) >= 8, (
+            f"{finding['ruleName']} acknowledged without a real reason: {reason!r}"
+        )
 
 
 def test_acknowledgements_live_in_one_module():
@@ -45,7 +47,10 @@ def test_acknowledgements_live_in_one_module():
             continue
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
-            if isinstance(node, ast.Attribute) and node.attr in ("acknowledge", "acknowledge_warning"):
+            if isinstance(node, ast.Attribute) and node.attr in (
+                "acknowledge",
+                "acknowledge_warning",
+            ):
                 offenders.append(f"{path.name}:{node.lineno}")
     assert offenders == []
 
@@ -57,7 +62,11 @@ def test_the_real_app_fails_synth_on_an_unacknowledged_finding(tmp_path):
 
     from infra.app_factory import build_app, cdk_json_context
 
-    context = {**cdk_json_context(), "aws:cdk:bundling-stacks": [], "aws:cdk:disable-asset-staging": True}
+    context = {
+        **cdk_json_context(),
+        "aws:cdk:bundling-stacks": [],
+        "aws:cdk:disable-asset-staging": True,
+    }
     app, _stack = build_app(context=context, outdir=tmp_path, nag=False, builtin_validation=False)
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     # When it synthesizes, Then synth fails and names a rule

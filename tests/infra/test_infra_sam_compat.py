@@ -63,7 +63,9 @@ class LambdaContext:
         self.function_name = function_name
         self.function_version = "$LATEST"
         self.memory_limit_in_mb = memory_mb
-        self.invoked_function_arn = f"arn:aws:lambda:us-east-1:123456789012:function:{function_name}"
+        self.invoked_function_arn = (
+            f"arn:aws:lambda:us-east-1:123456789012:function:{function_name}"
+        )
         self.aws_request_id = str(uuid.uuid4())
         self.log_group_name = f"/aws/lambda/{function_name}"
         self.log_stream_name = "sam-compat"
@@ -164,7 +166,9 @@ def deployed(cli_synth) -> dict[str, DeployedFunction]:
     for group, handler in FUNCTIONS.items():
         (fn,) = [f for f in functions.values() if f.props["Handler"] == handler]
         by_group[group] = fn
-    assert len(by_group) == len(functions), "a function of the template serves no group of routes.py"
+    assert len(by_group) == len(functions), (
+        "a function of the template serves no group of routes.py"
+    )
     return by_group
 
 
@@ -183,10 +187,27 @@ def cluster_redis(tmp_path_factory):
     port = free_port()
     workdir = tmp_path_factory.mktemp("redis-cluster")
     proc = subprocess.Popen(
-        [find_redis_server(), "--bind", "127.0.0.1", "--port", str(port), "--dir", str(workdir),
-         "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-         "--save", "", "--appendonly", "no", "--logfile", str(workdir / "redis.log")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            find_redis_server(),
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--dir",
+            str(workdir),
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--logfile",
+            str(workdir / "redis.log"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         _wait(lambda: port_is_open(port), "cluster redis-server to listen")
@@ -194,7 +215,10 @@ def cluster_redis(tmp_path_factory):
 
         node = redis.Redis(port=port)
         node.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
-        _wait(lambda: b"cluster_state:ok" in node.execute_command("CLUSTER", "INFO"), "cluster state ok")
+        _wait(
+            lambda: b"cluster_state:ok" in node.execute_command("CLUSTER", "INFO"),
+            "cluster state ok",
+        )
         yield LocalRedis(f"redis://127.0.0.1:{port}/0", cluster=True)
     finally:
         proc.terminate()
@@ -234,7 +258,9 @@ def function_env(monkeypatch, aws_env, single_redis, payload_bucket):
 
     def apply(fn: DeployedFunction, redis: LocalRedis | None = None) -> None:
         # Nothing another suite left in this process may leak into the function's settings.
-        for name in list(SETTINGS_ENV.values()) + [k for k in os.environ if k.startswith("POWERTOOLS_")]:
+        for name in list(SETTINGS_ENV.values()) + [
+            k for k in os.environ if k.startswith("POWERTOOLS_")
+        ]:
             if name not in aws_env:
                 monkeypatch.delenv(name, raising=False)
         for k, v in fn.local_env(redis or redis_target, payload_bucket).items():
@@ -276,10 +302,14 @@ def _body(response: dict):
     return body
 
 
-def test_api_functions_serve_their_events_against_local_redis_and_s3(deployed, function_env, local_redis):
+def test_api_functions_serve_their_events_against_local_redis_and_s3(
+    deployed, function_env, local_redis
+):
     catalog = event_catalog()
     responses = {}
-    for name in ROUTE_EVENT_ORDER + sorted({n for events in catalog.values() for n in events} - set(ROUTE_EVENT_ORDER)):
+    for name in ROUTE_EVENT_ORDER + sorted(
+        {n for events in catalog.values() for n in events} - set(ROUTE_EVENT_ORDER)
+    ):
         group = next((g for g, events in catalog.items() if name in events), None)
         if group in (None, "authorizer", "admin"):
             continue
@@ -289,9 +319,16 @@ def test_api_functions_serve_their_events_against_local_redis_and_s3(deployed, f
         # When API Gateway's event is served by the handler resolved in the staged asset
         response = invoke(fn, load_event(name))
         # Then it is a proxy response with the status the wire promises for that request
-        assert isinstance(response, dict) and isinstance(response.get("statusCode"), int), (name, response)
+        assert isinstance(response, dict) and isinstance(response.get("statusCode"), int), (
+            name,
+            response,
+        )
         expected = EXPECTED_STATUS.get(name, set(range(200, 500)))
-        assert response["statusCode"] in expected, (name, response["statusCode"], _body(response)[:500])
+        assert response["statusCode"] in expected, (
+            name,
+            response["statusCode"],
+            _body(response)[:500],
+        )
         responses[name] = response
     assert set(EXPECTED_STATUS) <= set(responses)
     # And health, run with the deployed settings, found the local bucket configured as deployed
@@ -303,7 +340,9 @@ def test_admin_mints_a_token_the_authorizer_then_accepts_for_every_route(deploye
     # Given a token minted by the admin function from its sample event
     admin = deployed["admin"]
     function_env(admin)
-    (mint_event,) = [load_event(n) for n in catalog["admin"] if load_event(n).get("action") == "mint"]
+    (mint_event,) = [
+        load_event(n) for n in catalog["admin"] if load_event(n).get("action") == "mint"
+    ]
     minted = invoke(admin, mint_event)
     assert minted.get("token", "").startswith("pst_"), minted
     assert (minted["namespace"], minted["role"]) == (mint_event["namespace"], mint_event["role"])
@@ -322,12 +361,19 @@ def test_admin_mints_a_token_the_authorizer_then_accepts_for_every_route(deploye
         # And the allowed resource covers every route: API Gateway caches this answer per token
         # and reuses it on other routes for the cache TTL
         arn_prefix = event["methodArn"].split("/", 1)[0]
-        resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+        resources = (
+            statement["Resource"]
+            if isinstance(statement["Resource"], list)
+            else [statement["Resource"]]
+        )
         import fnmatch
 
         for route in ROUTES:
             method_arn = f"{arn_prefix}/prod/{route.method}{route.path}"
-            assert any(fnmatch.fnmatchcase(method_arn, r) for r in resources), (method_arn, resources)
+            assert any(fnmatch.fnmatchcase(method_arn, r) for r in resources), (
+                method_arn,
+                resources,
+            )
 
         # And the sample token itself (never minted) is refused with API Gateway's 401 message
         with pytest.raises(Exception, match="Unauthorized"):

@@ -22,7 +22,8 @@ pytestmark = pytest.mark.infra
 
 def _payload_bucket_id(template) -> str:
     (bucket_id,) = [
-        k for k, v in resources(template, "AWS::S3::Bucket").items()
+        k
+        for k, v in resources(template, "AWS::S3::Bucket").items()
         if "LoggingConfiguration" in v["Properties"]
     ]
     return bucket_id
@@ -59,7 +60,8 @@ def test_every_bucket_policy_denies_requests_without_tls(template):
     for policy in resources(template, "AWS::S3::BucketPolicy").values():
         statements = policy["Properties"]["PolicyDocument"]["Statement"]
         denies = [
-            s for s in statements
+            s
+            for s in statements
             if s["Effect"] == "Deny"
             and s.get("Condition") == {"Bool": {"aws:SecureTransport": "false"}}
             and s["Action"] == "s3:*"
@@ -90,9 +92,11 @@ def test_lifecycle_matches_the_local_stack_bucket():
     from infra import storage
     from payloadstore.devstack import services
 
-    assert (storage.PAYLOAD_PREFIX, storage.PAYLOAD_EXPIRATION_DAYS, storage.ABORT_MULTIPART_DAYS) == (
-        services.PAYLOAD_PREFIX, services.PAYLOAD_EXPIRATION_DAYS, services.ABORT_MULTIPART_DAYS
-    )
+    assert (
+        storage.PAYLOAD_PREFIX,
+        storage.PAYLOAD_EXPIRATION_DAYS,
+        storage.ABORT_MULTIPART_DAYS,
+    ) == (services.PAYLOAD_PREFIX, services.PAYLOAD_EXPIRATION_DAYS, services.ABORT_MULTIPART_DAYS)
     assert storage.LIFECYCLE_RULE_ID == services.LIFECYCLE_RULE_ID
 
 
@@ -116,7 +120,8 @@ def test_removal_policy_context_flag_switches_buckets_to_destroy():
     from infra.storage import PayloadStorage
 
     app = cdk.App(
-        context={**cdk_json_context(), CTX_REMOVAL_POLICY: "destroy"}, builtin_cloud_formation_validation=False
+        context={**cdk_json_context(), CTX_REMOVAL_POLICY: "destroy"},
+        builtin_cloud_formation_validation=False,
     )
     stack = cdk.Stack(app, "Flag")
     PayloadStorage(stack, "Storage", destroy_on_removal=destroy_on_removal(stack))
@@ -139,7 +144,12 @@ def test_vpc_has_only_isolated_subnets_and_no_internet_path(template):
         tags = {t["Key"]: t["Value"] for t in subnet["Properties"]["Tags"]}
         assert tags["aws-cdk:subnet-type"] == "Isolated"
         assert subnet["Properties"]["MapPublicIpOnLaunch"] is False
-    for forbidden in ("AWS::EC2::InternetGateway", "AWS::EC2::NatGateway", "AWS::EC2::Route", "AWS::EC2::EIP"):
+    for forbidden in (
+        "AWS::EC2::InternetGateway",
+        "AWS::EC2::NatGateway",
+        "AWS::EC2::Route",
+        "AWS::EC2::EIP",
+    ):
         assert resources(template, forbidden) == {}, forbidden
 
 
@@ -147,7 +157,8 @@ def test_vpc_reaches_s3_by_gateway_and_secrets_and_ssm_by_private_interface_endp
     endpoints = resources(template, "AWS::EC2::VPCEndpoint").values()
     # ServiceName renders as "com.amazonaws.<AWS::Region>.<service>"
     by_service = {
-        render(e["Properties"]["ServiceName"]).rsplit(".", 1)[-1]: e["Properties"] for e in endpoints
+        render(e["Properties"]["ServiceName"]).rsplit(".", 1)[-1]: e["Properties"]
+        for e in endpoints
     }
     assert set(by_service) == {"s3", "secretsmanager", "ssm"}
     assert by_service["s3"]["VpcEndpointType"] == "Gateway"
@@ -164,10 +175,15 @@ def test_redis_is_encrypted_multi_az_cluster_mode_with_auth(template):
     assert props["AtRestEncryptionEnabled"] is True
     assert props["MultiAZEnabled"] is True and props["AutomaticFailoverEnabled"] is True
     assert props["ReplicasPerNodeGroup"] >= 1
-    assert props["ClusterMode"] == "enabled" and props["CacheParameterGroupName"].endswith(".cluster.on")
+    assert props["ClusterMode"] == "enabled" and props["CacheParameterGroupName"].endswith(
+        ".cluster.on"
+    )
     # The AUTH token comes from the generated secret, never a literal in the template
     (secret_id,) = resources(template, "AWS::SecretsManager::Secret")
-    assert render(props["AuthToken"]) == f"{{{{resolve:secretsmanager:<{secret_id}>:SecretString:::}}}}"
+    assert (
+        render(props["AuthToken"])
+        == f"{{{{resolve:secretsmanager:<{secret_id}>:SecretString:::}}}}"
+    )
     # And it lives in the isolated subnets
     (subnet_group,) = resources(template, "AWS::ElastiCache::SubnetGroup").values()
     isolated = {f"<{k}>" for k in resources(template, "AWS::EC2::Subnet")}
@@ -176,7 +192,9 @@ def test_redis_is_encrypted_multi_az_cluster_mode_with_auth(template):
 
 def test_redis_accepts_connections_only_from_the_functions_security_group(template):
     (group,) = resources(template, "AWS::ElastiCache::ReplicationGroup").values()
-    (redis_sg,) = [render(s).strip("<>").split(".")[0] for s in group["Properties"]["SecurityGroupIds"]]
+    (redis_sg,) = [
+        render(s).strip("<>").split(".")[0] for s in group["Properties"]["SecurityGroupIds"]
+    ]
     function_sgs = {
         render(sg).strip("<>").split(".")[0]
         for fn in resources(template, "AWS::Lambda::Function").values()
@@ -186,7 +204,8 @@ def test_redis_accepts_connections_only_from_the_functions_security_group(templa
     # No inline ingress on the group itself, one separate rule: port 6379 from the functions' SG
     assert "SecurityGroupIngress" not in template["Resources"][redis_sg]["Properties"]
     ingress = [
-        r["Properties"] for r in resources(template, "AWS::EC2::SecurityGroupIngress").values()
+        r["Properties"]
+        for r in resources(template, "AWS::EC2::SecurityGroupIngress").values()
         if render(r["Properties"]["GroupId"]) == f"<{redis_sg}.GroupId>"
     ]
     assert ingress == [
@@ -241,7 +260,9 @@ def test_every_function_carries_the_settings_and_powertools_environment(template
         env = _function(template, group)["Properties"]["Environment"]["Variables"]
         # Then every AWS-relevant setting is there, plus Powertools' three
         assert set(env) == expected_names | {
-            "POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_LOG_LEVEL"
+            "POWERTOOLS_SERVICE_NAME",
+            "POWERTOOLS_METRICS_NAMESPACE",
+            "POWERTOOLS_LOG_LEVEL",
         }, group
         assert env["POWERTOOLS_SERVICE_NAME"] == SERVICE_NAME
         assert env["POWERTOOLS_METRICS_NAMESPACE"] == METRICS_NAMESPACE == "PayloadStore"
@@ -255,10 +276,19 @@ def test_every_function_carries_the_settings_and_powertools_environment(template
         assert env["TOKEN_PARAMETER_PATH"] == TOKEN_PARAMETER_PATH
         # And the literal ones are valid settings equal to the documented defaults
         literal = {k: v for k, v in env.items() if isinstance(v, str)}
-        parsed = Settings.from_env({**literal, "PAYLOAD_BUCKET": "bucket", "REDIS_URL": "rediss://h:6379/0"})
+        parsed = Settings.from_env(
+            {**literal, "PAYLOAD_BUCKET": "bucket", "REDIS_URL": "rediss://h:6379/0"}
+        )
         defaults = Settings(payload_bucket="bucket")
-        for field in ("inline_threshold", "max_payload_bytes", "presign_ttl_s", "result_ttl_s",
-                      "max_presigns_per_job", "visibility_timeout_s", "payload_lost_policy"):
+        for field in (
+            "inline_threshold",
+            "max_payload_bytes",
+            "presign_ttl_s",
+            "result_ttl_s",
+            "max_presigns_per_job",
+            "visibility_timeout_s",
+            "payload_lost_policy",
+        ):
             assert getattr(parsed, field) == getattr(defaults, field), field
         assert parsed.redis_cluster is True
 
@@ -266,7 +296,8 @@ def test_every_function_carries_the_settings_and_powertools_environment(template
 def _s3_statements(template, group):
     role_id = render(_function(template, group)["Properties"]["Role"]).strip("<>").split(".")[0]
     return [
-        s for s in role_statements(template, role_id)
+        s
+        for s in role_statements(template, role_id)
         if any(a.startswith("s3:") for a in as_list(s["Action"]))
     ]
 
@@ -277,22 +308,32 @@ def test_s3_permissions_are_exactly_what_each_function_signs_or_checks(template)
 
     def summary(group):
         return sorted(
-            (tuple(sorted(as_list(s["Action"]))), tuple(sorted(as_list(render(s["Resource"])))), s["Effect"])
+            (
+                tuple(sorted(as_list(s["Action"]))),
+                tuple(sorted(as_list(render(s["Resource"])))),
+                s["Effect"],
+            )
             for s in _s3_statements(template, group)
         )
 
     # The presigning function: Put and Get on payloads/* only (a URL can do what its signer can)
     assert summary("payloads") == [(("s3:GetObject", "s3:PutObject"), (objects,), "Allow")]
     # The reference checkers: HEAD (s3:GetObject) on payloads/* only
-    assert summary("jobs") == [(("s3:GetObject",),  (objects,), "Allow")]
+    assert summary("jobs") == [(("s3:GetObject",), (objects,), "Allow")]
     assert summary("daemon") == [(("s3:GetObject",), (objects,), "Allow")]
     # Health: bucket-level configuration reads on the bucket itself, no object access
-    assert summary("public") == [(
-        ("s3:GetBucketLocation", "s3:GetEncryptionConfiguration", "s3:GetLifecycleConfiguration",
-         "s3:ListBucket"),
-        (bucket_arn,),
-        "Allow",
-    )]
+    assert summary("public") == [
+        (
+            (
+                "s3:GetBucketLocation",
+                "s3:GetEncryptionConfiguration",
+                "s3:GetLifecycleConfiguration",
+                "s3:ListBucket",
+            ),
+            (bucket_arn,),
+            "Allow",
+        )
+    ]
     # The authorizer and the admin function never touch S3
     assert summary("authorizer") == [] and summary("admin") == []
 
@@ -302,7 +343,9 @@ def test_no_role_has_s3_wildcards_or_object_listing(template):
         for s in role_statements(template, role_id):
             actions = as_list(s["Action"])
             assert "s3:*" not in actions and "*" not in actions, role_id
-            assert not [a for a in actions if a.startswith("s3:List") and a != "s3:ListBucket"], role_id
+            assert not [a for a in actions if a.startswith("s3:List") and a != "s3:ListBucket"], (
+                role_id
+            )
 
 
 def test_token_store_permissions(template):
@@ -311,7 +354,8 @@ def test_token_store_permissions(template):
         return sorted(
             (a, r)
             for s in role_statements(template, role_id)
-            for a in as_list(s["Action"]) if a.startswith("ssm:")
+            for a in as_list(s["Action"])
+            if a.startswith("ssm:")
             for r in as_list(render(s["Resource"]))
         )
 
@@ -342,8 +386,12 @@ def test_api_has_exactly_the_routes_of_the_wire_each_on_its_function(template):
     methods = _methods(template)
     assert set(methods) == {(r.method, r.path) for r in ROUTES}
     for route in ROUTES:
-        assert integrated_function(methods[(route.method, route.path)]) == function_logical_id(route.function)
-        assert methods[(route.method, route.path)]["Properties"]["Integration"]["Type"] == "AWS_PROXY"
+        assert integrated_function(methods[(route.method, route.path)]) == function_logical_id(
+            route.function
+        )
+        assert (
+            methods[(route.method, route.path)]["Properties"]["Integration"]["Type"] == "AWS_PROXY"
+        )
     # The admin function and the authorizer are not routes
     integrated = {integrated_function(m) for m in methods.values()}
     assert function_logical_id("admin") not in integrated
@@ -351,7 +399,7 @@ def test_api_has_exactly_the_routes_of_the_wire_each_on_its_function(template):
 
 
 def test_authorizer_guards_every_route_but_the_public_ones(template):
-    (authorizer_id, authorizer), = resources(template, "AWS::ApiGateway::Authorizer").items()
+    ((authorizer_id, authorizer),) = resources(template, "AWS::ApiGateway::Authorizer").items()
     props = authorizer["Properties"]
     assert props["Type"] == "REQUEST"
     assert props["IdentitySource"] == "method.request.header.Authorization"
@@ -401,13 +449,17 @@ def test_alarms_on_corrupt_payloads_api_5xx_and_redis_memory_notify_the_topic(te
     for alarm in alarms:
         assert alarm["Properties"]["AlarmActions"] == [{"Ref": topic_id}]
 
-    (corrupt,) = [a["Properties"] for a in alarms if a["Properties"].get("MetricName") == "PayloadCorrupt"]
+    (corrupt,) = [
+        a["Properties"] for a in alarms if a["Properties"].get("MetricName") == "PayloadCorrupt"
+    ]
     assert corrupt["Namespace"] == "PayloadStore"
     assert corrupt["Dimensions"] == [{"Name": "service", "Value": SERVICE_NAME}]
     assert corrupt["Threshold"] == 0 and corrupt["ComparisonOperator"] == "GreaterThanThreshold"
     assert corrupt["Statistic"] == "Sum"
 
-    (api_5xx,) = [a["Properties"] for a in alarms if a["Properties"].get("MetricName") == "5XXError"]
+    (api_5xx,) = [
+        a["Properties"] for a in alarms if a["Properties"].get("MetricName") == "5XXError"
+    ]
     assert api_5xx["Namespace"] == "AWS/ApiGateway"
 
     (memory,) = [a["Properties"] for a in alarms if "Metrics" in a["Properties"]]
@@ -423,7 +475,13 @@ def test_alarms_on_corrupt_payloads_api_5xx_and_redis_memory_notify_the_topic(te
 
 def test_outputs_name_the_api_bucket_token_store_and_alarm_topic(template):
     outputs = template["Outputs"]
-    assert {"ApiUrl", "PayloadBucketName", "TokenParameterPath", "AlarmTopicArn", "AdminFunctionName"} <= set(outputs)
+    assert {
+        "ApiUrl",
+        "PayloadBucketName",
+        "TokenParameterPath",
+        "AlarmTopicArn",
+        "AdminFunctionName",
+    } <= set(outputs)
     assert outputs["TokenParameterPath"]["Value"] == TOKEN_PARAMETER_PATH
     assert render(outputs["PayloadBucketName"]["Value"]) == f"<{_payload_bucket_id(template)}>"
     (topic_id,) = resources(template, "AWS::SNS::Topic")
@@ -439,8 +497,11 @@ def test_a_setting_can_be_overridden_by_context_and_a_bad_one_fails_synth():
     from infra.functions import settings_environment
 
     resources_ = {
-        "PAYLOAD_BUCKET": "b", "REDIS_URL": "u", "REDIS_CLUSTER": "true",
-        "REDIS_AUTH_SECRET": "s", "TOKEN_PARAMETER_PATH": "/p",
+        "PAYLOAD_BUCKET": "b",
+        "REDIS_URL": "u",
+        "REDIS_CLUSTER": "true",
+        "REDIS_AUTH_SECRET": "s",
+        "TOKEN_PARAMETER_PATH": "/p",
     }
     # Given -c payloadstore:setting:INLINE_THRESHOLD=131072
     ok = cdk.Stack(cdk.App(context={CTX_SETTINGS_PREFIX + "INLINE_THRESHOLD": "131072"}), "Ok")

@@ -80,8 +80,17 @@ class ControlPlane:
         self.ns = namespace
         self.queue = "q" + uuid.uuid4().hex[:8]
 
-    def call(self, function: str, method: str, resource: str, path_params=None, *, role="client",
-             namespace: str | None = "", **kw) -> Reply:
+    def call(
+        self,
+        function: str,
+        method: str,
+        resource: str,
+        path_params=None,
+        *,
+        role="client",
+        namespace: str | None = "",
+        **kw,
+    ) -> Reply:
         """namespace: "" = this namespace's token, None = no authorizer context at all."""
         module = importlib.import_module(f"controlplane.handlers.{function}")
         ns = self.ns if namespace == "" else namespace
@@ -95,26 +104,67 @@ class ControlPlane:
         return Reply(out["statusCode"], headers, body)
 
     # -- routes -------------------------------------------------------------------------
-    def presign_put(self, size, *, role="client", kind=None, job_id=None, sha256=None, content_type=None,
-                    namespace=None) -> Reply:
-        body = {k: v for k, v in dict(kind=kind, job_id=job_id, sha256=sha256, content_type=content_type).items()
-                if v is not None}
+    def presign_put(
+        self,
+        size,
+        *,
+        role="client",
+        kind=None,
+        job_id=None,
+        sha256=None,
+        content_type=None,
+        namespace=None,
+    ) -> Reply:
+        body = {
+            k: v
+            for k, v in dict(
+                kind=kind, job_id=job_id, sha256=sha256, content_type=content_type
+            ).items()
+            if v is not None
+        }
         if kind is None:
             body["kind"] = "result" if role == "daemon" else "args"
-        return self.call("payloads", "POST", "/v1/namespaces/{ns}/payloads/presign", {"ns": namespace or self.ns},
-                         role=role, query={"op": "put", "size": str(size)}, body=body)
+        return self.call(
+            "payloads",
+            "POST",
+            "/v1/namespaces/{ns}/payloads/presign",
+            {"ns": namespace or self.ns},
+            role=role,
+            query={"op": "put", "size": str(size)},
+            body=body,
+        )
 
     def presign_get(self, key, *, role="daemon") -> Reply:
-        return self.call("payloads", "POST", "/v1/namespaces/{ns}/payloads/presign", {"ns": self.ns},
-                         role=role, query={"op": "get", "key": key})
+        return self.call(
+            "payloads",
+            "POST",
+            "/v1/namespaces/{ns}/payloads/presign",
+            {"ns": self.ns},
+            role=role,
+            query={"op": "get", "key": key},
+        )
 
-    def enqueue(self, *, ref=None, inline: bytes | None = None, raw: bytes | None = None, queue=None,
-                headers=None, body=None) -> Reply:
+    def enqueue(
+        self,
+        *,
+        ref=None,
+        inline: bytes | None = None,
+        raw: bytes | None = None,
+        queue=None,
+        headers=None,
+        body=None,
+    ) -> Reply:
         params = {"ns": self.ns, "queue": queue or self.queue}
         resource = "/v1/namespaces/{ns}/queues/{queue}/jobs"
         if raw is not None:
-            return self.call("jobs", "POST", resource, params, body=raw,
-                             headers={"Content-Type": "application/msgpack", **(headers or {})})
+            return self.call(
+                "jobs",
+                "POST",
+                resource,
+                params,
+                body=raw,
+                headers={"Content-Type": "application/msgpack", **(headers or {})},
+            )
         if body is None:
             body = {}
             if ref is not None:
@@ -124,25 +174,56 @@ class ControlPlane:
         return self.call("jobs", "POST", resource, params, body=body, headers=headers)
 
     def status(self, job_id, role="client") -> Reply:
-        return self.call("jobs", "GET", "/v1/namespaces/{ns}/jobs/{job_id}", {"ns": self.ns, "job_id": job_id},
-                         role=role)
+        return self.call(
+            "jobs",
+            "GET",
+            "/v1/namespaces/{ns}/jobs/{job_id}",
+            {"ns": self.ns, "job_id": job_id},
+            role=role,
+        )
 
     def result(self, job_id, wait=None) -> Reply:
-        return self.call("jobs", "GET", "/v1/namespaces/{ns}/jobs/{job_id}/result",
-                         {"ns": self.ns, "job_id": job_id}, query={"wait": str(wait)} if wait is not None else None)
+        return self.call(
+            "jobs",
+            "GET",
+            "/v1/namespaces/{ns}/jobs/{job_id}/result",
+            {"ns": self.ns, "job_id": job_id},
+            query={"wait": str(wait)} if wait is not None else None,
+        )
 
     def poll(self, queues=None, wait_s=0, daemon_id="d1") -> Reply:
-        return self.call("daemon", "POST", "/v1/daemon/poll", role="daemon",
-                         body={"namespace": self.ns, "queues": queues or [self.queue], "wait_s": wait_s,
-                               "daemon_id": daemon_id})
+        return self.call(
+            "daemon",
+            "POST",
+            "/v1/daemon/poll",
+            role="daemon",
+            body={
+                "namespace": self.ns,
+                "queues": queues or [self.queue],
+                "wait_s": wait_s,
+                "daemon_id": daemon_id,
+            },
+        )
 
     def post_result(self, job_id, body) -> Reply:
-        return self.call("daemon", "POST", "/v1/namespaces/{ns}/jobs/{job_id}/result",
-                         {"ns": self.ns, "job_id": job_id}, role="daemon", body=body)
+        return self.call(
+            "daemon",
+            "POST",
+            "/v1/namespaces/{ns}/jobs/{job_id}/result",
+            {"ns": self.ns, "job_id": job_id},
+            role="daemon",
+            body=body,
+        )
 
     def report(self, job_id, body) -> Reply:
-        return self.call("daemon", "POST", "/v1/namespaces/{ns}/jobs/{job_id}/failure",
-                         {"ns": self.ns, "job_id": job_id}, role="daemon", body=body)
+        return self.call(
+            "daemon",
+            "POST",
+            "/v1/namespaces/{ns}/jobs/{job_id}/failure",
+            {"ns": self.ns, "job_id": job_id},
+            role="daemon",
+            body=body,
+        )
 
 
 @pytest.fixture
@@ -168,15 +249,22 @@ def put_presigned(presign: dict, data: bytes):
     return requests.put(presign["url"], data=data, headers=presign["headers"], timeout=30)
 
 
-def upload(cp: ControlPlane, data: bytes, *, with_sha: bool = True, role="client", job_id=None) -> dict:
+def upload(
+    cp: ControlPlane, data: bytes, *, with_sha: bool = True, role="client", job_id=None
+) -> dict:
     """Presign, PUT, and return the payloadRef to enqueue (or resultRef to post)."""
     sha = sha256_hex(data) if with_sha else None
     r = cp.presign_put(len(data), sha256=sha, role=role, job_id=job_id)
     assert r.status == 200, r.raw_body
     up = put_presigned(r.json, data)
     assert up.status_code == 200, up.text
-    ref = {"kind": "s3", "bucket": r.json["bucket"], "key": r.json["key"], "size": len(data),
-           "contentType": "application/msgpack"}
+    ref = {
+        "kind": "s3",
+        "bucket": r.json["bucket"],
+        "key": r.json["key"],
+        "size": len(data),
+        "contentType": "application/msgpack",
+    }
     if sha:
         ref["sha256"] = sha
     return ref

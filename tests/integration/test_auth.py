@@ -5,9 +5,9 @@ from __future__ import annotations
 import copy
 
 import pytest
-
 from controlplane.handlers import admin, authorizer
 from controlplane.store.tokens import TokenStore, hash_token
+
 from tests.integration.conftest import TOKEN_PATH
 from tests.support.events import FakeLambdaContext, load_event
 
@@ -62,20 +62,28 @@ def test_revoked_token_is_refused(tokens):
 
 
 def test_admin_function_mints_lists_and_revokes(cp_env):
-    minted = admin.lambda_handler({"action": "mint", "namespace": "team-d", "role": "daemon"}, FakeLambdaContext())
+    minted = admin.lambda_handler(
+        {"action": "mint", "namespace": "team-d", "role": "daemon"}, FakeLambdaContext()
+    )
     assert minted["token"].startswith("pst_") and minted["role"] == "daemon"
     listed = admin.lambda_handler({"action": "list"}, FakeLambdaContext())
     assert any(t["token_id"] == minted["token_id"] for t in listed["tokens"])
     assert authorize(minted["token"])["context"]["namespace"] == "team-d"
-    assert admin.lambda_handler({"action": "revoke", "token": minted["token"]}, FakeLambdaContext()) == {"revoked": 1}
-    bad = admin.lambda_handler({"action": "mint", "namespace": "Bad NS", "role": "client"}, FakeLambdaContext())
+    assert admin.lambda_handler(
+        {"action": "revoke", "token": minted["token"]}, FakeLambdaContext()
+    ) == {"revoked": 1}
+    bad = admin.lambda_handler(
+        {"action": "mint", "namespace": "Bad NS", "role": "client"}, FakeLambdaContext()
+    )
     assert "invalid namespace" in bad["error"]
 
 
 def test_handlers_refuse_other_namespace_and_role(cp):
     job = cp.enqueue(raw=b"\x01").json["job_id"]
     # path namespace other than the token's
-    r = cp.call("jobs", "GET", "/v1/namespaces/{ns}/jobs/{job_id}", {"ns": "elsewhere", "job_id": job})
+    r = cp.call(
+        "jobs", "GET", "/v1/namespaces/{ns}/jobs/{job_id}", {"ns": "elsewhere", "job_id": job}
+    )
     assert r.status == 403 and "namespace" in r.error["message"]
 
 
@@ -86,15 +94,33 @@ def test_role_matrix(cp):
         ("daemon", "POST", "/v1/namespaces/{ns}/jobs/{job_id}/failure", {"state": "payload_lost"}),
     ]
     for function, method, resource, body in daemon_only:
-        r = cp.call(function, method, resource, {"ns": cp.ns, "job_id": job}, role="client", body=body)
+        r = cp.call(
+            function, method, resource, {"ns": cp.ns, "job_id": job}, role="client", body=body
+        )
         assert r.status == 403, resource
-    r = cp.call("jobs", "POST", "/v1/namespaces/{ns}/queues/{queue}/jobs", {"ns": cp.ns, "queue": "q"},
-                role="daemon", body={"payloadInline": "AQ=="})
+    r = cp.call(
+        "jobs",
+        "POST",
+        "/v1/namespaces/{ns}/queues/{queue}/jobs",
+        {"ns": cp.ns, "queue": "q"},
+        role="daemon",
+        body={"payloadInline": "AQ=="},
+    )
     assert r.status == 403
-    r = cp.call("jobs", "GET", "/v1/namespaces/{ns}/jobs/{job_id}/result", {"ns": cp.ns, "job_id": job},
-                role="daemon")
+    r = cp.call(
+        "jobs",
+        "GET",
+        "/v1/namespaces/{ns}/jobs/{job_id}/result",
+        {"ns": cp.ns, "job_id": job},
+        role="daemon",
+    )
     assert r.status == 403
     # no authorizer context at all (misconfigured API) is 401, never served
-    r = cp.call("jobs", "GET", "/v1/namespaces/{ns}/jobs/{job_id}", {"ns": cp.ns, "job_id": job},
-                namespace=None)
+    r = cp.call(
+        "jobs",
+        "GET",
+        "/v1/namespaces/{ns}/jobs/{job_id}",
+        {"ns": cp.ns, "job_id": job},
+        namespace=None,
+    )
     assert r.status == 401

@@ -26,12 +26,33 @@ def redis_cluster(tmp_path_factory):
     for port in ports:
         d = base / str(port)
         d.mkdir()
-        procs.append(subprocess.Popen(
-            [binary, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(d),
-             "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-             "--cluster-node-timeout", "2000", "--save", "", "--appendonly", "no",
-             "--logfile", str(d / "redis.log")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        procs.append(
+            subprocess.Popen(
+                [
+                    binary,
+                    "--bind",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--dir",
+                    str(d),
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "2000",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--logfile",
+                    str(d / "redis.log"),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
     deadline = time.monotonic() + 30
     while not all(port_is_open(p) for p in ports):
         exited = [p.args[4] for p in procs if p.poll() is not None]
@@ -39,9 +60,20 @@ def redis_cluster(tmp_path_factory):
         assert time.monotonic() < deadline, "cluster nodes did not start"
         time.sleep(0.05)
     cli = binary.replace("redis-server", "redis-cli")
-    subprocess.run([cli, "--cluster", "create", *[f"127.0.0.1:{p}" for p in ports],
-                    "--cluster-replicas", "0", "--cluster-yes"],
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            cli,
+            "--cluster",
+            "create",
+            *[f"127.0.0.1:{p}" for p in ports],
+            "--cluster-replicas",
+            "0",
+            "--cluster-yes",
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     node = redis.Redis(port=ports[0])
     while node.cluster("info")["cluster_state"] != "ok":
         assert time.monotonic() < deadline + 10, "cluster did not become ok"
@@ -59,7 +91,7 @@ def on_cluster(redis_cluster, settings_env):
 
 
 def test_whole_job_life_cycle_runs_on_a_cluster(cp, on_cluster):
-    b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
+    b64 = lambda b: base64.b64encode(b).decode()
     # inline enqueue with an Idempotency-Key, twice
     first = cp.enqueue(raw=b"\x01", headers={"Idempotency-Key": "k1"})
     again = cp.enqueue(raw=b"\x01", headers={"Idempotency-Key": "k1"})

@@ -39,14 +39,32 @@ def test_poll_reads_several_queues_of_the_namespace(cp):
 
 
 def test_poll_other_namespace_is_403_and_bad_body_422(cp):
-    r = cp.call("daemon", "POST", "/v1/daemon/poll", role="daemon",
-                body={"namespace": "someone-else", "queues": ["q"], "wait_s": 0, "daemon_id": "d"})
+    r = cp.call(
+        "daemon",
+        "POST",
+        "/v1/daemon/poll",
+        role="daemon",
+        body={"namespace": "someone-else", "queues": ["q"], "wait_s": 0, "daemon_id": "d"},
+    )
     assert r.status == 403
-    r = cp.call("daemon", "POST", "/v1/daemon/poll", role="daemon",
-                body={"namespace": cp.ns, "queues": [], "wait_s": 0, "daemon_id": "d"})
+    r = cp.call(
+        "daemon",
+        "POST",
+        "/v1/daemon/poll",
+        role="daemon",
+        body={"namespace": cp.ns, "queues": [], "wait_s": 0, "daemon_id": "d"},
+    )
     assert r.status == 422
-    assert cp.call("daemon", "POST", "/v1/daemon/poll", role="client",
-                   body={"namespace": cp.ns, "queues": ["q"], "wait_s": 0, "daemon_id": "d"}).status == 403
+    assert (
+        cp.call(
+            "daemon",
+            "POST",
+            "/v1/daemon/poll",
+            role="client",
+            body={"namespace": cp.ns, "queues": ["q"], "wait_s": 0, "daemon_id": "d"},
+        ).status
+        == 403
+    )
 
 
 def test_job_not_acknowledged_is_redelivered_after_visibility_timeout(cp, settings_env):
@@ -95,7 +113,9 @@ def test_same_result_twice_is_noop_and_different_is_409(cp):
 def test_result_for_queued_job_is_409_and_unknown_is_404(cp):
     job = cp.enqueue(raw=b"\x01").json["job_id"]
     assert cp.post_result(job, {"resultInline": b64(b"\x05")}).status == 409
-    assert cp.post_result("01KB7Z6Q3N4V8W2X5Y9Z0A1B2C", {"resultInline": b64(b"\x05")}).status == 404
+    assert (
+        cp.post_result("01KB7Z6Q3N4V8W2X5Y9Z0A1B2C", {"resultInline": b64(b"\x05")}).status == 404
+    )
 
 
 def test_result_needs_exactly_one_form(cp):
@@ -144,7 +164,11 @@ def test_daemon_presign_result_only_for_running_job(cp):
 def test_error_result_fails_the_job_with_remote_traceback(cp):
     job = cp.enqueue(raw=b"\x01").json["job_id"]
     cp.poll()
-    err = {"type": "ZeroDivisionError", "message": "division by zero", "traceback": "Traceback ...\n"}
+    err = {
+        "type": "ZeroDivisionError",
+        "message": "division by zero",
+        "traceback": "Traceback ...\n",
+    }
     assert cp.post_result(job, {"error": err}).status == 204
     got = cp.result(job)
     assert got.status == 200
@@ -181,13 +205,17 @@ def test_payload_lost_policy_fail_fails_at_once(cp, settings_env):
     assert cp.status(job).json["state"] == "payload_lost"
 
 
-def test_payload_corrupt_is_terminal_keeps_both_digests_and_is_never_redelivered(cp, settings_env, capsys):
+def test_payload_corrupt_is_terminal_keeps_both_digests_and_is_never_redelivered(
+    cp, settings_env, capsys
+):
     settings_env(VISIBILITY_TIMEOUT_S="1")
     ref = upload(cp, b"original")
     job = cp.enqueue(ref=ref).json["job_id"]
     cp.poll()
     actual = "0" * 64
-    r = cp.report(job, {"state": "payload_corrupt", "detail": "sha256 mismatch", "actual_sha256": actual})
+    r = cp.report(
+        job, {"state": "payload_corrupt", "detail": "sha256 mismatch", "actual_sha256": actual}
+    )
     assert r.status == 204
     status = cp.status(job).json
     assert status["state"] == "payload_corrupt"

@@ -7,7 +7,7 @@ import base64
 import msgpack
 import redis
 
-from tests.integration.conftest import put_presigned, sha256_hex, upload
+from tests.integration.conftest import sha256_hex, upload
 
 
 def stream_len(redis_server, ns, queue) -> int:
@@ -135,8 +135,13 @@ def test_checksum_mismatch_in_s3_is_409(cp, s3_client):
     r = cp.presign_put(len(data), sha256=sha256_hex(data))
     # An object of the right size without the signed checksum
     s3_client.put_object(Bucket=r.json["bucket"], Key=r.json["key"], Body=b"z" * 64)
-    ref = {"kind": "s3", "bucket": r.json["bucket"], "key": r.json["key"], "size": 64,
-           "sha256": sha256_hex(data)}
+    ref = {
+        "kind": "s3",
+        "bucket": r.json["bucket"],
+        "key": r.json["key"],
+        "size": 64,
+        "sha256": sha256_hex(data),
+    }
     out = cp.enqueue(ref=ref)
     assert out.status == 409 and out.error["reason"] == "checksum_mismatch"
 

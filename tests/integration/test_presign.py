@@ -6,8 +6,8 @@ import hashlib
 from urllib.parse import parse_qs, urlparse
 
 import requests
-
 from controlplane.models.domain import new_job_id
+
 from tests.integration.conftest import put_presigned, sha256_hex, upload
 
 
@@ -27,8 +27,10 @@ def test_put_url_signs_length_type_and_checksum_and_round_trips_bytes(cp, s3_cli
     assert body["method"] == "PUT"
     assert body["headers"]["Content-Length"] == str(len(data))
     assert body["headers"]["Content-Type"] == "application/msgpack"
-    assert body["key"] == f"payloads/{body['key'].split('/')[1]}/{body['key'].split('/')[2]}/" \
+    assert (
+        body["key"] == f"payloads/{body['key'].split('/')[1]}/{body['key'].split('/')[2]}/"
         f"{body['key'].split('/')[3]}/{body['job_id']}/args"
+    )
     assert body["bucket"] == "payloadstore-test-payloads"
     assert body["expires_at"].endswith("Z")
     # And a real HTTP PUT with those headers then a GET through a presigned GET URL round-trips
@@ -55,12 +57,22 @@ def test_size_over_cap_is_413_naming_the_cap(cp):
 
 def test_size_zero_or_missing_or_bad_sha_is_422(cp):
     assert cp.presign_put(0).status == 422
-    r = cp.call("payloads", "POST", "/v1/namespaces/{ns}/payloads/presign", {"ns": cp.ns},
-                query={"op": "put"})
+    r = cp.call(
+        "payloads",
+        "POST",
+        "/v1/namespaces/{ns}/payloads/presign",
+        {"ns": cp.ns},
+        query={"op": "put"},
+    )
     assert r.status == 422 and "size" in r.error["message"]
     assert cp.presign_put(10, sha256="xyz").status == 422
-    r = cp.call("payloads", "POST", "/v1/namespaces/{ns}/payloads/presign", {"ns": cp.ns},
-                query={"op": "delete", "size": "1"})
+    r = cp.call(
+        "payloads",
+        "POST",
+        "/v1/namespaces/{ns}/payloads/presign",
+        {"ns": cp.ns},
+        query={"op": "delete", "size": "1"},
+    )
     assert r.status == 422
 
 
@@ -112,7 +124,7 @@ def test_get_refuses_keys_never_issued_to_this_namespace(cp, other_cp):
 def test_get_is_410_past_48h_even_if_s3_still_has_it(cp, monkeypatch):
     # Given an uploaded payload
     ref = upload(cp, b"old bytes")
-    import controlplane.clock as clock
+    from controlplane import clock
 
     real_now = clock.now()
     # When the clock moves 48 h + 1 s on (the object still exists in S3)

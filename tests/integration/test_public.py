@@ -53,9 +53,19 @@ def test_openapi_lists_every_route_with_models(cp):
             continue
         assert route.method.lower() in paths[route.path], route.path
     schemas = r.json["components"]["schemas"]
-    assert {"PresignRequest", "EnqueueRequest", "PollRequest", "ResultPost", "FailureReport",
-            "PresignPutResponse", "JobStatusResponse", "ResultResponse"} <= set(schemas)
-    enqueue_body = paths["/v1/namespaces/{ns}/queues/{queue}/jobs"]["post"]["requestBody"]["content"]
+    assert {
+        "PresignRequest",
+        "EnqueueRequest",
+        "PollRequest",
+        "ResultPost",
+        "FailureReport",
+        "PresignPutResponse",
+        "JobStatusResponse",
+        "ResultResponse",
+    } <= set(schemas)
+    enqueue_body = paths["/v1/namespaces/{ns}/queues/{queue}/jobs"]["post"]["requestBody"][
+        "content"
+    ]
     assert set(enqueue_body) == {"application/json", "application/msgpack"}
 
 

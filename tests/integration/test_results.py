@@ -12,7 +12,12 @@ def test_status_fields_and_other_namespace_is_404(cp, other_cp):
     s = cp.status(job)
     assert s.status == 200
     assert {k: s.json[k] for k in ("job_id", "queue", "state", "attempts", "tier")} == {
-        "job_id": job, "queue": cp.queue, "state": "queued", "attempts": 0, "tier": "inline"}
+        "job_id": job,
+        "queue": cp.queue,
+        "state": "queued",
+        "attempts": 0,
+        "tier": "inline",
+    }
     assert other_cp.status(job).status == 404
     assert cp.status("01KB7Z6Q3N4V8W2X5Y9Z0A1B2C").status == 404
     # daemons may read status too

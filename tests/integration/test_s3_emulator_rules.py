@@ -24,8 +24,13 @@ def test_body_not_matching_signed_checksum_is_400_bad_digest(cp):
     up = put_presigned(r.json, b"other bytes!!!")
     assert up.status_code == 400 and "BadDigest" in up.text
     # and nothing was stored, so the enqueue says so
-    ref = {"kind": "s3", "bucket": r.json["bucket"], "key": r.json["key"], "size": len(data),
-           "sha256": sha256_hex(data)}
+    ref = {
+        "kind": "s3",
+        "bucket": r.json["bucket"],
+        "key": r.json["key"],
+        "size": len(data),
+        "sha256": sha256_hex(data),
+    }
     out = cp.enqueue(ref=ref)
     assert out.status == 409 and out.error["reason"] == "not_uploaded"
 

@@ -59,8 +59,12 @@ def api_event(
         isBase64Encoded=is_b64,
     )
     rc = event["requestContext"]
-    rc.update(resourcePath=resource, httpMethod=method, requestId=str(uuid.uuid4()),
-              path=f"/{rc['stage']}{path}")
+    rc.update(
+        resourcePath=resource,
+        httpMethod=method,
+        requestId=str(uuid.uuid4()),
+        path=f"/{rc['stage']}{path}",
+    )
     if namespace is not None:
         rc["authorizer"] = {"namespace": namespace, "role": role, "token_id": "test"}
     else:

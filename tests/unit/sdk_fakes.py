@@ -27,10 +27,12 @@ class FakeWorld:
     inline_threshold: int = 1024
     max_payload_bytes: int = 1 << 20
     healthy: bool = True
-    health_checks: dict = field(default_factory=lambda: {
-        "redis": {"ok": True, "detail": "PONG"},
-        "bucket": {"ok": True, "detail": "reachable"},
-    })
+    health_checks: dict = field(
+        default_factory=lambda: {
+            "redis": {"ok": True, "detail": "PONG"},
+            "bucket": {"ok": True, "detail": "reachable"},
+        }
+    )
     objects: dict[str, bytes] = field(default_factory=dict)
     issued: dict[str, dict] = field(default_factory=dict)  # key -> issue record
     jobs: dict[str, dict] = field(default_factory=dict)
@@ -80,7 +82,10 @@ class FakeWorld:
     def _s3(self, request: httpx.Request, body: bytes) -> httpx.Response:
         key = request.url.path.split(f"/{BUCKET}/", 1)[1]
         if str(request.url) in self.expired_urls:
-            return httpx.Response(403, text="<Error><Code>AccessDenied</Code><Message>Request has expired</Message></Error>")
+            return httpx.Response(
+                403,
+                text="<Error><Code>AccessDenied</Code><Message>Request has expired</Message></Error>",
+            )
         if request.method == "PUT":
             issue = self.issued[key]
             assert int(request.headers["content-length"]) == issue["size"] == len(body)
@@ -88,25 +93,40 @@ class FakeWorld:
             assert "authorization" not in request.headers
             digest = base64.b64encode(hashlib.sha256(body).digest()).decode()
             if request.headers.get("x-amz-checksum-sha256") != digest:
-                return httpx.Response(400, text="<Error><Code>BadDigest</Code><Message>checksum</Message></Error>")
+                return httpx.Response(
+                    400, text="<Error><Code>BadDigest</Code><Message>checksum</Message></Error>"
+                )
             self.objects[key] = body
             return httpx.Response(200)
         if key not in self.objects:
-            return httpx.Response(404, text="<Error><Code>NoSuchKey</Code><Message>gone</Message></Error>")
+            return httpx.Response(
+                404, text="<Error><Code>NoSuchKey</Code><Message>gone</Message></Error>"
+            )
         return httpx.Response(200, content=self.objects[key])
 
     def _cp(self, request: httpx.Request, body: bytes) -> httpx.Response:
         path = request.url.path
         if path == "/v1/health":
             status = 200 if self.healthy else 503
-            return httpx.Response(status, json={"status": "ok" if self.healthy else "failing", "checks": self.health_checks})
+            return httpx.Response(
+                status,
+                json={"status": "ok" if self.healthy else "failing", "checks": self.health_checks},
+            )
         if request.headers.get("authorization") != "Bearer pst_good":
-            return httpx.Response(401, json={"error": {"code": "unauthorized", "message": "unknown token"}})
+            return httpx.Response(
+                401, json={"error": {"code": "unauthorized", "message": "unknown token"}}
+            )
         if path == "/v1/config":
-            return httpx.Response(200, json={
-                "inline_threshold": self.inline_threshold, "max_payload_bytes": self.max_payload_bytes,
-                "presign_ttl_s": 900, "result_ttl_s": 172800, "max_presigns_per_job": 5,
-            })
+            return httpx.Response(
+                200,
+                json={
+                    "inline_threshold": self.inline_threshold,
+                    "max_payload_bytes": self.max_payload_bytes,
+                    "presign_ttl_s": 900,
+                    "result_ttl_s": 172800,
+                    "max_presigns_per_job": 5,
+                },
+            )
         if path.endswith("/payloads/presign"):
             return self._presign(json.loads(body))
         if path.endswith("/jobs") and request.method == "POST":
@@ -125,7 +145,9 @@ class FakeWorld:
             job_id = parts[5]
             job = self.jobs.get(job_id)
             if job is None:
-                return httpx.Response(404, json={"error": {"code": "not_found", "message": f"no job {job_id}"}})
+                return httpx.Response(
+                    404, json={"error": {"code": "not_found", "message": f"no job {job_id}"}}
+                )
             if path.endswith("/result") and request.method == "POST":
                 job["result"] = json.loads(body)
                 job["state"] = "failed" if "error" in job["result"] else "succeeded"
@@ -143,41 +165,77 @@ class FakeWorld:
                 if "failure" in job:
                     out["error"] = {"type": job["state"], "message": job["failure"]["detail"]}
                 return httpx.Response(200, json=out)
-            return httpx.Response(200, json={"job_id": job_id, "queue": job["queue"], "state": job["state"],
-                                             "attempts": 1, "tier": job["tier"]})
+            return httpx.Response(
+                200,
+                json={
+                    "job_id": job_id,
+                    "queue": job["queue"],
+                    "state": job["state"],
+                    "attempts": 1,
+                    "tier": job["tier"],
+                },
+            )
         return httpx.Response(404, json={"error": {"code": "not_found", "message": path}})
 
     def _presign(self, req: dict) -> httpx.Response:
         if req["op"] == "get":
             if req["key"] not in self.issued:
-                return httpx.Response(404, json={"error": {"code": "not_found", "message": "key not issued"}})
-            return httpx.Response(200, json={"url": f"{S3}/{BUCKET}/{req['key']}?sig=get{time.monotonic_ns()}",
-                                             "method": "GET", "expires_at": "2099-01-01T00:00:00Z"})
+                return httpx.Response(
+                    404, json={"error": {"code": "not_found", "message": "key not issued"}}
+                )
+            return httpx.Response(
+                200,
+                json={
+                    "url": f"{S3}/{BUCKET}/{req['key']}?sig=get{time.monotonic_ns()}",
+                    "method": "GET",
+                    "expires_at": "2099-01-01T00:00:00Z",
+                },
+            )
         if req["size"] > self.max_payload_bytes:
-            return httpx.Response(413, json={"error": {"code": "payload_too_large", "message": "over the cap"}})
+            return httpx.Response(
+                413, json={"error": {"code": "payload_too_large", "message": "over the cap"}}
+            )
         job_id = req.get("job_id") or self.new_job_id()
         key = f"payloads/2026/01/01/{job_id}/{req['kind']}"
-        issue = self.issued.setdefault(key, {"size": req["size"], "sha256": req["sha256"], "presigns": 0, "job_id": job_id})
+        issue = self.issued.setdefault(
+            key, {"size": req["size"], "sha256": req["sha256"], "presigns": 0, "job_id": job_id}
+        )
         issue["presigns"] += 1
         if issue["presigns"] > 5:
-            return httpx.Response(429, json={"error": {"code": "too_many_presigns", "message": "cap"}})
+            return httpx.Response(
+                429, json={"error": {"code": "too_many_presigns", "message": "cap"}}
+            )
         checksum = base64.b64encode(bytes.fromhex(req["sha256"])).decode()
-        return httpx.Response(200, json={
-            "url": f"{S3}/{BUCKET}/{key}?sig={issue['presigns']}",
-            "method": "PUT",
-            "headers": {"content-length": str(req["size"]), "content-type": req["content_type"],
-                        "x-amz-checksum-sha256": checksum, "x-amz-sdk-checksum-algorithm": "SHA256"},
-            "bucket": BUCKET, "key": key, "job_id": job_id, "expires_at": "2099-01-01T00:00:00Z",
-        })
+        return httpx.Response(
+            200,
+            json={
+                "url": f"{S3}/{BUCKET}/{key}?sig={issue['presigns']}",
+                "method": "PUT",
+                "headers": {
+                    "content-length": str(req["size"]),
+                    "content-type": req["content_type"],
+                    "x-amz-checksum-sha256": checksum,
+                    "x-amz-sdk-checksum-algorithm": "SHA256",
+                },
+                "bucket": BUCKET,
+                "key": key,
+                "job_id": job_id,
+                "expires_at": "2099-01-01T00:00:00Z",
+            },
+        )
 
     def _enqueue(self, request: httpx.Request, body: bytes) -> httpx.Response:
         queue = request.url.path.split("/")[5]
         if request.headers.get("content-type") == "application/msgpack":
             if len(body) > self.inline_threshold:
-                return httpx.Response(413, json={"error": {"code": "payload_too_large", "message": "inline cap"}})
+                return httpx.Response(
+                    413, json={"error": {"code": "payload_too_large", "message": "inline cap"}}
+                )
             idem = request.headers.get("idempotency-key")
             if idem in self.idempotency:
-                return httpx.Response(200, json={"job_id": self.idempotency[idem], "tier": "inline"})
+                return httpx.Response(
+                    200, json={"job_id": self.idempotency[idem], "tier": "inline"}
+                )
             job_id = self.new_job_id()
             if idem:
                 self.idempotency[idem] = job_id
@@ -187,7 +245,9 @@ class FakeWorld:
             ref = json.loads(body)["payloadRef"]
             issue = self.issued.get(ref["key"])
             if issue is None or ref["key"] not in self.objects:
-                return httpx.Response(409, json={"error": {"code": "conflict", "message": "not uploaded"}})
+                return httpx.Response(
+                    409, json={"error": {"code": "conflict", "message": "not uploaded"}}
+                )
             job_id = issue["job_id"]
             if job_id in self.jobs:
                 return httpx.Response(200, json={"job_id": job_id, "tier": "s3"})

@@ -8,7 +8,7 @@ import time
 
 from payloadstore.devstack.containers import HandlerPool
 
-MODULE = '''
+MODULE = """
 import threading
 state = {"current": None}
 release = threading.Event()
@@ -18,7 +18,7 @@ def handler(event, context):
     if event.get("block"):
         release.wait(5)
     return {"module": __name__, "saw": state["current"]}
-'''
+"""
 
 
 def test_concurrent_invocations_get_private_module_state(tmp_path, monkeypatch):
@@ -27,7 +27,9 @@ def test_concurrent_invocations_get_private_module_state(tmp_path, monkeypatch):
     pool = HandlerPool("blocking_handler.handler")
     results = {}
     # Given an invocation parked inside the handler
-    slow = threading.Thread(target=lambda: results.update(slow=pool({"id": "A", "block": True}, None)))
+    slow = threading.Thread(
+        target=lambda: results.update(slow=pool({"id": "A", "block": True}, None))
+    )
     slow.start()
     time.sleep(0.2)
     # When another invocation of the same function runs meanwhile

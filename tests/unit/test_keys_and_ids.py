@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import time
 
-from redis.crc import key_slot
-
 from controlplane.logic.payload_keys import key_for, parse_key
 from controlplane.models.domain import JOB_ID_RE, PayloadKind, job_id_time_s, new_job_id
 from controlplane.store import keys
+from redis.crc import key_slot
 
 
 def test_keys_of_one_job_share_a_slot():
     job = new_job_id()
-    slots = {key_slot(k.encode()) for k in
-             (keys.job(job), keys.issue(job, "args"), keys.issue(job, "result"), keys.done(job))}
+    slots = {
+        key_slot(k.encode())
+        for k in (keys.job(job), keys.issue(job, "args"), keys.issue(job, "result"), keys.done(job))
+    }
     assert len(slots) == 1
 
 
@@ -47,6 +48,13 @@ def test_parse_key_refuses_anything_we_could_not_have_minted():
     job = new_job_id()
     good = key_for(job, PayloadKind.ARGS)
     wrong_date = good.replace(good[9:19], "1999/01/01")
-    for bad in ("", "exec/x", good + "x", good.replace("args", "other"), "/" + good, wrong_date,
-                good.replace(job, job.lower())):
+    for bad in (
+        "",
+        "exec/x",
+        good + "x",
+        good.replace("args", "other"),
+        "/" + good,
+        wrong_date,
+        good.replace(job, job.lower()),
+    ):
         assert parse_key(bad) is None, bad

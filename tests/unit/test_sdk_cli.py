@@ -29,7 +29,9 @@ class FakeLambda:
 
 
 def test_given_the_admin_function_when_minting_then_it_is_invoked_with_the_mint_event():
-    fake = FakeLambda({"token": "pst_abc", "token_id": "0123456789ab", "namespace": "team", "role": "daemon"})
+    fake = FakeLambda(
+        {"token": "pst_abc", "token_id": "0123456789ab", "namespace": "team", "role": "daemon"}
+    )
     token, info = LambdaTokenAdmin("ps-admin", lambda_client=fake).mint("team", "daemon")
     assert (token, info.token_id, info.role) == ("pst_abc", "0123456789ab", "daemon")
     assert fake.events == [("ps-admin", {"action": "mint", "namespace": "team", "role": "daemon"})]
@@ -39,8 +41,10 @@ def test_given_a_token_or_an_id_when_revoking_then_the_event_names_the_right_fie
     fake = FakeLambda({"revoked": 1})
     admin = LambdaTokenAdmin("ps-admin", lambda_client=fake)
     assert admin.revoke("pst_secret") == 1 and admin.revoke("0123456789ab") == 1
-    assert [e for _, e in fake.events] == [{"action": "revoke", "token": "pst_secret"},
-                                          {"action": "revoke", "token_id": "0123456789ab"}]
+    assert [e for _, e in fake.events] == [
+        {"action": "revoke", "token": "pst_secret"},
+        {"action": "revoke", "token_id": "0123456789ab"},
+    ]
 
 
 def test_given_the_admin_function_refuses_when_minting_then_config_error_with_its_reason():
@@ -55,11 +59,15 @@ def test_given_neither_file_nor_json_when_enqueueing_then_usage_error_exit_2():
 
 
 def test_given_invalid_json_when_enqueueing_then_usage_error_exit_2():
-    result = CliRunner().invoke(cli, ["--endpoint", "http://x", "--token", "pst_x", "enqueue", "q", "--json", "{"])
+    result = CliRunner().invoke(
+        cli, ["--endpoint", "http://x", "--token", "pst_x", "enqueue", "q", "--json", "{"]
+    )
     assert result.exit_code == 2 and "not JSON" in result.output
 
 
-def test_given_no_credentials_anywhere_when_enqueueing_then_exit_2_naming_what_to_set(tmp_path, monkeypatch):
+def test_given_no_credentials_anywhere_when_enqueueing_then_exit_2_naming_what_to_set(
+    tmp_path, monkeypatch
+):
     monkeypatch.chdir(tmp_path)
     for name in ("PAYLOADSTORE_ENDPOINT", "PAYLOADSTORE_TOKEN", "PAYLOADSTORE_DEVSTACK"):
         monkeypatch.delenv(name, raising=False)

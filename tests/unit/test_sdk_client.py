@@ -40,16 +40,21 @@ def test_given_a_small_call_when_added_then_it_is_sent_inline_as_raw_msgpack_wit
     (post,) = world.calls("POST", "/queues/resize/jobs")
     assert post.headers["content-type"] == "application/msgpack"
     assert len(post.headers["idempotency-key"]) >= 16
-    assert codec.decode(world.bodies[world.requests.index(post)]) == {"args": [b"abc"], "kwargs": {"width": 3}}
+    assert codec.decode(world.bodies[world.requests.index(post)]) == {
+        "args": [b"abc"],
+        "kwargs": {"width": 3},
+    }
     assert not world.calls("POST", "/payloads/presign")
 
 
 def test_given_a_lost_response_when_inline_enqueue_is_retried_then_the_same_key_gives_one_job():
     world = FakeWorld()
+
     # The first attempt reaches the server but its answer is lost: the server made a job.
     def first_attempt(request):
         world._enqueue(request, request.content)
         return httpx.Response(502)
+
     world.fail("POST", "/queues/q/jobs", first_attempt)
     client = make_client(world)
     job = client.queue("q").add(1)
@@ -68,15 +73,26 @@ def test_given_a_large_call_when_added_then_bytes_go_to_s3_with_the_signed_heade
     (presign,) = world.calls("POST", "/payloads/presign")
     body = json.loads(presign.content)
     encoded = codec.encode({"args": [payload], "kwargs": {}})
-    assert body == {"op": "put", "size": encoded.nbytes, "kind": "args", "sha256": encoded.sha256(),
-                    "content_type": "application/msgpack"}
+    assert body == {
+        "op": "put",
+        "size": encoded.nbytes,
+        "kind": "args",
+        "sha256": encoded.sha256(),
+        "content_type": "application/msgpack",
+    }
     (put,) = world.calls("PUT", "s3.test")
     assert "authorization" not in put.headers
     stored = world.objects[f"payloads/2026/01/01/{job.job_id}/args"]
     assert hashlib.sha256(stored).hexdigest() == encoded.sha256()
     ref = world.jobs[job.job_id]["payload"]["payloadRef"]
-    assert ref == {"kind": "s3", "bucket": "fake-bucket", "key": f"payloads/2026/01/01/{job.job_id}/args",
-                   "size": encoded.nbytes, "contentType": "application/msgpack", "sha256": encoded.sha256()}
+    assert ref == {
+        "kind": "s3",
+        "bucket": "fake-bucket",
+        "key": f"payloads/2026/01/01/{job.job_id}/args",
+        "size": encoded.nbytes,
+        "contentType": "application/msgpack",
+        "sha256": encoded.sha256(),
+    }
 
 
 def test_given_enqueue_fails_after_a_good_upload_when_retried_then_nothing_is_uploaded_again():
@@ -140,7 +156,9 @@ def test_given_an_inline_result_when_waiting_then_the_value_is_decoded():
     world = FakeWorld()
     client = make_client(world)
     job = client.queue("q").add(2)
-    world.jobs[job.job_id]["result"] = {"resultInline": base64.b64encode(codec.encode({"y": [1, 2]}).tobytes()).decode()}
+    world.jobs[job.job_id]["result"] = {
+        "resultInline": base64.b64encode(codec.encode({"y": [1, 2]}).tobytes()).decode()
+    }
     assert job.result(timeout=5) == {"y": [1, 2]}
 
 
@@ -184,7 +202,13 @@ def test_given_a_failed_job_when_waiting_then_job_failed_carries_the_remote_trac
     world = FakeWorld()
     client = make_client(world)
     job = client.queue("q").add(1)
-    world.jobs[job.job_id]["result"] = {"error": {"type": "ValueError", "message": "bad width", "traceback": "Traceback...\nValueError: bad width"}}
+    world.jobs[job.job_id]["result"] = {
+        "error": {
+            "type": "ValueError",
+            "message": "bad width",
+            "traceback": "Traceback...\nValueError: bad width",
+        }
+    }
     world.jobs[job.job_id]["state"] = "failed"
     with pytest.raises(JobFailed) as info:
         job.result(timeout=5)
@@ -208,7 +232,9 @@ def test_given_a_long_timeout_when_waiting_then_each_poll_asks_at_most_the_serve
     client = make_client(world)
     job = client.queue("q").add(1)
     world.fail("GET", "/result", response(202, json={"job_id": job.job_id, "state": "running"}))
-    world.jobs[job.job_id]["result"] = {"resultInline": base64.b64encode(codec.encode(7).tobytes()).decode()}
+    world.jobs[job.job_id]["result"] = {
+        "resultInline": base64.b64encode(codec.encode(7).tobytes()).decode()
+    }
     assert job.result(timeout=300) == 7
     waits = [float(r.url.params["wait"]) for r in world.calls("GET", "/result")]
     assert waits == [20.0, 20.0]
@@ -243,9 +269,16 @@ def test_given_no_endpoint_when_building_from_env_then_config_error_names_the_va
         Client.from_env()
 
 
-def test_given_a_devstack_file_when_building_then_the_role_token_of_the_namespace_is_used(tmp_path, monkeypatch):
-    state = {"endpoint": "http://127.0.0.1:8080", "s3_endpoint": "http://127.0.0.1:5000", "bucket": "b",
-             "redis_url": "redis://x", "namespaces": {"dev": {"client_token": "pst_c", "daemon_token": "pst_d"}}}
+def test_given_a_devstack_file_when_building_then_the_role_token_of_the_namespace_is_used(
+    tmp_path, monkeypatch
+):
+    state = {
+        "endpoint": "http://127.0.0.1:8080",
+        "s3_endpoint": "http://127.0.0.1:5000",
+        "bucket": "b",
+        "redis_url": "redis://x",
+        "namespaces": {"dev": {"client_token": "pst_c", "daemon_token": "pst_d"}},
+    }
     (tmp_path / ".devstack.json").write_text(json.dumps(state))
     nested = tmp_path / "a" / "b"
     nested.mkdir(parents=True)
@@ -259,7 +292,12 @@ def test_given_a_devstack_file_when_building_then_the_role_token_of_the_namespac
 
 def test_given_a_cp_that_stays_down_when_adding_then_service_unavailable():
     world = FakeWorld()
-    world.fail("GET", "/v1/config", *[response(503, json={"error": {"code": "service_unavailable", "message": "redis down"}})] * 5)
+    world.fail(
+        "GET",
+        "/v1/config",
+        *[response(503, json={"error": {"code": "service_unavailable", "message": "redis down"}})]
+        * 5,
+    )
     with pytest.raises(ServiceUnavailable, match="redis down"):
         make_client(world).queue("q").add(1)
 
@@ -277,7 +315,9 @@ def test_given_progress_false_when_uploading_then_stderr_stays_quiet(capsys):
     assert capsys.readouterr().err == ""
 
 
-def test_given_no_tqdm_when_progress_is_asked_then_a_plain_counter_reaches_100_percent(capsys, monkeypatch):
+def test_given_no_tqdm_when_progress_is_asked_then_a_plain_counter_reaches_100_percent(
+    capsys, monkeypatch
+):
     monkeypatch.setitem(__import__("sys").modules, "tqdm", None)  # import tqdm -> ImportError
     world = FakeWorld(max_payload_bytes=8 << 20)
     make_client(world).queue("q").submit((big_bytes(3 << 20),), progress=True)

@@ -19,7 +19,9 @@ def big(n: int) -> bytes:
 
 
 def daemon_for(world: FakeWorld, **kw) -> Daemon:
-    return Daemon(make_client(world), ["q"], wait_s=0, install_signal_handlers=kw.pop("signals", False), **kw)
+    return Daemon(
+        make_client(world), ["q"], wait_s=0, install_signal_handlers=kw.pop("signals", False), **kw
+    )
 
 
 def posted_result(world: FakeWorld, job_id: str) -> dict:
@@ -55,7 +57,11 @@ def test_given_inline_and_large_jobs_when_running_then_fn_gets_args_and_results_
     small = posted_result(world, small_job.job_id)
     assert codec.decode(base64.b64decode(small["resultInline"])) == 4
     large = posted_result(world, large_job.job_id)["resultRef"]
-    presign = [json.loads(r.content) for r in world.calls("POST", "/payloads/presign") if b'"result"' in r.content]
+    presign = [
+        json.loads(r.content)
+        for r in world.calls("POST", "/payloads/presign")
+        if b'"result"' in r.content
+    ]
     assert presign[0]["kind"] == "result" and presign[0]["job_id"] == large_job.job_id
     assert large["key"].endswith(f"{large_job.job_id}/result")
     assert bytes(codec.decode(world.objects[large["key"]])) == big(5000) * 2
@@ -116,8 +122,12 @@ def test_given_an_unencodable_return_value_when_running_then_a_codec_error_is_po
 def test_given_a_payload_not_made_by_add_when_running_then_fn_gets_the_value_itself():
     world = FakeWorld()
     job_id = world.new_job_id()
-    world.jobs[job_id] = {"queue": "q", "state": "queued", "tier": "inline",
-                          "payload": {"payloadInline": base64.b64encode(codec.encode([1, 2]).tobytes()).decode()}}
+    world.jobs[job_id] = {
+        "queue": "q",
+        "state": "queued",
+        "tier": "inline",
+        "payload": {"payloadInline": base64.b64encode(codec.encode([1, 2]).tobytes()).decode()},
+    }
     world.queue.append(job_id)
     daemon_for(world).run(lambda value: sum(value), stop_when_idle=True)
     assert codec.decode(base64.b64decode(posted_result(world, job_id)["resultInline"])) == 3
@@ -172,8 +182,13 @@ def test_given_a_revoked_token_when_polling_then_run_raises_auth_error(concurren
 
     world = FakeWorld()
     transport = world.transport()
-    client = Client("http://cp.test", "pst_revoked", "ns", http=httpx.Client(transport=transport),
-                    s3_http=httpx.Client(transport=transport))
+    client = Client(
+        "http://cp.test",
+        "pst_revoked",
+        "ns",
+        http=httpx.Client(transport=transport),
+        s3_http=httpx.Client(transport=transport),
+    )
     daemon = Daemon(client, ["q"], wait_s=0, concurrency=concurrency, install_signal_handlers=False)
     with pytest.raises(AuthError, match="unknown token"):
         daemon.run(lambda x: x)
@@ -184,8 +199,16 @@ def test_given_the_result_was_already_posted_elsewhere_when_posting_then_the_job
 
     world = FakeWorld()
     job = make_client(world).queue("q").add(1)
-    world.fail("POST", f"/jobs/{job.job_id}/result", lambda r: httpx.Response(
-        409, json={"error": {"code": "conflict", "message": "a different result was already posted"}}))
+    world.fail(
+        "POST",
+        f"/jobs/{job.job_id}/result",
+        lambda r: httpx.Response(
+            409,
+            json={
+                "error": {"code": "conflict", "message": "a different result was already posted"}
+            },
+        ),
+    )
     assert daemon_for(world).run(lambda x: x, stop_when_idle=True) == {"refused": 1}
 
 

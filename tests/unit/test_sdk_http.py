@@ -18,8 +18,13 @@ from payloadstore._http import ApiSession, retry_after_seconds
 
 
 def session(handler, sleeps: list, **kw) -> ApiSession:
-    return ApiSession("http://cp.test/", "pst_x", http=httpx.Client(transport=httpx.MockTransport(handler)),
-                      sleep=sleeps.append, **kw)
+    return ApiSession(
+        "http://cp.test/",
+        "pst_x",
+        http=httpx.Client(transport=httpx.MockTransport(handler)),
+        sleep=sleeps.append,
+        **kw,
+    )
 
 
 def scripted(*steps):
@@ -34,7 +39,12 @@ def scripted(*steps):
             raise step
         if isinstance(step, httpx.Response):
             return step
-        return httpx.Response(step, json={"error": {"code": f"c{step}", "message": f"m{step}"}} if step >= 400 else {"ok": True})
+        return httpx.Response(
+            step,
+            json={"error": {"code": f"c{step}", "message": f"m{step}"}}
+            if step >= 400
+            else {"ok": True},
+        )
 
     return handler, calls
 
@@ -63,7 +73,9 @@ def test_given_a_server_that_stays_down_when_retries_run_out_then_service_unavai
     handler, calls = scripted(502)
     sleeps: list[float] = []
     with pytest.raises(ServiceUnavailable) as info:
-        session(handler, sleeps, retry=RetryPolicy(max_attempts=4)).request("GET", "/v1/config", "read config")
+        session(handler, sleeps, retry=RetryPolicy(max_attempts=4)).request(
+            "GET", "/v1/config", "read config"
+        )
     assert len(calls) == 4 and len(sleeps) == 3
     assert isinstance(info.value.__cause__, httpx.HTTPStatusError)
     assert info.value.status == 502 and "m502" in str(info.value)
@@ -72,7 +84,9 @@ def test_given_a_server_that_stays_down_when_retries_run_out_then_service_unavai
 def test_given_an_unreachable_endpoint_when_retries_run_out_then_service_unavailable_chained_from_transport_error():
     handler, calls = scripted(httpx.ConnectError("connection refused"))
     with pytest.raises(ServiceUnavailable) as info:
-        session(handler, [], retry=RetryPolicy(max_attempts=3)).request("GET", "/v1/config", "read config")
+        session(handler, [], retry=RetryPolicy(max_attempts=3)).request(
+            "GET", "/v1/config", "read config"
+        )
     assert len(calls) == 3
     assert isinstance(info.value.__cause__, httpx.ConnectError)
     assert "cp.test" in str(info.value)
@@ -86,9 +100,13 @@ def test_given_retry_after_when_429_then_the_wait_honours_it():
 
 
 def test_given_the_presign_cap_when_429_too_many_presigns_then_it_is_not_retried():
-    handler, calls = scripted(httpx.Response(429, json={"error": {"code": "too_many_presigns", "message": "5 presigns"}}))
+    handler, calls = scripted(
+        httpx.Response(429, json={"error": {"code": "too_many_presigns", "message": "5 presigns"}})
+    )
     with pytest.raises(ServiceUnavailable, match="5 presigns"):
-        session(handler, []).request("POST", "/v1/namespaces/ns/payloads/presign", "presign args upload")
+        session(handler, []).request(
+            "POST", "/v1/namespaces/ns/payloads/presign", "presign args upload"
+        )
     assert len(calls) == 1
 
 
@@ -104,7 +122,9 @@ def test_given_the_presign_cap_when_429_too_many_presigns_then_it_is_not_retried
         (400, "enqueue on queue q", InvalidRequest),
     ],
 )
-def test_given_a_client_error_when_requesting_then_it_raises_the_typed_error_once(status, what, error):
+def test_given_a_client_error_when_requesting_then_it_raises_the_typed_error_once(
+    status, what, error
+):
     handler, calls = scripted(status)
     with pytest.raises(error) as info:
         session(handler, []).request("GET", "/x", what)
@@ -132,5 +152,10 @@ def test_backoff_is_full_jitter_under_an_exponential_cap():
 
 def test_retry_after_accepts_seconds_and_http_dates():
     assert retry_after_seconds(httpx.Response(503, headers={"Retry-After": "7"})) == 7.0
-    assert retry_after_seconds(httpx.Response(503, headers={"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"})) == 0.0
+    assert (
+        retry_after_seconds(
+            httpx.Response(503, headers={"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"})
+        )
+        == 0.0
+    )
     assert retry_after_seconds(httpx.Response(503)) is None

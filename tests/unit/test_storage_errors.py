@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from botocore.exceptions import ClientError, EndpointConnectionError
-
 from controlplane.models.errors import ServiceUnavailable, UpstreamError
 from controlplane.store.s3_objects import _storage_error
 
@@ -13,8 +12,11 @@ def client_error(code: str) -> ClientError:
 
 
 def test_throttling_and_outages_are_retryable_503():
-    for e in (client_error("SlowDown"), client_error("ServiceUnavailable"),
-              EndpointConnectionError(endpoint_url="http://s3")):
+    for e in (
+        client_error("SlowDown"),
+        client_error("ServiceUnavailable"),
+        EndpointConnectionError(endpoint_url="http://s3"),
+    ):
         mapped = _storage_error(e, "head")
         assert isinstance(mapped, ServiceUnavailable) and mapped.status == 503
         assert mapped.headers["Retry-After"]

@@ -48,7 +48,9 @@ def get_deps() -> Deps:
     return Deps(
         settings=s,
         jobs=RedisJobStore(client, result_ttl_s=s.result_ttl_s),
-        objects=S3Objects(cached_s3_client(s.aws_region, s.s3_endpoint_url), s.payload_bucket, s.presign_ttl_s),
+        objects=S3Objects(
+            cached_s3_client(s.aws_region, s.s3_endpoint_url), s.payload_bucket, s.presign_ttl_s
+        ),
         # Looked up at call time so tests can move the clock.
         clock=lambda: clock.now(),
     )
@@ -62,7 +64,9 @@ def roles_for(method: str, path: str) -> tuple[str, ...] | None:
     raise KeyError(f"{method} {path} is not in routes.ROUTES")
 
 
-def principal(app: APIGatewayRestResolver, roles: tuple[str, ...], namespace: str | None = None) -> Principal:
+def principal(
+    app: APIGatewayRestResolver, roles: tuple[str, ...], namespace: str | None = None
+) -> Principal:
     """The caller as the authorizer saw it; 403 for another namespace or a route outside the role."""
     ctx = (app.current_event.raw_event.get("requestContext") or {}).get("authorizer") or {}
     ns, role = ctx.get("namespace"), ctx.get("role")
@@ -96,7 +100,9 @@ def json_body(app: APIGatewayRestResolver) -> dict:
     return value
 
 
-def error_response(status: int, code: str, message: str, headers: dict | None = None, **details) -> Response:
+def error_response(
+    status: int, code: str, message: str, headers: dict | None = None, **details
+) -> Response:
     body = {"error": {"code": code, "message": message, **details}}
     return Response(
         status_code=status,
@@ -152,7 +158,9 @@ def new_resolver() -> APIGatewayRestResolver:
             "READONLY" in str(e) or "LOADING" in str(e) or "CLUSTERDOWN" in str(e)
         ):
             logger.warning("redis unavailable", extra={"error": type(e).__name__})
-            err = ServiceUnavailable("redis is unreachable; retry shortly", retry_after_s=REDIS_RETRY_AFTER_S)
+            err = ServiceUnavailable(
+                "redis is unreachable; retry shortly", retry_after_s=REDIS_RETRY_AFTER_S
+            )
             return error_response(err.status, err.code, err.message, err.headers)
         logger.error("redis error", exc_info=e)
         return error_response(500, "internal_error", "internal error")

@@ -20,8 +20,15 @@ def lambda_handler(event, context):
     try:
         if action == "mint":
             token, info = store.mint(event.get("namespace", ""), event.get("role", ""))
-            logger.info("token minted", extra={"token_id": info.token_id, "namespace": info.namespace})
-            return {"token": token, "token_id": info.token_id, "namespace": info.namespace, "role": info.role}
+            logger.info(
+                "token minted", extra={"token_id": info.token_id, "namespace": info.namespace}
+            )
+            return {
+                "token": token,
+                "token_id": info.token_id,
+                "namespace": info.namespace,
+                "role": info.role,
+            }
         if action == "revoke":
             removed = store.revoke(event.get("token") or event.get("token_id") or "")
             logger.info("token revoked", extra={"removed": removed})

@@ -18,7 +18,9 @@ FAILURE = "/v1/namespaces/<ns>/jobs/<job_id>/failure"
 
 def register(app) -> None:
     poll_roles, result_roles, failure_roles = (
-        roles_for("POST", POLL), roles_for("POST", RESULT), roles_for("POST", FAILURE)
+        roles_for("POST", POLL),
+        roles_for("POST", RESULT),
+        roles_for("POST", FAILURE),
     )
 
     @app.post(
@@ -34,7 +36,9 @@ def register(app) -> None:
         delivery = poll(p, body, get_deps())
         return empty_response(204) if delivery is None else json_response(200, delivery)
 
-    @app.post(RESULT, summary="Post a job's result or error", responses={204: {"description": "stored"}})
+    @app.post(
+        RESULT, summary="Post a job's result or error", responses={204: {"description": "stored"}}
+    )
     def result(ns: str, job_id: str, body: Annotated[ResultPost, Body()]):
         p = principal(app, result_roles, ns)
         post_result(p, job_id, body, get_deps())

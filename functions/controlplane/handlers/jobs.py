@@ -10,7 +10,15 @@ from ..logic.enqueue import enqueue
 from ..logic.results import get_result, job_status
 from ..models.wire import EnqueueRequest, EnqueueResponse, JobStatusResponse, ResultResponse
 from ..observability import lambda_entry
-from ._common import get_deps, json_body, json_response, new_resolver, principal, raw_body, roles_for
+from ._common import (
+    get_deps,
+    json_body,
+    json_response,
+    new_resolver,
+    principal,
+    raw_body,
+    roles_for,
+)
 
 ENQUEUE = "/v1/namespaces/<ns>/queues/<queue>/jobs"
 STATUS = "/v1/namespaces/<ns>/jobs/<job_id>"
@@ -20,7 +28,9 @@ RAW_BODY_TYPES = ("application/msgpack", "application/octet-stream")
 
 def register(app) -> None:
     enqueue_roles, status_roles, result_roles = (
-        roles_for("POST", ENQUEUE), roles_for("GET", STATUS), roles_for("GET", RESULT)
+        roles_for("POST", ENQUEUE),
+        roles_for("GET", STATUS),
+        roles_for("GET", RESULT),
     )
 
     @app.post(
@@ -32,7 +42,9 @@ def register(app) -> None:
     def enqueue_job(ns: str, queue: str) -> EnqueueResponse:
         p = principal(app, enqueue_roles, ns)
         headers = app.current_event.headers
-        content_type = (headers.get("content-type") or headers.get("Content-Type") or "").split(";")[0].strip()
+        content_type = (
+            (headers.get("content-type") or headers.get("Content-Type") or "").split(";")[0].strip()
+        )
         if content_type in RAW_BODY_TYPES:
             payload_ref, payload_inline = None, raw_body(app)
         else:

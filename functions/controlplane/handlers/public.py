@@ -17,8 +17,11 @@ OPENAPI = "/v1/openapi.json"
 def register(app) -> None:
     config_roles = roles_for("GET", CONFIG)
 
-    @app.get(HEALTH, summary="Checks: redis, bucket reachable, region, encryption, lifecycle",
-             responses={503: {"description": "one or more checks failing"}})
+    @app.get(
+        HEALTH,
+        summary="Checks: redis, bucket reachable, region, encryption, lifecycle",
+        responses={503: {"description": "one or more checks failing"}},
+    )
     def get_health() -> HealthResponse:
         report = health(get_deps())
         return json_response(200 if report.status == "ok" else 503, report)
@@ -45,7 +48,9 @@ def openapi_document() -> dict:
         module.register(doc_app)
     register(doc_app)
     schema = doc_app.get_openapi_json_schema(
-        title="payloadstore control plane", version="1", description=__doc__,
+        title="payloadstore control plane",
+        version="1",
+        description=__doc__,
     )
     document = json.loads(schema)
     _document_manual_bodies(document)
@@ -65,7 +70,9 @@ def _document_manual_bodies(document: dict) -> None:
     paths = document["paths"]
     paths["/v1/namespaces/{ns}/payloads/presign"]["post"]["requestBody"] = {
         "description": "JSON body and/or the same fields as query parameters (query wins)",
-        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/PresignRequest"}}},
+        "content": {
+            "application/json": {"schema": {"$ref": "#/components/schemas/PresignRequest"}}
+        },
     }
     paths["/v1/namespaces/{ns}/queues/{queue}/jobs"]["post"]["requestBody"] = {
         "required": True,

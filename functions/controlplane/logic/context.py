@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from ..models.errors import NotFound
 from ..observability import bind_job
@@ -23,9 +24,9 @@ class Principal:
 
 @dataclass(frozen=True)
 class Deps:
-    settings: "Settings"
-    jobs: "RedisJobStore"
-    objects: "S3Objects"
+    settings: Settings
+    jobs: RedisJobStore
+    objects: S3Objects
     clock: Callable[[], float]
 
 

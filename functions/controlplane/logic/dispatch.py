@@ -42,7 +42,9 @@ def poll(p: Principal, req: PollRequest, deps: Deps) -> PollResponse | None:
             continue
         attempt = int(outcome.args[0])
         bind_job(job_id)
-        logger.info("job delivered", extra={"queue": queue, "attempt": attempt, "daemon_id": req.daemon_id})
+        logger.info(
+            "job delivered", extra={"queue": queue, "attempt": attempt, "daemon_id": req.daemon_id}
+        )
         metrics_count("JobsDelivered", redelivery=str(attempt > 1).lower())
         inline = fields.get(b"inline")
         ref = fields.get(b"ref")
@@ -111,11 +113,18 @@ def post_result(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> None
             raise Conflict("resultRef.key is not this job's issued result key")
         verify_uploaded(body.resultRef, issued, deps)
         stored = PayloadRef(
-            kind="s3", bucket=issued.bucket, key=issued.key, size=issued.size,
-            contentType=issued.content_type, sha256=issued.sha256,
+            kind="s3",
+            bucket=issued.bucket,
+            key=issued.key,
+            size=issued.size,
+            contentType=issued.content_type,
+            sha256=issued.sha256,
         )
-        fields = {"result_kind": "s3", "result_ref": dumps(stored.model_dump(exclude_none=True)),
-                  "result_size": issued.size}
+        fields = {
+            "result_kind": "s3",
+            "result_ref": dumps(stored.model_dump(exclude_none=True)),
+            "result_size": issued.size,
+        }
 
     outcome = deps.jobs.complete(job_id, new_state.value, digest, deps.clock(), fields)
     _settle(p, job_id, outcome, deps)
@@ -135,8 +144,10 @@ def _settle(p: Principal, job_id: str, outcome, deps: Deps) -> None:
     elif outcome.status == "missing":
         raise NotFound(f"job {job_id} not found")
     else:
-        raise Conflict(f"job {job_id} is {outcome.args[0] if outcome.args else outcome.status}; "
-                       "it accepts no other result")
+        raise Conflict(
+            f"job {job_id} is {outcome.args[0] if outcome.args else outcome.status}; "
+            "it accepts no other result"
+        )
 
 
 def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps) -> None:
@@ -151,19 +162,31 @@ def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps)
         }
         error_json = dumps({k: v for k, v in error.items() if v is not None})
         outcome = deps.jobs.complete(
-            job_id, JobStatus.PAYLOAD_CORRUPT.value, _digest("corrupt", error_json), now,
+            job_id,
+            JobStatus.PAYLOAD_CORRUPT.value,
+            _digest("corrupt", error_json),
+            now,
             {"result_kind": "error", "error": error_json},
         )
         if outcome.status == "ok":
             metrics_count("PayloadCorrupt")
-            logger.error("payload corrupt", extra={"expected_sha256": error["expected_sha256"],
-                                                   "actual_sha256": report.actual_sha256})
+            logger.error(
+                "payload corrupt",
+                extra={
+                    "expected_sha256": error["expected_sha256"],
+                    "actual_sha256": report.actual_sha256,
+                },
+            )
         _settle(p, job_id, outcome, deps)
         return
 
-    error_json = dumps({"type": "PayloadLost", "message": report.detail or "payload object not found"})
+    error_json = dumps(
+        {"type": "PayloadLost", "message": report.detail or "payload object not found"}
+    )
     max_requeues = 1 if deps.settings.payload_lost_policy is PayloadLostPolicy.RETRY_ONCE else 0
-    outcome = deps.jobs.payload_lost(job_id, max_requeues, _digest("lost", "payload_lost"), now, error_json)
+    outcome = deps.jobs.payload_lost(
+        job_id, max_requeues, _digest("lost", "payload_lost"), now, error_json
+    )
     metrics_count("PayloadLost")
     if outcome.status == "requeue":
         old_stream_id, queue = outcome.args
@@ -171,8 +194,11 @@ def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps)
         ref_json = job.get("payload_ref")
         inline = entry.get(b"inline") if entry else None
         deps.jobs.append_to_queue(
-            p.namespace, queue, job_id,
-            inline=inline, ref_json=None if inline is not None else ref_json,
+            p.namespace,
+            queue,
+            job_id,
+            inline=inline,
+            ref_json=None if inline is not None else ref_json,
             min_id_ms=max(int((now - deps.settings.retention_s) * 1000), 0),
         )
         deps.jobs.drop_entry(p.namespace, queue, old_stream_id)

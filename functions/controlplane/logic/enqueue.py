@@ -47,7 +47,9 @@ def enqueue(
     return _enqueue_ref(p, queue, payload_ref, deps)
 
 
-def _enqueue_inline(p: Principal, queue: str, data: bytes, idem: str | None, deps: Deps) -> Enqueued:
+def _enqueue_inline(
+    p: Principal, queue: str, data: bytes, idem: str | None, deps: Deps
+) -> Enqueued:
     threshold = deps.settings.inline_threshold
     if len(data) > threshold:
         raise PayloadTooLarge(
@@ -64,7 +66,9 @@ def _enqueue_inline(p: Principal, queue: str, data: bytes, idem: str | None, dep
         if existing:
             job = deps.jobs.get_job(existing)
             if job is not None and job.get("queue") != queue:
-                raise Conflict(f"Idempotency-Key already used for a job on queue {job.get('queue')}")
+                raise Conflict(
+                    f"Idempotency-Key already used for a job on queue {job.get('queue')}"
+                )
             job_id = existing  # finish (or repeat) the earlier request's enqueue
     bind_job(job_id)
     fields = _job_fields(p, queue, Tier.INLINE, now, payload_size=len(data))

@@ -8,9 +8,7 @@ import time
 from ..models.domain import PayloadKind, job_id_time_s
 
 PAYLOAD_PREFIX = "payloads/"
-_KEY_RE = re.compile(
-    r"^payloads/(\d{4})/(\d{2})/(\d{2})/([0-9A-HJKMNP-TV-Z]{26})/(args|result)$"
-)
+_KEY_RE = re.compile(r"^payloads/(\d{4})/(\d{2})/(\d{2})/([0-9A-HJKMNP-TV-Z]{26})/(args|result)$")
 
 
 def key_for(job_id: str, kind: PayloadKind) -> str:

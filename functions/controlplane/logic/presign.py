@@ -78,10 +78,16 @@ def presign_put(p: Principal, req: PresignRequest, deps: Deps) -> PresignPutResp
     )
 
 
-def _represign(p: Principal, req: PresignRequest, issued: IssueRecord, deps: Deps) -> PresignPutResponse:
+def _represign(
+    p: Principal, req: PresignRequest, issued: IssueRecord, deps: Deps
+) -> PresignPutResponse:
     if issued.namespace != p.namespace:
         raise NotFound(f"no {req.kind.value} key was issued for job {issued.job_id}")
-    if (issued.size, issued.sha256, issued.content_type) != (req.size, req.sha256, req.content_type):
+    if (issued.size, issued.sha256, issued.content_type) != (
+        req.size,
+        req.sha256,
+        req.content_type,
+    ):
         raise Conflict(
             "a re-presign must repeat the size, sha256 and content_type of the first "
             f"(issued size={issued.size} sha256={issued.sha256 or '-'} content_type={issued.content_type})"

@@ -47,13 +47,12 @@ class Settings(BaseModel):
     token_parameter_path: str = "/payloadstore/tokens"
     token_cache_s: int = Field(60, ge=0)
 
-
     @property
     def retention_s(self) -> int:
         return self.queue_retention_s or self.result_ttl_s
 
     @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None) -> "Settings":
+    def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
         env = os.environ if environ is None else environ
         values: dict[str, str] = {}
         for field, env_name in SETTINGS_ENV.items():

@@ -10,7 +10,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 
 from .domain import NAME_RE, JobStatus, PayloadKind, PayloadRef, Tier
 
-Sha256Hex = Annotated[str, Field(pattern=r"^[0-9a-fA-F]{64}$", description="sha256 of the bytes, hex")]
+Sha256Hex = Annotated[
+    str, Field(pattern=r"^[0-9a-fA-F]{64}$", description="sha256 of the bytes, hex")
+]
 Name = Annotated[str, Field(pattern=NAME_RE.pattern, description="[A-Za-z0-9_.-], 1-63 chars")]
 
 
@@ -30,7 +32,9 @@ def _checked_b64(value: str) -> str:
     return value
 
 
-Base64Bytes = Annotated[str, AfterValidator(_checked_b64), Field(description="base64 of the msgpack bytes")]
+Base64Bytes = Annotated[
+    str, AfterValidator(_checked_b64), Field(description="base64 of the msgpack bytes")
+]
 
 
 # -- presign -------------------------------------------------------------------------------

@@ -175,7 +175,9 @@ class RedisJobStore:
         flat: list[Any] = [self._ttl]
         for k, v in fields.items():
             flat += [k, v]
-        return bool(self._create_issue(keys=[keys.issue(issue.job_id, issue.kind.value)], args=flat))
+        return bool(
+            self._create_issue(keys=[keys.issue(issue.job_id, issue.kind.value)], args=flat)
+        )
 
     def bump_presign(self, job_id: str, kind: PayloadKind, max_presigns: int) -> int:
         """New presign count; -1 past the cap; 0 when no such issue record exists."""
@@ -211,7 +213,9 @@ class RedisJobStore:
             job[name] = v if name == "result_inline" else _s(v)
         return job
 
-    def begin_enqueue(self, job_id: str, fields: dict[str, Any], now_ms: int, stale_ms: int) -> Outcome:
+    def begin_enqueue(
+        self, job_id: str, fields: dict[str, Any], now_ms: int, stale_ms: int
+    ) -> Outcome:
         flat: list[Any] = [now_ms, stale_ms, self._ttl]
         for k, v in fields.items():
             flat += [k, v]
@@ -302,7 +306,11 @@ class RedisJobStore:
         reply = self._with_groups(
             stream_keys,
             lambda: self._r.xreadgroup(
-                keys.CONSUMER_GROUP, consumer, streams, count=1, block=block_ms if block_ms > 0 else None
+                keys.CONSUMER_GROUP,
+                consumer,
+                streams,
+                count=1,
+                block=block_ms if block_ms > 0 else None,
             ),
         )
         if not reply:
@@ -317,13 +325,19 @@ class RedisJobStore:
                     # One job per poll: hand extra entries back by making them look timed out,
                     # so the next poll (ours or another daemon's) reclaims them at once.
                     self._r.xclaim(
-                        stream_key, keys.CONSUMER_GROUP, consumer, 0, [entry_id],
+                        stream_key,
+                        keys.CONSUMER_GROUP,
+                        consumer,
+                        0,
+                        [entry_id],
                         idle=min_idle_ms + 1,
                     )
         return picked
 
     def start_delivery(self, job_id: str, stream_id: str, daemon_id: str, now: float) -> Outcome:
-        reply = self._start_delivery(keys=[keys.job(job_id)], args=[stream_id, daemon_id, repr(now)])
+        reply = self._start_delivery(
+            keys=[keys.job(job_id)], args=[stream_id, daemon_id, repr(now)]
+        )
         return Outcome(_s(reply[0]), tuple(_s(x) for x in reply[1:]))
 
     def drop_entry(self, namespace: str, queue: str, stream_id: str) -> None:
@@ -372,4 +386,3 @@ class RedisJobStore:
 
 def dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True)
-

@@ -67,7 +67,9 @@ class S3Objects:
         self.bucket = bucket
         self._ttl = presign_ttl_s
 
-    def presign_put(self, key: str, size: int, content_type: str, sha256_hex: str | None) -> PresignedPut:
+    def presign_put(
+        self, key: str, size: int, content_type: str, sha256_hex: str | None
+    ) -> PresignedPut:
         """A PUT URL that signs content-length, content-type and (when given) the sha256 checksum,
         so S3 refuses a body of another size, type or digest."""
         params: dict[str, Any] = {
@@ -91,7 +93,10 @@ class S3Objects:
 
     def presign_get(self, key: str) -> str:
         return self._s3.generate_presigned_url(
-            "get_object", Params={"Bucket": self.bucket, "Key": key}, ExpiresIn=self._ttl, HttpMethod="GET"
+            "get_object",
+            Params={"Bucket": self.bucket, "Key": key},
+            ExpiresIn=self._ttl,
+            HttpMethod="GET",
         )
 
     def head(self, key: str) -> ObjectInfo | None:
@@ -149,7 +154,12 @@ class S3Objects:
         for rule in rules:
             rule_prefix = rule.get("Filter", {}).get("Prefix", rule.get("Prefix"))
             days = rule.get("Expiration", {}).get("Days")
-            if rule.get("Status") == "Enabled" and rule_prefix == prefix and days and days <= max_days:
+            if (
+                rule.get("Status") == "Enabled"
+                and rule_prefix == prefix
+                and days
+                and days <= max_days
+            ):
                 return True, f"lifecycle expires {prefix} after {days} days"
         return False, f"no enabled lifecycle rule expiring {prefix} within {max_days} days"
 

@@ -92,7 +92,8 @@ class TokenStore:
 
     def list(self) -> list[TokenInfo]:
         return [
-            TokenInfo(v["namespace"], v["role"], token_id_of(h)) for h, v in self._load(force=True).items()
+            TokenInfo(v["namespace"], v["role"], token_id_of(h))
+            for h, v in self._load(force=True).items()
         ]
 
     def _list_names(self) -> list[str]:
