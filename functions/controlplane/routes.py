@@ -7,7 +7,8 @@ Nothing in this module may import boto3, redis or Powertools: CDK synth imports 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 CLIENT = "client"
 DAEMON = "daemon"
@@ -26,6 +27,35 @@ FUNCTIONS: dict[str, str] = {
 }
 
 
+# -- what a route answers (drives the OpenAPI document; see docs/wire.md "Declaring responses") --
+#
+# `responses` maps each status a route's own code can answer to the body it carries:
+#   "ModelName"       a model of models/wire.py          "A|B"    any one of several models
+#   ERROR             the error body {"error": {...}}    None     no body (204)
+#   OBJECT            any JSON object                    (spec, "description") to say more
+# The statuses every route of a kind shares are added by the OpenAPI builder (COMMON_ERRORS), so a
+# route lists only its own: success answers and the domain errors its logic raises (404, 409, ...).
+ERROR = "ErrorResponse"
+OBJECT = "object"
+JSON = ("application/json",)
+
+ResponseSpec = str | None | tuple[str | None, str]
+
+# Shared answers, by what the route has (the builder adds them unless the route lists the status):
+#   authorized   401 (no or unknown token: API Gateway's {"message"} or our error body),
+#                403 (another namespace, a role the route does not serve, or a gateway deny)
+#   inputs       422 (path, query or body fails validation)
+#   body         400 (unparsable: not UTF-8/JSON, nested too deep), 413 (over 10 MB, the gateway),
+#                415 (a content type the route does not take)
+#   backend      503 (Redis or S3 unavailable; always with Retry-After)
+COMMON_ERRORS = {
+    "authorized": (401, 403),
+    "inputs": (422,),
+    "body": (400, 413, 415, 422),
+    "backend": (503,),
+}
+
+
 @dataclass(frozen=True)
 class Route:
     method: str
@@ -33,24 +63,146 @@ class Route:
     function: str  # key of FUNCTIONS
     roles: tuple[str, ...] | None  # None: no authorizer (public)
     event: str  # name of the sample event under events/ (without .json)
+    # status -> body (see above). Every route lists at least its success answers.
+    responses: Mapping[int, ResponseSpec] = field(default_factory=dict, hash=False, compare=False)
+    # Media types the request body may have; () = the route reads no body. A body of any other
+    # type is refused with 415 before the handler runs; JSON bodies are parsed first (400).
+    body: tuple[str, ...] = ()
+    # The request body model (models/wire.py) for routes that parse their body by hand, and
+    # whether a body must be sent (presign also takes its fields as query parameters).
+    request: str | None = None
+    body_required: bool = True
+    # False: the route touches neither Redis nor S3 (no 503 to declare).
+    backend: bool = True
 
 
 ROUTES: tuple[Route, ...] = (
     Route(
-        "POST", "/v1/namespaces/{ns}/payloads/presign", "payloads", (CLIENT, DAEMON), "presign_put"
+        "POST",
+        "/v1/namespaces/{ns}/payloads/presign",
+        "payloads",
+        (CLIENT, DAEMON),
+        "presign_put",
+        responses={
+            200: ("PresignPutResponse|PresignGetResponse", "a presigned PUT (op=put) or GET"),
+            404: ("ErrorResponse", "no such job, or a key never issued to this namespace"),
+            409: ERROR,
+            410: ("ErrorResponse", "the key is past retention"),
+            413: ("ErrorResponse", "size over MAX_PAYLOAD_BYTES"),
+            429: ("ErrorResponse", "past MAX_PRESIGNS_PER_JOB for this job"),
+        },
+        body=JSON,
+        request="PresignRequest",
+        body_required=False,
     ),
-    Route("POST", "/v1/namespaces/{ns}/queues/{queue}/jobs", "jobs", (CLIENT,), "enqueue_inline"),
-    Route("GET", "/v1/namespaces/{ns}/jobs/{job_id}", "jobs", (CLIENT, DAEMON), "job_status"),
-    Route("GET", "/v1/namespaces/{ns}/jobs/{job_id}/result", "jobs", (CLIENT,), "result_get"),
-    Route("POST", "/v1/daemon/poll", "daemon", (DAEMON,), "daemon_poll"),
-    Route("POST", "/v1/namespaces/{ns}/jobs/{job_id}/result", "daemon", (DAEMON,), "result_post"),
     Route(
-        "POST", "/v1/namespaces/{ns}/jobs/{job_id}/failure", "daemon", (DAEMON,), "failure_report"
+        "POST",
+        "/v1/namespaces/{ns}/queues/{queue}/jobs",
+        "jobs",
+        (CLIENT,),
+        "enqueue_inline",
+        responses={
+            201: ("EnqueueResponse", "created"),
+            200: ("EnqueueResponse", "the same job again (idempotent retry)"),
+            409: ("ErrorResponse", "a key not issued to this namespace or not uploaded"),
+            413: ("ErrorResponse", "inline payload over INLINE_THRESHOLD"),
+            502: ("ErrorResponse", "object storage refused the check of the upload"),
+        },
+        body=("application/json", "application/msgpack", "application/octet-stream"),
+        request="EnqueueRequest",
     ),
-    Route("GET", "/v1/config", "public", (CLIENT, DAEMON), "config"),
-    Route("GET", "/v1/health", "public", None, "health"),
-    Route("GET", "/v1/openapi.json", "public", None, "openapi"),
+    Route(
+        "GET",
+        "/v1/namespaces/{ns}/jobs/{job_id}",
+        "jobs",
+        (CLIENT, DAEMON),
+        "job_status",
+        responses={200: "JobStatusResponse", 404: ERROR},
+    ),
+    Route(
+        "GET",
+        "/v1/namespaces/{ns}/jobs/{job_id}/result",
+        "jobs",
+        (CLIENT,),
+        "result_get",
+        responses={
+            200: ("ResultResponse", "the result, or the terminal failure"),
+            202: ("ResultResponse", "still queued or running after the wait"),
+            404: ERROR,
+        },
+    ),
+    Route(
+        "POST",
+        "/v1/daemon/poll",
+        "daemon",
+        (DAEMON,),
+        "daemon_poll",
+        responses={200: ("PollResponse", "a job"), 204: (None, "nothing to do")},
+        body=JSON,
+    ),
+    Route(
+        "POST",
+        "/v1/namespaces/{ns}/jobs/{job_id}/result",
+        "daemon",
+        (DAEMON,),
+        "result_post",
+        responses={
+            204: (None, "stored"),
+            404: ERROR,
+            409: ("ErrorResponse", "the job takes no result now, or the key is not its own"),
+            413: ("ErrorResponse", "inline result over INLINE_THRESHOLD"),
+            502: ("ErrorResponse", "object storage refused the check of the upload"),
+        },
+        body=JSON,
+    ),
+    Route(
+        "POST",
+        "/v1/namespaces/{ns}/jobs/{job_id}/failure",
+        "daemon",
+        (DAEMON,),
+        "failure_report",
+        responses={204: (None, "recorded"), 404: ERROR, 409: ERROR},
+        body=JSON,
+    ),
+    Route(
+        "GET",
+        "/v1/config",
+        "public",
+        (CLIENT, DAEMON),
+        "config",
+        responses={200: "ConfigResponse"},
+        backend=False,
+    ),
+    Route(
+        "GET",
+        "/v1/health",
+        "public",
+        None,
+        "health",
+        responses={
+            200: ("HealthResponse", "every check passes"),
+            503: ("HealthResponse", "one or more checks failing (with Retry-After)"),
+        },
+    ),
+    Route(
+        "GET",
+        "/v1/openapi.json",
+        "public",
+        None,
+        "openapi",
+        responses={200: (OBJECT, "this document")},
+        backend=False,
+    ),
 )
+
+
+def find_route(method: str, path: str) -> Route | None:
+    """The route of an API Gateway resource path (`{name}` parameters) and method, if any."""
+    for route in ROUTES:
+        if route.method == method and route.path == path:
+            return route
+    return None
+
 
 # API Gateway REST API limits the local gateway enforces too.
 API_GATEWAY_MAX_BODY_BYTES = 10 * 1024 * 1024

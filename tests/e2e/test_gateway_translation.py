@@ -285,6 +285,21 @@ def test_unknown_route_and_unknown_method_get_missing_authentication_token(gatew
         assert resp.json() == {"message": "Missing Authentication Token"}
 
 
+@pytest.mark.parametrize("method", ["TRACE", "QUERY", "CONNECT", "PROPFIND", "BREW"])
+def test_any_method_without_a_route_is_missing_authentication_token(gateway, method):
+    # Given a method this server has no handler for (http.server would answer 501 HTML)
+    resp = requests.request(method, f"{gateway.url}/v1/echo/x", timeout=10)
+    # Then it is API Gateway's answer, in JSON
+    assert resp.status_code == 403
+    assert resp.json() == {"message": "Missing Authentication Token"}
+    assert resp.headers["x-amzn-ErrorType"] == "MissingAuthenticationTokenException"
+
+
+def test_an_encoded_slash_stays_inside_its_path_parameter(gateway):
+    resp = requests.get(f"{gateway.url}/v1/echo/a%2Fb", timeout=10)
+    assert event_of(resp)["pathParameters"] == {"name": "a/b"}
+
+
 def test_handler_exception_is_502_without_details(gateway):
     resp = requests.get(f"{gateway.url}/v1/boom", timeout=10)
     assert resp.status_code == 502

@@ -66,7 +66,11 @@ def test_openapi_lists_every_route_with_models(cp):
     enqueue_body = paths["/v1/namespaces/{ns}/queues/{queue}/jobs"]["post"]["requestBody"][
         "content"
     ]
-    assert set(enqueue_body) == {"application/json", "application/msgpack"}
+    assert set(enqueue_body) == {
+        "application/json",
+        "application/msgpack",
+        "application/octet-stream",
+    }
 
 
 def test_sample_events_are_served(cp):

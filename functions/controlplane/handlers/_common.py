@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from .. import clock
 from ..logic.context import Deps, Principal
 from ..models.errors import (
+    BadRequest,
     Forbidden,
     PayloadStoreError,
     ServiceUnavailable,
@@ -25,7 +26,7 @@ from ..models.errors import (
 )
 from ..models.settings import get_settings
 from ..observability import logger
-from ..routes import ROUTES
+from ..routes import ROUTES, find_route
 from ..store.redis_client import cached_redis
 from ..store.redis_jobs import RedisJobStore
 from ..store.s3_objects import S3Objects, cached_s3_client
@@ -93,8 +94,8 @@ def json_body(app: APIGatewayRestResolver) -> dict:
         return {}
     try:
         value = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise Unprocessable("body is not valid JSON") from e
+    except (ValueError, RecursionError) as e:  # normally refused earlier, by precheck (400)
+        raise BadRequest("body is not valid JSON") from e
     if not isinstance(value, dict):
         raise Unprocessable("body must be a JSON object")
     return value
@@ -112,9 +113,11 @@ def error_response(
     )
 
 
-def json_response(status: int, model) -> Response:
+def json_response(status: int, model, headers: dict | None = None) -> Response:
     """The model goes through Powertools' response validation and serialization."""
-    return Response(status_code=status, content_type="application/json", body=model)
+    return Response(
+        status_code=status, content_type="application/json", body=model, headers=headers or {}
+    )
 
 
 def empty_response(status: int = 204) -> Response:
@@ -130,9 +133,86 @@ def _summarize(errors: list[dict]) -> str:
     return "; ".join(parts) or "invalid request"
 
 
+# -- the request as bytes, before any handler: content type and JSON syntax -------------------
+
+
+def media_type(headers: dict | None) -> str:
+    """`application/json; charset=utf-8` -> `application/json` ("" when absent)."""
+    value = next((v for k, v in (headers or {}).items() if k.lower() == "content-type"), None)
+    return (value or "").split(";", 1)[0].strip().lower()
+
+
+def _event_body(event: dict) -> bytes:
+    body = event.get("body") or ""
+    if event.get("isBase64Encoded"):
+        try:
+            return base64.b64decode(body)
+        except (ValueError, TypeError):
+            return b"\x00"  # unparsable as JSON: refused below
+    return body.encode("utf-8", errors="surrogatepass")
+
+
+def precheck(event: dict) -> tuple[int, str, str] | None:
+    """(status, code, message) when the request cannot reach its handler, else None.
+
+    A body must come with one of the media types its route takes (415); a JSON body must be
+    UTF-8 JSON that Python can hold (400: syntax, encoding, nesting past the recursion limit).
+    Routes that read no body ignore one, as before."""
+    route = find_route(str(event.get("httpMethod") or ""), str(event.get("resource") or ""))
+    if route is None or not route.body:
+        return None
+    data = _event_body(event)
+    if not data.strip():
+        return None
+    media = media_type(event.get("headers"))
+    if media not in route.body:
+        given = f"Content-Type {media}" if media else "no Content-Type"
+        return 415, "unsupported_media_type", f"{given}; send one of: {', '.join(route.body)}"
+    if media == "application/json":
+        try:
+            json.loads(data)
+        except RecursionError:
+            return 400, "malformed_body", "body is JSON nested too deeply"
+        except UnicodeDecodeError:
+            return 400, "malformed_body", "body is not UTF-8"
+        except ValueError as e:
+            return 400, "malformed_body", f"body is not valid JSON: {e}"
+    return None
+
+
+def _proxy_error(status: int, code: str, message: str) -> dict:
+    return {
+        "statusCode": status,
+        "multiValueHeaders": {"Content-Type": ["application/json"]},
+        "body": json.dumps({"error": {"code": code, "message": message}}),
+        "isBase64Encoded": False,
+    }
+
+
+def _ensure_retry_after(result: dict) -> dict:
+    """Every 503 tells the client when to come back, whichever code path produced it."""
+    if result.get("statusCode") != 503:
+        return result
+    names = {k.lower() for k in (result.get("headers") or {})}
+    names |= {k.lower() for k in (result.get("multiValueHeaders") or {})}
+    if "retry-after" not in names:
+        result.setdefault("multiValueHeaders", {})["Retry-After"] = [str(REDIS_RETRY_AFTER_S)]
+    return result
+
+
+class PayloadStoreResolver(APIGatewayRestResolver):
+    """Powertools' REST resolver, with the byte-level checks of `precheck` run first."""
+
+    def resolve(self, event, context) -> dict:
+        refused = precheck(event) if isinstance(event, dict) else None
+        if refused is not None:
+            return _proxy_error(*refused)
+        return _ensure_retry_after(super().resolve(event, context))
+
+
 def new_resolver() -> APIGatewayRestResolver:
     """A REST resolver with request validation and our error mapping, identical for every function."""
-    app = APIGatewayRestResolver(enable_validation=True)
+    app = PayloadStoreResolver(enable_validation=True)
 
     @app.exception_handler(PayloadStoreError)
     def _domain(e: PayloadStoreError):
@@ -154,6 +234,14 @@ def new_resolver() -> APIGatewayRestResolver:
 
     @app.exception_handler(redis.RedisError)
     def _redis_down(e: redis.RedisError):
+        if isinstance(e, redis.exceptions.MaxConnectionsError):
+            # Every connection of this container's pool is held (long-polls): Redis is fine.
+            logger.warning("redis connection pool exhausted")
+            err = ServiceUnavailable(
+                "too many concurrent requests on this container; retry shortly",
+                retry_after_s=REDIS_RETRY_AFTER_S,
+            )
+            return error_response(err.status, "busy", err.message, err.headers)
         if isinstance(e, (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)) or (
             "READONLY" in str(e) or "LOADING" in str(e) or "CLUSTERDOWN" in str(e)
         ):

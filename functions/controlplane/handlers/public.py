@@ -12,19 +12,19 @@ from ._common import get_deps, json_response, new_resolver, principal, roles_for
 HEALTH = "/v1/health"
 CONFIG = "/v1/config"
 OPENAPI = "/v1/openapi.json"
+# A failing check (Redis restarting, a bucket being created) is worth asking again this soon.
+HEALTH_RETRY_AFTER_S = 5
 
 
 def register(app) -> None:
     config_roles = roles_for("GET", CONFIG)
 
-    @app.get(
-        HEALTH,
-        summary="Checks: redis, bucket reachable, region, encryption, lifecycle",
-        responses={503: {"description": "one or more checks failing"}},
-    )
+    @app.get(HEALTH, summary="Checks: redis, bucket reachable, region, encryption, lifecycle")
     def get_health() -> HealthResponse:
         report = health(get_deps())
-        return json_response(200 if report.status == "ok" else 503, report)
+        if report.status == "ok":
+            return json_response(200, report)
+        return json_response(503, report, headers={"Retry-After": str(HEALTH_RETRY_AFTER_S)})
 
     @app.get(CONFIG, summary="Settings clients need: thresholds and URL lifetime")
     def get_config() -> ConfigResponse:
@@ -38,49 +38,27 @@ def register(app) -> None:
 
 @lru_cache(maxsize=1)
 def openapi_document() -> dict:
-    """The whole v1 API, built from every function's routes on a resolver used only for docs."""
+    """The whole v1 API, built from every function's routes on a resolver used only for docs;
+    the answers, security and hand-parsed bodies come from routes.ROUTES (see _openapi.py)."""
+    import importlib
     import json
 
-    from . import daemon, jobs, payloads
+    from ..routes import FUNCTIONS, ROUTES
+    from ._openapi import complete
 
     doc_app = new_resolver()
-    for module in (payloads, jobs, daemon):
-        module.register(doc_app)
-    register(doc_app)
+    for group in sorted({route.function for route in ROUTES}):
+        module_name = FUNCTIONS[group].rsplit(".", 1)[0]
+        if module_name == __name__:
+            register(doc_app)
+        else:
+            importlib.import_module(module_name).register(doc_app)
     schema = doc_app.get_openapi_json_schema(
         title="payloadstore control plane",
         version="1",
         description=__doc__,
     )
-    document = json.loads(schema)
-    _document_manual_bodies(document)
-    return document
-
-
-def _document_manual_bodies(document: dict) -> None:
-    """Presign and enqueue parse their bodies themselves (query + JSON, or raw msgpack), so
-    Powertools cannot see them: describe those request bodies here."""
-    from ..models.wire import EnqueueRequest, PresignRequest
-
-    schemas = document.setdefault("components", {}).setdefault("schemas", {})
-    for model in (PresignRequest, EnqueueRequest):
-        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
-        schemas.update(schema.pop("$defs", {}))
-        schemas[model.__name__] = schema
-    paths = document["paths"]
-    paths["/v1/namespaces/{ns}/payloads/presign"]["post"]["requestBody"] = {
-        "description": "JSON body and/or the same fields as query parameters (query wins)",
-        "content": {
-            "application/json": {"schema": {"$ref": "#/components/schemas/PresignRequest"}}
-        },
-    }
-    paths["/v1/namespaces/{ns}/queues/{queue}/jobs"]["post"]["requestBody"] = {
-        "required": True,
-        "content": {
-            "application/json": {"schema": {"$ref": "#/components/schemas/EnqueueRequest"}},
-            "application/msgpack": {"schema": {"type": "string", "format": "binary"}},
-        },
-    }
+    return complete(json.loads(schema))
 
 
 app = new_resolver()

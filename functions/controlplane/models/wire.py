@@ -187,9 +187,17 @@ class HealthResponse(BaseModel):
 
 
 class ErrorBody(BaseModel):
+    """More fields may follow `code` and `message` (e.g. `reason`, `details`)."""
+
     code: str
     message: str
 
 
 class ErrorResponse(BaseModel):
     error: ErrorBody
+
+
+class GatewayErrorResponse(BaseModel):
+    """What API Gateway itself answers (no token, unknown token, body over 10 MB)."""
+
+    message: str | None
