@@ -140,6 +140,10 @@ def main() -> None:
             role="daemon",
             body={"resultInline": base64.b64encode(msgpack.packb(3)).decode()},
         ),
+        "queue_list": event("GET", "/v1/namespaces/{ns}/queues", {"ns": "dev"}, role="daemon"),
+        "queue_stats": event(
+            "GET", "/v1/namespaces/{ns}/queues/{queue}", {"ns": "dev", "queue": "default"}
+        ),
         "failure_report": event(
             "POST",
             "/v1/namespaces/{ns}/jobs/{job_id}/failure",
@@ -176,6 +180,18 @@ def main() -> None:
         },
     }
     events["admin_mint"] = {"action": "mint", "namespace": "dev", "role": "client"}
+    # What an EventBridge schedule rule sends the metrics function (routes.SCHEDULES).
+    events["metrics_schedule"] = {
+        "version": "0",
+        "id": "00000000-0000-0000-0000-000000000002",
+        "detail-type": "Scheduled Event",
+        "source": "aws.events",
+        "account": "123456789012",
+        "time": "2026-01-01T00:00:00Z",
+        "region": "us-east-1",
+        "resources": ["arn:aws:events:us-east-1:123456789012:rule/payloadstore-metrics"],
+        "detail": {},
+    }
     for name, body in events.items():
         (HERE / f"{name}.json").write_text(json.dumps(body, indent=2) + "\n")
 

@@ -36,6 +36,7 @@ CTX_CACHE_SHARDS = "payloadstore:cacheShards"
 CTX_ALARM_EMAIL = "payloadstore:alarmEmail"
 CTX_THROTTLE_RATE = "payloadstore:throttleRateLimit"
 CTX_THROTTLE_BURST = "payloadstore:throttleBurstLimit"
+CTX_OLDEST_JOB_AGE_ALARM_S = "payloadstore:oldestJobAgeAlarmSeconds"
 CTX_SETTINGS_PREFIX = (
     "payloadstore:setting:"  # e.g. -c payloadstore:setting:INLINE_THRESHOLD=131072
 )
@@ -57,6 +58,8 @@ FUNCTION_TUNING: dict[str, FunctionTuning] = {
     "public": FunctionTuning(memory_mb=512, timeout_s=10),
     "authorizer": FunctionTuning(memory_mb=512, timeout_s=10),
     "admin": FunctionTuning(memory_mb=256, timeout_s=30),
+    # Scheduled every minute; reads a few keys per queue.
+    "metrics": FunctionTuning(memory_mb=256, timeout_s=20),
 }
 
 # S3 actions per function group, on `<bucket>/payloads/*` only. A presigned URL can do only what
@@ -77,9 +80,12 @@ HEALTH_BUCKET_ACTIONS: tuple[str, ...] = (
 )
 HEALTH_FUNCTION = "public"
 # Groups that talk to Redis (and so read the AUTH secret). The authorizer and admin only use SSM.
-REDIS_FUNCTIONS: tuple[str, ...] = ("payloads", "jobs", "daemon", "public")
+REDIS_FUNCTIONS: tuple[str, ...] = ("payloads", "jobs", "daemon", "public", "metrics")
 AUTHORIZER_FUNCTION = "authorizer"
 ADMIN_FUNCTION = "admin"
+METRICS_FUNCTION = "metrics"
+# The oldest job waiting longer than this (seconds) raises an alarm: a queue stopped draining.
+DEFAULT_OLDEST_JOB_AGE_ALARM_S = 15 * 60
 
 
 def context_str(scope: Construct, key: str, default: str) -> str:

@@ -20,6 +20,7 @@ from infra.config import (
     FUNCTIONS_DIR,
     HEALTH_BUCKET_ACTIONS,
     HEALTH_FUNCTION,
+    METRICS_FUNCTION,
     LOG_LEVEL,
     METRICS_NAMESPACE,
     OBJECT_ACTIONS,
@@ -239,6 +240,10 @@ class ControlPlaneFunctions(Construct):
             iam.PolicyStatement(actions=["ssm:GetParametersByPath"], resources=[path_arn])
         )
         self.roles[ADMIN_FUNCTION].add_to_policy(
+            iam.PolicyStatement(actions=["ssm:GetParametersByPath"], resources=[path_arn])
+        )
+        # The metrics function lists namespaces from the token store: read-only, the path only.
+        self.roles[METRICS_FUNCTION].add_to_policy(
             iam.PolicyStatement(actions=["ssm:GetParametersByPath"], resources=[path_arn])
         )
         self.roles[ADMIN_FUNCTION].add_to_policy(

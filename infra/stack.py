@@ -8,14 +8,19 @@ from constructs import Construct
 from infra.alarms import Alarms
 from infra.api import DEFAULT_THROTTLE_BURST, DEFAULT_THROTTLE_RATE, ControlPlaneApi
 from infra.cache import DEFAULT_NODE_TYPE, RedisCache
+from infra.dashboard import OperationsDashboard
 from infra.config import (
     ADMIN_FUNCTION,
     AUTHORIZER_FUNCTION,
     CTX_ALARM_EMAIL,
     CTX_CACHE_NODE_TYPE,
     CTX_CACHE_SHARDS,
+    CTX_OLDEST_JOB_AGE_ALARM_S,
     CTX_THROTTLE_BURST,
     CTX_THROTTLE_RATE,
+    DEFAULT_OLDEST_JOB_AGE_ALARM_S,
+    METRICS_NAMESPACE,
+    SERVICE_NAME,
     TOKEN_PARAMETER_PATH,
     context_int,
     context_str,
@@ -23,7 +28,9 @@ from infra.config import (
 )
 from infra.functions import ControlPlaneFunctions
 from infra.network import Network
+from infra.schedules import Schedules
 from infra.storage import PayloadStorage
+from controlplane.routes import SCHEDULES
 
 
 class PayloadStoreStack(cdk.Stack):
@@ -56,10 +63,11 @@ class PayloadStoreStack(cdk.Stack):
             redis_auth_secret_arn=self.cache.auth_secret.secret_arn,
             destroy_on_removal=destroy,
         )
+        scheduled = {s.function for s in SCHEDULES}
         api_functions = {
             group: fn
             for group, fn in self.functions.functions.items()
-            if group not in (AUTHORIZER_FUNCTION, ADMIN_FUNCTION)
+            if group not in (AUTHORIZER_FUNCTION, ADMIN_FUNCTION) and group not in scheduled
         }
         self.api = ControlPlaneApi(
             self,
@@ -76,6 +84,20 @@ class PayloadStoreStack(cdk.Stack):
             api=self.api.api,
             redis_node_ids=self.cache.node_ids,
             email=self.node.try_get_context(CTX_ALARM_EMAIL) or None,
+        )
+        self.schedules = Schedules(self, "Schedules", functions=self.functions.functions)
+        self.dashboard = OperationsDashboard(
+            self,
+            "Dashboard",
+            api=self.api.api,
+            stage_name=self.api.api.deployment_stage.stage_name,
+            metrics_namespace=METRICS_NAMESPACE,
+            service=SERVICE_NAME,
+            redis_node_ids=self.cache.node_ids,
+            topic=self.alarms.topic,
+            oldest_job_age_alarm_s=context_int(
+                self, CTX_OLDEST_JOB_AGE_ALARM_S, DEFAULT_OLDEST_JOB_AGE_ALARM_S
+            ),
         )
 
         cdk.CfnOutput(self, "ApiUrl", value=self.api.url, description="base URL of the v1 API")

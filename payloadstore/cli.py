@@ -511,6 +511,51 @@ def health(settings: Settings) -> None:
     sys.exit(0 if healthy else 7)
 
 
+@cli.command()
+@click.argument("queue", required=False)
+@click.option("--json", "as_json", is_flag=True, help="print the figures as JSON")
+@click.pass_obj
+def queues(settings: Settings, queue: str | None, as_json: bool) -> None:
+    """Queued, in flight and oldest queued age of every queue (or of QUEUE); 4 if unknown."""
+    from dataclasses import asdict
+
+    from ._top import queue_table
+
+    try:
+        with settings.client() as client:
+            found = [client.queue(queue).stats()] if queue else client.queues()
+    except PayloadStoreError as e:
+        fail(e, settings.verbose)
+    rows = [asdict(q) for q in found]
+    click.echo(json.dumps({"queues": rows}) if as_json else queue_table(rows))
+
+
+@cli.command()
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.1),
+    default=2.0,
+    show_default=True,
+    help="seconds between refreshes",
+)
+@click.pass_obj
+def top(settings: Settings, interval: float) -> None:
+    """A refreshing view of every queue: depth, in flight, oldest age, depth trend. Ctrl-C quits."""
+    from dataclasses import asdict
+
+    from ._top import run_top
+
+    try:
+        with settings.client() as client:
+            run_top(
+                lambda: [asdict(q) for q in client.queues()],
+                title=f"payloadstore top: namespace {client.namespace} at {client.api.endpoint}",
+                interval_s=interval,
+            )
+    except PayloadStoreError as e:
+        fail(e, settings.verbose)
+
+
 def main(argv: list[str] | None = None) -> None:
     cli.main(args=argv, prog_name="payloadstore")
 

@@ -32,6 +32,7 @@ from .errors import (
     PayloadCorrupt,
     PayloadLost,
     PayloadTooLarge,
+    QueueNotFound,
     ResultTimeout,
 )
 
@@ -53,6 +54,25 @@ class ServerConfig:
     inline_threshold: int
     max_payload_bytes: int
     presign_ttl_s: int
+
+
+@dataclass(frozen=True)
+class QueueInfo:
+    """A queue's figures from the control plane (GET .../queues[/{queue}])."""
+
+    name: str
+    queued: int
+    in_flight: int
+    oldest_queued_age_s: float | None
+
+    @classmethod
+    def from_wire(cls, body: dict) -> QueueInfo:
+        return cls(
+            name=body["name"],
+            queued=int(body["queued"]),
+            in_flight=int(body["in_flight"]),
+            oldest_queued_age_s=body.get("oldest_queued_age_s"),
+        )
 
 
 @dataclass(frozen=True)
@@ -221,6 +241,11 @@ class Client:
     def job(self, job_id: str) -> Job:
         return Job(self, job_id)
 
+    def queues(self) -> list[QueueInfo]:
+        """Every queue of the namespace: queued, in flight and the oldest queued job's age."""
+        body = self.api.request("GET", self._ns_path("/queues"), "list queues", ok=(200,)).json()
+        return [QueueInfo.from_wire(q) for q in body["queues"]]
+
     def health(self) -> tuple[bool, dict]:
         """(healthy, body) from `/v1/health`; does not raise for a 503."""
         response = self.api.request("GET", "/v1/health", "health check", auth=False, ok=(200, 503))
@@ -377,6 +402,17 @@ class Queue:
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, namespace={self.client.namespace!r})"
+
+    def stats(self) -> QueueInfo:
+        """Queued, in flight and oldest queued age of this queue; QueueNotFound if never used."""
+        response = self.client.api.request(
+            "GET", self.client._ns_path(f"/queues/{self.name}"), f"queue {self.name}", ok=(200, 404)
+        )
+        if response.status_code == 404:
+            raise QueueNotFound(
+                f"queue {self.name} not found in namespace {self.client.namespace}", status=404
+            )
+        return QueueInfo.from_wire(response.json())
 
     def add(self, *args: Any, **kwargs: Any) -> Job:
         """Enqueue a call of the daemon's function with these arguments."""

@@ -42,6 +42,12 @@ class JobNotFound(ApiError):
     exit_code = 4
 
 
+class QueueNotFound(ApiError):
+    """404 for a queue name the namespace has never enqueued to."""
+
+    exit_code = 4
+
+
 class PayloadTooLarge(ApiError):
     """The encoded payload is over MAX_PAYLOAD_BYTES (or an inline body over the threshold)."""
 

@@ -24,6 +24,8 @@ FUNCTIONS: dict[str, str] = {
     "authorizer": "controlplane.handlers.authorizer.lambda_handler",
     # Not behind the API: invoked directly (aws lambda invoke / local CLI) to mint and revoke tokens.
     "admin": "controlplane.handlers.admin.lambda_handler",
+    # Not behind the API: run on a schedule (SCHEDULES) to publish queue metrics.
+    "metrics": "controlplane.handlers.metrics.lambda_handler",
 }
 
 
@@ -54,6 +56,17 @@ COMMON_ERRORS = {
     "body": (400, 413, 415, 422),
     "backend": (503,),
 }
+
+
+@dataclass(frozen=True)
+class Schedule:
+    function: str  # key of FUNCTIONS
+    every_minutes: int
+    event: str  # name of the sample event under events/ (without .json)
+
+
+# Functions run on a timer: an EventBridge rule in CDK, a timer thread in the local stack.
+SCHEDULES: tuple[Schedule, ...] = (Schedule("metrics", 1, "metrics_schedule"),)
 
 
 @dataclass(frozen=True)
@@ -192,6 +205,25 @@ ROUTES: tuple[Route, ...] = (
         "openapi",
         responses={200: (OBJECT, "this document")},
         backend=False,
+    ),
+    Route(
+        "GET",
+        "/v1/namespaces/{ns}/queues",
+        "jobs",
+        (CLIENT, DAEMON),
+        "queue_list",
+        responses={200: ("QueueListResponse", "every queue the namespace has used")},
+    ),
+    Route(
+        "GET",
+        "/v1/namespaces/{ns}/queues/{queue}",
+        "jobs",
+        (CLIENT, DAEMON),
+        "queue_stats",
+        responses={
+            200: ("QueueStats", "the queue's figures"),
+            404: ("ErrorResponse", "a queue this namespace never used"),
+        },
     ),
 )
 

@@ -218,6 +218,9 @@ class DevStack:
     redis: RedisServer | None = None
     moto: MotoServer | None = None
     gateway: RunningGateway | None = None
+    scheduler: Any = None
+    # 1.0: scheduled functions run every `every_minutes` (tests shrink the period).
+    schedule_scale: float = 1.0
     tokens: dict[str, dict[str, str]] = field(default_factory=dict)
     _s3: Any = None
     _ssm: Any = None
@@ -280,6 +283,9 @@ class DevStack:
             failed = self.gateway.server.RequestHandlerClass.gateway.warm()
             if failed:
                 log.warning("some handlers could not be imported groups=%s", ",".join(failed))
+            from payloadstore.devstack.scheduler import Scheduler
+
+            self.scheduler = Scheduler(self.region, period_scale=self.schedule_scale).start()
             self.write_state_file()
         except BaseException:
             self.stop(snapshot=False)
@@ -353,6 +359,9 @@ class DevStack:
         self._lock_handle = handle
 
     def stop(self, snapshot: bool = True) -> None:
+        if self.scheduler is not None:
+            self.scheduler.stop()
+            self.scheduler = None
         if self.gateway is not None:
             self.gateway.stop()
             self.gateway = None

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 from controlplane.models.settings import SETTINGS_ENV
-from controlplane.routes import FUNCTIONS, ROUTES
+from controlplane.routes import FUNCTIONS, ROUTES, SCHEDULES
 
 pytestmark = pytest.mark.infra
 
@@ -81,12 +81,15 @@ def load_event(name: str) -> dict:
 def event_catalog() -> dict[str, list[str]]:
     """Function group -> names of the events under events/ that it serves."""
     routes = {(r.method, r.path): r.function for r in ROUTES}
+    scheduled = {s.event: s.function for s in SCHEDULES}
     catalog: dict[str, list[str]] = {group: [] for group in FUNCTIONS}
     for path in sorted(EVENTS.glob("*.json")):
         if path.name.startswith("_"):
             continue
         event = json.loads(path.read_text())
-        if event.get("type") == "REQUEST" and "methodArn" in event:
+        if path.stem in scheduled:
+            group = scheduled[path.stem]
+        elif event.get("type") == "REQUEST" and "methodArn" in event:
             group = "authorizer"
         elif "action" in event and "httpMethod" not in event:
             group = "admin"
@@ -311,7 +314,7 @@ def test_api_functions_serve_their_events_against_local_redis_and_s3(
         {n for events in catalog.values() for n in events} - set(ROUTE_EVENT_ORDER)
     ):
         group = next((g for g, events in catalog.items() if name in events), None)
-        if group in (None, "authorizer", "admin"):
+        if group in (None, "authorizer", "admin") or group in {s.function for s in SCHEDULES}:
             continue
         fn = deployed[group]
         # Given the function's deployed environment pointed at the local services
@@ -333,6 +336,18 @@ def test_api_functions_serve_their_events_against_local_redis_and_s3(
     assert set(EXPECTED_STATUS) <= set(responses)
     # And health, run with the deployed settings, found the local bucket configured as deployed
     assert json.loads(_body(responses["health"])), "health answered an empty body"
+
+
+def test_scheduled_functions_serve_their_schedule_events(deployed, function_env, local_redis):
+    for schedule in SCHEDULES:
+        fn = deployed[schedule.function]
+        # Given the function's deployed environment pointed at the local services
+        function_env(fn, local_redis)
+        # When EventBridge's scheduled event reaches the handler resolved in the staged asset
+        summary = invoke(fn, load_event(schedule.event))
+        # Then it answers with what it published (queues may be none in a fresh Redis)
+        assert isinstance(summary, dict) and isinstance(summary.get("queues"), list), summary
+        assert summary["redis_memory"]["used"] > 0
 
 
 def test_admin_mints_a_token_the_authorizer_then_accepts_for_every_route(deployed, function_env):

@@ -29,6 +29,7 @@ from ..observability import logger
 from ..routes import ROUTES, find_route
 from ..store.redis_client import cached_redis
 from ..store.redis_jobs import RedisJobStore
+from ..store.redis_queues import RedisQueueStats
 from ..store.s3_objects import S3Objects, cached_s3_client
 
 REDIS_RETRY_AFTER_S = 2
@@ -54,6 +55,7 @@ def get_deps() -> Deps:
         ),
         # Looked up at call time so tests can move the clock.
         clock=lambda: clock.now(),
+        queues=RedisQueueStats(client),
     )
 
 

@@ -10,6 +10,7 @@ from ..logic.enqueue import enqueue
 from ..logic.results import get_result, job_status
 from ..models.wire import EnqueueRequest, EnqueueResponse, JobStatusResponse, ResultResponse
 from ..observability import lambda_entry
+from . import queues
 from ._common import (
     get_deps,
     json_body,
@@ -76,6 +77,8 @@ def register(app) -> None:
         p = principal(app, result_roles, ns)
         response = get_result(p, job_id, wait, get_deps())
         return json_response(200 if response.state.terminal else 202, response)
+
+    queues.register(app)
 
 
 app = new_resolver()

@@ -12,6 +12,7 @@ from ..observability import bind_job
 if TYPE_CHECKING:
     from ..models.settings import Settings
     from ..store.redis_jobs import RedisJobStore
+    from ..store.redis_queues import RedisQueueStats
     from ..store.s3_objects import S3Objects
 
 
@@ -28,6 +29,7 @@ class Deps:
     jobs: RedisJobStore
     objects: S3Objects
     clock: Callable[[], float]
+    queues: "RedisQueueStats | None" = None
 
 
 def load_job(p: Principal, job_id: str, deps: Deps) -> dict:

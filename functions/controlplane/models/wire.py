@@ -201,3 +201,19 @@ class GatewayErrorResponse(BaseModel):
     """What API Gateway itself answers (no token, unknown token, body over 10 MB)."""
 
     message: str | None
+
+
+# -- queues --------------------------------------------------------------------------------
+
+
+class QueueStats(BaseModel):
+    name: str
+    queued: int = Field(description="jobs waiting for a daemon (never delivered yet)")
+    in_flight: int = Field(description="jobs delivered to a daemon and not finished yet")
+    oldest_queued_age_s: float | None = Field(
+        None, description="age of the oldest job waiting for a daemon; null when none waits"
+    )
+
+
+class QueueListResponse(BaseModel):
+    queues: list[QueueStats]

@@ -39,3 +39,8 @@ def queue(namespace: str, queue_name: str) -> str:
 def idempotency(namespace: str, idempotency_key: str) -> str:
     """STRING: job id created for an inline enqueue's Idempotency-Key."""
     return f"{PREFIX}:{{ns:{namespace}}}:idem:{idempotency_key}"
+
+
+def queue_names(namespace: str) -> str:
+    """SET of the queue names a namespace has used (added at enqueue): listed without a scan."""
+    return f"{PREFIX}:{{ns:{namespace}}}:queues"

@@ -243,6 +243,7 @@ class RedisJobStore:
             keys.queue(namespace, queue), entry, minid=f"{min_id_ms}-0", approximate=True
         )
         self._r.hset(keys.job(job_id), "stream_id", stream_id)
+        self._r.sadd(keys.queue_names(namespace), queue)
         return _s(stream_id)
 
     def claim_idempotency_key(self, namespace: str, key: str, job_id: str) -> str | None:

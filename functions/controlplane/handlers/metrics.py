@@ -1,0 +1,80 @@
+"""Scheduled (EventBridge, every minute): publish queue depth, in flight and oldest queued age per
+namespace and queue, and Redis memory, as EMF metrics. The elasticity controller and the dashboard
+read these; the OldestJobAgeSeconds alarm watches the stack-wide maximum.
+
+Namespaces come from the token store (every namespace that has a token); queues from each
+namespace's queue-name set. It reads only: nothing it does changes a job.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+
+from ..logic.queues import namespace_queues
+from ..observability import (
+    IN_FLIGHT,
+    OLDEST_JOB_AGE,
+    QUEUE_DEPTH,
+    REDIS_MEMORY_MAX,
+    REDIS_MEMORY_USED,
+    emit_metric_set,
+    lambda_entry,
+    logger,
+)
+from ..store.tokens import TokenStore
+from ._common import get_deps
+
+
+@lru_cache(maxsize=1)
+def token_store() -> TokenStore:
+    import boto3
+
+    return TokenStore(
+        boto3.client("ssm"),
+        os.environ.get("TOKEN_PARAMETER_PATH", "/payloadstore/tokens"),
+        cache_s=int(os.environ.get("TOKEN_CACHE_S", "60")),
+    )
+
+
+def publish(namespaces: list[str]) -> dict:
+    """Emit one EMF document per queue plus the stack-wide figures; return what was published."""
+    deps = get_deps()
+    oldest = 0.0
+    published: list[dict] = []
+    for ns in namespaces:
+        for q in namespace_queues(ns, deps):
+            age = q.oldest_queued_age_s or 0.0
+            oldest = max(oldest, age)
+            emit_metric_set(
+                {"namespace": ns, "queue": q.name},
+                {
+                    QUEUE_DEPTH: ("Count", q.queued),
+                    IN_FLIGHT: ("Count", q.in_flight),
+                    OLDEST_JOB_AGE: ("Seconds", age),
+                },
+            )
+            published.append({"namespace": ns, **q.model_dump()})
+    used, maximum = deps.queues.memory()
+    stack_wide: dict[str, tuple[str, float]] = {
+        OLDEST_JOB_AGE: ("Seconds", oldest),
+        REDIS_MEMORY_USED: ("Bytes", used),
+    }
+    if maximum:
+        stack_wide[REDIS_MEMORY_MAX] = ("Bytes", maximum)
+    emit_metric_set({}, stack_wide)
+    logger.info(
+        "queue metrics published",
+        extra={"namespaces": len(namespaces), "queues": len(published), "oldest_s": oldest},
+    )
+    return {
+        "queues": published,
+        "oldest_queued_age_s": oldest,
+        "redis_memory": {"used": used, "max": maximum},
+    }
+
+
+@lambda_entry
+def lambda_handler(event, context):
+    namespaces = sorted({t.namespace for t in token_store().list()})
+    return publish(namespaces)

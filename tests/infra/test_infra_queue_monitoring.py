@@ -1,0 +1,113 @@
+"""Queue observability in the template: the schedule, the metrics function's IAM, the dashboard
+and the oldest-job-age alarm."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from controlplane import observability
+from controlplane.routes import SCHEDULES
+
+from infra.config import DEFAULT_OLDEST_JOB_AGE_ALARM_S
+from infra.functions import function_logical_id
+from tests.infra.cfn import as_list, render, resources, role_statements
+
+pytestmark = pytest.mark.infra
+
+
+def _role_of(template, group):
+    fn = template["Resources"][function_logical_id(group)]
+    return render(fn["Properties"]["Role"]).strip("<>").split(".")[0]
+
+
+def test_a_schedule_rule_runs_the_metrics_function_every_minute(template):
+    # Given the schedules the control plane declares
+    assert [(s.function, s.every_minutes) for s in SCHEDULES] == [("metrics", 1)]
+    rules = resources(template, "AWS::Events::Rule")
+    # Then one rule fires every minute and targets exactly the metrics function
+    [rule] = [r for r in rules.values() if r["Properties"].get("ScheduleExpression")]
+    assert rule["Properties"]["ScheduleExpression"] == "rate(1 minute)"
+    assert rule["Properties"].get("State", "ENABLED") == "ENABLED"
+    [target] = rule["Properties"]["Targets"]
+    assert render(target["Arn"]) == f"<{function_logical_id('metrics')}.Arn>"
+    # And EventBridge alone may invoke it
+    permissions = [
+        p["Properties"]
+        for p in resources(template, "AWS::Lambda::Permission").values()
+        if render(p["Properties"]["FunctionName"]) == f"<{function_logical_id('metrics')}.Arn>"
+    ]
+    assert [p["Principal"] for p in permissions] == ["events.amazonaws.com"]
+
+
+def test_the_metrics_function_is_not_behind_the_api(template):
+    for method in resources(template, "AWS::ApiGateway::Method").values():
+        uri = json.dumps(method["Properties"].get("Integration", {}))
+        assert function_logical_id("metrics") not in uri
+
+
+def test_the_metrics_function_reads_the_token_path_and_nothing_in_s3(template):
+    statements = role_statements(template, _role_of(template, "metrics"))
+    actions = sorted({a for s in statements for a in as_list(s["Action"])})
+    # Then: its logs, the VPC interface calls Lambda makes, the Redis AUTH secret, the token path
+    assert not [a for a in actions if a.startswith("s3:")]
+    ssm = sorted(
+        (a, r)
+        for s in statements
+        for a in as_list(s["Action"])
+        if a.startswith("ssm:")
+        for r in as_list(render(s["Resource"]))
+    )
+    assert [a for a, _ in ssm] == ["ssm:GetParametersByPath"]
+    assert ssm[0][1].endswith("/tokens") or "tokens" in ssm[0][1]
+    assert "secretsmanager:GetSecretValue" in actions
+    assert not [a for a in actions if a.endswith(":*") or a == "*"]
+
+
+def _dashboard_body(template) -> str:
+    [dashboard] = resources(template, "AWS::CloudWatch::Dashboard").values()
+    body = dashboard["Properties"]["DashboardBody"]
+    # Fn::Join of literal strings and references: keep the literals, mark the references
+    return "".join(p if isinstance(p, str) else "<ref>" for p in body["Fn::Join"][1])
+
+
+def test_the_dashboard_names_only_metrics_the_code_emits(template):
+    body = _dashboard_body(template)
+    # Our EMF metrics appear as ["<namespace>","<name>",...] or in SEARCH(... MetricName="<name>")
+    named = set(re.findall(r'MetricName=\\"(\w+)\\"', body))
+    named |= set(re.findall(r'\["[^"]+","(\w+)","service"', body))
+    assert named, "no custom metric found in the dashboard body"
+    assert named <= observability.EMITTED_METRICS, named - observability.EMITTED_METRICS
+    # And it shows what operators need: depth, in flight, oldest age, jobs, payload problems
+    for name in ("QueueDepth", "InFlight", "OldestJobAgeSeconds", "JobsEnqueued", "PayloadCorrupt"):
+        assert name in named, name
+    for title in ("Requests per route", "Latency p99 per route", "Redis memory used"):
+        assert title in body, title
+
+
+def test_an_alarm_fires_when_the_oldest_job_waits_too_long(template):
+    alarms = [
+        a["Properties"]
+        for a in resources(template, "AWS::CloudWatch::Alarm").values()
+        if a["Properties"].get("MetricName") == observability.OLDEST_JOB_AGE
+    ]
+    [alarm] = alarms
+    assert alarm["Threshold"] == DEFAULT_OLDEST_JOB_AGE_ALARM_S == 900
+    assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
+    assert alarm["Statistic"] == "Maximum"
+    # The stack-wide series (service only), which the metrics function publishes every minute
+    assert [d["Name"] for d in alarm["Dimensions"]] == ["service"]
+    assert alarm["AlarmActions"], "the alarm must notify someone"
+
+
+def test_every_metric_name_in_the_code_is_declared_in_emitted_metrics():
+    from pathlib import Path
+
+    source = Path(observability.__file__).parent
+    literal = set()
+    for path in source.rglob("*.py"):
+        text = path.read_text()
+        literal |= set(re.findall(r'metrics_(?:count|bytes)\(\s*"(\w+)"', text))
+    assert literal, "found no metric in the code"
+    assert literal <= observability.EMITTED_METRICS, literal - observability.EMITTED_METRICS

@@ -1,0 +1,77 @@
+"""The scheduled metrics function: queue figures and Redis memory as EMF, from real Redis."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import msgpack
+
+from tests.integration.conftest import TOKEN_PATH
+from tests.support.events import FakeLambdaContext
+
+EVENT = json.loads((Path(__file__).parents[2] / "events" / "metrics_schedule.json").read_text())
+
+
+def value(doc: dict, name: str) -> float:
+    """EMF allows one value or an array of values for a metric."""
+    v = doc[name]
+    return v[0] if isinstance(v, list) else v
+
+
+def emf_documents(text: str) -> list[dict]:
+    docs = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("{") and '"_aws"' in line:
+            docs.append(json.loads(line))
+    return docs
+
+
+def test_the_schedule_event_publishes_depth_in_flight_and_age_per_queue(cp, ssm_client, capsys):
+    from controlplane.handlers import metrics
+    from controlplane.store.tokens import TokenStore
+
+    # Given a namespace with a token, three jobs on its queue and one of them taken by a daemon
+    TokenStore(ssm_client, TOKEN_PATH).mint(cp.ns, "client")
+    for i in range(3):
+        cp.enqueue(raw=msgpack.packb(i))
+    assert cp.poll().status == 200
+    metrics.token_store.cache_clear()
+    capsys.readouterr()
+    # When EventBridge's scheduled event reaches the function
+    summary = metrics.lambda_handler(EVENT, FakeLambdaContext())
+    # Then it reports the queue: two waiting, one in flight
+    [mine] = [q for q in summary["queues"] if q["namespace"] == cp.ns]
+    assert (mine["name"], mine["queued"], mine["in_flight"]) == (cp.queue, 2, 1)
+    assert summary["redis_memory"]["used"] > 0
+    # And it printed EMF documents CloudWatch turns into metrics with these dimensions
+    docs = emf_documents(capsys.readouterr().out)
+    [queue_doc] = [d for d in docs if d.get("namespace") == cp.ns and d.get("queue") == cp.queue]
+    assert (value(queue_doc, "QueueDepth"), value(queue_doc, "InFlight")) == (2, 1)
+    assert value(queue_doc, "OldestJobAgeSeconds") >= 0
+    directive = queue_doc["_aws"]["CloudWatchMetrics"][0]
+    names = {m["Name"] for m in directive["Metrics"]}
+    assert names == {"QueueDepth", "InFlight", "OldestJobAgeSeconds"}
+    assert sorted(directive["Dimensions"][0]) == ["namespace", "queue", "service"]
+    [stack_doc] = [d for d in docs if "RedisMemoryUsedBytes" in d]
+    assert value(stack_doc, "OldestJobAgeSeconds") >= value(queue_doc, "OldestJobAgeSeconds")
+    assert sorted(stack_doc["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0]) == ["service"]
+
+
+def test_the_local_stack_scheduler_runs_the_metrics_function_on_its_timer(cp):
+    from payloadstore.devstack.scheduler import Scheduler
+
+    # Given the local stack's scheduler with its minute shrunk to 0.3 s
+    cp.enqueue(raw=b"\x01")
+    scheduler = Scheduler("us-east-1", period_scale=0.3 / 60).start()
+    try:
+        deadline = time.monotonic() + 10
+        while scheduler.runs.get("metrics", 0) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        scheduler.stop()
+    # Then the metrics function ran again and again, and answered with its summary
+    assert scheduler.runs["metrics"] >= 2
+    assert "queues" in scheduler.last_result["metrics"]
