@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import aws_cdk as cdk
 from constructs import Construct
+from controlplane.routes import SCHEDULES
 
 from infra.alarms import Alarms
 from infra.api import DEFAULT_THROTTLE_BURST, DEFAULT_THROTTLE_RATE, ControlPlaneApi
 from infra.cache import DEFAULT_NODE_TYPE, RedisCache
-from infra.dashboard import OperationsDashboard
 from infra.config import (
     ADMIN_FUNCTION,
     AUTHORIZER_FUNCTION,
@@ -26,11 +26,11 @@ from infra.config import (
     context_str,
     destroy_on_removal,
 )
+from infra.dashboard import OperationsDashboard
 from infra.functions import ControlPlaneFunctions
 from infra.network import Network
 from infra.schedules import Schedules
 from infra.storage import PayloadStorage
-from controlplane.routes import SCHEDULES
 
 
 class PayloadStoreStack(cdk.Stack):

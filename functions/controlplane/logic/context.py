@@ -29,7 +29,7 @@ class Deps:
     jobs: RedisJobStore
     objects: S3Objects
     clock: Callable[[], float]
-    queues: "RedisQueueStats | None" = None
+    queues: RedisQueueStats | None = None
 
 
 def load_job(p: Principal, job_id: str, deps: Deps) -> dict:
