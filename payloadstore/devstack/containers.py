@@ -21,6 +21,48 @@ from typing import Any
 Handler = Callable[[dict, Any], Any]
 
 
+def per_thread_router_state() -> None:
+    """Make Powertools' current event and Lambda context per thread, in this process.
+
+    `ApiGatewayResolver.resolve` stores the event in class attributes of `BaseRouter`
+    (`BaseRouter.current_event = ...`), which every resolver in the process reads, whatever module
+    instance it lives in. In Lambda one container serves one invocation at a time, so that is
+    harmless; here, two concurrent requests read each other's event (another request's body,
+    path parameters, even caller identity). Both attributes become thread-local: the instance
+    reads go through a descriptor on `BaseRouter`, the class-level writes and reads through the
+    same descriptor on its metaclass. Idempotent.
+    """
+    from aws_lambda_powertools.event_handler import api_gateway
+
+    base = api_gateway.BaseRouter
+    if getattr(type(base), "_per_thread_state", False):
+        return
+    local = threading.local()
+
+    class PerThread:
+        def __init__(self, name: str):
+            self.name = name
+
+        def __get__(self, obj: Any, objtype: Any = None) -> Any:
+            try:
+                return getattr(local, self.name)
+            except AttributeError:
+                raise AttributeError(self.name) from None
+
+        def __set__(self, obj: Any, value: Any) -> None:
+            setattr(local, self.name, value)
+
+    names = ("current_event", "lambda_context")
+    for name in names:
+        setattr(base, name, PerThread(name))  # instance reads: app.current_event
+    meta = type(
+        "PerThreadRouterMeta",
+        (type(base),),
+        {"_per_thread_state": True, **{name: PerThread(name) for name in names}},
+    )
+    base.__class__ = meta  # class-level writes: BaseRouter.current_event = event
+
+
 class HandlerPool:
     """Calls `module.function` in an idle container, starting a new one when all are busy."""
 
@@ -31,6 +73,7 @@ class HandlerPool:
         if not module_name:
             raise ValueError(f"handler {handler!r} is not of the form module.function")
         self.handler = handler
+        per_thread_router_state()
         self._module_name, self._attr = module_name, attr
         # The first container is the canonical import: an import error surfaces here, at warm-up.
         self._idle: list[Handler] = [getattr(importlib.import_module(module_name), attr)]

@@ -1,0 +1,209 @@
+"""The reliability suite's own stack: redis-server (AOF) it may SIGKILL and restart, the S3
+emulator, the local gateway in a process of its own, and daemon processes it supervises.
+
+Everything listens on free loopback ports and lives under one state directory, so the suite
+never meets a developer's `make dev` stack or another test session.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from payloadstore.devstack.gateway import GatewayProcess
+from payloadstore.devstack.services import (
+    MotoServer,
+    RedisServer,
+    create_payload_bucket,
+    local_aws_env,
+    port_is_open,
+)
+from payloadstore.devstack.stack import handler_env, mint_tokens
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BUCKET = "payloadstore-reliability"
+REGION = "us-east-1"
+TOKEN_PATH = "/payloadstore-reliability/tokens"
+NAMESPACE = "dev"
+
+
+@dataclass
+class ReliabilityStack:
+    state_dir: Path
+    settings: dict[str, str]
+    redis: RedisServer | None = None
+    moto: MotoServer | None = None
+    gateway: GatewayProcess | None = None
+    tokens: dict[str, dict[str, str]] = field(default_factory=dict)
+    s3: object = None
+
+    @property
+    def endpoint(self) -> str:
+        return self.gateway.url
+
+    def token(self, role: str) -> str:
+        return self.tokens[NAMESPACE][f"{role}_token"]
+
+    def start(self) -> ReliabilityStack:
+        import boto3
+        from botocore.config import Config
+
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.redis = RedisServer(data_dir=self.state_dir / "redis", appendonly=True).start()
+        self.moto = MotoServer(log_path=self.state_dir / "s3.log").start()
+        aws = local_aws_env(self.moto.endpoint, REGION)
+        os.environ.update(aws)
+        self.s3 = boto3.client(
+            "s3",
+            endpoint_url=self.moto.endpoint,
+            region_name=REGION,
+            config=Config(signature_version="s3v4"),
+        )
+        create_payload_bucket(self.s3, BUCKET)
+        ssm = boto3.client("ssm", endpoint_url=self.moto.endpoint, region_name=REGION)
+        self.tokens = mint_tokens(ssm, TOKEN_PATH, namespaces=(NAMESPACE,))
+        env = handler_env(
+            redis_url=self.redis.url,
+            s3_endpoint=self.moto.endpoint,
+            bucket=BUCKET,
+            region=REGION,
+            token_path=TOKEN_PATH,
+            extra={"POWERTOOLS_LOG_LEVEL": "WARNING", **self.settings},
+        )
+        self.gateway = GatewayProcess(
+            env=env, log_path=self.state_dir / "gateway.log", authorizer_cache_s=30.0
+        ).start()
+        return self
+
+    def kill_redis(self) -> None:
+        """SIGKILL: no shutdown, no final AOF rewrite; what was written to the AOF is all."""
+        proc = self.redis.proc
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        self.redis.proc = None
+
+    def start_redis(self) -> None:
+        self.redis.start()
+
+    def stop(self) -> None:
+        for part in (self.gateway, self.moto, self.redis):
+            if part is not None:
+                with contextlib.suppress(Exception):  # stopping must go on
+                    part.stop()
+
+
+@dataclass
+class DaemonProcess:
+    """One daemon process (tests/reliability/worker.py), restarted by the supervisor when it dies."""
+
+    name: str
+    queues: list[str]
+    concurrency: int
+    stack: ReliabilityStack
+    proc: subprocess.Popen | None = None
+    starts: int = 0
+    deaths: int = 0
+    wanted: bool = True
+
+    def start(self) -> None:
+        args = [
+            sys.executable,
+            "-m",
+            "tests.reliability.worker",
+            "--endpoint",
+            self.stack.endpoint,
+            "--namespace",
+            NAMESPACE,
+            "--queues",
+            ",".join(self.queues),
+            "--concurrency",
+            str(self.concurrency),
+            "--state-dir",
+            str(self.stack.state_dir),
+            "--name",
+            self.name,
+        ]
+        log = open(self.stack.state_dir / f"daemon-{self.name}.log", "ab")  # noqa: SIM115
+        env = {
+            **os.environ,
+            "PAYLOADSTORE_TOKEN": self.stack.token("daemon"),
+            "PYTHONUNBUFFERED": "1",
+        }
+        self.proc = subprocess.Popen(
+            args, cwd=str(REPO_ROOT), env=env, stdout=log, stderr=subprocess.STDOUT
+        )
+        log.close()
+        self.starts += 1
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self.alive():
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        self.wanted = False
+        if not self.alive():
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+
+class Supervisor:
+    """Restarts daemon processes that die (SIGKILL by the suite, or a poison job), like systemd."""
+
+    def __init__(self, daemons: list[DaemonProcess]):
+        self.daemons = daemons
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="supervisor", daemon=True)
+
+    def add(self, daemon: DaemonProcess) -> None:
+        with self._lock:
+            self.daemons.append(daemon)
+            daemon.start()
+
+    def start(self) -> Supervisor:
+        for d in self.daemons:
+            d.start()
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            with self._lock:
+                for d in self.daemons:
+                    if d.wanted and d.proc is not None and d.proc.poll() is not None:
+                        d.deaths += 1
+                        d.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        for d in self.daemons:
+            d.stop()
+
+
+def wait_for_port(port: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if port_is_open(port):
+            return True
+        time.sleep(0.05)
+    return False
