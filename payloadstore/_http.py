@@ -1,33 +1,24 @@
-"""HTTP to the control plane: bearer auth, bounded retries with jittered backoff, typed errors."""
+"""Retry policy and error-body reading shared by every transport of the SDK.
+
+Pure functions only (no sockets): the sync transport (`_wire.Wire`), the S3 transfers
+(`_transfer`) and an asyncio transport use the same policy and the same decisions.
+"""
 
 from __future__ import annotations
 
 import json
-import logging
 import random
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
-from typing import Any
 
 import httpx
 
-from .errors import (
-    ApiError,
-    AuthError,
-    ConflictError,
-    InvalidRequest,
-    JobNotFound,
-    PayloadTooLarge,
-    ServiceUnavailable,
-)
-
-log = logging.getLogger("payloadstore")
-
 # 502/503/504 are the gateway and Lambda's transient answers; 500 may be a cold-start crash.
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
-NON_RETRYABLE_CODES = frozenset({"too_many_presigns"})
+# Codes that waiting will not clear: the per-job presign cap, and a nearly full Redis refusing
+# inline bytes (the SDK stores those through S3 at once instead of retrying).
+NON_RETRYABLE_CODES = frozenset({"too_many_presigns", "inline_unavailable"})
 
 
 @dataclass(frozen=True)
@@ -81,128 +72,24 @@ def error_body(response: httpx.Response) -> tuple[str | None, str]:
     return None, response.reason_phrase
 
 
-def raise_for_api_status(response: httpx.Response, what: str) -> None:
-    """Raise the typed error for an error response, chained from httpx's own error."""
-    if response.status_code < 400:
-        return
-    try:
-        response.raise_for_status()
-    except httpx.HTTPStatusError as http_error:
-        raise api_error(response, what) from http_error
+def retry_delay(
+    policy: RetryPolicy,
+    attempt: int,
+    *,
+    response: httpx.Response | None = None,
+    error: BaseException | None = None,
+) -> float | None:
+    """Seconds to wait before attempt `attempt + 1`, or None when this outcome is final.
 
-
-def api_error(response: httpx.Response, what: str) -> ApiError:
-    status = response.status_code
-    code, message = error_body(response)
-    text = f"{what}: {message} (HTTP {status})"
-    kw: dict[str, Any] = {"status": status, "code": code}
-    if status in (401, 403):
-        return AuthError(text, **kw)
-    if status == 404:
-        return JobNotFound(text, **kw) if "job" in what else ApiError(text, **kw)
-    if status == 409:
-        return ConflictError(text, **kw)
-    if status == 413:
-        return PayloadTooLarge(text, **kw)
-    if status in (400, 422):
-        return InvalidRequest(text, **kw)
-    if status == 429 or status >= 500:
-        return ServiceUnavailable(text, **kw)
-    return ApiError(text, **kw)
-
-
-class ApiSession:
-    """The control plane's HTTP client. Retries only what is safe to repeat: every write the SDK
-    makes is idempotent on the server (idempotency keys, issued keys, same-result posts)."""
-
-    def __init__(
-        self,
-        endpoint: str,
-        token: str,
-        *,
-        http: httpx.Client | None = None,
-        retry: RetryPolicy | None = None,
-        timeout_s: float = 30.0,
-        sleep: Callable[[float], None] = time.sleep,
-    ):
-        self.endpoint = endpoint.rstrip("/")
-        self._token = token
-        self._owns_http = http is None
-        self.http = http or httpx.Client(timeout=httpx.Timeout(timeout_s, connect=10.0))
-        self.retry = retry or RetryPolicy()
-        self._sleep = sleep
-
-    @staticmethod
-    def _final(response: httpx.Response) -> bool:
-        """A 429 for the per-job presign cap will not clear by waiting (gateway throttles will)."""
-        return response.status_code == 429 and error_body(response)[0] in NON_RETRYABLE_CODES
-
-    def close(self) -> None:
-        if self._owns_http:
-            self.http.close()
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        what: str,
-        *,
-        json_body: Any = None,
-        content: bytes | None = None,
-        headers: dict[str, str] | None = None,
-        params: dict[str, Any] | None = None,
-        timeout_s: float | None = None,
-        auth: bool = True,
-        ok: tuple[int, ...] = (200, 201, 202, 204),
-    ) -> httpx.Response:
-        """Send with retries; return a response whose status is in `ok`, or raise a typed error."""
-        url = self.endpoint + path
-        send_headers = dict(headers or {})
-        if auth:
-            send_headers["Authorization"] = f"Bearer {self._token}"
-        kwargs: dict[str, Any] = {"headers": send_headers, "params": params}
-        if json_body is not None:
-            kwargs["json"] = json_body
-        if content is not None:
-            kwargs["content"] = content
-        if timeout_s is not None:
-            kwargs["timeout"] = httpx.Timeout(timeout_s, connect=10.0)
-        attempts = self.retry.max_attempts
-        for attempt in range(attempts):
-            last = attempt == attempts - 1
-            try:
-                response = self.http.request(method, url, **kwargs)
-            except httpx.TransportError as e:
-                if last:
-                    raise ServiceUnavailable(
-                        f"{what}: cannot reach the control plane at {self.endpoint}: {e!r}"
-                    ) from e
-                delay = self.retry.backoff(attempt)
-                log.warning(
-                    "retrying what=%s error=%s attempt=%d delay_s=%.2f",
-                    what,
-                    type(e).__name__,
-                    attempt + 1,
-                    delay,
-                )
-                self._sleep(delay)
-                continue
-            if response.status_code in ok:
-                return response
-            if response.status_code in RETRY_STATUSES and not last and not self._final(response):
-                delay = self.retry.backoff(attempt, retry_after_seconds(response))
-                log.warning(
-                    "retrying what=%s status=%d attempt=%d delay_s=%.2f",
-                    what,
-                    response.status_code,
-                    attempt + 1,
-                    delay,
-                )
-                self._sleep(delay)
-                continue
-            raise_for_api_status(response, what)
-            # A status outside `ok` that is not an error (e.g. an unexpected 3xx).
-            raise ApiError(
-                f"{what}: unexpected HTTP {response.status_code}", status=response.status_code
-            )
-        raise AssertionError("unreachable")  # pragma: no cover
+    `attempt` counts from 0. A transport error is retried; so is an answer in RETRY_STATUSES
+    unless its code is in NON_RETRYABLE_CODES; any other answer is final.
+    """
+    if attempt >= policy.max_attempts - 1:
+        return None
+    if error is not None:
+        return policy.backoff(attempt)
+    if response is None or response.status_code not in RETRY_STATUSES:
+        return None
+    if error_body(response)[0] in NON_RETRYABLE_CODES:
+        return None
+    return policy.backoff(attempt, retry_after_seconds(response))

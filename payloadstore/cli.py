@@ -549,7 +549,7 @@ def top(settings: Settings, interval: float) -> None:
         with settings.client() as client:
             run_top(
                 lambda: [asdict(q) for q in client.queues()],
-                title=f"payloadstore top: namespace {client.namespace} at {client.api.endpoint}",
+                title=f"payloadstore top: namespace {client.namespace} at {client.wire.endpoint}",
                 interval_s=interval,
             )
     except PayloadStoreError as e:

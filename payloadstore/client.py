@@ -8,7 +8,6 @@ the reference.
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import os
@@ -16,25 +15,47 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
 import httpx
 
 from . import codec
-from ._http import ApiSession, RetryPolicy, api_error
-from ._transfer import download, upload
+from ._http import RetryPolicy
+from ._payloads import Payloads
+from ._wire import (
+    TERMINAL_STATES,
+    Enqueued,
+    JobStatus,
+    QueueInfo,
+    ResultAnswer,
+    ServerConfig,
+    Wire,
+)
 from .errors import (
     ApiError,
     ConfigError,
+    EnqueueUnconfirmed,
+    InlineUnavailable,
     JobFailed,
     PayloadCorrupt,
     PayloadLost,
-    PayloadTooLarge,
-    QueueNotFound,
     ResultTimeout,
+    ServiceUnavailable,
 )
+
+__all__ = [
+    "TERMINAL_STATES",
+    "Client",
+    "Job",
+    "JobStatus",
+    "Queue",
+    "QueueInfo",
+    "ServerConfig",
+    "find_devstack_file",
+    "job_error",
+    "read_devstack",
+]
 
 log = logging.getLogger("payloadstore")
 
@@ -46,50 +67,6 @@ DEVSTACK_FILE = ".devstack.json"
 DEFAULT_NAMESPACE = "dev"
 # The control plane caps a result long-poll near 20 s; longer waits are several calls.
 RESULT_WAIT_SLICE_S = 20.0
-TERMINAL_STATES = frozenset({"succeeded", "failed", "payload_lost", "payload_corrupt"})
-
-
-@dataclass(frozen=True)
-class ServerConfig:
-    inline_threshold: int
-    max_payload_bytes: int
-    presign_ttl_s: int
-
-
-@dataclass(frozen=True)
-class QueueInfo:
-    """A queue's figures from the control plane (GET .../queues[/{queue}])."""
-
-    name: str
-    queued: int
-    in_flight: int
-    oldest_queued_age_s: float | None
-
-    @classmethod
-    def from_wire(cls, body: dict) -> QueueInfo:
-        return cls(
-            name=body["name"],
-            queued=int(body["queued"]),
-            in_flight=int(body["in_flight"]),
-            oldest_queued_age_s=body.get("oldest_queued_age_s"),
-        )
-
-
-@dataclass(frozen=True)
-class JobStatus:
-    job_id: str
-    state: str
-    queue: str | None = None
-    attempts: int | None = None
-    tier: str | None = None
-    payload_ref: dict | None = None
-    result_ref: dict | None = None
-    error: dict | None = None
-    raw: dict = field(default_factory=dict, repr=False)
-
-    @property
-    def done(self) -> bool:
-        return self.state in TERMINAL_STATES
 
 
 def find_devstack_file(start: Path | None = None) -> Path | None:
@@ -116,10 +93,6 @@ def read_devstack(path: str | os.PathLike | None = None) -> tuple[Path, dict]:
         return found, json.loads(found.read_text())
     except (OSError, ValueError) as e:
         raise ConfigError(f"cannot read {found}: {e}") from e
-
-
-def ref_key(ref: dict) -> str:
-    return ref["key"]
 
 
 class Client:
@@ -152,12 +125,28 @@ class Client:
         self.retry = retry or RetryPolicy()
         self.progress = progress
         self._sleep = sleep
-        self.api = ApiSession(
-            endpoint, token, http=http, retry=self.retry, timeout_s=timeout_s, sleep=sleep
+        #: the control plane's routes, typed (payloadstore._wire)
+        self.wire = Wire(
+            endpoint,
+            token,
+            namespace,
+            http=http,
+            retry=self.retry,
+            timeout_s=timeout_s,
+            sleep=sleep,
         )
         self._owns_s3 = s3_http is None
         # Long read timeout: a 100 MiB object on a slow link; connect stays short.
         self.s3_http = s3_http or httpx.Client(timeout=httpx.Timeout(300.0, connect=10.0))
+        #: payload bytes through presigned S3 URLs (payloadstore._payloads)
+        self.payloads = Payloads(
+            self.wire,
+            self.s3_http,
+            config=lambda: self.config,
+            retry=self.retry,
+            progress=progress,
+            sleep=sleep,
+        )
         self._config: ServerConfig | None = None
         self._config_lock = threading.Lock()
 
@@ -206,8 +195,13 @@ class Client:
             namespace=os.environ.get(ENV_NAMESPACE) or DEFAULT_NAMESPACE, role=role, **kwargs
         )
 
+    @property
+    def api(self) -> Wire:
+        """The same object as `wire` (its former name)."""
+        return self.wire
+
     def close(self) -> None:
-        self.api.close()
+        self.wire.close()
         if self._owns_s3:
             self.s3_http.close()
 
@@ -218,7 +212,7 @@ class Client:
         self.close()
 
     def __repr__(self) -> str:
-        return f"Client(endpoint={self.api.endpoint!r}, namespace={self.namespace!r})"
+        return f"Client(endpoint={self.wire.endpoint!r}, namespace={self.namespace!r})"
 
     # -- user API -----------------------------------------------------------------------------
 
@@ -227,12 +221,7 @@ class Client:
         """The fleet's settings from `/v1/config`, fetched once per client."""
         with self._config_lock:
             if self._config is None:
-                body = self.api.request("GET", "/v1/config", "read config").json()
-                self._config = ServerConfig(
-                    inline_threshold=int(body["inline_threshold"]),
-                    max_payload_bytes=int(body["max_payload_bytes"]),
-                    presign_ttl_s=int(body.get("presign_ttl_s") or 900),
-                )
+                self._config = self.wire.config()
             return self._config
 
     def queue(self, name: str) -> Queue:
@@ -243,156 +232,12 @@ class Client:
 
     def queues(self) -> list[QueueInfo]:
         """Every queue of the namespace: queued, in flight and the oldest queued job's age."""
-        body = self.api.request("GET", self._ns_path("/queues"), "list queues", ok=(200,)).json()
-        return [QueueInfo.from_wire(q) for q in body["queues"]]
+        return self.wire.queue_list()
 
     def health(self) -> tuple[bool, dict]:
         """(healthy, body) from `/v1/health`; does not raise for a 503."""
-        response = self.api.request("GET", "/v1/health", "health check", auth=False, ok=(200, 503))
-        try:
-            body = response.json()
-        except ValueError:
-            body = {"status": "unreadable", "body": response.text[:300]}
-        healthy = response.status_code == 200 and str(body.get("status", "ok")).lower() in (
-            "ok",
-            "healthy",
-            "pass",
-        )
-        return healthy, body
-
-    # -- wire helpers shared with the daemon ----------------------------------------------------
-
-    def _ns_path(self, suffix: str) -> str:
-        return f"/v1/namespaces/{self.namespace}{suffix}"
-
-    def _check_size(self, size: int) -> None:
-        limit = self.config.max_payload_bytes
-        if size > limit:
-            raise PayloadTooLarge(
-                f"payload is {size} bytes ({size / 2**20:.1f} MiB) encoded, over the "
-                f"{limit} byte ({limit / 2**20:.1f} MiB) cap (MAX_PAYLOAD_BYTES)",
-                size=size,
-                limit=limit,
-                status=None,
-            )
-
-    def _presign_put(self, size: int, kind: str, sha256: str, job_id: str | None = None) -> dict:
-        body: dict[str, Any] = {
-            "op": "put",
-            "size": size,
-            "kind": kind,
-            "sha256": sha256,
-            "content_type": codec.CONTENT_TYPE,
-        }
-        if job_id:
-            body["job_id"] = job_id
-        return self.api.request(
-            "POST",
-            self._ns_path("/payloads/presign"),
-            f"presign {kind} upload",
-            json_body=body,
-            ok=(200,),
-        ).json()
-
-    def _presign_get(self, key: str, job_id: str | None = None) -> dict:
-        path = self._ns_path("/payloads/presign")
-        response = self.api.request(
-            "POST",
-            path,
-            "presign download",
-            json_body={"op": "get", "key": key},
-            ok=(200, 404, 410),
-        )
-        if response.status_code != 200:
-            try:
-                response.raise_for_status()
-            except httpx.HTTPStatusError as e:
-                reason = (
-                    "past retention"
-                    if response.status_code == 410
-                    else "unknown to the control plane"
-                )
-                raise PayloadLost(
-                    f"payload {key} is {reason}: {api_error(response, 'presign download').message}",
-                    job_id=job_id,
-                    key=key,
-                ) from e
-        return response.json()
-
-    def _store_large(
-        self,
-        encoded: Any,
-        kind: str,
-        *,
-        job_id: str | None = None,
-        progress: bool | None = None,
-    ) -> tuple[dict, str]:
-        """Presign, PUT with exactly the signed headers (re-presigning the same job's key when a
-        URL expires), and return (payloadRef, job_id)."""
-        size = encoded.nbytes
-        sha256 = encoded.sha256()
-        grant = self._presign_put(size, kind, sha256, job_id)
-        granted_job = grant.get("job_id") or job_id
-
-        def presign_again() -> dict:
-            return self._presign_put(size, kind, sha256, granted_job)
-
-        grant = upload(
-            self.s3_http,
-            grant,
-            list(encoded.chunks),
-            size,
-            presign_again=presign_again,
-            retry=self.retry,
-            progress=self.progress if progress is None else progress,
-            sleep=self._sleep,
-            desc=f"upload {kind}",
-        )
-        ref = {
-            "kind": "s3",
-            "bucket": grant["bucket"],
-            "key": grant["key"],
-            "size": size,
-            "contentType": codec.CONTENT_TYPE,
-            "sha256": sha256,
-        }
-        return ref, granted_job
-
-    def _fetch_ref(
-        self, ref: dict, *, job_id: str | None = None, progress: bool | None = None
-    ) -> bytearray:
-        """Download a payload reference and verify its sha256 (PayloadCorrupt / PayloadLost)."""
-        key = ref_key(ref)
-        grant = self._presign_get(key, job_id)
-        return download(
-            self.s3_http,
-            grant,
-            size=ref.get("size"),
-            sha256=ref.get("sha256"),
-            presign_again=lambda: self._presign_get(key, job_id),
-            retry=self.retry,
-            job_id=job_id,
-            key=key,
-            progress=self.progress if progress is None else progress,
-            sleep=self._sleep,
-            desc="download",
-        )
-
-    def _status(self, job_id: str) -> JobStatus:
-        body = self.api.request(
-            "GET", self._ns_path(f"/jobs/{job_id}"), f"job {job_id} status", ok=(200,)
-        ).json()
-        return JobStatus(
-            job_id=body.get("job_id", job_id),
-            state=body.get("state", "unknown"),
-            queue=body.get("queue"),
-            attempts=body.get("attempts"),
-            tier=body.get("tier"),
-            payload_ref=body.get("payloadRef"),
-            result_ref=body.get("resultRef"),
-            error=body.get("error"),
-            raw=body,
-        )
+        answer = self.wire.health()
+        return answer.healthy, answer.body
 
 
 class Queue:
@@ -405,14 +250,7 @@ class Queue:
 
     def stats(self) -> QueueInfo:
         """Queued, in flight and oldest queued age of this queue; QueueNotFound if never used."""
-        response = self.client.api.request(
-            "GET", self.client._ns_path(f"/queues/{self.name}"), f"queue {self.name}", ok=(200, 404)
-        )
-        if response.status_code == 404:
-            raise QueueNotFound(
-                f"queue {self.name} not found in namespace {self.client.namespace}", status=404
-            )
-        return QueueInfo.from_wire(response.json())
+        return self.client.wire.queue_stats(self.name)
 
     def add(self, *args: Any, **kwargs: Any) -> Job:
         """Enqueue a call of the daemon's function with these arguments."""
@@ -427,7 +265,11 @@ class Queue:
         idempotency_key: str | None = None,
     ) -> Job:
         """`add` with options: progress bar for large uploads, and an idempotency key so a
-        caller's own retry of an inline enqueue cannot create a second job."""
+        caller's own retry of an inline enqueue cannot create a second job.
+
+        Returns only a job the control plane confirmed as queued; raises EnqueueUnconfirmed
+        (a ServiceUnavailable) when it could not get that confirmation through every retry.
+        """
         encoded = codec.encode({"args": list(args), "kwargs": dict(kwargs or {})})
         return self.submit_encoded(encoded, progress=progress, idempotency_key=idempotency_key)
 
@@ -436,30 +278,68 @@ class Queue:
     ) -> Job:
         client = self.client
         size = encoded.nbytes
-        path = client._ns_path(f"/queues/{self.name}/jobs")
-        what = f"enqueue on queue {self.name}"
         if size <= client.config.inline_threshold:
             # One key per call, sent on every retry: a lost 201 retried gives back the same job.
-            headers = {
-                "Content-Type": codec.CONTENT_TYPE,
-                "Idempotency-Key": idempotency_key or uuid.uuid4().hex,
-            }
-            body = client.api.request(
-                "POST", path, what, content=encoded.tobytes(), headers=headers, ok=(200, 201)
-            ).json()
-            tier = body.get("tier", "inline")
+            key = idempotency_key or uuid.uuid4().hex
+            try:
+                enqueued = self._confirm(
+                    lambda: client.wire.enqueue_inline(
+                        self.name, encoded.tobytes(), idempotency_key=key
+                    ),
+                    idempotency_key=key,
+                )
+            except InlineUnavailable as e:
+                # Redis is above its high-water mark: the same bytes go through S3 instead.
+                log.info(
+                    "inline refused, storing through S3 queue=%s bytes=%d reason=%s",
+                    self.name,
+                    size,
+                    e.code,
+                )
+                enqueued = self._enqueue_through_s3(encoded, progress)
         else:
-            client._check_size(size)
-            ref, _ = client._store_large(encoded, "args", progress=progress)
-            # The upload is done once; enqueueing the same issued key again is idempotent on the
-            # server, so the session's retries never re-upload.
-            body = client.api.request(
-                "POST", path, what, json_body={"payloadRef": ref}, ok=(200, 201)
-            ).json()
-            tier = body.get("tier", "s3")
-        job = Job(client, body["job_id"], tier=tier, queue=self.name)
-        log.info("enqueued job_id=%s queue=%s tier=%s bytes=%d", job.job_id, self.name, tier, size)
+            client.payloads.check_size(size)
+            enqueued = self._enqueue_through_s3(encoded, progress)
+        job = Job(client, enqueued.job_id, tier=enqueued.tier, queue=self.name)
+        log.info(
+            "enqueued job_id=%s queue=%s tier=%s bytes=%d", job.job_id, self.name, job.tier, size
+        )
         return job
+
+    def _enqueue_through_s3(self, encoded: Any, progress: bool | None) -> Enqueued:
+        ref, job_id = self.client.payloads.store(encoded, "args", progress=progress)
+        # The upload is done once; enqueueing the same issued key again is idempotent on the
+        # server, so the wire's retries never re-upload.
+        return self._confirm(lambda: self.client.wire.enqueue_ref(self.name, ref), job_id=job_id)
+
+    def _confirm(
+        self,
+        enqueue: Callable[[], Enqueued],
+        *,
+        idempotency_key: str | None = None,
+        job_id: str | None = None,
+    ) -> Enqueued:
+        """The enqueue's confirmed answer, or EnqueueUnconfirmed: never a job id the control
+        plane did not answer for with 200/201."""
+        try:
+            return enqueue()
+        except InlineUnavailable:
+            raise
+        except ServiceUnavailable as e:
+            how = (
+                f"submit again with idempotency_key={idempotency_key!r} to get the same job"
+                if idempotency_key
+                else f"the payload was uploaded for job {job_id}; submitting again makes a new job"
+            )
+            raise EnqueueUnconfirmed(
+                f"enqueue on queue {self.name} not confirmed, the job may not exist: "
+                f"{e.message}; {how}",
+                queue=self.name,
+                idempotency_key=idempotency_key,
+                job_id=job_id,
+                status=e.status,
+                code=e.code,
+            ) from e
 
 
 class Job:
@@ -477,7 +357,7 @@ class Job:
         return f"Job({self.job_id!r}, tier={self.tier!r}, queue={self.queue!r})"
 
     def status(self) -> JobStatus:
-        status = self.client._status(self.job_id)
+        status = self.client.wire.job_status(self.job_id)
         self.tier = self.tier or status.tier
         self.queue = self.queue or status.queue
         return status
@@ -493,37 +373,28 @@ class Job:
         if self._has_result:
             return self._result
         deadline = None if timeout is None else time.monotonic() + timeout
-        client = self.client
-        path = client._ns_path(f"/jobs/{self.job_id}/result")
         state: str | None = None
         while True:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             wait = RESULT_WAIT_SLICE_S if remaining is None else min(RESULT_WAIT_SLICE_S, remaining)
-            response = client.api.request(
-                "GET",
-                path,
-                f"job {self.job_id} result",
-                params={"wait": f"{wait:g}"},
-                timeout_s=wait + 20.0,
-                ok=(200, 202),
-            )
-            body = response.json()
-            state = body.get("state", state)
-            if response.status_code == 200:
-                value = self._value_from(body, progress=progress, copy=copy)
+            answer = self.client.wire.job_result(self.job_id, wait_s=wait)
+            state = answer.state or state
+            if answer.done:
+                value = self._value_from(answer, progress=progress, copy=copy)
                 self._result, self._has_result = value, True
                 return value
             if remaining is not None and deadline is not None and time.monotonic() >= deadline:
                 raise ResultTimeout(self.job_id, timeout or 0.0, state)
 
-    def _value_from(self, body: dict, *, progress: bool | None, copy: bool) -> Any:
-        state = body.get("state")
-        if body.get("resultInline") is not None:
-            return codec.decode(base64.b64decode(body["resultInline"]), copy=copy)
-        if body.get("resultRef"):
-            data = self.client._fetch_ref(body["resultRef"], job_id=self.job_id, progress=progress)
+    def _value_from(self, answer: ResultAnswer, *, progress: bool | None, copy: bool) -> Any:
+        if answer.result_inline is not None:
+            return codec.decode(answer.result_inline, copy=copy)
+        if answer.result_ref is not None:
+            data = self.client.payloads.fetch(
+                answer.result_ref, job_id=self.job_id, progress=progress
+            )
             return codec.decode(data, copy=copy)
-        raise job_error(self.job_id, state, body.get("error"))
+        raise job_error(self.job_id, answer.state, answer.error)
 
 
 def job_error(job_id: str, state: str | None, error: Any) -> Exception:

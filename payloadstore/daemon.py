@@ -13,7 +13,6 @@ A job's payload `{"args": [...], "kwargs": {...}}` (what `Queue.add` sends) beco
 
 from __future__ import annotations
 
-import base64
 import collections
 import logging
 import os
@@ -27,10 +26,12 @@ from collections.abc import Callable
 from typing import Any
 
 from . import codec
+from ._wire import PolledJob, polled_job
 from .client import Client
 from .errors import (
     AuthError,
     ConflictError,
+    InlineUnavailable,
     PayloadCorrupt,
     PayloadLost,
     PayloadStoreError,
@@ -235,7 +236,7 @@ class Daemon:
         failures = 0
         while not self._stop.is_set():
             try:
-                message = self.poll(worker_id)
+                message = self._poll(worker_id)
                 failures = 0
             except AuthError:
                 self.stop()
@@ -256,51 +257,47 @@ class Daemon:
                     self.stop()
 
     def poll(self, worker_id: str | None = None) -> dict | None:
-        """One long poll; the job message, or None when the queues stayed empty."""
-        response = self.client.api.request(
-            "POST",
-            "/v1/daemon/poll",
-            "poll",
-            json_body={
-                "namespace": self.client.namespace,
-                "queues": self.queues,
-                "wait_s": self.wait_s,
-                "daemon_id": worker_id or self.daemon_id,
-            },
-            timeout_s=self.wait_s + 20.0,
-            ok=(200, 204),
-        )
-        if response.status_code == 204 or not response.content:
-            return None
-        return response.json()
+        """One long poll; the job message as the control plane sent it, or None when the queues
+        stayed empty."""
+        job = self._poll(worker_id)
+        return None if job is None else job.raw
 
-    def process(self, message: dict, fn: Callable[..., Any] | None = None) -> str:
+    def _poll(self, worker_id: str | None = None) -> PolledJob | None:
+        return self.client.wire.poll(
+            self.queues, wait_s=self.wait_s, daemon_id=worker_id or self.daemon_id
+        )
+
+    def process(self, message: PolledJob | dict, fn: Callable[..., Any] | None = None) -> str:
         """Run one polled job end to end and report it; returns the outcome."""
         fn = fn or self._fn
-        job_id = message["job_id"]
+        job = message if isinstance(message, PolledJob) else polled_job(message)
         started = time.monotonic()
-        outcome = self._process(job_id, message, fn)
+        outcome = self._process(job, fn)
         with self._lock:
             self.stats[outcome] += 1
         log.info(
             "job done job_id=%s queue=%s attempt=%s outcome=%s duration_ms=%d",
-            job_id,
-            message.get("queue"),
-            message.get("attempt"),
+            job.job_id,
+            job.queue,
+            job.attempt,
             outcome,
             (time.monotonic() - started) * 1000,
         )
         return outcome
 
-    def _process(self, job_id: str, message: dict, fn: Callable[..., Any]) -> str:
+    def _process(self, job: PolledJob, fn: Callable[..., Any]) -> str:
         client = self.client
+        job_id = job.job_id
         # 1. the args' bytes, verified
         try:
-            if message.get("payloadInline") is not None:
-                data: Any = base64.b64decode(message["payloadInline"])
+            if job.payload_inline is not None:
+                data: Any = job.payload_inline
+            elif job.payload_ref is not None:
+                data = client.payloads.fetch(job.payload_ref, job_id=job_id, progress=self.progress)
             else:
-                ref = message["payloadRef"]
-                data = client._fetch_ref(ref, job_id=job_id, progress=self.progress)
+                return self._post_error(
+                    job_id, "PayloadMissing", "the delivery carries no payload", None
+                )
         except PayloadCorrupt as e:
             log.error(
                 "payload corrupt job_id=%s key=%s expected=%s actual=%s",
@@ -344,21 +341,27 @@ class Daemon:
             )
         try:
             if encoded.nbytes <= client.config.inline_threshold:
-                body: dict = {"resultInline": base64.b64encode(encoded.tobytes()).decode("ascii")}
-            else:
-                if encoded.nbytes > client.config.max_payload_bytes:
-                    limit = client.config.max_payload_bytes
-                    return self._post_error(
+                try:
+                    return self._post_result(job_id, SUCCEEDED, inline=encoded.tobytes())
+                except InlineUnavailable as e:
+                    # Redis is above its high-water mark: the result goes through S3 instead.
+                    log.info(
+                        "inline result refused, storing through S3 job_id=%s bytes=%d reason=%s",
                         job_id,
-                        "PayloadTooLarge",
-                        f"result is {encoded.nbytes} bytes encoded, over the {limit} byte cap (MAX_PAYLOAD_BYTES)",
-                        None,
+                        encoded.nbytes,
+                        e.code,
                     )
-                ref, _ = client._store_large(
-                    encoded, "result", job_id=job_id, progress=self.progress
+            elif encoded.nbytes > client.config.max_payload_bytes:
+                limit = client.config.max_payload_bytes
+                return self._post_error(
+                    job_id,
+                    "PayloadTooLarge",
+                    f"result is {encoded.nbytes} bytes encoded, over the {limit} byte cap "
+                    "(MAX_PAYLOAD_BYTES)",
+                    None,
                 )
-                body = {"resultRef": ref}
-            return self._post_result(job_id, body, SUCCEEDED)
+            ref, _ = client.payloads.store(encoded, "result", job_id=job_id, progress=self.progress)
+            return self._post_result(job_id, SUCCEEDED, ref=ref)
         except PayloadStoreError as e:
             log.error("result not stored job_id=%s error=%s", job_id, e)
             return ABANDONED
@@ -368,20 +371,15 @@ class Daemon:
         if tb:
             error["traceback"] = tb
         try:
-            return self._post_result(job_id, {"error": error}, FAILED)
+            return self._post_result(job_id, FAILED, error=error)
         except PayloadStoreError as e:
             log.error("error not posted job_id=%s error=%s", job_id, e)
             return ABANDONED
 
-    def _post_result(self, job_id: str, body: dict, outcome: str) -> str:
+    def _post_result(self, job_id: str, outcome: str, **result: Any) -> str:
+        """Post exactly one of inline=, ref=, error=; REFUSED when the control plane says 409."""
         try:
-            self.client.api.request(
-                "POST",
-                self.client._ns_path(f"/jobs/{job_id}/result"),
-                f"post result of job {job_id}",
-                json_body=body,
-                ok=(200, 204),
-            )
+            self.client.wire.post_result(job_id, **result)
         except ConflictError as e:
             log.warning("result refused job_id=%s reason=%s", job_id, e.message)
             return REFUSED
@@ -395,18 +393,9 @@ class Daemon:
         expected: str | None = None,
         actual: str | None = None,
     ) -> None:
-        body: dict[str, Any] = {"state": state, "detail": detail}
-        if expected:
-            body["expected_sha256"] = expected
-        if actual:
-            body["actual_sha256"] = actual
         try:
-            self.client.api.request(
-                "POST",
-                self.client._ns_path(f"/jobs/{job_id}/failure"),
-                f"report {state} for job {job_id}",
-                json_body=body,
-                ok=(200, 204),
+            self.client.wire.report_failure(
+                job_id, state=state, detail=detail, expected_sha256=expected, actual_sha256=actual
             )
         except ConflictError as e:
             log.warning("failure report refused job_id=%s reason=%s", job_id, e.message)

@@ -79,6 +79,34 @@ class ServiceUnavailable(ApiError):
         self.checks = checks or {}
 
 
+class InlineUnavailable(ServiceUnavailable):
+    """503 `inline_unavailable`: Redis is above its high-water mark and refuses inline bytes.
+    `Queue.add`/`submit` and the daemon's result post handle it themselves by storing the bytes
+    through S3 and sending the reference; it reaches callers of the wire layer only."""
+
+
+class EnqueueUnconfirmed(ServiceUnavailable):
+    """The control plane never confirmed the enqueue (503 or no answer through every retry).
+
+    The job may or may not exist. Calling `submit(..., idempotency_key=e.idempotency_key)` again
+    gives back the same job if the earlier call created it, and creates it otherwise.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        queue: str,
+        idempotency_key: str | None = None,
+        job_id: str | None = None,
+        **kw,
+    ):
+        super().__init__(message, **kw)
+        self.queue = queue
+        self.idempotency_key = idempotency_key
+        self.job_id = job_id
+
+
 class PayloadError(PayloadStoreError):
     """A stored payload (args or result) cannot be used."""
 

@@ -13,6 +13,7 @@ from payloadstore import (
     AuthError,
     Client,
     ConfigError,
+    EnqueueUnconfirmed,
     JobFailed,
     JobNotFound,
     PayloadCorrupt,
@@ -167,8 +168,8 @@ def test_given_a_result_in_s3_when_waiting_then_it_is_downloaded_and_verified():
     client = make_client(world)
     job = client.queue("q").add(1)
     value = big_bytes(30_000)
-    ref, _ = client._store_large(codec.encode(value), "result", job_id=job.job_id)
-    world.jobs[job.job_id]["result"] = {"resultRef": ref}
+    ref, _ = client.payloads.store(codec.encode(value), "result", job_id=job.job_id)
+    world.jobs[job.job_id]["result"] = {"resultRef": ref.to_wire()}
     assert bytes(job.result(timeout=5)) == value
 
 
@@ -176,25 +177,25 @@ def test_given_a_result_object_altered_in_s3_when_waiting_then_payload_corrupt_n
     world = FakeWorld()
     client = make_client(world)
     job = client.queue("q").add(1)
-    ref, _ = client._store_large(codec.encode(big_bytes(30_000)), "result", job_id=job.job_id)
-    stored = bytearray(world.objects[ref["key"]])
+    ref, _ = client.payloads.store(codec.encode(big_bytes(30_000)), "result", job_id=job.job_id)
+    stored = bytearray(world.objects[ref.key])
     stored[-100] ^= 0xFF  # one flipped byte, same size
-    world.objects[ref["key"]] = bytes(stored)
-    world.jobs[job.job_id]["result"] = {"resultRef": ref}
+    world.objects[ref.key] = bytes(stored)
+    world.jobs[job.job_id]["result"] = {"resultRef": ref.to_wire()}
     with pytest.raises(PayloadCorrupt) as info:
         job.result(timeout=5)
-    assert info.value.expected_sha256 == ref["sha256"]
-    assert info.value.actual_sha256 == hashlib.sha256(world.objects[ref["key"]]).hexdigest()
+    assert info.value.expected_sha256 == ref.sha256
+    assert info.value.actual_sha256 == hashlib.sha256(world.objects[ref.key]).hexdigest()
 
 
 def test_given_a_result_object_deleted_when_waiting_then_payload_lost():
     world = FakeWorld()
     client = make_client(world)
     job = client.queue("q").add(1)
-    ref, _ = client._store_large(codec.encode(big_bytes(30_000)), "result", job_id=job.job_id)
-    del world.objects[ref["key"]]
-    world.jobs[job.job_id]["result"] = {"resultRef": ref}
-    with pytest.raises(PayloadLost, match=ref["key"]):
+    ref, _ = client.payloads.store(codec.encode(big_bytes(30_000)), "result", job_id=job.job_id)
+    del world.objects[ref.key]
+    world.jobs[job.job_id]["result"] = {"resultRef": ref.to_wire()}
+    with pytest.raises(PayloadLost, match=ref.key):
         job.result(timeout=5)
 
 
@@ -259,7 +260,7 @@ def test_given_env_vars_when_building_from_env_then_they_are_used(monkeypatch):
     monkeypatch.setenv("PAYLOADSTORE_TOKEN", "pst_t")
     monkeypatch.setenv("PAYLOADSTORE_NAMESPACE", "team-a")
     client = Client.from_env()
-    assert (client.api.endpoint, client.namespace) == ("http://cp.example:8080", "team-a")
+    assert (client.wire.endpoint, client.namespace) == ("http://cp.example:8080", "team-a")
 
 
 def test_given_no_endpoint_when_building_from_env_then_config_error_names_the_variable(monkeypatch):
@@ -285,7 +286,7 @@ def test_given_a_devstack_file_when_building_then_the_role_token_of_the_namespac
     monkeypatch.delenv("PAYLOADSTORE_DEVSTACK", raising=False)
     monkeypatch.chdir(nested)
     client = Client.from_devstack(role="daemon")
-    assert client.api._token == "pst_d" and client.namespace == "dev"
+    assert client.wire._token == "pst_d" and client.namespace == "dev"
     with pytest.raises(ConfigError, match="namespaces: dev"):
         Client.from_devstack(namespace="prod")
 
@@ -322,3 +323,60 @@ def test_given_no_tqdm_when_progress_is_asked_then_a_plain_counter_reaches_100_p
     world = FakeWorld(max_payload_bytes=8 << 20)
     make_client(world).queue("q").submit((big_bytes(3 << 20),), progress=True)
     assert "upload args 100% 3.0/3.0 MiB" in capsys.readouterr().err
+
+
+def inline_unavailable() -> httpx.Response:
+    return httpx.Response(
+        503,
+        headers={"Retry-After": "1"},
+        json={"error": {"code": "inline_unavailable", "message": "redis above high-water mark"}},
+    )
+
+
+def test_given_inline_unavailable_when_adding_a_small_call_then_it_is_stored_through_s3_at_once():
+    # Given: the control plane refuses inline bytes (Redis above its high-water mark)
+    world = FakeWorld()
+    world.fail("POST", "/queues/q/jobs", lambda r: inline_unavailable())
+    sleeps: list[float] = []
+    client = make_client(world, sleeps)
+    # When
+    job = client.queue("q").add(b"small", n=1)
+    # Then: no waiting, one presign + PUT, and the job carries the reference
+    assert sleeps == []
+    assert job.tier == "s3" and world.jobs[job.job_id]["tier"] == "s3"
+    encoded = codec.encode({"args": [b"small"], "kwargs": {"n": 1}})
+    ref = world.jobs[job.job_id]["payload"]["payloadRef"]
+    assert ref["size"] == encoded.nbytes and ref["sha256"] == encoded.sha256()
+    assert codec.decode(world.objects[ref["key"]]) == {"args": [b"small"], "kwargs": {"n": 1}}
+    posts = world.calls("POST", "/queues/q/jobs")
+    assert len(posts) == 2 and posts[0].headers["content-type"] == "application/msgpack"
+
+
+def test_given_a_cp_that_never_confirms_when_submitting_inline_then_enqueue_unconfirmed_names_the_key():
+    # Given: every attempt ends in 503 redis_memory_full or a dropped connection
+    world = FakeWorld()
+    full = response(503, json={"error": {"code": "redis_memory_full", "message": "redis is full"}})
+    world.fail("POST", "/queues/q/jobs", full, httpx.ReadError("reset"), full, full, full, full)
+    client = make_client(world)
+    # When
+    with pytest.raises(EnqueueUnconfirmed) as info:
+        client.queue("q").submit((1,), idempotency_key="my-key-1")
+    # Then: one key on every attempt, and the error says how to get the same job
+    assert isinstance(info.value, ServiceUnavailable)
+    assert info.value.idempotency_key == "my-key-1" and info.value.queue == "q"
+    assert "idempotency_key='my-key-1'" in str(info.value)
+    keys = {r.headers["idempotency-key"] for r in world.calls("POST", "/queues/q/jobs")}
+    assert keys == {"my-key-1"}
+    assert world.jobs == {}
+    # And: submitting again with the key, once the server recovers, gives one job
+    job = client.queue("q").submit((1,), idempotency_key="my-key-1")
+    assert list(world.jobs) == [job.job_id]
+
+
+def test_given_a_cp_that_never_confirms_an_s3_enqueue_when_adding_then_enqueue_unconfirmed_with_the_job_id():
+    world = FakeWorld()
+    world.fail("POST", "/queues/q/jobs", *[response(503, json={})] * 5)
+    with pytest.raises(EnqueueUnconfirmed) as info:
+        make_client(world).queue("q").add(big_bytes(10_000))
+    assert info.value.job_id and info.value.idempotency_key is None
+    assert world.jobs == {}

@@ -219,3 +219,30 @@ def test_given_a_result_over_the_cap_when_storing_then_the_job_fails_with_payloa
     error = posted_result(world, job.job_id)["error"]
     assert error["type"] == "PayloadTooLarge" and "over the 10000 byte cap" in error["message"]
     assert not [r for r in world.calls("POST", "/payloads/presign") if b'"result"' in r.content]
+
+
+def test_given_inline_unavailable_when_posting_a_small_result_then_it_is_stored_through_s3():
+    import httpx
+
+    # Given: the control plane refuses inline results (Redis above its high-water mark)
+    world = FakeWorld()
+    job = make_client(world).queue("q").add(21)
+    world.fail(
+        "POST",
+        f"/jobs/{job.job_id}/result",
+        lambda r: httpx.Response(
+            503,
+            headers={"Retry-After": "1"},
+            json={"error": {"code": "inline_unavailable", "message": "above high-water mark"}},
+        ),
+    )
+    # When
+    stats = daemon_for(world).run(lambda x: x * 2, stop_when_idle=True)
+    # Then: one refused inline post, then a presign of the result key, a PUT and the reference
+    assert stats == {"succeeded": 1}
+    posts = [json.loads(r.content) for r in world.calls("POST", f"/jobs/{job.job_id}/result")]
+    assert "resultInline" in posts[0] and len(posts) == 2
+    ref = posts[1]["resultRef"]
+    assert ref["key"].endswith(f"{job.job_id}/result")
+    assert codec.decode(world.objects[ref["key"]]) == 42
+    assert make_client(world).job(job.job_id).result(timeout=1) == 42

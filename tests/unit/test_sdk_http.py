@@ -1,4 +1,4 @@
-"""Retries, backoff and error mapping of the SDK's control-plane session (httpx.MockTransport)."""
+"""Retries, backoff and error mapping of the SDK's control-plane transport (httpx.MockTransport)."""
 
 from __future__ import annotations
 
@@ -9,21 +9,35 @@ from payloadstore import (
     AuthError,
     ConflictError,
     InvalidRequest,
-    JobNotFound,
     PayloadTooLarge,
     RetryPolicy,
     ServiceUnavailable,
+    _wire,
 )
-from payloadstore._http import ApiSession, retry_after_seconds
+from payloadstore._http import retry_after_seconds
 
 
-def session(handler, sleeps: list, **kw) -> ApiSession:
-    return ApiSession(
-        "http://cp.test/",
-        "pst_x",
-        http=httpx.Client(transport=httpx.MockTransport(handler)),
-        sleep=sleeps.append,
-        **kw,
+class Session:
+    """A `Wire` whose `request(method, path, what)` sends a generic call (JSON answer)."""
+
+    def __init__(self, wire: _wire.Wire):
+        self.wire = wire
+
+    def request(self, method: str, path: str, what: str, **kw) -> httpx.Response:
+        call = _wire.Call(method, path, what, lambda response: response, **kw)
+        return self.wire.send(call)
+
+
+def session(handler, sleeps: list, **kw) -> Session:
+    return Session(
+        _wire.Wire(
+            "http://cp.test/",
+            "pst_x",
+            "ns",
+            http=httpx.Client(transport=httpx.MockTransport(handler)),
+            sleep=sleeps.append,
+            **kw,
+        )
     )
 
 
@@ -115,7 +129,6 @@ def test_given_the_presign_cap_when_429_too_many_presigns_then_it_is_not_retried
     [
         (401, "read config", AuthError),
         (403, "read config", AuthError),
-        (404, "job J1 status", JobNotFound),
         (409, "enqueue on queue q", ConflictError),
         (413, "presign args upload", PayloadTooLarge),
         (422, "enqueue on queue q", InvalidRequest),

@@ -1,0 +1,843 @@
+"""The v1 wire of the control plane, in one module: every route the SDK, the daemon helper and
+the CLI call, with typed answers.
+
+Three pure parts and one transport, so a sync and an asyncio client share everything but the
+socket:
+
+1. **Calls.** One builder function per route (`enqueue_inline(...)`, `poll(...)`, ...) returns a
+   `Call`: method, path, a short `what` for messages, query/JSON/raw body and headers, the
+   statuses that are answers (`ok`), the route's own error mapping (`errors`) and `parse`, which
+   turns the `httpx.Response` into a dataclass (`Enqueued`, `PolledJob`, `ResultAnswer`, ...).
+   Nothing here does I/O.
+2. **Error mapping.** `error_for(call, response)` picks the typed error from the server's
+   `error.code`, then the route's mapping (`Call.errors`, e.g. `not_found` on a job route is
+   `JobNotFound`, on presign-get it is `PayloadLost`), then the HTTP status. Never from the
+   message text.
+3. **Retry decision.** `retry_delay(policy, attempt, ...)` (in `_http`) says how long to wait
+   before trying again, or that the answer is final.
+4. **Transport.** `Wire.send(call)` runs a call over `httpx.Client` with those three. An
+   `AsyncWire` over `httpx.AsyncClient` is the same ~30-line loop with `await` (it calls only
+   `http_kwargs`, `retry_delay`, `error_for`, `call.parse` and a sleep) plus one `async def`
+   one-liner per route method.
+
+Adding a route (e.g. heartbeat, cancel, jobs:batch):
+    1. a frozen dataclass for its answer, if it has one, and a `parse_...` function for it;
+    2. a builder function in the "routes" section returning `Call(...)` (path, what, ok,
+       errors for route-specific codes, parse);
+    3. a one-line method on `Wire` (and on `AsyncWire` once it exists):
+       `return self.send(route(self.namespace, ...))`;
+    4. a case in tests/unit/test_sdk_wire.py.
+A new field in an existing answer is one line in its dataclass and its `parse_...`; a new field in
+a request body is a keyword argument of the builder.
+
+Every SDK write is safe to retry: inline enqueues carry an Idempotency-Key, S3-tier enqueues an
+issued key, and result posts are idempotent on the server.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import httpx
+
+from ._http import RetryPolicy, error_body, retry_delay
+from .errors import (
+    ApiError,
+    AuthError,
+    ConflictError,
+    InlineUnavailable,
+    InvalidRequest,
+    JobNotFound,
+    PayloadLost,
+    PayloadTooLarge,
+    QueueNotFound,
+    ServiceUnavailable,
+)
+
+log = logging.getLogger("payloadstore")
+
+T = TypeVar("T")
+MSGPACK = "application/msgpack"
+TERMINAL_STATES = frozenset({"succeeded", "failed", "payload_lost", "payload_corrupt"})
+# The connect timeout of every control-plane request; read timeouts are per call.
+CONNECT_TIMEOUT_S = 10.0
+
+# An error factory is called as factory(text, status=..., code=...).
+ErrorFactory = Callable[..., Exception]
+
+# -- answers -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    inline_threshold: int
+    max_payload_bytes: int
+    presign_ttl_s: int
+    result_ttl_s: int | None = None
+    max_presigns_per_job: int | None = None
+
+
+@dataclass(frozen=True)
+class PayloadRef:
+    """A payload (args or result) stored in S3, as `payloadRef`/`resultRef` on the wire."""
+
+    bucket: str
+    key: str
+    size: int | None = None
+    content_type: str | None = None
+    sha256: str | None = None
+    kind: str = "s3"
+
+    def to_wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "bucket": self.bucket, "key": self.key}
+        if self.size is not None:
+            out["size"] = self.size
+        if self.content_type is not None:
+            out["contentType"] = self.content_type
+        if self.sha256 is not None:
+            out["sha256"] = self.sha256
+        return out
+
+    @classmethod
+    def from_wire(cls, body: Mapping[str, Any]) -> PayloadRef:
+        size = body.get("size")
+        return cls(
+            bucket=str(body.get("bucket") or ""),
+            key=str(body["key"]),
+            size=None if size is None else int(size),
+            content_type=body.get("contentType"),
+            sha256=body.get("sha256"),
+            kind=str(body.get("kind") or "s3"),
+        )
+
+
+@dataclass(frozen=True)
+class UploadGrant:
+    """A presigned PUT. `raw` is the grant as the server sent it (what `_transfer` speaks)."""
+
+    url: str
+    method: str
+    headers: dict[str, str]
+    bucket: str
+    key: str
+    job_id: str | None
+    expires_at: str | None
+    raw: dict = field(default_factory=dict, repr=False)
+
+
+@dataclass(frozen=True)
+class DownloadGrant:
+    url: str
+    method: str
+    expires_at: str | None
+    raw: dict = field(default_factory=dict, repr=False)
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    job_id: str
+    tier: str
+    created: bool  # 201: this call created the job; 200: an earlier call with the same key did
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    job_id: str
+    state: str
+    queue: str | None = None
+    attempts: int | None = None
+    tier: str | None = None
+    payload_ref: dict | None = None
+    result_ref: dict | None = None
+    error: dict | None = None
+    raw: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def done(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+
+@dataclass(frozen=True)
+class ResultAnswer:
+    """`GET .../result?wait=`: `done` is False for a 202 (still queued or running)."""
+
+    job_id: str
+    state: str | None
+    done: bool
+    result_inline: bytes | None = None
+    result_ref: PayloadRef | None = None
+    error: dict | None = None
+    raw: dict = field(default_factory=dict, repr=False)
+
+
+@dataclass(frozen=True)
+class PolledJob:
+    """One delivery from `POST /v1/daemon/poll`: exactly one of the payload forms is set."""
+
+    job_id: str
+    namespace: str | None
+    queue: str | None
+    attempt: int | None
+    payload_inline: bytes | None = None
+    payload_ref: PayloadRef | None = None
+    raw: dict = field(default_factory=dict, repr=False)
+
+
+@dataclass(frozen=True)
+class QueueInfo:
+    """A queue's figures from the control plane (GET .../queues[/{queue}])."""
+
+    name: str
+    queued: int
+    in_flight: int
+    oldest_queued_age_s: float | None
+
+    @classmethod
+    def from_wire(cls, body: Mapping[str, Any]) -> QueueInfo:
+        return cls(
+            name=body["name"],
+            queued=int(body["queued"]),
+            in_flight=int(body["in_flight"]),
+            oldest_queued_age_s=body.get("oldest_queued_age_s"),
+        )
+
+
+@dataclass(frozen=True)
+class Health:
+    healthy: bool
+    body: dict
+
+
+# -- calls -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    """One request of the wire, described; `parse` turns an `ok` response into its answer."""
+
+    method: str
+    path: str
+    what: str
+    parse: Callable[[httpx.Response], T]
+    ok: frozenset[int] = frozenset({200})
+    params: Mapping[str, Any] | None = None
+    json: Any = None
+    content: bytes | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    auth: bool = True
+    timeout_s: float | None = None
+    # The route's own meaning of error codes (str) or statuses without a code (int).
+    errors: Mapping[str | int, ErrorFactory] = field(default_factory=dict)
+
+
+def http_kwargs(call: Call[Any], endpoint: str, token: str) -> dict[str, Any]:
+    """Arguments of `httpx.(Async)Client.request` for a call: shared by both transports."""
+    headers = dict(call.headers)
+    if call.auth:
+        headers["Authorization"] = f"Bearer {token}"
+    kwargs: dict[str, Any] = {
+        "method": call.method,
+        "url": endpoint + call.path,
+        "headers": headers,
+        "params": dict(call.params) if call.params else None,
+    }
+    if call.json is not None:
+        kwargs["json"] = call.json
+    if call.content is not None:
+        kwargs["content"] = call.content
+    if call.timeout_s is not None:
+        kwargs["timeout"] = httpx.Timeout(call.timeout_s, connect=CONNECT_TIMEOUT_S)
+    return kwargs
+
+
+# -- error mapping -----------------------------------------------------------------------------
+
+# The server's `error.code` -> class, for every route (functions/controlplane/models/errors.py).
+CODE_ERRORS: dict[str, ErrorFactory] = {
+    "unauthorized": AuthError,
+    "forbidden": AuthError,
+    "conflict": ConflictError,
+    "lease_mismatch": ConflictError,
+    "payload_too_large": PayloadTooLarge,
+    "bad_request": InvalidRequest,
+    "invalid_request": InvalidRequest,
+    "too_many_presigns": ServiceUnavailable,
+    "service_unavailable": ServiceUnavailable,
+    "redis_memory_full": ServiceUnavailable,
+    "inline_unavailable": InlineUnavailable,
+    "storage_error": ServiceUnavailable,
+    "internal_error": ServiceUnavailable,
+}
+
+
+def status_error(status: int) -> ErrorFactory:
+    """The class for an answer without a known code (API Gateway's own answers, proxies)."""
+    if status in (401, 403):
+        return AuthError
+    if status == 409:
+        return ConflictError
+    if status == 413:
+        return PayloadTooLarge
+    if status in (400, 422):
+        return InvalidRequest
+    if status == 429 or status >= 500:
+        return ServiceUnavailable
+    return ApiError
+
+
+def error_for(call: Call[Any], response: httpx.Response) -> Exception:
+    """The typed error for an error answer: route's code, common code, route's status, status."""
+    status = response.status_code
+    code, message = error_body(response)
+    text = f"{call.what}: {message} (HTTP {status})"
+    factory = (
+        (call.errors.get(code) if code else None)
+        or (CODE_ERRORS.get(code) if code else None)
+        or call.errors.get(status)
+        or status_error(status)
+    )
+    return factory(text, status=status, code=code)
+
+
+def raise_error(call: Call[Any], response: httpx.Response) -> None:
+    """Raise `error_for(...)`, chained from httpx's own HTTPStatusError for the response."""
+    try:
+        response.raise_for_status()
+    except httpx.HTTPStatusError as http_error:
+        raise error_for(call, response) from http_error
+    # A status outside `ok` that is not an error (e.g. an unexpected 3xx).
+    raise ApiError(
+        f"{call.what}: unexpected HTTP {response.status_code}", status=response.status_code
+    )
+
+
+def unreachable(call: Call[Any], endpoint: str, error: Exception) -> ServiceUnavailable:
+    return ServiceUnavailable(
+        f"{call.what}: cannot reach the control plane at {endpoint}: {error!r}"
+    )
+
+
+# -- parsers (pure) ----------------------------------------------------------------------------
+
+
+def _json(response: httpx.Response) -> dict:
+    try:
+        body = response.json()
+    except ValueError as e:
+        raise ApiError(
+            f"unreadable answer from the control plane: {response.text[:200]!r}",
+            status=response.status_code,
+        ) from e
+    if not isinstance(body, dict):
+        raise ApiError(f"unexpected answer from the control plane: {body!r:.200}")
+    return body
+
+
+def _b64(value: Any) -> bytes | None:
+    return None if value is None else base64.b64decode(value)
+
+
+def _ref(value: Any) -> PayloadRef | None:
+    return PayloadRef.from_wire(value) if isinstance(value, Mapping) and value.get("key") else None
+
+
+def parse_none(response: httpx.Response) -> None:
+    return None
+
+
+def parse_config(response: httpx.Response) -> ServerConfig:
+    body = _json(response)
+    ttl = body.get("result_ttl_s")
+    cap = body.get("max_presigns_per_job")
+    return ServerConfig(
+        inline_threshold=int(body["inline_threshold"]),
+        max_payload_bytes=int(body["max_payload_bytes"]),
+        presign_ttl_s=int(body.get("presign_ttl_s") or 900),
+        result_ttl_s=None if ttl is None else int(ttl),
+        max_presigns_per_job=None if cap is None else int(cap),
+    )
+
+
+def parse_health(response: httpx.Response) -> Health:
+    try:
+        body = response.json()
+    except ValueError:
+        body = {"status": "unreadable", "body": response.text[:300]}
+    if not isinstance(body, dict):
+        body = {"status": "unreadable", "body": repr(body)[:300]}
+    status = str(body.get("status", "ok")).lower()
+    return Health(response.status_code == 200 and status in ("ok", "healthy", "pass"), body)
+
+
+def parse_upload_grant(response: httpx.Response) -> UploadGrant:
+    body = _json(response)
+    return UploadGrant(
+        url=body["url"],
+        method=body.get("method", "PUT"),
+        headers={str(k): str(v) for k, v in (body.get("headers") or {}).items()},
+        bucket=body.get("bucket", ""),
+        key=body["key"],
+        job_id=body.get("job_id"),
+        expires_at=body.get("expires_at"),
+        raw=body,
+    )
+
+
+def parse_download_grant(response: httpx.Response) -> DownloadGrant:
+    body = _json(response)
+    return DownloadGrant(
+        url=body["url"],
+        method=body.get("method", "GET"),
+        expires_at=body.get("expires_at"),
+        raw=body,
+    )
+
+
+def parse_enqueued(default_tier: str) -> Callable[[httpx.Response], Enqueued]:
+    def parse(response: httpx.Response) -> Enqueued:
+        body = _json(response)
+        job_id = body.get("job_id")
+        if not job_id:
+            raise ApiError(
+                f"enqueue answer without a job id (HTTP {response.status_code}): {body!r:.200}",
+                status=response.status_code,
+            )
+        return Enqueued(
+            job_id=str(job_id),
+            tier=str(body.get("tier") or default_tier),
+            created=response.status_code == 201,
+        )
+
+    return parse
+
+
+def parse_job_status(job_id: str) -> Callable[[httpx.Response], JobStatus]:
+    def parse(response: httpx.Response) -> JobStatus:
+        body = _json(response)
+        return JobStatus(
+            job_id=body.get("job_id", job_id),
+            state=body.get("state", "unknown"),
+            queue=body.get("queue"),
+            attempts=body.get("attempts"),
+            tier=body.get("tier"),
+            payload_ref=body.get("payloadRef"),
+            result_ref=body.get("resultRef"),
+            error=body.get("error"),
+            raw=body,
+        )
+
+    return parse
+
+
+def parse_result(job_id: str) -> Callable[[httpx.Response], ResultAnswer]:
+    def parse(response: httpx.Response) -> ResultAnswer:
+        body = _json(response)
+        error = body.get("error")
+        return ResultAnswer(
+            job_id=body.get("job_id", job_id),
+            state=body.get("state"),
+            done=response.status_code == 200,
+            result_inline=_b64(body.get("resultInline")),
+            result_ref=_ref(body.get("resultRef")),
+            error=error
+            if isinstance(error, dict)
+            else ({"message": str(error)} if error else None),
+            raw=body,
+        )
+
+    return parse
+
+
+def parse_queue_list(response: httpx.Response) -> list[QueueInfo]:
+    return [QueueInfo.from_wire(q) for q in _json(response)["queues"]]
+
+
+def parse_queue_stats(response: httpx.Response) -> QueueInfo:
+    return QueueInfo.from_wire(_json(response))
+
+
+def parse_polled(response: httpx.Response) -> PolledJob | None:
+    if response.status_code == 204 or not response.content:
+        return None
+    return polled_job(_json(response))
+
+
+def polled_job(body: Mapping[str, Any]) -> PolledJob:
+    """A poll answer's body as a `PolledJob` (also for messages a caller kept as dicts)."""
+    attempt = body.get("attempt")
+    return PolledJob(
+        job_id=str(body["job_id"]),
+        namespace=body.get("namespace"),
+        queue=body.get("queue"),
+        attempt=None if attempt is None else int(attempt),
+        payload_inline=_b64(body.get("payloadInline")),
+        payload_ref=_ref(body.get("payloadRef")),
+        raw=dict(body),
+    )
+
+
+# -- routes (pure builders) --------------------------------------------------------------------
+
+
+def ns_path(namespace: str, suffix: str) -> str:
+    return f"/v1/namespaces/{namespace}{suffix}"
+
+
+def _job_errors() -> dict[str | int, ErrorFactory]:
+    return {"not_found": JobNotFound, 404: JobNotFound}
+
+
+def config() -> Call[ServerConfig]:
+    return Call("GET", "/v1/config", "read config", parse_config)
+
+
+def health() -> Call[Health]:
+    return Call(
+        "GET", "/v1/health", "health check", parse_health, ok=frozenset({200, 503}), auth=False
+    )
+
+
+def presign_put(
+    namespace: str,
+    *,
+    size: int,
+    kind: str,
+    sha256: str | None,
+    content_type: str = MSGPACK,
+    job_id: str | None = None,
+) -> Call[UploadGrant]:
+    body: dict[str, Any] = {"op": "put", "size": size, "kind": kind}
+    if sha256:
+        body["sha256"] = sha256
+    body["content_type"] = content_type
+    if job_id:
+        body["job_id"] = job_id
+    return Call(
+        "POST",
+        ns_path(namespace, "/payloads/presign"),
+        f"presign {kind} upload",
+        parse_upload_grant,
+        json=body,
+        # A re-presign names a job: its 404 means the job (or its key) is unknown.
+        errors=_job_errors() if job_id else {},
+    )
+
+
+def presign_get(namespace: str, key: str, *, job_id: str | None = None) -> Call[DownloadGrant]:
+    def lost(reason: str) -> ErrorFactory:
+        def factory(text: str, **_: Any) -> Exception:
+            return PayloadLost(f"payload {key} is {reason}: {text}", job_id=job_id, key=key)
+
+        return factory
+
+    never_issued, expired = lost("unknown to the control plane"), lost("past retention")
+    return Call(
+        "POST",
+        ns_path(namespace, "/payloads/presign"),
+        "presign download",
+        parse_download_grant,
+        json={"op": "get", "key": key},
+        errors={"not_found": never_issued, "gone": expired, 404: never_issued, 410: expired},
+    )
+
+
+def enqueue_inline(
+    namespace: str, queue: str, data: bytes, *, idempotency_key: str
+) -> Call[Enqueued]:
+    """The raw msgpack bytes as the body; the key makes every retry give back the same job."""
+    return Call(
+        "POST",
+        ns_path(namespace, f"/queues/{queue}/jobs"),
+        f"enqueue on queue {queue}",
+        parse_enqueued("inline"),
+        ok=frozenset({200, 201}),
+        content=data,
+        headers={"Content-Type": MSGPACK, "Idempotency-Key": idempotency_key},
+    )
+
+
+def enqueue_ref(namespace: str, queue: str, ref: PayloadRef) -> Call[Enqueued]:
+    """Enqueueing the same issued key again gives back the same job, so retries are safe."""
+    return Call(
+        "POST",
+        ns_path(namespace, f"/queues/{queue}/jobs"),
+        f"enqueue on queue {queue}",
+        parse_enqueued("s3"),
+        ok=frozenset({200, 201}),
+        json={"payloadRef": ref.to_wire()},
+    )
+
+
+def job_status(namespace: str, job_id: str) -> Call[JobStatus]:
+    return Call(
+        "GET",
+        ns_path(namespace, f"/jobs/{job_id}"),
+        f"job {job_id} status",
+        parse_job_status(job_id),
+        errors=_job_errors(),
+    )
+
+
+def job_result(namespace: str, job_id: str, *, wait_s: float) -> Call[ResultAnswer]:
+    return Call(
+        "GET",
+        ns_path(namespace, f"/jobs/{job_id}/result"),
+        f"job {job_id} result",
+        parse_result(job_id),
+        ok=frozenset({200, 202}),
+        params={"wait": f"{wait_s:g}"},
+        timeout_s=wait_s + 20.0,
+        errors=_job_errors(),
+    )
+
+
+def queue_list(namespace: str) -> Call[list[QueueInfo]]:
+    return Call("GET", ns_path(namespace, "/queues"), "list queues", parse_queue_list)
+
+
+def queue_stats(namespace: str, queue: str) -> Call[QueueInfo]:
+    return Call(
+        "GET",
+        ns_path(namespace, f"/queues/{queue}"),
+        f"queue {queue}",
+        parse_queue_stats,
+        errors={"not_found": QueueNotFound, 404: QueueNotFound},
+    )
+
+
+def poll(
+    namespace: str, queues: list[str], *, wait_s: float, daemon_id: str
+) -> Call[PolledJob | None]:
+    return Call(
+        "POST",
+        "/v1/daemon/poll",
+        "poll",
+        parse_polled,
+        ok=frozenset({200, 204}),
+        json={
+            "namespace": namespace,
+            "queues": list(queues),
+            "wait_s": wait_s,
+            "daemon_id": daemon_id,
+        },
+        timeout_s=wait_s + 20.0,
+    )
+
+
+def post_result(
+    namespace: str,
+    job_id: str,
+    *,
+    inline: bytes | None = None,
+    ref: PayloadRef | None = None,
+    error: Mapping[str, Any] | None = None,
+) -> Call[None]:
+    """Exactly one of: the inline result bytes, the S3 reference, or the error {type, message,
+    traceback?}."""
+    given = [
+        name for name, v in (("inline", inline), ("ref", ref), ("error", error)) if v is not None
+    ]
+    if len(given) != 1:
+        raise ValueError(f"post_result needs exactly one of inline, ref, error (got {given})")
+    if inline is not None:
+        body: dict[str, Any] = {"resultInline": base64.b64encode(inline).decode("ascii")}
+    elif ref is not None:
+        body = {"resultRef": ref.to_wire()}
+    else:
+        body = {"error": dict(error or {})}
+    return Call(
+        "POST",
+        ns_path(namespace, f"/jobs/{job_id}/result"),
+        f"post result of job {job_id}",
+        parse_none,
+        ok=frozenset({200, 204}),
+        json=body,
+        errors=_job_errors(),
+    )
+
+
+def report_failure(
+    namespace: str,
+    job_id: str,
+    *,
+    state: str,
+    detail: str,
+    expected_sha256: str | None = None,
+    actual_sha256: str | None = None,
+) -> Call[None]:
+    body: dict[str, Any] = {"state": state, "detail": detail}
+    if expected_sha256:
+        body["expected_sha256"] = expected_sha256
+    if actual_sha256:
+        body["actual_sha256"] = actual_sha256
+    return Call(
+        "POST",
+        ns_path(namespace, f"/jobs/{job_id}/failure"),
+        f"report {state} for job {job_id}",
+        parse_none,
+        ok=frozenset({200, 204}),
+        json=body,
+        errors=_job_errors(),
+    )
+
+
+# -- the sync transport ------------------------------------------------------------------------
+
+
+class Wire:
+    """The control plane for one namespace and one token, over `httpx.Client`, with retries.
+
+    Every method is one route; each answers a dataclass or raises a typed error
+    (`payloadstore.errors`).
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        token: str,
+        namespace: str,
+        *,
+        http: httpx.Client | None = None,
+        retry: RetryPolicy | None = None,
+        timeout_s: float = 30.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        self.endpoint = endpoint.rstrip("/")
+        self.namespace = namespace
+        self._token = token
+        self._owns_http = http is None
+        self.http = http or httpx.Client(
+            timeout=httpx.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S)
+        )
+        self.retry = retry or RetryPolicy()
+        self._sleep = sleep
+
+    def close(self) -> None:
+        if self._owns_http:
+            self.http.close()
+
+    def __repr__(self) -> str:
+        return f"Wire(endpoint={self.endpoint!r}, namespace={self.namespace!r})"
+
+    def send(self, call: Call[T]) -> T:
+        """Send with retries; return the parsed answer, or raise the typed error."""
+        kwargs = http_kwargs(call, self.endpoint, self._token)
+        attempt = 0
+        while True:
+            try:
+                response = self.http.request(**kwargs)
+            except httpx.TransportError as e:
+                delay = retry_delay(self.retry, attempt, error=e)
+                if delay is None:
+                    raise unreachable(call, self.endpoint, e) from e
+                log.warning(
+                    "retrying what=%s error=%s attempt=%d delay_s=%.2f",
+                    call.what,
+                    type(e).__name__,
+                    attempt + 1,
+                    delay,
+                )
+            else:
+                if response.status_code in call.ok:
+                    return call.parse(response)
+                delay = retry_delay(self.retry, attempt, response=response)
+                if delay is None:
+                    raise_error(call, response)
+                log.warning(
+                    "retrying what=%s status=%d attempt=%d delay_s=%.2f",
+                    call.what,
+                    response.status_code,
+                    attempt + 1,
+                    delay,
+                )
+            self._sleep(delay)
+            attempt += 1
+
+    # -- one method per route ------------------------------------------------------------------
+
+    def config(self) -> ServerConfig:
+        return self.send(config())
+
+    def health(self) -> Health:
+        return self.send(health())
+
+    def presign_put(
+        self,
+        *,
+        size: int,
+        kind: str,
+        sha256: str | None,
+        content_type: str = MSGPACK,
+        job_id: str | None = None,
+    ) -> UploadGrant:
+        return self.send(
+            presign_put(
+                self.namespace,
+                size=size,
+                kind=kind,
+                sha256=sha256,
+                content_type=content_type,
+                job_id=job_id,
+            )
+        )
+
+    def presign_get(self, key: str, *, job_id: str | None = None) -> DownloadGrant:
+        return self.send(presign_get(self.namespace, key, job_id=job_id))
+
+    def enqueue_inline(self, queue: str, data: bytes, *, idempotency_key: str) -> Enqueued:
+        return self.send(
+            enqueue_inline(self.namespace, queue, data, idempotency_key=idempotency_key)
+        )
+
+    def enqueue_ref(self, queue: str, ref: PayloadRef) -> Enqueued:
+        return self.send(enqueue_ref(self.namespace, queue, ref))
+
+    def job_status(self, job_id: str) -> JobStatus:
+        return self.send(job_status(self.namespace, job_id))
+
+    def job_result(self, job_id: str, *, wait_s: float) -> ResultAnswer:
+        return self.send(job_result(self.namespace, job_id, wait_s=wait_s))
+
+    def queue_list(self) -> list[QueueInfo]:
+        return self.send(queue_list(self.namespace))
+
+    def queue_stats(self, queue: str) -> QueueInfo:
+        return self.send(queue_stats(self.namespace, queue))
+
+    def poll(self, queues: list[str], *, wait_s: float, daemon_id: str) -> PolledJob | None:
+        return self.send(poll(self.namespace, queues, wait_s=wait_s, daemon_id=daemon_id))
+
+    def post_result(
+        self,
+        job_id: str,
+        *,
+        inline: bytes | None = None,
+        ref: PayloadRef | None = None,
+        error: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.send(post_result(self.namespace, job_id, inline=inline, ref=ref, error=error))
+
+    def report_failure(
+        self,
+        job_id: str,
+        *,
+        state: str,
+        detail: str,
+        expected_sha256: str | None = None,
+        actual_sha256: str | None = None,
+    ) -> None:
+        self.send(
+            report_failure(
+                self.namespace,
+                job_id,
+                state=state,
+                detail=detail,
+                expected_sha256=expected_sha256,
+                actual_sha256=actual_sha256,
+            )
+        )

@@ -1,0 +1,388 @@
+"""The SDK's wire layer (payloadstore/_wire.py): requests as data, typed answers, error classes
+chosen by the server's `error.code` and the route, never by message text."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+
+from payloadstore import (
+    ApiError,
+    AuthError,
+    ConflictError,
+    InlineUnavailable,
+    InvalidRequest,
+    JobNotFound,
+    PayloadLost,
+    RetryPolicy,
+    ServiceUnavailable,
+    _wire,
+)
+from payloadstore._wire import PayloadRef, Wire
+
+REF = PayloadRef(
+    bucket="b",
+    key="payloads/2026/01/01/J1/args",
+    size=10,
+    content_type="application/msgpack",
+    sha256="ab" * 32,
+)
+
+
+class Recorder:
+    """A MockTransport handler answering each request with the next scripted response."""
+
+    def __init__(self, *answers: httpx.Response | Exception):
+        self.answers = list(answers)
+        self.requests: list[httpx.Request] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        request.read()
+        self.requests.append(request)
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def wire_with(recorder: Recorder, sleeps: list | None = None, **kw) -> Wire:
+    return Wire(
+        "http://cp.test/",
+        "pst_x",
+        "team",
+        http=httpx.Client(transport=httpx.MockTransport(recorder)),
+        sleep=(sleeps if sleeps is not None else []).append,
+        **kw,
+    )
+
+
+def error(status: int, code: str | None, message: str = "m", **headers: str) -> httpx.Response:
+    body = {"error": {"code": code, "message": message}} if code else {"message": message}
+    return httpx.Response(status, json=body, headers=headers)
+
+
+# -- requests as data ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("call", "method", "path", "body"),
+    [
+        (_wire.config(), "GET", "/v1/config", None),
+        (_wire.health(), "GET", "/v1/health", None),
+        (
+            _wire.presign_put("team", size=5, kind="args", sha256="ab" * 32),
+            "POST",
+            "/v1/namespaces/team/payloads/presign",
+            {
+                "op": "put",
+                "size": 5,
+                "kind": "args",
+                "sha256": "ab" * 32,
+                "content_type": "application/msgpack",
+            },
+        ),
+        (
+            _wire.presign_put("team", size=5, kind="result", sha256=None, job_id="J1"),
+            "POST",
+            "/v1/namespaces/team/payloads/presign",
+            {
+                "op": "put",
+                "size": 5,
+                "kind": "result",
+                "content_type": "application/msgpack",
+                "job_id": "J1",
+            },
+        ),
+        (
+            _wire.presign_get("team", "k1"),
+            "POST",
+            "/v1/namespaces/team/payloads/presign",
+            {"op": "get", "key": "k1"},
+        ),
+        (
+            _wire.enqueue_ref("team", "q", REF),
+            "POST",
+            "/v1/namespaces/team/queues/q/jobs",
+            {"payloadRef": REF.to_wire()},
+        ),
+        (_wire.job_status("team", "J1"), "GET", "/v1/namespaces/team/jobs/J1", None),
+        (
+            _wire.poll("team", ["a", "b"], wait_s=3, daemon_id="d1"),
+            "POST",
+            "/v1/daemon/poll",
+            {"namespace": "team", "queues": ["a", "b"], "wait_s": 3, "daemon_id": "d1"},
+        ),
+        (
+            _wire.post_result("team", "J1", inline=b"\x01\x02"),
+            "POST",
+            "/v1/namespaces/team/jobs/J1/result",
+            {"resultInline": "AQI="},
+        ),
+        (
+            _wire.post_result("team", "J1", ref=REF),
+            "POST",
+            "/v1/namespaces/team/jobs/J1/result",
+            {"resultRef": REF.to_wire()},
+        ),
+        (
+            _wire.post_result("team", "J1", error={"type": "E", "message": "x"}),
+            "POST",
+            "/v1/namespaces/team/jobs/J1/result",
+            {"error": {"type": "E", "message": "x"}},
+        ),
+        (
+            _wire.report_failure("team", "J1", state="payload_lost", detail="gone"),
+            "POST",
+            "/v1/namespaces/team/jobs/J1/failure",
+            {"state": "payload_lost", "detail": "gone"},
+        ),
+    ],
+)
+def test_given_a_route_builder_when_called_then_the_request_is_described_without_io(
+    call, method, path, body
+):
+    # Given/When: the builder ran above, at collection, with no transport at all
+    # Then
+    assert (call.method, call.path, call.json) == (method, path, body)
+
+
+def test_given_an_inline_enqueue_when_sent_then_raw_msgpack_goes_with_the_key_and_bearer():
+    # Given
+    rec = Recorder(httpx.Response(201, json={"job_id": "J1", "tier": "inline"}))
+    # When
+    answer = wire_with(rec).enqueue_inline("q", b"\x93\x01\x02\x03", idempotency_key="k-1")
+    # Then
+    assert answer == _wire.Enqueued(job_id="J1", tier="inline", created=True)
+    (request,) = rec.requests
+    assert str(request.url) == "http://cp.test/v1/namespaces/team/queues/q/jobs"
+    assert request.content == b"\x93\x01\x02\x03"
+    assert request.headers["content-type"] == "application/msgpack"
+    assert request.headers["idempotency-key"] == "k-1"
+    assert request.headers["authorization"] == "Bearer pst_x"
+
+
+def test_given_a_repeat_enqueue_when_the_server_answers_200_then_created_is_false():
+    rec = Recorder(httpx.Response(200, json={"job_id": "J1", "tier": "s3"}))
+    assert wire_with(rec).enqueue_ref("q", REF) == _wire.Enqueued("J1", "s3", created=False)
+
+
+def test_given_an_enqueue_answer_without_a_job_id_when_parsed_then_api_error_not_a_job():
+    rec = Recorder(httpx.Response(201, json={"tier": "inline"}))
+    with pytest.raises(ApiError, match="without a job id"):
+        wire_with(rec).enqueue_inline("q", b"\x01", idempotency_key="k")
+
+
+def test_given_health_is_public_when_sent_then_no_bearer_and_503_is_an_answer():
+    rec = Recorder(httpx.Response(503, json={"status": "failing", "checks": {}}))
+    answer = wire_with(rec).health()
+    assert answer.healthy is False and answer.body["status"] == "failing"
+    assert "authorization" not in rec.requests[0].headers
+
+
+def test_given_a_config_answer_when_parsed_then_a_typed_server_config():
+    rec = Recorder(
+        httpx.Response(
+            200,
+            json={
+                "inline_threshold": 10,
+                "max_payload_bytes": 20,
+                "presign_ttl_s": 30,
+                "result_ttl_s": 40,
+                "max_presigns_per_job": 5,
+            },
+        )
+    )
+    assert wire_with(rec).config() == _wire.ServerConfig(10, 20, 30, 40, 5)
+
+
+def test_given_an_empty_queue_when_polling_then_none_and_a_delivery_is_a_polled_job():
+    rec = Recorder(
+        httpx.Response(204),
+        httpx.Response(
+            200,
+            json={
+                "job_id": "J2",
+                "namespace": "team",
+                "queue": "q",
+                "attempt": 2,
+                "payloadInline": base64.b64encode(b"\x01\x02").decode(),
+            },
+        ),
+        httpx.Response(
+            200,
+            json={
+                "job_id": "J3",
+                "namespace": "team",
+                "queue": "q",
+                "attempt": 1,
+                "payloadRef": REF.to_wire(),
+            },
+        ),
+    )
+    wire = wire_with(rec)
+    assert wire.poll(["q"], wait_s=0, daemon_id="d") is None
+    inline = wire.poll(["q"], wait_s=0, daemon_id="d")
+    assert (inline.job_id, inline.attempt, inline.payload_inline, inline.payload_ref) == (
+        "J2",
+        2,
+        b"\x01\x02",
+        None,
+    )
+    by_ref = wire.poll(["q"], wait_s=0, daemon_id="d")
+    assert by_ref.payload_ref == REF and by_ref.payload_inline is None
+
+
+def test_given_a_result_long_poll_when_pending_then_not_done_and_when_done_then_typed_forms():
+    rec = Recorder(
+        httpx.Response(202, json={"job_id": "J1", "state": "running"}),
+        httpx.Response(
+            200, json={"job_id": "J1", "state": "succeeded", "resultRef": REF.to_wire()}
+        ),
+        httpx.Response(
+            200,
+            json={"job_id": "J1", "state": "failed", "error": {"type": "E", "message": "m"}},
+        ),
+    )
+    wire = wire_with(rec)
+    pending = wire.job_result("J1", wait_s=2.5)
+    assert (pending.done, pending.state) == (False, "running")
+    assert rec.requests[0].url.params["wait"] == "2.5"
+    assert wire.job_result("J1", wait_s=0).result_ref == REF
+    failed = wire.job_result("J1", wait_s=0)
+    assert failed.done and failed.error == {"type": "E", "message": "m"}
+
+
+def test_given_two_result_forms_when_building_a_post_then_value_error():
+    with pytest.raises(ValueError, match="exactly one"):
+        _wire.post_result("team", "J1", inline=b"x", ref=REF)
+    with pytest.raises(ValueError, match="exactly one"):
+        _wire.post_result("team", "J1")
+
+
+# -- error classes from the code and the route ------------------------------------------------
+
+
+def test_given_not_found_on_a_job_route_when_asking_then_job_not_found():
+    rec = Recorder(error(404, "not_found", "job J9 not found"))
+    with pytest.raises(JobNotFound) as info:
+        wire_with(rec).job_status("J9")
+    assert info.value.code == "not_found" and info.value.status == 404
+
+
+def test_given_not_found_on_a_non_job_route_when_the_message_says_job_then_still_not_job_not_found():
+    # The message names a job, but the route is config: the class comes from code + route.
+    rec = Recorder(error(404, "not_found", "no job here"))
+    with pytest.raises(ApiError) as info:
+        wire_with(rec).config()
+    assert type(info.value) is ApiError
+
+
+def test_given_presign_get_of_an_unknown_or_expired_key_when_asking_then_payload_lost_with_the_key():
+    rec = Recorder(error(404, "not_found", "never issued"), error(410, "gone", "past retention"))
+    wire = wire_with(rec)
+    with pytest.raises(PayloadLost, match="unknown to the control plane") as info:
+        wire.presign_get("k1", job_id="J1")
+    assert (info.value.key, info.value.job_id) == ("k1", "J1")
+    with pytest.raises(PayloadLost, match="past retention"):
+        wire.presign_get("k1")
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "expected"),
+    [
+        (409, "conflict", ConflictError),
+        (409, "lease_mismatch", ConflictError),
+        (422, "invalid_request", InvalidRequest),
+        (400, "bad_request", InvalidRequest),
+        (401, "unauthorized", AuthError),
+        (403, "forbidden", AuthError),
+        # API Gateway's own answers carry no code: the status decides.
+        (403, None, AuthError),
+        (418, None, ApiError),
+    ],
+)
+def test_given_an_error_code_when_mapping_then_the_class_follows_the_code(status, code, expected):
+    rec = Recorder(error(status, code))
+    with pytest.raises(expected) as info:
+        wire_with(rec).enqueue_ref("q", REF)
+    assert type(info.value) is expected and info.value.code == code
+    assert len(rec.requests) == 1
+
+
+def test_given_inline_unavailable_when_enqueueing_inline_then_typed_at_once_without_retries():
+    rec = Recorder(
+        error(503, "inline_unavailable", "redis above its high-water mark", **{"Retry-After": "1"})
+    )
+    sleeps: list[float] = []
+    with pytest.raises(InlineUnavailable) as info:
+        wire_with(rec, sleeps).enqueue_inline("q", b"\x01", idempotency_key="k")
+    assert isinstance(info.value, ServiceUnavailable) and info.value.status == 503
+    assert len(rec.requests) == 1 and sleeps == []
+
+
+def test_given_redis_memory_full_when_enqueueing_then_retried_with_the_same_key_then_service_unavailable():
+    rec = Recorder(error(503, "redis_memory_full", "redis is full", **{"Retry-After": "0"}))
+    with pytest.raises(ServiceUnavailable) as info:
+        wire_with(rec, retry=RetryPolicy(max_attempts=3)).enqueue_inline(
+            "q", b"\x01", idempotency_key="k-7"
+        )
+    assert type(info.value) is ServiceUnavailable and info.value.code == "redis_memory_full"
+    assert [r.headers["idempotency-key"] for r in rec.requests] == ["k-7"] * 3
+
+
+def test_given_a_dropped_connection_then_a_201_when_enqueueing_then_the_retry_gets_the_job():
+    rec = Recorder(httpx.RemoteProtocolError("reset"), httpx.Response(201, json={"job_id": "J1"}))
+    sleeps: list[float] = []
+    answer = wire_with(rec, sleeps).enqueue_inline("q", b"\x01", idempotency_key="k")
+    assert answer.job_id == "J1" and answer.tier == "inline" and len(sleeps) == 1
+
+
+# -- one owner of the wire ---------------------------------------------------------------------
+
+
+def test_given_the_sdk_modules_when_read_then_only_the_wire_layer_names_routes():
+    package = Path(_wire.__file__).parent
+    offenders = {}
+    for name in ("client.py", "daemon.py", "cli.py", "_payloads.py", "_transfer.py", "_http.py"):
+        text = (package / name).read_text()
+        hits = re.findall(r"[\"'f]/v1/|/namespaces/|/jobs/|/payloads/presign|\.api\.request", text)
+        if hits:
+            offenders[name] = hits
+    assert offenders == {}
+
+
+def test_given_a_request_description_when_turned_into_http_kwargs_then_it_is_transport_neutral():
+    kwargs = _wire.http_kwargs(_wire.job_result("team", "J1", wait_s=5), "http://cp", "tok")
+    assert (
+        kwargs["method"] == "GET" and kwargs["url"] == "http://cp/v1/namespaces/team/jobs/J1/result"
+    )
+    assert kwargs["params"] == {"wait": "5"} and kwargs["headers"]["Authorization"] == "Bearer tok"
+    assert kwargs["timeout"].read == 25.0
+    assert json.dumps(_wire.poll("ns", ["q"], wait_s=1, daemon_id="d").json)
+
+
+def test_given_queue_routes_when_asking_then_queue_info_and_not_found_is_queue_not_found():
+    from payloadstore import QueueNotFound
+
+    rec = Recorder(
+        httpx.Response(
+            200,
+            json={
+                "queues": [{"name": "q", "queued": 2, "in_flight": 1, "oldest_queued_age_s": 3.5}]
+            },
+        ),
+        error(404, "not_found", "queue nope not found in namespace team"),
+    )
+    wire = wire_with(rec)
+    assert wire.queue_list() == [_wire.QueueInfo("q", 2, 1, 3.5)]
+    with pytest.raises(QueueNotFound):
+        wire.queue_stats("nope")
+    assert [r.url.path for r in rec.requests] == [
+        "/v1/namespaces/team/queues",
+        "/v1/namespaces/team/queues/nope",
+    ]
