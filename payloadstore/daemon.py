@@ -18,6 +18,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 import traceback
@@ -62,11 +63,43 @@ def failing_checks(body: dict) -> list[str]:
     return out
 
 
+def logging_configured() -> bool:
+    """Whether the application set up logging (a handler on the root or our loggers)."""
+    return any(
+        logging.getLogger(name).handlers for name in ("", "payloadstore", "payloadstore.daemon")
+    )
+
+
+def default_job_logging() -> Callable[[], None]:
+    """When the application configured no logging, print the daemon's INFO lines (one per job)
+    on stderr for the length of a run; returns the undo."""
+    if logging_configured():
+        return lambda: None
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    saved_level = log.level
+    log.addHandler(handler)
+    if log.getEffectiveLevel() > logging.INFO:
+        log.setLevel(logging.INFO)
+
+    def undo() -> None:
+        log.removeHandler(handler)
+        log.setLevel(saved_level)
+
+    return undo
+
+
 def remote_type_name(exc: BaseException) -> str:
     cls = type(exc)
     return (
         cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
     )
+
+
+def function_name(fn: Callable[..., Any]) -> str:
+    module = getattr(fn, "__module__", None)
+    name = getattr(fn, "__qualname__", None) or repr(fn)
+    return f"{module}.{name}" if module else name
 
 
 def call_arguments(payload: Any) -> tuple[list, dict]:
@@ -117,11 +150,24 @@ class Daemon:
     # -- registration and control ---------------------------------------------------------------
 
     def register(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """Decorator: the function `run()` calls for each job."""
+        """Decorator: the function `run()` calls for each job.
+
+        A Daemon runs one function (a job carries its arguments, not a function name). A second,
+        different function is refused with ValueError naming both; registering the same function
+        again is a no-op. Serve several functions with one Daemon per queue.
+        """
+        self._check_one_function(fn)
         self._fn = fn
         return fn
 
     __call__ = register
+
+    def _check_one_function(self, fn: Callable[..., Any]) -> None:
+        if self._fn is not None and self._fn is not fn:
+            raise ValueError(
+                f"this Daemon already runs {function_name(self._fn)}; refusing a second function "
+                f"{function_name(fn)} (a Daemon runs one function: use one Daemon per queue)"
+            )
 
     def stop(self) -> None:
         """Ask the loop to stop after the jobs in hand (thread-safe, signal-safe)."""
@@ -149,6 +195,8 @@ class Daemon:
     ) -> collections.Counter:
         """Take jobs until stopped (signal, `stop()`, `max_jobs` done, or idle when asked).
         Returns the count of jobs by outcome."""
+        if fn is not None:
+            self._check_one_function(fn)
         fn = fn or self._fn
         if fn is None:
             raise ValueError("no function: pass run(fn) or decorate one with @daemon.register")
@@ -158,6 +206,14 @@ class Daemon:
         self._stop.clear()
         if self.check_health:
             self.ensure_healthy()
+        undo_logging = default_job_logging()
+        try:
+            self._run_loops()
+        finally:
+            undo_logging()
+        return self.stats
+
+    def _run_loops(self) -> None:
         restore = self._install_signals()
         log.info(
             "daemon started daemon_id=%s namespace=%s queues=%s concurrency=%d",
@@ -202,7 +258,6 @@ class Daemon:
             self.daemon_id,
             " ".join(f"{k}={v}" for k, v in sorted(self.stats.items())),
         )
-        return self.stats
 
     def _install_signals(self) -> Callable[[], None]:
         if (
@@ -276,12 +331,13 @@ class Daemon:
         with self._lock:
             self.stats[outcome] += 1
         log.info(
-            "job done job_id=%s queue=%s attempt=%s outcome=%s duration_ms=%d",
+            "job job_id=%s queue=%s tier=%s seconds=%.3f outcome=%s attempt=%s",
             job.job_id,
             job.queue,
-            job.attempt,
+            "inline" if job.payload_inline is not None else "s3",
+            time.monotonic() - started,
             outcome,
-            (time.monotonic() - started) * 1000,
+            job.attempt,
         )
         return outcome
 

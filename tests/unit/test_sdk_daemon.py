@@ -246,3 +246,73 @@ def test_given_inline_unavailable_when_posting_a_small_result_then_it_is_stored_
     assert ref["key"].endswith(f"{job.job_id}/result")
     assert codec.decode(world.objects[ref["key"]]) == 42
     assert make_client(world).job(job.job_id).result(timeout=1) == 42
+
+
+def test_given_a_registered_function_when_registering_another_then_value_error_names_both():
+    # Given
+    daemon = daemon_for(FakeWorld())
+
+    @daemon.register
+    def first(x):
+        return x
+
+    # When / Then
+    def second(x):
+        return -x
+
+    with pytest.raises(
+        ValueError, match=r"already runs .*first; refusing a second function .*second"
+    ):
+        daemon.register(second)
+    with pytest.raises(ValueError, match="refusing a second function"):
+        daemon.run(second)
+    assert daemon.register(first) is first  # the same function again is a no-op
+
+
+DAEMON_SCRIPT = """
+import logging, sys
+from tests.unit.sdk_fakes import FakeWorld, make_client
+from payloadstore import Daemon
+if sys.argv[1] == "configured":
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="APP %(name)s %(message)s")
+world = FakeWorld()
+client = make_client(world)
+job = client.queue("q").add(1)
+Daemon(client, ["q"], wait_s=0, install_signal_handlers=False, check_health=False).run(
+    lambda x: x + 1, stop_when_idle=True
+)
+print(job.job_id)
+"""
+
+
+@pytest.mark.parametrize("mode", ["unconfigured", "configured"])
+def test_given_a_run_when_a_job_is_done_then_one_line_names_job_queue_tier_seconds_outcome(mode):
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    # Given: a process that did (or did not) configure logging
+    root = Path(__file__).resolve().parents[2]
+    # When
+    done = subprocess.run(
+        [sys.executable, "-c", DAEMON_SCRIPT, mode],
+        check=False,
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    # Then
+    assert done.returncode == 0, done.stderr
+    job_id = done.stdout.strip()
+    lines = [line for line in done.stderr.splitlines() if f"job job_id={job_id} " in line]
+    assert len(lines) == 1, done.stderr
+    assert re.search(
+        rf"job job_id={job_id} queue=q tier=inline seconds=\d+\.\d{{3}} outcome=succeeded",
+        lines[0],
+    )
+    if mode == "configured":  # the application's format, no second handler of ours
+        assert lines[0].startswith("APP payloadstore.daemon ")
+    else:
+        assert " INFO job job_id=" in lines[0]
