@@ -1,11 +1,22 @@
-"""Cold import time of the deployed code, as Lambda's python3.13 runtime would see it.
+"""Cold start of every API function, as Lambda's python3.13 runtime would see it.
 
-Runs a fresh python3.13 per sample with only the staged code asset (/var/task) and the staged
-layer (/opt/python) on sys.path, importing every handler module, once with the bytecode the
-build ships and once from a copy without it (and with bytecode writing off, as on Lambda's
-read-only disk, so every sample compiles again).
+Each sample is a fresh python3.13 process with only the staged code asset (/var/task) and the
+staged dependency layer (/opt/python) on sys.path (`-I -S -B`: nothing from this machine's
+site-packages, no bytecode written), which imports one handler module and answers one request
+(the function's sample event from events/, against a private redis-server and the local S3/SSM
+emulator). Figures per function, median of N:
 
-    npx cdk synth && .venv/bin/python bench/bench_layer_cold_import.py [--cdk-out cdk.out] [-n 7]
+- import: importing the handler module;
+- first request: the first `lambda_handler(event, context)` (clients created on first use);
+- cold start = import + first request, the part of Lambda's Init + first Duration that is ours;
+- process: wall time from exec to the answer, including the interpreter's own start
+  (baseline: `python3.13 -I -S -B -c pass`).
+
+The assets are staged by infra/bundling.py (the code CDK synth uses, bytecode included) unless
+--cdk-out points at a synth output. Also checks that no ColdStart metric line is printed when
+POWERTOOLS_METRICS_DISABLED=true.
+
+    .venv/bin/python bench/bench_layer_cold_import.py [-n 10] [--cdk-out cdk.out] [--source-only]
 """
 
 from __future__ import annotations
@@ -13,31 +24,91 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Self
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "functions")]
-os.environ.setdefault(
-    "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20"
-)  # infra imports aws_cdk
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
 from controlplane.routes import FUNCTIONS
 
-from infra.bundling import find_runtime_python
+# The functions behind the API, each with the sample event of its first request and the status
+# that request must answer (admin is invoked by hand, never cold on a request path).
+FIRST_REQUEST: dict[str, tuple[str, tuple[int, ...]]] = {
+    "payloads": ("presign_put", (200,)),
+    "jobs": ("enqueue_inline", (201, 200)),
+    "daemon": ("daemon_poll", (200, 204)),
+    "public": ("config", (200,)),
+    "authorizer": ("authorizer_request", (0,)),  # 0: an Allow policy (not an HTTP answer)
+}
+GOAL_MS = {"authorizer": 200.0}
+DEFAULT_GOAL_MS = 300.0
 
-PROBE = """
+PROBE = r"""
 import sys, time
+t0, c0 = time.perf_counter(), time.process_time()
 sys.path[:0] = [{code!r}, {layer!r}]
-t = time.perf_counter()
-for m in {modules!r}:
-    __import__(m)
-print(time.perf_counter() - t)
+import importlib, json
+mod = importlib.import_module({module!r})
+t1, c1 = time.perf_counter(), time.process_time()
+
+class Context:
+    function_name = {function!r}
+    function_version = "$LATEST"
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:" + {function!r}
+    memory_limit_in_mb = 512
+    aws_request_id = "00000000-0000-0000-0000-0000000000aa"
+    log_group_name = "/aws/lambda/bench"
+    log_stream_name = "bench"
+    def get_remaining_time_in_millis(self):
+        return 10000
+
+event = json.loads({event!r})
+out = mod.lambda_handler(event, Context())
+t2, c2 = time.perf_counter(), time.process_time()
+status = out.get("statusCode", 0) if isinstance(out, dict) else -1
+if "policyDocument" in out:
+    status = 0 if out["policyDocument"]["Statement"][0]["Effect"] == "Allow" else -2
+print("\n@@" + json.dumps({{"import": t1 - t0, "first": t2 - t1, "status": status,
+                           "import_cpu": c1 - c0, "first_cpu": c2 - c1, "cpu_at_start": c0,
+                           "modules": len(sys.modules),
+                           "heavy": sorted(m for m in ("boto3", "aws_xray_sdk", "pydantic",
+                                                        "redis", "botocore")
+                                           if m in sys.modules)}}))
 """
+
+
+@dataclass
+class Sample:
+    import_s: float
+    first_s: float
+    import_cpu_s: float
+    first_cpu_s: float
+    process_s: float
+    process_cpu_s: float
+    status: int
+    heavy: list[str]
+    stdout: str
+
+
+def stage_assets(out: Path) -> tuple[Path, Path]:
+    """The code asset and the layer exactly as synth stages them (infra/bundling.py)."""
+    from infra.bundling import CodeBundling, LayerBundling
+    from infra.config import FUNCTIONS_DIR, REQUIREMENTS_FILE
+
+    code, layer = out / "task", out / "opt"
+    CodeBundling(FUNCTIONS_DIR).try_bundle(str(code))
+    LayerBundling(REQUIREMENTS_FILE).try_bundle(str(layer))
+    return code, layer / "python"
 
 
 def staged_dirs(cdk_out: Path) -> tuple[Path, Path]:
@@ -54,62 +125,252 @@ def staged_dirs(cdk_out: Path) -> tuple[Path, Path]:
     return code, layer
 
 
-def sample(python: str, code: Path, layer: Path, modules: list[str], runs: int) -> list[float]:
-    # Environment the handlers read at import, as deployed.
-    env = {
-        "PATH": os.environ.get("PATH", ""),
-        "POWERTOOLS_SERVICE_NAME": "payloadstore",
-        "POWERTOOLS_METRICS_NAMESPACE": "PayloadStore",
-        "POWERTOOLS_TRACE_DISABLED": "true",
-        "AWS_REGION": "us-east-1",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }
-    probe = PROBE.format(code=str(code), layer=str(layer), modules=modules)
-    out = []
-    for _ in range(runs):
-        # -I -S: nothing from this machine's site-packages; -B: never write bytecode (Lambda's
-        # disk is read-only), so a tree without .pyc files compiles on every sample.
-        result = subprocess.run(
-            [python, "-I", "-S", "-B", "-c", probe],
-            capture_output=True,
-            text=True,
-            env=env,
-            check=False,
+def first_event(name: str, token: str) -> dict:
+    event = json.loads((REPO / "events" / f"{name}.json").read_text())
+    if name == "daemon_poll":
+        body = json.loads(event["body"])
+        body["wait_s"] = 0
+        event["body"] = json.dumps(body)
+    text = json.dumps(event).replace("pst_replace_with_a_minted_token", token)
+    return json.loads(text)
+
+
+def run_probe(python: str, code: Path, layer: Path, group: str, event: dict, env: dict) -> Sample:
+    module = FUNCTIONS[group].rpartition(".")[0]
+    probe = PROBE.format(
+        code=str(code),
+        layer=str(layer),
+        module=module,
+        function=f"payloadstore-{group}",
+        event=json.dumps(event),
+    )
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    # -I -S: nothing from this machine's site-packages; -B: never write bytecode (Lambda's disk
+    # is read-only), so a tree without .pyc files compiles on every sample.
+    result = subprocess.run(
+        [python, "-I", "-S", "-B", "-c", probe],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    process_s = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    process_cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if result.returncode != 0 or "\n@@" not in result.stdout:
+        raise SystemExit(
+            f"{group}: cold start failed:\n{result.stdout[-2000:]}{result.stderr[-3000:]}"
         )
-        if result.returncode != 0:
-            raise SystemExit(f"import failed:\n{result.stderr[-3000:]}")
-        out.append(float(result.stdout.strip().splitlines()[-1]))
+    head, _, tail = result.stdout.rpartition("\n@@")
+    data = json.loads(tail)
+    return Sample(
+        data["import"],
+        data["first"],
+        data["import_cpu"],
+        data["first_cpu"],
+        process_s,
+        process_cpu_s,
+        data["status"],
+        data["heavy"],
+        head,
+    )
+
+
+def interpreter_start(python: str, runs: int) -> tuple[float, float]:
+    """(wall, cpu) of `python -I -S -B -c pass`, medians."""
+    wall, cpu = [], []
+    for _ in range(runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t = time.perf_counter()
+        subprocess.run([python, "-I", "-S", "-B", "-c", "pass"], check=True)
+        wall.append(time.perf_counter() - t)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu.append((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
+    return statistics.median(wall), statistics.median(cpu)
+
+
+class LocalServices:
+    """redis-server + the S3/SSM emulator, a bucket, and one client and one daemon token."""
+
+    def __init__(self, tmp: Path):
+        self.tmp = tmp
+
+    def __enter__(self) -> Self:
+        import boto3
+        from controlplane.store.tokens import TokenStore
+
+        from payloadstore.devstack.services import (
+            MotoServer,
+            RedisServer,
+            create_payload_bucket,
+            local_aws_env,
+        )
+        from payloadstore.devstack.stack import handler_env
+
+        self.redis = RedisServer(data_dir=self.tmp / "redis", appendonly=False).start()
+        self.moto = MotoServer(log_path=self.tmp / "moto.log").start()
+        aws = local_aws_env(self.moto.endpoint)
+        bucket, token_path = "bench-cold-payloads", "/payloadstore/bench/tokens"
+        s3 = boto3.client(
+            "s3", endpoint_url=self.moto.endpoint, region_name="us-east-1", **_keys(aws)
+        )
+        ssm = boto3.client(
+            "ssm", endpoint_url=self.moto.endpoint, region_name="us-east-1", **_keys(aws)
+        )
+        create_payload_bucket(s3, bucket)
+        self.token = TokenStore(ssm, token_path).mint("dev", "client")[0]
+        env = handler_env(
+            redis_url=self.redis.url,
+            s3_endpoint=self.moto.endpoint,
+            bucket=bucket,
+            token_path=token_path,
+        )
+        env.pop("AWS_LAMBDA_FUNCTION_NAME", None)
+        self.env = {
+            **env,
+            "PATH": os.environ.get("PATH", ""),
+            "POWERTOOLS_LOG_LEVEL": "INFO",
+            "POWERTOOLS_METRICS_DISABLED": "true",
+            "LANG": "C.UTF-8",
+        }
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.moto.stop()
+        self.redis.stop()
+
+
+def _keys(env: dict) -> dict:
+    return {
+        "aws_access_key_id": env["AWS_ACCESS_KEY_ID"],
+        "aws_secret_access_key": env["AWS_SECRET_ACCESS_KEY"],
+    }
+
+
+def measure(
+    python: str, code: Path, layer: Path, runs: int, services: LocalServices
+) -> dict[str, list[Sample]]:
+    out: dict[str, list[Sample]] = {group: [] for group in FIRST_REQUEST}
+    # Interleaved, so a burst of load on the shared machine hits every function alike.
+    for _ in range(runs):
+        for group, (event_name, statuses) in FIRST_REQUEST.items():
+            env = dict(services.env)
+            env["AWS_LAMBDA_FUNCTION_NAME"] = f"payloadstore-{group}"
+            sample = run_probe(
+                python, code, layer, group, first_event(event_name, services.token), env
+            )
+            if sample.status not in statuses:
+                raise SystemExit(
+                    f"{group}: first request answered {sample.status}:\n{sample.stdout[-2000:]}"
+                )
+            out[group].append(sample)
     return out
+
+
+def summarize(samples: dict[str, list[Sample]], baseline: tuple[float, float]) -> list[dict]:
+    rows = []
+    for group, runs in samples.items():
+
+        def ms(values) -> float:
+            return statistics.median(values) * 1000
+
+        rows.append(
+            {
+                "function": group,
+                "import_ms": ms(s.import_s for s in runs),
+                "first_ms": ms(s.first_s for s in runs),
+                "cold_ms": ms(s.import_s + s.first_s for s in runs),
+                "cold_cpu_ms": ms(s.import_cpu_s + s.first_cpu_s for s in runs),
+                "process_ms": ms(s.process_s for s in runs),
+                "process_cpu_ms": ms(s.process_cpu_s for s in runs),
+                "goal_ms": GOAL_MS.get(group, DEFAULT_GOAL_MS),
+                "baseline_ms": baseline[0] * 1000,
+                "baseline_cpu_ms": baseline[1] * 1000,
+                "heavy": runs[0].heavy,
+                "cold_start_metric_printed": any("ColdStart" in s.stdout for s in runs),
+            }
+        )
+    return rows
+
+
+def run(runs: int, cdk_out: Path | None, source_only: bool = False) -> dict:
+    from infra.bundling import find_runtime_python
+
+    python = find_runtime_python()
+    if python is None:
+        raise SystemExit("no python3.13 found (set PAYLOADSTORE_LAYER_PYTHON)")
+    with tempfile.TemporaryDirectory(prefix="bench-cold-") as tmp_s:
+        tmp = Path(tmp_s)
+        code, layer = staged_dirs(cdk_out) if cdk_out else stage_assets(tmp / "staged")
+        with LocalServices(tmp) as services:
+            baseline = interpreter_start(python, runs)
+            rows = summarize(measure(python, code, layer, runs, services), baseline)
+            result = {
+                "python": Path(python).name,
+                "runs": runs,
+                "rows": rows,
+                "load": " ".join(f"{x:.1f}" for x in os.getloadavg()),
+            }
+            if source_only:
+                ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+                bare_code, bare_layer = tmp / "bare" / "task", tmp / "bare" / "opt" / "python"
+                shutil.copytree(code, bare_code, ignore=ignore)
+                shutil.copytree(layer, bare_layer, ignore=ignore)
+                bare = summarize(
+                    measure(python, bare_code, bare_layer, max(runs // 3, 1), services), baseline
+                )
+                result["source_only"] = bare
+    return result
+
+
+def report(result: dict) -> str:
+    rows = result["rows"]
+    lines = [
+        (
+            f"{result['python']} -I -S -B, staged code asset + layer with bytecode, median of "
+            f"{result['runs']} fresh processes; load average {result.get('load', '?')}; "
+            f"`-c pass` {rows[0]['baseline_ms']:.0f} ms wall, {rows[0]['baseline_cpu_ms']:.0f} ms CPU"
+        ),
+        "cold start = import + first request, in the process (wall clock, and CPU time);",
+        "process = exec to answer, interpreter start included. Goal applies to the CPU figure.",
+        (
+            f"{'function':<11} {'import':>7} {'1st req':>8} {'cold':>7} {'cold CPU':>9} "
+            f"{'process':>8} {'proc CPU':>9} {'goal':>6}  heavy modules loaded"
+        ),
+    ]
+    for r in rows:
+        mark = "ok" if r["cold_cpu_ms"] <= r["goal_ms"] else "MISSED"
+        lines.append(
+            f"{r['function']:<11} {r['import_ms']:>5.0f}ms {r['first_ms']:>6.0f}ms "
+            f"{r['cold_ms']:>5.0f}ms {r['cold_cpu_ms']:>7.0f}ms {r['process_ms']:>6.0f}ms "
+            f"{r['process_cpu_ms']:>7.0f}ms {r['goal_ms']:>4.0f}ms  "
+            f"{','.join(r['heavy']) or '-'} [{mark}]"
+        )
+    printed = [r["function"] for r in rows if r["cold_start_metric_printed"]]
+    lines.append(
+        "ColdStart metric with POWERTOOLS_METRICS_DISABLED=true: "
+        + (f"PRINTED by {', '.join(printed)}" if printed else "not printed")
+    )
+    for r in result.get("source_only", []):
+        lines.append(
+            f"source only (no .pyc) {r['function']:<11} cold start {r['cold_ms']:.0f} ms, "
+            f"CPU {r['cold_cpu_ms']:.0f} ms"
+        )
+    return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--cdk-out", type=Path, default=REPO / "cdk.out")
-    parser.add_argument("-n", type=int, default=7)
+    parser.add_argument("--cdk-out", type=Path, default=None, help="measure a synth output instead")
+    parser.add_argument("-n", type=int, default=10)
+    parser.add_argument("--source-only", action="store_true", help="also measure without .pyc")
+    parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
-    python = find_runtime_python()
-    if python is None:
-        raise SystemExit("no python3.13 found (set PAYLOADSTORE_LAYER_PYTHON)")
-    code, layer = staged_dirs(args.cdk_out)
-    modules = [h.rpartition(".")[0] for h in FUNCTIONS.values()]
-
-    with_pyc = sample(python, code, layer, modules, args.n)
-    with tempfile.TemporaryDirectory() as tmp:
-        bare_code, bare_layer = Path(tmp) / "task", Path(tmp) / "opt" / "python"
-        ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-        shutil.copytree(code, bare_code, ignore=ignore)
-        shutil.copytree(layer, bare_layer, ignore=ignore)
-        without_pyc = sample(python, bare_code, bare_layer, modules, args.n)
-
-    print(
-        f"{Path(python).name} {sys.platform}, handlers: {', '.join(modules)}; median of {args.n} fresh processes"
-    )
-    print(
-        f"cold import, shipped unchecked-hash bytecode: {statistics.median(with_pyc) * 1000:.0f} ms"
-    )
-    print(
-        f"cold import, source only (read-only disk):   {statistics.median(without_pyc) * 1000:.0f} ms"
-    )
+    result = run(args.n, args.cdk_out, args.source_only)
+    print(report(result))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

@@ -1,21 +1,74 @@
 """Logs, metrics and traces: one Logger, Tracer and Metrics for the whole control plane, and the
-one decorator stack every `lambda_handler` wears."""
+one decorator stack every `lambda_handler` wears.
+
+Cold start: only what is switched on is imported. With tracing off (POWERTOOLS_TRACE_DISABLED,
+or outside Lambda) the X-Ray SDK is never imported (Powertools' Tracer imports it even when
+disabled, ~0.1-0.3 s); with metrics off (POWERTOOLS_METRICS_DISABLED) no Metrics object exists
+and no ColdStart metric line is printed. See docs/operations.md ("Cold start").
+"""
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
+from functools import lru_cache
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
-from aws_lambda_powertools.logging import correlation_paths
-from aws_lambda_powertools.metrics import MetricUnit, single_metric
+from aws_lambda_powertools.logging import Logger, correlation_paths
+from aws_lambda_powertools.metrics.functions import is_metrics_disabled
 
 SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME", "payloadstore")
 METRICS_NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "PayloadStore")
 
 logger = Logger(service=SERVICE)
-tracer = Tracer(service=SERVICE)
-metrics = Metrics(service=SERVICE, namespace=METRICS_NAMESPACE)
+
+
+def tracing_enabled() -> bool:
+    """Powertools' own rule: off when POWERTOOLS_TRACE_DISABLED is true, outside Lambda, or in
+    SAM local; on otherwise (a deployed function with active tracing)."""
+    if os.environ.get("POWERTOOLS_TRACE_DISABLED", "").lower() in ("1", "true", "yes", "on"):
+        return False
+    if not os.environ.get("AWS_LAMBDA_FUNCTION_NAME") or os.environ.get("AWS_SAM_LOCAL"):
+        return False
+    return not os.environ.get("CHALICE_LOCAL")
+
+
+class _NoTracer:
+    """What the handlers use of Powertools' Tracer, doing nothing (tracing off)."""
+
+    disabled = True
+
+    def put_annotation(self, key: str, value) -> None:
+        return None
+
+    def put_metadata(self, key: str, value, namespace: str | None = None) -> None:
+        return None
+
+    def capture_lambda_handler(self, handler=None, **_kwargs):
+        return handler if handler is not None else (lambda fn: fn)
+
+    def capture_method(self, method=None, **_kwargs):
+        return method if method is not None else (lambda fn: fn)
+
+
+def _make_tracer():
+    if not tracing_enabled():
+        return _NoTracer()
+    from aws_lambda_powertools import Tracer
+
+    return Tracer(service=SERVICE)
+
+
+tracer = _make_tracer()
+
+
+@lru_cache(maxsize=1)
+def get_metrics():
+    """The shared Metrics set (flushed by lambda_entry), created on first use."""
+    from aws_lambda_powertools import Metrics
+
+    return Metrics(service=SERVICE, namespace=METRICS_NAMESPACE)
+
 
 # Routes that emit only per-dimension metrics (single_metric) leave the shared set empty.
 warnings.filterwarnings("ignore", message="No application metrics to publish")
@@ -23,18 +76,22 @@ warnings.filterwarnings("ignore", message="No application metrics to publish")
 
 def metrics_count(name: str, value: float = 1, **dimensions: str) -> None:
     """Emit one EMF metric now, with its own dimensions (e.g. tier=s3, op=put)."""
-    _emit(name, MetricUnit.Count, value, dimensions)
+    _emit(name, "Count", value, dimensions)
 
 
 def metrics_bytes(name: str, value: float, **dimensions: str) -> None:
-    _emit(name, MetricUnit.Bytes, value, dimensions)
+    _emit(name, "Bytes", value, dimensions)
 
 
-def _emit(name: str, unit: MetricUnit, value: float, dimensions: dict[str, str]) -> None:
+def _emit(name: str, unit: str, value: float, dimensions: dict[str, str]) -> None:
     # single_metric prints at once and ignores POWERTOOLS_METRICS_DISABLED; honour it here too.
-    if os.environ.get("POWERTOOLS_METRICS_DISABLED", "").lower() == "true":
+    if is_metrics_disabled():
         return
-    with single_metric(name=name, unit=unit, value=value, namespace=METRICS_NAMESPACE) as metric:
+    from aws_lambda_powertools.metrics import MetricUnit, single_metric
+
+    with single_metric(
+        name=name, unit=MetricUnit(unit), value=value, namespace=METRICS_NAMESPACE
+    ) as metric:
         metric.add_dimension(name="service", value=SERVICE)
         for key, dim_value in dimensions.items():
             metric.add_dimension(name=key, value=str(dim_value))
@@ -89,9 +146,23 @@ def bind_job(job_id: str) -> None:
 
 
 def lambda_entry(handler):
-    """The decorator stack of every lambda_handler: logger context, tracing, metrics flush."""
-    handler = metrics.log_metrics(capture_cold_start_metric=True)(handler)
-    handler = tracer.capture_lambda_handler(handler)
+    """The decorator stack of every lambda_handler: logger context, tracing, metrics flush.
+    Tracing and the metrics flush (with its ColdStart metric) are left out when switched off;
+    POWERTOOLS_METRICS_DISABLED is read per invocation, as Powertools does."""
+    if not isinstance(tracer, _NoTracer):
+        handler = tracer.capture_lambda_handler(handler)
+    inner = handler
+    measured = None
+
+    @functools.wraps(inner)
+    def run(event, context):
+        nonlocal measured
+        if is_metrics_disabled():
+            return inner(event, context)
+        if measured is None:
+            measured = get_metrics().log_metrics(capture_cold_start_metric=True)(inner)
+        return measured(event, context)
+
     return logger.inject_lambda_context(
         correlation_id_path=correlation_paths.API_GATEWAY_REST, clear_state=True
-    )(handler)
+    )(run)

@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
+import pytest
 from controlplane.observability import metrics_bytes
+
+FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"
 
 
 def emf_lines(out: str) -> list[dict]:
@@ -23,3 +30,82 @@ def test_disabled_metrics_print_nothing(capsys, monkeypatch):
     monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
     metrics_bytes("PayloadBytes", 1024, tier="s3", kind="args")
     assert emf_lines(capsys.readouterr().out) == []
+
+
+def test_disabled_metrics_print_no_cold_start_metric(capsys, monkeypatch):
+    # Given metrics switched off and a fresh container (cold start)
+    from aws_lambda_powertools.metrics.provider import cold_start
+    from controlplane.observability import lambda_entry
+
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
+    monkeypatch.setattr(cold_start, "is_cold_start", True)
+
+    @lambda_entry
+    def handler(event, context):
+        return {"statusCode": 200}
+
+    # When the first invocation runs
+    assert handler({}, FakeContext())["statusCode"] == 200
+    # Then no metric line at all is printed, ColdStart included
+    assert emf_lines(capsys.readouterr().out) == []
+
+
+def test_enabled_metrics_print_the_cold_start_metric(capsys, monkeypatch):
+    # Given metrics on and a fresh container
+    from aws_lambda_powertools.metrics.provider import cold_start
+    from controlplane.observability import lambda_entry
+
+    monkeypatch.delenv("POWERTOOLS_METRICS_DISABLED", raising=False)
+    monkeypatch.delenv("POWERTOOLS_DEV", raising=False)
+    monkeypatch.setattr(cold_start, "is_cold_start", True)
+
+    @lambda_entry
+    def handler(event, context):
+        return {"statusCode": 200}
+
+    # When the first invocation runs, Then its ColdStart metric is printed once
+    handler({}, FakeContext())
+    lines = [line for line in emf_lines(capsys.readouterr().out) if "ColdStart" in line]
+    assert len(lines) == 1 and lines[0]["function_name"] == "payloadstore-test"
+
+
+class FakeContext:
+    function_name = "payloadstore-test"
+    function_version = "$LATEST"
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:payloadstore-test"
+    memory_limit_in_mb = 512
+    aws_request_id = "req-1"
+    log_group_name = "/aws/lambda/test"
+    log_stream_name = "test"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 10_000
+
+
+HANDLER_IMPORT_PROBE = """
+import sys
+import controlplane.handlers.{module} as handler
+heavy = [m for m in ("boto3", "aws_xray_sdk", "redis.asyncio.client", "s3transfer") if m in sys.modules]
+print(",".join(heavy))
+"""
+
+
+@pytest.mark.parametrize("module", ["payloads", "jobs", "daemon", "public", "authorizer", "admin"])
+def test_handlers_import_only_what_they_use(module):
+    # Given a fresh interpreter with tracing off (as the bench and local stack run)
+    env = {
+        **os.environ,
+        "POWERTOOLS_TRACE_DISABLED": "true",
+        "PAYLOAD_BUCKET": "b",
+    }
+    # When a handler module is imported
+    out = subprocess.run(
+        [sys.executable, "-c", HANDLER_IMPORT_PROBE.format(module=module)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(FUNCTIONS),
+        check=True,
+    )
+    # Then neither boto3, the X-Ray SDK nor redis' async client came with it
+    assert out.stdout.strip() == ""

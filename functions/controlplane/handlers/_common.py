@@ -30,7 +30,7 @@ from ..routes import ROUTES, find_route
 from ..store.redis_client import cached_redis
 from ..store.redis_jobs import RedisJobStore
 from ..store.redis_queues import RedisQueueStats
-from ..store.s3_objects import S3Objects, cached_s3_client
+from ..store.s3_objects import S3Objects
 
 REDIS_RETRY_AFTER_S = 2
 
@@ -50,8 +50,9 @@ def get_deps() -> Deps:
     return Deps(
         settings=s,
         jobs=RedisJobStore(client, result_ttl_s=s.result_ttl_s),
-        objects=S3Objects(
-            cached_s3_client(s.aws_region, s.s3_endpoint_url), s.payload_bucket, s.presign_ttl_s
+        # Signs URLs in-process; the botocore client is created on the first HEAD.
+        objects=S3Objects.for_region(
+            s.aws_region, s.s3_endpoint_url, s.payload_bucket, s.presign_ttl_s
         ),
         # Looked up at call time so tests can move the clock.
         clock=lambda: clock.now(),

@@ -46,7 +46,7 @@ class TokenStore:
         self._ssm = ssm_client
         self._path = path.rstrip("/")
         self._cache_s = cache_s
-        self._provider = None
+        self._cache: tuple[float, dict[str, dict]] | None = None
 
     @property
     def path(self) -> str:
@@ -103,14 +103,24 @@ class TokenStore:
         return names
 
     def _load(self, force: bool = False) -> dict[str, dict]:
-        from aws_lambda_powertools.utilities.parameters import SSMProvider
-
-        if self._provider is None:
-            self._provider = SSMProvider(boto3_client=self._ssm)
-        raw = self._provider.get_multiple(
-            self._path, max_age=0 if force else self._cache_s, force_fetch=force, transform="json"
-        )
-        return {name.rsplit("/", 1)[-1]: value for name, value in raw.items()}
+        """Every stored token, {hash: value}, read from SSM at most once per cache_s. Read with
+        the client's own paginator (Powertools' SSMProvider would import boto3 at cold start)."""
+        now = time.monotonic()
+        cached = self._cache
+        if not force and cached is not None and now - cached[0] < self._cache_s:
+            return cached[1]
+        values: dict[str, dict] = {}
+        paginator = self._ssm.get_paginator("get_parameters_by_path")
+        for page in paginator.paginate(Path=self._path):
+            for parameter in page.get("Parameters", []):
+                try:
+                    value = json.loads(parameter["Value"])
+                except (KeyError, ValueError):
+                    continue  # not one of ours: never a match
+                if isinstance(value, dict):
+                    values[parameter["Name"].rsplit("/", 1)[-1]] = value
+        self._cache = (now, values)
+        return values
 
     def lookup(self, token: str) -> TokenInfo | None:
         """The token's namespace and role, or None. Cached; the final compare is constant time."""
