@@ -2,19 +2,31 @@
 
 Uploads stream the encoded chunks (memoryviews into the caller's buffers) in slices, with an
 explicit Content-Length, so a 64 MiB array is never joined into one more 64 MiB bytes object.
-Downloads land in one preallocated bytearray and are hashed as they arrive.
+
+Downloads land in one preallocated bytearray. With the SDK's own (plain) httpx client, the body is
+read with `readinto` straight from the socket into that buffer (stdlib http.client over a kept-alive
+connection per thread: no chunk objects, no copy), and a helper thread hashes the filled part in
+8 MiB slices while the next bytes arrive, so verifying costs no wall time on a multi-core machine.
+An injected client (a mock transport, a proxy, custom mounts) is used as given, through httpx's
+stream, with the same buffer and verification.
 """
 
 from __future__ import annotations
 
 import hashlib
+import http.client
 import logging
+import os
 import re
+import ssl
 import sys
+import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC
 from typing import Any, NoReturn
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -24,6 +36,9 @@ from .errors import PayloadCorrupt, PayloadLost, ServiceUnavailable, TransferErr
 log = logging.getLogger("payloadstore")
 
 SLICE_BYTES = 1 << 20  # what one write hands to the socket; bounds the per-write copy in h11
+HASH_SLICE_BYTES = 8 << 20  # downloads: hashed in slices this large, off the receiving thread
+READ_SLICE_BYTES = 1 << 20  # downloads: one readinto call (progress granularity)
+PROXY_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 S3_RETRY_STATUSES = frozenset({500, 502, 503, 504})
 PROGRESS_MIN_BYTES = 1 << 20
 
@@ -240,19 +255,29 @@ def download(
     sleep: Callable[[float], None] = time.sleep,
     desc: str = "download",
 ) -> bytearray:
-    """GET the object into one bytearray, hashing as it streams; verify the sha256 when given."""
+    """GET the object into one bytearray, hashing as it fills; verify the sha256 when given."""
     bar = Progress(size or 0, desc, want_progress(progress, size or 0))
+    direct = direct_getter(s3)
     try:
         for attempt in range(retry.max_attempts):
             last = attempt == retry.max_attempts - 1
             if attempt:
                 bar.reset()
             try:
-                with s3.stream(grant.get("method", "GET"), grant["url"]) as response:
-                    if response.status_code == 200:
-                        return _read_verified(response, size, sha256, bar, job_id=job_id, key=key)
-                    response.read()
-            except httpx.TransportError as e:
+                if direct is not None:
+                    got = direct.get_into(grant, size, bar)
+                    if isinstance(got, Filled):
+                        return _verified(got, size, sha256, job_id=job_id, key=key)
+                    response = got
+                else:
+                    with s3.stream(grant.get("method", "GET"), grant["url"]) as response:
+                        if response.status_code == 200:
+                            filled = _read_stream(response, size, bar)
+                            return _verified(filled, size, sha256, job_id=job_id, key=key)
+                        response.read()
+            except (httpx.TransportError, OSError, http.client.HTTPException) as e:
+                if direct is not None:
+                    direct.discard()
                 if last:
                     raise ServiceUnavailable(f"download from S3 failed: {e!r}") from e
                 delay = retry.backoff(attempt)
@@ -294,50 +319,248 @@ def download(
         bar.close()
 
 
-def _read_verified(
-    response: httpx.Response,
-    size: int | None,
-    sha256: str | None,
-    bar: Progress,
-    *,
-    job_id: str | None,
-    key: str | None,
-) -> bytearray:
-    digest = hashlib.sha256()
-    length = size if size is not None else int(response.headers.get("content-length") or 0)
+class Filled:
+    """A downloaded body: the buffer, how many bytes arrived, and their sha256 (hex)."""
+
+    __slots__ = ("buffer", "filled", "sha256")
+
+    def __init__(self, buffer: bytearray, filled: int, sha256: str):
+        self.buffer, self.filled, self.sha256 = buffer, filled, sha256
+
+
+class SliceHasher:
+    """sha256 of a buffer as it fills, computed by a helper thread in large slices (hashlib
+    releases the GIL on large updates, so hashing overlaps the socket reads)."""
+
+    def __init__(self, view: memoryview, threaded: bool):
+        self._view = view
+        self._digest = hashlib.sha256()
+        self._hashed = 0
+        self._target = 0
+        self._done = False
+        self._cond = threading.Condition()
+        self._thread = None
+        if threaded:
+            self._thread = threading.Thread(target=self._run, name="payload-sha256", daemon=True)
+            self._thread.start()
+
+    def advance(self, filled: int) -> None:
+        """Bytes up to `filled` are final: hash them (now, or in the helper thread)."""
+        if self._thread is None:
+            if filled - self._hashed >= HASH_SLICE_BYTES:
+                self._digest.update(self._view[self._hashed : filled])
+                self._hashed = filled
+            return
+        if filled - self._target >= HASH_SLICE_BYTES:
+            with self._cond:
+                self._target = filled
+                self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while self._target <= self._hashed and not self._done:
+                    self._cond.wait()
+                start, end, done = self._hashed, self._target, self._done
+            if end > start:
+                self._digest.update(self._view[start:end])
+                with self._cond:
+                    self._hashed = end
+                    self._cond.notify_all()
+            elif done:
+                return
+
+    def finish(self, filled: int) -> str:
+        if self._thread is not None:
+            with self._cond:
+                self._done = True
+                self._cond.notify_all()
+            self._thread.join()
+        if filled > self._hashed:
+            self._digest.update(self._view[self._hashed : filled])
+            self._hashed = filled
+        return self._digest.hexdigest()
+
+
+def _threaded_hashing() -> bool:
+    return (os.cpu_count() or 1) > 1
+
+
+def _fill(read_into: Callable[[memoryview], int], length: int, bar: Progress) -> Filled:
+    """Read exactly the body into a fresh buffer of `length` bytes (any excess appended, so the
+    hash reports what the server really holds)."""
     buffer = bytearray(length)
     view = memoryview(buffer)
+    hasher = SliceHasher(view, threaded=_threaded_hashing() and length >= 2 * HASH_SLICE_BYTES)
     filled = 0
-    for piece in response.iter_bytes():
-        n = len(piece)
-        digest.update(piece)
-        bar.update(n)
-        if filled + n > len(buffer):
-            # More bytes than recorded: keep them so the hash reports what S3 really holds.
-            view.release()
-            buffer[filled:] = piece
-            view = memoryview(buffer)
+    try:
+        while filled < length:
+            n = read_into(view[filled : min(filled + READ_SLICE_BYTES, length)])
+            if not n:
+                break
+            filled += n
+            bar.update(n)
+            hasher.advance(filled)
+        actual = hasher.finish(filled)
+    finally:
+        view.release()
+    return Filled(buffer, filled, actual)
+
+
+def _read_stream(response: httpx.Response, size: int | None, bar: Progress) -> Filled:
+    """httpx's stream into the one buffer (clients we were given: mock transports, proxies)."""
+    length = size if size is not None else int(response.headers.get("content-length") or 0)
+    chunks = response.iter_bytes()
+    pending = memoryview(b"")
+
+    def read_into(target: memoryview) -> int:
+        nonlocal pending
+        while not len(pending):
+            try:
+                pending = memoryview(next(chunks))
+            except StopIteration:
+                return 0
+        n = min(len(target), len(pending))
+        target[:n] = pending[:n]
+        pending = pending[n:]
+        return n
+
+    got = _fill(read_into, length, bar)
+    return _with_excess(got, bytes(pending) + b"".join(chunks))
+
+
+def _with_excess(got: Filled, rest: bytes | bytearray) -> Filled:
+    if not rest:
+        if got.filled < len(got.buffer):
+            del got.buffer[got.filled :]
+        return got
+    # More bytes than recorded: keep them so the hash names what S3 really holds.
+    digest = hashlib.sha256(memoryview(got.buffer)[: got.filled])
+    digest.update(rest)
+    got.buffer[got.filled :] = rest
+    return Filled(got.buffer, len(got.buffer), digest.hexdigest())
+
+
+def _verified(
+    got: Filled, size: int | None, sha256: str | None, *, job_id: str | None, key: str | None
+) -> bytearray:
+    if sha256 and got.sha256 != sha256.lower():
+        raise PayloadCorrupt(
+            f"payload sha256 mismatch: key={key} expected={sha256} actual={got.sha256}",
+            job_id=job_id,
+            key=key,
+            expected_sha256=sha256,
+            actual_sha256=got.sha256,
+        )
+    if size is not None and got.filled != size:
+        raise PayloadCorrupt(
+            f"payload size mismatch: key={key} expected={size} actual={got.filled}",
+            job_id=job_id,
+            key=key,
+            expected_sha256=sha256,
+            actual_sha256=got.sha256,
+        )
+    return got.buffer
+
+
+# -- direct GETs: http.client readinto on a kept-alive connection --------------------------------
+
+_DIRECT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_DIRECT_LOCK = threading.Lock()
+
+
+def direct_getter(client: httpx.Client) -> DirectGetter | None:
+    """The readinto path for a plain httpx client (default transport, no mounts, no proxy);
+    None for anything else, which then goes through httpx as given."""
+    if os.environ.get("PAYLOADSTORE_DIRECT_GET", "1") == "0":
+        return None
+    with _DIRECT_LOCK:
+        if client in _DIRECT:
+            return _DIRECT[client]
+        getter = None
+        transport = getattr(client, "_transport", None)
+        plain = (
+            type(transport) is httpx.HTTPTransport
+            and not getattr(client, "_mounts", None)
+            and not (
+                getattr(client, "trust_env", True) and any(os.environ.get(v) for v in PROXY_ENV)
+            )
+        )
+        if plain:
+            pool = getattr(transport, "_pool", None)
+            context = getattr(pool, "_ssl_context", None)
+            timeout = client.timeout.read if client.timeout.read is not None else 300.0
+            connect = client.timeout.connect if client.timeout.connect is not None else 10.0
+            getter = DirectGetter(context, timeout, connect)
+        _DIRECT[client] = getter
+        return getter
+
+
+class DirectGetter:
+    """GETs a URL with http.client and reads the body into the caller's buffer (readinto: the
+    socket writes into it, no chunk objects). One kept-alive connection per thread and host."""
+
+    def __init__(self, ssl_context: ssl.SSLContext | None, timeout_s: float, connect_s: float):
+        self._ssl = ssl_context
+        self._timeout = timeout_s
+        self._connect = connect_s
+        self._local = threading.local()
+
+    def _connection(self, scheme: str, host: str, port: int | None) -> http.client.HTTPConnection:
+        wanted = (scheme, host, port)
+        conn = getattr(self._local, "conn", None)
+        if conn is not None and getattr(self._local, "target", None) == wanted:
+            return conn
+        self.discard()
+        if scheme == "https":
+            context = self._ssl or ssl.create_default_context()
+            conn = http.client.HTTPSConnection(host, port, timeout=self._connect, context=context)
+        elif scheme == "http":
+            conn = http.client.HTTPConnection(host, port, timeout=self._connect)
         else:
-            view[filled : filled + n] = piece
-        filled += n
-    view.release()
-    if filled < len(buffer):
-        del buffer[filled:]
-    actual = digest.hexdigest()
-    if sha256 and actual != sha256.lower():
-        raise PayloadCorrupt(
-            f"payload sha256 mismatch: key={key} expected={sha256} actual={actual}",
-            job_id=job_id,
-            key=key,
-            expected_sha256=sha256,
-            actual_sha256=actual,
-        )
-    if size is not None and filled != size:
-        raise PayloadCorrupt(
-            f"payload size mismatch: key={key} expected={size} actual={filled}",
-            job_id=job_id,
-            key=key,
-            expected_sha256=sha256,
-            actual_sha256=actual,
-        )
-    return buffer
+            raise httpx.UnsupportedProtocol(f"unsupported URL scheme {scheme!r}")
+        self._local.conn, self._local.target = conn, wanted
+        return conn
+
+    def discard(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        self._local.conn = None
+        if conn is not None:
+            conn.close()
+
+    def get_into(self, grant: dict, size: int | None, bar: Progress) -> Filled | httpx.Response:
+        """The body in a fresh buffer (status 200), or the error answer as an httpx.Response."""
+        parts = urlsplit(grant["url"])
+        target = parts.path or "/"
+        if parts.query:
+            target += "?" + parts.query
+        conn = self._connection(parts.scheme, parts.hostname or "", parts.port)
+        headers = {"Accept-Encoding": "identity"}
+        try:
+            conn.request(grant.get("method", "GET"), target, headers=headers)
+            if conn.sock is not None:
+                conn.sock.settimeout(self._timeout)
+            response = conn.getresponse()
+        except (OSError, http.client.HTTPException):
+            # A kept-alive connection the server closed meanwhile: one fresh try, then raise.
+            self.discard()
+            conn = self._connection(parts.scheme, parts.hostname or "", parts.port)
+            conn.request(grant.get("method", "GET"), target, headers=headers)
+            if conn.sock is not None:
+                conn.sock.settimeout(self._timeout)
+            response = conn.getresponse()
+        if response.status != 200:
+            body = response.read()
+            return httpx.Response(
+                response.status,
+                headers=response.getheaders(),
+                content=body,
+                request=httpx.Request(grant.get("method", "GET"), grant["url"]),
+            )
+        declared = response.getheader("content-length")
+        length = size if size is not None else int(declared or 0)
+        got = _fill(response.readinto, length, bar)
+        rest = response.read()  # whatever the server sent beyond the recorded size
+        if response.will_close:
+            self.discard()
+        return _with_excess(got, rest)
