@@ -140,6 +140,27 @@ def main() -> None:
             role="daemon",
             body={"resultInline": base64.b64encode(msgpack.packb(3)).decode()},
         ),
+        "enqueue_batch": event(
+            "POST",
+            "/v1/namespaces/{ns}/queues/{queue}/jobs:batch",
+            {"ns": "dev", "queue": "default"},
+            body={
+                "jobs": [
+                    {
+                        "payloadInline": base64.b64encode(
+                            msgpack.packb({"args": [i], "kwargs": {}})
+                        ).decode()
+                    }
+                    for i in range(3)
+                ]
+            },
+        ),
+        "jobs_status": event(
+            "POST",
+            "/v1/namespaces/{ns}/jobs:status",
+            {"ns": "dev"},
+            body={"job_ids": [JOB], "wait_s": 0},
+        ),
         "queue_list": event("GET", "/v1/namespaces/{ns}/queues", {"ns": "dev"}, role="daemon"),
         "queue_stats": event(
             "GET", "/v1/namespaces/{ns}/queues/{queue}", {"ns": "dev", "queue": "default"}

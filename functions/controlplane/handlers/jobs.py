@@ -10,7 +10,7 @@ from ..logic.enqueue import enqueue
 from ..logic.results import get_result, job_status
 from ..models.wire import EnqueueRequest, EnqueueResponse, JobStatusResponse, ResultResponse
 from ..observability import lambda_entry
-from . import queues
+from . import batch, queues
 from ._common import (
     get_deps,
     json_body,
@@ -79,6 +79,7 @@ def register(app) -> None:
         return json_response(200 if response.state.terminal else 202, response)
 
     queues.register(app)
+    batch.register(app)
 
 
 app = new_resolver()

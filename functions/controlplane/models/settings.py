@@ -36,6 +36,11 @@ class Settings(BaseModel):
     # Queue streams are trimmed of entries older than this (MINID ~); defaults to result_ttl_s.
     queue_retention_s: int | None = Field(None, ge=60)
 
+    # Many jobs per call (jobs:batch, jobs:status). 4 MiB of inline bytes is 5.6 MB as base64,
+    # inside Lambda's 6 MB event (and so API Gateway's 10 MB body) with room for the JSON.
+    batch_max_jobs: int = Field(100, ge=1, le=1000)
+    batch_max_bytes: int = Field(4 * 1024 * 1024, ge=1, le=4 * 1024 * 1024)
+
     payload_bucket: str = Field(..., min_length=3)
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_cluster: bool = False
@@ -77,6 +82,8 @@ SETTINGS_ENV: dict[str, str] = {
     "poll_max_wait_s": "POLL_MAX_WAIT_S",
     "result_max_wait_s": "RESULT_MAX_WAIT_S",
     "queue_retention_s": "QUEUE_RETENTION_S",
+    "batch_max_jobs": "BATCH_MAX_JOBS",
+    "batch_max_bytes": "BATCH_MAX_BYTES",
     "payload_bucket": "PAYLOAD_BUCKET",
     "redis_url": "REDIS_URL",
     "redis_cluster": "REDIS_CLUSTER",

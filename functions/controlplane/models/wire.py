@@ -173,6 +173,8 @@ class ConfigResponse(BaseModel):
     presign_ttl_s: int
     result_ttl_s: int
     max_presigns_per_job: int
+    batch_max_jobs: int = Field(description="jobs per batch enqueue or status call")
+    batch_max_bytes: int = Field(description="inline payload bytes per batch enqueue (decoded)")
 
 
 class HealthCheck(BaseModel):
@@ -217,3 +219,57 @@ class QueueStats(BaseModel):
 
 class QueueListResponse(BaseModel):
     queues: list[QueueStats]
+
+
+# -- many jobs per call --------------------------------------------------------------------
+
+
+class BatchJobIn(_Strict):
+    """One job of a batch: exactly as a single enqueue's body, plus its own Idempotency-Key."""
+
+    payloadRef: PayloadRef | None = None
+    payloadInline: Base64Bytes | None = None
+    idempotency_key: str | None = Field(
+        None, description="as the Idempotency-Key header of a single enqueue (inline jobs)"
+    )
+
+    def inline_bytes(self) -> bytes | None:
+        return None if self.payloadInline is None else _b64(self.payloadInline)
+
+
+class BatchEnqueueRequest(_Strict):
+    jobs: list[BatchJobIn] = Field(
+        min_length=1, description="at most BATCH_MAX_JOBS; inline bytes at most BATCH_MAX_BYTES"
+    )
+
+
+class BatchItemError(BaseModel):
+    error: ErrorBody
+
+
+class BatchEnqueueResponse(BaseModel):
+    jobs: list[EnqueueResponse | BatchItemError] = Field(
+        description="one answer per job, in request order: the job, or why it was refused"
+    )
+
+
+class JobsStatusRequest(_Strict):
+    job_ids: list[str] = Field(min_length=1, description="at most BATCH_MAX_JOBS job ids")
+    wait_s: float = Field(
+        0.0,
+        ge=0,
+        le=60,
+        description="wait up to this long (capped by RESULT_MAX_WAIT_S) until one of the jobs "
+        "is terminal; 0 answers at once",
+    )
+
+
+class JobStatusError(BaseModel):
+    job_id: str
+    error: ErrorBody
+
+
+class JobsStatusResponse(BaseModel):
+    jobs: list[JobStatusResponse | JobStatusError] = Field(
+        description="one answer per job id, in request order"
+    )

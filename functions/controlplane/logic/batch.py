@@ -1,0 +1,127 @@
+"""Many jobs per call: a batch enqueue (each item as a single enqueue would be), and the state of
+many jobs at once with a short wait for the first of them to finish."""
+
+from __future__ import annotations
+
+import time
+
+from pydantic import ValidationError
+
+from ..models.errors import (
+    NotFound,
+    PayloadStoreError,
+    PayloadTooLarge,
+    ServiceUnavailable,
+    Unprocessable,
+)
+from ..models.wire import (
+    BatchEnqueueResponse,
+    BatchItemError,
+    BatchJobIn,
+    ErrorBody,
+    JobsStatusRequest,
+    JobsStatusResponse,
+    JobStatusError,
+)
+from ..observability import logger
+from .context import Deps, Principal
+from .enqueue import enqueue, validate_queue_name
+from .results import job_status
+
+# How often a waiting status call looks again (jobs live in many slots: no single blocking read).
+STATUS_RECHECK_S = 0.2
+
+
+def _summarize(e: ValidationError) -> str:
+    parts = []
+    for err in e.errors()[:3]:
+        loc = ".".join(str(x) for x in err.get("loc", ()))
+        parts.append(f"{loc or 'item'}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts)
+
+
+def _item_error(e: PayloadStoreError) -> BatchItemError:
+    return BatchItemError(error=ErrorBody(code=e.code, message=e.message, **e.details))
+
+
+def enqueue_batch(p: Principal, queue: str, body: dict, deps: Deps) -> BatchEnqueueResponse:
+    """Each item is validated and enqueued on its own: one bad item fails only itself. The whole
+    request is refused (422/413) only when it is malformed or over the batch limits."""
+    validate_queue_name(queue)
+    s = deps.settings
+    items = body.get("jobs") if isinstance(body, dict) else None
+    if not isinstance(items, list) or not items:
+        raise Unprocessable('body must be {"jobs": [...]} with at least one job')
+    if set(body) - {"jobs"}:
+        raise Unprocessable(f"unknown fields: {sorted(set(body) - {'jobs'})}")
+    if len(items) > s.batch_max_jobs:
+        raise Unprocessable(f"{len(items)} jobs in one batch; BATCH_MAX_JOBS={s.batch_max_jobs}")
+    parsed: list[BatchJobIn | BatchItemError] = []
+    inline_total = 0
+    for item in items:
+        try:
+            job = BatchJobIn.model_validate(item)
+            data = job.inline_bytes()
+        except ValidationError as e:
+            parsed.append(
+                BatchItemError(error=ErrorBody(code="invalid_request", message=_summarize(e)))
+            )
+            continue
+        inline_total += len(data or b"")
+        parsed.append(job)
+    if inline_total > s.batch_max_bytes:
+        raise PayloadTooLarge(
+            f"{inline_total} inline bytes in one batch; BATCH_MAX_BYTES={s.batch_max_bytes}: "
+            "split the batch",
+            batch_max_bytes=s.batch_max_bytes,
+        )
+
+    answers: list = []
+    for job in parsed:
+        if isinstance(job, BatchItemError):
+            answers.append(job)
+            continue
+        try:
+            done = enqueue(
+                p,
+                queue,
+                payload_ref=job.payloadRef,
+                payload_inline=job.inline_bytes(),
+                idempotency_key=job.idempotency_key,
+                deps=deps,
+            )
+            answers.append(done.response)
+        except ServiceUnavailable as e:
+            # Per item too: the SDK reroutes `inline_unavailable` items through S3 and retries.
+            answers.append(_item_error(e))
+        except PayloadStoreError as e:
+            answers.append(_item_error(e))
+    refused = sum(isinstance(a, BatchItemError) for a in answers)
+    logger.info("batch enqueued", extra={"queue": queue, "jobs": len(answers), "refused": refused})
+    return BatchEnqueueResponse(jobs=answers)
+
+
+def jobs_status(p: Principal, req: JobsStatusRequest, deps: Deps) -> JobsStatusResponse:
+    """The state of each job; with wait_s, first wait (bounded) until one of them is terminal."""
+    s = deps.settings
+    if len(req.job_ids) > s.batch_max_jobs:
+        raise Unprocessable(f"{len(req.job_ids)} job ids; BATCH_MAX_JOBS={s.batch_max_jobs}")
+    wait_s = min(req.wait_s, s.result_max_wait_s)
+    deadline = time.monotonic() + wait_s
+    while True:
+        answers: list = []
+        any_terminal = False
+        for job_id in req.job_ids:
+            try:
+                status = job_status(p, job_id, deps)
+            except NotFound as e:
+                answers.append(
+                    JobStatusError(job_id=job_id, error=ErrorBody(code=e.code, message=e.message))
+                )
+                any_terminal = True  # nothing to wait for: answer now
+                continue
+            any_terminal = any_terminal or status.state.terminal
+            answers.append(status)
+        if any_terminal or time.monotonic() >= deadline:
+            return JobsStatusResponse(jobs=answers)
+        time.sleep(min(STATUS_RECHECK_S, max(deadline - time.monotonic(), 0)))
