@@ -15,17 +15,18 @@ socket:
    message text.
 3. **Retry decision.** `retry_delay(policy, attempt, ...)` (in `_http`) says how long to wait
    before trying again, or that the answer is final.
-4. **Transport.** `Wire.send(call)` runs a call over `httpx.Client` with those three. An
-   `AsyncWire` over `httpx.AsyncClient` is the same ~30-line loop with `await` (it calls only
-   `http_kwargs`, `retry_delay`, `error_for`, `call.parse` and a sleep) plus one `async def`
-   one-liner per route method.
+4. **Transport.** `Wire.send(call)` runs a call over `httpx.Client` with those three.
+   `_async_wire.AsyncWire` over `httpx.AsyncClient` is the same ~30-line loop with `await` (it
+   calls only `http_kwargs`, `retry_delay`, `error_for`, `call.parse` and a sleep) plus one
+   `async def` one-liner per route method.
 
 Adding a route (e.g. heartbeat, cancel, jobs:batch):
     1. a frozen dataclass for its answer, if it has one, and a `parse_...` function for it;
     2. a builder function in the "routes" section returning `Call(...)` (path, what, ok,
        errors for route-specific codes, parse);
-    3. a one-line method on `Wire` (and on `AsyncWire` once it exists):
-       `return self.send(route(self.namespace, ...))`;
+    3. a one-line method on `Wire`, `return self.send(route(self.namespace, ...))`, and its
+       twin on `_async_wire.AsyncWire`, `return await self.send(_wire.route(...))` (a test
+       checks both transports offer the same routes with the same arguments);
     4. a case in tests/unit/test_sdk_wire.py.
 A new field in an existing answer is one line in its dataclass and its `parse_...`; a new field in
 a request body is a keyword argument of the builder.

@@ -1,0 +1,195 @@
+"""The v1 wire over `httpx.AsyncClient`: the asyncio twin of `_wire.Wire`.
+
+It shares everything with the sync transport but the socket and the sleep: the route builders
+and parsers (`_wire.<route>(...)` -> `Call`), `http_kwargs`, the error mapping (`error_for`) and
+the retry decision (`_http.retry_delay`). A route added to `_wire` gets its one-line
+`async def` here as well (see the module docstring of `_wire`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+import httpx
+
+from . import _wire
+from ._http import RetryPolicy, retry_delay
+from ._wire import (
+    CONNECT_TIMEOUT_S,
+    MSGPACK,
+    Call,
+    DownloadGrant,
+    Enqueued,
+    Health,
+    JobStatus,
+    PayloadRef,
+    PolledJob,
+    QueueInfo,
+    ResultAnswer,
+    ServerConfig,
+    UploadGrant,
+    http_kwargs,
+    raise_error,
+    unreachable,
+)
+
+log = logging.getLogger("payloadstore")
+
+T = TypeVar("T")
+
+
+class AsyncWire:
+    """The control plane for one namespace and one token, over `httpx.AsyncClient`."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        token: str,
+        namespace: str,
+        *,
+        http: httpx.AsyncClient | None = None,
+        retry: RetryPolicy | None = None,
+        timeout_s: float = 30.0,
+        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+    ):
+        self.endpoint = endpoint.rstrip("/")
+        self.namespace = namespace
+        self._token = token
+        self._owns_http = http is None
+        self.http = http or httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S)
+        )
+        self.retry = retry or RetryPolicy()
+        self._sleep = sleep
+
+    async def aclose(self) -> None:
+        if self._owns_http:
+            await self.http.aclose()
+
+    def __repr__(self) -> str:
+        return f"AsyncWire(endpoint={self.endpoint!r}, namespace={self.namespace!r})"
+
+    async def send(self, call: Call[T]) -> T:
+        """`Wire.send` with `await`: same retries, same typed errors."""
+        kwargs = http_kwargs(call, self.endpoint, self._token)
+        attempt = 0
+        while True:
+            try:
+                response = await self.http.request(**kwargs)
+            except httpx.TransportError as e:
+                delay = retry_delay(self.retry, attempt, error=e)
+                if delay is None:
+                    raise unreachable(call, self.endpoint, e) from e
+                log.warning(
+                    "retrying what=%s error=%s attempt=%d delay_s=%.2f",
+                    call.what,
+                    type(e).__name__,
+                    attempt + 1,
+                    delay,
+                )
+            else:
+                if response.status_code in call.ok:
+                    return call.parse(response)
+                delay = retry_delay(self.retry, attempt, response=response)
+                if delay is None:
+                    raise_error(call, response)
+                log.warning(
+                    "retrying what=%s status=%d attempt=%d delay_s=%.2f",
+                    call.what,
+                    response.status_code,
+                    attempt + 1,
+                    delay,
+                )
+            await self._sleep(delay)
+            attempt += 1
+
+    # -- one method per route (the same names and arguments as `Wire`) ---------------------------
+
+    async def config(self) -> ServerConfig:
+        return await self.send(_wire.config())
+
+    async def health(self) -> Health:
+        return await self.send(_wire.health())
+
+    async def presign_put(
+        self,
+        *,
+        size: int,
+        kind: str,
+        sha256: str | None,
+        content_type: str = MSGPACK,
+        job_id: str | None = None,
+    ) -> UploadGrant:
+        return await self.send(
+            _wire.presign_put(
+                self.namespace,
+                size=size,
+                kind=kind,
+                sha256=sha256,
+                content_type=content_type,
+                job_id=job_id,
+            )
+        )
+
+    async def presign_get(self, key: str, *, job_id: str | None = None) -> DownloadGrant:
+        return await self.send(_wire.presign_get(self.namespace, key, job_id=job_id))
+
+    async def enqueue_inline(self, queue: str, data: bytes, *, idempotency_key: str) -> Enqueued:
+        return await self.send(
+            _wire.enqueue_inline(self.namespace, queue, data, idempotency_key=idempotency_key)
+        )
+
+    async def enqueue_ref(self, queue: str, ref: PayloadRef) -> Enqueued:
+        return await self.send(_wire.enqueue_ref(self.namespace, queue, ref))
+
+    async def job_status(self, job_id: str) -> JobStatus:
+        return await self.send(_wire.job_status(self.namespace, job_id))
+
+    async def job_result(self, job_id: str, *, wait_s: float) -> ResultAnswer:
+        return await self.send(_wire.job_result(self.namespace, job_id, wait_s=wait_s))
+
+    async def queue_list(self) -> list[QueueInfo]:
+        return await self.send(_wire.queue_list(self.namespace))
+
+    async def queue_stats(self, queue: str) -> QueueInfo:
+        return await self.send(_wire.queue_stats(self.namespace, queue))
+
+    async def poll(self, queues: list[str], *, wait_s: float, daemon_id: str) -> PolledJob | None:
+        return await self.send(
+            _wire.poll(self.namespace, queues, wait_s=wait_s, daemon_id=daemon_id)
+        )
+
+    async def post_result(
+        self,
+        job_id: str,
+        *,
+        inline: bytes | None = None,
+        ref: PayloadRef | None = None,
+        error: Mapping[str, Any] | None = None,
+    ) -> None:
+        await self.send(
+            _wire.post_result(self.namespace, job_id, inline=inline, ref=ref, error=error)
+        )
+
+    async def report_failure(
+        self,
+        job_id: str,
+        *,
+        state: str,
+        detail: str,
+        expected_sha256: str | None = None,
+        actual_sha256: str | None = None,
+    ) -> None:
+        await self.send(
+            _wire.report_failure(
+                self.namespace,
+                job_id,
+                state=state,
+                detail=detail,
+                expected_sha256=expected_sha256,
+                actual_sha256=actual_sha256,
+            )
+        )

@@ -1,0 +1,100 @@
+"""The asyncio transport of the wire layer shares routes, parsers, error mapping and retry
+decisions with the sync one; only the socket and the sleep differ."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+
+import httpx
+import pytest
+
+from payloadstore import InlineUnavailable, JobNotFound, RetryPolicy, ServiceUnavailable
+from payloadstore._async_wire import AsyncWire
+from payloadstore._wire import Enqueued, Wire
+
+
+def async_wire(handler, sleeps: list, **kw) -> AsyncWire:
+    async def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+
+    return AsyncWire(
+        "http://cp.test",
+        "pst_x",
+        "team",
+        http=httpx.AsyncClient(transport=httpx.MockTransport(handler)),
+        sleep=sleep,
+        **kw,
+    )
+
+
+def test_given_every_route_of_the_sync_wire_then_the_async_wire_has_it_with_the_same_arguments():
+    # Given/When
+    def routes(cls):
+        return {
+            name: inspect.signature(fn)
+            for name, fn in vars(cls).items()
+            if inspect.isfunction(fn) and not name.startswith("_") and name not in ("close",)
+        }
+
+    sync, asyn = routes(Wire), routes(AsyncWire)
+    asyn.pop("aclose")
+    # Then: a route added to `Wire` needs its `async def` twin (see the _wire docstring)
+    assert set(sync) == set(asyn)
+    for name, signature in sync.items():
+        assert inspect.iscoroutinefunction(getattr(AsyncWire, name)), name
+        assert list(signature.parameters) == list(asyn[name].parameters), name
+
+
+def test_given_a_dropped_connection_and_a_503_when_enqueueing_async_then_retried_with_the_same_key():
+    seen: list[httpx.Request] = []
+    answers = [
+        httpx.ConnectError("refused"),
+        httpx.Response(503, json={"error": {"code": "redis_memory_full", "message": "full"}}),
+        httpx.Response(201, json={"job_id": "J1", "tier": "inline"}),
+    ]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    sleeps: list[float] = []
+    answer = asyncio.run(
+        async_wire(handler, sleeps).enqueue_inline("q", b"\x01", idempotency_key="k-1")
+    )
+    assert answer == Enqueued("J1", "inline", created=True)
+    assert [r.headers["idempotency-key"] for r in seen] == ["k-1"] * 3 and len(sleeps) == 2
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "call", "expected"),
+    [
+        (404, "not_found", lambda w: w.job_status("J9"), JobNotFound),
+        (503, "inline_unavailable", lambda w: w.post_result("J1", inline=b"x"), InlineUnavailable),
+    ],
+)
+def test_given_an_error_code_when_sent_async_then_the_same_typed_error_as_sync(
+    status, code, call, expected
+):
+    calls: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        return httpx.Response(status, json={"error": {"code": code, "message": "m"}})
+
+    with pytest.raises(expected) as info:
+        asyncio.run(call(async_wire(handler, [])))
+    assert info.value.code == code and len(calls) == 1
+
+
+def test_given_an_unreachable_control_plane_when_retries_run_out_async_then_service_unavailable():
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused")
+
+    sleeps: list[float] = []
+    with pytest.raises(ServiceUnavailable, match="cannot reach the control plane"):
+        asyncio.run(async_wire(handler, sleeps, retry=RetryPolicy(max_attempts=3)).config())
+    assert len(sleeps) == 2
