@@ -1,158 +1,228 @@
-"""Redis bytes per job and control-plane hot-path costs, on a private redis-server.
+"""Redis bytes per job (the four figures of the Redis memory goals) and control-plane hot-path
+costs, on a private redis-server, through the control plane's own logic and store code.
 
-Run: .venv/bin/python bench/bench_redis.py   (results go to stdout; copy into bench/RESULTS.md)
+Run: .venv/bin/python bench/bench_redis.py [--n 2000]   (copy the output into bench/RESULTS.md)
 
-Measures, with the control plane's own store code:
-- Redis bytes per queued job by tier (used_memory delta over N jobs / N);
-- the per-job "done" structure: a one-element list (what we use) vs a one-entry stream;
-- presign latency (botocore's local signer, no network), and enqueue/poll/result through the
-  store with pipelining off, as the handlers do it.
+Bytes per job are `INFO memory` used_memory deltas over N jobs / N, from an empty Redis, so
+they include every key a job leaves behind (job hash, done list, queue entry, inline index,
+the amortised stream and index structures). Jobs go through the same functions the handlers
+call (presign, enqueue, poll, result post); only S3's HEAD is stubbed (it answers "uploaded").
+Inline enqueues carry an Idempotency-Key, as the SDK sends one with every submit.
+
+Goals (issue 8): S3-tier queued <= 512 B and flat in payload size; S3-tier finished <= 1,024 B;
+1 KiB inline queued <= payload + 400 B; 1 KiB inline finished with a 1 KiB result <=
+payload + result + 600 B.
 """
 
 from __future__ import annotations
 
+import argparse
+import base64
+import hashlib
+import os
 import statistics
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "functions"), str(ROOT)]
 
+os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
+os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
+os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")
+os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
+os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
+
 import redis
-from controlplane.models.domain import new_job_id
+from controlplane.logic.context import Deps, Principal
+from controlplane.logic.dispatch import poll, post_result
+from controlplane.logic.enqueue import enqueue
+from controlplane.logic.presign import presign_put
+from controlplane.models.domain import PayloadRef
+from controlplane.models.settings import Settings
+from controlplane.models.wire import PollRequest, PresignRequest, ResultPost
 from controlplane.store.redis_client import make_redis
 from controlplane.store.redis_jobs import RedisJobStore
+from controlplane.store.s3_objects import (
+    ObjectInfo,
+    S3Objects,
+    cached_s3_client,
+    sha256_hex_to_b64,
+)
 
 from payloadstore.devstack.services import RedisServer
 
-N = 2000
+BUCKET = "payloadstore-payloads"
+NS = "bench"
+CLIENT = Principal(NS, "client")
+DAEMON = Principal(NS, "daemon")
+GOALS = {
+    "s3_queued": 512,
+    "s3_finished": 1024,
+    "inline_queued_over_payload": 400,
+    "inline_finished_over_payload_and_result": 600,
+}
+
+
+class UploadedObjects(S3Objects):
+    """Real local presigning; HEAD answers that the object is there as issued."""
+
+    def __init__(self):
+        super().__init__(cached_s3_client("us-east-1", None), BUCKET, 900)
+        self.sizes: dict[str, tuple[int, str | None]] = {}
+
+    def head(self, key: str):
+        size, sha = self.sizes[key]
+        return ObjectInfo(size, sha256_hex_to_b64(sha) if sha else None, "application/msgpack")
 
 
 def used(r) -> int:
     return int(r.info("memory")["used_memory"])
 
 
-def per_job_bytes(store: RedisJobStore, r, tier: str, payload: bytes | None) -> float:
-    r.flushall()
-    before = used(r)
-    for _ in range(N):
-        job_id = new_job_id()
-        fields = {
-            "namespace": "bench",
-            "queue": "q",
-            "state": "queued",
-            "tier": tier,
-            "attempts": 0,
-            "payload_size": len(payload) if payload else 8_388_608,
-            "created_at": repr(time.time()),
-            "updated_at": repr(time.time()),
-        }
-        ref = None
-        if payload is None:
-            ref = (
-                '{"bucket":"payloadstore-payloads","contentType":"application/msgpack","key":"payloads/'
-                f'2026/11/29/{job_id}/args","kind":"s3","sha256":"{"a" * 64}","size":8388608}}'
+def make_deps(client) -> Deps:
+    settings = Settings(payload_bucket=BUCKET, redis_url="redis://unused")
+    return Deps(
+        settings=settings,
+        jobs=RedisJobStore(client, result_ttl_s=settings.result_ttl_s),
+        objects=UploadedObjects(),
+        clock=time.time,
+    )
+
+
+def s3_job(deps: Deps, size: int, queue: str = "q") -> str:
+    sha = hashlib.sha256(os.urandom(8)).hexdigest()
+    signed = presign_put(CLIENT, PresignRequest(op="put", size=size, sha256=sha), deps)
+    deps.objects.sizes[signed.key] = (size, sha)
+    ref = PayloadRef(kind="s3", bucket=signed.bucket, key=signed.key, size=size, sha256=sha)
+    return enqueue(
+        CLIENT, queue, payload_ref=ref, payload_inline=None, idempotency_key=None, deps=deps
+    ).response.job_id
+
+
+def inline_job(deps: Deps, data: bytes, queue: str = "q") -> str:
+    return enqueue(
+        CLIENT,
+        queue,
+        payload_ref=None,
+        payload_inline=data,
+        idempotency_key=uuid.uuid4().hex,
+        deps=deps,
+    ).response.job_id
+
+
+def finish(deps: Deps, result: bytes | None, result_size: int = 0, queue: str = "q") -> None:
+    got = poll(DAEMON, PollRequest(namespace=NS, queues=[queue], wait_s=0, daemon_id="d1"), deps)
+    if result is not None:
+        body = ResultPost(resultInline=base64.b64encode(result).decode())
+    else:
+        sha = hashlib.sha256(os.urandom(8)).hexdigest()
+        signed = presign_put(
+            DAEMON,
+            PresignRequest(
+                op="put", size=result_size, kind="result", job_id=got.job_id, sha256=sha
+            ),
+            deps,
+        )
+        deps.objects.sizes[signed.key] = (result_size, sha)
+        body = ResultPost(
+            resultRef=PayloadRef(
+                kind="s3", bucket=BUCKET, key=signed.key, size=result_size, sha256=sha
             )
-            fields["payload_ref"] = ref
-        store.begin_enqueue(job_id, fields, int(time.time() * 1000), 10_000)
-        store.append_to_queue("bench", "q", job_id, inline=payload, ref_json=ref, min_id_ms=0)
-    return (used(r) - before) / N
+        )
+    post_result(DAEMON, got.job_id, body, deps)
 
 
-def done_structure_bytes(r) -> dict[str, float]:
-    out = {}
-    for kind in ("list", "stream"):
-        r.flushall()
-        before = used(r)
-        for i in range(N):
-            if kind == "list":
-                r.rpush(f"ps:{{j:{i}}}:done", "succeeded")
-            else:
-                r.xadd(f"ps:{{j:{i}}}:done", {"state": "succeeded"})
-        out[kind] = (used(r) - before) / N
-    return out
+def per_job(raw, n: int, make, then=None) -> float:
+    raw.flushall()
+    time.sleep(0.05)
+    before = used(raw)
+    for _ in range(n):
+        make()
+    if then is not None:
+        for _ in range(n):
+            then()
+    return (used(raw) - before) / n
 
 
-def presign_latency_us() -> float:
-    import os
+def naive_inline(raw, n: int, data: bytes) -> float:
+    raw.flushall()
+    before = used(raw)
+    for _ in range(n):
+        raw.xadd("naive", {"payload": data})
+    return (used(raw) - before) / n
 
-    from controlplane.store.s3_objects import S3Objects, cached_s3_client
 
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
-    objects = S3Objects(cached_s3_client("us-east-1", None), "payloadstore-payloads", 900)
-    objects.presign_put("payloads/x", 10, "application/msgpack", "a" * 64)  # warm
-    samples = []
+def latencies_us(deps: Deps, raw) -> dict[str, float]:
+    raw.flushall()
+    enq, pol, res = [], [], []
+    data = b"\x90" * 64
     for _ in range(500):
         t = time.perf_counter()
-        objects.presign_put(
-            f"payloads/2026/11/29/{new_job_id()}/args", 8_388_608, "application/msgpack", "a" * 64
-        )
-        samples.append((time.perf_counter() - t) * 1e6)
-    return statistics.median(samples)
-
-
-def store_op_latency_us(store: RedisJobStore, r) -> dict[str, float]:
-    r.flushall()
-    enq, poll, done = [], [], []
-    for _ in range(1000):
-        job_id = new_job_id()
-        t = time.perf_counter()
-        store.begin_enqueue(
-            job_id,
-            {
-                "namespace": "bench",
-                "queue": "q",
-                "state": "queued",
-                "tier": "inline",
-                "attempts": 0,
-            },
-            int(time.time() * 1000),
-            10_000,
-        )
-        store.append_to_queue("bench", "q", job_id, inline=b"\x90" * 64, ref_json=None, min_id_ms=0)
+        inline_job(deps, data, queue="lat")
         enq.append(time.perf_counter() - t)
         t = time.perf_counter()
-        queue, sid, fields = store.read_next("bench", ["q"], "d1", 0, 300_000)
-        store.start_delivery(job_id, sid, "d1", time.time())
-        poll.append(time.perf_counter() - t)
+        got = poll(DAEMON, PollRequest(namespace=NS, queues=["lat"], wait_s=0, daemon_id="d"), deps)
+        pol.append(time.perf_counter() - t)
         t = time.perf_counter()
-        outcome = store.complete(
-            job_id, "succeeded", "inline:x", time.time(), {"result_inline": b"\x01"}
-        )
-        store.drop_entry("bench", queue, outcome.args[0])
-        done.append(time.perf_counter() - t)
+        post_result(DAEMON, got.job_id, ResultPost(resultInline="AQ=="), deps)
+        res.append(time.perf_counter() - t)
     return {
         name: statistics.median(v) * 1e6
-        for name, v in (("enqueue", enq), ("poll", poll), ("result", done))
+        for name, v in (("inline enqueue", enq), ("poll", pol), ("inline result", res))
     }
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--n", type=int, default=2000)
+    n = parser.parse_args().n
+    kib = b"\x01" * 1024
     with tempfile.TemporaryDirectory() as d:
         server = RedisServer(data_dir=Path(d), appendonly=False).start()
         try:
             client = make_redis(server.url)
             raw = redis.Redis.from_url(server.url)
-            store = RedisJobStore(client, result_ttl_s=172_800)
+            deps = make_deps(client)
             print(
-                f"redis-server {raw.info('server')['redis_version']}, redis-py {redis.__version__}, N={N}"
+                f"redis-server {raw.info('server')['redis_version']}, "
+                f"redis-py {redis.__version__}, N={n} jobs per figure"
             )
-            for label, tier, payload in (
-                ("s3 reference + job hash", "s3", None),
-                ("inline 1 KiB + job hash", "inline", b"\x01" * 1024),
-                ("inline 256 KiB + job hash", "inline", b"\x01" * 262_144),
-            ):
-                print(
-                    f"bytes per queued job, {label}: {per_job_bytes(store, raw, tier, payload):,.0f}"
-                )
-            for kind, b in done_structure_bytes(raw).items():
-                print(f"bytes per done marker as a one-element {kind}: {b:,.0f}")
-            for op, us in store_op_latency_us(store, raw).items():
-                print(f"store {op} median: {us:,.0f} us")
-            print(f"presign_put (local SigV4 signing) median: {presign_latency_us():,.0f} us")
+            # Warm up every path once (Redis keeps loaded scripts across FLUSHALL).
+            per_job(raw, 3, lambda: s3_job(deps, 1000), lambda: finish(deps, None, 10))
+            per_job(raw, 3, lambda: inline_job(deps, kib), lambda: finish(deps, kib))
+            figures = {}
+            for size in (300 * 1024, 100 * 1024 * 1024):
+                b = per_job(raw, n, lambda size=size: s3_job(deps, size))
+                figures.setdefault("s3_queued", []).append(b)
+                print(f"S3-tier job, queued ({size:,} B payload): {b:,.0f} B (goal <= 512)")
+            b = per_job(
+                raw, n, lambda: s3_job(deps, 8 * 1024 * 1024), lambda: finish(deps, None, 65_536)
+            )
+            figures["s3_finished"] = [b]
+            print(f"S3-tier job, finished with an S3 result: {b:,.0f} B (goal <= 1,024)")
+            b = per_job(raw, n, lambda: inline_job(deps, kib))
+            figures["inline_queued_over_payload"] = [b - len(kib)]
+            print(
+                f"1 KiB inline job, queued: {b:,.0f} B = payload + {b - 1024:,.0f} (goal <= +400)"
+            )
+            b = per_job(raw, n, lambda: inline_job(deps, kib), lambda: finish(deps, kib))
+            figures["inline_finished_over_payload_and_result"] = [b - 2048]
+            print(
+                f"1 KiB inline job, finished with a 1 KiB result: {b:,.0f} B = payload + result "
+                f"+ {b - 2048:,.0f} (goal <= +600)"
+            )
+            b = naive_inline(raw, n, kib)
+            print(f"naive inline baseline, XADD of the same 1 KiB: {b:,.0f} B")
+            b = per_job(raw, n, lambda: inline_job(deps, b"\x01" * 262_144))
+            print(f"256 KiB inline job, queued: {b:,.0f} B")
+            for op, us in latencies_us(deps, raw).items():
+                print(f"{op} (logic + store) median: {us:,.0f} us")
+            met = all(max(v) <= GOALS[k] for k, v in figures.items())
+            print("all four goals met" if met else "GOALS NOT MET")
         finally:
             server.stop()
 

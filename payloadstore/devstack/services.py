@@ -125,6 +125,9 @@ class RedisServer:
     appendonly: bool = True
     proc: subprocess.Popen | None = None
     detach: bool = False  # see _own_group_dying_with_parent (the dev stack sets it)
+    # e.g. "8mb" for tests of a full Redis; None: no limit. The policy is always noeviction:
+    # evicting a job key would lose a job, so a full Redis must refuse writes instead.
+    maxmemory: str | None = None
 
     @property
     def url(self) -> str:
@@ -151,7 +154,11 @@ class RedisServer:
             "yes",
             "--logfile",
             str(self.data_dir / "redis.log"),
+            "--maxmemory-policy",
+            "noeviction",
         ]
+        if self.maxmemory:
+            args += ["--maxmemory", self.maxmemory]
         self.proc = subprocess.Popen(
             args,
             stdout=subprocess.DEVNULL,

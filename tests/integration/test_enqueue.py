@@ -20,8 +20,8 @@ def test_inline_raw_msgpack_body_is_queued_in_the_stream_entry(cp, redis_server)
     assert r.status == 201 and r.json["tier"] == "inline"
     entries = redis.Redis.from_url(redis_server.url).xrange(f"ps:{{ns:{cp.ns}}}:q:{cp.queue}")
     assert len(entries) == 1
-    assert entries[0][1][b"inline"] == payload
-    assert entries[0][1][b"job"].decode() == r.json["job_id"]
+    # The entry is the job id and the bytes, nothing else
+    assert entries[0][1] == {b"j": r.json["job_id"].encode(), b"b": payload}
     status = cp.status(r.json["job_id"])
     assert status.json["state"] == "queued" and status.json["tier"] == "inline"
 
@@ -67,7 +67,8 @@ def test_ref_enqueue_verifies_and_creates_a_job(cp, redis_server):
     assert status["payloadRef"]["key"] == ref["key"]
     assert status["payloadRef"]["sha256"] == sha256_hex(data)
     entries = redis.Redis.from_url(redis_server.url).xrange(f"ps:{{ns:{cp.ns}}}:q:{cp.queue}")
-    assert b"inline" not in entries[0][1]  # no payload bytes in Redis for the S3 tier
+    # No payload bytes and no reference in the entry: only the job id
+    assert entries[0][1] == {b"j": r.json["job_id"].encode()}
 
 
 def test_same_key_twice_returns_same_job_without_second_entry(cp, redis_server):
@@ -154,10 +155,10 @@ def test_queue_stream_is_trimmed_of_entries_older_than_retention(cp, redis_serve
     key = f"ps:{{ns:{cp.ns}}}:q:{cp.queue}"
     old_ms = int((time.time() - 3 * 86400) * 1000)
     for i in range(300):
-        r.xadd(key, {"job": "expired"}, id=f"{old_ms}-{i}")
+        r.xadd(key, {"j": "expired"}, id=f"{old_ms}-{i}")
     # When a fresh job is enqueued
     assert cp.enqueue(raw=b"\x01").status == 201
     # Then the XADD's MINID ~ trim dropped (whole nodes of) the expired entries, kept the new one
     remaining = r.xrange(key)
     assert len(remaining) <= 101
-    assert remaining[-1][1][b"job"] != b"expired"
+    assert remaining[-1][1][b"j"] != b"expired"

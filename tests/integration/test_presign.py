@@ -153,12 +153,20 @@ def test_get_of_expired_record_is_410_not_404(cp, redis_server):
 def test_presign_is_recorded_in_redis_with_its_facts(cp, redis_server):
     import redis
 
+    # When a client presigns an args key
     r = cp.presign_put(4096, sha256="cd" * 32)
-    rec = redis.Redis.from_url(redis_server.url).hgetall(f"ps:{{j:{r.json['job_id']}}}:issue:args")
-    assert rec[b"namespace"].decode() == cp.ns
-    assert rec[b"size"] == b"4096"
-    assert rec[b"sha256"] == b"cd" * 32
-    assert rec[b"presigns"] == b"1"
-    assert rec[b"kind"] == b"args"
-    ttl = redis.Redis.from_url(redis_server.url).ttl(f"ps:{{j:{r.json['job_id']}}}:issue:args")
-    assert 172_700 < ttl <= 172_800
+    # Then the job is born awaiting its upload, holding only what cannot be rebuilt
+    client = redis.Redis.from_url(redis_server.url)
+    key = f"ps:{{j:{r.json['job_id']}}}:job"
+    rec = client.hgetall(key)
+    assert rec == {
+        b"n": cp.ns.encode(),
+        b"s": b"awaiting_upload",
+        b"pz": b"4096",
+        b"pn": b"1",
+        b"ph": bytes.fromhex("cd" * 32),  # 32 raw bytes; no bucket, key or default type stored
+    }
+    assert client.object("encoding", key) == b"listpack"
+    assert 172_700 < client.ttl(key) <= 172_800
+    # And a client may not see it as a job until it is enqueued
+    assert cp.status(r.json["job_id"]).status == 404

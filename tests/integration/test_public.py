@@ -23,7 +23,14 @@ def test_health_ok_with_bucket_as_the_stack_creates_it(cp):
     r = cp.call("public", "GET", "/v1/health", namespace=None)
     assert r.status == 200, r.raw_body
     assert r.json["status"] == "ok"
-    assert set(r.json["checks"]) == {"redis", "bucket", "region", "encryption", "lifecycle"}
+    assert set(r.json["checks"]) == {
+        "redis",
+        "redis_memory",
+        "bucket",
+        "region",
+        "encryption",
+        "lifecycle",
+    }
 
 
 def test_health_names_each_failing_check(cp, settings_env, s3_client):

@@ -19,7 +19,9 @@ def test_s3_down_at_enqueue_is_503_and_creates_no_job(cp, settings_env, redis_se
     import redis
 
     job_id = ref["key"].split("/")[-2]
-    assert not redis.Redis.from_url(redis_server.url).exists(f"ps:{{j:{job_id}}}:job")
+    job = redis.Redis.from_url(redis_server.url).hgetall(f"ps:{{j:{job_id}}}:job")
+    assert job[b"s"] == b"awaiting_upload"  # still only what presign issued
+    assert cp.status(job_id).status == 404
     # And health names the bucket checks
     health = cp.call("public", "GET", "/v1/health", namespace=None)
     assert health.status == 503 and "bucket" in health.json["failing"]

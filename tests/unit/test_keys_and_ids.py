@@ -14,7 +14,7 @@ def test_keys_of_one_job_share_a_slot():
     job = new_job_id()
     slots = {
         key_slot(k.encode())
-        for k in (keys.job(job), keys.issue(job, "args"), keys.issue(job, "result"), keys.done(job))
+        for k in (keys.job(job), keys.done(job), keys.issue(job, "args"), keys.issue(job, "result"))
     }
     assert len(slots) == 1
 
@@ -22,6 +22,8 @@ def test_keys_of_one_job_share_a_slot():
 def test_queues_of_one_namespace_share_a_slot_and_namespaces_spread():
     ns_slots = {key_slot(keys.queue("team", q).encode()) for q in ("a", "b", "gpu", "cpu.large")}
     ns_slots.add(key_slot(keys.idempotency("team", "k").encode()))
+    ns_slots.add(key_slot(keys.queue_names("team").encode()))
+    ns_slots.add(key_slot(keys.inline_index("team", int(time.time() * 1000)).encode()))
     assert len(ns_slots) == 1
     spread = {key_slot(keys.queue(f"team{i}", "a").encode()) for i in range(50)}
     assert len(spread) > 40

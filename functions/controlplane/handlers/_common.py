@@ -20,6 +20,7 @@ from ..models.errors import (
     BadRequest,
     Forbidden,
     PayloadStoreError,
+    RedisMemoryFull,
     ServiceUnavailable,
     Unauthorized,
     Unprocessable,
@@ -33,6 +34,16 @@ from ..store.redis_queues import RedisQueueStats
 from ..store.s3_objects import S3Objects
 
 REDIS_RETRY_AFTER_S = 2
+# Redis errors that mean "not now" (matched by class: redis-py maps the reply's error code).
+REDIS_UNAVAILABLE = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.BusyLoadingError,
+    redis.exceptions.ReadOnlyError,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.MasterDownError,
+    redis.exceptions.TryAgainError,
+)
 
 
 @lru_cache(maxsize=1)
@@ -245,9 +256,14 @@ def new_resolver() -> APIGatewayRestResolver:
                 retry_after_s=REDIS_RETRY_AFTER_S,
             )
             return error_response(err.status, "busy", err.message, err.headers)
-        if isinstance(e, (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)) or (
-            "READONLY" in str(e) or "LOADING" in str(e) or "CLUSTERDOWN" in str(e)
-        ):
+        if isinstance(e, redis.exceptions.OutOfMemoryError):
+            # maxmemory reached (policy noeviction): nothing was written; never a 500.
+            logger.warning("redis memory full", extra={"error": type(e).__name__})
+            err = RedisMemoryFull(
+                "redis is out of memory; retry shortly", retry_after_s=REDIS_RETRY_AFTER_S
+            )
+            return error_response(err.status, err.code, err.message, err.headers)
+        if isinstance(e, REDIS_UNAVAILABLE):
             logger.warning("redis unavailable", extra={"error": type(e).__name__})
             err = ServiceUnavailable(
                 "redis is unreachable; retry shortly", retry_after_s=REDIS_RETRY_AFTER_S

@@ -6,8 +6,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..models.domain import JOB_ID_RE, IssueRecord, PayloadKind, PayloadRef, job_id_time_s
 from ..models.errors import NotFound
 from ..observability import bind_job
+from ..store.redis_jobs import AWAITING_UPLOAD, Issued, JobRecord
+from .payload_keys import key_for
 
 if TYPE_CHECKING:
     from ..models.settings import Settings
@@ -32,10 +35,84 @@ class Deps:
     queues: RedisQueueStats | None = None
 
 
-def load_job(p: Principal, job_id: str, deps: Deps) -> dict:
-    """The job, if it belongs to the caller's namespace; 404 otherwise (never a hint it exists)."""
+def find_job(namespace: str, job_id: str, deps: Deps) -> JobRecord | None:
+    """The job as a client may see it: in a queue, running or finished, in this namespace.
+
+    A job still awaiting its upload, or an S3-tier job whose queue entry was never confirmed,
+    is not a job yet. An inline job has no hash until its first delivery: the namespace's
+    inline index answers for it (for as long as its queue entry can exist)."""
+    if not JOB_ID_RE.match(job_id or ""):
+        return None
     job = deps.jobs.get_job(job_id)
-    if job is None or job.get("namespace") != p.namespace:
+    if job is not None and job.namespace == namespace:
+        if job.state == AWAITING_UPLOAD or (
+            job.tier == "s3" and job.state == "queued" and not job.stream_id
+        ):
+            return None
+        return job
+    created_s = job_id_time_s(job_id)
+    if job is not None or deps.clock() - created_s > deps.settings.retention_s:
+        return None
+    queue = deps.jobs.queued_inline(namespace, job_id, round(created_s * 1000))
+    if queue is None:
+        return None
+    return JobRecord(
+        job_id=job_id,
+        namespace=namespace,
+        state="queued",
+        queue=queue,
+        tier="inline",
+        attempts=0,
+        stream_id=None,
+        created_ms=round(created_s * 1000),
+        updated_ms=round(created_s * 1000),
+        args=None,
+        result_issue=None,
+        result_kind=None,
+    )
+
+
+def load_job(p: Principal, job_id: str, deps: Deps) -> JobRecord:
+    """The job, if it belongs to the caller's namespace; 404 otherwise (never a hint it exists)."""
+    job = find_job(p.namespace, job_id, deps)
+    if job is None:
         raise NotFound(f"job {job_id} not found")
     bind_job(job_id)
     return job
+
+
+def issue_record(job: JobRecord, kind: PayloadKind, deps: Deps) -> IssueRecord | None:
+    """What was issued for the job's args or result key, with its key and bucket rebuilt."""
+    issued: Issued | None = job.args if kind is PayloadKind.ARGS else job.result_issue
+    if issued is None:
+        return None
+    if kind is PayloadKind.ARGS or issued.issued_ms is None:
+        issued_at = job_id_time_s(job.job_id)
+    else:
+        issued_at = issued.issued_ms / 1000
+    return IssueRecord(
+        namespace=job.namespace,
+        job_id=job.job_id,
+        kind=kind,
+        key=key_for(job.job_id, kind),
+        bucket=deps.objects.bucket,
+        size=issued.size,
+        content_type=issued.content_type,
+        sha256=issued.sha256,
+        presigns=issued.presigns,
+        issued_at=issued_at,
+    )
+
+
+def payload_ref(job_id: str, kind: PayloadKind, issued: Issued | None, deps: Deps):
+    """The wire reference of an S3 payload, rebuilt from the job id and what was issued."""
+    if issued is None:
+        return None
+    return PayloadRef(
+        kind="s3",
+        bucket=deps.objects.bucket,
+        key=key_for(job_id, kind),
+        size=issued.size,
+        contentType=issued.content_type,
+        sha256=issued.sha256,
+    )

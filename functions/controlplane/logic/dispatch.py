@@ -3,21 +3,25 @@
 from __future__ import annotations
 
 import base64
-import hashlib
-import json
 
-from ..models.domain import JobStatus, PayloadKind, PayloadRef
+from ..models.domain import JobStatus, PayloadKind
 from ..models.errors import Conflict, Forbidden, NotFound, PayloadTooLarge, Unprocessable
 from ..models.settings import PayloadLostPolicy
 from ..models.wire import FailureReport, PollRequest, PollResponse, ResultPost
 from ..observability import bind_job, logger, metrics_bytes, metrics_count
-from ..store.redis_jobs import dumps
-from .context import Deps, Principal, load_job
+from ..store import keys
+from ..store.redis_jobs import digest, dumps
+from .context import Deps, Principal, issue_record, load_job, payload_ref
+from .guard import refuse_inline
 from .payload_keys import parse_key
 from .verify import verify_uploaded
 
 # Entries whose job vanished or already ended are dropped; bound how many one poll may skip.
 MAX_SKIPPED_ENTRIES = 32
+
+
+def _entry_ms(stream_id: str) -> int:
+    return int(stream_id.split("-", 1)[0])
 
 
 def poll(p: Principal, req: PollRequest, deps: Deps) -> PollResponse | None:
@@ -29,44 +33,41 @@ def poll(p: Principal, req: PollRequest, deps: Deps) -> PollResponse | None:
     min_idle_ms = s.visibility_timeout_s * 1000
     for _ in range(MAX_SKIPPED_ENTRIES):
         block_ms = max(int((deadline - deps.clock()) * 1000), 0)
-        picked = deps.jobs.read_next(p.namespace, req.queues, req.daemon_id, block_ms, min_idle_ms)
-        if picked is None:
+        entry = deps.jobs.read_next(p.namespace, req.queues, req.daemon_id, block_ms, min_idle_ms)
+        if entry is None:
             return None
-        queue, stream_id, fields = picked
-        job_id = _field(fields, "job")
-        outcome = deps.jobs.start_delivery(job_id, stream_id, req.daemon_id, deps.clock())
-        if outcome.status != "ok":
-            # The job expired or already ended (e.g. a late redelivery): never hand it out.
-            deps.jobs.drop_entry(p.namespace, queue, stream_id)
-            logger.info("dropped stale entry", extra={"job_id": job_id, "reason": outcome.status})
+        now_ms = int(deps.clock() * 1000)
+        if not entry.job_id or now_ms - _entry_ms(entry.stream_id) > s.retention_s * 1000:
+            outcome_status = "expired"
+        else:
+            delivery = deps.jobs.start_delivery(entry, p.namespace, now_ms)
+            outcome_status = delivery.status
+        if outcome_status != "ok":
+            # The job expired, already ended, or this entry is a stale double of its entry:
+            # never hand it out.
+            deps.jobs.drop_entry(p.namespace, entry.queue, entry.stream_id)
+            logger.info(
+                "dropped stale entry", extra={"job_id": entry.job_id, "reason": outcome_status}
+            )
             continue
-        attempt = int(outcome.args[0])
-        bind_job(job_id)
+        bind_job(entry.job_id)
         logger.info(
-            "job delivered", extra={"queue": queue, "attempt": attempt, "daemon_id": req.daemon_id}
+            "job delivered",
+            extra={"queue": entry.queue, "attempt": delivery.attempt, "daemon_id": req.daemon_id},
         )
-        metrics_count("JobsDelivered", redelivery=str(attempt > 1).lower())
-        inline = fields.get(b"inline")
-        ref = fields.get(b"ref")
+        metrics_count("JobsDelivered", redelivery=str(delivery.attempt > 1).lower())
+        ref = payload_ref(entry.job_id, PayloadKind.ARGS, delivery.args, deps)
         return PollResponse(
-            job_id=job_id,
+            job_id=entry.job_id,
             namespace=p.namespace,
-            queue=queue,
-            attempt=attempt,
-            payloadRef=PayloadRef.model_validate_json(ref) if ref is not None else None,
-            payloadInline=base64.b64encode(inline).decode("ascii") if inline is not None else None,
+            queue=entry.queue,
+            attempt=delivery.attempt,
+            payloadRef=ref if entry.inline is None else None,
+            payloadInline=(
+                base64.b64encode(entry.inline).decode("ascii") if entry.inline is not None else None
+            ),
         )
     return None
-
-
-def _field(fields: dict, name: str) -> str:
-    value = fields.get(name.encode()) if name.encode() in fields else fields.get(name)
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def _digest(kind: str, payload: bytes | str) -> str:
-    data = payload.encode() if isinstance(payload, str) else payload
-    return kind + ":" + hashlib.sha256(data).hexdigest()
 
 
 def post_result(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> None:
@@ -75,7 +76,7 @@ def post_result(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> None
         raise Unprocessable("give exactly one of resultRef, resultInline or error")
     job = load_job(p, job_id, deps)
 
-    fields: dict = {}
+    done_value: bytes | str = b""
     if body.resultInline is not None:
         data = body.inline_bytes()
         if len(data) > deps.settings.inline_threshold:
@@ -84,49 +85,40 @@ def post_result(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> None
                 f"{deps.settings.inline_threshold}; upload it with presign kind=result",
                 inline_threshold=deps.settings.inline_threshold,
             )
-        digest = _digest("inline", data)
+        result_digest = digest("inline", data)
         new_state, tier, size = JobStatus.SUCCEEDED, "inline", len(data)
-        fields = {"result_kind": "inline", "result_inline": data, "result_size": size}
+        fields, done_value = {"rk": "i"}, data
     elif body.resultRef is not None:
         ref_json = dumps(body.resultRef.model_dump(exclude_none=True))
-        digest = _digest("ref", ref_json)
+        result_digest = digest("ref", ref_json)
         new_state, tier, size = JobStatus.SUCCEEDED, "s3", body.resultRef.size
+        fields = {"rk": "s"}
     else:
         error_json = dumps(body.error.model_dump(exclude_none=True))
-        digest = _digest("error", error_json)
+        result_digest = digest("error", error_json)
         new_state, tier, size = JobStatus.FAILED, "error", 0
-        fields = {"result_kind": "error", "error": error_json}
+        fields, done_value = {"rk": "e"}, error_json
 
-    state = job.get("state")
+    state = job.state
     if state != JobStatus.RUNNING:
         # Idempotent repeat of the same post: no-op. Anything else cannot change the outcome.
-        if state != JobStatus.QUEUED and job.get("result_digest") == digest:
+        if state != JobStatus.QUEUED and job.fields.get("g") == result_digest:
             return
         raise Conflict(f"job {job_id} is {state}; it accepts no other result")
 
+    if body.resultInline is not None:
+        refuse_inline(deps, keys.job(job_id), "result")
     if body.resultRef is not None:
         parsed = parse_key(body.resultRef.key)
         if parsed != (job_id, PayloadKind.RESULT):
             raise Conflict("resultRef.key is not this job's issued result key")
-        issued = deps.jobs.get_issue(job_id, PayloadKind.RESULT)
-        if issued is None or issued.namespace != p.namespace:
+        issued = issue_record(job, PayloadKind.RESULT, deps)
+        if issued is None:
             raise Conflict("resultRef.key is not this job's issued result key")
         verify_uploaded(body.resultRef, issued, deps)
-        stored = PayloadRef(
-            kind="s3",
-            bucket=issued.bucket,
-            key=issued.key,
-            size=issued.size,
-            contentType=issued.content_type,
-            sha256=issued.sha256,
-        )
-        fields = {
-            "result_kind": "s3",
-            "result_ref": dumps(stored.model_dump(exclude_none=True)),
-            "result_size": issued.size,
-        }
 
-    outcome = deps.jobs.complete(job_id, new_state.value, digest, deps.clock(), fields)
+    now_ms = int(deps.clock() * 1000)
+    outcome = deps.jobs.complete(job_id, new_state.value, result_digest, now_ms, done_value, fields)
     _settle(p, job_id, outcome, deps)
     metrics_count("JobsCompleted", state=new_state.value)
     if size:
@@ -152,21 +144,22 @@ def _settle(p: Principal, job_id: str, outcome, deps: Deps) -> None:
 
 def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps) -> None:
     job = load_job(p, job_id, deps)
-    now = deps.clock()
+    now_ms = int(deps.clock() * 1000)
     if report.state == "payload_corrupt":
         error = {
             "type": "PayloadCorrupt",
             "message": report.detail or "payload sha256 mismatch on download",
-            "expected_sha256": report.expected_sha256 or _expected_sha(job),
+            "expected_sha256": report.expected_sha256 or (job.args.sha256 if job.args else None),
             "actual_sha256": report.actual_sha256,
         }
         error_json = dumps({k: v for k, v in error.items() if v is not None})
         outcome = deps.jobs.complete(
             job_id,
             JobStatus.PAYLOAD_CORRUPT.value,
-            _digest("corrupt", error_json),
-            now,
-            {"result_kind": "error", "error": error_json},
+            digest("corrupt", error_json),
+            now_ms,
+            error_json,
+            {"rk": "e"},
         )
         if outcome.status == "ok":
             metrics_count("PayloadCorrupt")
@@ -185,30 +178,22 @@ def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps)
     )
     max_requeues = 1 if deps.settings.payload_lost_policy is PayloadLostPolicy.RETRY_ONCE else 0
     outcome = deps.jobs.payload_lost(
-        job_id, max_requeues, _digest("lost", "payload_lost"), now, error_json
+        job_id, max_requeues, digest("lost", "payload_lost"), now_ms, error_json
     )
     metrics_count("PayloadLost")
     if outcome.status == "requeue":
         old_stream_id, queue = outcome.args
         entry = deps.jobs.read_entry(p.namespace, queue, old_stream_id) if old_stream_id else None
-        ref_json = job.get("payload_ref")
-        inline = entry.get(b"inline") if entry else None
-        deps.jobs.append_to_queue(
-            p.namespace,
-            queue,
-            job_id,
-            inline=inline,
-            ref_json=None if inline is not None else ref_json,
-            min_id_ms=max(int((now - deps.settings.retention_s) * 1000), 0),
+        min_id = max(now_ms - deps.settings.retention_s * 1000, 0)
+        new_id = deps.jobs.append(
+            p.namespace, queue, job_id, inline=entry.inline if entry else None, min_id_ms=min_id
         )
+        # The new entry is the job's entry from now on; the old one is dropped (a delivery of
+        # it before that is refused as stale).
+        deps.jobs.record_entry(job_id, new_id, overwrite=True)
         deps.jobs.drop_entry(p.namespace, queue, old_stream_id)
         logger.warning("payload lost, job requeued", extra={"queue": queue})
         return
     if outcome.status == "terminal":
         logger.warning("payload lost, job failed")
     _settle(p, job_id, outcome, deps)
-
-
-def _expected_sha(job: dict) -> str | None:
-    ref = job.get("payload_ref")
-    return json.loads(ref).get("sha256") if ref else None

@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
+import hashlib
+import math
 import re
 from dataclasses import dataclass
 
-from ..models.domain import NAME_RE, JobStatus, PayloadKind, PayloadRef, Tier, new_job_id
+from ..models.domain import NAME_RE, PayloadKind, PayloadRef, Tier, new_job_id
 from ..models.errors import Conflict, PayloadTooLarge, Unprocessable
 from ..models.wire import EnqueueResponse
 from ..observability import bind_job, logger, metrics_bytes, metrics_count
-from ..store.redis_jobs import dumps
-from .context import Deps, Principal
+from ..store import keys
+from .context import Deps, Principal, issue_record
+from .guard import refuse_enqueue, refuse_inline
 from .payload_keys import parse_key
 from .verify import verify_uploaded
 
-# A second enqueue of the same job waits this long for the first to finish before taking over.
-ENQUEUE_STALE_MS = 10_000
 IDEMPOTENCY_KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+# The job id of an inline enqueue with an Idempotency-Key is derived from the namespace, the key
+# and the minute it arrived (the id's time is the start of that minute): a repeat within
+# IDEMPOTENCY_TTL_S computes the same few candidate ids and finds the job in the inline index,
+# so no per-key record is stored at all.
+IDEMPOTENCY_BUCKET_MS = 60_000
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
 
 @dataclass(frozen=True)
@@ -47,32 +54,86 @@ def enqueue(
     return _enqueue_ref(p, queue, payload_ref, deps)
 
 
+def _crockford(value: int, chars: int) -> str:
+    return "".join(_CROCKFORD[(value >> (5 * i)) & 31] for i in reversed(range(chars)))
+
+
+def idempotent_job_ids(namespace: str, key: str, now_ms: int, ttl_s: int) -> list[tuple[str, int]]:
+    """(job id, its ms) a request with this key may have created within the last ttl_s,
+    newest first. ULID layout: 10 chars of ms, then 16 chars of 80 bits from sha256."""
+    random80 = int.from_bytes(hashlib.sha256(f"{namespace}\0{key}".encode()).digest()[:10], "big")
+    tail = _crockford(random80, 16)
+    bucket = now_ms // IDEMPOTENCY_BUCKET_MS
+    back = math.ceil(ttl_s * 1000 / IDEMPOTENCY_BUCKET_MS)
+    out = []
+    for i in range(back + 1):
+        ms = (bucket - i) * IDEMPOTENCY_BUCKET_MS
+        out.append((_crockford(ms, 10) + tail, ms))
+    return out
+
+
 def _enqueue_inline(
     p: Principal, queue: str, data: bytes, idem: str | None, deps: Deps
 ) -> Enqueued:
-    threshold = deps.settings.inline_threshold
-    if len(data) > threshold:
+    s = deps.settings
+    if len(data) > s.inline_threshold:
         raise PayloadTooLarge(
-            f"inline payload of {len(data)} bytes exceeds INLINE_THRESHOLD={threshold}; "
+            f"inline payload of {len(data)} bytes exceeds INLINE_THRESHOLD={s.inline_threshold}; "
             "upload it with presign and enqueue the payloadRef",
-            inline_threshold=threshold,
+            inline_threshold=s.inline_threshold,
         )
     if idem is not None and not IDEMPOTENCY_KEY_RE.match(idem):
         raise Unprocessable("invalid Idempotency-Key: use [A-Za-z0-9_.-], 1-128 chars")
-    now = deps.clock()
-    job_id = new_job_id(int(now * 1000))
+    refuse_inline(deps, keys.queue_names(p.namespace), "payload")
+    now_ms = int(deps.clock() * 1000)
     if idem:
-        existing = deps.jobs.claim_idempotency_key(p.namespace, idem, job_id)
-        if existing:
-            job = deps.jobs.get_job(existing)
-            if job is not None and job.get("queue") != queue:
-                raise Conflict(
-                    f"Idempotency-Key already used for a job on queue {job.get('queue')}"
-                )
-            job_id = existing  # finish (or repeat) the earlier request's enqueue
+        candidates = idempotent_job_ids(p.namespace, idem, now_ms, s.idempotency_ttl_s)
+        job_id, job_ms = candidates[0]
+    else:
+        candidates, job_id, job_ms = [], new_job_id(now_ms), now_ms
+    span = keys.INLINE_INDEX_SPAN_MS
+    outcome = deps.jobs.enqueue_inline(
+        p.namespace,
+        queue,
+        job_id,
+        job_ms,
+        data,
+        min_id_ms=max(now_ms - s.retention_s * 1000, 0),
+        index_until_ms=(job_ms // span + 1) * span + s.retention_s * 1000,
+        candidates=candidates,
+        legacy_idempotency_key=idem,
+    )
+    if outcome.status == "exists":
+        existing, existing_queue = outcome.args[0], outcome.args[1]
+        bind_job(existing)
+        if existing_queue != queue:
+            raise Conflict(f"Idempotency-Key already used for a job on queue {existing_queue}")
+        return Enqueued(EnqueueResponse(job_id=existing, tier=Tier.INLINE), created=False)
+    if outcome.status == "legacy":
+        return _legacy_repeat(p, queue, outcome.args[0], data, now_ms, deps)
     bind_job(job_id)
-    fields = _job_fields(p, queue, Tier.INLINE, now, payload_size=len(data))
-    return _append(p, queue, job_id, fields, deps, inline=data, ref_json=None, tier=Tier.INLINE)
+    metrics_count("JobsEnqueued", tier=Tier.INLINE.value)
+    metrics_bytes("PayloadBytes", len(data), tier=Tier.INLINE.value, kind="args")
+    logger.info("job enqueued", extra={"queue": queue, "tier": "inline", "size": len(data)})
+    return Enqueued(EnqueueResponse(job_id=job_id, tier=Tier.INLINE), created=True)
+
+
+def _legacy_repeat(
+    p: Principal, queue: str, job_id: str, data: bytes, now_ms: int, deps: Deps
+) -> Enqueued:
+    """An Idempotency-Key first used before the upgrade (layout 1): answer with that job, and
+    finish its append if the earlier request never did."""
+    bind_job(job_id)
+    job = deps.jobs.get_job(job_id)
+    if job is not None and job.queue != queue:
+        raise Conflict(f"Idempotency-Key already used for a job on queue {job.queue}")
+    if job is None or job.namespace != p.namespace:
+        raise Conflict("Idempotency-Key belongs to a job that no longer exists; use a new key")
+    if not job.stream_id:
+        min_id = max(now_ms - deps.settings.retention_s * 1000, 0)
+        stream_id = deps.jobs.append(p.namespace, queue, job_id, inline=data, min_id_ms=min_id)
+        deps.jobs.record_entry(job_id, stream_id)
+    return Enqueued(EnqueueResponse(job_id=job_id, tier=Tier.INLINE), created=False)
 
 
 def _enqueue_ref(p: Principal, queue: str, ref: PayloadRef, deps: Deps) -> Enqueued:
@@ -81,68 +142,34 @@ def _enqueue_ref(p: Principal, queue: str, ref: PayloadRef, deps: Deps) -> Enque
         raise Conflict("payloadRef.key was not issued to this namespace as an args key")
     job_id = parsed[0]
     bind_job(job_id)
-    issued = deps.jobs.get_issue(job_id, PayloadKind.ARGS)
-    if issued is None or issued.namespace != p.namespace:
+    job = deps.jobs.get_job(job_id)
+    issued = issue_record(job, PayloadKind.ARGS, deps) if job is not None else None
+    if issued is None or job.namespace != p.namespace:
         raise Conflict("payloadRef.key was not issued to this namespace as an args key")
-
-    existing = deps.jobs.get_job(job_id)
-    if existing is not None and existing.get("stream_id"):
-        if existing.get("queue") != queue:
-            raise Conflict(f"job {job_id} is already enqueued on queue {existing.get('queue')}")
-        return Enqueued(EnqueueResponse(job_id=job_id, tier=Tier.S3), created=False)
+    if job.state != "awaiting_upload":
+        if job.queue != queue:
+            raise Conflict(f"job {job_id} is already enqueued on queue {job.queue}")
+        if job.stream_id:
+            return Enqueued(EnqueueResponse(job_id=job_id, tier=Tier.S3), created=False)
 
     verify_uploaded(ref, issued, deps)
-    stored_ref = PayloadRef(
-        kind="s3",
-        bucket=issued.bucket,
-        key=issued.key,
-        size=issued.size,
-        contentType=issued.content_type,
-        sha256=issued.sha256,
+    refuse_enqueue(deps, keys.queue_names(p.namespace))
+    now_ms = int(deps.clock() * 1000)
+    outcome = deps.jobs.begin_ref_enqueue(job_id, p.namespace, queue, now_ms)
+    if outcome.status == "other_queue":
+        raise Conflict(f"job {job_id} is already enqueued on queue {outcome.args[0]}")
+    if outcome.status == "missing":
+        raise Conflict("payloadRef.key was not issued to this namespace as an args key")
+    if outcome.status == "exists":
+        return Enqueued(EnqueueResponse(job_id=job_id, tier=Tier.S3), created=False)
+    # created, or resume (an earlier request set the state but never recorded its entry):
+    # append now, and answer only once the entry exists.
+    min_id = max(now_ms - deps.settings.retention_s * 1000, 0)
+    stream_id = deps.jobs.append(p.namespace, queue, job_id, inline=None, min_id_ms=min_id)
+    deps.jobs.record_entry(job_id, stream_id)
+    metrics_count("JobsEnqueued", tier=Tier.S3.value)
+    metrics_bytes("PayloadBytes", issued.size, tier=Tier.S3.value, kind="args")
+    logger.info("job enqueued", extra={"queue": queue, "tier": "s3", "size": issued.size})
+    return Enqueued(
+        EnqueueResponse(job_id=job_id, tier=Tier.S3), created=outcome.status == "created"
     )
-    fields = _job_fields(p, queue, Tier.S3, deps.clock(), payload_size=issued.size)
-    ref_json = dumps(stored_ref.model_dump(exclude_none=True))
-    fields["payload_ref"] = ref_json
-    return _append(p, queue, job_id, fields, deps, inline=None, ref_json=ref_json, tier=Tier.S3)
-
-
-def _job_fields(p: Principal, queue: str, tier: Tier, now: float, payload_size: int) -> dict:
-    return {
-        "namespace": p.namespace,
-        "queue": queue,
-        "state": JobStatus.QUEUED.value,
-        "tier": tier.value,
-        "attempts": 0,
-        "payload_size": payload_size,
-        "created_at": repr(now),
-        "updated_at": repr(now),
-    }
-
-
-def _append(
-    p: Principal,
-    queue: str,
-    job_id: str,
-    fields: dict,
-    deps: Deps,
-    *,
-    inline: bytes | None,
-    ref_json: str | None,
-    tier: Tier,
-) -> Enqueued:
-    now = deps.clock()
-    outcome = deps.jobs.begin_enqueue(job_id, fields, int(now * 1000), ENQUEUE_STALE_MS)
-    if outcome.status in ("exists", "busy"):
-        job = deps.jobs.get_job(job_id) or {}
-        if job.get("queue") not in (None, queue):
-            raise Conflict(f"job {job_id} is already enqueued on queue {job.get('queue')}")
-        return Enqueued(EnqueueResponse(job_id=job_id, tier=tier), created=False)
-    min_id_ms = int((now - deps.settings.retention_s) * 1000)
-    deps.jobs.append_to_queue(
-        p.namespace, queue, job_id, inline=inline, ref_json=ref_json, min_id_ms=max(min_id_ms, 0)
-    )
-    size = int(fields["payload_size"])
-    metrics_count("JobsEnqueued", tier=tier.value)
-    metrics_bytes("PayloadBytes", size, tier=tier.value, kind="args")
-    logger.info("job enqueued", extra={"queue": queue, "tier": tier.value, "size": size})
-    return Enqueued(EnqueueResponse(job_id=job_id, tier=tier), created=outcome.status == "created")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..models.wire import ConfigResponse, HealthCheck, HealthResponse
 from .context import Deps
+from .guard import memory_state
 from .payload_keys import PAYLOAD_PREFIX
 
 LIFECYCLE_MAX_DAYS = 2
@@ -14,6 +15,7 @@ def health(deps: Deps) -> HealthResponse:
     try:
         deps.jobs.ping()
         checks["redis"] = HealthCheck(ok=True, detail="ping ok")
+        checks["redis_memory"] = redis_memory_check(deps)
     except Exception as e:  # any failure is the check's answer, never the endpoint's crash
         checks["redis"] = HealthCheck(ok=False, detail=f"redis unreachable: {type(e).__name__}")
     objects = deps.objects
@@ -31,6 +33,26 @@ def health(deps: Deps) -> HealthResponse:
         checks[name] = HealthCheck(ok=ok, detail=detail)
     failing = [name for name, check in checks.items() if not check.ok]
     return HealthResponse(status="failing" if failing else "ok", failing=failing, checks=checks)
+
+
+def redis_memory_check(deps: Deps) -> HealthCheck:
+    """Redis memory used/max and whether the guard is on. Failing only past the hard mark
+    (no new jobs); past the high-water mark inline bytes are rerouted through S3 and the
+    service works."""
+    state = memory_state(deps)
+    if not state.limit:
+        return HealthCheck(ok=True, detail=f"used {state.used} B, no maxmemory set; guard off")
+    guard = (
+        "hard mark reached: new jobs refused"
+        if state.enqueue_refused
+        else "guard on: inline refused"
+        if state.inline_refused
+        else "guard off"
+    )
+    return HealthCheck(
+        ok=not state.enqueue_refused,
+        detail=f"used {state.used} of {state.limit} B ({state.pct:.0f}%); {guard}",
+    )
 
 
 def client_config(deps: Deps) -> ConfigResponse:

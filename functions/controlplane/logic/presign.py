@@ -9,7 +9,9 @@ from ..models.errors import Conflict, Forbidden, Gone, NotFound, PayloadTooLarge
 from ..models.wire import PresignGetResponse, PresignPutResponse, PresignRequest
 from ..observability import logger, metrics_count
 from ..routes import CLIENT
-from .context import Deps, Principal
+from ..store import keys
+from .context import Deps, Principal, find_job, issue_record
+from .guard import refuse_enqueue
 from .payload_keys import key_for, parse_key
 
 
@@ -33,38 +35,44 @@ def presign_put(p: Principal, req: PresignRequest, deps: Deps) -> PresignPutResp
         # Only for a daemon holding the job: it must be running in this namespace.
         if not req.job_id:
             raise Conflict("kind=result needs the job_id of the job being run")
-        job = deps.jobs.get_job(req.job_id)
-        if job is None or job.get("namespace") != p.namespace:
+        job = find_job(p.namespace, req.job_id, deps)
+        if job is None:
             raise NotFound(f"job {req.job_id} not found")
-        if job.get("state") != JobStatus.RUNNING:
-            raise Conflict(f"job {req.job_id} is {job.get('state')}, not running")
-
-    if req.job_id:
-        issued = deps.jobs.get_issue(req.job_id, req.kind)
+        if job.state != JobStatus.RUNNING:
+            raise Conflict(f"job {req.job_id} is {job.state}, not running")
+        issued = issue_record(job, PayloadKind.RESULT, deps)
         if issued is not None:
             return _represign(p, req, issued, deps)
-        if req.kind is PayloadKind.ARGS:
-            raise NotFound(f"no {req.kind.value} key was issued for job {req.job_id}")
         job_id = req.job_id
+        outcome = deps.jobs.create_result_issue(
+            job_id, p.namespace, req.size, req.content_type, req.sha256, int(now * 1000)
+        )
+        if outcome.status == "exists":
+            # Two first presigns for one result raced: the other one recorded it; count this one.
+            job = deps.jobs.get_job(job_id)
+            return _represign(p, req, issue_record(job, PayloadKind.RESULT, deps), deps)
+        if outcome.status == "not_running":
+            raise Conflict(f"job {job_id} is {outcome.args[0]}, not running")
+        if outcome.status != "ok":
+            raise NotFound(f"job {job_id} not found")
+    elif req.job_id:
+        job = deps.jobs.get_job(req.job_id)
+        issued = (
+            issue_record(job, PayloadKind.ARGS, deps)
+            if job is not None and job.namespace == p.namespace
+            else None
+        )
+        if issued is None:
+            raise NotFound(f"no {req.kind.value} key was issued for job {req.job_id}")
+        return _represign(p, req, issued, deps)
     else:
         job_id = new_job_id(int(now * 1000))
+        # A presigned args key is the first half of an S3-tier enqueue: the hard mark applies.
+        refuse_enqueue(deps, keys.job(job_id))
+        # The job is born here, awaiting its upload; it holds what was issued for its key.
+        deps.jobs.create_args_issue(job_id, p.namespace, req.size, req.content_type, req.sha256)
 
     key = key_for(job_id, req.kind)
-    issue = IssueRecord(
-        namespace=p.namespace,
-        job_id=job_id,
-        kind=req.kind,
-        key=key,
-        bucket=deps.objects.bucket,
-        size=req.size,
-        content_type=req.content_type,
-        sha256=req.sha256,
-        presigns=1,
-        issued_at=now,
-    )
-    if not deps.jobs.record_issue(issue):
-        # Two first presigns for one result raced: the other one recorded it; count this one.
-        return _represign(p, req, deps.jobs.get_issue(job_id, req.kind), deps)
     signed = deps.objects.presign_put(key, req.size, req.content_type, req.sha256)
     metrics_count("Presigns", op="put")
     logger.info("presigned put", extra={"job_id": job_id, "kind": req.kind.value, "size": req.size})
@@ -92,7 +100,9 @@ def _represign(
             "a re-presign must repeat the size, sha256 and content_type of the first "
             f"(issued size={issued.size} sha256={issued.sha256 or '-'} content_type={issued.content_type})"
         )
-    count = deps.jobs.bump_presign(issued.job_id, issued.kind, deps.settings.max_presigns_per_job)
+    count = deps.jobs.bump_presign(
+        issued.job_id, issued.kind.value, deps.settings.max_presigns_per_job
+    )
     if count == 0:
         raise NotFound(f"no {req.kind.value} key was issued for job {issued.job_id}")
     if count < 0:
@@ -120,7 +130,8 @@ def presign_get(p: Principal, req: PresignRequest, deps: Deps) -> PresignGetResp
     if parsed is None:
         raise NotFound("key was never issued to this namespace")
     job_id, kind = parsed
-    issued = deps.jobs.get_issue(job_id, kind)
+    job = deps.jobs.get_job(job_id)
+    issued = issue_record(job, kind, deps) if job is not None else None
     if issued is None:
         # The record expires with the retention; the id's timestamp tells "expired" from "never".
         if now - job_id_time_s(job_id) > retention:

@@ -5,49 +5,55 @@ from __future__ import annotations
 import base64
 import json
 
-from ..models.domain import JobStatus, PayloadRef, Tier
+from ..models.domain import JobStatus, PayloadKind, Tier
 from ..models.wire import JobError, JobStatusResponse, ResultResponse
-from .context import Deps, Principal, load_job
+from ..store.redis_jobs import JobRecord
+from .context import Deps, Principal, load_job, payload_ref
 
 
-def _ref(raw: str | None) -> PayloadRef | None:
-    return PayloadRef.model_validate_json(raw) if raw else None
-
-
-def _error(raw: str | None) -> JobError | None:
+def _error(job: JobRecord, deps: Deps) -> JobError | None:
+    if job.result_kind != "e":
+        return None
+    raw = deps.jobs.done_value(job.job_id)
     return JobError.model_validate(json.loads(raw)) if raw else None
+
+
+def _result_ref(job: JobRecord, deps: Deps):
+    if job.result_kind != "s":
+        return None
+    return payload_ref(job.job_id, PayloadKind.RESULT, job.result_issue, deps)
 
 
 def job_status(p: Principal, job_id: str, deps: Deps) -> JobStatusResponse:
     job = load_job(p, job_id, deps)
     return JobStatusResponse(
         job_id=job_id,
-        queue=job["queue"],
-        state=JobStatus(job["state"]),
-        attempts=int(job.get("attempts") or 0),
-        tier=Tier(job["tier"]),
-        payloadRef=_ref(job.get("payload_ref")),
-        resultRef=_ref(job.get("result_ref")),
-        error=_error(job.get("error")),
-        created_at=float(job["created_at"]) if job.get("created_at") else None,
-        updated_at=float(job["updated_at"]) if job.get("updated_at") else None,
+        queue=job.queue or "",
+        state=JobStatus(job.state),
+        attempts=job.attempts,
+        tier=Tier(job.tier),
+        payloadRef=payload_ref(job_id, PayloadKind.ARGS, job.args, deps),
+        resultRef=_result_ref(job, deps),
+        error=_error(job, deps),
+        created_at=job.created_ms / 1000 if job.created_ms else None,
+        updated_at=job.updated_ms / 1000 if job.updated_ms else None,
     )
 
 
 def get_result(p: Principal, job_id: str, wait_s: float, deps: Deps) -> ResultResponse:
     """The result or terminal error; state queued/running when still pending after the wait."""
     job = load_job(p, job_id, deps)
-    if not JobStatus(job["state"]).terminal and wait_s > 0:
+    if not JobStatus(job.state).terminal and wait_s > 0:
         deps.jobs.wait_done(job_id, min(wait_s, deps.settings.result_max_wait_s))
         job = load_job(p, job_id, deps)
-    state = JobStatus(job["state"])
+    state = JobStatus(job.state)
     if not state.terminal:
         return ResultResponse(job_id=job_id, state=state)
-    inline = job.get("result_inline")
+    inline = deps.jobs.done_value(job_id) if job.result_kind == "i" else None
     return ResultResponse(
         job_id=job_id,
         state=state,
-        resultRef=_ref(job.get("result_ref")),
+        resultRef=_result_ref(job, deps),
         resultInline=base64.b64encode(inline).decode("ascii") if inline is not None else None,
-        error=_error(job.get("error")),
+        error=_error(job, deps),
     )

@@ -64,3 +64,15 @@ class ServiceUnavailable(PayloadStoreError):
 
     def __init__(self, message: str, *, retry_after_s: int = 2, **details):
         super().__init__(message, headers={"Retry-After": str(retry_after_s)}, **details)
+
+
+class RedisMemoryFull(ServiceUnavailable):
+    """Redis refused a write for lack of memory (or is past the hard mark): retry later."""
+
+    code = "redis_memory_full"
+
+
+class InlineUnavailable(ServiceUnavailable):
+    """Redis is past its high-water mark: inline bytes are refused; send them through S3."""
+
+    code = "inline_unavailable"

@@ -35,6 +35,13 @@ class Settings(BaseModel):
     result_max_wait_s: float = Field(20.0, ge=0, le=25)
     # Queue streams are trimmed of entries older than this (MINID ~); defaults to result_ttl_s.
     queue_retention_s: int | None = Field(None, ge=60)
+    # A repeated inline enqueue with the same Idempotency-Key finds the first job this long.
+    idempotency_ttl_s: int = Field(3600, ge=60, le=21_600)
+    # Redis memory guard, in percent of maxmemory (per node): past the high-water mark inline
+    # payloads and results are refused (503 inline_unavailable, clients send them through S3);
+    # past the hard mark S3-tier enqueues too (503 redis_memory_full).
+    redis_memory_high_water_pct: int = Field(85, ge=1, le=100)
+    redis_memory_hard_pct: int = Field(95, ge=1, le=100)
 
     # Many jobs per call (jobs:batch, jobs:status). 4 MiB of inline bytes is 5.6 MB as base64,
     # inside Lambda's 6 MB event (and so API Gateway's 10 MB body) with room for the JSON.
@@ -84,6 +91,9 @@ SETTINGS_ENV: dict[str, str] = {
     "queue_retention_s": "QUEUE_RETENTION_S",
     "batch_max_jobs": "BATCH_MAX_JOBS",
     "batch_max_bytes": "BATCH_MAX_BYTES",
+    "idempotency_ttl_s": "IDEMPOTENCY_TTL_S",
+    "redis_memory_high_water_pct": "REDIS_MEMORY_HIGH_WATER_PCT",
+    "redis_memory_hard_pct": "REDIS_MEMORY_HARD_PCT",
     "payload_bucket": "PAYLOAD_BUCKET",
     "redis_url": "REDIS_URL",
     "redis_cluster": "REDIS_CLUSTER",

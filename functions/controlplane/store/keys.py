@@ -3,44 +3,93 @@
 Each key carries a hash tag (`{...}`) so every command that touches several keys touches one
 cluster slot: the same code runs on one redis-server and on ElastiCache in cluster mode.
 
-- Per job, tag `{j:<job_id>}`: the job hash, the issue records of its two keys, its done list.
-  Presign, enqueue bookkeeping, result post and failure reports are single-slot Lua scripts.
-- Per namespace, tag `{ns:<namespace>}`: the queue streams of that namespace and its
-  idempotency keys. A daemon polls several queues of one namespace with one XREADGROUP, which
-  is only legal in cluster mode because all those streams share the slot.
+- Per job, tag `{j:<job_id>}`: the job hash and its done list. Presign, enqueue bookkeeping,
+  delivery, result post and failure reports are single-slot Lua scripts on these two keys.
+- Per namespace, tag `{ns:<namespace>}`: the queue streams of that namespace, the set of its
+  queue names, and the inline index. A daemon polls several queues of one namespace with one
+  XREADGROUP, which is only legal in cluster mode because all those streams share the slot; an
+  inline enqueue is one script on this slot (index + XADD + queue set, all or nothing).
+
+The job hash (layout 2; see docs/design.md "Redis layout" for the bytes). Field names are short
+on purpose (they are stored in every hash); every value stays <= 64 bytes so the hash keeps the
+listpack encoding (`hash-max-listpack-value 64`); bigger things (inline results, error JSON)
+live in the done list.
+
+    n   namespace                         s   state: awaiting_upload | queued | running |
+    q   queue name                            succeeded | failed | payload_lost |
+    t   tier: i (inline) | s (S3)             payload_corrupt   (reserved: cancelled)
+    a   deliveries so far (attempt)       x   id of the job's current queue stream entry
+    ca  enqueued at, ms since epoch       ua  last state change, ms since epoch
+    pz  args size (bytes)                 rz  result size (issued at result presign)
+    pc  args content type, only when      rc  result content type, only when not
+        not application/msgpack               application/msgpack
+    ph  args sha256, 32 raw bytes         rh  result sha256, 32 raw bytes
+    pn  args presign count                rn  result presign count
+                                          ri  result key issued at, ms since epoch
+    rk  result form: i (inline bytes in the done list) | s (S3, ref from r*) | e (error JSON
+        in the done list)
+    g   digest of the accepted result post (kind letter + 15 bytes of sha256), for repeats
+    l   payload_lost requeues so far
+
+Reserved for leases and cancel (issue 9), so nothing else may use them: `lt` lease token of
+the current delivery, `lx` lease expiry (ms), `cr` cancel requested (1), and the state
+`cancelled`. `a` is the delivery count.
+
+The bucket is one per stack and the S3 key derives from job id + kind (`payload_keys.key_for`),
+so neither is stored. A job is created at args presign (state `awaiting_upload`), which replaces
+the separate issue records of layout 1; an inline job has no hash until its first delivery (the
+inline index answers for it while it is queued).
+
+Layout 1 (before this one) used long field names (`state`, `namespace`, `stream_id`, ...), issue
+records at `issue(job_id, kind)` and idempotency strings at `idempotency(ns, key)`; the store
+converts such a job to layout 2 the first time it touches it (`redis_jobs.RedisJobStore.migrate`).
 """
 
 from __future__ import annotations
 
 PREFIX = "ps"
 CONSUMER_GROUP = "daemons"
+# The inline index is split into hashes of one hour of job ids each, so whole hours expire.
+INLINE_INDEX_SPAN_MS = 3_600_000
 
 
 def job(job_id: str) -> str:
-    """HASH: state, queue, tier, attempts, refs, result, error, stream position."""
+    """HASH: the job (fields above)."""
     return f"{PREFIX}:{{j:{job_id}}}:job"
 
 
-def issue(job_id: str, kind: str) -> str:
-    """HASH: what the CP issued for `payloads/.../<job_id>/<kind>` (namespace, size, sha256, count)."""
-    return f"{PREFIX}:{{j:{job_id}}}:issue:{kind}"
-
-
 def done(job_id: str) -> str:
-    """LIST holding one marker once the job is terminal; result waiters block on it (BLMOVE)."""
+    """LIST holding one element once the job is terminal: the inline result bytes, the error JSON,
+    or empty (S3 result). Result waiters block on it (BLMOVE to itself: nobody consumes it)."""
     return f"{PREFIX}:{{j:{job_id}}}:done"
 
 
 def queue(namespace: str, queue_name: str) -> str:
-    """STREAM of queued jobs; entries carry the job id and, for the inline tier, the payload bytes."""
+    """STREAM of queued jobs; entries carry `j` (job id) and, for the inline tier, `b` (bytes)."""
     return f"{PREFIX}:{{ns:{namespace}}}:q:{queue_name}"
-
-
-def idempotency(namespace: str, idempotency_key: str) -> str:
-    """STRING: job id created for an inline enqueue's Idempotency-Key."""
-    return f"{PREFIX}:{{ns:{namespace}}}:idem:{idempotency_key}"
 
 
 def queue_names(namespace: str) -> str:
     """SET of the queue names a namespace has used (added at enqueue): listed without a scan."""
     return f"{PREFIX}:{{ns:{namespace}}}:queues"
+
+
+def inline_index(namespace: str, job_ms: int) -> str:
+    """HASH job id -> queue name of the inline jobs created in one hour (by the job id's time).
+
+    It answers status for an inline job that has no hash yet (still queued) and finds the job of
+    a repeated Idempotency-Key; the whole hour expires after the retention."""
+    return f"{PREFIX}:{{ns:{namespace}}}:ix:{job_ms // INLINE_INDEX_SPAN_MS}"
+
+
+# -- layout 1 (read only, for jobs written before the upgrade) ------------------------------
+
+
+def issue(job_id: str, kind: str) -> str:
+    """Layout 1: HASH of what the CP issued for `payloads/.../<job_id>/<kind>`."""
+    return f"{PREFIX}:{{j:{job_id}}}:issue:{kind}"
+
+
+def idempotency(namespace: str, idempotency_key: str) -> str:
+    """Layout 1: STRING job id created for an inline enqueue's Idempotency-Key."""
+    return f"{PREFIX}:{{ns:{namespace}}}:idem:{idempotency_key}"

@@ -1,118 +1,342 @@
-"""Jobs, issue records, queues and results in Redis. The only module that sends Redis commands.
+"""Jobs, queues and results in Redis. The only module that sends Redis commands.
 
-Every Lua script touches keys of one hash tag (one cluster slot); see `keys.py`. Steps that span
-the job slot and the namespace slot are ordered so a crash between them leaves something the
-next request or the visibility timeout repairs, never a lost job:
+The layout (job hash fields, keys) is documented in `keys.py` and, byte by byte, in
+docs/design.md ("Redis layout"). Every Lua script touches keys of one hash tag (one cluster
+slot). Steps that span the job slot and the namespace slot are ordered so a crash between them
+leaves something the next request or the visibility timeout repairs, never a lost job and never
+a job id handed out for a job that is in no queue:
 
-- enqueue: create the job hash (state queued, `enqueuing_at`) -> XADD -> record `stream_id`;
-  a retry of the same enqueue finds the job without `stream_id` and appends it again.
-- result/failure: the job hash goes terminal first -> XACK + XDEL; an entry left in the PEL is
-  reclaimed by XAUTOCLAIM, and poll drops entries whose job is already terminal.
+- inline enqueue: one namespace-slot script (idempotency lookup in the inline index, XADD,
+  index entry, queue set) -- all or nothing, so an answer with a job id means the entry exists.
+- S3 enqueue: job hash `awaiting_upload` -> `queued` (job slot) -> XADD (namespace slot) ->
+  record the entry id `x` if none is recorded yet (job slot). A retry of an enqueue whose `x`
+  is missing appends again; a delivery whose entry id is not the recorded `x` drops that entry,
+  so a doubled append never runs the job twice. An enqueue answers only after its own append.
+- delivery: XREADGROUP (entry in the pending list) -> job hash `running` (job slot); a crash in
+  between leaves the entry pending, and XAUTOCLAIM hands it out again after the visibility
+  timeout.
+- result/failure: the job hash goes terminal and the done list is written (job slot) -> XACK +
+  XDEL (namespace slot); an entry left pending is reclaimed by XAUTOCLAIM, and a delivery of an
+  entry whose job is already terminal only drops the entry.
+
+Scripts that add data (presign, enqueue) run with the default script flags: under `maxmemory`
+Redis refuses them before they start (OutOfMemoryError, all or nothing). Scripts on the drain
+path (delivery, completion, failure) carry `allow-oom`: they write a few bytes and lead to XDEL
+of queue entries, so a full Redis can always be drained by the daemons. The high-water marks of
+`logic/guard.py` keep enqueues from reaching the wall in the first place.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis
 
-from ..models.domain import IssueRecord, PayloadKind
 from . import keys
+
+DEFAULT_CONTENT_TYPE = "application/msgpack"
+AWAITING_UPLOAD = "awaiting_upload"
 
 # -- Lua (each script touches one slot) ------------------------------------------------------
 
-# KEYS[1]=issue  ARGV: ttl_s, field, value, ...
-_CREATE_ISSUE = """
+# Legacy (layout 1) hashes have a `state` field; layout 2 hashes never do.
+_LEGACY = "if redis.call('HEXISTS', KEYS[1], 'state') == 1 then return {'legacy'} end\n"
+
+# KEYS[1]=job  ARGV: ttl_s, field, value, ... -> 1 created, 0 exists
+_CREATE_ARGS_ISSUE = """#!lua
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], unpack(ARGV, 2))
 redis.call('EXPIRE', KEYS[1], ARGV[1])
 return 1
 """
 
-# KEYS[1]=issue  ARGV: max_presigns -> new count, or -1 when the cap is reached, 0 when missing
-_BUMP_PRESIGN = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local n = tonumber(redis.call('HGET', KEYS[1], 'presigns') or '0')
-if n >= tonumber(ARGV[1]) then return -1 end
-return redis.call('HINCRBY', KEYS[1], 'presigns', 1)
+# KEYS[1]=job  ARGV: namespace, field, value, ...
+# -> {'missing'} | {'legacy'} | {'not_running', state} | {'exists'} | {'ok'}
+_CREATE_RESULT_ISSUE = (
+    """#!lua flags=allow-oom
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing'} end
+"""
+    + _LEGACY
+    + """
+if redis.call('HGET', KEYS[1], 'n') ~= ARGV[1] then return {'missing'} end
+local s = redis.call('HGET', KEYS[1], 's')
+if s ~= 'running' then return {'not_running', s} end
+if redis.call('HEXISTS', KEYS[1], 'rz') == 1 then return {'exists'} end
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+return {'ok'}
+"""
+)
+
+# KEYS[1]=job  ARGV: count field (pn|rn), max_presigns
+# -> new count, -1 when the cap is reached, 0 when nothing was issued
+_BUMP_PRESIGN = """#!lua flags=allow-oom
+local n = redis.call('HGET', KEYS[1], ARGV[1])
+if not n then return 0 end
+if tonumber(n) >= tonumber(ARGV[2]) then return -1 end
+return redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
 """
 
-# KEYS[1]=job  ARGV: now_ms, stale_ms, ttl_s, field, value, ...
-# -> {'created'} | {'resume'} | {'busy'} | {'exists', stream_id}
-_BEGIN_ENQUEUE = """
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('HSET', KEYS[1], 'enqueuing_at', ARGV[1], unpack(ARGV, 4))
-  redis.call('EXPIRE', KEYS[1], ARGV[3])
+# KEYS[1]=job  ARGV: namespace, queue, now_ms
+# -> {'missing'} | {'legacy'} | {'created'} | {'resume'} | {'exists'} | {'other_queue', queue}
+_BEGIN_REF_ENQUEUE = (
+    """#!lua
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing'} end
+"""
+    + _LEGACY
+    + """
+if redis.call('HGET', KEYS[1], 'n') ~= ARGV[1] then return {'missing'} end
+if redis.call('HGET', KEYS[1], 's') == 'awaiting_upload' then
+  redis.call('HSET', KEYS[1], 's', 'queued', 'q', ARGV[2], 't', 's', 'ca', ARGV[3], 'ua', ARGV[3])
   return {'created'}
 end
-local sid = redis.call('HGET', KEYS[1], 'stream_id')
-if sid then return {'exists', sid} end
-local t = tonumber(redis.call('HGET', KEYS[1], 'enqueuing_at') or '0')
-if tonumber(ARGV[1]) - t < tonumber(ARGV[2]) then return {'busy'} end
-redis.call('HSET', KEYS[1], 'enqueuing_at', ARGV[1])
+local q = redis.call('HGET', KEYS[1], 'q')
+if q ~= ARGV[2] then return {'other_queue', q} end
+if redis.call('HEXISTS', KEYS[1], 'x') == 1 then return {'exists'} end
 return {'resume'}
 """
+)
 
-# KEYS[1]=job  ARGV: stream_id, daemon_id, now
-# -> {'missing'} | {'terminal'} | {'ok', attempts}
-_START_DELIVERY = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing'} end
-local state = redis.call('HGET', KEYS[1], 'state')
-if state ~= 'queued' and state ~= 'running' then return {'terminal'} end
-redis.call('HSET', KEYS[1], 'state', 'running', 'stream_id', ARGV[1], 'daemon_id', ARGV[2],
-           'started_at', ARGV[3], 'updated_at', ARGV[3])
-return {'ok', redis.call('HINCRBY', KEYS[1], 'attempts', 1)}
+# KEYS[1]=stream KEYS[2]=queue set  ARGV: min_id, queue, job_id[, inline bytes] -> entry id
+_APPEND = """#!lua
+local id
+if ARGV[4] then
+  id = redis.call('XADD', KEYS[1], 'MINID', '~', ARGV[1], '*', 'j', ARGV[3], 'b', ARGV[4])
+else
+  id = redis.call('XADD', KEYS[1], 'MINID', '~', ARGV[1], '*', 'j', ARGV[3])
+end
+redis.call('SADD', KEYS[2], ARGV[2])
+return id
 """
 
-# KEYS[1]=job KEYS[2]=done  ARGV: new_state, digest, now, ttl_s, field, value, ...
-# -> {'missing'} | {'same'} | {'conflict', state} | {'not_running', state} | {'ok', stream_id, queue}
-_COMPLETE = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing'} end
-local state = redis.call('HGET', KEYS[1], 'state')
-if state ~= 'running' then
-  if state == 'queued' then return {'not_running', state} end
-  if redis.call('HGET', KEYS[1], 'result_digest') == ARGV[2] then return {'same'} end
-  return {'conflict', state}
+# KEYS[1]=stream KEYS[2]=queue set KEYS[3]=layout-1 idempotency key (or the stream again)
+# KEYS[4..]=inline index hashes
+# ARGV: min_id, queue, job_id, bytes, index key number of job_id, index expire-at (ms),
+#       check layout 1 (0|1), candidate job ids (26 chars each, concatenated), their index key
+#       numbers (two digits each)
+# -> {'exists', job_id, queue} | {'legacy', job_id} | {'created', job_id, entry_id}
+_ENQUEUE_INLINE = """#!lua
+local cands, nums = ARGV[8], ARGV[9]
+for i = 1, #nums / 2 do
+  local cand = string.sub(cands, (i - 1) * 26 + 1, i * 26)
+  local q = redis.call('HGET', KEYS[tonumber(string.sub(nums, 2 * i - 1, 2 * i))], cand)
+  if q then return {'exists', cand, q} end
 end
-redis.call('HSET', KEYS[1], 'state', ARGV[1], 'result_digest', ARGV[2], 'finished_at', ARGV[3],
-           'updated_at', ARGV[3], unpack(ARGV, 5))
+if ARGV[7] == '1' then
+  local old = redis.call('GET', KEYS[3])
+  if old then return {'legacy', old} end
+end
+local id = redis.call('XADD', KEYS[1], 'MINID', '~', ARGV[1], '*', 'j', ARGV[3], 'b', ARGV[4])
+local ix = KEYS[tonumber(ARGV[5])]
+redis.call('HSET', ix, ARGV[3], ARGV[2])
+redis.call('PEXPIREAT', ix, ARGV[6])
+redis.call('SADD', KEYS[2], ARGV[2])
+return {'created', ARGV[3], id}
+"""
+
+# KEYS[1]=job  ARGV: entry_id, overwrite (0|1) -> 1 recorded, 0 not
+_RECORD_ENTRY = """#!lua flags=allow-oom
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if ARGV[2] == '1' or redis.call('HEXISTS', KEYS[1], 'x') == 0 then
+  redis.call('HSET', KEYS[1], 'x', ARGV[1])
+  return 1
+end
+return 0
+"""
+
+# KEYS[1]=job  ARGV: entry_id, now_ms, namespace, queue, inline size ('' for an S3 entry), ttl_s
+# -> {'missing'} | {'legacy'} | {'terminal', state} | {'stale'}
+#    | {'ok', attempt, tier, pz, pc, ph}
+_START_DELIVERY = (
+    """#!lua flags=allow-oom
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  if ARGV[5] == '' then return {'missing'} end
+  -- An inline job's hash is born at its first delivery.
+  redis.call('HSET', KEYS[1], 'n', ARGV[3], 'q', ARGV[4], 't', 'i', 's', 'running', 'a', 1,
+             'x', ARGV[1], 'pz', ARGV[5], 'ua', ARGV[2])
+  redis.call('EXPIRE', KEYS[1], ARGV[6])
+  return {'ok', 1, 'i', ARGV[5], false, false}
+end
+"""
+    + _LEGACY
+    + """
+local s = redis.call('HGET', KEYS[1], 's')
+if s ~= 'queued' and s ~= 'running' then return {'terminal', s} end
+local x = redis.call('HGET', KEYS[1], 'x')
+if x and x ~= ARGV[1] then return {'stale'} end
+redis.call('HSET', KEYS[1], 's', 'running', 'x', ARGV[1], 'ua', ARGV[2])
+local a = redis.call('HINCRBY', KEYS[1], 'a', 1)
+local f = redis.call('HMGET', KEYS[1], 't', 'pz', 'pc', 'ph')
+local ph = f[4] and f[4]:gsub('.', function(c) return string.format('%02x', c:byte()) end) or false
+return {'ok', a, f[1], f[2], f[3], ph}
+"""
+)
+
+# KEYS[1]=job KEYS[2]=done  ARGV: new_state, digest, now_ms, ttl_s, done_value, field, value, ...
+# -> {'missing'} | {'legacy'} | {'same'} | {'conflict', state} | {'not_running', state}
+#    | {'ok', entry_id, queue}
+_COMPLETE = (
+    """#!lua flags=allow-oom
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing'} end
+"""
+    + _LEGACY
+    + """
+local s = redis.call('HGET', KEYS[1], 's')
+if s ~= 'running' then
+  if s == 'queued' or s == 'awaiting_upload' then return {'not_running', s} end
+  if redis.call('HGET', KEYS[1], 'g') == ARGV[2] then return {'same'} end
+  return {'conflict', s}
+end
+redis.call('HSET', KEYS[1], 's', ARGV[1], 'g', ARGV[2], 'ua', ARGV[3], unpack(ARGV, 6))
 redis.call('EXPIRE', KEYS[1], ARGV[4])
 redis.call('DEL', KEYS[2])
-redis.call('RPUSH', KEYS[2], ARGV[1])
+redis.call('RPUSH', KEYS[2], ARGV[5])
 redis.call('EXPIRE', KEYS[2], ARGV[4])
-return {'ok', redis.call('HGET', KEYS[1], 'stream_id') or '', redis.call('HGET', KEYS[1], 'queue')}
+local f = redis.call('HMGET', KEYS[1], 'x', 'q')
+return {'ok', f[1] or '', f[2]}
 """
+)
 
-# KEYS[1]=job KEYS[2]=done  ARGV: max_requeues, digest, now, ttl_s, error_json
-# -> {'missing'} | {'same'} | {'not_running', state} | {'requeue', stream_id, queue}
-#    | {'terminal', stream_id, queue}
-_PAYLOAD_LOST = """
+# KEYS[1]=job KEYS[2]=done  ARGV: max_requeues, digest, now_ms, ttl_s, error_json
+# -> {'missing'} | {'legacy'} | {'same'} | {'not_running', state}
+#    | {'requeue', entry_id, queue} | {'terminal', entry_id, queue}
+_PAYLOAD_LOST = (
+    """#!lua flags=allow-oom
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing'} end
-local state = redis.call('HGET', KEYS[1], 'state')
-if state ~= 'running' then
-  if state ~= 'queued' and redis.call('HGET', KEYS[1], 'result_digest') == ARGV[2] then
+"""
+    + _LEGACY
+    + """
+local s = redis.call('HGET', KEYS[1], 's')
+if s ~= 'running' then
+  if s ~= 'queued' and s ~= 'awaiting_upload' and redis.call('HGET', KEYS[1], 'g') == ARGV[2] then
     return {'same'}
   end
-  return {'not_running', state}
+  return {'not_running', s}
 end
-local sid = redis.call('HGET', KEYS[1], 'stream_id') or ''
-local queue = redis.call('HGET', KEYS[1], 'queue')
-local lost = tonumber(redis.call('HGET', KEYS[1], 'lost_count') or '0')
+local f = redis.call('HMGET', KEYS[1], 'x', 'q', 'l')
+local sid, queue, lost = f[1] or '', f[2], tonumber(f[3] or '0')
 if lost < tonumber(ARGV[1]) then
-  redis.call('HINCRBY', KEYS[1], 'lost_count', 1)
-  redis.call('HSET', KEYS[1], 'state', 'queued', 'updated_at', ARGV[3])
-  redis.call('HDEL', KEYS[1], 'daemon_id')
+  redis.call('HSET', KEYS[1], 'l', lost + 1, 's', 'queued', 'ua', ARGV[3])
   return {'requeue', sid, queue}
 end
-redis.call('HSET', KEYS[1], 'state', 'payload_lost', 'result_digest', ARGV[2], 'error', ARGV[5],
-           'finished_at', ARGV[3], 'updated_at', ARGV[3])
+redis.call('HSET', KEYS[1], 's', 'payload_lost', 'g', ARGV[2], 'rk', 'e', 'ua', ARGV[3])
 redis.call('EXPIRE', KEYS[1], ARGV[4])
 redis.call('DEL', KEYS[2])
-redis.call('RPUSH', KEYS[2], 'payload_lost')
+redis.call('RPUSH', KEYS[2], ARGV[5])
 redis.call('EXPIRE', KEYS[2], ARGV[4])
 return {'terminal', sid, queue}
+"""
+)
+
+# KEYS[1..n]=streams  ARGV: group -> number of groups created
+_ENSURE_GROUPS = """#!lua flags=allow-oom
+local made = 0
+for _, key in ipairs(KEYS) do
+  local found = false
+  if redis.call('EXISTS', key) == 1 then
+    for _, g in ipairs(redis.call('XINFO', 'GROUPS', key)) do
+      for i = 1, #g, 2 do
+        if g[i] == 'name' and g[i + 1] == ARGV[1] then found = true end
+      end
+    end
+  end
+  if not found then
+    -- Id 0: a group created after jobs were queued still delivers them.
+    redis.call('XGROUP', 'CREATE', key, ARGV[1], '0', 'MKSTREAM')
+    made = made + 1
+  end
+end
+return made
+"""
+
+# Layout 1 -> layout 2, in place. KEYS[1]=job KEYS[2]=done KEYS[3]=issue:args
+# KEYS[4]=issue:result  ARGV: default content type -> 1 converted, 0 nothing to do
+_MIGRATE = """#!lua flags=allow-oom
+if redis.call('HEXISTS', KEYS[1], 'state') == 0 then return 0 end
+local function hash(key)
+  local t = {}
+  local raw = redis.call('HGETALL', key)
+  for i = 1, #raw, 2 do t[raw[i]] = raw[i + 1] end
+  return t
+end
+local function unhex(h)
+  if not h or #h ~= 64 then return nil end
+  return (h:gsub('..', function(cc) return string.char(tonumber(cc, 16)) end))
+end
+local function ms(v)
+  if not v or v == '' then return nil end
+  return math.floor(tonumber(v) * 1000)
+end
+local old, args, res = hash(KEYS[1]), hash(KEYS[3]), hash(KEYS[4])
+local new = {}
+local function put(k, v) if v ~= nil and v ~= false and v ~= '' then new[#new + 1] = k; new[#new + 1] = v end end
+put('n', old['namespace'])
+put('q', old['queue'])
+put('s', old['state'])
+put('t', old['tier'] == 'inline' and 'i' or 's')
+put('a', old['attempts'])
+put('x', old['stream_id'])
+put('ca', ms(old['created_at']))
+put('ua', ms(old['updated_at']))
+put('l', old['lost_count'])
+local pref = old['payload_ref'] and cjson.decode(old['payload_ref']) or {}
+if args['size'] then
+  put('pz', args['size'])
+  if args['content_type'] ~= ARGV[1] then put('pc', args['content_type']) end
+  put('ph', unhex(args['sha256']))
+  put('pn', args['presigns'] or '1')
+elseif pref['size'] then
+  put('pz', pref['size'])
+  if pref['contentType'] and pref['contentType'] ~= ARGV[1] then put('pc', pref['contentType']) end
+  put('ph', unhex(pref['sha256']))
+else
+  put('pz', old['payload_size'])
+end
+local rref = old['result_ref'] and cjson.decode(old['result_ref']) or {}
+if res['size'] then
+  put('rz', res['size'])
+  if res['content_type'] ~= ARGV[1] then put('rc', res['content_type']) end
+  put('rh', unhex(res['sha256']))
+  put('rn', res['presigns'] or '1')
+  put('ri', ms(res['issued_at']))
+elseif rref['size'] then
+  put('rz', rref['size'])
+  if rref['contentType'] and rref['contentType'] ~= ARGV[1] then put('rc', rref['contentType']) end
+  put('rh', unhex(rref['sha256']))
+  put('ri', ms(old['finished_at'] or old['updated_at']))
+end
+local kinds = {inline = 'i', ref = 'r', error = 'e', corrupt = 'c', lost = 'l'}
+local digest = old['result_digest']
+if digest then
+  local kind, hex = digest:match('^(%a+):(%x+)$')
+  if kind and kinds[kind] and #hex == 64 then put('g', kinds[kind] .. unhex(hex):sub(1, 15)) end
+end
+local done_value = nil
+local rk = old['result_kind']
+if rk == 'inline' then
+  put('rk', 'i'); done_value = old['result_inline'] or ''
+elseif rk == 's3' then
+  put('rk', 's'); done_value = ''
+elseif rk == 'error' or old['error'] then
+  put('rk', 'e'); done_value = old['error'] or '{}'
+elseif old['state'] == 'succeeded' then
+  done_value = ''
+end
+local ttl = redis.call('PTTL', KEYS[1])
+redis.call('DEL', KEYS[1], KEYS[3], KEYS[4])
+redis.call('HSET', KEYS[1], unpack(new))
+if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end
+if done_value ~= nil and redis.call('EXISTS', KEYS[2]) == 1 then
+  local dttl = redis.call('PTTL', KEYS[2])
+  redis.call('DEL', KEYS[2])
+  redis.call('RPUSH', KEYS[2], done_value)
+  if dttl > 0 then redis.call('PEXPIRE', KEYS[2], dttl) end
+end
+return 1
 """
 
 
@@ -122,14 +346,95 @@ def _s(value: Any) -> str | None:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _int(value: Any, default: int = 0) -> int:
+    return default if value in (None, b"", "") else int(value)
+
+
+def sha_raw(hex_digest: str | None) -> bytes | None:
+    return bytes.fromhex(hex_digest) if hex_digest else None
+
+
+def sha_hex(raw: bytes | None) -> str | None:
+    return raw.hex() if raw else None
+
+
+def digest(kind: str, data: bytes | str) -> bytes:
+    """What a result post is remembered by (16 bytes): its kind and sha256 of its content."""
+    raw = data.encode() if isinstance(data, str) else data
+    return kind[0].encode() + hashlib.sha256(raw).digest()[:15]
+
+
+@dataclass(frozen=True)
+class Issued:
+    """What the CP issued for one S3 key of a job (args or result)."""
+
+    size: int
+    content_type: str
+    sha256: str | None  # hex
+    presigns: int
+    issued_ms: int | None
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """A job as stored (layout 2), decoded. `fields` keeps the raw hash for later additions."""
+
+    job_id: str
+    namespace: str
+    state: str
+    queue: str | None
+    tier: str  # "inline" | "s3"
+    attempts: int
+    stream_id: str | None
+    created_ms: int | None
+    updated_ms: int | None
+    args: Issued | None
+    result_issue: Issued | None
+    result_kind: str | None  # "i" | "s" | "e"
+    fields: dict[str, bytes] = field(default_factory=dict, repr=False)
+
+
+def _issued(f: dict[str, bytes], prefix: str, issued_ms: int | None) -> Issued | None:
+    if prefix + "z" not in f:
+        return None
+    return Issued(
+        size=int(f[prefix + "z"]),
+        content_type=_s(f.get(prefix + "c")) or DEFAULT_CONTENT_TYPE,
+        sha256=sha_hex(f.get(prefix + "h")),
+        presigns=_int(f.get(prefix + "n"), 0),
+        issued_ms=issued_ms,
+    )
+
+
+def decode_job(job_id: str, raw: dict) -> JobRecord:
+    f = {_s(k): v for k, v in raw.items()}
+    tier = "inline" if f.get("t") == b"i" else "s3"
+    args = _issued(f, "p", None) if tier == "s3" else None
+    return JobRecord(
+        job_id=job_id,
+        namespace=_s(f.get("n")) or "",
+        state=_s(f.get("s")) or "",
+        queue=_s(f.get("q")),
+        tier=tier,
+        attempts=_int(f.get("a")),
+        stream_id=_s(f.get("x")),
+        created_ms=_int(f.get("ca"), 0) or None,
+        updated_ms=_int(f.get("ua"), 0) or None,
+        args=args,
+        result_issue=_issued(f, "r", _int(f.get("ri"), 0) or None),
+        result_kind=_s(f.get("rk")),
+        fields=f,
+    )
+
+
 @dataclass(frozen=True)
 class Delivery:
-    job_id: str
-    queue: str
-    stream_id: str
-    attempt: int
-    payload_ref: dict | None
-    payload_inline: bytes | None
+    """What start_delivery answered for an entry: ('ok', attempt, tier, args facts)."""
+
+    status: str
+    attempt: int = 0
+    tier: str = ""
+    args: Issued | None = None
 
 
 @dataclass(frozen=True)
@@ -140,169 +445,290 @@ class Outcome:
     args: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class Entry:
+    """One queue stream entry as read by a daemon's poll (both layouts' field names)."""
+
+    queue: str
+    stream_id: str
+    job_id: str
+    inline: bytes | None
+
+    @classmethod
+    def parse(cls, queue: str, stream_id: str, fields: dict) -> Entry:
+        job = fields.get(b"j", fields.get(b"job", b""))
+        inline = fields.get(b"b", fields.get(b"inline"))
+        return cls(queue, stream_id, _s(job) or "", inline)
+
+
+def _outcome(reply) -> Outcome:
+    return Outcome(_s(reply[0]), tuple(_s(x) if x is not None else "" for x in reply[1:]))
+
+
 class RedisJobStore:
-    def __init__(self, client: redis.Redis, *, result_ttl_s: int):
+    # A container reclaims timed-out entries of one stream at most this often (XAUTOCLAIM scans).
+    RECLAIM_EVERY_S = 1.0
+    # INFO memory is read at most this often per node.
+    MEMORY_CACHE_S = 1.0
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        result_ttl_s: int,
+        monotonic: Callable[[], float] = time.monotonic,
+    ):
         self._r = client
         self._ttl = result_ttl_s
-        self._create_issue = client.register_script(_CREATE_ISSUE)
+        self._mono = monotonic
+        self._create_args_issue = client.register_script(_CREATE_ARGS_ISSUE)
+        self._create_result_issue = client.register_script(_CREATE_RESULT_ISSUE)
         self._bump_presign = client.register_script(_BUMP_PRESIGN)
-        self._begin_enqueue = client.register_script(_BEGIN_ENQUEUE)
+        self._begin_ref_enqueue = client.register_script(_BEGIN_REF_ENQUEUE)
+        self._append = client.register_script(_APPEND)
+        self._enqueue_inline = client.register_script(_ENQUEUE_INLINE)
+        self._record_entry = client.register_script(_RECORD_ENTRY)
         self._start_delivery = client.register_script(_START_DELIVERY)
         self._complete = client.register_script(_COMPLETE)
         self._payload_lost = client.register_script(_PAYLOAD_LOST)
+        self._ensure_groups_script = client.register_script(_ENSURE_GROUPS)
+        self._migrate = client.register_script(_MIGRATE)
         self._groups_ready: set[str] = set()
+        self._last_reclaim: dict[str, float] = {}
+        self._memory: dict[str, tuple[float, int, int]] = {}
 
-    # -- health --------------------------------------------------------------------------
+    # -- health and memory -----------------------------------------------------------------
 
     def ping(self) -> bool:
         return bool(self._r.ping())
 
-    # -- issue records -------------------------------------------------------------------
-
-    def record_issue(self, issue: IssueRecord) -> bool:
-        fields = {
-            "namespace": issue.namespace,
-            "job_id": issue.job_id,
-            "kind": issue.kind.value,
-            "key": issue.key,
-            "bucket": issue.bucket,
-            "size": issue.size,
-            "content_type": issue.content_type,
-            "sha256": issue.sha256 or "",
-            "presigns": issue.presigns,
-            "issued_at": repr(issue.issued_at),
-        }
-        flat: list[Any] = [self._ttl]
-        for k, v in fields.items():
-            flat += [k, v]
-        return bool(
-            self._create_issue(keys=[keys.issue(issue.job_id, issue.kind.value)], args=flat)
-        )
-
-    def bump_presign(self, job_id: str, kind: PayloadKind, max_presigns: int) -> int:
-        """New presign count; -1 past the cap; 0 when no such issue record exists."""
-        return int(self._bump_presign(keys=[keys.issue(job_id, kind.value)], args=[max_presigns]))
-
-    def get_issue(self, job_id: str, kind: PayloadKind) -> IssueRecord | None:
-        raw = self._r.hgetall(keys.issue(job_id, kind.value))
-        if not raw:
-            return None
-        d = {_s(k): _s(v) for k, v in raw.items()}
-        return IssueRecord(
-            namespace=d["namespace"],
-            job_id=d["job_id"],
-            kind=PayloadKind(d["kind"]),
-            key=d["key"],
-            bucket=d["bucket"],
-            size=int(d["size"]),
-            content_type=d["content_type"],
-            sha256=d.get("sha256") or None,
-            presigns=int(d.get("presigns", 1)),
-            issued_at=float(d["issued_at"]),
-        )
+    def memory(self, key: str | None = None) -> tuple[int, int]:
+        """(used_memory, maxmemory) of the node holding `key` (any node when None), read from
+        INFO memory at most once per MEMORY_CACHE_S per node. maxmemory 0 means no limit."""
+        node = None
+        cache_key = ""
+        if key is not None and hasattr(self._r, "get_node_from_key"):
+            node = self._r.get_node_from_key(key)
+            cache_key = node.name
+        now = self._mono()
+        hit = self._memory.get(cache_key)
+        if hit is not None and now - hit[0] < self.MEMORY_CACHE_S:
+            return hit[1], hit[2]
+        info = self._r.info("memory", target_nodes=node) if node else self._r.info("memory")
+        if node is None and isinstance(info, dict) and "used_memory" not in info:
+            # A cluster client asked without a key answers per node: take the fullest.
+            info = max(
+                info.values(), key=lambda i: i.get("used_memory", 0) / (i.get("maxmemory") or 1)
+            )
+        used, limit = int(info.get("used_memory", 0)), int(info.get("maxmemory", 0))
+        self._memory[cache_key] = (now, used, limit)
+        return used, limit
 
     # -- jobs ----------------------------------------------------------------------------
 
-    def get_job(self, job_id: str) -> dict[str, Any] | None:
+    def _hgetall(self, job_id: str) -> dict:
         raw = self._r.hgetall(keys.job(job_id))
-        if not raw:
-            return None
-        job: dict[str, Any] = {}
-        for k, v in raw.items():
-            name = _s(k)
-            job[name] = v if name == "result_inline" else _s(v)
-        return job
+        if raw and b"state" in raw:
+            self.migrate(job_id)
+            raw = self._r.hgetall(keys.job(job_id))
+        return raw
 
-    def begin_enqueue(
-        self, job_id: str, fields: dict[str, Any], now_ms: int, stale_ms: int
+    def get_job(self, job_id: str) -> JobRecord | None:
+        raw = self._hgetall(job_id)
+        return decode_job(job_id, raw) if raw else None
+
+    def queued_inline(self, namespace: str, job_id: str, job_ms: int) -> str | None:
+        """Queue of an inline job that is (or was) queued and has no hash, from the index."""
+        return _s(self._r.hget(keys.inline_index(namespace, job_ms), job_id))
+
+    def done_value(self, job_id: str) -> bytes | None:
+        """The done list's element: inline result bytes, error JSON, or b'' (S3 result)."""
+        return self._r.lindex(keys.done(job_id), 0)
+
+    def migrate(self, job_id: str) -> bool:
+        """Convert a layout-1 job (and its issue records) to layout 2 in place; False if it was
+        not a layout-1 job."""
+        return bool(
+            self._migrate(
+                keys=[
+                    keys.job(job_id),
+                    keys.done(job_id),
+                    keys.issue(job_id, "args"),
+                    keys.issue(job_id, "result"),
+                ],
+                args=[DEFAULT_CONTENT_TYPE],
+            )
+        )
+
+    def _call(self, script, job_id: str, keys_: list[str], args: list) -> Outcome:
+        """Run a job-slot script; convert a layout-1 job once and run it again."""
+        out = _outcome(script(keys=keys_, args=args))
+        if out.status == "legacy":
+            self.migrate(job_id)
+            out = _outcome(script(keys=keys_, args=args))
+        return out
+
+    # -- presign (what the CP issued lives in the job hash) -------------------------------
+
+    @staticmethod
+    def _issue_fields(prefix: str, size: int, content_type: str, sha256: str | None) -> list:
+        flat: list[Any] = [prefix + "z", size, prefix + "n", 1]
+        if content_type != DEFAULT_CONTENT_TYPE:
+            flat += [prefix + "c", content_type]
+        if sha256:
+            flat += [prefix + "h", sha_raw(sha256)]
+        return flat
+
+    def create_args_issue(
+        self, job_id: str, namespace: str, size: int, content_type: str, sha256: str | None
+    ) -> bool:
+        """A new job in state awaiting_upload holding what was issued for its args key."""
+        flat = [self._ttl, "n", namespace, "s", AWAITING_UPLOAD]
+        flat += self._issue_fields("p", size, content_type, sha256)
+        return bool(self._create_args_issue(keys=[keys.job(job_id)], args=flat))
+
+    def create_result_issue(
+        self,
+        job_id: str,
+        namespace: str,
+        size: int,
+        content_type: str,
+        sha256: str | None,
+        now_ms: int,
     ) -> Outcome:
-        flat: list[Any] = [now_ms, stale_ms, self._ttl]
-        for k, v in fields.items():
-            flat += [k, v]
-        reply = self._begin_enqueue(keys=[keys.job(job_id)], args=flat)
-        return Outcome(_s(reply[0]), tuple(_s(x) for x in reply[1:]))
+        flat = [namespace, *self._issue_fields("r", size, content_type, sha256), "ri", now_ms]
+        return self._call(self._create_result_issue, job_id, [keys.job(job_id)], flat)
 
-    def append_to_queue(
+    def bump_presign(self, job_id: str, kind: str, max_presigns: int) -> int:
+        """New presign count; -1 past the cap; 0 when no such key was issued."""
+        count_field = "pn" if kind == "args" else "rn"
+        return int(self._bump_presign(keys=[keys.job(job_id)], args=[count_field, max_presigns]))
+
+    # -- enqueue -----------------------------------------------------------------------------
+
+    def enqueue_inline(
         self,
         namespace: str,
         queue: str,
         job_id: str,
+        job_ms: int,
+        data: bytes,
         *,
-        inline: bytes | None,
-        ref_json: str | None,
         min_id_ms: int,
+        index_until_ms: int,
+        candidates: list[tuple[str, int]],
+        legacy_idempotency_key: str | None,
+    ) -> Outcome:
+        """Append an inline job in one namespace-slot script, unless one of `candidates`
+        ((job id, its ms) a repeated Idempotency-Key may have created) is indexed already.
+        -> ('created', job_id, entry_id) | ('exists', job_id, queue) | ('legacy', job_id)"""
+        index_keys: list[str] = []
+
+        def key_number(ms: int) -> int:
+            ix = keys.inline_index(namespace, ms)
+            if ix not in index_keys:
+                index_keys.append(ix)
+            return 3 + index_keys.index(ix) + 1  # KEYS[4..]
+
+        own = key_number(job_ms)
+        numbers = "".join(f"{key_number(ms):02d}" for _, ms in candidates)
+        stream = keys.queue(namespace, queue)
+        legacy = keys.idempotency(namespace, legacy_idempotency_key or "")
+        reply = self._enqueue_inline(
+            keys=[
+                stream,
+                keys.queue_names(namespace),
+                legacy if legacy_idempotency_key else stream,
+                *index_keys,
+            ],
+            args=[
+                f"{min_id_ms}-0",
+                queue,
+                job_id,
+                data,
+                own,
+                index_until_ms,
+                1 if legacy_idempotency_key else 0,
+                "".join(c for c, _ in candidates),
+                numbers,
+            ],
+        )
+        return _outcome(reply)
+
+    def begin_ref_enqueue(self, job_id: str, namespace: str, queue: str, now_ms: int) -> Outcome:
+        return self._call(
+            self._begin_ref_enqueue, job_id, [keys.job(job_id)], [namespace, queue, now_ms]
+        )
+
+    def append(
+        self, namespace: str, queue: str, job_id: str, *, inline: bytes | None, min_id_ms: int
     ) -> str:
-        entry: dict[str, Any] = {"job": job_id}
+        """XADD the job's entry (and note the queue in the namespace's queue set)."""
+        args: list[Any] = [f"{min_id_ms}-0", queue, job_id]
         if inline is not None:
-            entry["inline"] = inline
-        if ref_json is not None:
-            entry["ref"] = ref_json
+            args.append(inline)
         # MINID ~ drops entries older than the retention (their jobs have expired anyway);
         # approximate trimming is ~3x cheaper than exact and never touches recent entries.
-        stream_id = self._r.xadd(
-            keys.queue(namespace, queue), entry, minid=f"{min_id_ms}-0", approximate=True
+        return _s(
+            self._append(
+                keys=[keys.queue(namespace, queue), keys.queue_names(namespace)], args=args
+            )
         )
-        self._r.hset(keys.job(job_id), "stream_id", stream_id)
-        self._r.sadd(keys.queue_names(namespace), queue)
-        return _s(stream_id)
 
-    def claim_idempotency_key(self, namespace: str, key: str, job_id: str) -> str | None:
-        """Remember job_id for key; returns the job id already stored, or None if we set it."""
-        name = keys.idempotency(namespace, key)
-        if self._r.set(name, job_id, nx=True, ex=self._ttl):
-            return None
-        existing = self._r.get(name)
-        return _s(existing) if existing else None
-
-    def release_idempotency_key(self, namespace: str, key: str, job_id: str) -> None:
-        name = keys.idempotency(namespace, key)
-        if _s(self._r.get(name)) == job_id:
-            self._r.delete(name)
+    def record_entry(self, job_id: str, stream_id: str, *, overwrite: bool = False) -> bool:
+        """Remember the job's queue entry id; without overwrite only if none is recorded."""
+        return bool(
+            self._record_entry(keys=[keys.job(job_id)], args=[stream_id, 1 if overwrite else 0])
+        )
 
     # -- daemon side ---------------------------------------------------------------------
 
-    def _ensure_groups(self, stream_keys: list[str]) -> None:
-        for key in stream_keys:
-            if key in self._groups_ready:
-                continue
-            try:
-                # Id 0: a group created after jobs were queued still delivers them.
-                self._r.xgroup_create(key, keys.CONSUMER_GROUP, id="0", mkstream=True)
-            except redis.ResponseError as e:
-                if "BUSYGROUP" not in str(e):
-                    raise
-            self._groups_ready.add(key)
+    def _ensure_groups(self, stream_keys: list[str], *, force: bool = False) -> None:
+        missing = [k for k in stream_keys if force or k not in self._groups_ready]
+        if not missing:
+            return
+        # One script per key: in cluster mode every stream of a namespace shares a slot anyway.
+        self._ensure_groups_script(keys=missing, args=[keys.CONSUMER_GROUP])
+        self._groups_ready.update(missing)
 
     def _with_groups(self, stream_keys: list[str], call):
         self._ensure_groups(stream_keys)
         try:
             return call()
         except redis.ResponseError as e:
-            if "NOGROUP" not in str(e):
+            if isinstance(e, redis.exceptions.OutOfMemoryError):
                 raise
-            # The stream was deleted (or Redis restarted without persistence): recreate.
+            # NOGROUP: the stream was deleted (or Redis restarted without persistence).
+            # Recreate what is missing (a no-op otherwise) and try once more.
             self._groups_ready.difference_update(stream_keys)
-            self._ensure_groups(stream_keys)
+            self._ensure_groups(stream_keys, force=True)
             return call()
 
     def _reclaim(self, stream_key: str, consumer: str, min_idle_ms: int):
+        now = self._mono()
+        if now - self._last_reclaim.get(stream_key, float("-inf")) < self.RECLAIM_EVERY_S:
+            return []
         reply = self._with_groups(
             [stream_key],
             lambda: self._r.xautoclaim(
                 stream_key, keys.CONSUMER_GROUP, consumer, min_idle_ms, start_id="0-0", count=1
             ),
         )
-        claimed = reply[1] if reply else []
-        return [e for e in claimed if e and e[1]]
+        claimed = [e for e in (reply[1] if reply else []) if e and e[1]]
+        if not claimed:
+            # Nothing timed out: leave the scan to the next second. After a hit, scan again at
+            # once, so a backlog of timed-out entries drains at poll speed.
+            self._last_reclaim[stream_key] = now
+        return claimed
 
     def read_next(
         self, namespace: str, queues: list[str], consumer: str, block_ms: int, min_idle_ms: int
-    ) -> tuple[str, str, dict] | None:
+    ) -> Entry | None:
         """One entry for this consumer: first a timed-out one (XAUTOCLAIM), then a new one."""
         stream_keys = [keys.queue(namespace, q) for q in queues]
         for queue, key in zip(queues, stream_keys):
             for entry_id, fields in self._reclaim(key, consumer, min_idle_ms):
-                return queue, _s(entry_id), fields
+                return Entry.parse(queue, _s(entry_id), fields)
         streams = {k: ">" for k in stream_keys}
         reply = self._with_groups(
             stream_keys,
@@ -316,12 +742,13 @@ class RedisJobStore:
         )
         if not reply:
             return None
-        picked: tuple[str, str, dict] | None = None
+        picked: Entry | None = None
         for stream_key, entries in reply:
             stream_key = _s(stream_key)
             for entry_id, fields in entries:
                 if picked is None:
-                    picked = (queues[stream_keys.index(stream_key)], _s(entry_id), fields)
+                    queue = queues[stream_keys.index(stream_key)]
+                    picked = Entry.parse(queue, _s(entry_id), fields)
                 else:
                     # One job per poll: hand extra entries back by making them look timed out,
                     # so the next poll (ours or another daemon's) reclaims them at once.
@@ -333,13 +760,31 @@ class RedisJobStore:
                         [entry_id],
                         idle=min_idle_ms + 1,
                     )
+                    self._last_reclaim.pop(stream_key, None)
         return picked
 
-    def start_delivery(self, job_id: str, stream_id: str, daemon_id: str, now: float) -> Outcome:
-        reply = self._start_delivery(
-            keys=[keys.job(job_id)], args=[stream_id, daemon_id, repr(now)]
+    def start_delivery(self, entry: Entry, namespace: str, now_ms: int) -> Delivery:
+        size = "" if entry.inline is None else str(len(entry.inline))
+        out = self._call(
+            self._start_delivery,
+            entry.job_id,
+            [keys.job(entry.job_id)],
+            [entry.stream_id, now_ms, namespace, entry.queue, size, self._ttl],
         )
-        return Outcome(_s(reply[0]), tuple(_s(x) for x in reply[1:]))
+        if out.status != "ok":
+            return Delivery(out.status)
+        attempt, tier, size, content_type, sha256 = out.args[:5]
+        tier = "inline" if tier == "i" else "s3"
+        args = None
+        if tier == "s3" and size:
+            args = Issued(
+                size=int(size),
+                content_type=content_type or DEFAULT_CONTENT_TYPE,
+                sha256=sha256 or None,
+                presigns=0,
+                issued_ms=None,
+            )
+        return Delivery("ok", int(attempt), tier, args)
 
     def drop_entry(self, namespace: str, queue: str, stream_id: str) -> None:
         """Acknowledge and delete a queue entry (frees inline bytes at once)."""
@@ -351,34 +796,40 @@ class RedisJobStore:
         pipe.xdel(key, stream_id)
         pipe.execute()
 
-    def read_entry(self, namespace: str, queue: str, stream_id: str) -> dict | None:
+    def read_entry(self, namespace: str, queue: str, stream_id: str) -> Entry | None:
         rows = self._r.xrange(keys.queue(namespace, queue), min=stream_id, max=stream_id, count=1)
-        return rows[0][1] if rows else None
+        return Entry.parse(queue, _s(rows[0][0]), rows[0][1]) if rows else None
 
     def complete(
-        self, job_id: str, new_state: str, digest: str, now: float, fields: dict[str, Any]
+        self,
+        job_id: str,
+        new_state: str,
+        digest_: bytes,
+        now_ms: int,
+        done_value: bytes | str,
+        fields: dict[str, Any],
     ) -> Outcome:
-        flat: list[Any] = [new_state, digest, repr(now), self._ttl]
+        flat: list[Any] = [new_state, digest_, now_ms, self._ttl, done_value]
         for k, v in fields.items():
             flat += [k, v]
-        reply = self._complete(keys=[keys.job(job_id), keys.done(job_id)], args=flat)
-        return Outcome(_s(reply[0]), tuple(_s(x) for x in reply[1:]))
+        return self._call(self._complete, job_id, [keys.job(job_id), keys.done(job_id)], flat)
 
     def payload_lost(
-        self, job_id: str, max_requeues: int, digest: str, now: float, error_json: str
+        self, job_id: str, max_requeues: int, digest_: bytes, now_ms: int, error_json: str
     ) -> Outcome:
-        reply = self._payload_lost(
-            keys=[keys.job(job_id), keys.done(job_id)],
-            args=[max_requeues, digest, repr(now), self._ttl, error_json],
+        return self._call(
+            self._payload_lost,
+            job_id,
+            [keys.job(job_id), keys.done(job_id)],
+            [max_requeues, digest_, now_ms, self._ttl, error_json],
         )
-        return Outcome(_s(reply[0]), tuple(_s(x) for x in reply[1:]))
 
     def wait_done(self, job_id: str, timeout_s: float) -> bool:
-        """Block until the job's done marker exists or the timeout passes.
+        """Block until the job's done list exists or the timeout passes.
 
         BLMOVE from the list to itself rotates a one-element list in place: every waiter sees
-        the marker and nobody consumes it (unlike BLPOP), at ~0.1 KB per job versus ~4.4 KB for
-        a one-entry stream (bench/RESULTS.md)."""
+        the element and nobody consumes it (unlike BLPOP); a list costs far less than a
+        one-entry stream (bench/RESULTS.md)."""
         key = keys.done(job_id)
         if timeout_s <= 0:
             return bool(self._r.exists(key))

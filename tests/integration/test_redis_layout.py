@@ -1,0 +1,177 @@
+"""The Redis layout of a job (issue 8): compact hashes that stay listpack, entries that carry only
+the job id, results in the done list, no per-key idempotency records, and the bytes per job."""
+
+from __future__ import annotations
+
+import base64
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import redis
+
+from payloadstore.devstack.services import RedisServer
+from tests.integration.conftest import ControlPlane, upload
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def job_key(job_id: str) -> str:
+    return f"ps:{{j:{job_id}}}:job"
+
+
+@pytest.fixture
+def r(redis_server):
+    return redis.Redis.from_url(redis_server.url)
+
+
+def assert_compact(r, job_id: str) -> dict:
+    key = job_key(job_id)
+    fields = r.hgetall(key)
+    assert r.object("encoding", key) == b"listpack", fields
+    assert all(len(v) <= 64 and len(k) <= 2 for k, v in fields.items()), fields
+    return fields
+
+
+def test_s3_job_hash_stays_listpack_through_its_life(cp, r):
+    # Given an S3-tier job with a sha256 and a content type that is not the default
+    data = b"\x01" * 5000
+    pre = cp.presign_put(len(data), content_type="application/x-custom+msgpack")
+    assert pre.status == 200
+    job = pre.json["job_id"]
+    assert assert_compact(r, job)[b"s"] == b"awaiting_upload"
+    ref = upload(cp, b"\x02" * 3000)  # a second job, with sha256, default type
+    assert cp.enqueue(ref=ref).status == 201
+    job = ref["key"].split("/")[-2]
+    queued = assert_compact(r, job)
+    assert queued[b"s"] == b"queued" and len(queued[b"ph"]) == 32 and b"pc" not in queued
+    # When it runs and ends with an S3 result
+    assert cp.poll().json["job_id"] == job
+    assert assert_compact(r, job)[b"s"] == b"running"
+    result = upload(cp, b"\x03" * 70_000, role="daemon", job_id=job)
+    assert cp.post_result(job, {"resultRef": result}).status == 204
+    # Then the hash stayed listpack, and the references are rebuilt from it
+    assert assert_compact(r, job)[b"s"] == b"succeeded"
+    status = cp.status(job).json
+    assert status["payloadRef"] == ref
+    assert status["resultRef"] == result
+    assert cp.result(job).json["resultRef"] == result
+
+
+def test_inline_results_and_long_errors_live_in_the_done_list(cp, r):
+    # Given two inline jobs, one ending with a 256 KiB result, one with a 60 KiB traceback
+    big = b"\x07" * 262_144
+    ok = cp.enqueue(raw=b"\x01").json["job_id"]
+    bad = cp.enqueue(raw=b"\x02").json["job_id"]
+    cp.poll()
+    cp.poll()
+    assert cp.post_result(ok, {"resultInline": b64(big)}).status == 204
+    error = {"type": "ValueError", "message": "x" * 1000, "traceback": "t" * 60_000}
+    assert cp.post_result(bad, {"error": error}).status == 204
+    # Then both hashes stay listpack, and the results are whole
+    assert_compact(r, ok)
+    assert_compact(r, bad)
+    assert base64.b64decode(cp.result(ok).json["resultInline"]) == big
+    got = cp.result(bad).json
+    assert got["state"] == "failed" and got["error"]["traceback"] == "t" * 60_000
+    assert cp.status(bad).json["error"]["message"] == "x" * 1000
+    assert r.ttl(f"ps:{{j:{ok}}}:done") > 172_000
+
+
+def test_queued_inline_job_has_no_hash_and_no_idempotency_record(cp, r):
+    # Given an inline job enqueued with an Idempotency-Key
+    h = {"Idempotency-Key": uuid.uuid4().hex}
+    first = cp.enqueue(raw=b"\x01", headers=h)
+    job = first.json["job_id"]
+    # Then it is one stream entry plus one field of the namespace's inline index: no job hash,
+    # no idempotency string
+    assert not r.exists(job_key(job))
+    assert not r.keys(f"ps:{{ns:{cp.ns}}}:idem:*")
+    assert r.smembers(f"ps:{{ns:{cp.ns}}}:queues") == {cp.queue.encode()}
+    status = cp.status(job).json
+    assert (status["state"], status["tier"], status["queue"]) == ("queued", "inline", cp.queue)
+    # And a retry of the request finds it, without a second entry
+    again = cp.enqueue(raw=b"\x01", headers=h)
+    assert (again.status, again.json["job_id"]) == (200, job)
+    assert r.xlen(f"ps:{{ns:{cp.ns}}}:q:{cp.queue}") == 1
+    # And its hash is born at the first delivery
+    assert cp.poll().json["job_id"] == job
+    assert assert_compact(r, job)[b"s"] == b"running"
+    # And a retry after delivery still finds the same job
+    assert cp.enqueue(raw=b"\x01", headers=h).json["job_id"] == job
+
+
+def test_idempotency_key_is_remembered_for_its_ttl_only(cp, r, settings_env, monkeypatch):
+    # Given IDEMPOTENCY_TTL_S=120 and a job enqueued with a key
+    settings_env(IDEMPOTENCY_TTL_S="120")
+    from controlplane import clock
+
+    h = {"Idempotency-Key": "order-7"}
+    t0 = time.time()
+    first = cp.enqueue(raw=b"\x01", headers=h).json["job_id"]
+    # When the same key comes again 100 s later, it is the same job; 200 s later, a new one
+    monkeypatch.setattr(clock, "now", lambda: t0 + 100)
+    assert cp.enqueue(raw=b"\x01", headers=h).json["job_id"] == first
+    monkeypatch.setattr(clock, "now", lambda: t0 + 200)
+    later = cp.enqueue(raw=b"\x01", headers=h)
+    assert later.status == 201 and later.json["job_id"] != first
+
+
+# -- bytes per job, on a private redis-server ---------------------------------------------
+
+
+@pytest.fixture
+def private_cp(tmp_path: Path, settings_env):
+    server = RedisServer(data_dir=tmp_path / "redis", appendonly=False).start()
+    settings_env(REDIS_URL=server.url)
+    try:
+        yield ControlPlane("f" + uuid.uuid4().hex[:10]), redis.Redis.from_url(server.url)
+    finally:
+        server.stop()
+
+
+def _per_job(r, n: int, make, then=None) -> float:
+    r.flushall()
+    before = int(r.info("memory")["used_memory"])
+    for _ in range(n):
+        make()
+    for _ in range(n if then else 0):
+        then()
+    return (int(r.info("memory")["used_memory"]) - before) / n
+
+
+def test_bytes_per_job_meet_the_goals_with_a_margin(private_cp):
+    cp, r = private_cp
+    kib = b"\x01" * 1024
+    n = 150
+
+    def s3_job():
+        assert cp.enqueue(ref=upload(cp, b"\x05" * 300)).status == 201
+
+    def inline_job():
+        assert cp.enqueue(raw=kib, headers={"Idempotency-Key": uuid.uuid4().hex}).status == 201
+
+    def finish(result_inline: bool):
+        def run():
+            job = cp.poll().json["job_id"]
+            if result_inline:
+                body = {"resultInline": b64(kib)}
+            else:
+                body = {"resultRef": upload(cp, b"\x06" * 400, role="daemon", job_id=job)}
+            assert cp.post_result(job, body).status == 204
+
+        return run
+
+    # Warm up every path (Redis keeps loaded scripts across FLUSHALL)
+    _per_job(r, 2, s3_job, finish(False))
+    _per_job(r, 2, inline_job, finish(True))
+
+    # Goals: S3 queued <= 512, finished <= 1024; inline queued <= payload + 400,
+    # finished <= payload + result + 600. Asserted with a margin of ~10 %.
+    assert _per_job(r, n, s3_job) <= 460
+    assert _per_job(r, n, s3_job, finish(False)) <= 920
+    assert _per_job(r, n, inline_job) <= 1024 + 360
+    assert _per_job(r, n, inline_job, finish(True)) <= 2048 + 540
