@@ -7,7 +7,6 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 # Re-install only when the project's metadata changes: repeated `make dev` starts at once.
-PY_STAMP := $(VENV)/.payloadstore-installed
 NODE_STAMP := node_modules/.payloadstore-installed
 
 ENDPOINT ?=
@@ -16,26 +15,39 @@ DAEMON_TOKEN ?=
 NAMESPACE ?= dev
 PYTEST_ARGS ?=
 
-.PHONY: help dev demo smoke test reliability synth venv node redis clean-devstack
+.PHONY: help dev demo smoke test reliability lint docs synth venv node redis clean-devstack
 
 help:
 	@echo "make dev     run the control plane locally (redis-server, S3 emulator, gateway on :8080)"
 	@echo "make demo    push a small (inline) and an 8 MiB (S3) job through a daemon; print the figures"
-	@echo "make test    the whole suite (unit, integration, end-to-end over HTTP, infrastructure)"
+	@echo "make test    the whole suite (unit, integration, end-to-end over HTTP, infrastructure, docs)"
+	@echo "make lint    ruff check, ruff format --check, mypy"
+	@echo "make docs    build the docs (mkdocs, strict) into site/"
 	@echo "make reliability  2,000 jobs through a stack of its own under faults; a ledger checks each"
 	@echo "make smoke ENDPOINT=https://... TOKEN=<client token> DAEMON_TOKEN=<daemon token> [NAMESPACE=dev]"
 	@echo "make synth   npx cdk synth"
 
-$(PY_STAMP): pyproject.toml
+# One stamp per set of extras: `make dev` installs only [stack]; the targets that need more
+# (test, lint, docs, synth) install their own set on top. A stamp is redone when pyproject.toml
+# changes. pip's own lines are filtered into one progress line per package; the full log is in
+# $(VENV)/pip-install.log.
+$(VENV)/.installed-%: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
 	  echo "error: payloadstore needs python3 3.11 or newer (found: $$($(PYTHON) --version 2>&1)); set PYTHON=/path/to/python3.11" >&2; exit 1; }
-	@test -x $(PY) && $(PY) -c 'import sys' 2>/dev/null || $(PYTHON) -m venv $(VENV)
-	@echo "installing payloadstore[dev] into $(VENV) (log: $(VENV)/pip-install.log)"
-	@$(PY) -m pip install --disable-pip-version-check -e '.[dev]' > $(VENV)/pip-install.log 2>&1 || { \
-	  tail -n 40 $(VENV)/pip-install.log >&2; echo "error: pip install failed; full log in $(VENV)/pip-install.log" >&2; exit 1; }
+	@test -x $(PY) && $(PY) -c 'import sys' 2>/dev/null || { echo "creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
+	@echo "installing payloadstore[$*] into $(VENV) (log: $(VENV)/pip-install.log)"
+	@start=$$(date +%s); set -o pipefail; \
+	$(PY) -m pip install --disable-pip-version-check -e '.[$*]' 2>&1 | tee -a $(VENV)/pip-install.log \
+	  | { grep --line-buffered -E '^(Collecting|Installing collected|Successfully installed|Building|ERROR)' || true; } \
+	  | sed -u -E 's/^Collecting ([^ ]+).*/  collecting \1/; s/^Installing collected packages: (.{0,80}).*/  installing \1.../; s/^Successfully installed.*/  done/' \
+	  || { tail -n 40 $(VENV)/pip-install.log >&2; echo "error: pip install failed; full log in $(VENV)/pip-install.log" >&2; exit 1; }; \
+	echo "installed payloadstore[$*] in $$(( $$(date +%s) - start )) s"
 	@touch $@
 
-venv: $(PY_STAMP)
+.PRECIOUS: $(VENV)/.installed-%
+
+# Everything a developer of this repository uses (all extras).
+venv: $(VENV)/.installed-dev
 
 $(NODE_STAMP): package.json package-lock.json
 	@command -v npm >/dev/null || { echo "error: npm not found: install Node.js 20+ (Debian: apt-get install nodejs npm)" >&2; exit 1; }
@@ -44,16 +56,16 @@ $(NODE_STAMP): package.json package-lock.json
 
 node: $(NODE_STAMP)
 
-redis: venv
+redis: $(VENV)/.installed-stack
 	@$(PY) -m payloadstore.devstack.services find-redis
 
-dev: venv redis
+dev: $(VENV)/.installed-stack redis
 	$(PY) -m payloadstore.devstack
 
-demo: venv redis
+demo: $(VENV)/.installed-stack redis
 	$(PY) -m payloadstore.devstack.demo
 
-smoke: venv
+smoke: $(VENV)/.installed-stack
 	@test -n "$(ENDPOINT)" -a -n "$(TOKEN)" -a -n "$(DAEMON_TOKEN)" || { \
 	  echo "usage: make smoke ENDPOINT=https://<api>/<stage> TOKEN=<client token> DAEMON_TOKEN=<daemon token> [NAMESPACE=dev]" >&2; exit 2; }
 	@echo "smoke test of $(ENDPOINT) (namespace $(NAMESPACE))"
@@ -61,7 +73,7 @@ smoke: venv
 	@PAYLOADSTORE_SMOKE_TOKEN="$(TOKEN)" PAYLOADSTORE_SMOKE_DAEMON_TOKEN="$(DAEMON_TOKEN)" \
 	  $(PY) -m payloadstore.devstack.demo --endpoint "$(ENDPOINT)" --namespace "$(NAMESPACE)"
 
-test: venv node redis
+test: $(VENV)/.installed-test node redis
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # Bounded (<= 10 min): its own redis-server, S3 emulator, gateway and daemon processes on free
@@ -70,7 +82,17 @@ RELIABILITY_ARGS ?=
 reliability: venv redis
 	$(PY) -m tests.reliability.run $(RELIABILITY_ARGS)
 
-synth: venv node
+# ruff (lint and format) and mypy over the code; the test tree is linted by ruff too.
+lint: $(VENV)/.installed-lint
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+# The reference under docs/ as a site in site/; strict, so a broken link or anchor fails.
+docs: $(VENV)/.installed-docs
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+synth: $(VENV)/.installed-test node
 	npx cdk synth --no-notices
 
 clean-devstack:

@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
-from infra.config import FUNCTIONS_DIR, REPO_ROOT, STACK_NAME
-
-# The route table and settings live in the Lambda code asset; synth imports them from there.
-if str(FUNCTIONS_DIR) not in sys.path:
-    sys.path.insert(0, str(FUNCTIONS_DIR))
-
+# The route table and settings live in the Lambda code asset (functions/controlplane); synth
+# imports them as the installed `controlplane` package (pyproject maps it to that directory).
+from infra.config import REPO_ROOT, STACK_NAME
 from infra.nag import acknowledge_findings
 from infra.stack import PayloadStoreStack
 

@@ -167,6 +167,17 @@ def cli(ctx: click.Context, endpoint, token, namespace, devstack, verbose) -> No
 @click.pass_context
 def dev(ctx: click.Context) -> None:
     """Run the control plane locally (redis-server, S3 emulator, gateway); options pass through."""
+    import importlib.util
+
+    needed = ("controlplane", "pydantic", "redis", "boto3", "aws_lambda_powertools", "moto")
+    missing = [name for name in needed if importlib.util.find_spec(name) is None]
+    if missing:
+        fail(
+            ConfigError(
+                "payloadstore dev needs the local stack's packages: "
+                f"pip install 'payloadstore[stack]' (missing: {', '.join(missing)})"
+            )
+        )
     from .devstack.stack import main as stack_main
 
     sys.exit(stack_main(list(ctx.args)))
@@ -234,17 +245,12 @@ def token_store(
     if admin_function:
         return LambdaTokenAdmin(admin_function, region=region)
     try:
-        from .devstack.gateway import FUNCTIONS_DIR, ensure_functions_on_path
-
-        if not FUNCTIONS_DIR.is_dir():
-            raise ImportError(str(FUNCTIONS_DIR))
-        ensure_functions_on_path()
         import boto3
         from controlplane.store.tokens import TokenStore
     except ImportError as e:
         raise ConfigError(
-            "token commands need the repository checkout (functions/) and boto3 + aws-lambda-powertools "
-            f"(pip install -e '.[controlplane]'): {e}"
+            "token commands need the control plane's packages "
+            f"(pip install 'payloadstore[controlplane]'): {e}"
         ) from e
     endpoint = ssm_endpoint
     if endpoint is None and not os.environ.get(ENV_TOKEN_PARAMETER_PATH):

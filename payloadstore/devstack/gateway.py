@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import json
 import logging
 import os
@@ -87,10 +88,14 @@ Handler = Callable[[dict, Any], Any]
 
 
 def ensure_functions_on_path() -> None:
-    """Handler strings are relative to the `functions/` code asset, as in Lambda."""
-    path = str(FUNCTIONS_DIR)
-    if path not in sys.path:
-        sys.path.insert(0, path)
+    """Handler strings name modules of the `controlplane` package, as in the `functions/` code
+    asset. It is installed with payloadstore (pyproject maps it to functions/controlplane), so
+    nothing is added to sys.path: this only turns its absence into one clear error."""
+    if importlib.util.find_spec("controlplane") is None:
+        raise ModuleNotFoundError(
+            "the control plane package is not installed: pip install 'payloadstore[stack]'",
+            name="controlplane",
+        )
 
 
 def import_handler(handler: str) -> Handler:

@@ -266,6 +266,9 @@ class DevStack:
                 bucket=self.bucket,
                 region=self.region,
                 token_path=self.token_path,
+                # EMF metric lines would be half of the stack's output: off unless asked for
+                # (POWERTOOLS_METRICS_DISABLED=false make dev).
+                extra={"POWERTOOLS_METRICS_DISABLED": "true"},
             )
             # The handlers read settings once per process (lru_cache): set them before any import.
             # POWERTOOLS_* the user already set (log level, say) are kept.
