@@ -1,0 +1,169 @@
+"""A full (or nearly full) Redis: 503 with Retry-After and a code, never a 500, never a job id for
+a job that is in no queue; the memory guard refuses inline bytes first, then new jobs."""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+import redis
+
+from payloadstore.devstack.services import RedisServer
+from tests.integration.conftest import ControlPlane, upload
+
+CHUNK = b"\x05" * 65_536
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+@pytest.fixture
+def small_redis(tmp_path: Path, settings_env):
+    """A redis-server of 4 MB (noeviction) and the handlers pointed at it; guard settings are
+    given per test."""
+    server = RedisServer(data_dir=tmp_path / "redis", appendonly=False, maxmemory="4mb").start()
+
+    def use(**guard: str) -> tuple[ControlPlane, redis.Redis]:
+        settings_env(REDIS_URL=server.url, **guard)
+        return ControlPlane("m" + uuid.uuid4().hex[:10]), redis.Redis.from_url(server.url)
+
+    try:
+        yield use
+    finally:
+        server.stop()
+
+
+def drain(cp: ControlPlane, jobs: list[str]) -> None:
+    """Take and finish these jobs as a daemon at the wall does: results through S3."""
+    for job in jobs:
+        polled = cp.poll()
+        assert polled.status == 200 and polled.json["job_id"] == job, polled.raw_body
+        result = upload(cp, b"\x01", role="daemon", job_id=job)
+        assert cp.post_result(job, {"resultRef": result}).status == 204
+
+
+def fill_until_refused(cp: ControlPlane, limit: int = 200):
+    """Inline 64 KiB enqueues with their own Idempotency-Keys until one is refused."""
+    accepted = []
+    for _ in range(limit):
+        key = uuid.uuid4().hex
+        r = cp.enqueue(raw=CHUNK, headers={"Idempotency-Key": key})
+        if r.status != 201:
+            return accepted, key, r
+        accepted.append(r.json["job_id"])
+    raise AssertionError("Redis never filled up")
+
+
+def test_oom_is_503_redis_memory_full_and_never_a_phantom(small_redis):
+    # Given a Redis with maxmemory and the guard switched off, so Redis itself says OOM
+    cp, r = small_redis(REDIS_MEMORY_HIGH_WATER_PCT="100", REDIS_MEMORY_HARD_PCT="100")
+    stream = f"ps:{{ns:{cp.ns}}}:q:{cp.queue}"
+    # When clients enqueue until Redis is full
+    accepted, key, refused = fill_until_refused(cp)
+    # Then the refusal is a 503 with Retry-After and the code, not a 500
+    assert refused.status == 503, refused.raw_body
+    assert refused.error["code"] == "redis_memory_full"
+    assert int(refused.headers["Retry-After"]) >= 1
+    # And every accepted job id is in the queue, and the refused one left nothing behind
+    ids = [f[b"j"].decode() for _, f in r.xrange(stream)]
+    assert ids == accepted
+    # And a retry with the same key, still full, is refused again (never a 200 for a phantom)
+    again = cp.enqueue(raw=CHUNK, headers={"Idempotency-Key": key})
+    assert (again.status, again.error["code"]) == (503, "redis_memory_full")
+    # And an S3-tier enqueue is refused the same way, at presign already
+    assert cp.presign_put(10).status == 503
+
+    # When daemons drain the full Redis (poll and results work at the wall)
+    drain(cp, accepted[:10])
+    # Then the retried enqueue now goes through, and that job runs
+    retried = cp.enqueue(raw=CHUNK, headers={"Idempotency-Key": key})
+    assert retried.status == 201
+    assert retried.json["job_id"] in [f[b"j"].decode() for _, f in r.xrange(stream)]
+    assert cp.status(retried.json["job_id"]).json["state"] == "queued"
+
+
+def test_s3_enqueue_at_the_wall_answers_503_and_a_retry_completes_it(small_redis, settings_env):
+    # Given an uploaded S3-tier payload, then Redis fills up
+    cp, _ = small_redis(REDIS_MEMORY_HIGH_WATER_PCT="100", REDIS_MEMORY_HARD_PCT="100")
+    ref = upload(cp, b"\x02" * 1000)
+    job = ref["key"].split("/")[-2]
+    accepted, _, refused = fill_until_refused(cp)
+    assert refused.status == 503
+    # When the client enqueues the reference
+    r1 = cp.enqueue(ref=ref)
+    # Then it is refused with the code, and the job is not visible as a job
+    assert (r1.status, r1.error["code"]) == (503, "redis_memory_full")
+    assert cp.status(job).status == 404
+    # When some jobs are drained and the client retries
+    drain(cp, accepted[:10])
+    r2 = cp.enqueue(ref=ref)
+    # Then the append completes: the job is in the queue and is delivered
+    assert r2.status in (200, 201) and r2.json["job_id"] == job
+    assert cp.status(job).json["state"] == "queued"
+    delivered = set()
+    for _ in range(len(accepted)):
+        polled = cp.poll()
+        if polled.status != 200:
+            break
+        delivered.add(polled.json["job_id"])
+    assert job in delivered
+
+
+def test_guard_refuses_inline_past_the_high_water_mark(small_redis, capsys):
+    # Given a guard whose high-water mark is below what Redis already uses
+    cp, r = small_redis(REDIS_MEMORY_HIGH_WATER_PCT="1", REDIS_MEMORY_HARD_PCT="100")
+    # When a client enqueues inline bytes
+    inline = cp.enqueue(raw=b"\x01" * 100)
+    # Then it is told to send them through S3: 503, Retry-After, code inline_unavailable
+    assert (inline.status, inline.error["code"]) == (503, "inline_unavailable")
+    assert int(inline.headers["Retry-After"]) >= 1
+    assert "presign" in inline.error["message"]
+    assert r.xlen(f"ps:{{ns:{cp.ns}}}:q:{cp.queue}") == 0
+    # And the refusal is counted (EMF)
+    emitted = [json.loads(line) for line in capsys.readouterr().out.splitlines() if "_aws" in line]
+    assert any(m.get("InlineRefused") == [1.0] and m.get("kind") == "payload" for m in emitted)
+    # And the same payload through S3 is accepted and delivered
+    ref = upload(cp, b"\x01" * 100)
+    assert cp.enqueue(ref=ref).status == 201
+    job = cp.poll().json["job_id"]
+    # And an inline result is refused the same way, while an S3 result is taken
+    refused = cp.post_result(job, {"resultInline": b64(b"\x02")})
+    assert (refused.status, refused.error["code"]) == (503, "inline_unavailable")
+    assert cp.status(job).json["state"] == "running"
+    result = upload(cp, b"\x02", role="daemon", job_id=job)
+    assert cp.post_result(job, {"resultRef": result}).status == 204
+    assert cp.result(job).json["resultRef"] == result
+    # And health shows the memory figures and that the guard is on, still healthy
+    health = cp.call("public", "GET", "/v1/health", namespace=None).json
+    check = health["checks"]["redis_memory"]
+    assert (
+        check["ok"] is True and "guard on" in check["detail"] and "of 4194304 B" in check["detail"]
+    )
+
+
+def test_hard_mark_refuses_new_jobs_but_not_the_drain(small_redis):
+    # Given one queued S3-tier job, then a hard mark below what Redis uses
+    cp, _ = small_redis(REDIS_MEMORY_HIGH_WATER_PCT="100", REDIS_MEMORY_HARD_PCT="100")
+    ref = upload(cp, b"\x03" * 10)
+    assert cp.enqueue(ref=ref).status == 201
+    late = upload(cp, b"\x04" * 10)
+    cp2, _ = small_redis(REDIS_MEMORY_HIGH_WATER_PCT="1", REDIS_MEMORY_HARD_PCT="1")
+    cp2.ns, cp2.queue = cp.ns, cp.queue
+    # When clients add jobs
+    presign = cp2.presign_put(10)
+    enqueue = cp2.enqueue(ref=late)
+    # Then both are refused with redis_memory_full and Retry-After
+    for reply in (presign, enqueue):
+        assert (reply.status, reply.error["code"]) == (503, "redis_memory_full"), reply.raw_body
+        assert reply.headers.get("Retry-After")
+    # And the queued job can still be taken and finished (through S3)
+    job = cp2.poll().json["job_id"]
+    result = upload(cp2, b"\x05", role="daemon", job_id=job)
+    assert cp2.post_result(job, {"resultRef": result}).status == 204
+    # And health says new jobs are refused
+    health = cp2.call("public", "GET", "/v1/health", namespace=None)
+    assert health.status == 503 and "redis_memory" in health.json["failing"]
