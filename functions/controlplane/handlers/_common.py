@@ -280,9 +280,14 @@ def new_resolver() -> APIGatewayRestResolver:
 
     @app.exception_handler(ServiceError)
     def _powertools(e: ServiceError):
-        # Powertools' own answers, e.g. 404 for a path no route matches.
-        code = "route_not_found" if e.status_code == 404 else "error"
-        return error_response(e.status_code, code, e.msg)
+        if e.status_code == 404:
+            # API Gateway routed the request here, so the resource exists; Powertools matches
+            # path parameters against a narrower character set and found no route: the
+            # parameter is what is wrong.
+            return error_response(
+                422, "invalid_request", "a path parameter holds characters this API does not take"
+            )
+        return error_response(e.status_code, "error", e.msg)
 
     @app.exception_handler(Exception)
     def _unexpected(e: Exception):
