@@ -1,0 +1,83 @@
+"""Many SDK submits of inline payloads into a small Redis while a Daemon runs: every job `submit`
+returns finishes with the right result, or `submit` raises a clear error; never a phantom."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from pathlib import Path
+
+import pytest
+import redis
+
+from payloadstore.devstack.services import RedisServer
+from payloadstore.errors import EnqueueUnconfirmed
+from tests.e2e.sdk_helpers import clients, daemon_thread, unique_queue
+
+pytestmark = pytest.mark.e2e
+
+PAYLOAD = 200 * 1024  # inline (under the 256 KiB threshold)
+
+
+def payload(i: int) -> bytes:
+    return hashlib.sha256(str(i).encode()).digest() * (PAYLOAD // 32)
+
+
+def reverse(data) -> bytes:
+    return bytes(data)[::-1]
+
+
+@pytest.mark.parametrize("guard", ["default", "off"])
+def test_inline_submits_into_a_full_redis_never_return_a_phantom(
+    guard, start_local_gateway, tmp_path: Path
+):
+    # Given a local stack whose Redis has 6 MB (noeviction), with the memory guard at its
+    # defaults (85 % / 95 %) or switched off (Redis itself refuses with OOM)
+    server = RedisServer(data_dir=tmp_path / "redis", appendonly=False, maxmemory="6mb").start()
+    try:
+        settings = {"REDIS_URL": server.url}
+        if guard == "off":
+            settings.update(REDIS_MEMORY_HIGH_WATER_PCT="100", REDIS_MEMORY_HARD_PCT="100")
+        gateway = start_local_gateway(**settings)
+        client, daemon_client = clients(gateway)
+        queue = unique_queue("full")
+        jobs: dict[int, object] = {}
+        refused: list[BaseException] = []
+
+        def submit(first: int, step: int) -> None:
+            q = client.queue(queue)
+            for i in range(first, 60, step):
+                try:
+                    jobs[i] = q.add(payload(i))
+                except EnqueueUnconfirmed as e:
+                    refused.append(e)
+
+        # When three threads submit 60 payloads of 200 KiB (12 MB) while a Daemon works
+        with daemon_thread(daemon_client, queue, reverse):
+            threads = [threading.Thread(target=submit, args=(k, 3)) for k in range(3)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=300)
+            # Then every job submit returned finishes with its right result
+            for i, job in jobs.items():
+                assert job.result(timeout=120) == payload(i)[::-1], i
+        # And every other submit raised the clear, retryable error, saying how to retry
+        for e in refused:
+            assert e.code in ("redis_memory_full", "inline_unavailable")
+            assert "idempotency_key" in str(e)
+        assert len(jobs) + len(refused) == 60
+        assert jobs, "no submit went through"
+        # And nothing is left in the queue: no job id was handed out for a job in no queue
+        r = redis.Redis.from_url(server.url)
+        assert r.xlen(f"ps:{{ns:dev}}:q:{queue}") == 0
+        # And the wall was really reached: the guard rerouted payloads through S3, or (guard
+        # off) Redis itself refused writes with OOM
+        if guard == "default":
+            assert any(job.tier == "s3" for job in jobs.values())
+        else:
+            assert r.info("errorstats").get("errorstat_OOM", {}).get("count", 0) > 0
+        client.close()
+        daemon_client.close()
+    finally:
+        server.stop()
