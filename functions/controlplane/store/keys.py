@@ -33,7 +33,9 @@ live in the done list.
 
 Reserved for leases and cancel (issue 9), so nothing else may use them: `lt` lease token of
 the current delivery, `lx` lease expiry (ms), `cr` cancel requested (1), and the state
-`cancelled`. `a` is the delivery count.
+`cancelled`. `a` is the delivery count. A queued inline job has no hash: cancelling it means
+creating one (`n`, `q`, `t`=i, `s`=cancelled, with the TTL); delivery creates the hash only when
+none exists and drops the entry of a job whose hash is in any state but queued/running.
 
 The bucket is one per stack and the S3 key derives from job id + kind (`payload_keys.key_for`),
 so neither is stored. A job is created at args presign (state `awaiting_upload`), which replaces
