@@ -42,7 +42,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NoReturn, TypeVar
 
 import httpx
 
@@ -305,7 +305,7 @@ def error_for(call: Call[Any], response: httpx.Response) -> Exception:
     return factory(text, status=status, code=code)
 
 
-def raise_error(call: Call[Any], response: httpx.Response) -> None:
+def raise_error(call: Call[Any], response: httpx.Response) -> NoReturn:
     """Raise `error_for(...)`, chained from httpx's own HTTPStatusError for the response."""
     try:
         response.raise_for_status()

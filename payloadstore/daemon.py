@@ -325,6 +325,8 @@ class Daemon:
     def process(self, message: PolledJob | dict, fn: Callable[..., Any] | None = None) -> str:
         """Run one polled job end to end and report it; returns the outcome."""
         fn = fn or self._fn
+        if fn is None:
+            raise ValueError("no function: pass process(message, fn) or register one")
         job = message if isinstance(message, PolledJob) else polled_job(message)
         started = time.monotonic()
         outcome = self._process(job, fn)
