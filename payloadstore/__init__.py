@@ -12,6 +12,16 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
+    "ALL_COMPLETED": "._many",
+    "FIRST_COMPLETED": "._many",
+    "AsyncClient": ".aio",
+    "AsyncJob": ".aio",
+    "AsyncQueue": ".aio",
+    "BatchError": ".errors",
+    "DoneAndPending": ".client",
+    "WaitTimeout": ".errors",
+    "as_completed": "._waiting",
+    "wait": "._waiting",
     "Client": ".client",
     "Job": ".client",
     "JobStatus": ".client",
@@ -41,12 +51,19 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "ALL_COMPLETED",
+    "FIRST_COMPLETED",
     "ApiError",
+    "AsyncClient",
+    "AsyncJob",
+    "AsyncQueue",
     "AuthError",
+    "BatchError",
     "Client",
     "ConfigError",
     "ConflictError",
     "Daemon",
+    "DoneAndPending",
     "EnqueueUnconfirmed",
     "InlineUnavailable",
     "InvalidRequest",
@@ -67,6 +84,9 @@ __all__ = [
     "ServerConfig",
     "ServiceUnavailable",
     "TransferError",
+    "WaitTimeout",
+    "as_completed",
+    "wait",
 ]
 
 

@@ -151,6 +151,16 @@ class AsyncWire:
     async def job_result(self, job_id: str, *, wait_s: float) -> ResultAnswer:
         return await self.send(_wire.job_result(self.namespace, job_id, wait_s=wait_s))
 
+    async def enqueue_batch(
+        self, queue: str, items: list[_wire.BatchItem]
+    ) -> list[Enqueued | _wire.ItemRefused]:
+        return await self.send(_wire.enqueue_batch(self.namespace, queue, items))
+
+    async def jobs_status(
+        self, job_ids: list[str], *, wait_s: float = 0.0
+    ) -> list[JobStatus | _wire.ItemRefused]:
+        return await self.send(_wire.jobs_status(self.namespace, job_ids, wait_s=wait_s))
+
     async def queue_list(self) -> list[QueueInfo]:
         return await self.send(_wire.queue_list(self.namespace))
 

@@ -81,6 +81,9 @@ class ServerConfig:
     presign_ttl_s: int
     result_ttl_s: int | None = None
     max_presigns_per_job: int | None = None
+    # Many jobs per call (jobs:batch, jobs:status); older servers do not say: the defaults.
+    batch_max_jobs: int = 100
+    batch_max_bytes: int = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -206,6 +209,34 @@ class QueueInfo:
             in_flight=int(body["in_flight"]),
             oldest_queued_age_s=body.get("oldest_queued_age_s"),
         )
+
+
+@dataclass(frozen=True)
+class BatchItem:
+    """One inline payload or one S3 reference of a batch enqueue (exactly one is set)."""
+
+    inline: bytes | None = None
+    ref: PayloadRef | None = None
+    idempotency_key: str | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = (
+            {"payloadInline": base64.b64encode(self.inline).decode("ascii")}
+            if self.inline is not None
+            else {"payloadRef": self.ref.to_wire() if self.ref else None}
+        )
+        if self.idempotency_key:
+            out["idempotency_key"] = self.idempotency_key
+        return out
+
+
+@dataclass(frozen=True)
+class ItemRefused:
+    """A batch item (or a job id of a status call) the control plane refused, and why."""
+
+    code: str | None
+    message: str
+    job_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -361,6 +392,8 @@ def parse_config(response: httpx.Response) -> ServerConfig:
         presign_ttl_s=int(body.get("presign_ttl_s") or 900),
         result_ttl_s=None if ttl is None else int(ttl),
         max_presigns_per_job=None if cap is None else int(cap),
+        batch_max_jobs=int(body.get("batch_max_jobs") or 100),
+        batch_max_bytes=int(body.get("batch_max_bytes") or 4 * 1024 * 1024),
     )
 
 
@@ -460,6 +493,45 @@ def parse_queue_list(response: httpx.Response) -> list[QueueInfo]:
 
 def parse_queue_stats(response: httpx.Response) -> QueueInfo:
     return QueueInfo.from_wire(_json(response))
+
+
+def _refused(answer: Mapping[str, Any]) -> ItemRefused:
+    error = answer.get("error") if isinstance(answer.get("error"), Mapping) else {}
+    return ItemRefused(
+        code=error.get("code"), message=str(error.get("message") or ""), job_id=answer.get("job_id")
+    )
+
+
+def parse_batch(response: httpx.Response) -> list[Enqueued | ItemRefused]:
+    out: list[Enqueued | ItemRefused] = []
+    for answer in _json(response)["jobs"]:
+        if answer.get("job_id") and "error" not in answer:
+            out.append(Enqueued(str(answer["job_id"]), str(answer.get("tier") or ""), True))
+        else:
+            out.append(_refused(answer))
+    return out
+
+
+def parse_statuses(response: httpx.Response) -> list[JobStatus | ItemRefused]:
+    out: list[JobStatus | ItemRefused] = []
+    for answer in _json(response)["jobs"]:
+        if "error" in answer and "state" not in answer:
+            out.append(_refused(answer))
+            continue
+        out.append(
+            JobStatus(
+                job_id=answer["job_id"],
+                state=answer.get("state", "unknown"),
+                queue=answer.get("queue"),
+                attempts=answer.get("attempts"),
+                tier=answer.get("tier"),
+                payload_ref=answer.get("payloadRef"),
+                result_ref=answer.get("resultRef"),
+                error=answer.get("error"),
+                raw=dict(answer),
+            )
+        )
+    return out
 
 
 def parse_polled(response: httpx.Response) -> PolledJob | None:
@@ -594,6 +666,33 @@ def job_result(namespace: str, job_id: str, *, wait_s: float) -> Call[ResultAnsw
         params={"wait": f"{wait_s:g}"},
         timeout_s=wait_s + 20.0,
         errors=_job_errors(),
+    )
+
+
+def enqueue_batch(
+    namespace: str, queue: str, items: list[BatchItem]
+) -> Call[list[Enqueued | ItemRefused]]:
+    """Many jobs in one call; every inline item carries its own Idempotency-Key, so a retried
+    batch gives back the same jobs."""
+    return Call(
+        "POST",
+        ns_path(namespace, f"/queues/{queue}/jobs:batch"),
+        f"batch enqueue of {len(items)} jobs on queue {queue}",
+        parse_batch,
+        json={"jobs": [item.to_wire() for item in items]},
+    )
+
+
+def jobs_status(
+    namespace: str, job_ids: list[str], *, wait_s: float = 0.0
+) -> Call[list[JobStatus | ItemRefused]]:
+    return Call(
+        "POST",
+        ns_path(namespace, "/jobs:status"),
+        f"status of {len(job_ids)} jobs",
+        parse_statuses,
+        json={"job_ids": list(job_ids), "wait_s": wait_s},
+        timeout_s=wait_s + 20.0,
     )
 
 
@@ -803,6 +902,14 @@ class Wire:
 
     def job_result(self, job_id: str, *, wait_s: float) -> ResultAnswer:
         return self.send(job_result(self.namespace, job_id, wait_s=wait_s))
+
+    def enqueue_batch(self, queue: str, items: list[BatchItem]) -> list[Enqueued | ItemRefused]:
+        return self.send(enqueue_batch(self.namespace, queue, items))
+
+    def jobs_status(
+        self, job_ids: list[str], *, wait_s: float = 0.0
+    ) -> list[JobStatus | ItemRefused]:
+        return self.send(jobs_status(self.namespace, job_ids, wait_s=wait_s))
 
     def queue_list(self) -> list[QueueInfo]:
         return self.send(queue_list(self.namespace))

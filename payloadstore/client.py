@@ -14,18 +14,33 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, NamedTuple, Self
 
 import httpx
 
 from . import codec
 from ._http import RetryPolicy
+from ._many import (
+    ALL_COMPLETED,
+    FIRST_COMPLETED,
+    Planned,
+    Watch,
+    inline_item,
+    item_error,
+    raise_if_refused,
+    return_when_value,
+    split_batches,
+    windows,
+)
 from ._payloads import Payloads
 from ._wire import (
     TERMINAL_STATES,
+    BatchItem,
     Enqueued,
+    ItemRefused,
     JobStatus,
     QueueInfo,
     ResultAnswer,
@@ -40,13 +55,18 @@ from .errors import (
     JobFailed,
     PayloadCorrupt,
     PayloadLost,
+    PayloadStoreError,
     ResultTimeout,
     ServiceUnavailable,
+    WaitTimeout,
 )
 
 __all__ = [
+    "ALL_COMPLETED",
+    "FIRST_COMPLETED",
     "TERMINAL_STATES",
     "Client",
+    "DoneAndPending",
     "Job",
     "JobStatus",
     "Queue",
@@ -67,6 +87,15 @@ DEVSTACK_FILE = ".devstack.json"
 DEFAULT_NAMESPACE = "dev"
 # The control plane caps a result long-poll near 20 s; longer waits are several calls.
 RESULT_WAIT_SLICE_S = 20.0
+# Queue.map: S3-tier uploads in flight at once, unless the caller says otherwise.
+DEFAULT_MAP_CONCURRENCY = 8
+
+
+class DoneAndPending(NamedTuple):
+    """What `wait` answers, as `concurrent.futures.wait` does: finished and unfinished jobs."""
+
+    done: set
+    not_done: set
 
 
 def find_devstack_file(start: Path | None = None) -> Path | None:
@@ -239,6 +268,37 @@ class Client:
         answer = self.wire.health()
         return answer.healthy, answer.body
 
+    def as_completed(self, jobs: Iterable[Job], timeout: float | None = None) -> Iterator[Job]:
+        """Yield each job as it finishes (succeeded, failed, lost, ...), watching up to
+        BATCH_MAX_JOBS jobs per `jobs:status` call; WaitTimeout when `timeout` runs out first."""
+        watch = Watch(jobs, timeout, self.config.batch_max_jobs)
+        while watch.pending:
+            if watch.expired():
+                pending = [j for js in watch.pending.values() for j in js]
+                raise WaitTimeout(pending, timeout or 0.0)
+            for ids, wait_s in watch.round():
+                yield from watch.apply(self.wire.jobs_status(ids, wait_s=wait_s))
+
+    def wait(
+        self,
+        jobs: Iterable[Job],
+        timeout: float | None = None,
+        return_when: str = ALL_COMPLETED,
+    ) -> DoneAndPending:
+        """Block until all jobs (or the first, FIRST_COMPLETED) finish or `timeout` passes;
+        answer (done, not_done) as `concurrent.futures.wait` does. Never raises for a timeout."""
+        jobs = list(jobs)
+        first = return_when_value(return_when) == FIRST_COMPLETED
+        done: set = set()
+        try:
+            for job in self.as_completed(jobs, timeout):
+                done.add(job)
+                if first:
+                    break
+        except WaitTimeout:
+            pass
+        return DoneAndPending(done, {j for j in jobs if j not in done})
+
 
 class Queue:
     def __init__(self, client: Client, name: str):
@@ -251,6 +311,121 @@ class Queue:
     def stats(self) -> QueueInfo:
         """Queued, in flight and oldest queued age of this queue; QueueNotFound if never used."""
         return self.client.wire.queue_stats(self.name)
+
+    def map(
+        self,
+        iterable: Iterable[Any],
+        *,
+        concurrency: int = DEFAULT_MAP_CONCURRENCY,
+        progress: bool | None = False,
+    ) -> list[Job]:
+        """Enqueue one job per item (the function is called with the item), in order.
+
+        Inline items go through `jobs:batch` (up to BATCH_MAX_JOBS per call); S3-tier items are
+        uploaded `concurrency` at a time, then enqueued by reference in the same batches. The
+        iterable is consumed in bounded windows, so a long (or endless) one is never held whole.
+        Returns the Jobs in input order; raises BatchError (with `.jobs` and `.errors`) when any
+        item was refused, after enqueuing all the others.
+        """
+        return self._map(
+            ({"args": [item], "kwargs": {}} for item in iterable), concurrency, progress
+        )
+
+    def starmap(
+        self,
+        iterable: Iterable[tuple | list],
+        *,
+        concurrency: int = DEFAULT_MAP_CONCURRENCY,
+        progress: bool | None = False,
+    ) -> list[Job]:
+        """`map` for argument tuples: each item is called as `fn(*item)`."""
+        calls = ({"args": list(args), "kwargs": {}} for args in iterable)
+        return self._map(calls, concurrency, progress)
+
+    def _map(self, calls: Iterable[dict], concurrency: int, progress: bool | None) -> list[Job]:
+        if concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        config = self.client.config
+        jobs: list[Job | None] = []
+        errors: dict[int, Exception] = {}
+        window = max(config.batch_max_jobs, concurrency * 4)
+        with ThreadPoolExecutor(concurrency, thread_name_prefix="payloadstore-map") as pool:
+            for chunk in windows(enumerate(calls), window):
+                planned = [Planned(i, codec.encode(call)) for i, call in chunk]
+                jobs.extend([None] * len(planned))
+                self._prepare(planned, pool, errors, progress, force_s3=False)
+                self._enqueue_planned(planned, pool, jobs, errors, progress)
+        raise_if_refused(jobs, errors, self.name)
+        return jobs  # type: ignore[return-value]
+
+    def _prepare(
+        self,
+        planned: list[Planned],
+        pool: ThreadPoolExecutor,
+        errors: dict[int, Exception],
+        progress: bool | None,
+        *,
+        force_s3: bool,
+    ) -> None:
+        """Give each item its batch entry: inline bytes, or the reference of its finished upload
+        (uploads run `concurrency` at a time)."""
+        threshold = self.client.config.inline_threshold
+        uploads = {}
+        for p in planned:
+            if not force_s3 and p.encoded.nbytes <= threshold:
+                p.item = inline_item(p.encoded)
+                continue
+            try:
+                self.client.payloads.check_size(p.encoded.nbytes)
+            except PayloadStoreError as e:
+                errors[p.index] = e
+                continue
+            uploads[p.index] = pool.submit(
+                self.client.payloads.store, p.encoded, "args", progress=progress
+            )
+        for p in planned:
+            future = uploads.get(p.index)
+            if future is None:
+                continue
+            try:
+                ref, _ = future.result()
+                p.item = BatchItem(ref=ref)
+            except PayloadStoreError as e:
+                errors[p.index] = e
+
+    def _enqueue_planned(
+        self,
+        planned: list[Planned],
+        pool: ThreadPoolExecutor,
+        jobs: list[Job | None],
+        errors: dict[int, Exception],
+        progress: bool | None,
+        *,
+        rerouted: bool = False,
+    ) -> None:
+        client = self.client
+        reroute: list[Planned] = []
+        for batch in split_batches([p for p in planned if p.item], client.config):
+            try:
+                answers = client.wire.enqueue_batch(self.name, [p.item for p in batch])
+            except PayloadStoreError as e:
+                for p in batch:
+                    errors[p.index] = e
+                continue
+            for p, answer in zip(batch, answers):
+                if isinstance(answer, Enqueued):
+                    jobs[p.index] = Job(client, answer.job_id, tier=answer.tier, queue=self.name)
+                elif answer.code == "inline_unavailable" and not rerouted:
+                    reroute.append(p)
+                else:
+                    errors[p.index] = item_error(answer, f"item {p.index} on queue {self.name}")
+        if reroute:
+            # Redis is above its high-water mark: these bytes go through S3 instead.
+            log.info(
+                "inline refused, storing through S3 queue=%s items=%d", self.name, len(reroute)
+            )
+            self._prepare(reroute, pool, errors, progress, force_s3=True)
+            self._enqueue_planned(reroute, pool, jobs, errors, progress, rerouted=True)
 
     def add(self, *args: Any, **kwargs: Any) -> Job:
         """Enqueue a call of the daemon's function with these arguments."""
@@ -326,19 +501,8 @@ class Queue:
         except InlineUnavailable:
             raise
         except ServiceUnavailable as e:
-            how = (
-                f"submit again with idempotency_key={idempotency_key!r} to get the same job"
-                if idempotency_key
-                else f"the payload was uploaded for job {job_id}; submitting again makes a new job"
-            )
-            raise EnqueueUnconfirmed(
-                f"enqueue on queue {self.name} not confirmed, the job may not exist: "
-                f"{e.message}; {how}",
-                queue=self.name,
-                idempotency_key=idempotency_key,
-                job_id=job_id,
-                status=e.status,
-                code=e.code,
+            raise enqueue_unconfirmed(
+                self.name, e, idempotency_key=idempotency_key, job_id=job_id
             ) from e
 
 
@@ -352,12 +516,23 @@ class Job:
         self.queue = queue
         self._result: Any = None
         self._has_result = False
+        self._last: JobStatus | ItemRefused | None = None
 
     def __repr__(self) -> str:
         return f"Job({self.job_id!r}, tier={self.tier!r}, queue={self.queue!r})"
 
+    @property
+    def state(self) -> str | None:
+        """The last state seen (by `status`, `wait` or `as_completed`), without a call."""
+        last = self._last
+        return None if last is None else getattr(last, "state", "unknown")
+
+    def _finished(self, answer: JobStatus | ItemRefused) -> None:
+        self._last = answer
+
     def status(self) -> JobStatus:
         status = self.client.wire.job_status(self.job_id)
+        self._last = status
         self.tier = self.tier or status.tier
         self.queue = self.queue or status.queue
         return status
@@ -395,6 +570,29 @@ class Job:
             )
             return codec.decode(data, copy=copy)
         raise job_error(self.job_id, answer.state, answer.error)
+
+
+def enqueue_unconfirmed(
+    queue: str,
+    error: ServiceUnavailable,
+    *,
+    idempotency_key: str | None = None,
+    job_id: str | None = None,
+) -> EnqueueUnconfirmed:
+    """What an enqueue whose answer never came (503, no connection) raises: never a job id."""
+    how = (
+        f"submit again with idempotency_key={idempotency_key!r} to get the same job"
+        if idempotency_key
+        else f"the payload was uploaded for job {job_id}; submitting again makes a new job"
+    )
+    return EnqueueUnconfirmed(
+        f"enqueue on queue {queue} not confirmed, the job may not exist: {error.message}; {how}",
+        queue=queue,
+        idempotency_key=idempotency_key,
+        job_id=job_id,
+        status=error.status,
+        code=error.code,
+    )
 
 
 def job_error(job_id: str, state: str | None, error: Any) -> Exception:

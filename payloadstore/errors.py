@@ -184,3 +184,28 @@ class TransferError(PayloadStoreError):
         self.message = message
         self.status = status
         self.code = code
+
+
+class BatchError(PayloadStoreError):
+    """`Queue.map`/`starmap` enqueued some items and not others.
+
+    `jobs` has one entry per input item, in order: the Job, or None where the item was refused;
+    `errors` maps each refused item's index to its typed error (e.g. PayloadTooLarge).
+    """
+
+    def __init__(self, message: str, *, jobs: list, errors: dict):
+        super().__init__(message)
+        self.message = message
+        self.jobs = jobs
+        self.errors = errors
+
+
+class WaitTimeout(PayloadStoreError, TimeoutError):
+    """`as_completed(jobs, timeout=...)` ran out of time with jobs still queued or running."""
+
+    exit_code = 5
+
+    def __init__(self, pending: list, timeout: float):
+        super().__init__(f"{len(pending)} jobs still pending after {timeout:g}s")
+        self.pending = pending
+        self.timeout = timeout

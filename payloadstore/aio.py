@@ -1,0 +1,462 @@
+"""`AsyncClient`: the `Client` surface for asyncio (FastAPI services, notebooks, async daemons).
+
+    async with AsyncClient.from_env_or_devstack() as client:
+        job = await client.queue("resize").add(image, width=256)
+        print(await job.result())
+        jobs = await client.queue("resize").map(images, concurrency=16)
+        async for job in client.as_completed(jobs):
+            print(job.job_id, await job.result())
+
+Control-plane calls go over `httpx.AsyncClient` through the same wire layer as the sync client
+(`payloadstore._wire`: request builders, answer parsers, error mapping, retry policy), with
+`AsyncWire` as the transport. Payload bytes move through the very same code as the sync client
+(`payloadstore._payloads` + `_transfer`: streamed uploads, one preallocated download buffer,
+sha256 verification, re-presign on expiry, retries, progress bars), run in a worker thread:
+hashing and copying 100 MiB would hold the event loop for tens of milliseconds, and a second,
+async copy of that code would drift. Its presign calls hop back onto the event loop.
+Encoding (the codec), tiering and the batch planning of `map` are shared with `Client` too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterable
+from typing import Any, Self
+
+import httpx
+
+from . import codec
+from ._async_wire import AsyncWire
+from ._http import RetryPolicy
+from ._many import (
+    ALL_COMPLETED,
+    FIRST_COMPLETED,
+    Planned,
+    Watch,
+    inline_item,
+    item_error,
+    raise_if_refused,
+    return_when_value,
+    split_batches,
+    windows,
+)
+from ._payloads import Payloads
+from ._wire import BatchItem, Enqueued, ItemRefused, JobStatus, QueueInfo, ServerConfig
+from .client import (
+    DEFAULT_MAP_CONCURRENCY,
+    DEFAULT_NAMESPACE,
+    ENV_ENDPOINT,
+    ENV_NAMESPACE,
+    ENV_TOKEN,
+    RESULT_WAIT_SLICE_S,
+    DoneAndPending,
+    enqueue_unconfirmed,
+    job_error,
+    read_devstack,
+)
+from .errors import (
+    ConfigError,
+    InlineUnavailable,
+    PayloadStoreError,
+    ResultTimeout,
+    ServiceUnavailable,
+    WaitTimeout,
+)
+
+__all__ = ["AsyncClient", "AsyncJob", "AsyncQueue"]
+
+
+class _OnLoop:
+    """A blocking facade of `AsyncWire` for the transfer code running in a worker thread: each
+    call is run on the client's event loop and waited for."""
+
+    def __init__(self, wire: AsyncWire, loop: asyncio.AbstractEventLoop):
+        self._wire = wire
+        self._loop = loop
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._wire, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return asyncio.run_coroutine_threadsafe(method(*args, **kwargs), self._loop).result()
+
+        return call
+
+
+class AsyncClient:
+    """The control plane for one namespace and one token, for asyncio code.
+
+    `http` (an `httpx.AsyncClient`, control plane) and `s3_http` (an `httpx.Client` for the
+    presigned URLs, used from worker threads) may be injected.
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        token: str,
+        namespace: str,
+        *,
+        http: httpx.AsyncClient | None = None,
+        s3_http: httpx.Client | None = None,
+        retry: RetryPolicy | None = None,
+        progress: bool | None = None,
+        timeout_s: float = 30.0,
+    ):
+        if not endpoint:
+            raise ConfigError(f"no control-plane endpoint: pass endpoint= or set {ENV_ENDPOINT}")
+        if not token:
+            raise ConfigError(f"no token: pass token= or set {ENV_TOKEN}")
+        if not namespace:
+            raise ConfigError(f"no namespace: pass namespace= or set {ENV_NAMESPACE}")
+        self.namespace = namespace
+        self.retry = retry or RetryPolicy()
+        self.progress = progress
+        self.wire = AsyncWire(
+            endpoint, token, namespace, http=http, retry=self.retry, timeout_s=timeout_s
+        )
+        self._owns_s3 = s3_http is None
+        self.s3_http = s3_http or httpx.Client(timeout=httpx.Timeout(300.0, connect=10.0))
+        self._config: ServerConfig | None = None
+        self._config_lock = asyncio.Lock()
+        self._payloads: Payloads | None = None
+
+    # -- construction -------------------------------------------------------------------------
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None, **kwargs: Any) -> AsyncClient:
+        env = os.environ if environ is None else environ
+        missing = [n for n in (ENV_ENDPOINT, ENV_TOKEN) if not env.get(n)]
+        if missing:
+            raise ConfigError(
+                f"set {' and '.join(missing)} (and {ENV_NAMESPACE}, default {DEFAULT_NAMESPACE})"
+            )
+        namespace = env.get(ENV_NAMESPACE) or DEFAULT_NAMESPACE
+        return cls(env[ENV_ENDPOINT], env[ENV_TOKEN], namespace, **kwargs)
+
+    @classmethod
+    def from_devstack(
+        cls,
+        path: str | os.PathLike | None = None,
+        *,
+        namespace: str = DEFAULT_NAMESPACE,
+        role: str = "client",
+        **kwargs: Any,
+    ) -> AsyncClient:
+        found, stack = read_devstack(path)
+        try:
+            token = stack["namespaces"][namespace][f"{role}_token"]
+            endpoint = stack["endpoint"]
+        except (KeyError, TypeError) as e:
+            raise ConfigError(f"{found} has no {role} token for namespace {namespace!r}") from e
+        return cls(endpoint, token, namespace, **kwargs)
+
+    @classmethod
+    def from_env_or_devstack(cls, *, role: str = "client", **kwargs: Any) -> AsyncClient:
+        if os.environ.get(ENV_ENDPOINT) or os.environ.get(ENV_TOKEN):
+            return cls.from_env(**kwargs)
+        namespace = os.environ.get(ENV_NAMESPACE) or DEFAULT_NAMESPACE
+        return cls.from_devstack(namespace=namespace, role=role, **kwargs)
+
+    async def aclose(self) -> None:
+        await self.wire.aclose()
+        if self._owns_s3:
+            self.s3_http.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"AsyncClient(endpoint={self.wire.endpoint!r}, namespace={self.namespace!r})"
+
+    # -- user API -----------------------------------------------------------------------------
+
+    async def config(self) -> ServerConfig:
+        """The fleet's settings from `/v1/config`, fetched once per client."""
+        async with self._config_lock:
+            if self._config is None:
+                self._config = await self.wire.config()
+            return self._config
+
+    async def payloads(self) -> Payloads:
+        """The shared S3 transfer code, bound to this client's loop (call from the loop)."""
+        if self._payloads is None:
+            config = await self.config()
+            self._payloads = Payloads(
+                _OnLoop(self.wire, asyncio.get_running_loop()),  # type: ignore[arg-type]
+                self.s3_http,
+                config=lambda: config,
+                retry=self.retry,
+                progress=self.progress,
+            )
+        return self._payloads
+
+    def queue(self, name: str) -> AsyncQueue:
+        return AsyncQueue(self, name)
+
+    def job(self, job_id: str) -> AsyncJob:
+        return AsyncJob(self, job_id)
+
+    async def queues(self) -> list[QueueInfo]:
+        return await self.wire.queue_list()
+
+    async def health(self) -> tuple[bool, dict]:
+        answer = await self.wire.health()
+        return answer.healthy, answer.body
+
+    async def as_completed(
+        self, jobs: Iterable[AsyncJob], timeout: float | None = None
+    ) -> AsyncIterator[AsyncJob]:
+        """Each job as it finishes; WaitTimeout when `timeout` runs out first."""
+        watch = Watch(jobs, timeout, (await self.config()).batch_max_jobs)
+        while watch.pending:
+            if watch.expired():
+                pending = [j for js in watch.pending.values() for j in js]
+                raise WaitTimeout(pending, timeout or 0.0)
+            for ids, wait_s in watch.round():
+                for job in watch.apply(await self.wire.jobs_status(ids, wait_s=wait_s)):
+                    yield job
+
+    async def wait(
+        self,
+        jobs: Iterable[AsyncJob],
+        timeout: float | None = None,
+        return_when: str = ALL_COMPLETED,
+    ) -> DoneAndPending:
+        jobs = list(jobs)
+        first = return_when_value(return_when) == FIRST_COMPLETED
+        done: set = set()
+        try:
+            async for job in self.as_completed(jobs, timeout):
+                done.add(job)
+                if first:
+                    break
+        except WaitTimeout:
+            pass
+        return DoneAndPending(done, {j for j in jobs if j not in done})
+
+
+class AsyncQueue:
+    def __init__(self, client: AsyncClient, name: str):
+        self.client = client
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"AsyncQueue({self.name!r}, namespace={self.client.namespace!r})"
+
+    async def stats(self) -> QueueInfo:
+        return await self.client.wire.queue_stats(self.name)
+
+    async def add(self, *args: Any, **kwargs: Any) -> AsyncJob:
+        return await self.submit(args, kwargs)
+
+    async def submit(
+        self,
+        args: tuple | list = (),
+        kwargs: dict | None = None,
+        *,
+        progress: bool | None = None,
+        idempotency_key: str | None = None,
+    ) -> AsyncJob:
+        """As `Queue.submit`: only a job the control plane confirmed as queued is returned."""
+        encoded = codec.encode({"args": list(args), "kwargs": dict(kwargs or {})})
+        client = self.client
+        config = await client.config()
+        size = encoded.nbytes
+        if size <= config.inline_threshold:
+            key = idempotency_key or uuid.uuid4().hex
+            try:
+                enqueued = await client.wire.enqueue_inline(
+                    self.name, encoded.tobytes(), idempotency_key=key
+                )
+            except InlineUnavailable:
+                enqueued = await self._enqueue_through_s3(encoded, progress)
+            except ServiceUnavailable as e:
+                raise enqueue_unconfirmed(self.name, e, idempotency_key=key) from e
+        else:
+            (await client.payloads()).check_size(size)
+            enqueued = await self._enqueue_through_s3(encoded, progress)
+        return AsyncJob(client, enqueued.job_id, tier=enqueued.tier, queue=self.name)
+
+    async def _enqueue_through_s3(self, encoded: Any, progress: bool | None) -> Enqueued:
+        payloads = await self.client.payloads()
+        ref, job_id = await asyncio.to_thread(payloads.store, encoded, "args", progress=progress)
+        try:
+            return await self.client.wire.enqueue_ref(self.name, ref)
+        except ServiceUnavailable as e:
+            raise enqueue_unconfirmed(self.name, e, job_id=job_id) from e
+
+    async def map(
+        self,
+        iterable: Iterable[Any],
+        *,
+        concurrency: int = DEFAULT_MAP_CONCURRENCY,
+        progress: bool | None = False,
+    ) -> list[AsyncJob]:
+        """As `Queue.map`: batches of inline items, S3 uploads `concurrency` at a time."""
+        calls = ({"args": [item], "kwargs": {}} for item in iterable)
+        return await self._map(calls, concurrency, progress)
+
+    async def starmap(
+        self,
+        iterable: Iterable[tuple | list],
+        *,
+        concurrency: int = DEFAULT_MAP_CONCURRENCY,
+        progress: bool | None = False,
+    ) -> list[AsyncJob]:
+        calls = ({"args": list(args), "kwargs": {}} for args in iterable)
+        return await self._map(calls, concurrency, progress)
+
+    async def _map(
+        self, calls: Iterable[dict], concurrency: int, progress: bool | None
+    ) -> list[AsyncJob]:
+        if concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        config = await self.client.config()
+        jobs: list[AsyncJob | None] = []
+        errors: dict[int, Exception] = {}
+        limit = asyncio.Semaphore(concurrency)
+        for chunk in windows(enumerate(calls), max(config.batch_max_jobs, concurrency * 4)):
+            planned = [Planned(i, codec.encode(call)) for i, call in chunk]
+            jobs.extend([None] * len(planned))
+            await self._prepare(planned, limit, errors, progress, force_s3=False)
+            await self._enqueue_planned(planned, limit, jobs, errors, progress)
+        raise_if_refused(jobs, errors, self.name)
+        return jobs  # type: ignore[return-value]
+
+    async def _prepare(
+        self,
+        planned: list[Planned],
+        limit: asyncio.Semaphore,
+        errors: dict[int, Exception],
+        progress: bool | None,
+        *,
+        force_s3: bool,
+    ) -> None:
+        config = await self.client.config()
+        payloads = await self.client.payloads()
+
+        async def upload(p: Planned) -> None:
+            async with limit:
+                try:
+                    ref, _ = await asyncio.to_thread(
+                        payloads.store, p.encoded, "args", progress=progress
+                    )
+                    p.item = BatchItem(ref=ref)
+                except PayloadStoreError as e:
+                    errors[p.index] = e
+
+        uploads = []
+        for p in planned:
+            if not force_s3 and p.encoded.nbytes <= config.inline_threshold:
+                p.item = inline_item(p.encoded)
+                continue
+            try:
+                payloads.check_size(p.encoded.nbytes)
+            except PayloadStoreError as e:
+                errors[p.index] = e
+                continue
+            uploads.append(upload(p))
+        await asyncio.gather(*uploads)
+
+    async def _enqueue_planned(
+        self,
+        planned: list[Planned],
+        limit: asyncio.Semaphore,
+        jobs: list[AsyncJob | None],
+        errors: dict[int, Exception],
+        progress: bool | None,
+        *,
+        rerouted: bool = False,
+    ) -> None:
+        client = self.client
+        reroute: list[Planned] = []
+        for batch in split_batches([p for p in planned if p.item], await client.config()):
+            try:
+                answers = await client.wire.enqueue_batch(self.name, [p.item for p in batch])
+            except PayloadStoreError as e:
+                for p in batch:
+                    errors[p.index] = e
+                continue
+            for p, answer in zip(batch, answers):
+                if isinstance(answer, Enqueued):
+                    jobs[p.index] = AsyncJob(
+                        client, answer.job_id, tier=answer.tier, queue=self.name
+                    )
+                elif answer.code == "inline_unavailable" and not rerouted:
+                    reroute.append(p)
+                else:
+                    errors[p.index] = item_error(answer, f"item {p.index} on queue {self.name}")
+        if reroute:
+            await self._prepare(reroute, limit, errors, progress, force_s3=True)
+            await self._enqueue_planned(reroute, limit, jobs, errors, progress, rerouted=True)
+
+
+class AsyncJob:
+    def __init__(
+        self,
+        client: AsyncClient,
+        job_id: str,
+        *,
+        tier: str | None = None,
+        queue: str | None = None,
+    ):
+        self.client = client
+        self.job_id = job_id
+        self.tier = tier
+        self.queue = queue
+        self._result: Any = None
+        self._has_result = False
+        self._last: JobStatus | ItemRefused | None = None
+
+    def __repr__(self) -> str:
+        return f"AsyncJob({self.job_id!r}, tier={self.tier!r}, queue={self.queue!r})"
+
+    @property
+    def state(self) -> str | None:
+        last = self._last
+        return None if last is None else getattr(last, "state", "unknown")
+
+    def _finished(self, answer: JobStatus | ItemRefused) -> None:
+        self._last = answer
+
+    async def status(self) -> JobStatus:
+        status = await self.client.wire.job_status(self.job_id)
+        self._last = status
+        self.tier = self.tier or status.tier
+        self.queue = self.queue or status.queue
+        return status
+
+    async def result(
+        self, timeout: float | None = None, *, progress: bool | None = None, copy: bool = False
+    ) -> Any:
+        """As `Job.result`. Cancelling the awaiting task cancels the long-poll at once."""
+        if self._has_result:
+            return self._result
+        deadline = None if timeout is None else time.monotonic() + timeout
+        state: str | None = None
+        while True:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            wait = RESULT_WAIT_SLICE_S if remaining is None else min(RESULT_WAIT_SLICE_S, remaining)
+            answer = await self.client.wire.job_result(self.job_id, wait_s=wait)
+            state = answer.state or state
+            if answer.done:
+                if answer.result_inline is not None:
+                    value = codec.decode(answer.result_inline, copy=copy)
+                elif answer.result_ref is not None:
+                    payloads = await self.client.payloads()
+                    data = await asyncio.to_thread(
+                        payloads.fetch, answer.result_ref, job_id=self.job_id, progress=progress
+                    )
+                    value = codec.decode(data, copy=copy)
+                else:
+                    raise job_error(self.job_id, answer.state, answer.error)
+                self._result, self._has_result = value, True
+                return value
+            if deadline is not None and time.monotonic() >= deadline:
+                raise ResultTimeout(self.job_id, timeout or 0.0, state)

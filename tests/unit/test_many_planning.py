@@ -1,0 +1,100 @@
+"""How map cuts work into batches and how wait/as_completed choose their status calls."""
+
+from __future__ import annotations
+
+import pytest
+
+from payloadstore import codec
+from payloadstore._many import (
+    LONG_WAIT_S,
+    SHORT_WAIT_S,
+    Planned,
+    Watch,
+    inline_item,
+    return_when_value,
+    split_batches,
+    windows,
+)
+from payloadstore._wire import BatchItem, ItemRefused, JobStatus, PayloadRef, ServerConfig
+
+
+def config(max_jobs=3, max_bytes=1000):
+    return ServerConfig(1000, 10_000, 900, batch_max_jobs=max_jobs, batch_max_bytes=max_bytes)
+
+
+def planned(sizes):
+    out = []
+    for i, size in enumerate(sizes):
+        p = Planned(i, codec.encode(b"x" * size))
+        p.item = inline_item(p.encoded) if size < 1000 else BatchItem(ref=PayloadRef("b", "k"))
+        out.append(p)
+    return out
+
+
+def test_windows_hold_at_most_size_items_and_read_lazily():
+    consumed = []
+
+    def endless():
+        i = 0
+        while True:
+            consumed.append(i)
+            yield i
+            i += 1
+
+    first = next(windows(endless(), 4))
+    assert first == [0, 1, 2, 3] and len(consumed) == 4
+
+
+def test_batches_respect_the_job_count_and_the_inline_bytes():
+    by_count = split_batches(planned([10] * 7), config(max_jobs=3))
+    assert [len(b) for b in by_count] == [3, 3, 1]
+    by_bytes = split_batches(planned([400, 400, 400, 5000, 10]), config(max_jobs=10))
+    # Two ~400 B items fit 1000 B; the reference costs no inline bytes
+    assert [[p.index for p in b] for b in by_bytes] == [[0, 1], [2, 3, 4]]
+
+
+def test_each_inline_item_carries_its_own_idempotency_key():
+    a, b = planned([10, 10])
+    assert a.item.idempotency_key and a.item.idempotency_key != b.item.idempotency_key
+
+
+class FakeJob:
+    def __init__(self, job_id):
+        self.job_id = job_id
+        self.seen = None
+
+    def _finished(self, answer):
+        self.seen = answer
+
+
+def test_one_chunk_long_polls_and_many_chunks_ask_all_then_wait_briefly_on_the_last():
+    one = Watch([FakeJob(f"j{i}") for i in range(5)], timeout=None, chunk=100)
+    assert one.round() == [([f"j{i}" for i in range(5)], LONG_WAIT_S)]
+    many = Watch([FakeJob(f"j{i}") for i in range(250)], timeout=None, chunk=100)
+    calls = many.round()
+    assert [len(ids) for ids, _ in calls] == [100, 100, 50]
+    assert [w for _, w in calls] == [0.0, 0.0, SHORT_WAIT_S]
+    short = Watch([FakeJob("j")], timeout=0.2, chunk=100)
+    assert short.round()[0][1] <= 0.2
+
+
+def test_terminal_and_unknown_jobs_finish_and_leave_the_watch():
+    jobs = [FakeJob("a"), FakeJob("b"), FakeJob("c")]
+    watch = Watch(jobs, timeout=None, chunk=100)
+    finished = watch.apply(
+        [
+            JobStatus("a", "succeeded"),
+            JobStatus("b", "running"),
+            ItemRefused("not_found", "job c not found", job_id="c"),
+        ]
+    )
+    assert [j.job_id for j in finished] == ["a", "c"]
+    assert list(watch.pending) == ["b"]
+    assert jobs[0].seen.state == "succeeded"
+
+
+def test_return_when_accepts_the_short_names():
+    assert return_when_value("FIRST") == "FIRST_COMPLETED"
+    assert return_when_value("ALL_COMPLETED") == "ALL_COMPLETED"
+    with pytest.raises(ValueError):
+        return_when_value("SOME")
