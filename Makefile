@@ -15,7 +15,7 @@ DAEMON_TOKEN ?=
 NAMESPACE ?= dev
 PYTEST_ARGS ?=
 
-.PHONY: help dev demo smoke test reliability lint docs synth venv node redis clean-devstack
+.PHONY: help dev demo smoke test reliability lint docs synth venv node redis clean-devstack sam-local
 
 help:
 	@echo "make dev     run the control plane locally (redis-server, S3 emulator, gateway on :8080)"
@@ -26,6 +26,7 @@ help:
 	@echo "make reliability  2,000 jobs through a stack of its own under faults; a ledger checks each"
 	@echo "make smoke ENDPOINT=https://... TOKEN=<client token> DAEMON_TOKEN=<daemon token> [NAMESPACE=dev]"
 	@echo "make synth   npx cdk synth"
+	@echo "make sam-local  every function of the template, every events/ fixture, in Lambda containers"
 
 # One stamp per set of extras: `make dev` installs only [stack]; the targets that need more
 # (test, lint, docs, synth) install their own set on top. A stamp is redone when pyproject.toml
@@ -94,6 +95,12 @@ docs: $(VENV)/.installed-docs
 
 synth: $(VENV)/.installed-test node
 	npx cdk synth --no-notices
+
+# Docker (or root on Debian, which gets a private dockerd), then `sam local invoke` of every
+# function with every fixture; docs/local-stack.md. SAM_LOCAL_ARGS="--only config" narrows it.
+SAM_LOCAL_ARGS ?=
+sam-local: $(VENV)/.installed-test node redis
+	$(PY) -m tools.sam_local $(SAM_LOCAL_ARGS)
 
 clean-devstack:
 	rm -rf .devstack .devstack.json

@@ -37,6 +37,14 @@ assert RUNTIME.name == f"python{PYTHON_VERSION}", "runtime and layer python vers
 
 # Set on AWS by Lambda itself (AWS_REGION) or only meaningful against a local emulator.
 NOT_ON_AWS = frozenset({"AWS_REGION", "S3_ENDPOINT_URL"})
+# Declared empty so `sam local invoke --env-vars` can point a function at local services: SAM
+# overrides only variables the template declares. Empty means AWS's own endpoints (the setting
+# is unset for Settings; botocore ignores an empty AWS_ENDPOINT_URL_<SERVICE>).
+LOCAL_ENDPOINT_ENV: dict[str, str] = {
+    "S3_ENDPOINT_URL": "",
+    "AWS_ENDPOINT_URL_SSM": "",
+    "AWS_ENDPOINT_URL_SECRETS_MANAGER": "",
+}
 # Wired from resources of this stack, not from Settings defaults.
 FROM_RESOURCES = frozenset(
     {"PAYLOAD_BUCKET", "REDIS_URL", "REDIS_CLUSTER", "REDIS_AUTH_SECRET", "TOKEN_PARAMETER_PATH"}
@@ -204,7 +212,7 @@ class ControlPlaneFunctions(Construct):
                 vpc=vpc,
                 vpc_subnets=subnets,
                 security_groups=[security_group],
-                environment={**settings_env, **powertools_env},
+                environment={**settings_env, **powertools_env, **LOCAL_ENDPOINT_ENV},
             )
             # Stable, readable logical ids: `sam local invoke -t cdk.out/PayloadStore.template.json
             # PayloadsFunction` and the README name these.

@@ -28,6 +28,8 @@ import pytest
 from controlplane.models.settings import SETTINGS_ENV
 from controlplane.routes import FUNCTIONS, ROUTES, SCHEDULES
 
+from infra.functions import LOCAL_ENDPOINT_ENV
+
 pytestmark = pytest.mark.infra
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
@@ -268,6 +270,11 @@ def function_env(monkeypatch, aws_env, single_redis, payload_bucket):
                 monkeypatch.delenv(name, raising=False)
         for k, v in fn.local_env(redis or redis_target, payload_bucket).items():
             monkeypatch.setenv(k, v)
+        # The template declares the local endpoint variables empty (AWS's endpoints); like
+        # `sam local invoke --env-vars`, point them at the emulator.
+        for name in LOCAL_ENDPOINT_ENV:
+            if aws_env.get(name):
+                monkeypatch.setenv(name, aws_env[name])
 
     return apply
 

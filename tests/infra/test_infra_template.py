@@ -7,7 +7,7 @@ from controlplane.models.settings import SETTINGS_ENV, Settings
 from controlplane.routes import API_GATEWAY_TIMEOUT_S, BINARY_MEDIA_TYPES, FUNCTIONS, ROUTES
 
 from infra.config import METRICS_NAMESPACE, SERVICE_NAME, TOKEN_PARAMETER_PATH
-from infra.functions import function_logical_id
+from infra.functions import LOCAL_ENDPOINT_ENV, function_logical_id
 from tests.infra.cfn import (
     api_paths,
     as_list,
@@ -258,8 +258,9 @@ def test_every_function_carries_the_settings_and_powertools_environment(template
     expected_names = set(SETTINGS_ENV.values()) - {"AWS_REGION", "S3_ENDPOINT_URL"}
     for group in FUNCTIONS:
         env = _function(template, group)["Properties"]["Environment"]["Variables"]
-        # Then every AWS-relevant setting is there, plus Powertools' three
-        assert set(env) == expected_names | {
+        # Then every AWS-relevant setting is there, plus Powertools' three and the local
+        # endpoint variables (empty; see test_infra_local_endpoints.py)
+        assert set(env) == expected_names | set(LOCAL_ENDPOINT_ENV) | {
             "POWERTOOLS_SERVICE_NAME",
             "POWERTOOLS_METRICS_NAMESPACE",
             "POWERTOOLS_LOG_LEVEL",
