@@ -1,172 +1,182 @@
-"""SDK transfer path: time and peak Python heap of moving one large encoded array to and from S3
-(moto's server over loopback HTTP) through presigned URLs.
+"""SDK transfers against curl, on the same presigned URLs, in the same run, by size.
 
-Compares the SDK's streamed upload (memoryview slices, explicit Content-Length) with joining the
-payload into one bytes object first, to show the upload adds no full copy of the payload.
+For each size (default 8, 64 and 100 MiB) one object is uploaded and downloaded through the local
+S3 emulator (moto behind the presigned-URL rules, loopback HTTP), alternately by the SDK's
+transfer functions and by curl, `--repeat` times each; the figures are medians and the ratio is
+SDK / curl:
 
-    .venv/bin/python bench/bench_sdk_transfer.py [--mib 64] [--repeat 3]
+- upload: `payloadstore._transfer.upload` (streamed memoryview slices, the signed headers) vs
+  `curl -T <file in /dev/shm>` with the same headers;
+- download: `payloadstore._transfer.download` (readinto one buffer, sha256 verified) vs
+  `curl -o /dev/null`.
+
+    .venv/bin/python bench/bench_sdk_transfer.py [--mib 8 64 100] [--repeat 3] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
 import hashlib
+import json
+import os
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
-import tracemalloc
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "functions")]
 
-import boto3
-import httpx
-import numpy as np
-from botocore.config import Config
-
-from payloadstore import codec
-from payloadstore._http import RetryPolicy
-from payloadstore._transfer import download, upload
-from payloadstore.devstack.services import MotoServer, create_payload_bucket, local_aws_env
-
-BUCKET = "bench-sdk"
+BUCKET = "bench-transfer"
+CONTENT_TYPE = "application/msgpack"
 
 
-def measure(fn):
-    tracemalloc.start()
+def presigner(endpoint: str):
+    """Presigned URLs as the control plane makes them (the same signer, same headers)."""
+    from controlplane.store.s3_objects import S3Objects
+
+    return S3Objects.for_region("us-east-1", endpoint, BUCKET, 900)
+
+
+def curl(*args: str) -> float:
     started = time.perf_counter()
-    result = fn()
-    elapsed = time.perf_counter() - started
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    return elapsed, peak, result
+    subprocess.run(
+        ["curl", "-sS", "--fail", "-H", "Expect:", *args],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    return time.perf_counter() - started
+
+
+def measure_size(http, objects, size: int, repeat: int, scratch: Path) -> dict:
+    from payloadstore._http import RetryPolicy
+    from payloadstore._transfer import download, upload
+
+    data = os.urandom(size)
+    sha = hashlib.sha256(data).hexdigest()
+    path = scratch / f"payload-{size}"
+    path.write_bytes(data)
+    retry = RetryPolicy()
+    key = f"payloads/bench/{size}/args"
+    rows: dict[str, list[float]] = {"sdk_up": [], "curl_up": [], "sdk_down": [], "curl_down": []}
+
+    def put_grant() -> dict:
+        signed = objects.presign_put(key, size, CONTENT_TYPE, sha)
+        return {"url": signed.url, "method": "PUT", "headers": signed.headers, "key": key}
+
+    def get_grant() -> dict:
+        return {"url": objects.presign_get(key), "method": "GET"}
+
+    for _ in range(repeat):
+        grant = put_grant()
+        header_args = [a for k, v in grant["headers"].items() for a in ("-H", f"{k}: {v}")]
+        rows["curl_up"].append(curl("-T", str(path), *header_args, grant["url"]))
+        grant = put_grant()
+        started = time.perf_counter()
+        upload(
+            http,
+            grant,
+            [memoryview(data)],
+            size,
+            presign_again=put_grant,
+            retry=retry,
+            progress=False,
+        )
+        rows["sdk_up"].append(time.perf_counter() - started)
+
+        rows["curl_down"].append(curl("-o", "/dev/null", get_grant()["url"]))
+        grant = get_grant()
+        started = time.perf_counter()
+        got = download(
+            http,
+            grant,
+            size=size,
+            sha256=sha,
+            presign_again=get_grant,
+            retry=retry,
+            progress=False,
+        )
+        rows["sdk_down"].append(time.perf_counter() - started)
+        if len(got) != size:
+            raise SystemExit(f"download returned {len(got)} bytes, expected {size}")
+        del got
+    path.unlink()
+    med = {k: statistics.median(v) for k, v in rows.items()}
+    return {
+        "mib": size / 2**20,
+        "samples": rows,
+        "sdk_up_s": med["sdk_up"],
+        "curl_up_s": med["curl_up"],
+        "up_ratio": med["sdk_up"] / med["curl_up"],
+        "sdk_down_s": med["sdk_down"],
+        "curl_down_s": med["curl_down"],
+        "down_ratio": med["sdk_down"] / med["curl_down"],
+    }
+
+
+def collect(endpoint: str, sizes_mib: list[int], repeat: int) -> list[dict]:
+    """Against a running S3 emulator at `endpoint` (bucket created here)."""
+    import boto3
+    import httpx
+
+    from payloadstore.devstack.services import create_payload_bucket
+
+    if shutil.which("curl") is None:
+        raise SystemExit("curl is needed for the baseline (apt-get install curl)")
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id=os.environ.get("AWS_ACCESS_KEY_ID", "local"),
+        aws_secret_access_key=os.environ.get("AWS_SECRET_ACCESS_KEY", "local-secret"),
+    )
+    create_payload_bucket(s3, BUCKET)
+    objects = presigner(endpoint)
+    scratch = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
+    scratch = Path(tempfile.mkdtemp(prefix="bench-transfer-", dir=scratch))
+    try:
+        # The SDK's own kind of client: what Client() creates when none is injected.
+        with httpx.Client(timeout=httpx.Timeout(300.0, connect=10.0)) as http:
+            return [measure_size(http, objects, mib * 2**20, repeat, scratch) for mib in sizes_mib]
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def report(rows: list[dict]) -> str:
+    lines = [
+        "size      SDK up   curl -T  ratio   SDK down  curl GET  ratio   (medians, s)",
+    ]
+    for r in rows:
+        lines.append(
+            f"{r['mib']:>5.0f} MiB {r['sdk_up_s']:>7.3f} {r['curl_up_s']:>8.3f} "
+            f"{r['up_ratio']:>6.2f}x {r['sdk_down_s']:>8.3f} {r['curl_down_s']:>9.3f} "
+            f"{r['down_ratio']:>6.2f}x"
+        )
+    return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--mib", type=int, default=64)
+    parser.add_argument("--mib", type=int, nargs="+", default=[8, 64, 100])
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
+
+    from payloadstore.devstack.services import MotoServer, local_aws_env
 
     with tempfile.TemporaryDirectory() as tmp:
         moto = MotoServer(log_path=Path(tmp) / "moto.log").start()
         try:
-            import os
-
             os.environ.update(local_aws_env(moto.endpoint))
-            s3 = boto3.client(
-                "s3",
-                endpoint_url=moto.endpoint,
-                region_name="us-east-1",
-                config=Config(signature_version="s3v4"),
-            )
-            create_payload_bucket(s3, BUCKET)
-            run(s3, args.mib, args.repeat)
+            rows = collect(moto.endpoint, args.mib, args.repeat)
         finally:
             moto.stop()
-
-
-def run(s3, mib: int, repeat: int) -> None:
-    array = np.random.default_rng(1).standard_normal(mib * 2**20 // 4).astype(np.float32)
-    t_encode, peak_encode, encoded = measure(lambda: codec.encode(array))
-    t_sha, _, sha = measure(encoded.sha256)
-    size = encoded.nbytes
-    checksum = base64.b64encode(bytes.fromhex(sha)).decode()
-    http = httpx.Client(timeout=300)
-    retry = RetryPolicy()
-
-    def grant(key: str, method: str) -> dict:
-        if method == "PUT":
-            url = s3.generate_presigned_url(
-                "put_object",
-                Params={
-                    "Bucket": BUCKET,
-                    "Key": key,
-                    "ContentType": codec.CONTENT_TYPE,
-                    "ContentLength": size,
-                    "ChecksumSHA256": checksum,
-                },
-                ExpiresIn=900,
-            )
-            return {
-                "url": url,
-                "method": "PUT",
-                "key": key,
-                "headers": {
-                    "content-length": str(size),
-                    "content-type": codec.CONTENT_TYPE,
-                    "x-amz-checksum-sha256": checksum,
-                    "x-amz-sdk-checksum-algorithm": "SHA256",
-                },
-            }
-        return {
-            "url": s3.generate_presigned_url("get_object", Params={"Bucket": BUCKET, "Key": key}),
-            "method": "GET",
-        }
-
-    rows: dict[str, list[tuple[float, int]]] = {
-        "upload (sdk, streamed)": [],
-        "upload (joined bytes)": [],
-        "download + verify (sdk)": [],
-    }
-    t_decode = 0.0
-    for i in range(repeat):
-        key = f"payloads/bench/{i}/args"
-        put, put_joined, get = grant(key, "PUT"), grant(key + "-joined", "PUT"), grant(key, "GET")
-
-        def streamed(put=put, key=key):
-            return upload(
-                http,
-                put,
-                list(encoded.chunks),
-                size,
-                presign_again=lambda: grant(key, "PUT"),
-                retry=retry,
-                progress=False,
-            )
-
-        def joined(put=put_joined):
-            http.put(
-                put["url"], content=encoded.tobytes(), headers=put["headers"]
-            ).raise_for_status()
-
-        def fetched(get=get, key=key):
-            return download(
-                http,
-                get,
-                size=size,
-                sha256=sha,
-                presign_again=lambda: grant(key, "GET"),
-                retry=retry,
-                progress=False,
-            )
-
-        t, peak, _ = measure(streamed)
-        rows["upload (sdk, streamed)"].append((t, peak))
-        t, peak, _ = measure(joined)
-        rows["upload (joined bytes)"].append((t, peak))
-        t, peak, data = measure(fetched)
-        rows["download + verify (sdk)"].append((t, peak))
-        assert hashlib.sha256(data).hexdigest() == sha
-        t_decode, _, decoded = measure(lambda data=data: codec.decode(data))
-        assert np.array_equal(decoded, array)
-        del data, decoded
-
-    print(f"payload: float32 array, {size / 2**20:.1f} MiB encoded, repeat={repeat} (medians)")
-    print(
-        f"encode: {t_encode * 1e3:.1f} ms, peak heap {peak_encode / 2**20:.2f} MiB; sha256: {t_sha * 1e3:.1f} ms "
-        f"({size / t_sha / 1e9:.2f} GB/s)"
-    )
-    for name, samples in rows.items():
-        t = statistics.median(s[0] for s in samples)
-        peak = statistics.median(s[1] for s in samples)
-        print(
-            f"{name}: {t * 1e3:.0f} ms ({size / t / 1e9:.2f} GB/s), peak heap {peak / 2**20:.2f} MiB "
-            f"({peak / size:.2f}x payload)"
-        )
-    print(f"decode (zero-copy view): {t_decode * 1e3:.2f} ms")
+    print(report(rows))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
 
 
 if __name__ == "__main__":
