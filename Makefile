@@ -15,7 +15,7 @@ DAEMON_TOKEN ?=
 NAMESPACE ?= dev
 PYTEST_ARGS ?=
 
-.PHONY: help dev demo smoke test reliability lint docs synth venv node redis clean-devstack sam-local
+.PHONY: help dev demo smoke test reliability lint docs synth venv node redis clean-devstack sam-local bench
 
 help:
 	@echo "make dev     run the control plane locally (redis-server, S3 emulator, gateway on :8080)"
@@ -27,6 +27,7 @@ help:
 	@echo "make smoke ENDPOINT=https://... TOKEN=<client token> DAEMON_TOKEN=<daemon token> [NAMESPACE=dev]"
 	@echo "make synth   npx cdk synth"
 	@echo "make sam-local  every function of the template, every events/ fixture, in Lambda containers"
+	@echo "make bench   every speed figure against its baseline, one run: bench/RESULTS.md + bench/plots/"
 
 # One stamp per set of extras: `make dev` installs only [stack]; the targets that need more
 # (test, lint, docs, synth) install their own set on top. A stamp is redone when pyproject.toml
@@ -104,3 +105,8 @@ sam-local: $(VENV)/.installed-test node redis
 
 clean-devstack:
 	rm -rf .devstack .devstack.json
+
+# One run of every benchmark side by side (bounded: BENCH_REPEAT, BENCH_COLD_N, BENCH_RT_N,
+# BENCH_MIB); writes bench/RESULTS.md (its "make bench" section) and bench/plots/*.png.
+bench: $(VENV)/.installed-bench redis
+	$(PY) bench/run_all.py

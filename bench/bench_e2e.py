@@ -1,0 +1,591 @@
+"""End-to-end figures on a local stack of its own (redis-server, the S3/SSM emulator, the local
+gateway with the real handlers), each against its baseline in the same run:
+
+- control-plane calls and bytes per S3-tier job, client side and daemon side (SDK + Daemon);
+- SDK `queue.add()` vs `curl -T` of the same bytes to a presigned URL, and `job.result()` vs
+  `curl` GET of the result object, by size;
+- a small job's round trip through the handlers (enqueue, poll, result post, result get, called
+  in-process as Lambda would) vs raw redis-py doing the same work;
+- Redis bytes per queued job vs payload size, ours (inline up to the threshold, then an S3
+  reference) vs naive (every payload inline in the stream entry).
+
+    .venv/bin/python bench/bench_e2e.py [--mib 8 64 100] [--repeat 3] [--n 300] [--json out.json]
+
+"CP bytes" are the JSON/msgpack bodies of control-plane requests and answers (what the routes
+carry); HTTP headers are counted apart (they depend on the client library and the gateway).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import importlib.util
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "functions")]
+os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
+os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")
+
+NS = "dev"
+QUEUE = "bench"
+# MAX_PAYLOAD_BYTES is 100 MiB of *encoded* payload: a "100 MiB" job leaves room for msgpack.
+MAX_PAYLOAD = 104_857_600 - 64
+
+
+def payload_size(mib: int) -> int:
+    return min(mib * 2**20, MAX_PAYLOAD)
+
+
+# -- counting control-plane traffic ----------------------------------------------------------------
+
+
+class Counter:
+    """httpx event hooks: every control-plane call with its body and header bytes."""
+
+    def __init__(self):
+        self.calls: list[dict] = []
+        self._lock = threading.Lock()
+
+    def hooks(self) -> dict:
+        return {"request": [self._request], "response": [self._response]}
+
+    def _request(self, request) -> None:
+        request.extensions["bench_start"] = {
+            "method": request.method,
+            "path": request.url.path,
+            "req_body": len(request.content or b""),
+            "req_headers": sum(len(k) + len(v) + 4 for k, v in request.headers.raw),
+        }
+
+    def _response(self, response) -> None:
+        response.read()
+        entry = dict(response.request.extensions.get("bench_start", {}))
+        entry.update(
+            status=response.status_code,
+            resp_body=len(response.content or b""),
+            resp_headers=sum(len(k) + len(v) + 4 for k, v in response.headers.raw),
+        )
+        with self._lock:
+            self.calls.append(entry)
+
+    def take(self) -> list[dict]:
+        with self._lock:
+            calls, self.calls = self.calls, []
+        return calls
+
+
+def summarize_calls(calls: list[dict]) -> dict:
+    return {
+        "calls": len(calls),
+        "body_bytes": sum(c["req_body"] + c["resp_body"] for c in calls),
+        "header_bytes": sum(c["req_headers"] + c["resp_headers"] for c in calls),
+        "routes": [f"{c['method']} {c['path']} -> {c['status']}" for c in calls],
+    }
+
+
+# -- the stack --------------------------------------------------------------------------------------
+
+
+@contextmanager
+def local_stack(tmp: Path):
+    from payloadstore.devstack.services import free_port
+    from payloadstore.devstack.stack import DevStack
+
+    stack = DevStack(
+        state_dir=tmp / "stack", state_file=tmp / "stack.json", port=free_port()
+    ).start()
+    try:
+        yield stack
+    finally:
+        stack.stop(snapshot=False)
+
+
+def clients(stack, counter_c: Counter, counter_d: Counter):
+    import httpx
+
+    from payloadstore import Client
+
+    tokens = stack.tokens[NS]
+
+    def make(token: str, counter: Counter):
+        return Client(
+            stack.endpoint,
+            token,
+            NS,
+            http=httpx.Client(
+                timeout=httpx.Timeout(60.0, connect=10.0), event_hooks=counter.hooks()
+            ),
+            progress=False,
+        )
+
+    return make(tokens["client_token"], counter_c), make(tokens["daemon_token"], counter_d)
+
+
+def identity(x):
+    return x
+
+
+# -- SDK vs curl, and CP calls per job ---------------------------------------------------------------
+
+
+def curl(*args: str) -> float:
+    started = time.perf_counter()
+    subprocess.run(
+        ["curl", "-sS", "--fail", "-H", "Expect:", *args], check=True, stdout=subprocess.DEVNULL
+    )
+    return time.perf_counter() - started
+
+
+def cp_post(stack, token: str, path: str, **kwargs):
+    import httpx
+
+    r = httpx.post(
+        stack.endpoint + path, headers={"Authorization": f"Bearer {token}"}, timeout=60, **kwargs
+    )
+    r.raise_for_status()
+    return r.json()
+
+
+def sdk_vs_curl(stack, sizes_mib: list[int], repeat: int) -> dict:
+    import hashlib
+
+    from payloadstore import codec
+    from payloadstore.daemon import Daemon
+
+    counter_c, counter_d = Counter(), Counter()
+    client, daemon_client = clients(stack, counter_c, counter_d)
+    daemon = Daemon(
+        daemon_client,
+        QUEUE,
+        wait_s=1.0,
+        check_health=False,
+        progress=False,
+        install_signal_handlers=False,
+    )
+    queue = client.queue(QUEUE)
+    scratch_root = Path("/dev/shm") if Path("/dev/shm").is_dir() else None
+    scratch = Path(tempfile.mkdtemp(prefix="bench-e2e-", dir=scratch_root))
+    tokens = stack.tokens[NS]
+
+    def one_job(payload: bytes) -> tuple[float, float, list, list, object]:
+        counter_c.take(), counter_d.take()
+        started = time.perf_counter()
+        job = queue.add(payload)
+        t_add = time.perf_counter() - started
+        message = daemon.poll()
+        if message is None:
+            raise SystemExit("the daemon polled nothing")
+        daemon.process(message, identity)
+        started = time.perf_counter()
+        value = job.result(timeout=60)
+        t_result = time.perf_counter() - started
+        if len(value) != len(payload):
+            raise SystemExit("result differs from the payload")
+        return t_add, t_result, counter_c.take(), counter_d.take(), job
+
+    one_job(b"warm-up" * 40_000)  # config fetch, connections, imports: not part of a job
+    rows, per_job = [], None
+    try:
+        for mib in sizes_mib:
+            payload = os.urandom(payload_size(mib))
+            encoded = codec.encode({"args": [payload], "kwargs": {}})
+            body = encoded.tobytes()
+            sha = hashlib.sha256(body).hexdigest()
+            path = scratch / "body"
+            path.write_bytes(body)
+            samples = {"sdk_add": [], "curl_put": [], "sdk_result": [], "curl_get": []}
+            for _ in range(repeat):
+                grant = cp_post(
+                    stack,
+                    tokens["client_token"],
+                    f"/v1/namespaces/{NS}/payloads/presign",
+                    json={"op": "put", "size": len(body), "kind": "args", "sha256": sha},
+                )
+                headers = [a for k, v in grant["headers"].items() for a in ("-H", f"{k}: {v}")]
+                samples["curl_put"].append(curl("-T", str(path), *headers, grant["url"]))
+                t_add, t_result, calls_c, calls_d, job = one_job(payload)
+                samples["sdk_add"].append(t_add)
+                samples["sdk_result"].append(t_result)
+                status = client.job(job.job_id).status()
+                ref = status.result_ref or {}
+                key = ref["key"] if isinstance(ref, dict) else ref.key
+                got = cp_post(
+                    stack,
+                    tokens["client_token"],
+                    f"/v1/namespaces/{NS}/payloads/presign",
+                    params={"op": "get", "key": key},
+                )
+                samples["curl_get"].append(curl("-o", "/dev/null", got["url"]))
+                if mib == max(sizes_mib):
+                    per_job = {
+                        "mib": mib,
+                        "client": summarize_calls(calls_c),
+                        "daemon": summarize_calls(calls_d),
+                    }
+            path.unlink()
+            med = {k: statistics.median(v) for k, v in samples.items()}
+            rows.append(
+                {
+                    "mib": mib,
+                    "samples": samples,
+                    **{f"{k}_s": v for k, v in med.items()},
+                    "add_ratio": med["sdk_add"] / med["curl_put"],
+                    "result_ratio": med["sdk_result"] / med["curl_get"],
+                }
+            )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+        client.close()
+        daemon_client.close()
+    return {"by_size": rows, "per_job": per_job}
+
+
+# -- round trip through the handlers vs raw redis-py ------------------------------------------------
+
+
+def _events_module():
+    spec = importlib.util.spec_from_file_location("bench_events", REPO / "events" / "generate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class FakeContext:
+    function_name = "bench"
+    function_version = "$LATEST"
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:bench"
+    memory_limit_in_mb = 512
+    aws_request_id = "bench"
+    log_group_name = "/aws/lambda/bench"
+    log_stream_name = "bench"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 10_000
+
+
+def handler_round_trips(n: int) -> list[float]:
+    import msgpack
+    from controlplane.handlers import daemon as daemon_fn
+    from controlplane.handlers import jobs as jobs_fn
+
+    ev = _events_module()
+    ctx = FakeContext()
+    payload = base64.b64encode(msgpack.packb({"args": [1, 2], "kwargs": {}})).decode()
+    result = base64.b64encode(msgpack.packb(3)).decode()
+    queue = f"rt-{uuid.uuid4().hex[:6]}"
+
+    def call(fn, event, ok):
+        out = fn.lambda_handler(event, ctx)
+        if out["statusCode"] not in ok:
+            raise SystemExit(f"{event['path']} answered {out['statusCode']}: {out.get('body')}")
+        return json.loads(out["body"]) if out.get("body") else None
+
+    samples = []
+    for i in range(n + 10):
+        started = time.perf_counter()
+        enq = call(
+            jobs_fn,
+            ev.event(
+                "POST",
+                "/v1/namespaces/{ns}/queues/{queue}/jobs",
+                {"ns": NS, "queue": queue},
+                body=payload,
+                headers={
+                    "Content-Type": "application/msgpack",
+                    "Idempotency-Key": uuid.uuid4().hex,
+                },
+                b64=True,
+            ),
+            (201,),
+        )
+        job_id = enq["job_id"]
+        polled = call(
+            daemon_fn,
+            ev.event(
+                "POST",
+                "/v1/daemon/poll",
+                None,
+                role="daemon",
+                body={"namespace": NS, "queues": [queue], "wait_s": 0, "daemon_id": "bench-d"},
+            ),
+            (200,),
+        )
+        post = {"resultInline": result}
+        if polled.get("lease"):
+            post["lease"] = polled["lease"]
+        call(
+            daemon_fn,
+            ev.event(
+                "POST",
+                "/v1/namespaces/{ns}/jobs/{job_id}/result",
+                {"ns": NS, "job_id": job_id},
+                role="daemon",
+                body=post,
+            ),
+            (204,),
+        )
+        got = call(
+            jobs_fn,
+            ev.event(
+                "GET",
+                "/v1/namespaces/{ns}/jobs/{job_id}/result",
+                {"ns": NS, "job_id": job_id},
+                query={"wait": "0"},
+            ),
+            (200,),
+        )
+        if got.get("state") != "succeeded":
+            raise SystemExit(f"round trip ended {got}")
+        if i >= 10:  # the first ones warm caches and connections
+            samples.append(time.perf_counter() - started)
+    return samples
+
+
+def raw_round_trips(redis_url: str, n: int) -> list[float]:
+    """What a minimal hand-written queue does for the same job with redis-py: a job hash and a
+    stream entry, a group read, the result into the hash with the ack, and the read back."""
+    import msgpack
+    import redis
+
+    r = redis.Redis.from_url(redis_url)
+    stream, group = f"raw:{{q}}:{uuid.uuid4().hex[:6]}", "g"
+    r.xgroup_create(stream, group, id="0", mkstream=True)
+    payload = msgpack.packb({"args": [1, 2], "kwargs": {}})
+    result = msgpack.packb(3)
+    samples = []
+    for i in range(n + 10):
+        started = time.perf_counter()
+        job_id = uuid.uuid4().hex
+        key = f"raw:{{j:{job_id}}}"
+        r.hset(key, mapping={"ns": NS, "queue": "q", "state": "queued", "attempts": 0})
+        r.xadd(stream, {"job": job_id, "inline": payload})
+        entries = r.xreadgroup(group, "c", {stream: ">"}, count=1)
+        sid = entries[0][1][0][0]
+        r.hset(key, mapping={"state": "running", "attempts": 1})
+        r.hset(key, mapping={"state": "succeeded", "result": result})
+        r.xack(stream, group, sid)
+        r.xdel(stream, sid)
+        got = r.hgetall(key)
+        if got[b"state"] != b"succeeded":
+            raise SystemExit("raw round trip failed")
+        if i >= 10:
+            samples.append(time.perf_counter() - started)
+    r.delete(stream)
+    return samples
+
+
+def round_trip(stack, n: int) -> dict:
+    handlers = handler_round_trips(n)
+    raw = raw_round_trips(stack.redis.url, n)
+    h, r = statistics.median(handlers), statistics.median(raw)
+    return {
+        "n": n,
+        "handlers_us": h * 1e6,
+        "raw_us": r * 1e6,
+        "ratio": h / r,
+        "handlers_samples_us": [x * 1e6 for x in handlers],
+        "raw_samples_us": [x * 1e6 for x in raw],
+    }
+
+
+# -- Redis bytes per job vs payload size --------------------------------------------------------------
+
+
+def redis_bytes(stack, sizes: list[int]) -> list[dict]:
+    """Bytes per queued job by payload size: ours through the handlers (S3's HEAD answered from
+    the issue record, as no object is uploaded), naive as one stream entry holding the payload."""
+    import msgpack
+    import redis
+    from controlplane.handlers import jobs as jobs_fn
+    from controlplane.handlers import payloads as payloads_fn
+    from controlplane.store import s3_objects
+
+    ev = _events_module()
+    ctx = FakeContext()
+    r = redis.Redis.from_url(stack.redis.url, socket_timeout=300)
+    # This stack is the bench's own: no append-only file to write 100 MiB entries into.
+    r.config_set("appendonly", "no")
+    issued: dict[str, tuple[int, str]] = {}
+    real_head = s3_objects.S3Objects.head
+
+    def head(self, key):
+        size, sha = issued[key]
+        return s3_objects.ObjectInfo(
+            size=size,
+            sha256_b64=s3_objects.sha256_hex_to_b64(sha),
+            content_type="application/msgpack",
+        )
+
+    def used() -> int:
+        return int(r.info("memory")["used_memory"])
+
+    def settle() -> None:
+        """An empty Redis whose allocator gave back what the previous size used."""
+        r.flushall(asynchronous=False)
+        for _ in range(50):
+            if int(r.info("memory").get("lazyfree_pending_objects", 0)) == 0:
+                break
+            time.sleep(0.1)
+        r.memory_purge()
+
+    rows = []
+    s3_objects.S3Objects.head = head
+    try:
+        for size in sizes:
+            inline = size < 262_144
+            n_ours = max(2, min(200, (32 << 20) // size)) if inline else 200
+            n_naive = max(2, min(200, (32 << 20) // size))
+            queue = f"mem-{uuid.uuid4().hex[:6]}"
+            settle()
+            before = used()
+            for _ in range(n_ours):
+                body = msgpack.packb({"args": [os.urandom(size)], "kwargs": {}})
+                if len(body) <= 262_144:
+                    out = jobs_fn.lambda_handler(
+                        ev.event(
+                            "POST",
+                            "/v1/namespaces/{ns}/queues/{queue}/jobs",
+                            {"ns": NS, "queue": queue},
+                            body=base64.b64encode(body).decode(),
+                            headers={
+                                "Content-Type": "application/msgpack",
+                                "Idempotency-Key": uuid.uuid4().hex,
+                            },
+                            b64=True,
+                        ),
+                        ctx,
+                    )
+                else:
+                    sha = uuid.uuid4().hex * 2
+                    answer = payloads_fn.lambda_handler(
+                        ev.event(
+                            "POST",
+                            "/v1/namespaces/{ns}/payloads/presign",
+                            {"ns": NS},
+                            query={"op": "put", "size": str(len(body))},
+                            body={"kind": "args", "sha256": sha},
+                        ),
+                        ctx,
+                    )
+                    grant = json.loads(answer["body"])
+                    if answer["statusCode"] != 200:
+                        raise SystemExit(f"presign answered {answer['statusCode']}: {grant}")
+                    issued[grant["key"]] = (len(body), sha)
+                    ref = {
+                        "kind": "s3",
+                        "bucket": grant["bucket"],
+                        "key": grant["key"],
+                        "size": len(body),
+                        "contentType": "application/msgpack",
+                        "sha256": sha,
+                    }
+                    out = jobs_fn.lambda_handler(
+                        ev.event(
+                            "POST",
+                            "/v1/namespaces/{ns}/queues/{queue}/jobs",
+                            {"ns": NS, "queue": queue},
+                            body={"payloadRef": ref},
+                        ),
+                        ctx,
+                    )
+                if out["statusCode"] not in (200, 201):
+                    raise SystemExit(f"enqueue answered {out['statusCode']}: {out.get('body')}")
+            ours = (used() - before) / n_ours
+
+            settle()
+            before = used()
+            for _ in range(n_naive):
+                job_id = uuid.uuid4().hex
+                body = msgpack.packb({"args": [os.urandom(size)], "kwargs": {}})
+                r.hset(f"naive:{{j:{job_id}}}", mapping={"ns": NS, "queue": "q", "state": "queued"})
+                r.xadd("naive:{q}", {"job": job_id, "inline": body})
+            naive = (used() - before) / n_naive
+            rows.append(
+                {
+                    "payload_bytes": size,
+                    "n": n_ours,
+                    "n_naive": n_naive,
+                    "ours": ours,
+                    "naive": naive,
+                }
+            )
+    finally:
+        s3_objects.S3Objects.head = real_head
+    return rows
+
+
+# -- main -------------------------------------------------------------------------------------------
+
+
+def collect(sizes_mib: list[int], repeat: int, n: int, mem_sizes: list[int]) -> dict:
+    if shutil.which("curl") is None:
+        raise SystemExit("curl is needed for the baseline (apt-get install curl)")
+    with tempfile.TemporaryDirectory(prefix="bench-e2e-") as tmp, local_stack(Path(tmp)) as stack:
+        out = {"transfers": sdk_vs_curl(stack, sizes_mib, repeat)}
+        out["round_trip"] = round_trip(stack, n)
+        out["redis_bytes"] = redis_bytes(stack, mem_sizes)
+    return out
+
+
+MEM_SIZES = [1024, 16 << 10, 200 << 10, 1 << 20, 8 << 20, 64 << 20, MAX_PAYLOAD]
+
+
+def report(out: dict) -> str:
+    lines = []
+    per_job = out["transfers"]["per_job"]
+    if per_job:
+        for side in ("client", "daemon"):
+            s = per_job[side]
+            lines.append(
+                f"CP per {per_job['mib']} MiB S3-tier job, {side}: {s['calls']} calls, "
+                f"{s['body_bytes']:,} B bodies (+{s['header_bytes']:,} B headers): "
+                + "; ".join(s["routes"])
+            )
+        total = per_job["client"]["body_bytes"] + per_job["daemon"]["body_bytes"]
+        lines.append(f"CP body bytes, whole life of the job: {total:,} B")
+    lines.append("size     queue.add  curl -T  ratio   result()  curl GET  ratio  (medians, s)")
+    for r in out["transfers"]["by_size"]:
+        lines.append(
+            f"{r['mib']:>4} MiB {r['sdk_add_s']:>9.3f} {r['curl_put_s']:>8.3f} {r['add_ratio']:>5.2f}x "
+            f"{r['sdk_result_s']:>9.3f} {r['curl_get_s']:>9.3f} {r['result_ratio']:>5.2f}x"
+        )
+    rt = out["round_trip"]
+    lines.append(
+        f"small job round trip, median of {rt['n']}: handlers {rt['handlers_us']:,.0f} us, "
+        f"raw redis-py {rt['raw_us']:,.0f} us, ratio {rt['ratio']:.2f}x"
+    )
+    for row in out["redis_bytes"]:
+        lines.append(
+            f"Redis bytes per queued job, payload {row['payload_bytes']:>11,} B: ours "
+            f"{row['ours']:>13,.0f}  naive {row['naive']:>13,.0f}"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mib", type=int, nargs="+", default=[8, 64, 100])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--n", type=int, default=300)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    out = collect(args.mib, args.repeat, args.n, MEM_SIZES)
+    print(report(out))
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,388 @@
+"""`make bench`: every speed figure of the project side by side, in one run, each as a ratio to a
+baseline measured in the same run, written to bench/RESULTS.md (between the "make bench"
+markers; the other sections are left alone) with PNG plots under bench/plots/.
+
+Sections (each module runs alone too; see its docstring):
+- cold start per function, from the staged assets (bench_layer_cold_import.py);
+- presign vs botocore's signer alone (bench_presign.py);
+- SDK transfer functions vs curl by size (bench_sdk_transfer.py);
+- on a local stack: CP calls and bytes per S3-tier job, queue.add()/job.result() vs curl by size,
+  a small job's round trip through the handlers vs raw redis-py, Redis bytes per job vs payload
+  size, ours vs naive inline (bench_e2e.py);
+- redis8's bench_redis.py (Redis bytes per job against its goals), when present, as it prints.
+
+Bounded in time: small repeat counts by default (BENCH_REPEAT, BENCH_COLD_N, BENCH_RT_N, BENCH_MIB
+override them); a section that fails is reported as failed and the others still run.
+
+    .venv/bin/python bench/run_all.py [--no-write] [--sections cold,presign,transfer,e2e,redis]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path[:0] = [str(HERE), str(REPO), str(REPO / "functions")]
+RESULTS = HERE / "RESULTS.md"
+PLOTS = HERE / "plots"
+BEGIN, END = "<!-- make bench: begin -->", "<!-- make bench: end -->"
+
+GOALS = {
+    "cp_calls_client": 3,
+    "cp_calls_daemon": 3,
+    "cp_bytes_job": 3072,
+    "add_ratio": 1.15,
+    "result_ratio": 1.15,
+    "round_trip_ratio": 1.5,
+    "presign_ratio": 2.0,
+}
+
+
+def env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def run_section(name: str, fn, results: dict, timings: dict) -> None:
+    started = time.perf_counter()
+    print(f"== {name}", flush=True)
+    try:
+        results[name] = fn()
+    except BaseException as e:  # a failed section is reported; the others still run
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        results[name] = {"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()}
+        print(results[name]["trace"], file=sys.stderr)
+    timings[name] = time.perf_counter() - started
+    print(f"   {name}: {timings[name]:.0f} s", flush=True)
+
+
+def redis8_bench() -> dict:
+    script = HERE / "bench_redis.py"
+    if not script.exists():
+        return {"error": "bench/bench_redis.py not present"}
+    out = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=900, check=False
+    )
+    if out.returncode != 0:
+        return {"error": out.stderr[-2000:]}
+    return {"text": out.stdout.strip()}
+
+
+# -- plots --------------------------------------------------------------------------------------
+
+
+def plots(results: dict) -> list[str]:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib missing: pip install -e '.[bench]' for the plots", file=sys.stderr)
+        return []
+    PLOTS.mkdir(exist_ok=True)
+    made = []
+    e2e = results.get("e2e", {})
+
+    rows = e2e.get("redis_bytes") or []
+    if rows:
+        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        x = [r["payload_bytes"] for r in rows]
+        ax.loglog(
+            x, [r["ours"] for r in rows], "o-", label="payloadstore (inline ≤ 256 KiB, then S3 ref)"
+        )
+        ax.loglog(x, [r["naive"] for r in rows], "s--", label="naive (payload inline in Redis)")
+        ax.set_xlabel("payload size (bytes)")
+        ax.set_ylabel("Redis bytes per queued job")
+        ax.set_title("Redis memory per job vs payload size")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(PLOTS / "redis_bytes_per_job.png", dpi=110)
+        plt.close(fig)
+        made.append("plots/redis_bytes_per_job.png")
+
+    transfer = (e2e.get("transfers") or {}).get("by_size") or []
+    sdk_rows = results.get("transfer") if isinstance(results.get("transfer"), list) else []
+    if transfer or sdk_rows:
+        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        if transfer:
+            x = [r["mib"] for r in transfer]
+            ax.plot(x, [r["sdk_add_s"] for r in transfer], "o-", label="SDK queue.add()")
+            ax.plot(x, [r["curl_put_s"] for r in transfer], "o--", label="curl -T (same bytes)")
+            ax.plot(x, [r["sdk_result_s"] for r in transfer], "s-", label="SDK job.result()")
+            ax.plot(x, [r["curl_get_s"] for r in transfer], "s--", label="curl GET")
+        elif sdk_rows:
+            x = [r["mib"] for r in sdk_rows]
+            ax.plot(x, [r["sdk_up_s"] for r in sdk_rows], "o-", label="SDK upload")
+            ax.plot(x, [r["curl_up_s"] for r in sdk_rows], "o--", label="curl -T")
+            ax.plot(x, [r["sdk_down_s"] for r in sdk_rows], "s-", label="SDK download")
+            ax.plot(x, [r["curl_down_s"] for r in sdk_rows], "s--", label="curl GET")
+        ax.set_xlabel("payload (MiB)")
+        ax.set_ylabel("seconds (median)")
+        ax.set_title("Transfer time vs size, SDK vs curl (same presigned URLs)")
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(PLOTS / "transfer_time.png", dpi=110)
+        plt.close(fig)
+        made.append("plots/transfer_time.png")
+
+    rt = e2e.get("round_trip")
+    if rt:
+        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        for label, key in (
+            ("through the handlers", "handlers_samples_us"),
+            ("raw redis-py", "raw_samples_us"),
+        ):
+            xs = sorted(rt[key])
+            ys = [(i + 1) / len(xs) for i in range(len(xs))]
+            ax.step(xs, ys, where="post", label=label)
+        ax.set_xscale("log")
+        ax.set_xlabel("small job round trip (µs)")
+        ax.set_ylabel("fraction of round trips")
+        ax.set_title("Round-trip latency CDF")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(PLOTS / "round_trip_cdf.png", dpi=110)
+        plt.close(fig)
+        made.append("plots/round_trip_cdf.png")
+    return made
+
+
+# -- the report ----------------------------------------------------------------------------------
+
+
+def verdict(value: float | None, goal: float) -> str:
+    if value is None:
+        return "not measured"
+    return "met" if value <= goal else f"missed by {value / goal:.2f}x"
+
+
+def summary_table(results: dict) -> list[str]:
+    rows = ["| figure | ours | baseline | ratio | goal | verdict |", "|---|---|---|---|---|---|"]
+    e2e = results.get("e2e") if isinstance(results.get("e2e"), dict) else {}
+    per_job = (e2e.get("transfers") or {}).get("per_job") if e2e else None
+    if per_job:
+        c, d = per_job["client"], per_job["daemon"]
+        rows.append(
+            f"| CP calls per S3-tier job, client | {c['calls']} | – | – | ≤ {GOALS['cp_calls_client']} "
+            f"| {verdict(c['calls'], GOALS['cp_calls_client'])} |"
+        )
+        rows.append(
+            f"| CP calls per S3-tier job, daemon | {d['calls']} | – | – | ≤ {GOALS['cp_calls_daemon']} "
+            f"| {verdict(d['calls'], GOALS['cp_calls_daemon'])} |"
+        )
+        total = c["body_bytes"] + d["body_bytes"]
+        rows.append(
+            f"| CP body bytes, whole life of a {per_job['mib']} MiB job | {total:,} B | – | – "
+            f"| ≤ {GOALS['cp_bytes_job']:,} B | {verdict(total, GOALS['cp_bytes_job'])} |"
+        )
+    for r in (e2e.get("transfers") or {}).get("by_size") or []:
+        rows.append(
+            f"| SDK queue.add() {r['mib']} MiB vs curl -T | {r['sdk_add_s']:.3f} s | {r['curl_put_s']:.3f} s "
+            f"| {r['add_ratio']:.2f}x | ≤ {GOALS['add_ratio']}x | {verdict(r['add_ratio'], GOALS['add_ratio'])} |"
+        )
+        rows.append(
+            f"| SDK job.result() {r['mib']} MiB vs curl GET | {r['sdk_result_s']:.3f} s "
+            f"| {r['curl_get_s']:.3f} s | {r['result_ratio']:.2f}x | ≤ {GOALS['result_ratio']}x "
+            f"| {verdict(r['result_ratio'], GOALS['result_ratio'])} |"
+        )
+    transfer = results.get("transfer") if isinstance(results.get("transfer"), list) else []
+    for r in transfer:
+        rows.append(
+            f"| SDK upload() {r['mib']:.0f} MiB vs curl -T (transfer only) | {r['sdk_up_s']:.3f} s "
+            f"| {r['curl_up_s']:.3f} s | {r['up_ratio']:.2f}x | ≤ {GOALS['add_ratio']}x "
+            f"| {verdict(r['up_ratio'], GOALS['add_ratio'])} |"
+        )
+        rows.append(
+            f"| SDK download() {r['mib']:.0f} MiB vs curl GET (transfer only) | {r['sdk_down_s']:.3f} s "
+            f"| {r['curl_down_s']:.3f} s | {r['down_ratio']:.2f}x | ≤ {GOALS['result_ratio']}x "
+            f"| {verdict(r['down_ratio'], GOALS['result_ratio'])} |"
+        )
+    rt = e2e.get("round_trip") if e2e else None
+    if rt:
+        rows.append(
+            f"| small job round trip, handlers vs raw redis-py | {rt['handlers_us']:,.0f} µs "
+            f"| {rt['raw_us']:,.0f} µs | {rt['ratio']:.2f}x | ≤ {GOALS['round_trip_ratio']}x "
+            f"| {verdict(rt['ratio'], GOALS['round_trip_ratio'])} |"
+        )
+    cold = results.get("cold") if isinstance(results.get("cold"), dict) else {}
+    for r in cold.get("rows") or []:
+        rows.append(
+            f"| cold start {r['function']} (import + 1st request, CPU) | {r['cold_cpu_ms']:.0f} ms "
+            f"| `-c pass` {r['baseline_cpu_ms']:.0f} ms | {r['cold_cpu_ms'] / max(r['baseline_cpu_ms'], 1):.0f}x "
+            f"| ≤ {r['goal_ms']:.0f} ms | {verdict(r['cold_cpu_ms'], r['goal_ms'])} (wall {r['cold_ms']:.0f} ms) |"
+        )
+    presign = results.get("presign") if isinstance(results.get("presign"), dict) else {}
+    if "put_ours_us" in presign:
+        for op in ("put", "get"):
+            rows.append(
+                f"| presign {op.upper()}, warm | {presign[f'{op}_ours_us']:.0f} µs "
+                f"| signer alone {presign[f'{op}_signer_us']:.0f} µs | {presign[f'{op}_ratio']:.2f}x "
+                f"| ≤ {GOALS['presign_ratio']}x | {verdict(presign[f'{op}_ratio'], GOALS['presign_ratio'])} |"
+            )
+    return rows
+
+
+def render(results: dict, timings: dict, made: list[str], started_at: str) -> str:
+    from bench_e2e import report as e2e_report
+    from bench_layer_cold_import import report as cold_report
+    from bench_presign import report as presign_report
+    from bench_sdk_transfer import report as transfer_report
+
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    out = [
+        BEGIN,
+        "## `make bench`: every figure against its baseline, one run",
+        "",
+        "```",
+        "make bench        # = .venv/bin/python bench/run_all.py",
+        "```",
+        "",
+        f"Run {started_at} on {platform.node() or 'this machine'}: {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}, load average at the end {load}; "
+        + ", ".join(f"{k} {v:.0f} s" if v else k for k, v in timings.items())
+        + ". The machine is shared: wall-clock figures vary by 2x and more between runs; ratios "
+        "compare figures taken in the same run, and cold start is judged on CPU time.",
+        "",
+        *summary_table(results),
+        "",
+    ]
+    if made:
+        out += ["Plots: " + ", ".join(f"[{m}]({m})" for m in made), ""]
+        out += [f"![{Path(m).stem}]({m})" for m in made] + [""]
+    sections = [
+        (
+            "e2e",
+            "Local stack: CP traffic per job, SDK vs curl, round trip, Redis bytes",
+            e2e_report,
+        ),
+        ("transfer", "SDK transfer functions vs curl (same presigned URLs)", transfer_report),
+        ("cold", "Cold start per function", cold_report),
+        ("presign", "Presign vs signing alone", presign_report),
+    ]
+    for key, title, fn in sections:
+        value = results.get(key)
+        if value is None:
+            continue
+        out += [f"### {title}", "", "```"]
+        out.append(value["error"] if isinstance(value, dict) and "error" in value else fn(value))
+        out += ["```", ""]
+    redis = results.get("redis")
+    if redis:
+        out += ["### Redis bytes per job (bench/bench_redis.py)", "", "```"]
+        out.append(redis.get("text") or redis.get("error", ""))
+        out += ["```", ""]
+    out.append(END)
+    return "\n".join(out)
+
+
+def write_results(block: str) -> None:
+    text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
+    if BEGIN in text and END in text:
+        head, _, rest = text.partition(BEGIN)
+        _, _, tail = rest.partition(END)
+        text = head + block + tail
+    else:
+        head, sep, tail = text.partition("\n## ")
+        text = head.rstrip() + "\n\n" + block + "\n\n" + (sep.lstrip("\n") + tail if sep else "")
+    RESULTS.write_text(text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sections", default="presign,transfer,e2e,cold,redis")
+    parser.add_argument("--no-write", action="store_true", help="print, leave RESULTS.md alone")
+    parser.add_argument("--json", type=Path, default=HERE / "plots" / "results.json")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="sections not run now are taken from the previous run's results.json (labelled)",
+    )
+    args = parser.parse_args()
+    wanted = set(args.sections.split(","))
+    repeat = env_int("BENCH_REPEAT", 3)
+    mib = [int(x) for x in os.environ.get("BENCH_MIB", "8 64 100").split()]
+    started_at = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+
+    os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
+    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")
+    results: dict = {}
+    timings: dict = {}
+    if "presign" in wanted:
+        import bench_presign
+
+        run_section("presign", lambda: bench_presign.collect(2000), results, timings)
+    if "transfer" in wanted:
+
+        def transfer():
+            import tempfile
+
+            import bench_sdk_transfer
+
+            from payloadstore.devstack.services import MotoServer, local_aws_env
+
+            with tempfile.TemporaryDirectory() as tmp:
+                moto = MotoServer(log_path=Path(tmp) / "moto.log").start()
+                try:
+                    os.environ.update(local_aws_env(moto.endpoint))
+                    return bench_sdk_transfer.collect(moto.endpoint, mib, repeat)
+                finally:
+                    moto.stop()
+
+        run_section("transfer", transfer, results, timings)
+    if "e2e" in wanted:
+        import bench_e2e
+
+        run_section(
+            "e2e",
+            lambda: bench_e2e.collect(mib, repeat, env_int("BENCH_RT_N", 300), bench_e2e.MEM_SIZES),
+            results,
+            timings,
+        )
+    if "cold" in wanted:
+        import bench_layer_cold_import
+
+        run_section(
+            "cold",
+            lambda: bench_layer_cold_import.run(env_int("BENCH_COLD_N", 10), None),
+            results,
+            timings,
+        )
+    if "redis" in wanted:
+        run_section("redis", redis8_bench, results, timings)
+
+    if args.reuse and args.json and args.json.exists():
+        previous = json.loads(args.json.read_text())
+        for key, value in previous.items():
+            if key not in results and not key.startswith("_"):
+                results[key] = value
+                timings[f"{key} (from {previous.get('_started_at', 'an earlier run')})"] = 0.0
+    results["_started_at"] = started_at
+    made = plots(results)
+    block = render(results, timings, made, started_at)
+    print(block)
+    if args.json:
+        args.json.parent.mkdir(exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=2, default=str))
+    if not args.no_write:
+        write_results(block)
+        print(f"wrote {RESULTS.relative_to(REPO)}")
+
+
+if __name__ == "__main__":
+    main()
