@@ -14,9 +14,18 @@ import httpx
 
 from . import codec
 from ._http import RetryPolicy
-from ._transfer import download, upload
-from ._wire import PayloadRef, ServerConfig, UploadGrant, Wire
+from ._transfer import download, expiry_epoch, upload
+from ._wire import DownloadGrant, PayloadRef, ServerConfig, UploadGrant, Wire
 from .errors import PayloadTooLarge
+
+# A URL handed out with a reference is used only with this much life left (clock skew, a queue
+# wait between the answer and the download); otherwise one presign-get call replaces it.
+GRANT_MARGIN_S = 30.0
+
+
+def usable(grant: DownloadGrant) -> bool:
+    deadline = expiry_epoch(grant.expires_at)
+    return deadline is None or deadline - time.time() > GRANT_MARGIN_S
 
 
 class Payloads:
@@ -101,13 +110,23 @@ class Payloads:
         return ref, granted_job
 
     def fetch(
-        self, ref: PayloadRef, *, job_id: str | None = None, progress: bool | None = None
+        self,
+        ref: PayloadRef,
+        *,
+        job_id: str | None = None,
+        progress: bool | None = None,
+        grant: DownloadGrant | None = None,
     ) -> bytearray:
-        """Download a reference and verify its sha256 (PayloadCorrupt / PayloadLost)."""
-        grant = self.wire.presign_get(ref.key, job_id=job_id)
+        """Download a reference and verify its sha256 (PayloadCorrupt / PayloadLost).
+
+        `grant`: the presigned GET the control plane handed out with the reference (poll and
+        result answers carry one); used while it is valid, else one presign-get call is made.
+        A URL that S3 refuses as expired is replaced the same way."""
+        if grant is None or not usable(grant):
+            grant = self.wire.presign_get(ref.key, job_id=job_id)
         return download(
             self.s3_http,
-            grant.raw,
+            {"url": grant.url, "method": grant.method or "GET", "expires_at": grant.expires_at},
             size=ref.size,
             sha256=ref.sha256,
             presign_again=lambda: self.wire.presign_get(ref.key, job_id=job_id).raw,

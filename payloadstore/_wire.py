@@ -177,6 +177,8 @@ class ResultAnswer:
     result_ref: PayloadRef | None = None
     error: dict | None = None
     raw: dict = field(default_factory=dict, repr=False)
+    #: a presigned GET of `result_ref`, handed out with it (no presign-get call needed)
+    download: DownloadGrant | None = None
 
 
 @dataclass(frozen=True)
@@ -190,6 +192,8 @@ class PolledJob:
     payload_inline: bytes | None = None
     payload_ref: PayloadRef | None = None
     raw: dict = field(default_factory=dict, repr=False)
+    #: a presigned GET of `payload_ref`, handed out with it (no presign-get call needed)
+    download: DownloadGrant | None = None
 
 
 @dataclass(frozen=True)
@@ -378,6 +382,18 @@ def _ref(value: Any) -> PayloadRef | None:
     return PayloadRef.from_wire(value) if isinstance(value, Mapping) and value.get("key") else None
 
 
+def _download(value: Any) -> DownloadGrant | None:
+    """`download: {url, expires_at}` beside an S3 reference (servers before it: None)."""
+    if not isinstance(value, Mapping) or not value.get("url"):
+        return None
+    return DownloadGrant(
+        url=str(value["url"]),
+        method="GET",
+        expires_at=value.get("expires_at"),
+        raw=dict(value),
+    )
+
+
 def parse_none(response: httpx.Response) -> None:
     return None
 
@@ -482,6 +498,7 @@ def parse_result(job_id: str) -> Callable[[httpx.Response], ResultAnswer]:
             if isinstance(error, dict)
             else ({"message": str(error)} if error else None),
             raw=body,
+            download=_download(body.get("download")),
         )
 
     return parse
@@ -551,6 +568,7 @@ def polled_job(body: Mapping[str, Any]) -> PolledJob:
         payload_inline=_b64(body.get("payloadInline")),
         payload_ref=_ref(body.get("payloadRef")),
         raw=dict(body),
+        download=_download(body.get("download")),
     )
 
 

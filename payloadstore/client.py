@@ -566,7 +566,7 @@ class Job:
             return codec.decode(answer.result_inline, copy=copy)
         if answer.result_ref is not None:
             data = self.client.payloads.fetch(
-                answer.result_ref, job_id=self.job_id, progress=progress
+                answer.result_ref, job_id=self.job_id, progress=progress, grant=answer.download
             )
             return codec.decode(data, copy=copy)
         raise job_error(self.job_id, answer.state, answer.error)

@@ -351,7 +351,9 @@ class Daemon:
             if job.payload_inline is not None:
                 data: Any = job.payload_inline
             elif job.payload_ref is not None:
-                data = client.payloads.fetch(job.payload_ref, job_id=job_id, progress=self.progress)
+                data = client.payloads.fetch(
+                    job.payload_ref, job_id=job_id, progress=self.progress, grant=job.download
+                )
             else:
                 return self._post_error(
                     job_id, "PayloadMissing", "the delivery carries no payload", None

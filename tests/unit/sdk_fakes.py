@@ -44,6 +44,9 @@ class FakeWorld:
     inject: dict[tuple[str, str], list] = field(default_factory=lambda: defaultdict(list))
     expired_urls: set[str] = field(default_factory=set)
     counter: int = 0
+    # Poll and result answers carry `download: {url, expires_at}` beside an S3 reference.
+    hand_out_downloads: bool = False
+    download_expires_at: str = "2099-01-01T00:00:00Z"
 
     def new_job_id(self) -> str:
         self.counter += 1
@@ -139,6 +142,7 @@ class FakeWorld:
             job["state"] = "running"
             message = {"job_id": job_id, "namespace": "ns", "queue": job["queue"], "attempt": 1}
             message.update(job["payload"])
+            self._add_download(message, message.get("payloadRef"))
             return httpx.Response(200, json=message)
         parts = path.split("/")
         if len(parts) >= 6 and parts[4] == "jobs":
@@ -162,6 +166,7 @@ class FakeWorld:
                     return httpx.Response(202, json={"job_id": job_id, "state": job["state"]})
                 out = {"job_id": job_id, "state": job["state"]}
                 out.update(job.get("result") or {})
+                self._add_download(out, out.get("resultRef"))
                 if "failure" in job:
                     out["error"] = {"type": job["state"], "message": job["failure"]["detail"]}
                 return httpx.Response(200, json=out)
@@ -176,6 +181,13 @@ class FakeWorld:
                 },
             )
         return httpx.Response(404, json={"error": {"code": "not_found", "message": path}})
+
+    def _add_download(self, answer: dict, ref: dict | None) -> None:
+        if self.hand_out_downloads and ref:
+            answer["download"] = {
+                "url": f"{S3}/{BUCKET}/{ref['key']}?sig=handed{time.monotonic_ns()}",
+                "expires_at": self.download_expires_at,
+            }
 
     def _presign(self, req: dict) -> httpx.Response:
         if req["op"] == "get":

@@ -12,6 +12,7 @@ from ..observability import bind_job, logger, metrics_bytes, metrics_count
 from ..store import keys
 from ..store.redis_jobs import digest, dumps
 from .context import Deps, Principal, issue_record, load_job, payload_ref
+from .downloads import download_for
 from .guard import refuse_inline
 from .payload_keys import parse_key
 from .verify import verify_uploaded
@@ -57,15 +58,17 @@ def poll(p: Principal, req: PollRequest, deps: Deps) -> PollResponse | None:
         )
         metrics_count("JobsDelivered", redelivery=str(delivery.attempt > 1).lower())
         ref = payload_ref(entry.job_id, PayloadKind.ARGS, delivery.args, deps)
+        ref = ref if entry.inline is None else None
         return PollResponse(
             job_id=entry.job_id,
             namespace=p.namespace,
             queue=entry.queue,
             attempt=delivery.attempt,
-            payloadRef=ref if entry.inline is None else None,
+            payloadRef=ref,
             payloadInline=(
                 base64.b64encode(entry.inline).decode("ascii") if entry.inline is not None else None
             ),
+            download=download_for(ref, deps),
         )
     return None
 

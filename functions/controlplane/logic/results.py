@@ -9,6 +9,7 @@ from ..models.domain import JobStatus, PayloadKind, Tier
 from ..models.wire import JobError, JobStatusResponse, ResultResponse
 from ..store.redis_jobs import JobRecord
 from .context import Deps, Principal, load_job, payload_ref
+from .downloads import download_for
 
 
 def _error(job: JobRecord, deps: Deps) -> JobError | None:
@@ -50,10 +51,12 @@ def get_result(p: Principal, job_id: str, wait_s: float, deps: Deps) -> ResultRe
     if not state.terminal:
         return ResultResponse(job_id=job_id, state=state)
     inline = deps.jobs.done_value(job_id) if job.result_kind == "i" else None
+    ref = _result_ref(job, deps)
     return ResultResponse(
         job_id=job_id,
         state=state,
-        resultRef=_result_ref(job, deps),
+        resultRef=ref,
         resultInline=base64.b64encode(inline).decode("ascii") if inline is not None else None,
         error=_error(job, deps),
+        download=download_for(ref, deps),
     )

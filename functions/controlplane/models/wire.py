@@ -125,6 +125,14 @@ class PollRequest(_Strict):
     daemon_id: str = Field(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
 
 
+class DownloadUrl(BaseModel):
+    """A presigned GET handed out beside an S3 reference, so the reader downloads without a
+    presign call first (`POST .../payloads/presign?op=get` stays for expired URLs)."""
+
+    url: str
+    expires_at: str
+
+
 class PollResponse(BaseModel):
     job_id: str
     namespace: str
@@ -132,6 +140,9 @@ class PollResponse(BaseModel):
     attempt: int
     payloadRef: PayloadRef | None = None
     payloadInline: str | None = None
+    download: DownloadUrl | None = Field(
+        None, description="presigned GET of payloadRef (S3 tier only)"
+    )
 
 
 class ResultErrorIn(_Strict):
@@ -162,6 +173,9 @@ class ResultResponse(BaseModel):
     resultRef: PayloadRef | None = None
     resultInline: str | None = None
     error: JobError | None = None
+    download: DownloadUrl | None = Field(
+        None, description="presigned GET of resultRef (an S3 result only)"
+    )
 
 
 # -- public --------------------------------------------------------------------------------
