@@ -73,7 +73,11 @@ def redis8_bench() -> dict:
     if not script.exists():
         return {"error": "bench/bench_redis.py not present"}
     out = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=900, check=False
+        [sys.executable, str(script), "--n", str(env_int("BENCH_REDIS_N", 500))],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
     )
     if out.returncode != 0:
         return {"error": out.stderr[-2000:]}
