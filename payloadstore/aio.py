@@ -451,7 +451,11 @@ class AsyncJob:
                 elif answer.result_ref is not None:
                     payloads = await self.client.payloads()
                     data = await asyncio.to_thread(
-                        payloads.fetch, answer.result_ref, job_id=self.job_id, progress=progress
+                        payloads.fetch,
+                        answer.result_ref,
+                        job_id=self.job_id,
+                        progress=progress,
+                        grant=answer.download,
                     )
                     value = codec.decode(data, copy=copy)
                 else:
