@@ -128,7 +128,7 @@ def emit_metric_set(dimensions: dict[str, str], values: dict[str, tuple[str, flo
     """Several metrics sharing one dimension set, in one EMF document (name -> (unit, value))."""
     if os.environ.get("POWERTOOLS_METRICS_DISABLED", "").lower() == "true":
         return
-    from aws_lambda_powertools.metrics import EphemeralMetrics
+    from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 
     batch = EphemeralMetrics(service=SERVICE, namespace=METRICS_NAMESPACE)
     for key, dim_value in dimensions.items():
