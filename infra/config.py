@@ -37,6 +37,9 @@ CTX_ALARM_EMAIL = "payloadstore:alarmEmail"
 CTX_THROTTLE_RATE = "payloadstore:throttleRateLimit"
 CTX_THROTTLE_BURST = "payloadstore:throttleBurstLimit"
 CTX_OLDEST_JOB_AGE_ALARM_S = "payloadstore:oldestJobAgeAlarmSeconds"
+# "true": SnapStart on the functions behind the API (published versions, a `live` alias each);
+# see docs/deploying.md ("Cold starts and SnapStart") for what it costs.
+CTX_SNAP_START = "payloadstore:snapStart"
 CTX_SETTINGS_PREFIX = (
     "payloadstore:setting:"  # e.g. -c payloadstore:setting:INLINE_THRESHOLD=131072
 )
@@ -99,6 +102,13 @@ def context_int(scope: Construct, key: str, default: int) -> int:
         return int(raw)
     except ValueError as e:
         raise ValueError(f"context {key} must be an integer, got {raw!r}") from e
+
+
+def context_bool(scope: Construct, key: str, default: bool = False) -> bool:
+    raw = context_str(scope, key, "true" if default else "false").lower()
+    if raw not in ("true", "false"):
+        raise ValueError(f"context {key} must be true or false, got {raw!r}")
+    return raw == "true"
 
 
 def destroy_on_removal(scope: Construct) -> bool:

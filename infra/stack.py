@@ -16,18 +16,20 @@ from infra.config import (
     CTX_CACHE_NODE_TYPE,
     CTX_CACHE_SHARDS,
     CTX_OLDEST_JOB_AGE_ALARM_S,
+    CTX_SNAP_START,
     CTX_THROTTLE_BURST,
     CTX_THROTTLE_RATE,
     DEFAULT_OLDEST_JOB_AGE_ALARM_S,
     METRICS_NAMESPACE,
     SERVICE_NAME,
     TOKEN_PARAMETER_PATH,
+    context_bool,
     context_int,
     context_str,
     destroy_on_removal,
 )
 from infra.dashboard import OperationsDashboard
-from infra.functions import ControlPlaneFunctions
+from infra.functions import ControlPlaneFunctions, snap_start_entrypoints
 from infra.network import Network
 from infra.schedules import Schedules
 from infra.storage import PayloadStorage
@@ -69,11 +71,16 @@ class PayloadStoreStack(cdk.Stack):
             for group, fn in self.functions.functions.items()
             if group not in (AUTHORIZER_FUNCTION, ADMIN_FUNCTION) and group not in scheduled
         }
+        authorizer_function = self.functions.functions[AUTHORIZER_FUNCTION]
+        if context_bool(self, CTX_SNAP_START):
+            live = snap_start_entrypoints(self.functions, [*api_functions, AUTHORIZER_FUNCTION])
+            api_functions = {group: live[group] for group in api_functions}
+            authorizer_function = live[AUTHORIZER_FUNCTION]
         self.api = ControlPlaneApi(
             self,
             "Api",
             functions=api_functions,
-            authorizer_function=self.functions.functions[AUTHORIZER_FUNCTION],
+            authorizer_function=authorizer_function,
             throttle_rate=context_int(self, CTX_THROTTLE_RATE, DEFAULT_THROTTLE_RATE),
             throttle_burst=context_int(self, CTX_THROTTLE_BURST, DEFAULT_THROTTLE_BURST),
             destroy_on_removal=destroy,
