@@ -10,7 +10,7 @@ from __future__ import annotations
 import collections
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TextIO
 
 SPARK = "▁▂▃▄▅▆▇█"
@@ -44,7 +44,7 @@ def format_age(seconds: float | None) -> str:
 
 
 def queue_table(
-    queues: list[Mapping[str, Any]], history: Mapping[str, Iterable[float]] | None = None
+    queues: Sequence[Mapping[str, Any]], history: Mapping[str, Iterable[float]] | None = None
 ) -> str:
     """A fixed-width table, one row per queue; a DEPTH TREND column when history is given."""
     headers = ["QUEUE", "QUEUED", "IN FLIGHT", "OLDEST"]

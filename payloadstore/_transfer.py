@@ -182,7 +182,7 @@ def upload(
                 response = s3.request(
                     grant.get("method", "PUT"),
                     grant["url"],
-                    content=iter_slices(chunks, bar),
+                    content=iter_slices(chunks, bar),  # type: ignore[arg-type]  # memoryviews
                     headers=headers,
                 )
             except httpx.TransportError as e:

@@ -147,9 +147,12 @@ def _plain(value: Any) -> Any:
         return msgpack.Timestamp.from_datetime(value)
     if isinstance(value, str):
         return str.__str__(value)  # str() would give an Enum mixin's "Cls.NAME"
-    for base in (int, float, bytes):
-        if isinstance(value, base):
-            return base(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, bytes):
+        return bytes(value)
     kind = type(value)
     raise CodecError(
         f"cannot encode a value of type {kind.__module__}.{kind.__qualname__}: supported are None, "

@@ -58,7 +58,7 @@ def from_header(header: dict[str, Any], raw: memoryview, *, view: bool, copy: bo
             f"{count * dtype.itemsize} bytes, found {len(raw)}"
         )
     if count == 0:
-        arr = np.empty(shape, dtype=dtype)
+        arr: Any = np.empty(shape, dtype=dtype)
     else:
         arr = np.frombuffer(raw, dtype=dtype, count=count).reshape(shape)
     if header.get("scalar"):

@@ -60,7 +60,7 @@ def per_thread_router_state() -> None:
         (type(base),),
         {"_per_thread_state": True, **{name: PerThread(name) for name in names}},
     )
-    base.__class__ = meta  # class-level writes: BaseRouter.current_event = event
+    base.__class__ = meta  # type: ignore[method-assign]  # class-level writes: BaseRouter.current_event = event
 
 
 class HandlerPool:

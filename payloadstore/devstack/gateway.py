@@ -177,7 +177,7 @@ class LocalGateway:
         self._routes = compile_routes(
             self.routes if self.routes is not None else route_module.ROUTES
         )
-        functions = dict(route_module.FUNCTIONS)
+        functions: dict[str, str | Handler] = dict(route_module.FUNCTIONS)
         functions.update(self.functions or {})
         self._functions = functions
         self._authorizer_ref = (
@@ -210,7 +210,9 @@ class LocalGateway:
     def warm(self) -> list[str]:
         """Import every handler now; returns the ones that failed (logged, not fatal)."""
         failed = []
-        refs = {r.function: self._functions[r.function] for r in self._routes}
+        refs: dict[str, str | Handler] = {
+            r.function: self._functions[r.function] for r in self._routes
+        }
         refs["authorizer"] = self._authorizer_ref
         for group, ref in refs.items():
             try:

@@ -46,7 +46,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
         """The request body, and whether it went over the limit (then it is read and dropped)."""
         limit = self.gateway.max_body_bytes
         if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-            chunks, total, over = [], 0, False
+            chunks: list[bytes] = []
+            total, over = 0, False
             while True:
                 size_line = self.rfile.readline(65537)
                 size = int(size_line.split(b";", 1)[0].strip() or b"0", 16)
@@ -163,6 +164,8 @@ class RunningGateway:
     @property
     def url(self) -> str:
         host, port = self.server.server_address[:2]
+        if isinstance(host, bytes):
+            host = host.decode()
         return f"http://{host}:{port}"
 
     def stop(self) -> None:

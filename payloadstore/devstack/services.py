@@ -163,7 +163,8 @@ class RedisServer:
             args,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            preexec_fn=_own_group_dying_with_parent if self.detach else None,
+            # The child-side setup is setsid and prctl only (see _own_group_dying_with_parent).
+            preexec_fn=_own_group_dying_with_parent if self.detach else None,  # noqa: PLW1509
         )
         _wait_until(
             lambda: port_is_open(self.port),
@@ -197,7 +198,8 @@ class MotoServer:
         return f"http://{LOOPBACK}:{self.port}"
 
     def start(self, timeout_s: float = 30.0) -> MotoServer:
-        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        # The child writes this log for as long as it runs: no context manager.
+        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
         env = {**os.environ, "MOTO_ALLOW_NONEXISTENT_REGION": "true"}
         self.proc = subprocess.Popen(
             [
@@ -212,7 +214,8 @@ class MotoServer:
             stdout=out,
             stderr=subprocess.STDOUT if self.log_path else subprocess.DEVNULL,
             env=env,
-            preexec_fn=_own_group_dying_with_parent if self.detach else None,
+            # The child-side setup is setsid and prctl only (see _own_group_dying_with_parent).
+            preexec_fn=_own_group_dying_with_parent if self.detach else None,  # noqa: PLW1509
         )
         _wait_until(
             lambda: port_is_open(self.port),

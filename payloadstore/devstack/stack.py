@@ -117,7 +117,7 @@ def register_tokens(ssm: Any, token_path: str, tokens: dict[str, dict[str, str]]
 def save_parameters(ssm: Any, path: str, target: Path) -> int:
     """The token store as it is (hashes and their namespace/role, no secrets), so tokens minted
     with `payloadstore token create` survive a restart and revoked ones stay revoked."""
-    params = []
+    params: list[dict[str, Any]] = []
     for page in ssm.get_paginator("get_parameters_by_path").paginate(
         Path=path.rstrip("/"), Recursive=True
     ):
@@ -283,7 +283,8 @@ class DevStack:
                 self.host,
                 self.port,
             )
-            failed = self.gateway.server.RequestHandlerClass.gateway.warm()
+            handler_class: Any = self.gateway.server.RequestHandlerClass  # carries .gateway
+            failed = handler_class.gateway.warm()
             if failed:
                 log.warning("some handlers could not be imported groups=%s", ",".join(failed))
             from payloadstore.devstack.scheduler import Scheduler

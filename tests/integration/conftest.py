@@ -117,9 +117,12 @@ class ControlPlane:
     ) -> Reply:
         body = {
             k: v
-            for k, v in dict(
-                kind=kind, job_id=job_id, sha256=sha256, content_type=content_type
-            ).items()
+            for k, v in {
+                "kind": kind,
+                "job_id": job_id,
+                "sha256": sha256,
+                "content_type": content_type,
+            }.items()
             if v is not None
         }
         if kind is None:

@@ -46,7 +46,7 @@ def test_unknown_missing_and_malformed_tokens_are_unauthorized(tokens):
 
 
 def test_token_is_stored_only_as_its_hash(tokens, ssm_client):
-    token, info = tokens.mint("team-b", "client")
+    token, _info = tokens.mint("team-b", "client")
     names = [p["Name"] for p in ssm_client.get_parameters_by_path(Path=TOKEN_PATH)["Parameters"]]
     assert f"{TOKEN_PATH}/{hash_token(token)}" in names
     values = [p["Value"] for p in ssm_client.get_parameters_by_path(Path=TOKEN_PATH)["Parameters"]]

@@ -287,7 +287,7 @@ def new_resolver() -> APIGatewayRestResolver:
             return error_response(
                 422, "invalid_request", "a path parameter holds characters this API does not take"
             )
-        return error_response(e.status_code, "error", e.msg)
+        return error_response(e.status_code, "error", str(e.msg))
 
     @app.exception_handler(Exception)
     def _unexpected(e: Exception):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 from http import HTTPStatus
+from typing import Any
 
 from ..routes import COMMON_ERRORS, ERROR, OBJECT, ROUTES, Route
 
@@ -140,9 +141,9 @@ def complete(document: dict) -> dict:
             wanted.add(route.request)
         elif route.body and "requestBody" in operation:
             # Powertools documents the validated body as JSON; say which types are taken.
-            schema = next(iter(operation["requestBody"].get("content", {}).values()), {}).get(
-                "schema", {"type": "object"}
-            )
+            content: dict[str, Any] = operation["requestBody"].get("content") or {}
+            first: dict[str, Any] = next(iter(content.values()), {})
+            schema = first.get("schema", {"type": "object"})
             operation["requestBody"]["content"] = {m: {"schema": schema} for m in route.body}
         for param in operation.get("parameters", []):
             if param.get("in") == "path":

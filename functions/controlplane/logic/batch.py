@@ -77,10 +77,11 @@ def enqueue_batch(p: Principal, queue: str, body: dict, deps: Deps) -> BatchEnqu
         )
 
     answers: list = []
-    for job in parsed:
-        if isinstance(job, BatchItemError):
-            answers.append(job)
+    for entry in parsed:
+        if isinstance(entry, BatchItemError):
+            answers.append(entry)
             continue
+        job = entry
         try:
             done = enqueue(
                 p,

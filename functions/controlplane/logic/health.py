@@ -16,7 +16,7 @@ def health(deps: Deps) -> HealthResponse:
         deps.jobs.ping()
         checks["redis"] = HealthCheck(ok=True, detail="ping ok")
         checks["redis_memory"] = redis_memory_check(deps)
-    except Exception as e:  # any failure is the check's answer, never the endpoint's crash
+    except Exception as e:  # noqa: BLE001 - any failure is the check's answer, not a crash
         checks["redis"] = HealthCheck(ok=False, detail=f"redis unreachable: {type(e).__name__}")
     objects = deps.objects
     reachable, detail = objects.check_reachable()

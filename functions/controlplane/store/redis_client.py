@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 import redis
 from redis.connection import Connection, PythonRespSerializer, SSLConnection
@@ -35,12 +36,12 @@ def make_redis(
     max_block_s: float = 25.0,
 ):
     """A client whose socket timeout outlasts the longest blocking command we send."""
-    common = dict(
-        socket_timeout=max_block_s + 5.0,
-        socket_connect_timeout=2.0,
-        health_check_interval=30,
-        decode_responses=False,
-    )
+    common: dict[str, Any] = {
+        "socket_timeout": max_block_s + 5.0,
+        "socket_connect_timeout": 2.0,
+        "health_check_interval": 30,
+        "decode_responses": False,
+    }
     if password:
         common["password"] = password
     tls = url.startswith("rediss://")

@@ -8,6 +8,7 @@ The authorizer reads the whole path through Powertools Parameters, cached for TO
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import hmac
 import json
@@ -96,8 +97,9 @@ class TokenStore:
             for h, v in self._load(force=True).items()
         ]
 
-    def _list_names(self) -> list[str]:
-        names: list[str] = []
+    # `list` is also a method of this class: the builtin is spelled out below it.
+    def _list_names(self) -> builtins.list[str]:
+        names: builtins.list[str] = []
         for page in self._ssm.get_paginator("get_parameters_by_path").paginate(Path=self._path):
             names.extend(p["Name"] for p in page["Parameters"])
         return names
