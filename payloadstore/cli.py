@@ -372,6 +372,12 @@ def token_list(settings: Settings, param_path, ssm_endpoint, region, admin_funct
 )
 @click.option("--json", "json_text", help="pass this JSON value as the one argument")
 @click.option(
+    "--jsonl",
+    "jsonl_path",
+    type=click.Path(exists=True, dir_okay=False, allow_dash=True),
+    help="one job per line of this JSON Lines file ('-' for stdin), through the batch route",
+)
+@click.option(
     "--wait", type=float, default=None, help="then wait up to S seconds and print the result"
 )
 @click.option("--out", type=click.Path(dir_okay=False), help="with --wait: write the result here")
@@ -381,11 +387,20 @@ def token_list(settings: Settings, param_path, ssm_endpoint, region, admin_funct
     help="progress bar (default: when stderr is a terminal)",
 )
 @click.pass_obj
-def enqueue(settings: Settings, queue, file_path, json_text, wait, out, progress) -> None:
+def enqueue(
+    settings: Settings, queue, file_path, json_text, jsonl_path, wait, out, progress
+) -> None:
     """Enqueue a job on QUEUE; prints the job id. The daemon's function is called with one
-    argument: the file's bytes or the JSON value."""
-    if (file_path is None) == (json_text is None):
-        raise click.UsageError("give exactly one of --file or --json")
+    argument: the file's bytes or the JSON value. With --jsonl, one job per line (printed one
+    job id per line, in order), sent BATCH_MAX_JOBS at a time."""
+    given = [x for x in (file_path, json_text, jsonl_path) if x is not None]
+    if len(given) != 1:
+        raise click.UsageError("give exactly one of --file, --json or --jsonl")
+    if jsonl_path is not None:
+        if wait is not None or out is not None:
+            raise click.UsageError("--wait and --out take one job: not with --jsonl")
+        enqueue_lines(settings, queue, read_jsonl(jsonl_path), progress)
+        return
     if json_text is not None:
         try:
             value: Any = json.loads(json_text)
@@ -404,6 +419,54 @@ def enqueue(settings: Settings, queue, file_path, json_text, wait, out, progress
                 emit_value(job.result(timeout=wait, progress=progress), out)
     except PayloadStoreError as e:
         fail(e, settings.verbose)
+
+
+def read_jsonl(path: str) -> list[Any]:
+    """Every value of a JSON Lines file, checked before anything is enqueued (blank lines skip)."""
+    stream = sys.stdin if path == "-" else open(path, encoding="utf-8")  # noqa: SIM115
+    values: list[Any] = []
+    try:
+        for number, line in enumerate(stream, start=1):
+            if not line.strip():
+                continue
+            try:
+                values.append(json.loads(line))
+            except ValueError as e:
+                raise click.BadParameter(
+                    f"line {number} is not JSON: {e}", param_hint="--jsonl"
+                ) from e
+    finally:
+        if stream is not sys.stdin:
+            stream.close()
+    if not values:
+        raise click.BadParameter("no JSON values in the file", param_hint="--jsonl")
+    return values
+
+
+def enqueue_lines(settings: Settings, queue: str, values: list[Any], progress) -> None:
+    from .errors import BatchError
+
+    try:
+        with settings.client("client", progress=progress) as client:
+            try:
+                jobs = client.queue(queue).map(values, progress=progress)
+            except BatchError as e:
+                for job in e.jobs:
+                    click.echo(job.job_id if job is not None else "-")
+                for index, error in sorted(e.errors.items()):
+                    message = getattr(error, "message", None) or str(error)
+                    click.echo(f"error: line {index + 1}: {message}", err=True)
+                first = e.errors[min(e.errors)]
+                sys.exit(getattr(first, "exit_code", 1))
+    except PayloadStoreError as e:
+        fail(e, settings.verbose)
+    for job in jobs:
+        click.echo(job.job_id)
+    tiers = {t: sum(j.tier == t for j in jobs) for t in ("inline", "s3")}
+    click.echo(
+        f"enqueued {len(jobs)} jobs queue={queue} inline={tiers['inline']} s3={tiers['s3']}",
+        err=True,
+    )
 
 
 @cli.command()
