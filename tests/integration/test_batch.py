@@ -164,3 +164,20 @@ def test_status_of_another_namespace_is_403_and_limits_hold(cp, other_cp, settin
     assert statuses(cp, []).status == 422
     settings_env(BATCH_MAX_JOBS="2")
     assert statuses(cp, ids * 3).status == 422
+
+
+def test_inline_items_over_the_threshold_or_with_a_bad_key_fail_alone(cp, settings_env):
+    settings_env(INLINE_THRESHOLD="100")
+    jobs = [
+        {"payloadInline": b64(b"a" * 10)},
+        {"payloadInline": b64(b"b" * 101)},
+        {"payloadInline": b64(b"c"), "idempotency_key": "bad key!"},
+        {"payloadInline": b64(b"d"), "idempotency_key": f"same-{cp.ns}"},
+        {"payloadInline": b64(b"d"), "idempotency_key": f"same-{cp.ns}"},
+    ]
+    answers = batch(cp, jobs).json["jobs"]
+    assert answers[1]["error"]["code"] == "payload_too_large"
+    assert answers[2]["error"]["code"] == "invalid_request"
+    # The same key twice in one batch is one job
+    assert answers[3]["job_id"] == answers[4]["job_id"]
+    assert [cp.poll().status for _ in range(3)] == [200, 200, 204]

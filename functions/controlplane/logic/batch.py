@@ -7,13 +7,7 @@ import time
 
 from pydantic import ValidationError
 
-from ..models.errors import (
-    NotFound,
-    PayloadStoreError,
-    PayloadTooLarge,
-    ServiceUnavailable,
-    Unprocessable,
-)
+from ..models.errors import NotFound, PayloadStoreError, PayloadTooLarge, Unprocessable
 from ..models.wire import (
     BatchEnqueueResponse,
     BatchItemError,
@@ -25,7 +19,7 @@ from ..models.wire import (
 )
 from ..observability import logger
 from .context import Deps, Principal
-from .enqueue import enqueue, validate_queue_name
+from .enqueue import enqueue, enqueue_inline_batch, validate_queue_name
 from .results import job_status
 
 # How often a waiting status call looks again (jobs live in many slots: no single blocking read).
@@ -42,6 +36,29 @@ def _summarize(e: ValidationError) -> str:
 
 def _item_error(e: PayloadStoreError) -> BatchItemError:
     return BatchItemError(error=ErrorBody(code=e.code, message=e.message, **e.details))
+
+
+def _enqueue_inline_run(p, queue, parsed, run: list[int], answers: list, deps: Deps) -> None:
+    items = [(parsed[i].inline_bytes() or b"", parsed[i].idempotency_key) for i in run]
+    for i, result in zip(run, enqueue_inline_batch(p, queue, items, deps)):
+        answers[i] = (
+            _item_error(result) if isinstance(result, PayloadStoreError) else result.response
+        )
+
+
+def _enqueue_one(p: Principal, queue: str, job: BatchJobIn, deps: Deps):
+    try:
+        return enqueue(
+            p,
+            queue,
+            payload_ref=job.payloadRef,
+            payload_inline=job.inline_bytes(),
+            idempotency_key=job.idempotency_key,
+            deps=deps,
+        ).response
+    except PayloadStoreError as e:
+        # Per item too: the SDK reroutes `inline_unavailable` items through S3.
+        return _item_error(e)
 
 
 def enqueue_batch(p: Principal, queue: str, body: dict, deps: Deps) -> BatchEnqueueResponse:
@@ -76,27 +93,19 @@ def enqueue_batch(p: Principal, queue: str, body: dict, deps: Deps) -> BatchEnqu
             batch_max_bytes=s.batch_max_bytes,
         )
 
-    answers: list = []
-    for entry in parsed:
-        if isinstance(entry, BatchItemError):
-            answers.append(entry)
+    answers: list = list(parsed)
+    # Queue order follows request order. A run of inline jobs takes one Redis round trip; a
+    # reference is enqueued on its own (its S3 object is checked first).
+    run: list[int] = []
+    for i, job in enumerate([*parsed, None]):
+        if isinstance(job, BatchJobIn) and job.payloadInline is not None and job.payloadRef is None:
+            run.append(i)
             continue
-        job = entry
-        try:
-            done = enqueue(
-                p,
-                queue,
-                payload_ref=job.payloadRef,
-                payload_inline=job.inline_bytes(),
-                idempotency_key=job.idempotency_key,
-                deps=deps,
-            )
-            answers.append(done.response)
-        except ServiceUnavailable as e:
-            # Per item too: the SDK reroutes `inline_unavailable` items through S3 and retries.
-            answers.append(_item_error(e))
-        except PayloadStoreError as e:
-            answers.append(_item_error(e))
+        if run:
+            _enqueue_inline_run(p, queue, parsed, run, answers, deps)
+            run = []
+        if isinstance(job, BatchJobIn):
+            answers[i] = _enqueue_one(p, queue, job, deps)
     refused = sum(isinstance(a, BatchItemError) for a in answers)
     logger.info("batch enqueued", extra={"queue": queue, "jobs": len(answers), "refused": refused})
     return BatchEnqueueResponse(jobs=answers)

@@ -622,6 +622,44 @@ class RedisJobStore:
         """Append an inline job in one namespace-slot script, unless one of `candidates`
         ((job id, its ms) a repeated Idempotency-Key may have created) is indexed already.
         -> ('created', job_id, entry_id) | ('exists', job_id, queue) | ('legacy', job_id)"""
+        keys_, args = self._inline_call(
+            namespace,
+            queue,
+            job_id,
+            job_ms,
+            data,
+            min_id_ms=min_id_ms,
+            index_until_ms=index_until_ms,
+            candidates=candidates,
+            legacy_idempotency_key=legacy_idempotency_key,
+        )
+        return _outcome(self._enqueue_inline(keys=keys_, args=args))
+
+    def enqueue_inline_many(self, requests: list[dict[str, Any]]) -> list[Outcome]:
+        """`enqueue_inline` for many jobs of one namespace (each dict: its keyword arguments),
+        in one round trip: every script touches the namespace's slot only. A cluster client
+        sends them one by one (its pipelines do not load scripts)."""
+        calls = [self._inline_call(**r) for r in requests]
+        if isinstance(self._r, redis.Redis):
+            pipe = self._r.pipeline(transaction=False)
+            for keys_, args in calls:
+                self._enqueue_inline(keys=keys_, args=args, client=pipe)
+            return [_outcome(reply) for reply in pipe.execute()]
+        return [_outcome(self._enqueue_inline(keys=k, args=a)) for k, a in calls]
+
+    @staticmethod
+    def _inline_call(
+        namespace: str,
+        queue: str,
+        job_id: str,
+        job_ms: int,
+        data: bytes,
+        *,
+        min_id_ms: int,
+        index_until_ms: int,
+        candidates: list[tuple[str, int]],
+        legacy_idempotency_key: str | None,
+    ) -> tuple[list[str], list[Any]]:
         index_keys: list[str] = []
 
         def key_number(ms: int) -> int:
@@ -634,26 +672,24 @@ class RedisJobStore:
         numbers = "".join(f"{key_number(ms):02d}" for _, ms in candidates)
         stream = keys.queue(namespace, queue)
         legacy = keys.idempotency(namespace, legacy_idempotency_key or "")
-        reply = self._enqueue_inline(
-            keys=[
-                stream,
-                keys.queue_names(namespace),
-                legacy if legacy_idempotency_key else stream,
-                *index_keys,
-            ],
-            args=[
-                f"{min_id_ms}-0",
-                queue,
-                job_id,
-                data,
-                own,
-                index_until_ms,
-                1 if legacy_idempotency_key else 0,
-                "".join(c for c, _ in candidates),
-                numbers,
-            ],
-        )
-        return _outcome(reply)
+        keys_ = [
+            stream,
+            keys.queue_names(namespace),
+            legacy if legacy_idempotency_key else stream,
+            *index_keys,
+        ]
+        args = [
+            f"{min_id_ms}-0",
+            queue,
+            job_id,
+            data,
+            own,
+            index_until_ms,
+            1 if legacy_idempotency_key else 0,
+            "".join(c for c, _ in candidates),
+            numbers,
+        ]
+        return keys_, args
 
     def begin_ref_enqueue(self, job_id: str, namespace: str, queue: str, now_ms: int) -> Outcome:
         return self._call(

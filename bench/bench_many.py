@@ -1,0 +1,192 @@
+"""Many jobs at once over a local stack of its own (`python -m payloadstore.devstack`):
+
+1. enqueue 1,000 x 1 KiB jobs: `queue.map` (jobs:batch) against 1,000 sequential `add()` calls;
+2. end to end, 1,000 jobs run by a 4-thread daemon, results collected with `as_completed`;
+3. the same with `AsyncClient` and 100 concurrent coroutines enqueueing.
+
+Counts the control-plane requests of each. Run: .venv/bin/python bench/bench_many.py [--n 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+import payloadstore
+from payloadstore import AsyncClient, Client, Daemon
+from payloadstore.devstack.services import free_port
+
+
+class Counting(httpx.HTTPTransport):
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def handle_request(self, request):
+        self.count += 1
+        return super().handle_request(request)
+
+
+class AsyncCounting(httpx.AsyncHTTPTransport):
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    async def handle_async_request(self, request):
+        self.count += 1
+        return await super().handle_async_request(request)
+
+
+def start_stack(tmp: Path) -> tuple[subprocess.Popen, dict]:
+    env = {
+        **os.environ,
+        "PAYLOADSTORE_PORT": str(free_port()),
+        "PAYLOADSTORE_STATE_DIR": str(tmp / "state"),
+        "PAYLOADSTORE_STATE_FILE": str(tmp / "devstack.json"),
+        "PAYLOADSTORE_GATEWAY_LOG_LEVEL": "WARNING",
+        "POWERTOOLS_LOG_LEVEL": "WARNING",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "payloadstore.devstack"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    while not (tmp / "devstack.json").exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit("the local stack did not start")
+        time.sleep(0.1)
+    return proc, json.loads((tmp / "devstack.json").read_text())
+
+
+def square(x):
+    return x * x
+
+
+def run_daemon(client: Client, queue: str, stop: threading.Event) -> threading.Thread:
+    daemon = Daemon(client, [queue], concurrency=4, wait_s=1, install_signal_handlers=False)
+
+    def loop():
+        daemon.run(square)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    threading.Thread(target=lambda: (stop.wait(), daemon.stop()), daemon=True).start()
+    return thread
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--n", type=int, default=1000)
+    args = parser.parse_args()
+    n = args.n
+    payload = b"x" * 1000  # encodes to 1 KiB with its call envelope
+    tmp = Path(tempfile.mkdtemp(prefix="bench-many-"))
+    proc, stack = start_stack(tmp)
+    endpoint = stack["endpoint"]
+    tokens = stack["namespaces"]["dev"]
+    lines = [f"bench_many: n={n}, 1 KiB jobs, local stack at {endpoint}"]
+    try:
+        # 1. enqueue: sequential add() vs map()
+        seq_transport, map_transport = Counting(), Counting()
+        with Client(
+            endpoint, tokens["client_token"], "dev", http=httpx.Client(transport=seq_transport)
+        ) as c:
+            c.config  # noqa: B018 - fetched before timing
+            t = time.perf_counter()
+            for _ in range(n):
+                c.queue("bench-seq").add(payload)
+            sequential_s = time.perf_counter() - t
+        with Client(
+            endpoint, tokens["client_token"], "dev", http=httpx.Client(transport=map_transport)
+        ) as c:
+            c.config  # noqa: B018
+            t = time.perf_counter()
+            c.queue("bench-map").map([payload] * n)
+            map_s = time.perf_counter() - t
+        lines.append(
+            f"enqueue {n} x 1 KiB: sequential add() {sequential_s:.2f} s "
+            f"({n / sequential_s:.0f} jobs/s, {seq_transport.count - 1} requests); "
+            f"queue.map {map_s:.2f} s ({n / map_s:.0f} jobs/s, {map_transport.count - 1} requests); "
+            f"map is {sequential_s / map_s:.1f}x faster"
+        )
+
+        # 2. end to end with a 4-thread daemon, collected with as_completed
+        transport = Counting()
+        stop = threading.Event()
+        with (
+            Client(
+                endpoint, tokens["client_token"], "dev", http=httpx.Client(transport=transport)
+            ) as c,
+            Client(endpoint, tokens["daemon_token"], "dev") as d,
+        ):
+            c.config  # noqa: B018
+            t = time.perf_counter()
+            jobs = c.queue("bench-e2e").map(list(range(n)))
+            enqueued = transport.count
+            thread = run_daemon(d, "bench-e2e", stop)
+            finished = list(payloadstore.as_completed(jobs, timeout=600))
+            watch_requests = transport.count - enqueued
+            values = [j.result() for j in jobs]
+            e2e_s = time.perf_counter() - t
+            stop.set()
+            thread.join(30)
+        assert len(finished) == n and values == [i * i for i in range(n)]
+        lines.append(
+            f"end to end {n} jobs, 4-thread daemon, as_completed: {e2e_s:.2f} s "
+            f"({n / e2e_s:.0f} jobs/s); {watch_requests} jobs:status requests to watch them all"
+        )
+
+        # 3. AsyncClient, 100 concurrent coroutines enqueueing, then as_completed
+        async def async_run() -> tuple[float, float, int]:
+            transport = AsyncCounting()
+            http = httpx.AsyncClient(transport=transport)
+            async with AsyncClient(endpoint, tokens["client_token"], "dev", http=http) as ac:
+                await ac.config()
+                q = ac.queue("bench-async")
+                limit = asyncio.Semaphore(100)
+
+                async def one(i):
+                    async with limit:
+                        return await q.add(i)
+
+                t = time.perf_counter()
+                jobs = await asyncio.gather(*(one(i) for i in range(n)))
+                enqueue_s = time.perf_counter() - t
+                seen = [j async for j in payloadstore.as_completed(jobs, timeout=600)]
+                values = [await j.result() for j in jobs]
+                total_s = time.perf_counter() - t
+                assert len(seen) == n and values == [i * i for i in range(n)]
+            await http.aclose()
+            return enqueue_s, total_s, transport.count
+
+        stop = threading.Event()
+        with Client(endpoint, tokens["daemon_token"], "dev") as d:
+            thread = run_daemon(d, "bench-async", stop)
+            enqueue_s, total_s, requests = asyncio.run(async_run())
+            stop.set()
+            thread.join(30)
+        lines.append(
+            f"AsyncClient, 100 concurrent coroutines: enqueue {n} in {enqueue_s:.2f} s "
+            f"({n / enqueue_s:.0f} jobs/s); end to end {total_s:.2f} s; {requests} requests"
+        )
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(60)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
