@@ -102,6 +102,7 @@ class PayloadStoreStack(cdk.Stack):
             service=SERVICE_NAME,
             redis_node_ids=self.cache.node_ids,
             topic=self.alarms.topic,
+            rerouted_metric="InlineRefused",
             oldest_job_age_alarm_s=context_int(
                 self, CTX_OLDEST_JOB_AGE_ALARM_S, DEFAULT_OLDEST_JOB_AGE_ALARM_S
             ),

@@ -115,6 +115,9 @@ EMITTED_METRICS = frozenset(
         "Presigns",
         "PayloadCorrupt",
         "PayloadLost",
+        # the memory guard: inline bytes refused (and so rerouted through S3), enqueues refused
+        "InlineRefused",
+        "EnqueueRefused",
         QUEUE_DEPTH,
         IN_FLIGHT,
         OLDEST_JOB_AGE,

@@ -55,7 +55,7 @@ def test_given_the_admin_function_refuses_when_minting_then_config_error_with_it
 
 def test_given_neither_file_nor_json_when_enqueueing_then_usage_error_exit_2():
     result = CliRunner().invoke(cli, ["--endpoint", "http://x", "--token", "pst_x", "enqueue", "q"])
-    assert result.exit_code == 2 and "exactly one of --file or --json" in result.output
+    assert result.exit_code == 2 and "exactly one of --file, --json or --jsonl" in result.output
 
 
 def test_given_invalid_json_when_enqueueing_then_usage_error_exit_2():
