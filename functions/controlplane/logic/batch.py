@@ -97,15 +97,19 @@ def enqueue_batch(p: Principal, queue: str, body: dict, deps: Deps) -> BatchEnqu
     # Queue order follows request order. A run of inline jobs takes one Redis round trip; a
     # reference is enqueued on its own (its S3 object is checked first).
     run: list[int] = []
-    for i, job in enumerate([*parsed, None]):
-        if isinstance(job, BatchJobIn) and job.payloadInline is not None and job.payloadRef is None:
+    for i, entry in enumerate([*parsed, None]):
+        if (
+            isinstance(entry, BatchJobIn)
+            and entry.payloadInline is not None
+            and entry.payloadRef is None
+        ):
             run.append(i)
             continue
         if run:
             _enqueue_inline_run(p, queue, parsed, run, answers, deps)
             run = []
-        if isinstance(job, BatchJobIn):
-            answers[i] = _enqueue_one(p, queue, job, deps)
+        if isinstance(entry, BatchJobIn):
+            answers[i] = _enqueue_one(p, queue, entry, deps)
     refused = sum(isinstance(a, BatchItemError) for a in answers)
     logger.info("batch enqueued", extra={"queue": queue, "jobs": len(answers), "refused": refused})
     return BatchEnqueueResponse(jobs=answers)

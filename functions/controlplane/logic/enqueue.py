@@ -6,6 +6,7 @@ import hashlib
 import math
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from ..models.domain import NAME_RE, PayloadKind, PayloadRef, Tier, new_job_id
 from ..models.errors import Conflict, PayloadStoreError, PayloadTooLarge, Unprocessable
@@ -189,7 +190,9 @@ def enqueue_inline_batch(
         return [e] * len(items)
     now_ms = int(deps.clock() * 1000)
     span = keys.INLINE_INDEX_SPAN_MS
-    requests, positions = [], []
+    requests: list[dict[str, Any]] = []
+    positions: list[int] = []
+    payloads: list[bytes] = []
     for i, (data, idem) in enumerate(items):
         if len(data) > s.inline_threshold:
             answers[i] = PayloadTooLarge(
@@ -220,10 +223,10 @@ def enqueue_inline_batch(
             }
         )
         positions.append(i)
+        payloads.append(data)
     created_bytes = created = 0
-    for i, request, outcome in zip(
-        positions, requests, deps.jobs.enqueue_inline_many(requests) if requests else []
-    ):
+    outcomes = deps.jobs.enqueue_inline_many(requests) if requests else []
+    for i, request, data, outcome in zip(positions, requests, payloads, outcomes):
         if outcome.status == "exists":
             existing, existing_queue = outcome.args[0], outcome.args[1]
             answers[i] = (
@@ -233,14 +236,12 @@ def enqueue_inline_batch(
             )
         elif outcome.status == "legacy":
             try:
-                answers[i] = _legacy_repeat(
-                    p, queue, outcome.args[0], request["data"], now_ms, deps
-                )
+                answers[i] = _legacy_repeat(p, queue, outcome.args[0], data, now_ms, deps)
             except PayloadStoreError as e:
                 answers[i] = e
         else:
             created += 1
-            created_bytes += len(request["data"])
+            created_bytes += len(data)
             answers[i] = Enqueued(
                 EnqueueResponse(job_id=request["job_id"], tier=Tier.INLINE), created=True
             )
