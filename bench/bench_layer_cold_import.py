@@ -112,7 +112,7 @@ def stage_assets(out: Path) -> tuple[Path, Path]:
 
 
 def staged_dirs(cdk_out: Path) -> tuple[Path, Path]:
-    template = json.loads((cdk_out / "PayloadStore.template.json").read_text())
+    template = json.loads((cdk_out / "PayloadStore-dev.template.json").read_text())
     code = layer = None
     for res in template["Resources"].values():
         path = res.get("Metadata", {}).get("aws:asset:path")

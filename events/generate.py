@@ -174,6 +174,7 @@ def main() -> None:
         ),
         "config": event("GET", "/v1/config", None),
         "health": event("GET", "/v1/health", None, role=None),
+        "health_details": event("GET", "/v1/health/details", None),
         "openapi": event("GET", "/v1/openapi.json", None, role=None),
     }
     events["_template"] = TEMPLATE

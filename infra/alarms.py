@@ -1,21 +1,43 @@
-"""Alarms that need a human: corrupt payloads, API 5xx, Redis memory. All go to one SNS topic."""
+"""Alarms that need a human, all to one SNS topic of the stage (or a topic the user names).
+
+- custom metrics the functions emit (EMF, the stage's namespace): PayloadCorrupt;
+- every function (generic over routes.FUNCTIONS): Lambda errors, throttles, duration near timeout;
+  the authorizer's errors are its own function's errors (every guarded route fails with them);
+- the API: 5xx;
+- Redis, per node: memory, engine CPU, evictions (with noeviction, any eviction is a misconfiguration).
+
+To add one: `stack.alarms.add(...)` with `stack.alarms.custom_metric(...)` for a metric the code
+emits (tests/infra/test_infra_alarms.py checks its name and dimensions against the code).
+"""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import aws_cdk as cdk
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cw_actions
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
-from infra.config import METRICS_NAMESPACE, SERVICE_NAME
+from infra.config import AUTHORIZER_FUNCTION, SERVICE_NAME, StageNames
 
 # A corrupt payload is never expected: one is a bug or tampering, so any count alarms.
 PAYLOAD_CORRUPT_METRIC = "PayloadCorrupt"
 API_5XX_THRESHOLD = 5  # per 5 minutes: more than a blip while Redis fails over
-REDIS_MEMORY_PERCENT = 80  # leaves room to add a shard before evictions or OOM errors
+REDIS_MEMORY_PERCENT = 80  # leaves room to add a shard before writes are refused
+REDIS_ENGINE_CPU_PERCENT = 90  # Redis runs commands on one thread: past this, latency climbs
+# Duration alarms at this share of the function's timeout (p99 over 5 minutes, twice running).
+# Long polls wait up to 20 s (25 s at most) on 28 s functions: 0.85 x 28 s = 23.8 s sits above
+# the default wait, so an idle daemon's full-length polls do not alarm.
+DURATION_NEAR_TIMEOUT = 0.85
+# A metric-math alarm may use at most 10 metrics: one expression plus this many nodes.
+NODES_PER_ALARM = 9
+ONE_MINUTE = cdk.Duration.minutes(1)
+FIVE_MINUTES = cdk.Duration.minutes(5)
 
 
 class Alarms(Construct):
@@ -24,68 +46,191 @@ class Alarms(Construct):
         scope: Construct,
         construct_id: str,
         *,
+        names: StageNames,
         api: apigw.RestApi,
-        redis_node_ids: list[str],
+        functions: dict[str, lambda_.Function],
+        redis_node_ids: Sequence[str],
         email: str | None,
+        topic_arn: str | None,
     ) -> None:
         super().__init__(scope, construct_id)
-        self.topic = sns.Topic(self, "Topic", display_name="payloadstore alarms", enforce_ssl=True)
-        if email:
-            self.topic.add_subscription(subscriptions.EmailSubscription(email))
-        action = cw_actions.SnsAction(self.topic)
+        self.names = names
+        if topic_arn:
+            self.topic: sns.ITopic = sns.Topic.from_topic_arn(self, "Topic", topic_arn)
+        else:
+            self.topic = sns.Topic(
+                self,
+                "Topic",
+                display_name=f"payloadstore {names.stage} alarms",
+                enforce_ssl=True,
+            )
+            if email:
+                self.topic.add_subscription(subscriptions.EmailSubscription(email))
+        self._action = cw_actions.SnsAction(self.topic)
+        self.alarms: dict[str, cloudwatch.Alarm] = {}
 
-        corrupt = cloudwatch.Metric(
-            namespace=METRICS_NAMESPACE,
-            metric_name=PAYLOAD_CORRUPT_METRIC,
-            dimensions_map={"service": SERVICE_NAME},
-            statistic="Sum",
-            period=cdk.Duration.minutes(1),
-        )
-        self.payload_corrupt = corrupt.create_alarm(
-            self,
+        self.add(
             "PayloadCorrupt",
-            alarm_description="a daemon reported a payload whose sha256 did not match its reference",
+            self.custom_metric(PAYLOAD_CORRUPT_METRIC),
+            description="a daemon reported a payload whose sha256 did not match its reference",
             threshold=0,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            evaluation_periods=1,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         )
-
-        self.api_5xx = api.metric_server_error(
-            period=cdk.Duration.minutes(5), statistic="Sum"
-        ).create_alarm(
-            self,
+        self.add(
             "Api5xx",
-            alarm_description=f"the API answered more than {API_5XX_THRESHOLD} 5xx in 5 minutes",
+            api.metric_server_error(period=FIVE_MINUTES, statistic="Sum"),
+            description=f"the API answered more than {API_5XX_THRESHOLD} 5xx in 5 minutes",
             threshold=API_5XX_THRESHOLD,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            evaluation_periods=1,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+        for group in sorted(functions):
+            self._function_alarms(group, functions[group])
+        self._redis_alarms(list(redis_node_ids))
+
+    # --- building blocks (also for alarms added by other modules) ------------------------------
+
+    def custom_metric(
+        self,
+        metric_name: str,
+        *,
+        statistic: str = "Sum",
+        period: cdk.Duration = ONE_MINUTE,
+        **dimensions: str,
+    ) -> cloudwatch.Metric:
+        """A metric the functions emit through observability.metrics_count: the stage's namespace,
+        `service` plus exactly the dimensions the emitting call adds."""
+        return cloudwatch.Metric(
+            namespace=self.names.metrics_namespace,
+            metric_name=metric_name,
+            dimensions_map={"service": SERVICE_NAME, **dimensions},
+            statistic=statistic,
+            period=period,
         )
 
+    def add(
+        self,
+        what: str,
+        metric: cloudwatch.IMetric,
+        *,
+        description: str,
+        threshold: float,
+        evaluation_periods: int = 1,
+        comparison: cloudwatch.ComparisonOperator = (
+            cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD
+        ),
+        missing: cloudwatch.TreatMissingData = cloudwatch.TreatMissingData.NOT_BREACHING,
+    ) -> cloudwatch.Alarm:
+        """An alarm named `PayloadStore-<stage>-<what>` that notifies the topic."""
+        alarm = metric.create_alarm(
+            self,
+            what,
+            alarm_name=self.names.alarm_name(what),
+            alarm_description=f"payloadstore {self.names.stage}: {description}",
+            threshold=threshold,
+            comparison_operator=comparison,
+            evaluation_periods=evaluation_periods,
+            treat_missing_data=missing,
+        )
+        alarm.add_alarm_action(self._action)
+        self.alarms[what] = alarm
+        return alarm
+
+    # --- the stack's own alarms -----------------------------------------------------------------
+
+    def _function_alarms(self, group: str, fn: lambda_.Function) -> None:
+        label = f"Fn{group.capitalize()}"
+        if group == AUTHORIZER_FUNCTION:
+            errors = "the bearer-token authorizer failed: every guarded route answered 500"
+        else:
+            errors = f"the {group} function crashed or timed out (Lambda Errors)"
+        self.add(
+            f"{label}Errors",
+            fn.metric_errors(period=FIVE_MINUTES, statistic="Sum"),
+            description=errors,
+            threshold=0,
+        )
+        self.add(
+            f"{label}Throttles",
+            fn.metric_throttles(period=FIVE_MINUTES, statistic="Sum"),
+            description=f"the {group} function was throttled (account or reserved concurrency)",
+            threshold=0,
+        )
+        timeout_ms = fn.timeout.to_milliseconds() if fn.timeout else 3000
+        near_ms = round(timeout_ms * DURATION_NEAR_TIMEOUT)
+        self.add(
+            f"{label}DurationNearTimeout",
+            fn.metric_duration(period=FIVE_MINUTES, statistic="p99"),
+            description=(
+                f"the {group} function's p99 duration passed {near_ms} ms of its "
+                f"{timeout_ms} ms timeout twice running"
+            ),
+            threshold=near_ms,
+            evaluation_periods=2,
+        )
+
+    def _node_metric(
+        self, metric_name: str, statistic: str, node_ids: list[str], reduce: str, label: str
+    ) -> cloudwatch.IMetric:
         node_metrics = {
             f"m{i}": cloudwatch.Metric(
                 namespace="AWS/ElastiCache",
-                metric_name="DatabaseMemoryUsagePercentage",
+                metric_name=metric_name,
                 dimensions_map={"CacheClusterId": node_id},
-                statistic="Maximum",
-                period=cdk.Duration.minutes(5),
+                statistic=statistic,
+                period=FIVE_MINUTES,
             )
-            for i, node_id in enumerate(redis_node_ids)
+            for i, node_id in enumerate(node_ids)
         }
-        self.redis_memory = cloudwatch.MathExpression(
-            expression="MAX([" + ",".join(node_metrics) + "])",
+        return cloudwatch.MathExpression(
+            expression=f"{reduce}([" + ",".join(node_metrics) + "])",
             using_metrics=node_metrics,
-            label="redis memory used, fullest node (%)",
-            period=cdk.Duration.minutes(5),
-        ).create_alarm(
-            self,
-            "RedisMemory",
-            alarm_description=f"a redis node uses more than {REDIS_MEMORY_PERCENT}% of its memory",
-            threshold=REDIS_MEMORY_PERCENT,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            evaluation_periods=2,
-            treat_missing_data=cloudwatch.TreatMissingData.MISSING,
+            label=label,
+            period=FIVE_MINUTES,
         )
-        for alarm in (self.payload_corrupt, self.api_5xx, self.redis_memory):
-            alarm.add_alarm_action(action)
+
+    def _redis_alarms(self, node_ids: list[str]) -> None:
+        chunks = [
+            node_ids[i : i + NODES_PER_ALARM] for i in range(0, len(node_ids), NODES_PER_ALARM)
+        ]
+        for index, nodes in enumerate(chunks):
+            suffix = "" if index == 0 else str(index + 1)
+            self.add(
+                f"RedisMemory{suffix}",
+                self._node_metric(
+                    "DatabaseMemoryUsagePercentage",
+                    "Maximum",
+                    nodes,
+                    "MAX",
+                    "redis memory used, fullest node (%)",
+                ),
+                description=f"a redis node uses more than {REDIS_MEMORY_PERCENT}% of its memory",
+                threshold=REDIS_MEMORY_PERCENT,
+                evaluation_periods=2,
+                missing=cloudwatch.TreatMissingData.MISSING,
+            )
+            self.add(
+                f"RedisEngineCpu{suffix}",
+                self._node_metric(
+                    "EngineCPUUtilization",
+                    "Average",
+                    nodes,
+                    "MAX",
+                    "redis engine CPU, busiest node (%)",
+                ),
+                description=(
+                    f"a redis node's engine thread was above {REDIS_ENGINE_CPU_PERCENT}% "
+                    "for 15 minutes"
+                ),
+                threshold=REDIS_ENGINE_CPU_PERCENT,
+                evaluation_periods=3,
+                missing=cloudwatch.TreatMissingData.MISSING,
+            )
+            self.add(
+                f"RedisEvictions{suffix}",
+                self._node_metric(
+                    "Evictions", "Sum", nodes, "SUM", "redis keys evicted, all nodes"
+                ),
+                description=(
+                    "redis evicted keys: the parameter group must say maxmemory-policy "
+                    "noeviction, and an evicted job key is a lost job"
+                ),
+                threshold=0,
+            )

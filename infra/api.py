@@ -10,7 +10,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 from controlplane.routes import BINARY_MEDIA_TYPES, ROUTES
 
-STAGE_NAME = "prod"
+EXECUTION_LOG_RETENTION = logs.RetentionDays.ONE_MONTH
 # How long API Gateway reuses an authorizer answer for the same Authorization header. A revoked
 # token keeps working for at most this plus the authorizer's own TOKEN_CACHE_S (60 s): two
 # minutes in all, while a polling daemon costs one authorizer call a minute, not one a request.
@@ -25,6 +25,7 @@ class ControlPlaneApi(Construct):
         scope: Construct,
         construct_id: str,
         *,
+        stage_name: str,
         functions: dict[str, lambda_.IFunction],
         authorizer_function: lambda_.IFunction,
         throttle_rate: int,
@@ -48,10 +49,12 @@ class ControlPlaneApi(Construct):
             endpoint_types=[apigw.EndpointType.REGIONAL],
             binary_media_types=list(BINARY_MEDIA_TYPES),
             # Execution logging (below) needs the account-level CloudWatch role for API Gateway.
-            cloud_watch_role=True,
-            cloud_watch_role_removal_policy=cdk.RemovalPolicy.RETAIN,
+            # That is one setting per account and region, so no stage sets it: the stack
+            # infra/account.py does, once (or the account already has one).
+            cloud_watch_role=False,
             deploy_options=apigw.StageOptions(
-                stage_name=STAGE_NAME,
+                # The API stage is the payloadstore stage: the URL says which one it talks to.
+                stage_name=stage_name,
                 throttling_rate_limit=throttle_rate,
                 throttling_burst_limit=throttle_burst,
                 tracing_enabled=True,
@@ -73,6 +76,19 @@ class ControlPlaneApi(Construct):
                 ),
             ),
         )
+        # API Gateway writes execution logs to a group it names itself and creates, without a
+        # retention, on first use. Created here first, with the name it will use, the group gets
+        # a retention and belongs to the stack.
+        self.execution_logs = logs.LogGroup(
+            self,
+            "ExecutionLogs",
+            log_group_name=f"API-Gateway-Execution-Logs_{self.api.rest_api_id}/{stage_name}",
+            retention=EXECUTION_LOG_RETENTION,
+            removal_policy=cdk.RemovalPolicy.DESTROY
+            if destroy_on_removal
+            else cdk.RemovalPolicy.RETAIN,
+        )
+        self.api.deployment_stage.node.add_dependency(self.execution_logs)
         self.authorizer = apigw.RequestAuthorizer(
             self,
             "BearerAuthorizer",

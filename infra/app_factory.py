@@ -11,8 +11,14 @@ from cdk_nag import AwsSolutionsChecks
 
 # The route table and settings live in the Lambda code asset (functions/controlplane); synth
 # imports them as the installed `controlplane` package (pyproject maps it to that directory).
-from infra.config import REPO_ROOT, STACK_NAME
-from infra.nag import acknowledge_findings
+from infra.account import ApiGatewayAccountStack
+from infra.config import (
+    API_GATEWAY_ACCOUNT_STACK,
+    REPO_ROOT,
+    api_gateway_account_mode,
+    stage_of,
+)
+from infra.nag import acknowledge_account_findings, acknowledge_findings
 from infra.stack import PayloadStoreStack
 
 
@@ -28,7 +34,10 @@ def build_app(
     outdir: str | Path | None = None,
     nag: bool = True,
     builtin_validation: bool | None = None,
+    stages: list[str] | None = None,
 ) -> tuple[cdk.App, PayloadStoreStack]:
+    """The app with the stage of `-c payloadstore:stage` (default dev), or each of `stages` (tests
+    build several in one app); returns the first stage's stack. All stacks: `stage_stacks(app)`."""
     kwargs: dict[str, Any] = {}
     if context is not None:
         kwargs["context"] = context
@@ -37,12 +46,33 @@ def build_app(
     if builtin_validation is not None:
         kwargs["builtin_cloud_formation_validation"] = builtin_validation
     app = cdk.App(**kwargs)
-    stack = PayloadStoreStack(
-        app,
-        STACK_NAME,
-        description="payloadstore: job payload store control plane (API Gateway, Lambda, ElastiCache, S3)",
-    )
+    account = None
+    if api_gateway_account_mode(app) == "create":
+        account = ApiGatewayAccountStack(
+            app,
+            API_GATEWAY_ACCOUNT_STACK,
+            description="payloadstore: the account's API Gateway CloudWatch role (once per region)",
+        )
+    stacks = []
+    for stage in stages or [stage_of(app)]:
+        stack = PayloadStoreStack(
+            app,
+            stage=stage,
+            description=f"payloadstore {stage}: job payload store control plane "
+            "(API Gateway, Lambda, ElastiCache, S3)",
+        )
+        if account is not None:
+            # Execution logging needs the account setting first; `cdk deploy <stage>` deploys it.
+            stack.add_stack_dependency(account)
+        stacks.append(stack)
     if nag:
         cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
-        acknowledge_findings(stack)
-    return app, stack
+        for stack in stacks:
+            acknowledge_findings(stack)
+        if account is not None:
+            acknowledge_account_findings(account)
+    return app, stacks[0]
+
+
+def stage_stacks(app: cdk.App) -> list[PayloadStoreStack]:
+    return [c for c in app.node.children if isinstance(c, PayloadStoreStack)]

@@ -1,4 +1,11 @@
-"""ElastiCache for Redis: cluster mode, Multi-AZ with a replica, TLS required, AUTH token."""
+"""ElastiCache for Redis: cluster mode, Multi-AZ with a replica, TLS required, AUTH token, and a
+parameter group of our own that never evicts.
+
+Teardown: the replication group takes a final snapshot and is deleted with the stack (DeletionPolicy
+Snapshot) unless `payloadstore:removalPolicy=destroy`, then it is deleted outright. It is never
+retained: a retained group would keep its subnet group, security group and so the VPC alive, and
+`cdk destroy` would fail on them.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +18,11 @@ from constructs import Construct
 from infra.config import REDIS_PORT
 
 ENGINE_VERSION = "7.1"
-PARAMETER_GROUP = "default.redis7.cluster.on"
+PARAMETER_GROUP_FAMILY = "redis7"
+# The default group (default.redis7.cluster.on) says volatile-lru: every job hash has a TTL, so
+# under memory pressure Redis would evict live jobs while their stream entries stay. noeviction
+# turns a full Redis into refused writes, which the control plane answers with 503.
+PARAMETERS = {"cluster-enabled": "yes", "maxmemory-policy": "noeviction"}
 DEFAULT_NODE_TYPE = "cache.t4g.small"
 REPLICAS_PER_SHARD = 1
 
@@ -29,12 +40,15 @@ class RedisCache(Construct):
         vpc: ec2.IVpc,
         subnets: ec2.SubnetSelection,
         clients: ec2.ISecurityGroup,
+        replication_group_id: str,
         node_type: str,
         shards: int,
         destroy_on_removal: bool,
     ) -> None:
         super().__init__(scope, construct_id)
-        removal = cdk.RemovalPolicy.DESTROY if destroy_on_removal else cdk.RemovalPolicy.RETAIN
+        # The data (jobs, inline payloads) survives a teardown as a final snapshot, not as a
+        # running group: see the module docstring.
+        removal = cdk.RemovalPolicy.DESTROY if destroy_on_removal else cdk.RemovalPolicy.SNAPSHOT
 
         self.auth_secret = secretsmanager.Secret(
             self,
@@ -45,7 +59,8 @@ class RedisCache(Construct):
                 password_length=64,
                 exclude_punctuation=True,
             ),
-            removal_policy=removal,
+            # The AUTH token is configuration, not data: a snapshot restored later gets its own.
+            removal_policy=cdk.RemovalPolicy.DESTROY,
         )
 
         self.security_group = ec2.SecurityGroup(
@@ -69,7 +84,15 @@ class RedisCache(Construct):
             subnet_ids=vpc.select_subnets(subnet_type=subnets.subnet_type).subnet_ids,
         )
 
-        self.replication_group_id = f"{cdk.Stack.of(self).stack_name.lower()}-redis"[:40]
+        self.parameter_group = elasticache.CfnParameterGroup(
+            self,
+            "Parameters",
+            cache_parameter_group_family=PARAMETER_GROUP_FAMILY,
+            description="payloadstore redis: cluster mode, never evict (a lost key is a lost job)",
+            properties=dict(PARAMETERS),
+        )
+
+        self.replication_group_id = replication_group_id
         self.replication_group = elasticache.CfnReplicationGroup(
             self,
             "ReplicationGroup",
@@ -78,7 +101,7 @@ class RedisCache(Construct):
             engine="redis",
             engine_version=ENGINE_VERSION,
             cache_node_type=node_type,
-            cache_parameter_group_name=PARAMETER_GROUP,
+            cache_parameter_group_name=self.parameter_group.ref,
             cluster_mode="enabled",
             num_node_groups=shards,
             replicas_per_node_group=REPLICAS_PER_SHARD,

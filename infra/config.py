@@ -5,6 +5,7 @@ Kept in one module so the stack, the tests and the README agree on every name.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,23 +15,37 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 FUNCTIONS_DIR = REPO_ROOT / "functions"
 REQUIREMENTS_FILE = FUNCTIONS_DIR / "requirements.txt"
 
-STACK_NAME = "PayloadStore"
+# One stack per stage: `PayloadStore-<stage>`. Everything that must be unique in an account and
+# region carries the stage (see StageNames); CloudFormation-generated names carry the stack name.
+STACK_PREFIX = "PayloadStore"
+DEFAULT_STAGE = "dev"
+# Lower case because ElastiCache ids are; one word or hyphen-joined words; short enough that
+# `payloadstore-<stage>-0001-001` stays a valid cache cluster id.
+STAGE_PATTERN = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
+STAGE_MAX_LEN = 20
+# The account-wide API Gateway CloudWatch role lives in a stack of its own, one per account and
+# region, never in a stage (two stages would overwrite each other's account setting).
+API_GATEWAY_ACCOUNT_STACK = "PayloadStoreApiGatewayAccount"
 
 # The newest Lambda Python whose manylinux wheels (pydantic-core, hiredis, wrapt) pip can fetch
 # here and whose interpreter is available to compile bytecode for the layer.
 PYTHON_VERSION = "3.13"
 PIP_PLATFORM = "manylinux2014_x86_64"
 
-# Powertools: the PayloadCorrupt alarm watches this namespace and `service` dimension.
+# Powertools: the custom-metric alarms watch the stage's namespace and this `service` dimension.
 SERVICE_NAME = "payloadstore"
-METRICS_NAMESPACE = "PayloadStore"
+METRICS_NAMESPACE_PREFIX = "PayloadStore"
 LOG_LEVEL = "INFO"
 
-TOKEN_PARAMETER_PATH = "/payloadstore/tokens"
 REDIS_PORT = 6379
 
 # Context flags (cdk.json "context" or `-c name=value`).
+CTX_STAGE = "payloadstore:stage"  # default "dev"
 CTX_REMOVAL_POLICY = "payloadstore:removalPolicy"  # "retain" (default) | "destroy"
+CTX_ALARM_TOPIC_ARN = "payloadstore:alarmTopicArn"  # an existing SNS topic for the alarms
+# "create" (default): the app holds API_GATEWAY_ACCOUNT_STACK and every stage depends on it;
+# "existing": the account already has an API Gateway CloudWatch role, leave it alone.
+CTX_API_GATEWAY_ACCOUNT = "payloadstore:apiGatewayAccount"
 CTX_CACHE_NODE_TYPE = "payloadstore:cacheNodeType"
 CTX_CACHE_SHARDS = "payloadstore:cacheShards"
 CTX_ALARM_EMAIL = "payloadstore:alarmEmail"
@@ -43,6 +58,49 @@ CTX_SNAP_START = "payloadstore:snapStart"
 CTX_SETTINGS_PREFIX = (
     "payloadstore:setting:"  # e.g. -c payloadstore:setting:INLINE_THRESHOLD=131072
 )
+
+
+@dataclass(frozen=True)
+class StageNames:
+    """Every name of a stage that must not collide with another stage's in one account."""
+
+    stage: str
+
+    def __post_init__(self) -> None:
+        check_stage(self.stage)
+
+    @property
+    def stack_name(self) -> str:
+        return f"{STACK_PREFIX}-{self.stage}"
+
+    @property
+    def token_parameter_path(self) -> str:
+        # Its own path per stage: the authorizer reads, and the admin role may write, only here.
+        return f"/payloadstore/{self.stage}/tokens"
+
+    @property
+    def metrics_namespace(self) -> str:
+        return f"{METRICS_NAMESPACE_PREFIX}/{self.stage}"
+
+    @property
+    def replication_group_id(self) -> str:
+        return f"payloadstore-{self.stage}"
+
+    def alarm_name(self, what: str) -> str:
+        return f"{self.stack_name}-{what}"
+
+
+def check_stage(stage: str) -> str:
+    if not isinstance(stage, str) or not STAGE_PATTERN.match(stage) or len(stage) > STAGE_MAX_LEN:
+        raise ValueError(
+            f"context {CTX_STAGE} must be lower-case letters and digits, words joined by single "
+            f"hyphens, starting with a letter, at most {STAGE_MAX_LEN} characters; got {stage!r}"
+        )
+    return stage
+
+
+def stage_of(scope: Construct) -> str:
+    return check_stage(context_str(scope, CTX_STAGE, DEFAULT_STAGE))
 
 
 @dataclass(frozen=True)
@@ -109,6 +167,15 @@ def context_bool(scope: Construct, key: str, default: bool = False) -> bool:
     if raw not in ("true", "false"):
         raise ValueError(f"context {key} must be true or false, got {raw!r}")
     return raw == "true"
+
+
+def api_gateway_account_mode(scope: Construct) -> str:
+    value = context_str(scope, CTX_API_GATEWAY_ACCOUNT, "create").lower()
+    if value not in ("create", "existing"):
+        raise ValueError(
+            f"context {CTX_API_GATEWAY_ACCOUNT} must be create or existing, got {value!r}"
+        )
+    return value
 
 
 def destroy_on_removal(scope: Construct) -> bool:

@@ -192,6 +192,8 @@ class OperationsDashboard(Construct):
         alarm = self._emf(OLDEST_JOB_AGE, "Maximum").create_alarm(
             self,
             "OldestJobAge",
+            # Named after the stage like every alarm of the stack (infra/alarms.py).
+            alarm_name=f"{cdk.Stack.of(self).stack_name}-OldestJobAge",
             alarm_description=f"a job has waited more than {threshold_s} s for a daemon: "
             "a queue stopped draining (no daemon, or too few)",
             threshold=threshold_s,

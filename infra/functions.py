@@ -22,13 +22,12 @@ from infra.config import (
     HEALTH_FUNCTION,
     LOG_LEVEL,
     METRICS_FUNCTION,
-    METRICS_NAMESPACE,
     OBJECT_ACTIONS,
     PYTHON_VERSION,
     REDIS_FUNCTIONS,
     REQUIREMENTS_FILE,
     SERVICE_NAME,
-    TOKEN_PARAMETER_PATH,
+    StageNames,
 )
 from infra.storage import PAYLOAD_PREFIX
 
@@ -102,6 +101,7 @@ class ControlPlaneFunctions(Construct):
         scope: Construct,
         construct_id: str,
         *,
+        names: StageNames,
         vpc: ec2.IVpc,
         subnets: ec2.SubnetSelection,
         security_group: ec2.ISecurityGroup,
@@ -114,6 +114,7 @@ class ControlPlaneFunctions(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         removal = cdk.RemovalPolicy.DESTROY if destroy_on_removal else cdk.RemovalPolicy.RETAIN
+        self.names = names
 
         layer_bundling = LayerBundling(REQUIREMENTS_FILE)
         self.layer = lambda_.LayerVersion(
@@ -147,12 +148,12 @@ class ControlPlaneFunctions(Construct):
                 "REDIS_URL": redis_url,
                 "REDIS_CLUSTER": "true" if redis_cluster else "false",
                 "REDIS_AUTH_SECRET": redis_auth_secret_arn,
-                "TOKEN_PARAMETER_PATH": TOKEN_PARAMETER_PATH,
+                "TOKEN_PARAMETER_PATH": names.token_parameter_path,
             },
         )
         powertools_env = {
             "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
-            "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
+            "POWERTOOLS_METRICS_NAMESPACE": names.metrics_namespace,
             "POWERTOOLS_LOG_LEVEL": LOG_LEVEL,
         }
 
@@ -214,8 +215,8 @@ class ControlPlaneFunctions(Construct):
                 security_groups=[security_group],
                 environment={**settings_env, **powertools_env, **LOCAL_ENDPOINT_ENV},
             )
-            # Stable, readable logical ids: `sam local invoke -t cdk.out/PayloadStore.template.json
-            # PayloadsFunction` and the README name these.
+            # Stable, readable logical ids: `sam local invoke -t
+            # cdk.out/PayloadStore-dev.template.json PayloadsFunction` and the docs name these.
             fn.node.default_child.override_logical_id(function_logical_id(group))
             self.functions[group] = fn
             self.roles[group] = role
@@ -242,7 +243,8 @@ class ControlPlaneFunctions(Construct):
         )
 
     def _grant_tokens(self) -> None:
-        path_arn = parameter_arn(self, TOKEN_PARAMETER_PATH)
+        # This stage's path only: another stage's tokens are neither readable nor writable here.
+        path_arn = parameter_arn(self, self.names.token_parameter_path)
         # GetParametersByPath is authorised on the path itself; single tokens live beneath it.
         self.roles[AUTHORIZER_FUNCTION].add_to_policy(
             iam.PolicyStatement(actions=["ssm:GetParametersByPath"], resources=[path_arn])

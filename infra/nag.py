@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING
 import aws_cdk as cdk
 from constructs import IConstruct
 
-from infra.config import ADMIN_FUNCTION, OBJECT_ACTIONS, TOKEN_PARAMETER_PATH
+from infra.config import ADMIN_FUNCTION, OBJECT_ACTIONS
 
 if TYPE_CHECKING:
+    from infra.account import ApiGatewayAccountStack
     from infra.stack import PayloadStoreStack
 
 
@@ -75,16 +76,9 @@ def acknowledge_findings(stack: PayloadStoreStack) -> None:
     _ack(
         fns.roles[ADMIN_FUNCTION],
         "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ssm:<AWS::Region>:<AWS::AccountId>:"
-        f"parameter{TOKEN_PARAMETER_PATH}/*]",
+        f"parameter{stack.names.token_parameter_path}/*]",
         "One parameter per token, named by the token's sha256: the admin function may put and "
         "delete parameters under the token path and nowhere else.",
-    )
-    _ack(
-        api.api,
-        "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
-        "AmazonAPIGatewayPushToCloudWatchLogs]",
-        "The account-level role API Gateway uses to write execution logs; the AWS-managed "
-        "policy is exactly that permission set and is kept current by AWS.",
     )
 
     # --- API Gateway ----------------------------------------------------------------------------
@@ -131,4 +125,14 @@ def acknowledge_findings(stack: PayloadStoreStack) -> None:
         "No managed rotation exists for an ElastiCache AUTH token: rotating it is a "
         "ModifyReplicationGroup ROTATE/SET sequence coordinated with the functions reading the "
         "secret at cold start (documented in the README); the token never leaves the VPC.",
+    )
+
+
+def acknowledge_account_findings(stack: ApiGatewayAccountStack) -> None:
+    _ack(
+        stack.role,
+        "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
+        "AmazonAPIGatewayPushToCloudWatchLogs]",
+        "The account-level role API Gateway uses to write execution logs; the AWS-managed "
+        "policy is exactly that permission set and is kept current by AWS.",
     )

@@ -1,4 +1,5 @@
-"""The PayloadStore stack: storage, network, cache, functions, API and alarms, wired together."""
+"""One stage of the payload store (`PayloadStore-<stage>`): storage, network, cache, functions, API
+and alarms, wired together."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from infra.config import (
     ADMIN_FUNCTION,
     AUTHORIZER_FUNCTION,
     CTX_ALARM_EMAIL,
+    CTX_ALARM_TOPIC_ARN,
     CTX_CACHE_NODE_TYPE,
     CTX_CACHE_SHARDS,
     CTX_OLDEST_JOB_AGE_ALARM_S,
@@ -20,9 +22,9 @@ from infra.config import (
     CTX_THROTTLE_BURST,
     CTX_THROTTLE_RATE,
     DEFAULT_OLDEST_JOB_AGE_ALARM_S,
-    METRICS_NAMESPACE,
+    DEFAULT_STAGE,
     SERVICE_NAME,
-    TOKEN_PARAMETER_PATH,
+    StageNames,
     context_bool,
     context_int,
     context_str,
@@ -35,10 +37,32 @@ from infra.schedules import Schedules
 from infra.storage import PayloadStorage
 
 
+class AlarmDestinationMissing(ValueError):
+    """A stage other than dev would raise alarms nobody receives."""
+
+
+def alarm_destination(scope: Construct, stage: str) -> tuple[str | None, str | None]:
+    """(email, topic ARN) from context; refuses a stage other than dev without either."""
+    email = context_str(scope, CTX_ALARM_EMAIL, "") or None
+    topic_arn = context_str(scope, CTX_ALARM_TOPIC_ARN, "") or None
+    if email and topic_arn:
+        raise ValueError(f"set one of -c {CTX_ALARM_EMAIL} and -c {CTX_ALARM_TOPIC_ARN}, not both")
+    if not (email or topic_arn) and stage != DEFAULT_STAGE:
+        raise AlarmDestinationMissing(
+            f"stage {stage!r}: alarms would reach no one. Pass -c {CTX_ALARM_EMAIL}=you@example.com "
+            f"(a topic is created and the address subscribed) or -c {CTX_ALARM_TOPIC_ARN}=arn:... "
+            f"(an existing SNS topic). Only the {DEFAULT_STAGE!r} stage may go without."
+        )
+    return email, topic_arn
+
+
 class PayloadStoreStack(cdk.Stack):
-    def __init__(self, scope: Construct, construct_id: str, **kwargs) -> None:
-        super().__init__(scope, construct_id, **kwargs)
+    def __init__(self, scope: Construct, *, stage: str, **kwargs) -> None:
+        names = StageNames(stage)
+        super().__init__(scope, names.stack_name, **kwargs)
+        self.names = names
         destroy = destroy_on_removal(self)
+        email, topic_arn = alarm_destination(self, stage)
 
         self.storage = PayloadStorage(self, "Storage", destroy_on_removal=destroy)
         self.network = Network(self, "Network", destroy_on_removal=destroy)
@@ -48,6 +72,7 @@ class PayloadStoreStack(cdk.Stack):
             vpc=self.network.vpc,
             subnets=self.network.isolated,
             clients=self.network.functions_sg,
+            replication_group_id=names.replication_group_id,
             node_type=context_str(self, CTX_CACHE_NODE_TYPE, DEFAULT_NODE_TYPE),
             shards=context_int(self, CTX_CACHE_SHARDS, 1),
             destroy_on_removal=destroy,
@@ -55,6 +80,7 @@ class PayloadStoreStack(cdk.Stack):
         self.functions = ControlPlaneFunctions(
             self,
             "Functions",
+            names=names,
             vpc=self.network.vpc,
             subnets=self.network.isolated,
             security_group=self.network.functions_sg,
@@ -79,6 +105,7 @@ class PayloadStoreStack(cdk.Stack):
         self.api = ControlPlaneApi(
             self,
             "Api",
+            stage_name=stage,
             functions=api_functions,
             authorizer_function=authorizer_function,
             throttle_rate=context_int(self, CTX_THROTTLE_RATE, DEFAULT_THROTTLE_RATE),
@@ -88,9 +115,12 @@ class PayloadStoreStack(cdk.Stack):
         self.alarms = Alarms(
             self,
             "Alarms",
+            names=names,
             api=self.api.api,
+            functions=self.functions.functions,
             redis_node_ids=self.cache.node_ids,
-            email=self.node.try_get_context(CTX_ALARM_EMAIL) or None,
+            email=email,
+            topic_arn=topic_arn,
         )
         self.schedules = Schedules(self, "Schedules", functions=self.functions.functions)
         self.dashboard = OperationsDashboard(
@@ -98,7 +128,7 @@ class PayloadStoreStack(cdk.Stack):
             "Dashboard",
             api=self.api.api,
             stage_name=self.api.api.deployment_stage.stage_name,
-            metrics_namespace=METRICS_NAMESPACE,
+            metrics_namespace=names.metrics_namespace,
             service=SERVICE_NAME,
             redis_node_ids=self.cache.node_ids,
             topic=self.alarms.topic,
@@ -118,14 +148,14 @@ class PayloadStoreStack(cdk.Stack):
         cdk.CfnOutput(
             self,
             "TokenParameterPath",
-            value=TOKEN_PARAMETER_PATH,
+            value=names.token_parameter_path,
             description="SSM Parameter Store path of the token store (one parameter per token hash)",
         )
         cdk.CfnOutput(
             self,
             "AlarmTopicArn",
             value=self.alarms.topic.topic_arn,
-            description="SNS topic of the PayloadCorrupt, API 5xx and Redis memory alarms",
+            description="SNS topic of this stage's alarms (docs/operations.md lists them)",
         )
         cdk.CfnOutput(
             self,

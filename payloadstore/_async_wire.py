@@ -111,8 +111,8 @@ class AsyncWire:
     async def config(self) -> ServerConfig:
         return await self.send(_wire.config())
 
-    async def health(self) -> Health:
-        return await self.send(_wire.health())
+    async def health(self, details: bool = False) -> Health:
+        return await self.send(_wire.health(details))
 
     async def presign_put(
         self,

@@ -587,7 +587,13 @@ def config() -> Call[ServerConfig]:
     return Call("GET", "/v1/config", "read config", parse_config)
 
 
-def health() -> Call[Health]:
+def health(details: bool = False) -> Call[Health]:
+    """`/v1/health`: ok/failing per check, no token; `/v1/health/details`: each check's detail,
+    any token."""
+    if details:
+        return Call(
+            "GET", "/v1/health/details", "health details", parse_health, ok=frozenset({200, 503})
+        )
     return Call(
         "GET", "/v1/health", "health check", parse_health, ok=frozenset({200, 503}), auth=False
     )
@@ -881,8 +887,8 @@ class Wire:
     def config(self) -> ServerConfig:
         return self.send(config())
 
-    def health(self) -> Health:
-        return self.send(health())
+    def health(self, details: bool = False) -> Health:
+        return self.send(health(details))
 
     def presign_put(
         self,

@@ -263,9 +263,10 @@ class Client:
         """Every queue of the namespace: queued, in flight and the oldest queued job's age."""
         return self.wire.queue_list()
 
-    def health(self) -> tuple[bool, dict]:
-        """(healthy, body) from `/v1/health`; does not raise for a 503."""
-        answer = self.wire.health()
+    def health(self, details: bool = False) -> tuple[bool, dict]:
+        """(healthy, body) from `/v1/health` (ok/failing per check), or with `details=True` from
+        `/v1/health/details` (each check's detail; needs the token); does not raise for a 503."""
+        answer = self.wire.health(details=details)
         return answer.healthy, answer.body
 
     def as_completed(self, jobs: Iterable[Job], timeout: float | None = None) -> Iterator[Job]:

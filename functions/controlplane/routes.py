@@ -193,7 +193,18 @@ ROUTES: tuple[Route, ...] = (
         None,
         "health",
         responses={
-            200: ("HealthResponse", "every check passes"),
+            200: ("PublicHealthResponse", "every check passes (ok/failing per check, no details)"),
+            503: ("PublicHealthResponse", "one or more checks failing (with Retry-After)"),
+        },
+    ),
+    Route(
+        "GET",
+        "/v1/health/details",
+        "public",
+        (CLIENT, DAEMON),
+        "health_details",
+        responses={
+            200: ("HealthResponse", "every check passes, with each check's detail"),
             503: ("HealthResponse", "one or more checks failing (with Retry-After)"),
         },
     ),

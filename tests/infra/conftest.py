@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-STACK = "PayloadStore"
+# The stage a plain `npx cdk synth` builds (payloadstore:stage defaults to dev).
+STACK = "PayloadStore-dev"
 
 # Quiet, private CLI runs: no telemetry, no notices, no Node end-of-life banner from jsii.
 CDK_ENV = {
@@ -67,6 +68,43 @@ def synth(tmp_path_factory) -> InProcessSynth:
 @pytest.fixture(scope="session")
 def template(synth) -> dict:
     return synth.template
+
+
+@dataclass
+class StagesSynth:
+    templates: dict[str, dict]  # stage -> template
+    stacks: dict[str, object]
+
+
+TWO_STAGES = ("dev", "prod")
+
+
+@pytest.fixture(scope="session")
+def two_stages(tmp_path_factory) -> StagesSynth:
+    """dev and prod in one app, as a team deploys them, with -c payloadstore:removalPolicy=destroy
+    (the single-stage `synth` covers the default, retain)."""
+    os.environ.update(CDK_ENV)
+    from infra.app_factory import build_app, cdk_json_context, stage_stacks
+    from infra.config import CTX_ALARM_EMAIL, CTX_REMOVAL_POLICY
+
+    outdir = tmp_path_factory.mktemp("cdk-stages")
+    context = {
+        **cdk_json_context(),
+        "aws:cdk:bundling-stacks": [],
+        "aws:cdk:disable-asset-staging": True,
+        CTX_ALARM_EMAIL: "oncall@example.com",
+        CTX_REMOVAL_POLICY: "destroy",
+    }
+    app, _ = build_app(
+        context=context, outdir=outdir, nag=False, builtin_validation=False, stages=TWO_STAGES
+    )
+    app.synth()
+    stacks = {s.names.stage: s for s in stage_stacks(app)}
+    templates = {
+        stage: json.loads((outdir / f"{s.stack_name}.template.json").read_text())
+        for stage, s in stacks.items()
+    }
+    return StagesSynth(templates, stacks)
 
 
 def ensure_cdk_cli() -> Path:

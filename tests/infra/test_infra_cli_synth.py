@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from infra.config import API_GATEWAY_ACCOUNT_STACK
+from tests.infra.conftest import STACK
+
 pytestmark = pytest.mark.infra
 
 # CDK makes every function DependsOn its role *and* the role's policy; cfn-lint's W3005 calls the
@@ -28,9 +31,12 @@ def _assets(cli_synth) -> dict[str, dict]:
 def test_synth_needs_no_credentials_and_makes_no_lookups(cli_synth):
     # Given `npx cdk synth` run with no AWS credentials or config in its environment
     manifest = json.loads((cli_synth.outdir / "manifest.json").read_text())
-    # Then it produced the stack, environment-agnostic, with nothing left to look up in an account
-    artifact = manifest["artifacts"]["PayloadStore"]
-    assert artifact["environment"] == "aws://unknown-account/unknown-region"
+    # Then it produced the dev stage and the account stack, environment-agnostic, with nothing
+    # left to look up in an account
+    for name in (STACK, API_GATEWAY_ACCOUNT_STACK):
+        artifact = manifest["artifacts"][name]
+        assert artifact["environment"] == "aws://unknown-account/unknown-region"
+    assert API_GATEWAY_ACCOUNT_STACK in manifest["artifacts"][STACK]["dependencies"]
     assert "missing" not in manifest
     # And the built-in template validation and cdk-nag both ran and passed
     report = json.loads((cli_synth.outdir / "validation-report.json").read_text())
@@ -43,12 +49,16 @@ def test_synth_needs_no_credentials_and_makes_no_lookups(cli_synth):
 def test_cfn_lint_finds_nothing(cli_synth):
     from cfnlint import api as cfnlint_api
 
-    # When cfn-lint checks the template the CLI wrote
-    matches = cfnlint_api.lint_file(
-        cli_synth.template_path, config=cfnlint_api.ManualArgs(ignore_checks=list(CFN_LINT_IGNORED))
-    )
-    # Then it reports nothing: no error, no warning, no informational finding
-    assert [f"{m.rule.id} {m.message} ({m.path})" for m in matches] == []
+    # When cfn-lint checks the templates the CLI wrote (the stage and the account stack)
+    for path in (
+        cli_synth.template_path,
+        cli_synth.outdir / f"{API_GATEWAY_ACCOUNT_STACK}.template.json",
+    ):
+        matches = cfnlint_api.lint_file(
+            path, config=cfnlint_api.ManualArgs(ignore_checks=list(CFN_LINT_IGNORED))
+        )
+        # Then it reports nothing: no error, no warning, no informational finding
+        assert [f"{m.rule.id} {m.message} ({m.path})" for m in matches] == [], path.name
 
 
 def test_layer_holds_manylinux_wheels_for_the_runtime_with_unchecked_bytecode(cli_synth):

@@ -1,4 +1,4 @@
-"""What `sam local invoke -t cdk.out/PayloadStore.template.json <Function> -e events/<event>.json`
+"""What `sam local invoke -t cdk.out/PayloadStore-dev.template.json <Function> -e events/<event>.json`
 does, minus the container: for every AWS::Lambda::Function of the synthesized template, resolve
 its Handler inside its staged code asset the way the Lambda runtime does, give it the template's
 environment (AWS resources swapped for the local redis-server and moto's S3/SSM), and serve the
@@ -53,6 +53,7 @@ EXPECTED_STATUS: dict[str, set[int]] = {
     "failure_report": {404},
     "config": {200},
     "health": {200},
+    "health_details": {200},
     "openapi": {200},
 }
 ROUTE_EVENT_ORDER = list(EXPECTED_STATUS)

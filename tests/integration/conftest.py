@@ -37,8 +37,10 @@ def cp_env(redis_server, aws_env, payload_bucket):
 
 def reset_caches() -> None:
     from controlplane.handlers import _common, authorizer
+    from controlplane.logic import health
     from controlplane.models.settings import get_settings
 
+    health._bucket_cache.clear()
     get_settings.cache_clear()
     _common.get_deps.cache_clear()
     authorizer.token_store.cache_clear()

@@ -31,16 +31,22 @@ def test_health_ok_with_bucket_as_the_stack_creates_it(cp):
         "encryption",
         "lifecycle",
     }
+    assert set(r.json["checks"].values()) == {"ok"}
 
 
 def test_health_names_each_failing_check(cp, settings_env, s3_client):
     # Given a bucket without encryption or lifecycle and a control plane configured for another region
     s3_client.create_bucket(Bucket="payloadstore-misconfigured")
     settings_env(PAYLOAD_BUCKET="payloadstore-misconfigured", AWS_REGION="eu-west-1")
+    # When anyone asks, Then the failing checks are named, and nothing more
     r = cp.call("public", "GET", "/v1/health", namespace=None)
     assert r.status == 503
     assert set(r.json["failing"]) >= {"region", "lifecycle"}
-    assert "eu-west-1" in r.json["checks"]["region"]["detail"]
+    assert r.json["checks"]["region"] == "failing"
+    # When a token holder asks for the details, Then they say what is wrong
+    d = cp.call("public", "GET", "/v1/health/details")
+    assert d.status == 503
+    assert "eu-west-1" in d.json["checks"]["region"]["detail"]
 
 
 def test_health_reports_missing_bucket(cp, settings_env):

@@ -74,6 +74,7 @@ def error(status: int, code: str | None, message: str = "m", **headers: str) -> 
     [
         (_wire.config(), "GET", "/v1/config", None),
         (_wire.health(), "GET", "/v1/health", None),
+        (_wire.health(details=True), "GET", "/v1/health/details", None),
         (
             _wire.presign_put("team", size=5, kind="args", sha256="ab" * 32),
             "POST",
@@ -182,6 +183,15 @@ def test_given_health_is_public_when_sent_then_no_bearer_and_503_is_an_answer():
     answer = wire_with(rec).health()
     assert answer.healthy is False and answer.body["status"] == "failing"
     assert "authorization" not in rec.requests[0].headers
+
+
+def test_given_health_details_when_sent_then_the_bearer_goes_along_and_503_is_an_answer():
+    body = {"status": "failing", "checks": {"bucket": {"ok": False, "detail": "not reachable"}}}
+    rec = Recorder(httpx.Response(503, json=body))
+    answer = wire_with(rec).health(details=True)
+    assert answer.healthy is False and answer.body["checks"]["bucket"]["detail"]
+    assert rec.requests[0].url.path == "/v1/health/details"
+    assert rec.requests[0].headers["authorization"] == "Bearer pst_x"
 
 
 def test_given_a_config_answer_when_parsed_then_a_typed_server_config():

@@ -41,7 +41,8 @@ from tools.sam_local.samcli import SAM_CLI_VERSION, ensure_sam, sam_env
 
 REPO = plan.REPO
 BUILD = REPO / "build" / "sam-local"
-TEMPLATE = REPO / "cdk.out" / "PayloadStore.template.json"
+# The dev stage: `npx cdk synth` builds it by default (infra/config.py StageNames).
+TEMPLATE = REPO / "cdk.out" / "PayloadStore-dev.template.json"
 ENV_VARS_FILE = BUILD / "env.json"
 REGION = "us-east-1"
 # Past this a `sam local invoke` is stuck (functions time out at 30 s at most).

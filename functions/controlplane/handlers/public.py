@@ -1,15 +1,17 @@
-"""GET /v1/health (no auth), GET /v1/config (any token), GET /v1/openapi.json (no auth)."""
+"""GET /v1/health (no auth), GET /v1/health/details, GET /v1/config (any token),
+GET /v1/openapi.json (no auth)."""
 
 from __future__ import annotations
 
 from functools import lru_cache
 
-from ..logic.health import client_config, health
-from ..models.wire import ConfigResponse, HealthResponse
+from ..logic.health import client_config, health, public_health
+from ..models.wire import ConfigResponse, HealthResponse, PublicHealthResponse
 from ..observability import lambda_entry
 from ._common import get_deps, json_response, new_resolver, principal, roles_for
 
 HEALTH = "/v1/health"
+HEALTH_DETAILS = "/v1/health/details"
 CONFIG = "/v1/config"
 OPENAPI = "/v1/openapi.json"
 # A failing check (Redis restarting, a bucket being created) is worth asking again this soon.
@@ -18,10 +20,25 @@ HEALTH_RETRY_AFTER_S = 5
 
 def register(app) -> None:
     config_roles = roles_for("GET", CONFIG)
+    details_roles = roles_for("GET", HEALTH_DETAILS)
 
-    @app.get(HEALTH, summary="Checks: redis, bucket reachable, region, encryption, lifecycle")
-    def get_health() -> HealthResponse:
-        report = health(get_deps())
+    @app.get(
+        HEALTH,
+        summary="Checks: redis, bucket reachable, region, encryption, lifecycle (ok/failing only)",
+    )
+    def get_health() -> PublicHealthResponse:
+        report = public_health(get_deps())
+        if report.status == "ok":
+            return json_response(200, report)
+        return json_response(503, report, headers={"Retry-After": str(HEALTH_RETRY_AFTER_S)})
+
+    @app.get(
+        HEALTH_DETAILS,
+        summary="The same checks with their details (bucket, error types); needs a token",
+    )
+    def get_health_details() -> HealthResponse:
+        principal(app, details_roles)
+        report = health(get_deps(), fresh=True)
         if report.status == "ok":
             return json_response(200, report)
         return json_response(503, report, headers={"Retry-After": str(HEALTH_RETRY_AFTER_S)})

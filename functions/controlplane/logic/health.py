@@ -1,16 +1,38 @@
-"""Health: every check the design needs before dispatch (redis, bucket, region, encryption, lifecycle)."""
+"""Health: every check the design needs before dispatch (redis, bucket, region, encryption, lifecycle).
+
+Two answers from the same checks: `public_health` (no token: only ok/failing per check, nothing
+about the bucket's name or the errors' types) and `health` (any token: the details). The four
+bucket checks cost four S3 calls; an unauthenticated caller must not be able to multiply them,
+so they are cached per container for BUCKET_CHECKS_CACHE_S (the detailed answer refreshes them).
+"""
 
 from __future__ import annotations
 
-from ..models.wire import ConfigResponse, HealthCheck, HealthResponse
+import time
+
+from ..models.wire import ConfigResponse, HealthCheck, HealthResponse, PublicHealthResponse
 from .context import Deps
 from .guard import memory_state
 from .payload_keys import PAYLOAD_PREFIX
 
 LIFECYCLE_MAX_DAYS = 2
+BUCKET_CHECKS_CACHE_S = 30.0
+# (bucket, region, endpoint) -> (monotonic time, checks); one entry per container in practice.
+_bucket_cache: dict[tuple, tuple[float, dict[str, HealthCheck]]] = {}
+_now = time.monotonic  # tests move it
 
 
-def health(deps: Deps) -> HealthResponse:
+def public_health(deps: Deps) -> PublicHealthResponse:
+    """What anyone may know: overall status and ok/failing per check."""
+    report = health(deps, fresh=False)
+    return PublicHealthResponse(
+        status=report.status,
+        failing=report.failing,
+        checks={name: "ok" if check.ok else "failing" for name, check in report.checks.items()},
+    )
+
+
+def health(deps: Deps, *, fresh: bool = True) -> HealthResponse:
     checks: dict[str, HealthCheck] = {}
     try:
         deps.jobs.ping()
@@ -18,21 +40,36 @@ def health(deps: Deps) -> HealthResponse:
         checks["redis_memory"] = redis_memory_check(deps)
     except Exception as e:  # noqa: BLE001 - any failure is the check's answer, not a crash
         checks["redis"] = HealthCheck(ok=False, detail=f"redis unreachable: {type(e).__name__}")
+    checks.update(bucket_checks(deps, fresh=fresh))
+    failing = [name for name, check in checks.items() if not check.ok]
+    return HealthResponse(status="failing" if failing else "ok", failing=failing, checks=checks)
+
+
+def bucket_checks(deps: Deps, *, fresh: bool = True) -> dict[str, HealthCheck]:
+    """bucket, region, encryption, lifecycle: from the cache unless `fresh` or older than
+    BUCKET_CHECKS_CACHE_S; the answer is cached either way."""
+    s = deps.settings
+    key = (s.payload_bucket, s.aws_region, s.s3_endpoint_url)
+    hit = _bucket_cache.get(key)
+    if not fresh and hit is not None and _now() - hit[0] < BUCKET_CHECKS_CACHE_S:
+        return hit[1]
+    checks: dict[str, HealthCheck] = {}
     objects = deps.objects
     reachable, detail = objects.check_reachable()
     checks["bucket"] = HealthCheck(ok=reachable, detail=detail)
-    bucket_checks = {
-        "region": lambda: objects.check_region(deps.settings.aws_region),
+    by_name = {
+        "region": lambda: objects.check_region(s.aws_region),
         "encryption": objects.check_encryption,
         "lifecycle": lambda: objects.check_lifecycle(PAYLOAD_PREFIX, LIFECYCLE_MAX_DAYS),
     }
-    for name, check in bucket_checks.items():
+    for name, check in by_name.items():
         # An unreachable bucket would fail each of these after its own timeouts and retries;
         # answer at once so health stays well inside API Gateway's 29 s.
         ok, detail = check() if reachable else (False, "not checked: bucket not reachable")
         checks[name] = HealthCheck(ok=ok, detail=detail)
-    failing = [name for name, check in checks.items() if not check.ok]
-    return HealthResponse(status="failing" if failing else "ok", failing=failing, checks=checks)
+    _bucket_cache.clear()
+    _bucket_cache[key] = (_now(), checks)
+    return checks
 
 
 def redis_memory_check(deps: Deps) -> HealthCheck:

@@ -197,9 +197,19 @@ class HealthCheck(BaseModel):
 
 
 class HealthResponse(BaseModel):
+    """GET /v1/health/details (any token): each check with its detail."""
+
     status: Literal["ok", "failing"]
     failing: list[str]
     checks: dict[str, HealthCheck]
+
+
+class PublicHealthResponse(BaseModel):
+    """GET /v1/health (no token): overall status and only ok/failing per check."""
+
+    status: Literal["ok", "failing"]
+    failing: list[str]
+    checks: dict[str, Literal["ok", "failing"]]
 
 
 class ErrorBody(BaseModel):

@@ -1,12 +1,67 @@
-"""The Redis client of this container: created once, reused by every invocation."""
+"""The Redis client of this container: created once, reused by every invocation.
+
+Timeouts. A hung Redis node must give the caller a 503 inside the function's Lambda timeout (10 s
+for the short functions, 28 s for the long-poll ones), never a Lambda timeout and a 502. So the
+container holds two clients behind one object (`RoutedRedis`):
+
+- the *fast* client, for every non-blocking command: FAST_SOCKET_TIMEOUT_S per reply,
+  CONNECT_TIMEOUT_S per connect, FAST_RETRIES retry (a failover moves the primary);
+  worst case about 3 x (connect + reply) = 7.5 s, under the shortest function timeout;
+- the *blocking* client, only for commands that wait on the server (BLMOVE, BLPOP, XREADGROUP or
+  XREAD with BLOCK, ...): a reply timeout of the longest configured wait plus BLOCKING_MARGIN_S,
+  and no retry, so a long poll on a hung node fails after at most 25 + 2 s, under 28 s.
+  It is created on first use: functions that never long-poll never open it.
+
+Cluster mode. The client is built from host, port and `ssl=True`-equivalent options, not from a
+URL: `RedisCluster.from_url("rediss://...")` replaces the connection class with redis-py's plain
+SSLConnection, so the packer measured in bench/ (redis-py's own, with hiredis's reply parser)
+would not be what runs on AWS.
+
+TLS. Certificates are verified (`ssl_cert_reqs="required"`) and so are host names
+(`ssl_check_hostname=True`). ElastiCache's certificate is a wildcard for the cluster's DNS
+domain, and a TLS-enabled cluster-mode group announces its nodes by DNS name in CLUSTER SLOTS
+(e.g. `payloadstore-prod-0001-001.payloadstore-prod.abc123.euw1.cache.amazonaws.com`), so every
+node connection checks the name it dialled. tests/integration/test_redis_client.py proves both
+sides on a TLS cluster-mode redis-server: nodes announced by name connect, nodes announced by a
+name the certificate does not carry are refused.
+"""
 
 from __future__ import annotations
 
 from functools import lru_cache
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 import redis
+from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.connection import Connection, PythonRespSerializer, SSLConnection
+from redis.retry import Retry
+
+FAST_SOCKET_TIMEOUT_S = 1.5
+CONNECT_TIMEOUT_S = 1.0
+FAST_RETRIES = 1
+BLOCKING_MARGIN_S = 2.0
+HEALTH_CHECK_INTERVAL_S = 30
+# Blocking long-polls hold a connection each; bound the pool so a flood cannot exhaust Redis.
+MAX_CONNECTIONS = 64
+
+# Commands that wait on the server for up to their own timeout argument.
+BLOCKING_COMMANDS = frozenset(
+    {
+        "blmove",
+        "blmpop",
+        "blpop",
+        "brpop",
+        "brpoplpush",
+        "bzmpop",
+        "bzpopmax",
+        "bzpopmin",
+        "wait",
+        "waitaof",
+    }
+)
+# Commands that block only with a BLOCK argument: name -> position of `block` in the signature.
+BLOCK_ARGUMENT = {"xread": 2, "xreadgroup": 4}
 
 
 class _PythonPackerMixin:
@@ -28,39 +83,134 @@ class PayloadSSLConnection(_PythonPackerMixin, SSLConnection):
     pass
 
 
+def _endpoint(url: str) -> dict[str, Any]:
+    """host, port, db, password and TLS of a redis:// or rediss:// URL."""
+    parsed = urlparse(url)
+    if parsed.scheme not in ("redis", "rediss"):
+        raise ValueError(f"REDIS_URL must be redis:// or rediss://, got {parsed.scheme!r}")
+    db = (parsed.path or "/0").lstrip("/") or "0"
+    return {
+        "host": parsed.hostname or "127.0.0.1",
+        "port": parsed.port or 6379,
+        "db": int(db),
+        "password": unquote(parsed.password) if parsed.password else None,
+        "username": unquote(parsed.username) if parsed.username else None,
+        "tls": parsed.scheme == "rediss",
+    }
+
+
 def make_redis(
     url: str,
     *,
     cluster: bool = False,
     password: str | None = None,
-    max_block_s: float = 25.0,
+    socket_timeout_s: float = FAST_SOCKET_TIMEOUT_S,
+    retries: int = FAST_RETRIES,
+    ssl_ca_certs: str | None = None,
 ):
-    """A client whose socket timeout outlasts the longest blocking command we send."""
-    common: dict[str, Any] = {
-        "socket_timeout": max_block_s + 5.0,
-        "socket_connect_timeout": 2.0,
-        "health_check_interval": 30,
+    """One client (single node or cluster) with the given reply timeout and retry count."""
+    ep = _endpoint(url)
+    tls = ep["tls"]
+    connection_kwargs: dict[str, Any] = {
+        "socket_timeout": socket_timeout_s,
+        "socket_connect_timeout": min(CONNECT_TIMEOUT_S, socket_timeout_s),
+        "health_check_interval": HEALTH_CHECK_INTERVAL_S,
         "decode_responses": False,
+        "password": password or ep["password"],
+        "username": ep["username"],
     }
-    if password:
-        common["password"] = password
-    tls = url.startswith("rediss://")
+    if tls:
+        connection_kwargs.update(
+            ssl_cert_reqs="required", ssl_check_hostname=True, ssl_ca_certs=ssl_ca_certs
+        )
+    connection_class = PayloadSSLConnection if tls else PayloadConnection
+    retry = Retry(
+        ExponentialBackoff(cap=0.5, base=0.05) if retries else NoBackoff(), retries=retries
+    )
     if cluster:
         from redis.cluster import RedisCluster
 
-        return RedisCluster.from_url(
-            url, connection_class=PayloadSSLConnection if tls else PayloadConnection, **common
+        if ep["db"] != 0:
+            raise ValueError("a cluster-mode REDIS_URL must use database 0")
+        # Node pools are built as from a URL (so `connection_class` is honoured), but the URL
+        # handed over has no scheme to parse: nothing can swap the class back to SSLConnection.
+        client = RedisCluster(
+            url=f"redis://{ep['host']}:{ep['port']}/0",
+            connection_class=connection_class,
+            max_connections=MAX_CONNECTIONS,
+            retry=retry,
+            **connection_kwargs,
         )
-    pool = redis.ConnectionPool.from_url(
-        url,
-        connection_class=PayloadSSLConnection if tls else PayloadConnection,
-        # Blocking long-polls hold a connection each; bound the pool so a flood cannot exhaust Redis.
-        max_connections=64,
-        **common,
+        return client
+    pool = redis.ConnectionPool(
+        host=ep["host"],
+        port=ep["port"],
+        db=ep["db"],
+        connection_class=connection_class,
+        max_connections=MAX_CONNECTIONS,
+        **connection_kwargs,
     )
-    return redis.Redis(connection_pool=pool)
+    return redis.Redis(connection_pool=pool, retry=retry)
+
+
+class RoutedRedis:
+    """The container's client: blocking commands go to a client whose reply timeout outlasts
+    the wait, everything else to one that gives up fast. Looks like a redis client otherwise
+    (attributes are the fast client's)."""
+
+    def __init__(self, fast, make_blocking):
+        self.fast = fast
+        self._make_blocking = make_blocking
+        self._blocking = None
+
+    @property
+    def blocking(self):
+        if self._blocking is None:
+            self._blocking = self._make_blocking()
+        return self._blocking
+
+    def __getattr__(self, name: str):
+        if name in BLOCKING_COMMANDS:
+            return getattr(self.blocking, name)
+        if name in BLOCK_ARGUMENT:
+            position = BLOCK_ARGUMENT[name]
+
+            def call(*args, **kwargs):
+                block = kwargs.get("block", args[position] if len(args) > position else None)
+                client = self.fast if block is None else self.blocking
+                return getattr(client, name)(*args, **kwargs)
+
+            return call
+        return getattr(self.fast, name)
+
+    def close(self) -> None:
+        self.fast.close()
+        if self._blocking is not None:
+            self._blocking.close()
+
+
+def make_routed_redis(
+    url: str,
+    *,
+    cluster: bool = False,
+    password: str | None = None,
+    max_block_s: float = 25.0,
+    ssl_ca_certs: str | None = None,
+) -> RoutedRedis:
+    fast = make_redis(url, cluster=cluster, password=password, ssl_ca_certs=ssl_ca_certs)
+    return RoutedRedis(
+        fast,
+        lambda: make_redis(
+            url,
+            cluster=cluster,
+            password=password,
+            socket_timeout_s=max_block_s + BLOCKING_MARGIN_S,
+            retries=0,
+            ssl_ca_certs=ssl_ca_certs,
+        ),
+    )
 
 
 @lru_cache(maxsize=4)
-def cached_redis(url: str, cluster: bool, password: str | None, max_block_s: float):
-    return make_redis(url, cluster=cluster, password=password, max_block_s=max_block_s)
+def cached_redis(url: str, cluster: bool, password: str | None, max_block_s: float) -> RoutedRedis:
+    return make_routed_redis(url, cluster=cluster, password=password, max_block_s=max_block_s)
