@@ -239,6 +239,15 @@ class Services:
     mint: object
     stop: object
 
+    def lost(self) -> str | None:
+        """Which service no longer answers (stopped or killed from outside), if any."""
+        from payloadstore.devstack.services import port_is_open
+
+        for what, port in (("Redis", self.redis_port), ("the S3/SSM emulator", self.s3_port)):
+            if not port_is_open(port):
+                return f"{what} on 127.0.0.1:{port} stopped answering; the run cannot go on"
+        return None
+
 
 def start_services() -> Services:
     """Reuse a running `make dev` (SAM_LOCAL_STACK=<its state file>) or start a stack of ours."""
@@ -292,6 +301,11 @@ def start_services() -> Services:
         authorizer_cache_s=0,
     )
     stack.start()
+    if getattr(stack, "scheduler", None) is not None:
+        # Its timer would run the metrics function in this process every minute: only noise
+        # here (the function itself is invoked in its container like every other).
+        stack.scheduler.stop()
+        stack.scheduler = None
     say(
         f"local stack: gateway {stack.endpoint}, redis {stack.redis.url}, "
         f"S3/SSM {stack.moto.endpoint}, bucket {stack.bucket}"
@@ -564,6 +578,9 @@ def main(argv: list[str] | None = None) -> int:
             for fx in selected:
                 if fx.group not in groups:
                     continue
+                lost = services.lost()
+                if lost:
+                    raise RuntimeError(lost)
                 logical_id = groups[fx.group]
                 try:
                     if fx.kind == "api":
@@ -589,6 +606,9 @@ def main(argv: list[str] | None = None) -> int:
                     if not any(r.function == logical_id for r in run.results):
                         run.record(logical_id, "-", "never invoked", 0.0)
             if not args.no_lifecycle:
+                lost = services.lost()
+                if lost:
+                    raise RuntimeError(lost)
                 try:
                     lifecycle(run, world, fixtures)
                 except (RuntimeError, plan.StateError, OSError) as e:
