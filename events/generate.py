@@ -13,6 +13,8 @@ import msgpack
 HERE = Path(__file__).resolve().parent
 JOB = "01KB7Z6Q3N4V8W2X5Y9Z0A1B2C"
 TOKEN = "pst_replace_with_a_minted_token"
+# The lease of the delivery (from the poll answer) that result, failure and heartbeat carry.
+LEASE = "replace-with-the-poll-lease"
 
 TEMPLATE = {
     "resource": "/",
@@ -120,6 +122,9 @@ def main() -> None:
         "job_status": event(
             "GET", "/v1/namespaces/{ns}/jobs/{job_id}", {"ns": "dev", "job_id": JOB}
         ),
+        "job_cancel": event(
+            "DELETE", "/v1/namespaces/{ns}/jobs/{job_id}", {"ns": "dev", "job_id": JOB}
+        ),
         "result_get": event(
             "GET",
             "/v1/namespaces/{ns}/jobs/{job_id}/result",
@@ -138,7 +143,7 @@ def main() -> None:
             "/v1/namespaces/{ns}/jobs/{job_id}/result",
             {"ns": "dev", "job_id": JOB},
             role="daemon",
-            body={"resultInline": base64.b64encode(msgpack.packb(3)).decode()},
+            body={"lease": LEASE, "resultInline": base64.b64encode(msgpack.packb(3)).decode()},
         ),
         "enqueue_batch": event(
             "POST",
@@ -170,7 +175,14 @@ def main() -> None:
             "/v1/namespaces/{ns}/jobs/{job_id}/failure",
             {"ns": "dev", "job_id": JOB},
             role="daemon",
-            body={"state": "payload_lost", "detail": "GET returned 404"},
+            body={"lease": LEASE, "state": "payload_lost", "detail": "GET returned 404"},
+        ),
+        "heartbeat": event(
+            "POST",
+            "/v1/namespaces/{ns}/jobs/{job_id}/heartbeat",
+            {"ns": "dev", "job_id": JOB},
+            role="daemon",
+            body={"lease": LEASE},
         ),
         "config": event("GET", "/v1/config", None),
         "health": event("GET", "/v1/health", None, role=None),

@@ -1,6 +1,7 @@
 """Alarms that need a human, all to one SNS topic of the stage (or a topic the user names).
 
-- custom metrics the functions emit (EMF, the stage's namespace): PayloadCorrupt;
+- custom metrics the functions emit (EMF, the stage's namespace): PayloadCorrupt,
+  DeliveryLimitExceeded (a job whose daemons died at each of MAX_DELIVERIES deliveries);
 - every function (generic over routes.FUNCTIONS): Lambda errors, throttles, duration near timeout;
   the authorizer's errors are its own function's errors (every guarded route fails with them);
 - the API: 5xx;
@@ -27,6 +28,7 @@ from infra.config import AUTHORIZER_FUNCTION, SERVICE_NAME, StageNames
 
 # A corrupt payload is never expected: one is a bug or tampering, so any count alarms.
 PAYLOAD_CORRUPT_METRIC = "PayloadCorrupt"
+DELIVERY_LIMIT_METRIC = "DeliveryLimitExceeded"
 API_5XX_THRESHOLD = 5  # per 5 minutes: more than a blip while Redis fails over
 REDIS_MEMORY_PERCENT = 80  # leaves room to add a shard before writes are refused
 REDIS_ENGINE_CPU_PERCENT = 90  # Redis runs commands on one thread: past this, latency climbs
@@ -73,6 +75,13 @@ class Alarms(Construct):
             "PayloadCorrupt",
             self.custom_metric(PAYLOAD_CORRUPT_METRIC),
             description="a daemon reported a payload whose sha256 did not match its reference",
+            threshold=0,
+        )
+        self.add(
+            "DeliveryLimitExceeded",
+            self.custom_metric(DELIVERY_LIMIT_METRIC, period=FIVE_MINUTES),
+            description="a job failed DeliveryLimitExceeded: its daemons died or lost it at each "
+            "of MAX_DELIVERIES deliveries (a poison job: crash, OOM kill)",
             threshold=0,
         )
         self.add(

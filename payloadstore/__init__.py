@@ -37,7 +37,11 @@ _EXPORTS = {
     "EnqueueUnconfirmed": ".errors",
     "InlineUnavailable": ".errors",
     "InvalidRequest": ".errors",
+    "JobCancelled": ".errors",
     "JobFailed": ".errors",
+    "LeaseMismatch": ".errors",
+    "CurrentJob": ".daemon",
+    "current_job": ".daemon",
     "JobNotFound": ".errors",
     "PayloadCorrupt": ".errors",
     "PayloadError": ".errors",
@@ -62,15 +66,18 @@ __all__ = [
     "Client",
     "ConfigError",
     "ConflictError",
+    "CurrentJob",
     "Daemon",
     "DoneAndPending",
     "EnqueueUnconfirmed",
     "InlineUnavailable",
     "InvalidRequest",
     "Job",
+    "JobCancelled",
     "JobFailed",
     "JobNotFound",
     "JobStatus",
+    "LeaseMismatch",
     "PayloadCorrupt",
     "PayloadError",
     "PayloadLost",
@@ -86,6 +93,7 @@ __all__ = [
     "TransferError",
     "WaitTimeout",
     "as_completed",
+    "current_job",
     "wait",
 ]
 
@@ -106,7 +114,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from ._http import RetryPolicy
     from .client import Client, Job, JobStatus, Queue, ServerConfig
-    from .daemon import Daemon
+    from .daemon import CurrentJob, Daemon, current_job
     from .errors import (
         ApiError,
         AuthError,
@@ -115,8 +123,10 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         EnqueueUnconfirmed,
         InlineUnavailable,
         InvalidRequest,
+        JobCancelled,
         JobFailed,
         JobNotFound,
+        LeaseMismatch,
         PayloadCorrupt,
         PayloadError,
         PayloadLost,

@@ -21,9 +21,11 @@ from ._wire import (
     CONNECT_TIMEOUT_S,
     MSGPACK,
     Call,
+    CancelAnswer,
     DownloadGrant,
     Enqueued,
     Health,
+    HeartbeatAnswer,
     JobStatus,
     PayloadRef,
     PolledJob,
@@ -179,9 +181,12 @@ class AsyncWire:
         inline: bytes | None = None,
         ref: PayloadRef | None = None,
         error: Mapping[str, Any] | None = None,
+        lease: str | None = None,
     ) -> None:
         await self.send(
-            _wire.post_result(self.namespace, job_id, inline=inline, ref=ref, error=error)
+            _wire.post_result(
+                self.namespace, job_id, inline=inline, ref=ref, error=error, lease=lease
+            )
         )
 
     async def report_failure(
@@ -192,6 +197,7 @@ class AsyncWire:
         detail: str,
         expected_sha256: str | None = None,
         actual_sha256: str | None = None,
+        lease: str | None = None,
     ) -> None:
         await self.send(
             _wire.report_failure(
@@ -201,5 +207,12 @@ class AsyncWire:
                 detail=detail,
                 expected_sha256=expected_sha256,
                 actual_sha256=actual_sha256,
+                lease=lease,
             )
         )
+
+    async def heartbeat(self, job_id: str, lease: str) -> HeartbeatAnswer:
+        return await self.send(_wire.heartbeat(self.namespace, job_id, lease))
+
+    async def cancel_job(self, job_id: str) -> CancelAnswer:
+        return await self.send(_wire.cancel_job(self.namespace, job_id))

@@ -54,6 +54,7 @@ from .errors import (
     InlineUnavailable,
     InvalidRequest,
     JobNotFound,
+    LeaseMismatch,
     PayloadLost,
     PayloadTooLarge,
     QueueNotFound,
@@ -64,7 +65,7 @@ log = logging.getLogger("payloadstore")
 
 T = TypeVar("T")
 MSGPACK = "application/msgpack"
-TERMINAL_STATES = frozenset({"succeeded", "failed", "payload_lost", "payload_corrupt"})
+TERMINAL_STATES = frozenset({"succeeded", "failed", "payload_lost", "payload_corrupt", "cancelled"})
 # The connect timeout of every control-plane request; read timeouts are per call.
 CONNECT_TIMEOUT_S = 10.0
 
@@ -160,6 +161,7 @@ class JobStatus:
     result_ref: dict | None = None
     error: dict | None = None
     raw: dict = field(default_factory=dict, repr=False)
+    cancel_requested: bool = False
 
     @property
     def done(self) -> bool:
@@ -194,6 +196,26 @@ class PolledJob:
     raw: dict = field(default_factory=dict, repr=False)
     #: a presigned GET of `payload_ref`, handed out with it (no presign-get call needed)
     download: DownloadGrant | None = None
+    # The delivery's lease: result posts, failure reports and heartbeats carry it.
+    lease: str | None = None
+    lease_expires_at: float | None = None  # epoch seconds
+
+
+@dataclass(frozen=True)
+class HeartbeatAnswer:
+    """`POST .../jobs/{job_id}/heartbeat`: the lease's new expiry, and whether to stop."""
+
+    lease_expires_at: float
+    cancel_requested: bool
+
+
+@dataclass(frozen=True)
+class CancelAnswer:
+    """`DELETE .../jobs/{job_id}`: `cancelled` (it was queued) or `running` + cancel requested."""
+
+    job_id: str
+    state: str
+    cancel_requested: bool
 
 
 @dataclass(frozen=True)
@@ -298,7 +320,7 @@ CODE_ERRORS: dict[str, ErrorFactory] = {
     "unauthorized": AuthError,
     "forbidden": AuthError,
     "conflict": ConflictError,
-    "lease_mismatch": ConflictError,
+    "lease_mismatch": LeaseMismatch,
     "payload_too_large": PayloadTooLarge,
     "bad_request": InvalidRequest,
     "invalid_request": InvalidRequest,
@@ -479,6 +501,7 @@ def parse_job_status(job_id: str) -> Callable[[httpx.Response], JobStatus]:
             result_ref=body.get("resultRef"),
             error=body.get("error"),
             raw=body,
+            cancel_requested=bool(body.get("cancel_requested")),
         )
 
     return parse
@@ -569,7 +592,31 @@ def polled_job(body: Mapping[str, Any]) -> PolledJob:
         payload_ref=_ref(body.get("payloadRef")),
         raw=dict(body),
         download=_download(body.get("download")),
+        lease=body.get("lease"),
+        lease_expires_at=(
+            None if body.get("lease_expires_at") is None else float(body["lease_expires_at"])
+        ),
     )
+
+
+def parse_heartbeat(response: httpx.Response) -> HeartbeatAnswer:
+    body = _json(response)
+    return HeartbeatAnswer(
+        lease_expires_at=float(body["lease_expires_at"]),
+        cancel_requested=bool(body.get("cancel_requested")),
+    )
+
+
+def parse_cancel(job_id: str) -> Callable[[httpx.Response], CancelAnswer]:
+    def parse(response: httpx.Response) -> CancelAnswer:
+        body = _json(response)
+        return CancelAnswer(
+            job_id=body.get("job_id", job_id),
+            state=body.get("state", "unknown"),
+            cancel_requested=bool(body.get("cancel_requested")),
+        )
+
+    return parse
 
 
 # -- routes (pure builders) --------------------------------------------------------------------
@@ -760,9 +807,10 @@ def post_result(
     inline: bytes | None = None,
     ref: PayloadRef | None = None,
     error: Mapping[str, Any] | None = None,
+    lease: str | None = None,
 ) -> Call[None]:
     """Exactly one of: the inline result bytes, the S3 reference, or the error {type, message,
-    traceback?}."""
+    traceback?}; with the delivery's lease (409 `lease_mismatch` once it is not current)."""
     given = [
         name for name, v in (("inline", inline), ("ref", ref), ("error", error)) if v is not None
     ]
@@ -774,6 +822,8 @@ def post_result(
         body = {"resultRef": ref.to_wire()}
     else:
         body = {"error": dict(error or {})}
+    if lease is not None:
+        body["lease"] = lease
     return Call(
         "POST",
         ns_path(namespace, f"/jobs/{job_id}/result"),
@@ -793,8 +843,11 @@ def report_failure(
     detail: str,
     expected_sha256: str | None = None,
     actual_sha256: str | None = None,
+    lease: str | None = None,
 ) -> Call[None]:
     body: dict[str, Any] = {"state": state, "detail": detail}
+    if lease is not None:
+        body["lease"] = lease
     if expected_sha256:
         body["expected_sha256"] = expected_sha256
     if actual_sha256:
@@ -806,6 +859,31 @@ def report_failure(
         parse_none,
         ok=frozenset({200, 204}),
         json=body,
+        errors=_job_errors(),
+    )
+
+
+def heartbeat(namespace: str, job_id: str, lease: str) -> Call[HeartbeatAnswer]:
+    """Extend the delivery's lease; `LeaseMismatch` once the job was taken from this holder."""
+    return Call(
+        "POST",
+        ns_path(namespace, f"/jobs/{job_id}/heartbeat"),
+        f"heartbeat of job {job_id}",
+        parse_heartbeat,
+        json={"lease": lease},
+        errors=_job_errors(),
+    )
+
+
+def cancel_job(namespace: str, job_id: str) -> Call[CancelAnswer]:
+    """Cancel a queued job (200) or ask its daemon to stop a running one (202); a finished job
+    is `ConflictError`."""
+    return Call(
+        "DELETE",
+        ns_path(namespace, f"/jobs/{job_id}"),
+        f"cancel job {job_id}",
+        parse_cancel(job_id),
+        ok=frozenset({200, 202}),
         errors=_job_errors(),
     )
 
@@ -951,8 +1029,11 @@ class Wire:
         inline: bytes | None = None,
         ref: PayloadRef | None = None,
         error: Mapping[str, Any] | None = None,
+        lease: str | None = None,
     ) -> None:
-        self.send(post_result(self.namespace, job_id, inline=inline, ref=ref, error=error))
+        self.send(
+            post_result(self.namespace, job_id, inline=inline, ref=ref, error=error, lease=lease)
+        )
 
     def report_failure(
         self,
@@ -962,6 +1043,7 @@ class Wire:
         detail: str,
         expected_sha256: str | None = None,
         actual_sha256: str | None = None,
+        lease: str | None = None,
     ) -> None:
         self.send(
             report_failure(
@@ -971,5 +1053,12 @@ class Wire:
                 detail=detail,
                 expected_sha256=expected_sha256,
                 actual_sha256=actual_sha256,
+                lease=lease,
             )
         )
+
+    def heartbeat(self, job_id: str, lease: str) -> HeartbeatAnswer:
+        return self.send(heartbeat(self.namespace, job_id, lease))
+
+    def cancel_job(self, job_id: str) -> CancelAnswer:
+        return self.send(cancel_job(self.namespace, job_id))

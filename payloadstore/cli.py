@@ -1,6 +1,6 @@
 """`payloadstore`: the command line of the SDK.
 
-Exit codes: 0 ok; 1 the job failed (remote error) or another error; 2 usage or configuration;
+Exit codes: 0 ok; 1 the job failed (remote error), was cancelled, or another error; 2 usage or configuration;
 3 auth (bad, revoked or foreign token); 4 job not found; 5 still pending after --wait;
 6 payload over the cap; 7 control plane unreachable or unhealthy; 8 payload corrupt or lost.
 Errors are one line on stderr: `error: <what happened and what to do>`.
@@ -496,6 +496,23 @@ def status(settings: Settings, job_id) -> None:
     try:
         with settings.client("client") as client:
             click.echo(json.dumps(client.job(job_id).status().raw))
+    except PayloadStoreError as e:
+        fail(e, settings.verbose)
+
+
+@cli.command()
+@click.argument("job_id")
+@click.pass_obj
+def cancel(settings: Settings, job_id) -> None:
+    """Cancel a job: a queued one ends cancelled and never runs; a running one is asked to stop
+    (its daemon learns it from its next heartbeat). Prints the state; a finished job exits 1."""
+    try:
+        with settings.client("client") as client:
+            answer = client.job(job_id).cancel()
+            if answer.cancel_requested:
+                click.echo(f"{job_id} running: cancel requested")
+            else:
+                click.echo(f"{job_id} {answer.state}")
     except PayloadStoreError as e:
         fail(e, settings.verbose)
 

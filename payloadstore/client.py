@@ -39,6 +39,7 @@ from ._payloads import Payloads
 from ._wire import (
     TERMINAL_STATES,
     BatchItem,
+    CancelAnswer,
     Enqueued,
     ItemRefused,
     JobStatus,
@@ -52,6 +53,7 @@ from .errors import (
     ConfigError,
     EnqueueUnconfirmed,
     InlineUnavailable,
+    JobCancelled,
     JobFailed,
     PayloadCorrupt,
     PayloadLost,
@@ -538,13 +540,21 @@ class Job:
         self.queue = self.queue or status.queue
         return status
 
+    def cancel(self) -> CancelAnswer:
+        """Cancel the job: a queued job ends `cancelled` and never runs (state `cancelled`); a
+        running one is asked to stop (state `running`, `cancel_requested` True): its daemon
+        learns it from its next heartbeat, stops waiting for the function and ends the job
+        `cancelled`. `result()` then raises JobCancelled. A finished job: ConflictError."""
+        return self.client.wire.cancel_job(self.job_id)
+
     def result(
         self, timeout: float | None = None, *, progress: bool | None = None, copy: bool = False
     ) -> Any:
         """Wait for the job and return its decoded value; `timeout=None` waits as long as it takes.
 
-        Raises JobFailed (remote type, message, traceback), PayloadCorrupt, PayloadLost,
-        ResultTimeout, JobNotFound.
+        Raises JobFailed (remote type, message, traceback; type DeliveryLimitExceeded when its
+        daemons kept dying), JobCancelled, PayloadCorrupt, PayloadLost, ResultTimeout,
+        JobNotFound.
         """
         if self._has_result:
             return self._result
@@ -608,6 +618,8 @@ def job_error(job_id: str, state: str | None, error: Any) -> Exception:
             expected_sha256=err.get("expected_sha256"),
             actual_sha256=err.get("actual_sha256"),
         )
+    if state == "cancelled":
+        return JobCancelled(job_id, message)
     if state == "payload_lost":
         return PayloadLost(
             f"job {job_id} payload_lost: {message}", job_id=job_id, key=err.get("key")

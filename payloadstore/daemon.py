@@ -7,6 +7,14 @@
 
     daemon.run()          # until SIGTERM/SIGINT; the job in hand is finished first
 
+Each delivery comes with a lease. While a job is in hand the Daemon heartbeats it about every
+VISIBILITY_TIMEOUT_S/3 (from the lease's expiry in the poll answer), so a long function is not
+handed to another daemon. When the heartbeat answer says `cancel_requested`, the Daemon stops
+waiting for the function and ends the job `cancelled` (the function's thread is left to finish;
+it can check `payloadstore.current_job().cancel_requested` to stop early). When the control
+plane answers `lease_mismatch`, the job was taken from this daemon (its lease ran out and it
+was delivered again): the Daemon stops and posts nothing for it.
+
 A job's payload `{"args": [...], "kwargs": {...}}` (what `Queue.add` sends) becomes
 `fn(*args, **kwargs)`; any other payload value (e.g. from another client) is passed as `fn(value)`.
 """
@@ -33,6 +41,8 @@ from .errors import (
     AuthError,
     ConflictError,
     InlineUnavailable,
+    JobNotFound,
+    LeaseMismatch,
     PayloadCorrupt,
     PayloadLost,
     PayloadStoreError,
@@ -48,6 +58,106 @@ PAYLOAD_CORRUPT = "payload_corrupt"
 PAYLOAD_LOST = "payload_lost"
 REFUSED = "refused"  # the control plane would not take the result (409: redelivered elsewhere)
 ABANDONED = "abandoned"  # could not store/post the result; the job is redelivered after the visibility timeout
+CANCELLED = "cancelled"  # a client cancelled the job while it ran; posted as error type Cancelled
+TAKEN = "taken"  # the lease ran out and the job was delivered again: nothing posted
+
+CANCELLED_ERROR_TYPE = "Cancelled"
+# Heartbeat at a third of the lease, as SQS ChangeMessageVisibility guidance has it; never more
+# often than this.
+MIN_HEARTBEAT_S = 0.2
+
+_current = threading.local()
+
+
+class CurrentJob:
+    """The job the calling thread's function runs for: `payloadstore.current_job()`."""
+
+    def __init__(self, job_id: str, queue: str | None, attempt: int | None, lease: str | None):
+        self.job_id = job_id
+        self.queue = queue
+        self.attempt = attempt
+        self.lease = lease
+        self._cancel = threading.Event()
+        self._lost = threading.Event()
+        self._changed = threading.Event()
+        self._finishing = threading.Event()  # the outcome is being posted: heartbeats are moot
+
+    @property
+    def cancel_requested(self) -> bool:
+        """A client cancelled the job: stop early if you can (the Daemon has stopped waiting)."""
+        return self._cancel.is_set()
+
+    @property
+    def lease_lost(self) -> bool:
+        """The job was taken from this daemon (delivered again elsewhere): its result is moot."""
+        return self._lost.is_set()
+
+    def __repr__(self) -> str:
+        return f"CurrentJob({self.job_id!r}, queue={self.queue!r}, attempt={self.attempt})"
+
+
+def current_job() -> CurrentJob | None:
+    """The job whose function is running on this thread, or None outside a Daemon's function."""
+    return getattr(_current, "job", None)
+
+
+class _Heartbeat:
+    """Extends one delivery's lease on a thread of its own while the job is in hand."""
+
+    def __init__(self, daemon: Daemon, job: PolledJob, current: CurrentJob):
+        self.daemon = daemon
+        self.job = job
+        self.current = current
+        self.stopped = threading.Event()
+        self.beats = 0
+        self.thread: threading.Thread | None = None
+
+    @staticmethod
+    def interval(expires_at: float | None, now: float | None = None) -> float | None:
+        if expires_at is None:
+            return None
+        remaining = expires_at - (time.time() if now is None else now)
+        return max(MIN_HEARTBEAT_S, remaining / 3.0)
+
+    def start(self) -> _Heartbeat:
+        delay = self.interval(self.job.lease_expires_at)
+        if self.job.lease is None or delay is None:
+            return self  # a control plane without leases
+        self.thread = threading.Thread(
+            target=self._run, args=(delay,), name=f"payloadstore-heartbeat-{self.job.job_id}"
+        )
+        self.thread.daemon = True
+        self.thread.start()
+        return self
+
+    def _run(self, delay: float) -> None:
+        wire, job, current = self.daemon.client.wire, self.job, self.current
+        while not self.stopped.wait(delay):
+            try:
+                answer = wire.heartbeat(job.job_id, job.lease)
+            except (LeaseMismatch, JobNotFound) as e:
+                if current._finishing.is_set() or self.stopped.is_set():
+                    return  # our own result just ended the delivery
+                log.warning("job taken from this daemon job_id=%s reason=%s", job.job_id, e)
+                current._lost.set()
+                current._changed.set()
+                return
+            except PayloadStoreError as e:
+                # Keep trying: the lease is good until it expires, and a later beat may land.
+                log.warning("heartbeat failed job_id=%s error=%s", job.job_id, e)
+                delay = MIN_HEARTBEAT_S * 5
+                continue
+            self.beats += 1
+            delay = self.interval(answer.lease_expires_at) or delay
+            if answer.cancel_requested and not current.cancel_requested:
+                log.info("cancel requested job_id=%s", job.job_id)
+                current._cancel.set()
+                current._changed.set()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        if self.thread is not None:
+            self.thread.join(timeout=5)
 
 
 def failing_checks(body: dict) -> list[str]:
@@ -146,6 +256,7 @@ class Daemon:
         self._max_jobs: int | None = None
         self._stop_when_idle = False
         self._signals_seen = 0
+        self._held = threading.local()  # the job this worker thread has in hand
 
     # -- registration and control ---------------------------------------------------------------
 
@@ -344,8 +455,18 @@ class Daemon:
         return outcome
 
     def _process(self, job: PolledJob, fn: Callable[..., Any]) -> str:
+        current = CurrentJob(job.job_id, job.queue, job.attempt, job.lease)
+        self._held.job = current
+        heartbeat = _Heartbeat(self, job, current).start()
+        try:
+            return self._process_held(job, fn, current)
+        finally:
+            heartbeat.stop()
+            self._held.job = None
+
+    def _process_held(self, job: PolledJob, fn: Callable[..., Any], current: CurrentJob) -> str:
         client = self.client
-        job_id = job.job_id
+        job_id, lease = job.job_id, job.lease
         # 1. the args' bytes, verified
         try:
             if job.payload_inline is not None:
@@ -356,7 +477,7 @@ class Daemon:
                 )
             else:
                 return self._post_error(
-                    job_id, "PayloadMissing", "the delivery carries no payload", None
+                    job_id, "PayloadMissing", "the delivery carries no payload", None, lease=lease
                 )
         except PayloadCorrupt as e:
             log.error(
@@ -367,12 +488,12 @@ class Daemon:
                 e.actual_sha256,
             )
             self._report_failure(
-                job_id, PAYLOAD_CORRUPT, e.message, e.expected_sha256, e.actual_sha256
+                job_id, PAYLOAD_CORRUPT, e.message, e.expected_sha256, e.actual_sha256, lease=lease
             )
             return PAYLOAD_CORRUPT
         except PayloadLost as e:
             log.error("payload lost job_id=%s key=%s", job_id, e.key)
-            self._report_failure(job_id, PAYLOAD_LOST, e.message)
+            self._report_failure(job_id, PAYLOAD_LOST, e.message, lease=lease)
             return PAYLOAD_LOST
         # 2. decode and call
         try:
@@ -383,12 +504,16 @@ class Daemon:
                 "CodecError",
                 f"cannot decode the job's payload: {e}",
                 traceback.format_exc(),
+                lease=lease,
             )
         args, kwargs = call_arguments(payload)
-        try:
-            value = fn(*args, **kwargs)
-        except Exception as e:  # noqa: BLE001 - the function's exception is the job's error
-            return self._post_error(job_id, remote_type_name(e), str(e), traceback.format_exc())
+        status, value, tb = self._call(fn, args, kwargs, current)
+        if status == TAKEN:
+            return TAKEN
+        if status == CANCELLED:
+            return self._post_cancelled(job_id, lease)
+        if status == FAILED:
+            return self._post_error(job_id, remote_type_name(value), str(value), tb, lease=lease)
         # 3. store the result by tier and post it
         try:
             encoded = codec.encode(value)
@@ -398,11 +523,14 @@ class Daemon:
                 "CodecError",
                 f"cannot encode the function's return value: {e}",
                 traceback.format_exc(),
+                lease=lease,
             )
         try:
             if encoded.nbytes <= client.config.inline_threshold:
                 try:
-                    return self._post_result(job_id, SUCCEEDED, inline=encoded.tobytes())
+                    return self._post_result(
+                        job_id, SUCCEEDED, inline=encoded.tobytes(), lease=lease
+                    )
                 except InlineUnavailable as e:
                     # Redis is above its high-water mark: the result goes through S3 instead.
                     log.info(
@@ -419,25 +547,101 @@ class Daemon:
                     f"result is {encoded.nbytes} bytes encoded, over the {limit} byte cap "
                     "(MAX_PAYLOAD_BYTES)",
                     None,
+                    lease=lease,
                 )
             ref, _ = client.payloads.store(encoded, "result", job_id=job_id, progress=self.progress)
-            return self._post_result(job_id, SUCCEEDED, ref=ref)
+            if current.lease_lost:
+                return TAKEN
+            return self._post_result(job_id, SUCCEEDED, ref=ref, lease=lease)
         except PayloadStoreError as e:
             log.error("result not stored job_id=%s error=%s", job_id, e)
             return ABANDONED
 
-    def _post_error(self, job_id: str, type_name: str, message: str, tb: str | None) -> str:
+    def _mark_finishing(self) -> None:
+        held = getattr(self._held, "job", None)
+        if held is not None:
+            held._finishing.set()
+
+    def _call(
+        self, fn: Callable[..., Any], args: list, kwargs: dict, current: CurrentJob
+    ) -> tuple[str, Any, str | None]:
+        """Run the function on a thread of its own and wait for it, or for a cancel request or
+        the loss of the lease (then the function's thread is left to finish on its own).
+        Returns (SUCCEEDED, value, None), (FAILED, exception, traceback), (CANCELLED, ..) or
+        (TAKEN, ..)."""
+        if current.lease_lost:
+            return TAKEN, None, None
+        if current.cancel_requested:
+            return CANCELLED, None, None
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def target() -> None:
+            _current.job = current
+            try:
+                box["value"] = fn(*args, **kwargs)
+            except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
+                box["error"], box["traceback"] = e, traceback.format_exc()
+            finally:
+                _current.job = None
+                done.set()
+                current._changed.set()
+
+        runner = threading.Thread(target=target, name=f"payloadstore-job-{current.job_id}")
+        runner.daemon = True
+        runner.start()
+        while True:
+            current._changed.wait()
+            current._changed.clear()
+            if done.is_set():
+                break
+            if current.lease_lost:
+                log.warning("job taken, not waiting for its function job_id=%s", current.job_id)
+                return TAKEN, None, None
+            if current.cancel_requested:
+                log.info("job cancelled, not waiting for its function job_id=%s", current.job_id)
+                return CANCELLED, None, None
+        error = box.get("error")
+        if error is not None:
+            if not isinstance(error, Exception):
+                raise error  # KeyboardInterrupt, SystemExit: the daemon's, not the job's
+            return FAILED, error, box.get("traceback")
+        if current.lease_lost:
+            return TAKEN, None, None
+        if current.cancel_requested:
+            return CANCELLED, None, None
+        return SUCCEEDED, box.get("value"), None
+
+    def _post_cancelled(self, job_id: str, lease: str | None) -> str:
+        error = {"type": CANCELLED_ERROR_TYPE, "message": "cancelled by a client while running"}
+        try:
+            return self._post_result(job_id, CANCELLED, error=error, lease=lease)
+        except PayloadStoreError as e:
+            log.error("cancel not posted job_id=%s error=%s", job_id, e)
+            return ABANDONED
+
+    def _post_error(
+        self,
+        job_id: str,
+        type_name: str,
+        message: str,
+        tb: str | None,
+        *,
+        lease: str | None = None,
+    ) -> str:
         error = {"type": type_name, "message": message}
         if tb:
             error["traceback"] = tb
         try:
-            return self._post_result(job_id, FAILED, error=error)
+            return self._post_result(job_id, FAILED, error=error, lease=lease)
         except PayloadStoreError as e:
             log.error("error not posted job_id=%s error=%s", job_id, e)
             return ABANDONED
 
     def _post_result(self, job_id: str, outcome: str, **result: Any) -> str:
-        """Post exactly one of inline=, ref=, error=; REFUSED when the control plane says 409."""
+        """Post exactly one of inline=, ref=, error= (with lease=); REFUSED when the control plane
+        says 409 (lease_mismatch: the job was delivered again; conflict: another result stands)."""
+        self._mark_finishing()
         try:
             self.client.wire.post_result(job_id, **result)
         except ConflictError as e:
@@ -452,10 +656,18 @@ class Daemon:
         detail: str,
         expected: str | None = None,
         actual: str | None = None,
+        *,
+        lease: str | None = None,
     ) -> None:
+        self._mark_finishing()
         try:
             self.client.wire.report_failure(
-                job_id, state=state, detail=detail, expected_sha256=expected, actual_sha256=actual
+                job_id,
+                state=state,
+                detail=detail,
+                expected_sha256=expected,
+                actual_sha256=actual,
+                lease=lease,
             )
         except ConflictError as e:
             log.warning("failure report refused job_id=%s reason=%s", job_id, e.message)

@@ -64,6 +64,11 @@ class ConflictError(ApiError):
     different result was already posted."""
 
 
+class LeaseMismatch(ConflictError):
+    """409 `lease_mismatch`: the delivery's lease is no longer current (the job was delivered
+    again after its lease ran out, finished, or cancelled): the job was taken from this daemon."""
+
+
 class InvalidRequest(ApiError):
     """400/422: the control plane refused the request's shape; the message says why."""
 
@@ -162,6 +167,16 @@ class JobFailed(PayloadStoreError):
         if self.traceback:
             text += "\n\nremote traceback:\n" + self.traceback.rstrip()
         return text
+
+
+class JobCancelled(PayloadStoreError):
+    """The job was cancelled (`job.cancel()`, `payloadstore cancel`) before it produced a result."""
+
+    def __init__(self, job_id: str, message: str = ""):
+        text = f"job {job_id} was cancelled" + (f": {message}" if message else "")
+        super().__init__(text)
+        self.job_id = job_id
+        self.message = text
 
 
 class ResultTimeout(PayloadStoreError, TimeoutError):

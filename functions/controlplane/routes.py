@@ -145,6 +145,19 @@ ROUTES: tuple[Route, ...] = (
         },
     ),
     Route(
+        "DELETE",
+        "/v1/namespaces/{ns}/jobs/{job_id}",
+        "jobs",
+        (CLIENT,),
+        "job_cancel",
+        responses={
+            200: ("CancelResponse", "it was queued: cancelled, never delivered"),
+            202: ("CancelResponse", "it is running: cancel requested from its daemon"),
+            404: ERROR,
+            409: ("ErrorResponse", "the job already ended"),
+        },
+    ),
+    Route(
         "POST",
         "/v1/daemon/poll",
         "daemon",
@@ -162,7 +175,10 @@ ROUTES: tuple[Route, ...] = (
         responses={
             204: (None, "stored"),
             404: ERROR,
-            409: ("ErrorResponse", "the job takes no result now, or the key is not its own"),
+            409: (
+                "ErrorResponse",
+                "lease_mismatch, or the job takes no other result, or the key is not its own",
+            ),
             413: ("ErrorResponse", "inline result over INLINE_THRESHOLD"),
             502: ("ErrorResponse", "object storage refused the check of the upload"),
         },
@@ -174,7 +190,24 @@ ROUTES: tuple[Route, ...] = (
         "daemon",
         (DAEMON,),
         "failure_report",
-        responses={204: (None, "recorded"), 404: ERROR, 409: ERROR},
+        responses={
+            204: (None, "recorded"),
+            404: ERROR,
+            409: ("ErrorResponse", "lease_mismatch, or the job takes no other report"),
+        },
+        body=JSON,
+    ),
+    Route(
+        "POST",
+        "/v1/namespaces/{ns}/jobs/{job_id}/heartbeat",
+        "daemon",
+        (DAEMON,),
+        "heartbeat",
+        responses={
+            200: ("HeartbeatResponse", "the lease is extended"),
+            404: ERROR,
+            409: ("ErrorResponse", "lease_mismatch: the lease is not the current delivery's"),
+        },
         body=JSON,
     ),
     Route(

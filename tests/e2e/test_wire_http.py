@@ -141,7 +141,7 @@ def test_enqueue_by_reference_uploaded_with_curl_through_to_the_result(local_gat
     result = msgpack.packb({"len": len(fetched)})
     posted = requests.post(
         f"{gw.url}/v1/namespaces/dev/jobs/{job_id}/result",
-        json={"resultInline": base64.b64encode(result).decode()},
+        json={"resultInline": base64.b64encode(result).decode(), "lease": job["lease"]},
         headers=gw.auth("dev", "daemon"),
         timeout=TIMEOUT,
     )
@@ -207,7 +207,7 @@ def test_inline_enqueue_as_raw_msgpack_and_a_result_by_reference(local_gateway):
     }
     posted = requests.post(
         f"{gw.url}/v1/namespaces/dev/jobs/{job_id}/result",
-        json={"resultRef": ref},
+        json={"resultRef": ref, "lease": polled.json()["lease"]},
         headers=gw.auth("dev", "daemon"),
         timeout=TIMEOUT,
     )
@@ -299,7 +299,7 @@ def test_client_token_on_daemon_routes_and_daemon_token_on_enqueue_are_403(local
     assert resp.status_code == 403, resp.text
     resp = requests.post(
         f"{gw.url}/v1/namespaces/dev/jobs/someid/result",
-        json={"resultInline": ""},
+        json={"resultInline": "", "lease": "x"},
         headers=gw.auth("dev", "client"),
         timeout=TIMEOUT,
     )

@@ -81,6 +81,9 @@ class ControlPlane:
     def __init__(self, namespace: str):
         self.ns = namespace
         self.queue = "q" + uuid.uuid4().hex[:8]
+        # The lease of each job's latest delivery seen by poll(): post_result() and report()
+        # send it unless the body names one, as the holder of the delivery would.
+        self.leases: dict[str, str] = {}
 
     def call(
         self,
@@ -197,6 +200,17 @@ class ControlPlane:
         )
 
     def poll(self, queues=None, wait_s=0, daemon_id="d1") -> Reply:
+        reply = self._poll(queues, wait_s, daemon_id)
+        if reply.status == 200 and reply.json.get("lease"):
+            self.leases[reply.json["job_id"]] = reply.json["lease"]
+        return reply
+
+    def _with_lease(self, job_id, body):
+        if isinstance(body, dict) and "lease" not in body and job_id in self.leases:
+            return {**body, "lease": self.leases[job_id]}
+        return body
+
+    def _poll(self, queues, wait_s, daemon_id) -> Reply:
         return self.call(
             "daemon",
             "POST",
@@ -211,6 +225,7 @@ class ControlPlane:
         )
 
     def post_result(self, job_id, body) -> Reply:
+        body = self._with_lease(job_id, body)
         return self.call(
             "daemon",
             "POST",
@@ -221,6 +236,7 @@ class ControlPlane:
         )
 
     def report(self, job_id, body) -> Reply:
+        body = self._with_lease(job_id, body)
         return self.call(
             "daemon",
             "POST",

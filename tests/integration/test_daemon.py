@@ -112,10 +112,9 @@ def test_same_result_twice_is_noop_and_different_is_409(cp):
 
 def test_result_for_queued_job_is_409_and_unknown_is_404(cp):
     job = cp.enqueue(raw=b"\x01").json["job_id"]
-    assert cp.post_result(job, {"resultInline": b64(b"\x05")}).status == 409
-    assert (
-        cp.post_result("01KB7Z6Q3N4V8W2X5Y9Z0A1B2C", {"resultInline": b64(b"\x05")}).status == 404
-    )
+    body = {"resultInline": b64(b"\x05"), "lease": "never-delivered"}
+    assert cp.post_result(job, body).status == 409
+    assert cp.post_result("01KB7Z6Q3N4V8W2X5Y9Z0A1B2C", body).status == 404
 
 
 def test_result_needs_exactly_one_form(cp):
@@ -233,4 +232,5 @@ def test_failure_report_validation(cp):
     cp.poll()
     assert cp.report(job, {"state": "on_fire"}).status == 422
     assert cp.report(job, {"state": "payload_corrupt", "actual_sha256": "zz"}).status == 422
-    assert cp.report("01KB7Z6Q3N4V8W2X5Y9Z0A1B2C", {"state": "payload_lost"}).status == 404
+    unknown = {"state": "payload_lost", "lease": "x"}
+    assert cp.report("01KB7Z6Q3N4V8W2X5Y9Z0A1B2C", unknown).status == 404

@@ -150,6 +150,7 @@ class Run:
         self.load_done = threading.Event()
         self.supervisor: Supervisor | None = None
         self.daemons: dict[str, DaemonProcess] = {}
+        self.fault_error: str | None = None
 
     # -- helpers --------------------------------------------------------------------------
 
@@ -159,7 +160,7 @@ class Run:
     def event(self, fault: str, **what: Any) -> None:
         record = {"t_s": round(self.elapsed(), 1), "fault": fault, **what}
         self.events.append(record)
-        log.info("fault %s", json.dumps(record))
+        log.info("fault %s", json.dumps(record, default=str))
 
     def client(self) -> Client:
         return Client(
@@ -238,6 +239,13 @@ class Run:
         client.close()
 
     def faults(self) -> None:
+        try:
+            self._faults()
+        except BaseException as e:
+            self.fault_error = f"{type(e).__name__}: {e}"
+            log.exception("the fault schedule failed")
+
+    def _faults(self) -> None:
         client = self.client()
         time.sleep(1.0)
         # 1. damaged payloads and queued cancels, on queues no daemon polls yet
@@ -266,7 +274,7 @@ class Run:
             for e in parked:
                 reply = e.job.cancel()
                 e.expect, e.runs_rule = "cancelled", "never"
-                self.event("cancel_queued", tag=e.tag, job_id=e.job_id, answer=reply)
+                self.event("cancel_queued", tag=e.tag, job_id=e.job_id, answer=reply.state)
             poison = self.submit(client, Entry("poison0", POISON, KIB, mode="poison"))
             poison.expect, poison.runs_rule = "DeliveryLimitExceeded", "capped"
             self.event("poison_submitted", tag=poison.tag, job_id=poison.job_id)
@@ -304,7 +312,9 @@ class Run:
             running.expect = "cancelled"
             if self.started_pid(running.tag, 60):
                 reply = running.job.cancel()
-                self.event("cancel_running", tag=running.tag, job_id=running.job_id, answer=reply)
+                self.event(
+                    "cancel_running", tag=running.tag, job_id=running.job_id, answer=reply.state
+                )
 
         # 4. SIGKILL of redis-server mid-load (40 % submitted), restarted from its AOF
         self.wait_submitted(0.4)
@@ -436,7 +446,7 @@ class Run:
         total = self.args.jobs
         per_thread = [total // CLIENT_THREADS + (i < total % CLIENT_THREADS) for i in range(4)]
         threads = [
-            threading.Thread(target=self.load, args=(i, n), name=f"client-{i}")
+            threading.Thread(target=self.load, args=(i, n), name=f"client-{i}", daemon=True)
             for i, n in enumerate(per_thread)
         ]
         fault_thread = threading.Thread(target=self.faults, name="faults")
@@ -470,6 +480,14 @@ class Run:
         drained_s = self.elapsed() - load_started
         log.info("every result read %.1fs after the load started", drained_s)
 
+        dead = self.stack.dead()
+        if dead:
+            # Not a verdict on the product: something outside the suite killed the stack.
+            log.error("aborted: the stack's %s exited on its own", ", ".join(dead))
+            self.supervisor.stop()
+            self.stack.stop()
+            print(f"reliability: aborted, the stack's {', '.join(dead)} died", flush=True)
+            return 2
         # Exactly one terminal state: after one more visibility timeout (any late redelivery
         # would have happened by then), every job still reads the same terminal state.
         time.sleep(VISIBILITY_TIMEOUT_S + 2)
@@ -483,17 +501,26 @@ class Run:
         return self.report(entries, runs, phantom_runs, submitted_s, drained_s)
 
     def final_status(self, entries: list[Entry]) -> dict[str, Any]:
-        client = self.client()
-        out = {}
-        for entry in entries:
-            if entry.job is None:
-                continue
-            try:
-                status = client.job(entry.job_id).status()
-            except PayloadStoreError:
-                continue
-            out[entry.job_id] = status
-        client.close()
+        """Every job's status once more, from 4 client threads."""
+        out: dict[str, Any] = {}
+
+        def read(shard: list[Entry]) -> None:
+            client = self.client()
+            for entry in shard:
+                if entry.job is None:
+                    continue
+                try:
+                    out[entry.job_id] = client.job(entry.job_id).status()
+                except PayloadStoreError:
+                    continue
+            client.close()
+
+        shards = [entries[i::CLIENT_THREADS] for i in range(CLIENT_THREADS)]
+        readers = [threading.Thread(target=read, args=(s,), daemon=True) for s in shards]
+        for t in readers:
+            t.start()
+        for t in readers:
+            t.join()
         return out
 
     def report(self, entries, runs, phantom_runs, submitted_s, drained_s) -> int:
@@ -526,6 +553,7 @@ class Run:
             "wrong": wrong,
             "phantom": phantom,
             "submit_errors": sum(1 for e in entries if e.submit_error),
+            "fault_schedule_error": self.fault_error,
             "lifecycle_faults": self.lifecycle,
             "by_size": {str(k): v for k, v in sorted(by_size.items())},
             "jobs_redelivered": redelivered,
@@ -557,7 +585,9 @@ class Run:
         ]
         (self.state_dir / "ledger.json").write_text(json.dumps(ledger, indent=0))
         print(json.dumps(summary, indent=1), file=sys.stderr)
-        failed = lost or wrong or phantom
+        if self.fault_error:
+            log.error("the fault schedule did not complete: %s", self.fault_error)
+        failed = lost or wrong or phantom or self.fault_error
         if not failed and not self.args.keep:
             self.stack.stop()
             shutil.rmtree(self.state_dir, ignore_errors=True)

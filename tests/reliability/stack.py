@@ -82,6 +82,15 @@ class ReliabilityStack:
         ).start()
         return self
 
+    def dead(self) -> list[str]:
+        """The parts of the stack whose process exited (none of them should, but SIGKILL)."""
+        parts = {"gateway": self.gateway, "s3 emulator": self.moto, "redis-server": self.redis}
+        return [
+            name
+            for name, part in parts.items()
+            if part is None or part.proc is None or part.proc.poll() is not None
+        ]
+
     def kill_redis(self) -> None:
         """SIGKILL: no shutdown, no final AOF rewrite; what was written to the AOF is all."""
         proc = self.redis.proc

@@ -18,6 +18,7 @@ from payloadstore import (
     InlineUnavailable,
     InvalidRequest,
     JobNotFound,
+    LeaseMismatch,
     PayloadLost,
     RetryPolicy,
     ServiceUnavailable,
@@ -306,7 +307,7 @@ def test_given_presign_get_of_an_unknown_or_expired_key_when_asking_then_payload
     ("status", "code", "expected"),
     [
         (409, "conflict", ConflictError),
-        (409, "lease_mismatch", ConflictError),
+        (409, "lease_mismatch", LeaseMismatch),
         (422, "invalid_request", InvalidRequest),
         (400, "bad_request", InvalidRequest),
         (401, "unauthorized", AuthError),

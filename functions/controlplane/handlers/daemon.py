@@ -1,4 +1,4 @@
-"""Daemon API: poll, result post, failure report."""
+"""Daemon API: poll, result post, failure report, heartbeat."""
 
 from __future__ import annotations
 
@@ -7,13 +7,22 @@ from typing import Annotated
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
 from ..logic.dispatch import poll, post_result, report_failure
-from ..models.wire import FailureReport, PollRequest, PollResponse, ResultPost
+from ..logic.lifecycle import heartbeat
+from ..models.wire import (
+    FailureReport,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    PollRequest,
+    PollResponse,
+    ResultPost,
+)
 from ..observability import lambda_entry
 from ._common import empty_response, get_deps, json_response, new_resolver, principal, roles_for
 
 POLL = "/v1/daemon/poll"
 RESULT = "/v1/namespaces/<ns>/jobs/<job_id>/result"
 FAILURE = "/v1/namespaces/<ns>/jobs/<job_id>/failure"
+HEARTBEAT = "/v1/namespaces/<ns>/jobs/<job_id>/heartbeat"
 
 
 def register(app) -> None:
@@ -22,6 +31,7 @@ def register(app) -> None:
         roles_for("POST", RESULT),
         roles_for("POST", FAILURE),
     )
+    heartbeat_roles = roles_for("POST", HEARTBEAT)
 
     @app.post(
         POLL,
@@ -53,6 +63,17 @@ def register(app) -> None:
         p = principal(app, failure_roles, ns)
         report_failure(p, job_id, body, get_deps())
         return empty_response(204)
+
+    @app.post(
+        HEARTBEAT,
+        summary="Extend the delivery's lease (restarts its visibility clock); says whether a "
+        "client asked to cancel",
+    )
+    def heartbeat_job(
+        ns: str, job_id: str, body: Annotated[HeartbeatRequest, Body()]
+    ) -> HeartbeatResponse:
+        p = principal(app, heartbeat_roles, ns)
+        return json_response(200, heartbeat(p, job_id, body, get_deps()))
 
 
 app = new_resolver()

@@ -7,8 +7,15 @@ from typing import Annotated
 from aws_lambda_powertools.event_handler.openapi.params import Query
 
 from ..logic.enqueue import enqueue
+from ..logic.lifecycle import cancel
 from ..logic.results import get_result, job_status
-from ..models.wire import EnqueueRequest, EnqueueResponse, JobStatusResponse, ResultResponse
+from ..models.wire import (
+    CancelResponse,
+    EnqueueRequest,
+    EnqueueResponse,
+    JobStatusResponse,
+    ResultResponse,
+)
 from ..observability import lambda_entry
 from . import batch, queues
 from ._common import (
@@ -33,6 +40,7 @@ def register(app) -> None:
         roles_for("GET", STATUS),
         roles_for("GET", RESULT),
     )
+    cancel_roles = roles_for("DELETE", STATUS)
 
     @app.post(
         ENQUEUE,
@@ -77,6 +85,16 @@ def register(app) -> None:
         p = principal(app, result_roles, ns)
         response = get_result(p, job_id, wait, get_deps())
         return json_response(200 if response.state.terminal else 202, response)
+
+    @app.delete(
+        STATUS,
+        summary="Cancel: a queued job ends cancelled (200); a running one gets a cancel request "
+        "its daemon sees on its next heartbeat (202); a finished one is 409",
+    )
+    def cancel_job(ns: str, job_id: str) -> CancelResponse:
+        p = principal(app, cancel_roles, ns)
+        response = cancel(p, job_id, get_deps())
+        return json_response(202 if response.cancel_requested else 200, response)
 
     queues.register(app)
     batch.register(app)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import secrets
 
 from ..models.domain import JobStatus, PayloadKind
 from ..models.errors import Conflict, Forbidden, NotFound, PayloadTooLarge, Unprocessable
@@ -14,11 +15,30 @@ from ..store.redis_jobs import digest, dumps
 from .context import Deps, Principal, issue_record, load_job, payload_ref
 from .downloads import download_for
 from .guard import refuse_inline
+from .lifecycle import CANCELLED_ERROR_TYPE, cancelled_error, lease_mismatch
 from .payload_keys import parse_key
 from .verify import verify_uploaded
 
 # Entries whose job vanished or already ended are dropped; bound how many one poll may skip.
 MAX_SKIPPED_ENTRIES = 32
+# A poll looks for stale consumers of its queues at most this often (per container and queue).
+PRUNE_EVERY_S = 60.0
+DELIVERY_LIMIT_ERROR_TYPE = "DeliveryLimitExceeded"
+
+
+def new_lease() -> str:
+    """An opaque, unguessable lease for one delivery (16 URL-safe characters)."""
+    return secrets.token_urlsafe(12)
+
+
+def delivery_limit_error(max_deliveries: int) -> str:
+    return dumps(
+        {
+            "type": DELIVERY_LIMIT_ERROR_TYPE,
+            "message": f"delivered {max_deliveries} times (MAX_DELIVERIES) without a result: its "
+            "daemon died or lost the job each time (crash, OOM kill, lease not kept alive)",
+        }
+    )
 
 
 def _entry_ms(stream_id: str) -> int:
@@ -36,13 +56,44 @@ def poll(p: Principal, req: PollRequest, deps: Deps) -> PollResponse | None:
         block_ms = max(int((deadline - deps.clock()) * 1000), 0)
         entry = deps.jobs.read_next(p.namespace, req.queues, req.daemon_id, block_ms, min_idle_ms)
         if entry is None:
+            deps.jobs.prune_consumers(
+                p.namespace,
+                req.queues,
+                s.stale_consumer_idle_s * 1000,
+                min(PRUNE_EVERY_S, s.stale_consumer_idle_s),
+            )
             return None
-        now_ms = int(deps.clock() * 1000)
+        now = deps.clock()
+        now_ms = int(now * 1000)
+        lease, lease_expires = new_lease(), now + s.visibility_timeout_s
         if not entry.job_id or now_ms - _entry_ms(entry.stream_id) > s.retention_s * 1000:
             outcome_status = "expired"
         else:
-            delivery = deps.jobs.start_delivery(entry, p.namespace, now_ms)
+            delivery = deps.jobs.start_delivery(
+                entry,
+                p.namespace,
+                now_ms,
+                lease=lease,
+                lease_expires_ms=int(lease_expires * 1000),
+                consumer=req.daemon_id,
+                max_deliveries=s.max_deliveries,
+                limit_error=delivery_limit_error(s.max_deliveries),
+                cancel_error=cancelled_error(),
+            )
             outcome_status = delivery.status
+        if outcome_status == "leased":
+            # Its holder's heartbeats keep the lease alive: not ours, and not stale either.
+            continue
+        if outcome_status == "limit":
+            bind_job(entry.job_id)
+            metrics_count("DeliveryLimitExceeded")
+            logger.error(
+                "delivery limit exceeded, job failed",
+                extra={"queue": entry.queue, "deliveries": delivery.attempt},
+            )
+        elif outcome_status == "cancelled":
+            bind_job(entry.job_id)
+            logger.info("job with a cancel requested ended cancelled instead of running again")
         if outcome_status != "ok":
             # The job expired, already ended, or this entry is a stale double of its entry:
             # never hand it out.
@@ -64,6 +115,8 @@ def poll(p: Principal, req: PollRequest, deps: Deps) -> PollResponse | None:
             namespace=p.namespace,
             queue=entry.queue,
             attempt=delivery.attempt,
+            lease=lease,
+            lease_expires_at=lease_expires,
             payloadRef=ref,
             payloadInline=(
                 base64.b64encode(entry.inline).decode("ascii") if entry.inline is not None else None
@@ -103,6 +156,9 @@ def post_result(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> None
         fields, done_value = {"rk": "e"}, error_json
 
     state = job.state
+    held = job.fields.get("lt")
+    if held is not None and held.decode() != body.lease:
+        raise lease_mismatch(job_id, state)
     if state != JobStatus.RUNNING:
         # Idempotent repeat of the same post: no-op. Anything else cannot change the outcome.
         if state != JobStatus.QUEUED and job.fields.get("g") == result_digest:
@@ -121,12 +177,23 @@ def post_result(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> None
         verify_uploaded(body.resultRef, issued, deps)
 
     now_ms = int(deps.clock() * 1000)
-    outcome = deps.jobs.complete(job_id, new_state.value, result_digest, now_ms, done_value, fields)
+    cancel_ack = body.error is not None and body.error.type == CANCELLED_ERROR_TYPE
+    outcome = deps.jobs.complete(
+        job_id,
+        new_state.value,
+        result_digest,
+        now_ms,
+        done_value,
+        fields,
+        lease=body.lease,
+        cancel_ack=cancel_ack,
+    )
     _settle(p, job_id, outcome, deps)
-    metrics_count("JobsCompleted", state=new_state.value)
+    final_state = outcome.args[2] if outcome.status == "ok" else new_state.value
+    metrics_count("JobsCompleted", state=final_state)
     if size:
         metrics_bytes("PayloadBytes", size, tier=tier, kind="result")
-    logger.info("job completed", extra={"state": new_state.value, "result_tier": tier})
+    logger.info("job completed", extra={"state": final_state, "result_tier": tier})
 
 
 def _settle(p: Principal, job_id: str, outcome, deps: Deps) -> None:
@@ -138,6 +205,8 @@ def _settle(p: Principal, job_id: str, outcome, deps: Deps) -> None:
         return
     elif outcome.status == "missing":
         raise NotFound(f"job {job_id} not found")
+    elif outcome.status == "lease_mismatch":
+        raise lease_mismatch(job_id, outcome.args[0] if outcome.args else None)
     else:
         raise Conflict(
             f"job {job_id} is {outcome.args[0] if outcome.args else outcome.status}; "
@@ -163,6 +232,7 @@ def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps)
             now_ms,
             error_json,
             {"rk": "e"},
+            lease=report.lease,
         )
         if outcome.status == "ok":
             metrics_count("PayloadCorrupt")
@@ -181,7 +251,7 @@ def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps)
     )
     max_requeues = 1 if deps.settings.payload_lost_policy is PayloadLostPolicy.RETRY_ONCE else 0
     outcome = deps.jobs.payload_lost(
-        job_id, max_requeues, digest("lost", "payload_lost"), now_ms, error_json
+        job_id, max_requeues, digest("lost", "payload_lost"), now_ms, error_json, lease=report.lease
     )
     metrics_count("PayloadLost")
     if outcome.status == "requeue":

@@ -38,6 +38,7 @@ def job_status(p: Principal, job_id: str, deps: Deps) -> JobStatusResponse:
         error=_error(job, deps),
         created_at=job.created_ms / 1000 if job.created_ms else None,
         updated_at=job.updated_ms / 1000 if job.updated_ms else None,
+        cancel_requested=job.fields.get("cr") == b"1",
     )
 
 

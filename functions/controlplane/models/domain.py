@@ -17,6 +17,7 @@ class JobStatus(StrEnum):
     FAILED = "failed"
     PAYLOAD_LOST = "payload_lost"
     PAYLOAD_CORRUPT = "payload_corrupt"
+    CANCELLED = "cancelled"
 
     @property
     def terminal(self) -> bool:
@@ -24,7 +25,13 @@ class JobStatus(StrEnum):
 
 
 TERMINAL_STATES = frozenset(
-    {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.PAYLOAD_LOST, JobStatus.PAYLOAD_CORRUPT}
+    {
+        JobStatus.SUCCEEDED,
+        JobStatus.FAILED,
+        JobStatus.PAYLOAD_LOST,
+        JobStatus.PAYLOAD_CORRUPT,
+        JobStatus.CANCELLED,
+    }
 )
 
 

@@ -35,6 +35,12 @@ class Conflict(PayloadStoreError):
     status, code = 409, "conflict"
 
 
+class LeaseMismatch(Conflict):
+    """The lease is not the current delivery's: the job was redelivered, finished or cancelled."""
+
+    code = "lease_mismatch"
+
+
 class Gone(PayloadStoreError):
     status, code = 410, "gone"
 

@@ -29,6 +29,10 @@ class Settings(BaseModel):
     result_ttl_s: int = Field(172_800, ge=60, le=172_800)
     max_presigns_per_job: int = Field(5, ge=1)
     visibility_timeout_s: int = Field(300, ge=1)
+    # Past this many deliveries a job ends failed (DeliveryLimitExceeded) instead of running again.
+    max_deliveries: int = Field(5, ge=1, le=1000)
+    # Consumers of a queue's group idle this long with nothing pending are removed by poll.
+    stale_consumer_idle_s: int = Field(3600, ge=1)
     payload_lost_policy: PayloadLostPolicy = PayloadLostPolicy.RETRY_ONCE
     # Long-poll caps: both stay well inside API Gateway's 29 s integration timeout.
     poll_max_wait_s: float = Field(20.0, ge=0, le=25)
@@ -85,6 +89,8 @@ SETTINGS_ENV: dict[str, str] = {
     "result_ttl_s": "RESULT_TTL_S",
     "max_presigns_per_job": "MAX_PRESIGNS_PER_JOB",
     "visibility_timeout_s": "VISIBILITY_TIMEOUT_S",
+    "max_deliveries": "MAX_DELIVERIES",
+    "stale_consumer_idle_s": "STALE_CONSUMER_IDLE_S",
     "payload_lost_policy": "PAYLOAD_LOST_POLICY",
     "poll_max_wait_s": "POLL_MAX_WAIT_S",
     "result_max_wait_s": "RESULT_MAX_WAIT_S",

@@ -113,6 +113,15 @@ class JobStatusResponse(BaseModel):
     error: JobError | None = None
     created_at: float | None = None
     updated_at: float | None = None
+    cancel_requested: bool = False
+
+
+class CancelResponse(BaseModel):
+    """DELETE .../jobs/{job_id}: 200 cancelled (it was queued), 202 running + cancel requested."""
+
+    job_id: str
+    state: JobStatus
+    cancel_requested: bool = False
 
 
 # -- daemon side ---------------------------------------------------------------------------
@@ -133,11 +142,26 @@ class DownloadUrl(BaseModel):
     expires_at: str
 
 
+Lease = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=64,
+        description="the delivery's lease, from the poll answer: only its holder may finish, "
+        "fail or heartbeat the job (409 lease_mismatch otherwise)",
+    ),
+]
+
+
 class PollResponse(BaseModel):
     job_id: str
     namespace: str
     queue: str
     attempt: int
+    lease: str = Field(description="opaque; send it with the result, failure and heartbeats")
+    lease_expires_at: float = Field(
+        description="epoch seconds: redelivered after this unless a heartbeat extends it"
+    )
     payloadRef: PayloadRef | None = None
     payloadInline: str | None = None
     download: DownloadUrl | None = Field(
@@ -152,6 +176,7 @@ class ResultErrorIn(_Strict):
 
 
 class ResultPost(_Strict):
+    lease: Lease
     resultRef: PayloadRef | None = None
     resultInline: Base64Bytes | None = None
     error: ResultErrorIn | None = None
@@ -161,10 +186,22 @@ class ResultPost(_Strict):
 
 
 class FailureReport(_Strict):
+    lease: Lease
     state: Literal["payload_lost", "payload_corrupt"]
     detail: str = Field("", max_length=4096)
     expected_sha256: Sha256Hex | None = None
     actual_sha256: Sha256Hex | None = None
+
+
+class HeartbeatRequest(_Strict):
+    lease: Lease
+
+
+class HeartbeatResponse(BaseModel):
+    lease_expires_at: float = Field(description="epoch seconds; heartbeat again well before it")
+    cancel_requested: bool = Field(
+        description="a client asked to cancel: stop, and post the error type Cancelled"
+    )
 
 
 class ResultResponse(BaseModel):

@@ -148,16 +148,24 @@ end
 return 0
 """
 
-# KEYS[1]=job  ARGV: entry_id, now_ms, namespace, queue, inline size ('' for an S3 entry), ttl_s
-# -> {'missing'} | {'legacy'} | {'terminal', state} | {'stale'}
-#    | {'ok', attempt, tier, pz, pc, ph}
+# KEYS[1]=job KEYS[2]=done
+# ARGV: entry_id, now_ms, namespace, queue, inline size ('' for an S3 entry), ttl_s,
+#       lease, lease expiry (ms), consumer, max_deliveries, limit error JSON, limit digest,
+#       cancel error JSON, cancel digest
+# -> {'missing'} | {'legacy'} | {'terminal', state} | {'stale'} | {'leased'}
+#    | {'cancelled'} | {'limit', deliveries} | {'ok', attempt, tier, pz, pc, ph}
+# Each delivery writes its lease (`lt`), the lease's expiry (`lx`, ms) and the consumer that
+# holds the entry (`d`). A running job whose lease has not expired (heartbeats) is not
+# redelivered; a job with a cancel requested (`cr`) ends cancelled instead of running again; a
+# job already delivered max_deliveries times ends failed (DeliveryLimitExceeded).
 _START_DELIVERY = (
     """#!lua flags=allow-oom
 if redis.call('EXISTS', KEYS[1]) == 0 then
   if ARGV[5] == '' then return {'missing'} end
   -- An inline job's hash is born at its first delivery.
   redis.call('HSET', KEYS[1], 'n', ARGV[3], 'q', ARGV[4], 't', 'i', 's', 'running', 'a', 1,
-             'x', ARGV[1], 'pz', ARGV[5], 'ua', ARGV[2])
+             'x', ARGV[1], 'pz', ARGV[5], 'ua', ARGV[2], 'lt', ARGV[7], 'lx', ARGV[8],
+             'd', ARGV[9])
   redis.call('EXPIRE', KEYS[1], ARGV[6])
   return {'ok', 1, 'i', ARGV[5], false, false}
 end
@@ -168,7 +176,28 @@ local s = redis.call('HGET', KEYS[1], 's')
 if s ~= 'queued' and s ~= 'running' then return {'terminal', s} end
 local x = redis.call('HGET', KEYS[1], 'x')
 if x and x ~= ARGV[1] then return {'stale'} end
-redis.call('HSET', KEYS[1], 's', 'running', 'x', ARGV[1], 'ua', ARGV[2])
+if s == 'running' and tonumber(redis.call('HGET', KEYS[1], 'lx') or '0') > tonumber(ARGV[2]) then
+  return {'leased'}
+end
+local function finish(state, done_value, digest)
+  redis.call('HSET', KEYS[1], 's', state, 'g', digest, 'rk', 'e', 'ua', ARGV[2])
+  redis.call('HDEL', KEYS[1], 'lx', 'd')
+  redis.call('EXPIRE', KEYS[1], ARGV[6])
+  redis.call('DEL', KEYS[2])
+  redis.call('RPUSH', KEYS[2], done_value)
+  redis.call('EXPIRE', KEYS[2], ARGV[6])
+end
+if redis.call('HGET', KEYS[1], 'cr') == '1' then
+  finish('cancelled', ARGV[13], ARGV[14])
+  return {'cancelled'}
+end
+local done = tonumber(redis.call('HGET', KEYS[1], 'a') or '0')
+if done >= tonumber(ARGV[10]) then
+  finish('failed', ARGV[11], ARGV[12])
+  return {'limit', done}
+end
+redis.call('HSET', KEYS[1], 's', 'running', 'x', ARGV[1], 'ua', ARGV[2], 'lt', ARGV[7],
+           'lx', ARGV[8], 'd', ARGV[9])
 local a = redis.call('HINCRBY', KEYS[1], 'a', 1)
 local f = redis.call('HMGET', KEYS[1], 't', 'pz', 'pc', 'ph')
 local ph = f[4] and f[4]:gsub('.', function(c) return string.format('%02x', c:byte()) end) or false
@@ -176,9 +205,19 @@ return {'ok', a, f[1], f[2], f[3], ph}
 """
 )
 
-# KEYS[1]=job KEYS[2]=done  ARGV: new_state, digest, now_ms, ttl_s, done_value, field, value, ...
+# Only the current delivery's lease may finish or fail a job. A job delivered before leases
+# existed (no `lt`) takes any lease: its first post settles it as before.
+_LEASE_CHECK = """
+local le = redis.call('HGET', KEYS[1], 'lt')
+if le and le ~= ARGV[LEASE] then return {'lease_mismatch', s or ''} end
+"""
+
+# KEYS[1]=job KEYS[2]=done
+# ARGV: new_state, digest, now_ms, ttl_s, done_value, lease, cancel_ack, field, value, ...
+# cancel_ack '1': the post is the error type Cancelled; with a cancel requested the job ends
+# `cancelled` rather than `failed`.
 # -> {'missing'} | {'legacy'} | {'same'} | {'conflict', state} | {'not_running', state}
-#    | {'ok', entry_id, queue}
+#    | {'lease_mismatch', state} | {'ok', entry_id, queue, state}
 _COMPLETE = (
     """#!lua flags=allow-oom
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing'} end
@@ -186,23 +225,29 @@ if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing'} end
     + _LEGACY
     + """
 local s = redis.call('HGET', KEYS[1], 's')
+"""
+    + _LEASE_CHECK.replace("LEASE", "6")
+    + """
 if s ~= 'running' then
   if s == 'queued' or s == 'awaiting_upload' then return {'not_running', s} end
   if redis.call('HGET', KEYS[1], 'g') == ARGV[2] then return {'same'} end
   return {'conflict', s}
 end
-redis.call('HSET', KEYS[1], 's', ARGV[1], 'g', ARGV[2], 'ua', ARGV[3], unpack(ARGV, 6))
+local state = ARGV[1]
+if ARGV[7] == '1' and redis.call('HGET', KEYS[1], 'cr') == '1' then state = 'cancelled' end
+redis.call('HSET', KEYS[1], 's', state, 'g', ARGV[2], 'ua', ARGV[3], unpack(ARGV, 8))
+redis.call('HDEL', KEYS[1], 'lx', 'd')
 redis.call('EXPIRE', KEYS[1], ARGV[4])
 redis.call('DEL', KEYS[2])
 redis.call('RPUSH', KEYS[2], ARGV[5])
 redis.call('EXPIRE', KEYS[2], ARGV[4])
 local f = redis.call('HMGET', KEYS[1], 'x', 'q')
-return {'ok', f[1] or '', f[2]}
+return {'ok', f[1] or '', f[2], state}
 """
 )
 
-# KEYS[1]=job KEYS[2]=done  ARGV: max_requeues, digest, now_ms, ttl_s, error_json
-# -> {'missing'} | {'legacy'} | {'same'} | {'not_running', state}
+# KEYS[1]=job KEYS[2]=done  ARGV: max_requeues, digest, now_ms, ttl_s, error_json, lease
+# -> {'missing'} | {'legacy'} | {'same'} | {'not_running', state} | {'lease_mismatch', state}
 #    | {'requeue', entry_id, queue} | {'terminal', entry_id, queue}
 _PAYLOAD_LOST = (
     """#!lua flags=allow-oom
@@ -211,6 +256,9 @@ if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing'} end
     + _LEGACY
     + """
 local s = redis.call('HGET', KEYS[1], 's')
+"""
+    + _LEASE_CHECK.replace("LEASE", "6")
+    + """
 if s ~= 'running' then
   if s ~= 'queued' and s ~= 'awaiting_upload' and redis.call('HGET', KEYS[1], 'g') == ARGV[2] then
     return {'same'}
@@ -221,14 +269,69 @@ local f = redis.call('HMGET', KEYS[1], 'x', 'q', 'l')
 local sid, queue, lost = f[1] or '', f[2], tonumber(f[3] or '0')
 if lost < tonumber(ARGV[1]) then
   redis.call('HSET', KEYS[1], 'l', lost + 1, 's', 'queued', 'ua', ARGV[3])
+  redis.call('HDEL', KEYS[1], 'lx', 'd')
   return {'requeue', sid, queue}
 end
 redis.call('HSET', KEYS[1], 's', 'payload_lost', 'g', ARGV[2], 'rk', 'e', 'ua', ARGV[3])
+redis.call('HDEL', KEYS[1], 'lx', 'd')
 redis.call('EXPIRE', KEYS[1], ARGV[4])
 redis.call('DEL', KEYS[2])
 redis.call('RPUSH', KEYS[2], ARGV[5])
 redis.call('EXPIRE', KEYS[2], ARGV[4])
 return {'terminal', sid, queue}
+"""
+)
+
+# KEYS[1]=job  ARGV: namespace, lease, new lease expiry (ms)
+# -> {'missing'} | {'legacy'} | {'lease_mismatch', state}
+#    | {'ok', cancel_requested, entry_id, queue, consumer}
+_HEARTBEAT = (
+    """#!lua flags=allow-oom
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing'} end
+"""
+    + _LEGACY
+    + """
+local f = redis.call('HMGET', KEYS[1], 'n', 's', 'lt', 'cr', 'x', 'q', 'd')
+if f[1] ~= ARGV[1] then return {'missing'} end
+if f[2] ~= 'running' or f[3] ~= ARGV[2] then return {'lease_mismatch', f[2] or ''} end
+redis.call('HSET', KEYS[1], 'lx', ARGV[3])
+return {'ok', f[4] or '0', f[5] or '', f[6] or '', f[7] or ''}
+"""
+)
+
+# KEYS[1]=job KEYS[2]=done
+# ARGV: namespace, queue of a queued inline job without a hash (''), now_ms, ttl_s,
+#       error JSON, digest, created_ms
+# -> {'missing'} | {'legacy'} | {'terminal', state} | {'requested'} | {'cancelled', entry_id, queue}
+_CANCEL = (
+    """#!lua flags=allow-oom
+local function finish()
+  redis.call('HSET', KEYS[1], 's', 'cancelled', 'cr', '1', 'g', ARGV[6], 'rk', 'e', 'ua', ARGV[3])
+  redis.call('EXPIRE', KEYS[1], ARGV[4])
+  redis.call('DEL', KEYS[2])
+  redis.call('RPUSH', KEYS[2], ARGV[5])
+  redis.call('EXPIRE', KEYS[2], ARGV[4])
+end
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  if ARGV[2] == '' then return {'missing'} end
+  -- A queued inline job (no hash before its first delivery): born cancelled; its delivery will
+  -- find it terminal and drop the entry.
+  redis.call('HSET', KEYS[1], 'n', ARGV[1], 'q', ARGV[2], 't', 'i', 'a', 0, 'ca', ARGV[7])
+  finish()
+  return {'cancelled', '', ARGV[2]}
+end
+"""
+    + _LEGACY
+    + """
+local f = redis.call('HMGET', KEYS[1], 'n', 's', 'x', 'q')
+if f[1] ~= ARGV[1] or f[2] == 'awaiting_upload' then return {'missing'} end
+if f[2] == 'running' then
+  redis.call('HSET', KEYS[1], 'cr', '1', 'ua', ARGV[3])
+  return {'requested'}
+end
+if f[2] ~= 'queued' then return {'terminal', f[2] or ''} end
+finish()
+return {'cancelled', f[3] or '', f[4] or ''}
 """
 )
 
@@ -491,6 +594,9 @@ class RedisJobStore:
         self._start_delivery = client.register_script(_START_DELIVERY)
         self._complete = client.register_script(_COMPLETE)
         self._payload_lost = client.register_script(_PAYLOAD_LOST)
+        self._heartbeat = client.register_script(_HEARTBEAT)
+        self._cancel = client.register_script(_CANCEL)
+        self._last_prune: dict[str, float] = {}
         self._ensure_groups_script = client.register_script(_ENSURE_GROUPS)
         self._migrate = client.register_script(_MIGRATE)
         self._groups_ready: set[str] = set()
@@ -799,14 +905,43 @@ class RedisJobStore:
                     self._last_reclaim.pop(stream_key, None)
         return picked
 
-    def start_delivery(self, entry: Entry, namespace: str, now_ms: int) -> Delivery:
+    def start_delivery(
+        self,
+        entry: Entry,
+        namespace: str,
+        now_ms: int,
+        *,
+        lease: str,
+        lease_expires_ms: int,
+        consumer: str,
+        max_deliveries: int,
+        limit_error: str,
+        cancel_error: str,
+    ) -> Delivery:
         size = "" if entry.inline is None else str(len(entry.inline))
         out = self._call(
             self._start_delivery,
             entry.job_id,
-            [keys.job(entry.job_id)],
-            [entry.stream_id, now_ms, namespace, entry.queue, size, self._ttl],
+            [keys.job(entry.job_id), keys.done(entry.job_id)],
+            [
+                entry.stream_id,
+                now_ms,
+                namespace,
+                entry.queue,
+                size,
+                self._ttl,
+                lease,
+                lease_expires_ms,
+                consumer,
+                max_deliveries,
+                limit_error,
+                digest("error", limit_error),
+                cancel_error,
+                digest("error", cancel_error),
+            ],
         )
+        if out.status == "limit":
+            return Delivery("limit", int(out.args[0]))
         if out.status != "ok":
             return Delivery(out.status)
         attempt, tier, size, content_type, sha256 = out.args[:5]
@@ -844,21 +979,105 @@ class RedisJobStore:
         now_ms: int,
         done_value: bytes | str,
         fields: dict[str, Any],
+        *,
+        lease: str,
+        cancel_ack: bool = False,
     ) -> Outcome:
-        flat: list[Any] = [new_state, digest_, now_ms, self._ttl, done_value]
+        flat: list[Any] = [
+            new_state,
+            digest_,
+            now_ms,
+            self._ttl,
+            done_value,
+            lease,
+            "1" if cancel_ack else "0",
+        ]
         for k, v in fields.items():
             flat += [k, v]
         return self._call(self._complete, job_id, [keys.job(job_id), keys.done(job_id)], flat)
 
     def payload_lost(
-        self, job_id: str, max_requeues: int, digest_: bytes, now_ms: int, error_json: str
+        self,
+        job_id: str,
+        max_requeues: int,
+        digest_: bytes,
+        now_ms: int,
+        error_json: str,
+        *,
+        lease: str,
     ) -> Outcome:
         return self._call(
             self._payload_lost,
             job_id,
             [keys.job(job_id), keys.done(job_id)],
-            [max_requeues, digest_, now_ms, self._ttl, error_json],
+            [max_requeues, digest_, now_ms, self._ttl, error_json, lease],
         )
+
+    # -- life cycle: heartbeats, cancel, stale consumers -------------------------------------
+
+    def heartbeat(self, job_id: str, namespace: str, lease: str, expires_ms: int) -> Outcome:
+        """Move the lease's expiry to `expires_ms` if `lease` is the running delivery's."""
+        return self._call(
+            self._heartbeat, job_id, [keys.job(job_id)], [namespace, lease, expires_ms]
+        )
+
+    def touch_entry(self, namespace: str, queue: str, stream_id: str, consumer: str) -> None:
+        """Restart the pending entry's idle clock for its consumer (XCLAIM ... JUSTID keeps the
+        delivery count), so pollers do not even try to reclaim a job whose lease is alive."""
+        self._r.xclaim(
+            keys.queue(namespace, queue),
+            keys.CONSUMER_GROUP,
+            consumer,
+            0,
+            [stream_id],
+            justid=True,
+        )
+
+    def cancel(
+        self,
+        job_id: str,
+        namespace: str,
+        inline_queue: str,
+        now_ms: int,
+        error_json: str,
+        created_ms: int,
+    ) -> Outcome:
+        return self._call(
+            self._cancel,
+            job_id,
+            [keys.job(job_id), keys.done(job_id)],
+            [
+                namespace,
+                inline_queue,
+                now_ms,
+                self._ttl,
+                error_json,
+                digest("error", error_json),
+                created_ms,
+            ],
+        )
+
+    def prune_consumers(
+        self, namespace: str, queues: list[str], idle_ms: int, every_s: float
+    ) -> list[str]:
+        """Remove the group's consumers idle for `idle_ms` with nothing pending, at most once
+        per `every_s` per stream and container. A consumer that reads again is created again."""
+        removed: list[str] = []
+        now = self._mono()
+        for queue in queues:
+            key = keys.queue(namespace, queue)
+            if now - self._last_prune.get(key, float("-inf")) < every_s:
+                continue
+            self._last_prune[key] = now
+            try:
+                consumers = self._r.xinfo_consumers(key, keys.CONSUMER_GROUP)
+            except redis.ResponseError:
+                continue  # no stream or no group yet
+            for c in consumers:
+                if int(c.get("pending", 0)) == 0 and int(c.get("idle", 0)) >= idle_ms:
+                    self._r.xgroup_delconsumer(key, keys.CONSUMER_GROUP, c["name"])
+                    removed.append(_s(c["name"]) or "")
+        return removed
 
     def wait_done(self, job_id: str, timeout_s: float) -> bool:
         """Block until the job's done list exists or the timeout passes.

@@ -1,0 +1,84 @@
+"""The job life cycle beyond one delivery: heartbeats (lease extension) and cancel.
+
+Leases: every delivery gets a fresh opaque lease (`start_delivery`); result posts, failure
+reports and heartbeats must carry it, and only the current delivery's lease is accepted
+(409 `lease_mismatch` otherwise, and nothing changes). A heartbeat moves the lease's expiry one
+visibility timeout ahead, in the job hash (which poll checks before any redelivery) and in the
+queue group's pending list (XCLAIM ... JUSTID restarts the entry's idle clock, so pollers do not
+even try to reclaim it).
+
+Cancel: a queued job ends `cancelled` at once and is never delivered; a running job gets
+`cancel_requested`, which its daemon learns from the next heartbeat answer (it then posts the
+error type `Cancelled` and the job ends `cancelled`); a job whose daemon died with a cancel
+requested ends `cancelled` at its next delivery instead of running again.
+"""
+
+from __future__ import annotations
+
+from ..models.domain import JobStatus, job_id_time_s
+from ..models.errors import Conflict, LeaseMismatch, NotFound
+from ..models.wire import CancelResponse, HeartbeatRequest, HeartbeatResponse
+from ..observability import bind_job, logger, metrics_count
+from ..store.redis_jobs import dumps
+from .context import Deps, Principal, find_job
+
+CANCELLED_ERROR_TYPE = "Cancelled"
+
+
+def lease_mismatch(job_id: str, state: str | None = None) -> LeaseMismatch:
+    where = f" (the job is {state})" if state and state != JobStatus.RUNNING else ""
+    return LeaseMismatch(
+        f"this lease is not the current delivery's of job {job_id}{where}: it was delivered "
+        "again, finished or cancelled; stop working on it"
+    )
+
+
+def heartbeat(p: Principal, job_id: str, body: HeartbeatRequest, deps: Deps) -> HeartbeatResponse:
+    bind_job(job_id)
+    expires = deps.clock() + deps.settings.visibility_timeout_s
+    outcome = deps.jobs.heartbeat(job_id, p.namespace, body.lease, int(expires * 1000))
+    if outcome.status == "missing":
+        raise NotFound(f"job {job_id} not found")
+    if outcome.status != "ok":
+        raise lease_mismatch(job_id, outcome.args[0] if outcome.args else None)
+    cancel_flag, entry_id, queue, consumer = outcome.args
+    if entry_id and queue and consumer:
+        # Best effort: the lease expiry in the job hash is what poll trusts.
+        deps.jobs.touch_entry(p.namespace, queue, entry_id, consumer)
+    return HeartbeatResponse(lease_expires_at=expires, cancel_requested=cancel_flag == "1")
+
+
+def cancel(p: Principal, job_id: str, deps: Deps) -> CancelResponse:
+    job = find_job(p.namespace, job_id, deps)
+    if job is None:
+        raise NotFound(f"job {job_id} not found")
+    bind_job(job_id)
+    # A queued inline job has no hash before its first delivery (find_job read the index).
+    inline_queue = job.queue or "" if not job.fields else ""
+    outcome = deps.jobs.cancel(
+        job_id,
+        p.namespace,
+        inline_queue,
+        int(deps.clock() * 1000),
+        cancelled_error(),
+        job.created_ms or int(job_id_time_s(job_id) * 1000),
+    )
+    status = outcome.status
+    if status == "missing":
+        raise NotFound(f"job {job_id} not found")
+    if status == "terminal":
+        raise Conflict(f"job {job_id} is {outcome.args[0]}; it cannot be cancelled")
+    if status == "cancelled":
+        entry_id, queue = outcome.args
+        if entry_id and queue:
+            deps.jobs.drop_entry(p.namespace, queue, entry_id)
+        metrics_count("JobsCancelled", was="queued")
+        logger.info("job cancelled while queued")
+        return CancelResponse(job_id=job_id, state=JobStatus.CANCELLED)
+    metrics_count("JobsCancelled", was="running")
+    logger.info("cancel requested for a running job")
+    return CancelResponse(job_id=job_id, state=JobStatus.RUNNING, cancel_requested=True)
+
+
+def cancelled_error() -> str:
+    return dumps({"type": CANCELLED_ERROR_TYPE, "message": "cancelled by a client"})
