@@ -90,8 +90,18 @@ def test_handlers_refuse_other_namespace_and_role(cp):
 def test_role_matrix(cp):
     job = cp.enqueue(raw=b"\x01").json["job_id"]
     daemon_only = [
-        ("daemon", "POST", "/v1/namespaces/{ns}/jobs/{job_id}/result", {"resultInline": "AQ==", "lease": "x"}),
-        ("daemon", "POST", "/v1/namespaces/{ns}/jobs/{job_id}/failure", {"state": "payload_lost", "lease": "x"}),
+        (
+            "daemon",
+            "POST",
+            "/v1/namespaces/{ns}/jobs/{job_id}/result",
+            {"resultInline": "AQ==", "lease": "x"},
+        ),
+        (
+            "daemon",
+            "POST",
+            "/v1/namespaces/{ns}/jobs/{job_id}/failure",
+            {"state": "payload_lost", "lease": "x"},
+        ),
     ]
     for function, method, resource, body in daemon_only:
         r = cp.call(
