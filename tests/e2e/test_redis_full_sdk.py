@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from payloadstore._http import RetryPolicy
 from payloadstore.devstack.services import RedisServer
 from payloadstore.errors import EnqueueUnconfirmed
 from tests.e2e.sdk_helpers import clients, daemon_thread, unique_queue
@@ -39,10 +40,13 @@ def test_inline_submits_into_a_full_redis_never_return_a_phantom(
         if guard == "off":
             settings.update(REDIS_MEMORY_HIGH_WATER_PCT="100", REDIS_MEMORY_HARD_PCT="100")
         gateway = start_local_gateway(**settings)
-        client, daemon_client = clients(gateway)
+        # Short waits between retries: the point is what a refusal looks like, not patience
+        retry = RetryPolicy(max_attempts=3, base_s=0.05, max_retry_after_s=0.5)
+        client, daemon_client = clients(gateway, retry=retry)
         queue = unique_queue("full")
         jobs: dict[int, object] = {}
         refused: list[BaseException] = []
+        unexpected: list[BaseException] = []
 
         def submit(first: int, step: int) -> None:
             q = client.queue(queue)
@@ -51,6 +55,8 @@ def test_inline_submits_into_a_full_redis_never_return_a_phantom(
                     jobs[i] = q.add(payload(i))
                 except EnqueueUnconfirmed as e:
                     refused.append(e)
+                except BaseException as e:  # noqa: BLE001 - reported below
+                    unexpected.append(e)
 
         # When three threads submit 60 payloads of 200 KiB (12 MB) while a Daemon works
         with daemon_thread(daemon_client, queue, reverse):
@@ -58,7 +64,9 @@ def test_inline_submits_into_a_full_redis_never_return_a_phantom(
             for t in threads:
                 t.start()
             for t in threads:
-                t.join(timeout=300)
+                t.join(timeout=600)
+            assert not any(t.is_alive() for t in threads), "submits did not end"
+            assert not unexpected, unexpected
             # Then every job submit returned finishes with its right result
             for i, job in jobs.items():
                 assert job.result(timeout=120) == payload(i)[::-1], i
