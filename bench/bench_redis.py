@@ -117,7 +117,7 @@ def inline_job(deps: Deps, data: bytes, queue: str = "q") -> str:
 def finish(deps: Deps, result: bytes | None, result_size: int = 0, queue: str = "q") -> None:
     got = poll(DAEMON, PollRequest(namespace=NS, queues=[queue], wait_s=0, daemon_id="d1"), deps)
     if result is not None:
-        body = ResultPost(resultInline=base64.b64encode(result).decode())
+        body = ResultPost(resultInline=base64.b64encode(result).decode(), lease=got.lease)
     else:
         sha = hashlib.sha256(os.urandom(8)).hexdigest()
         signed = presign_put(
@@ -131,7 +131,8 @@ def finish(deps: Deps, result: bytes | None, result_size: int = 0, queue: str = 
         body = ResultPost(
             resultRef=PayloadRef(
                 kind="s3", bucket=BUCKET, key=signed.key, size=result_size, sha256=sha
-            )
+            ),
+            lease=got.lease,
         )
     post_result(DAEMON, got.job_id, body, deps)
 
@@ -168,7 +169,7 @@ def latencies_us(deps: Deps, raw) -> dict[str, float]:
         got = poll(DAEMON, PollRequest(namespace=NS, queues=["lat"], wait_s=0, daemon_id="d"), deps)
         pol.append(time.perf_counter() - t)
         t = time.perf_counter()
-        post_result(DAEMON, got.job_id, ResultPost(resultInline="AQ=="), deps)
+        post_result(DAEMON, got.job_id, ResultPost(resultInline="AQ==", lease=got.lease), deps)
         res.append(time.perf_counter() - t)
     return {
         name: statistics.median(v) * 1e6
