@@ -46,12 +46,12 @@ def drain(cp: ControlPlane, jobs: list[str]) -> None:
         assert cp.post_result(job, {"resultRef": result}).status == 204
 
 
-def fill_until_refused(cp: ControlPlane, limit: int = 200):
-    """Inline 64 KiB enqueues with their own Idempotency-Keys until one is refused."""
+def fill_until_refused(cp: ControlPlane, chunk: bytes = CHUNK, limit: int = 2000):
+    """Inline enqueues with their own Idempotency-Keys until one is refused."""
     accepted = []
     for _ in range(limit):
         key = uuid.uuid4().hex
-        r = cp.enqueue(raw=CHUNK, headers={"Idempotency-Key": key})
+        r = cp.enqueue(raw=chunk, headers={"Idempotency-Key": key})
         if r.status != 201:
             return accepted, key, r
         accepted.append(r.json["job_id"])
@@ -74,8 +74,12 @@ def test_oom_is_503_redis_memory_full_and_never_a_phantom(small_redis):
     # And a retry with the same key, still full, is refused again (never a 200 for a phantom)
     again = cp.enqueue(raw=CHUNK, headers={"Idempotency-Key": key})
     assert (again.status, again.error["code"]) == (503, "redis_memory_full")
-    # And an S3-tier enqueue is refused the same way, at presign already
-    assert cp.presign_put(10).status == 503
+    # And once even small writes are refused (the 64 KiB request's own buffer counted too),
+    # an S3-tier enqueue is refused the same way, at presign already
+    small, _, _ = fill_until_refused(cp, b"\x01" * 100)
+    presign = cp.presign_put(10)
+    assert (presign.status, presign.error["code"]) == (503, "redis_memory_full")
+    accepted += small
 
     # When daemons drain the full Redis (poll and results work at the wall)
     drain(cp, accepted[:10])
@@ -92,6 +96,8 @@ def test_s3_enqueue_at_the_wall_answers_503_and_a_retry_completes_it(small_redis
     ref = upload(cp, b"\x02" * 1000)
     job = ref["key"].split("/")[-2]
     accepted, _, refused = fill_until_refused(cp)
+    small, _, _ = fill_until_refused(cp, b"\x01" * 100)  # to the last byte
+    accepted += small
     assert refused.status == 503
     # When the client enqueues the reference
     r1 = cp.enqueue(ref=ref)
@@ -105,7 +111,7 @@ def test_s3_enqueue_at_the_wall_answers_503_and_a_retry_completes_it(small_redis
     assert r2.status in (200, 201) and r2.json["job_id"] == job
     assert cp.status(job).json["state"] == "queued"
     delivered = set()
-    for _ in range(len(accepted)):
+    for _ in range(len(accepted) + 1):
         polled = cp.poll()
         if polled.status != 200:
             break
