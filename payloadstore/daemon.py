@@ -289,7 +289,8 @@ class Daemon:
         return self._stop.is_set()
 
     def ensure_healthy(self) -> None:
-        healthy, body = self.client.health()
+        # The details (each failing check's reason) need a token, which the daemon holds.
+        healthy, body = self.client.health(details=True)
         if not healthy:
             problems = failing_checks(body) or [f"status {body.get('status')!r}"]
             raise ServiceUnavailable(

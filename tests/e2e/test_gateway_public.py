@@ -13,7 +13,8 @@ def test_health_is_200_with_every_check_passing(local_gateway):
     assert resp.status_code == 200, resp.text
     body = resp.json()
     assert body["status"] == "ok" and body["failing"] == []
-    assert all(check["ok"] for check in body["checks"].values())
+    # Public: ok/failing per check only (the details are at /v1/health/details, with a token)
+    assert set(body["checks"].values()) == {"ok"}
     assert resp.headers["x-amzn-RequestId"]
 
 
