@@ -35,6 +35,7 @@ sys.path[:0] = [str(HERE), str(REPO), str(REPO / "functions")]
 RESULTS = HERE / "RESULTS.md"
 PLOTS = HERE / "plots"
 BEGIN, END = "<!-- make bench: begin -->", "<!-- make bench: end -->"
+PARTIAL = PLOTS / "results.json"
 
 GOALS = {
     "cp_calls_client": 3,
@@ -66,6 +67,10 @@ def run_section(name: str, fn, results: dict, timings: dict) -> None:
         print(results[name]["trace"], file=sys.stderr)
     timings[name] = time.perf_counter() - started
     print(f"   {name}: {timings[name]:.0f} s", flush=True)
+    # Kept after every section, so an interrupted run can still be rendered (--sections none
+    # --reuse).
+    PARTIAL.parent.mkdir(exist_ok=True)
+    PARTIAL.write_text(json.dumps(results, indent=2, default=str))
 
 
 def redis8_bench() -> dict:
