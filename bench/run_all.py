@@ -36,6 +36,8 @@ RESULTS = HERE / "RESULTS.md"
 PLOTS = HERE / "plots"
 BEGIN, END = "<!-- make bench: begin -->", "<!-- make bench: end -->"
 PARTIAL = PLOTS / "results.json"
+# Sections of an earlier run (--reuse), kept in every partial write.
+PREVIOUS: dict = {}
 
 GOALS = {
     "cp_calls_client": 3,
@@ -70,7 +72,7 @@ def run_section(name: str, fn, results: dict, timings: dict) -> None:
     # Kept after every section, so an interrupted run can still be rendered (--sections none
     # --reuse).
     PARTIAL.parent.mkdir(exist_ok=True)
-    PARTIAL.write_text(json.dumps(results, indent=2, default=str))
+    PARTIAL.write_text(json.dumps({**PREVIOUS, **results}, indent=2, default=str))
 
 
 def redis8_bench() -> dict:
@@ -324,6 +326,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     wanted = set(args.sections.split(","))
+    if args.reuse and args.json and args.json.exists():
+        PREVIOUS.update(json.loads(args.json.read_text()))
     repeat = env_int("BENCH_REPEAT", 3)
     mib = [int(x) for x in os.environ.get("BENCH_MIB", "8 64 100").split()]
     started_at = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
@@ -375,12 +379,10 @@ def main() -> None:
     if "redis" in wanted:
         run_section("redis", redis8_bench, results, timings)
 
-    if args.reuse and args.json and args.json.exists():
-        previous = json.loads(args.json.read_text())
-        for key, value in previous.items():
-            if key not in results and not key.startswith("_"):
-                results[key] = value
-                timings[f"{key} (from {previous.get('_started_at', 'an earlier run')})"] = 0.0
+    for key, value in PREVIOUS.items():
+        if key not in results and not key.startswith("_"):
+            results[key] = value
+            timings[f"{key} (from {PREVIOUS.get('_started_at', 'an earlier run')})"] = 0.0
     results["_started_at"] = started_at
     made = plots(results)
     block = render(results, timings, made, started_at)
