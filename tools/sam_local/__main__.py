@@ -294,6 +294,8 @@ def start_services() -> Services:
     # The state-making handlers run in this process: keep their logs out of the report.
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
     os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
+    # Tokens are minted as fixtures need them: the gateway's authorizer must see each at once.
+    os.environ["TOKEN_CACHE_S"] = "0"
     stack = DevStack(
         state_dir=state_dir,
         state_file=state_dir / "stack.json",

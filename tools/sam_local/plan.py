@@ -153,7 +153,11 @@ class World:
 
     def token(self, ns: str, role: str) -> str:
         if (ns, role) not in self.tokens:
-            self.tokens[(ns, role)] = self.mint(ns, role)
+            # Both roles at once: a token store read (and cached) between two mints would
+            # know only the first.
+            for r in ("client", "daemon", role):
+                if (ns, r) not in self.tokens:
+                    self.tokens[(ns, r)] = self.mint(ns, r)
         return self.tokens[(ns, role)]
 
     def call(self, method: str, path: str, ns: str, role: str | None, body=None, query=""):
