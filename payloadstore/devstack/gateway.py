@@ -358,7 +358,12 @@ class GatewayProcess:
     def start(self, timeout_s: float = 30.0) -> GatewayProcess:
         import subprocess
 
-        from payloadstore.devstack.services import ServiceError, free_port, port_is_open
+        from payloadstore.devstack.services import (
+            ServiceError,
+            free_port,
+            open_private_log,
+            port_is_open,
+        )
 
         if not self.port:
             self.port = free_port()
@@ -374,7 +379,7 @@ class GatewayProcess:
         if self.timeout_s is not None:
             args += ["--timeout-s", str(self.timeout_s)]
         # The child writes this log for as long as it runs.
-        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
+        out = open_private_log(self.log_path) if self.log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(
             args,
             cwd=str(REPO_ROOT),

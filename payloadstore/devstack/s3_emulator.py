@@ -1,10 +1,25 @@
-"""moto's S3/SSM server with the presigned-URL rules real S3 enforces and moto skips.
+"""moto's S3/SSM server, as strict about presigned URLs as S3 is.
 
-moto accepts a presigned URL after its `X-Amz-Expires` and stores a body whose sha256 differs from
-the signed `x-amz-checksum-sha256`. Real S3 answers 403 "Request has expired" and 400 BadDigest.
-Clients of the local stack (the SDK's re-presign on expiry, the CP's checksum checks) should meet
-the same answers here, so this WSGI middleware adds exactly those two rules in front of moto, and
-refuses a presigned request that omits a header it signed (403, as a signature mismatch would).
+moto checks no signature at all: it accepts a presigned URL whose key, signed headers or
+`X-Amz-Expires` were edited, one past its expiry, a request with no signature, and stores a body
+whose sha256 differs from the signed `x-amz-checksum-sha256`. Real S3 refuses each. Clients of
+the local stack (the SDK's uploads and re-presign on expiry, the CP's checksum checks) must meet
+S3's answers here, or the local stack could not show a signing bug. This WSGI middleware, in
+front of moto, answers like S3:
+
+- a presigned request (`X-Amz-Signature` in the query) is verified by recomputing its SigV4
+  query signature with botocore's own signer over the request as received (method, path as sent,
+  query without the signature, the signed headers' values, host): a mismatch is 403
+  `SignatureDoesNotMatch`, an access key the emulator does not know 403 `InvalidAccessKeyId`,
+  incomplete auth parameters 400 `AuthorizationQueryParametersError`;
+- past `X-Amz-Date + X-Amz-Expires`: 403 `AccessDenied` "Request has expired";
+- no signature at all (no `Authorization` header, no `X-Amz-Signature`): 403 `AccessDenied`
+  (the bucket blocks public access, as the deployed one does);
+- a PUT body whose sha256 differs from the signed checksum: 400 `BadDigest`.
+
+Requests signed in the `Authorization` header (the control plane's own boto3 calls) go to moto
+as they are. The log line of each request carries its path only: query strings (signatures,
+credentials) never reach the log.
 
 Run: python -m payloadstore.devstack.s3_emulator -H 127.0.0.1 -p 5000
 """
@@ -14,10 +29,29 @@ from __future__ import annotations
 import argparse
 import base64
 import hashlib
+import hmac
 import io
 import os
+import re
 from datetime import UTC, datetime, timedelta
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, quote
+
+# The credentials the local stack hands its handlers (services.local_aws_env); more pairs may be
+# given as PAYLOADSTORE_S3_CREDENTIALS="KEYID:SECRET,KEYID2:SECRET2".
+LOCAL_ACCESS_KEY_ID = "local"
+LOCAL_SECRET_ACCESS_KEY = "local-secret"
+MAX_EXPIRES_S = 7 * 24 * 3600
+AUTH_PARAMS = ("X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-SignedHeaders")
+
+
+def known_credentials(environ: dict[str, str] | None = None) -> dict[str, str]:
+    env = os.environ if environ is None else environ
+    creds = {LOCAL_ACCESS_KEY_ID: LOCAL_SECRET_ACCESS_KEY}
+    for pair in (env.get("PAYLOADSTORE_S3_CREDENTIALS") or "").split(","):
+        key_id, sep, secret = pair.strip().partition(":")
+        if sep and key_id and secret:
+            creds[key_id] = secret
+    return creds
 
 
 def _error(start_response, status: str, code: str, message: str):
@@ -31,49 +65,81 @@ def _error(start_response, status: str, code: str, message: str):
     return [body]
 
 
+def _wsgi_header(environ: dict, name: str) -> str | None:
+    if name == "content-type":
+        return environ.get("CONTENT_TYPE") or None
+    if name == "content-length":
+        return environ.get("CONTENT_LENGTH") or None
+    if name == "host":
+        return environ.get("HTTP_HOST") or None
+    return environ.get("HTTP_" + name.upper().replace("-", "_"))
+
+
+def _raw_target(environ: dict) -> tuple[str, str]:
+    """The path and query exactly as the client sent them (the signature covers the bytes)."""
+    raw = environ.get("RAW_URI") or environ.get("REQUEST_URI")
+    if raw:
+        path, _, query = raw.partition("?")
+        return path, query
+    return quote(environ.get("PATH_INFO", ""), safe="/~!$&'()*+,;=:@%"), environ.get(
+        "QUERY_STRING", ""
+    )
+
+
+def expected_signature(
+    *,
+    method: str,
+    host: str,
+    path: str,
+    query_without_signature: str,
+    headers: dict[str, str],
+    access_key: str,
+    secret_key: str,
+    region: str,
+    service: str,
+    timestamp: str,
+) -> str:
+    """The SigV4 query signature S3 computes for this request, by botocore's own signer."""
+    from botocore.auth import S3SigV4QueryAuth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    signer = S3SigV4QueryAuth(Credentials(access_key, secret_key), service, region)
+    url = f"http://{host}{path}" + (
+        f"?{query_without_signature}" if query_without_signature else ""
+    )
+    request = AWSRequest(method=method, url=url, headers=headers)
+    request.context["timestamp"] = timestamp
+    canonical = signer.canonical_request(request)
+    return signer.signature(signer.string_to_sign(request, canonical), request)
+
+
 class PresignedUrlRules:
-    def __init__(self, app, clock=None):
+    def __init__(self, app, clock=None, credentials: dict[str, str] | None = None):
         self.app = app
         self.clock = clock or (lambda: datetime.now(UTC))
+        self.credentials = credentials if credentials is not None else known_credentials()
 
     def __call__(self, environ, start_response):
-        query = parse_qs(environ.get("QUERY_STRING", ""))
+        path, raw_query = _raw_target(environ)
+        query = parse_qs(raw_query, keep_blank_values=True)
         if "X-Amz-Signature" not in query:
-            return self.app(environ, start_response)
-        try:
-            signed_at = datetime.strptime(query["X-Amz-Date"][0], "%Y%m%dT%H%M%SZ").replace(
-                tzinfo=UTC
-            )
-            expires_s = int(query["X-Amz-Expires"][0])
-        except (KeyError, ValueError):
-            return _error(
-                start_response,
-                "400 Bad Request",
-                "AuthorizationQueryParametersError",
-                "X-Amz-Date and X-Amz-Expires are required",
-            )
-        if self.clock() > signed_at + timedelta(seconds=expires_s):
-            return _error(start_response, "403 Forbidden", "AccessDenied", "Request has expired")
-
-        signed = set(query.get("X-Amz-SignedHeaders", [""])[0].split(";"))
-        for header in signed - {"host"}:
-            key = (
-                "CONTENT_LENGTH"
-                if header == "content-length"
-                else (
-                    "CONTENT_TYPE"
-                    if header == "content-type"
-                    else "HTTP_" + header.upper().replace("-", "_")
-                )
-            )
-            if not environ.get(key):
+            if "X-Amz-Credential" in query:
                 return _error(
                     start_response,
-                    "403 Forbidden",
-                    "SignatureDoesNotMatch",
-                    f"the request omits the signed header {header}",
+                    "400 Bad Request",
+                    "AuthorizationQueryParametersError",
+                    "Query-string authentication version 4 requires the X-Amz-Algorithm, "
+                    "X-Amz-Credential, X-Amz-Signature, X-Amz-Date, X-Amz-SignedHeaders, "
+                    "and X-Amz-Expires parameters.",
                 )
-
+            if not environ.get("HTTP_AUTHORIZATION"):
+                return _error(start_response, "403 Forbidden", "AccessDenied", "Access Denied")
+            return self.app(environ, start_response)
+        refused = self._verify(environ, path, raw_query, query)
+        if refused is not None:
+            status, code, message = refused
+            return _error(start_response, status, code, message)
         claimed = environ.get("HTTP_X_AMZ_CHECKSUM_SHA256")
         if environ.get("REQUEST_METHOD") == "PUT" and claimed:
             length = int(environ.get("CONTENT_LENGTH") or 0)
@@ -89,6 +155,98 @@ class PresignedUrlRules:
             environ["wsgi.input"] = io.BytesIO(body)
         return self.app(environ, start_response)
 
+    def _verify(self, environ, path: str, raw_query: str, query: dict) -> tuple | None:
+        """(status, code, message) as S3 would refuse this presigned request, or None."""
+        try:
+            for name in AUTH_PARAMS + ("X-Amz-Expires",):
+                if not query.get(name, [""])[0]:
+                    raise KeyError(name)
+            if query["X-Amz-Algorithm"][0] != "AWS4-HMAC-SHA256":
+                raise ValueError("X-Amz-Algorithm only supports AWS4-HMAC-SHA256")
+            access_key, date, region, service, terminal = query["X-Amz-Credential"][0].split("/")
+            timestamp = query["X-Amz-Date"][0]
+            signed_at = datetime.strptime(timestamp, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+            expires_s = int(query["X-Amz-Expires"][0])
+            if terminal != "aws4_request" or date != timestamp[:8]:
+                raise ValueError("the credential scope does not match the date")
+        except (KeyError, ValueError) as e:
+            return (
+                "400 Bad Request",
+                "AuthorizationQueryParametersError",
+                f"Error parsing the X-Amz-Credential, X-Amz-Date or X-Amz-Expires parameter: {e}",
+            )
+        if not 0 < expires_s <= MAX_EXPIRES_S:
+            return (
+                "400 Bad Request",
+                "AuthorizationQueryParametersError",
+                "X-Amz-Expires must be less than a week (in seconds) that is; 604800",
+            )
+        secret = self.credentials.get(access_key)
+        if secret is None:
+            return (
+                "403 Forbidden",
+                "InvalidAccessKeyId",
+                "The AWS Access Key Id you provided does not exist in our records.",
+            )
+        signed_names = [h for h in query["X-Amz-SignedHeaders"][0].lower().split(";") if h]
+        headers = {}
+        for name in signed_names:
+            value = _wsgi_header(environ, name)
+            if value is not None:
+                headers[name] = value
+        if "host" not in signed_names or set(headers) != set(signed_names):
+            # A signed header the request does not carry: S3 computes another signature.
+            return self._mismatch()
+        unsigned = "&".join(
+            pair for pair in raw_query.split("&") if pair.partition("=")[0] != "X-Amz-Signature"
+        )
+        expected = expected_signature(
+            method=environ.get("REQUEST_METHOD", "GET"),
+            host=headers["host"],
+            path=path,
+            query_without_signature=unsigned,
+            headers=headers,
+            access_key=access_key,
+            secret_key=secret,
+            region=region,
+            service=service,
+            timestamp=timestamp,
+        )
+        if not hmac.compare_digest(expected, query["X-Amz-Signature"][0]):
+            return self._mismatch()
+        if self.clock() > signed_at + timedelta(seconds=expires_s):
+            return ("403 Forbidden", "AccessDenied", "Request has expired")
+        return None
+
+    @staticmethod
+    def _mismatch() -> tuple[str, str, str]:
+        return (
+            "403 Forbidden",
+            "SignatureDoesNotMatch",
+            (
+                "The request signature we calculated does not match the signature you provided. "
+                "Check your key and signing method."
+            ),
+        )
+
+
+_QUERY = re.compile(r"\?[^\s\"']*")
+
+
+def redact(text: str) -> str:
+    """Request targets without their query strings (signatures, credentials)."""
+    return _QUERY.sub("?<redacted>", text)
+
+
+def _request_handler():
+    from werkzeug.serving import WSGIRequestHandler
+
+    class RedactingRequestHandler(WSGIRequestHandler):
+        def log(self, type: str, message: str, *args) -> None:
+            super().log(type, "%s", redact(message % args if args else message))
+
+    return RedactingRequestHandler
+
 
 def main(argv: list[str] | None = None) -> None:
     from moto.moto_server.threaded_moto_server import (
@@ -103,7 +261,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     os.environ.setdefault("MOTO_PORT", str(args.port))
     app = PresignedUrlRules(DomainDispatcherApplication(create_backend_app))
-    run_simple(args.host, args.port, app, threaded=True)
+    run_simple(args.host, args.port, app, threaded=True, request_handler=_request_handler())
 
 
 if __name__ == "__main__":

@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 LOOPBACK = "127.0.0.1"
+# The emulator verifies presigned URLs against these (s3_emulator.py); the handlers sign with them.
+LOCAL_ACCESS_KEY_ID = "local"
+LOCAL_SECRET_ACCESS_KEY = "local-secret"
 
 # The lifecycle the CDK stack puts on the bucket (infra/ asserts the same values).
 PAYLOAD_PREFIX = "payloads/"
@@ -68,6 +71,14 @@ def terminate(proc: subprocess.Popen | None, timeout_s: float = 10.0) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def open_private_log(path: Path):
+    """A log file for appending that only its owner can read: logs of the stack may name
+    requests, so they are kept as private as the tokens beside them."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.chmod(path, 0o600)
+    return os.fdopen(fd, "ab")
 
 
 def find_redis_server(install: bool = True) -> str:
@@ -199,7 +210,7 @@ class MotoServer:
 
     def start(self, timeout_s: float = 30.0) -> MotoServer:
         # The child writes this log for as long as it runs: no context manager.
-        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
+        out = open_private_log(self.log_path) if self.log_path else subprocess.DEVNULL
         env = {**os.environ, "MOTO_ALLOW_NONEXISTENT_REGION": "true"}
         self.proc = subprocess.Popen(
             [
@@ -233,8 +244,8 @@ class MotoServer:
 def local_aws_env(endpoint: str, region: str = "us-east-1") -> dict[str, str]:
     """Environment that points boto3 at the emulator with dummy credentials."""
     return {
-        "AWS_ACCESS_KEY_ID": "local",
-        "AWS_SECRET_ACCESS_KEY": "local-secret",
+        "AWS_ACCESS_KEY_ID": LOCAL_ACCESS_KEY_ID,
+        "AWS_SECRET_ACCESS_KEY": LOCAL_SECRET_ACCESS_KEY,
         "AWS_DEFAULT_REGION": region,
         "AWS_REGION": region,
         "AWS_ENDPOINT_URL_S3": endpoint,

@@ -114,6 +114,17 @@ def register_tokens(ssm: Any, token_path: str, tokens: dict[str, dict[str, str]]
             )
 
 
+def write_private(target: Path, text: str) -> None:
+    """Replace `target` atomically with a file only its owner can read (0600 from the start):
+    for every file that holds tokens or token hashes."""
+    tmp = target.with_name(target.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(tmp, 0o600)  # a leftover .tmp keeps its old mode through O_CREAT
+    tmp.replace(target)
+
+
 def save_parameters(ssm: Any, path: str, target: Path) -> int:
     """The token store as it is (hashes and their namespace/role, no secrets), so tokens minted
     with `payloadstore token create` survive a restart and revoked ones stay revoked."""
@@ -122,9 +133,7 @@ def save_parameters(ssm: Any, path: str, target: Path) -> int:
         Path=path.rstrip("/"), Recursive=True
     ):
         params.extend({"Name": p["Name"], "Value": p["Value"]} for p in page["Parameters"])
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(json.dumps(params, indent=1))
-    tmp.replace(target)
+    write_private(target, json.dumps(params, indent=1))
     return len(params)
 
 
@@ -322,8 +331,7 @@ class DevStack:
                 register_tokens(ssm, self.token_path, self.tokens)
         else:
             self.tokens = mint_tokens(ssm, self.token_path)
-            tokens_file.write_text(json.dumps(self.tokens, indent=2))
-            tokens_file.chmod(0o600)
+            write_private(tokens_file, json.dumps(self.tokens, indent=2))
         save_parameters(ssm, self.token_path, parameters_file)
 
     def state(self) -> dict:
@@ -336,10 +344,7 @@ class DevStack:
         }
 
     def write_state_file(self) -> None:
-        tmp = self.state_file.with_name(self.state_file.name + ".tmp")
-        tmp.write_text(json.dumps(self.state(), indent=2) + "\n")
-        tmp.chmod(0o600)
-        tmp.replace(self.state_file)
+        write_private(self.state_file, json.dumps(self.state(), indent=2) + "\n")
 
     def _lock_state_dir(self) -> None:
         """One stack per state dir: two redis-servers appending to one AOF would corrupt it."""
@@ -398,16 +403,21 @@ class DevStack:
 
 
 def banner(stack: DevStack) -> str:
-    dev = stack.tokens["dev"]
+    """What the terminal (and any log it is piped to) shows: where things are, never a token."""
+    state_file = stack.state_file
+    token = (
+        f'$(.venv/bin/python -c \'import json; print(json.load(open("{state_file}"))'
+        '["namespaces"]["dev"]["client_token"])\')'
+    )
     return f"""
 payloadstore local stack is up
   endpoint     {stack.endpoint}
   s3           {stack.moto.endpoint}  bucket={stack.bucket}
   redis        {stack.redis.url}  data={stack.state_dir / "redis"}
-  tokens       {stack.state_file}  (namespaces: {", ".join(stack.tokens)})
+  tokens       {state_file}  (mode 0600; namespaces: {", ".join(stack.tokens)})
 
   curl {stack.endpoint}/v1/health
-  curl -H "Authorization: Bearer {dev["client_token"]}" {stack.endpoint}/v1/config
+  curl -H "Authorization: Bearer {token}" {stack.endpoint}/v1/config
 
   .venv/bin/python -c 'from payloadstore import Client; print(Client.from_devstack().config)'
   make demo      # a small and an 8 MiB job through a daemon, with the bytes each moved
