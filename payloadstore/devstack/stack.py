@@ -56,6 +56,8 @@ DEV_BUCKET = "payloadstore-dev-payloads"
 DEV_REGION = "us-east-1"
 DEV_TOKEN_PATH = "/payloadstore/dev/tokens"
 NAMESPACES = ("dev", "sandbox")
+# Concurrent invocations the local stack's handlers can hold Redis connections for.
+LOCAL_REDIS_MAX_CONNECTIONS = 1024
 ROLES = ("client", "daemon")
 
 
@@ -80,6 +82,9 @@ def handler_env(
         "POWERTOOLS_METRICS_NAMESPACE": "PayloadStore",
         "POWERTOOLS_TRACE_DISABLED": "true",
         "AWS_LAMBDA_FUNCTION_NAME": "payloadstore-local",
+        # One process serves every container here, so one pool serves every concurrent
+        # invocation (long-polls hold a connection each): size it to the gateway's concurrency.
+        "REDIS_MAX_CONNECTIONS": str(LOCAL_REDIS_MAX_CONNECTIONS),
     }
     env.update(extra or {})
     return env

@@ -122,7 +122,9 @@ def test_every_operation_answers_as_its_openapi_document_says(start_local_gatewa
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as e:  # noqa: BLE001 - collected, reported all together below
-            failures.append(f"{op.label} [{role}, {mode.value}]: {e}")
+            inner = getattr(e, "exceptions", ())
+            detail = "; ".join(f"{type(x).__name__}: {x}" for x in inner) or repr(e)
+            failures.append(f"{op.label} [{role}, {mode.value}]: {e} ({detail})")
     elapsed = time.monotonic() - started
     print(
         f"schemathesis: {cases} cases over {len(operations)} operations in {elapsed:.1f}s"

@@ -39,11 +39,13 @@ def reset_caches() -> None:
     from controlplane.handlers import _common, authorizer
     from controlplane.logic import health
     from controlplane.models.settings import get_settings
+    from controlplane.store.tokens import process_token_store
 
     health._bucket_cache.clear()
     get_settings.cache_clear()
     _common.get_deps.cache_clear()
     authorizer.token_store.cache_clear()
+    process_token_store.cache_clear()
 
 
 @pytest.fixture

@@ -134,3 +134,53 @@ def test_role_matrix(cp):
         namespace=None,
     )
     assert r.status == 401
+
+
+def test_a_token_minted_after_the_cache_was_filled_works_at_once(settings_env, ssm_client):
+    # Given an authorizer whose token cache is long and already filled
+    settings_env(TOKEN_CACHE_S="3600")
+    minter = TokenStore(ssm_client, TOKEN_PATH, cache_s=0)
+    old, _ = minter.mint("team-n", "client")
+    assert authorize(old)["context"]["namespace"] == "team-n"
+    # When a token is minted now (another container, the CLI)
+    new, info = minter.mint("team-n", "daemon")
+    # Then the authorizer allows it on its first use, without waiting for the cache to age
+    assert authorize(new)["context"] == {
+        "namespace": "team-n",
+        "role": "daemon",
+        "token_id": info.token_id,
+    }
+
+
+def test_unknown_tokens_refresh_the_store_at_most_once_a_second(tokens, ssm_client):
+    # Given a store with a long cache, counting its reads of SSM
+    from controlplane.store import tokens as token_module
+
+    store = TokenStore(ssm_client, TOKEN_PATH, cache_s=3600)
+    reads = []
+    paginate = ssm_client.get_paginator
+
+    def counting(name):
+        reads.append(name)
+        return paginate(name)
+
+    store._ssm = type("Counting", (), {"get_paginator": staticmethod(counting)})()
+    # When a flood of unknown tokens arrives
+    for i in range(50):
+        assert store.lookup(f"pst_unknown{i:040d}") is None
+    # Then SSM was read once to fill the cache and once more for the first miss, not 50 times
+    assert len(reads) == 2
+    assert token_module.REFRESH_ON_MISS_S >= 1.0
+
+
+def test_revocation_waits_for_the_cache_as_documented(settings_env, ssm_client):
+    # Given a cached, known token
+    store = TokenStore(ssm_client, TOKEN_PATH, cache_s=3600)
+    minter = TokenStore(ssm_client, TOKEN_PATH, cache_s=0)
+    token, info = minter.mint("team-r", "client")
+    assert store.lookup(token) is not None
+    # When it is revoked, the refresh-on-miss does not apply to a known token: it stays valid
+    # until the cache (TOKEN_CACHE_S) ages out, as docs/wire.md says
+    minter.revoke(info.token_id)
+    assert store.lookup(token) is not None
+    assert TokenStore(ssm_client, TOKEN_PATH, cache_s=0).lookup(token) is None

@@ -56,7 +56,11 @@ def get_deps() -> Deps:
 
         password = parameters.get_secret(s.redis_auth_secret, max_age=3600)
     client = cached_redis(
-        s.redis_url, s.redis_cluster, password, max(s.poll_max_wait_s, s.result_max_wait_s)
+        s.redis_url,
+        s.redis_cluster,
+        password,
+        max(s.poll_max_wait_s, s.result_max_wait_s),
+        s.redis_max_connections,
     )
     return Deps(
         settings=s,

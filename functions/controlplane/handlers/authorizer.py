@@ -13,22 +13,16 @@ import os
 from functools import lru_cache
 
 from ..observability import lambda_entry, logger
-from ..store.tokens import TokenStore
-
-
-@lru_cache(maxsize=1)
-def ssm_client():
-    import botocore.session
-
-    return botocore.session.get_session().create_client("ssm")
+from ..store.tokens import TokenStore, process_token_store
 
 
 @lru_cache(maxsize=1)
 def token_store() -> TokenStore:
-    return TokenStore(
-        ssm_client(),
+    # The store (its SSM client and cache) lives in store/tokens.py, below the handler module:
+    # the local gateway runs many instances of this module at once and they share it there.
+    return process_token_store(
         os.environ.get("TOKEN_PARAMETER_PATH", "/payloadstore/tokens"),
-        cache_s=int(os.environ.get("TOKEN_CACHE_S", "60")),
+        int(os.environ.get("TOKEN_CACHE_S", "60")),
     )
 
 

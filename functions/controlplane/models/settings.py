@@ -55,6 +55,8 @@ class Settings(BaseModel):
     payload_bucket: str = Field(..., min_length=3)
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_cluster: bool = False
+    # Connections per container's pool (blocking long-polls hold one each).
+    redis_max_connections: int = Field(64, ge=1, le=10_000)
     # Secrets Manager ARN/name holding the ElastiCache AUTH token (deployed stacks only).
     redis_auth_secret: str | None = None
     aws_region: str = "us-east-1"
@@ -103,6 +105,7 @@ SETTINGS_ENV: dict[str, str] = {
     "payload_bucket": "PAYLOAD_BUCKET",
     "redis_url": "REDIS_URL",
     "redis_cluster": "REDIS_CLUSTER",
+    "redis_max_connections": "REDIS_MAX_CONNECTIONS",
     "redis_auth_secret": "REDIS_AUTH_SECRET",
     "aws_region": "AWS_REGION",
     "s3_endpoint_url": "S3_ENDPOINT_URL",

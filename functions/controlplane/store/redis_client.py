@@ -107,8 +107,13 @@ def make_redis(
     socket_timeout_s: float = FAST_SOCKET_TIMEOUT_S,
     retries: int = FAST_RETRIES,
     ssl_ca_certs: str | None = None,
+    max_connections: int = MAX_CONNECTIONS,
 ):
-    """One client (single node or cluster) with the given reply timeout and retry count."""
+    """One client (single node or cluster) with the given reply timeout and retry count.
+
+    `max_connections` bounds this container's pool: a Lambda container serves one invocation at
+    a time, so MAX_CONNECTIONS is ample; the local gateway serves every container from one process
+    and sizes it to its concurrency (REDIS_MAX_CONNECTIONS). A full pool is 503 "busy"."""
     ep = _endpoint(url)
     tls = ep["tls"]
     connection_kwargs: dict[str, Any] = {
@@ -137,7 +142,7 @@ def make_redis(
         client = RedisCluster(
             url=f"redis://{ep['host']}:{ep['port']}/0",
             connection_class=connection_class,
-            max_connections=MAX_CONNECTIONS,
+            max_connections=max_connections,
             retry=retry,
             **connection_kwargs,
         )
@@ -147,7 +152,7 @@ def make_redis(
         port=ep["port"],
         db=ep["db"],
         connection_class=connection_class,
-        max_connections=MAX_CONNECTIONS,
+        max_connections=max_connections,
         **connection_kwargs,
     )
     return redis.Redis(connection_pool=pool, retry=retry)
@@ -196,8 +201,15 @@ def make_routed_redis(
     password: str | None = None,
     max_block_s: float = 25.0,
     ssl_ca_certs: str | None = None,
+    max_connections: int = MAX_CONNECTIONS,
 ) -> RoutedRedis:
-    fast = make_redis(url, cluster=cluster, password=password, ssl_ca_certs=ssl_ca_certs)
+    fast = make_redis(
+        url,
+        cluster=cluster,
+        password=password,
+        ssl_ca_certs=ssl_ca_certs,
+        max_connections=max_connections,
+    )
     return RoutedRedis(
         fast,
         lambda: make_redis(
@@ -207,10 +219,23 @@ def make_routed_redis(
             socket_timeout_s=max_block_s + BLOCKING_MARGIN_S,
             retries=0,
             ssl_ca_certs=ssl_ca_certs,
+            max_connections=max_connections,
         ),
     )
 
 
 @lru_cache(maxsize=4)
-def cached_redis(url: str, cluster: bool, password: str | None, max_block_s: float) -> RoutedRedis:
-    return make_routed_redis(url, cluster=cluster, password=password, max_block_s=max_block_s)
+def cached_redis(
+    url: str,
+    cluster: bool,
+    password: str | None,
+    max_block_s: float,
+    max_connections: int = MAX_CONNECTIONS,
+) -> RoutedRedis:
+    return make_routed_redis(
+        url,
+        cluster=cluster,
+        password=password,
+        max_block_s=max_block_s,
+        max_connections=max_connections,
+    )
