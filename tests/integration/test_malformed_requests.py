@@ -143,3 +143,24 @@ def test_a_full_connection_pool_is_busy_not_unreachable(cp, monkeypatch):
     assert r.status == 503, r.raw_body
     assert r.error["code"] == "busy" and "unreachable" not in r.error["message"]
     assert int(r.headers["Retry-After"]) > 0
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    ["a\r\nX-Evil: 1", "text/plain\r\n", "application", "text/plain; charset", "app lication/x"],
+)
+def test_presign_refuses_a_content_type_that_is_not_a_mime_type(cp, content_type):
+    # Given a content type that would break (or smuggle into) the signed Content-Type header
+    r = cp.presign_put(10, content_type=content_type)
+    # Then it is 422 naming the field, and nothing is issued
+    assert r.status == 422, r.raw_body
+    assert "content_type" in r.error["message"]
+
+
+@pytest.mark.parametrize(
+    "content_type", ["application/msgpack", "text/plain; charset=utf-8", "application/vnd.x+json"]
+)
+def test_presign_takes_real_mime_types(cp, content_type):
+    r = cp.presign_put(10, content_type=content_type)
+    assert r.status == 200, r.raw_body
+    assert r.json["headers"]["Content-Type"] == content_type

@@ -13,6 +13,22 @@ from .domain import NAME_RE, JobStatus, PayloadKind, PayloadRef, Tier
 Sha256Hex = Annotated[
     str, Field(pattern=r"^[0-9a-fA-F]{64}$", description="sha256 of the bytes, hex")
 ]
+# RFC 6838 type/subtype (restricted-name characters), optional `; name=value` parameters (value a
+# token or a quoted string); nothing else, so no CR/LF can reach a signed header.
+_RESTRICTED_NAME = r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}"
+_TOKEN = r"[A-Za-z0-9!#$%&'*+.^_`|~-]+"
+MIME_TYPE_PATTERN = (
+    rf"^{_RESTRICTED_NAME}/{_RESTRICTED_NAME}"
+    rf"(?:[ \t]*;[ \t]*{_TOKEN}=(?:{_TOKEN}|\"[^\"\\\r\n]*\"))*$"
+)
+MimeType = Annotated[
+    str,
+    Field(
+        max_length=255,
+        pattern=MIME_TYPE_PATTERN,
+        description="a MIME type (RFC 6838), e.g. application/msgpack",
+    ),
+]
 Name = Annotated[str, Field(pattern=NAME_RE.pattern, description="[A-Za-z0-9_.-], 1-63 chars")]
 
 
@@ -47,7 +63,7 @@ class PresignRequest(_Strict):
     size: int | None = Field(None, ge=1, description="exact byte size of the upload (op=put)")
     kind: PayloadKind = PayloadKind.ARGS
     job_id: str | None = Field(None, description="re-presign the key of this job (op=put)")
-    content_type: str = Field("application/msgpack", max_length=255)
+    content_type: MimeType = "application/msgpack"
     sha256: Sha256Hex | None = None
     key: str | None = Field(None, max_length=512, description="an issued key (op=get)")
 
