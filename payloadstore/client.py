@@ -474,7 +474,7 @@ class Queue:
                     size,
                     e.code,
                 )
-                enqueued = self._enqueue_through_s3(encoded, progress)
+                enqueued = self._enqueue_through_s3(encoded, progress, idempotency_key=key)
         else:
             client.payloads.check_size(size)
             enqueued = self._enqueue_through_s3(encoded, progress)
@@ -484,11 +484,24 @@ class Queue:
         )
         return job
 
-    def _enqueue_through_s3(self, encoded: Any, progress: bool | None) -> Enqueued:
-        ref, job_id = self.client.payloads.store(encoded, "args", progress=progress)
+    def _enqueue_through_s3(
+        self, encoded: Any, progress: bool | None, *, idempotency_key: str | None = None
+    ) -> Enqueued:
+        try:
+            ref, job_id = self.client.payloads.store(encoded, "args", progress=progress)
+        except EnqueueUnconfirmed:
+            raise
+        except ServiceUnavailable as e:
+            # Presign or upload refused (e.g. 503 redis_memory_full past the hard mark): no job
+            # was made, and `submit` says so with the same typed error as an unanswered enqueue.
+            raise enqueue_unconfirmed(self.name, e, idempotency_key=idempotency_key) from e
         # The upload is done once; enqueueing the same issued key again is idempotent on the
         # server, so the wire's retries never re-upload.
-        return self._confirm(lambda: self.client.wire.enqueue_ref(self.name, ref), job_id=job_id)
+        return self._confirm(
+            lambda: self.client.wire.enqueue_ref(self.name, ref),
+            job_id=job_id,
+            idempotency_key=idempotency_key,
+        )
 
     def _confirm(
         self,
@@ -591,11 +604,18 @@ def enqueue_unconfirmed(
     job_id: str | None = None,
 ) -> EnqueueUnconfirmed:
     """What an enqueue whose answer never came (503, no connection) raises: never a job id."""
-    how = (
-        f"submit again with idempotency_key={idempotency_key!r} to get the same job"
-        if idempotency_key
-        else f"the payload was uploaded for job {job_id}; submitting again makes a new job"
-    )
+    if idempotency_key and job_id:
+        # Rerouted through S3: the key names the inline attempt, the job the uploaded payload.
+        how = (
+            f"submit again with idempotency_key={idempotency_key!r}; the payload was uploaded "
+            f"for job {job_id}, which is in a queue only if this enqueue's answer was lost"
+        )
+    elif idempotency_key:
+        how = f"submit again with idempotency_key={idempotency_key!r} to get the same job"
+    elif job_id:
+        how = f"the payload was uploaded for job {job_id}; submitting again makes a new job"
+    else:
+        how = "no job was created; submit again later"
     return EnqueueUnconfirmed(
         f"enqueue on queue {queue} not confirmed, the job may not exist: {error.message}; {how}",
         queue=queue,

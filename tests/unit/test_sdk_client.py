@@ -380,3 +380,22 @@ def test_given_a_cp_that_never_confirms_an_s3_enqueue_when_adding_then_enqueue_u
         make_client(world).queue("q").add(big_bytes(10_000))
     assert info.value.job_id and info.value.idempotency_key is None
     assert world.jobs == {}
+
+
+def test_given_inline_refused_and_the_presign_refused_too_when_adding_then_enqueue_unconfirmed_with_the_key():
+    # Given: Redis past the high-water mark (inline refused) and past the hard mark (no presign)
+    world = FakeWorld()
+    world.fail("POST", "/queues/q/jobs", lambda r: inline_unavailable())
+    full = response(
+        503,
+        headers={"Retry-After": "0"},
+        json={"error": {"code": "redis_memory_full", "message": "no new jobs for now"}},
+    )
+    world.fail("POST", "/payloads/presign", *[full] * 5)
+    # When
+    with pytest.raises(EnqueueUnconfirmed) as info:
+        make_client(world).queue("q").submit((1,), idempotency_key="key-9")
+    # Then: the same typed error as an unanswered enqueue, naming the key to submit again with
+    assert info.value.code == "redis_memory_full" and info.value.idempotency_key == "key-9"
+    assert "idempotency_key='key-9'" in str(info.value)
+    assert world.jobs == {}
