@@ -109,7 +109,7 @@ class FakeWorld:
 
     def _cp(self, request: httpx.Request, body: bytes) -> httpx.Response:
         path = request.url.path
-        if path == "/v1/health":
+        if path in ("/v1/health", "/v1/health/details"):
             status = 200 if self.healthy else 503
             return httpx.Response(
                 status,
