@@ -39,6 +39,7 @@ def test_requests_to_one_function_during_a_long_poll_are_answered_correctly(loca
                 headers={**client, "Content-Type": "application/msgpack"},
                 timeout=10,
             )
+            assert enq.status_code == 201, (enq.status_code, enq.headers, enq.text[:300])
             status = requests.get(f"{base}/jobs/{enq.json()['job_id']}", headers=client, timeout=10)
             answers.append(
                 (
