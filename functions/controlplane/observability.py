@@ -115,6 +115,9 @@ EMITTED_METRICS = frozenset(
         "Presigns",
         "PayloadCorrupt",
         "PayloadLost",
+        # the job life cycle: deliveries past MAX_DELIVERIES, cancelled jobs
+        "DeliveryLimitExceeded",
+        "JobsCancelled",
         # the memory guard: inline bytes refused (and so rerouted through S3), enqueues refused
         "InlineRefused",
         "EnqueueRefused",

@@ -38,8 +38,15 @@ def test_redis_down_is_503_with_retry_after_and_jobs_survive_restart(cp, restart
     assert elapsed < 5
     health = cp.call("public", "GET", "/v1/health", namespace=None)
     assert health.status == 503 and health.json["failing"] == ["redis"]
-    # And after a restart the queued jobs are still there and are delivered
+    # And after a restart (once Redis has loaded its AOF and answers) the queued jobs are still
+    # there and are delivered
     redis_server.start()
-    delivered = {cp.poll().json["job_id"] for _ in range(2)}
+    deadline = time.monotonic() + 10
+    while cp.call("public", "GET", "/v1/health", namespace=None).status != 200:
+        assert time.monotonic() < deadline, "redis did not come back within 10 s"
+        time.sleep(0.1)
+    polls = [cp.poll() for _ in range(2)]
+    assert [p.status for p in polls] == [200, 200], [p.raw_body for p in polls]
+    delivered = {p.json["job_id"] for p in polls}
     assert delivered == set(jobs)
     assert cp.call("public", "GET", "/v1/health", namespace=None).status == 200
