@@ -9,7 +9,7 @@ Sections (each module runs alone too; see its docstring):
 - on a local stack: CP calls and bytes per S3-tier job, queue.add()/job.result() vs curl by size,
   a small job's round trip through the handlers vs raw redis-py, Redis bytes per job vs payload
   size, ours vs naive inline (bench_e2e.py);
-- redis8's bench_redis.py (Redis bytes per job against its goals), when present, as it prints.
+- bench_redis.py (Redis bytes per job against its goals), when present, as it prints.
 
 Bounded in time: small repeat counts by default (BENCH_REPEAT, BENCH_COLD_N, BENCH_RT_N, BENCH_MIB
 override them); a section that fails is reported as failed and the others still run.
@@ -75,7 +75,7 @@ def run_section(name: str, fn, results: dict, timings: dict) -> None:
     PARTIAL.write_text(json.dumps({**PREVIOUS, **results}, indent=2, default=str))
 
 
-def redis8_bench() -> dict:
+def redis_footprint_bench() -> dict:
     script = HERE / "bench_redis.py"
     if not script.exists():
         return {"error": "bench/bench_redis.py not present"}
@@ -377,7 +377,7 @@ def main() -> None:
             timings,
         )
     if "redis" in wanted:
-        run_section("redis", redis8_bench, results, timings)
+        run_section("redis", redis_footprint_bench, results, timings)
 
     for key, value in PREVIOUS.items():
         if key not in results and not key.startswith("_"):
