@@ -126,16 +126,20 @@ def test_a_function_that_never_blocks_never_opens_the_blocking_client(redis_serv
 # --- cluster mode: the measured packer, and TLS host names ---------------------------------------
 
 
-def _loopback_name() -> str:
-    """A host name for 127.0.0.1 other than `localhost` (redis-py swaps `localhost` for its IP
-    before dialling, which would hide the host-name check)."""
-    for name in (socket.gethostname(), "localhost.localdomain", "ip4-loopback"):
-        try:
-            if name != "localhost" and socket.gethostbyname(name) == "127.0.0.1":
-                return name
-        except OSError:
-            continue
-    pytest.skip("no host name other than localhost resolves to 127.0.0.1 here")
+# A name of the reserved `.test` domain, resolved to 127.0.0.1 in this process only: redis-py
+# swaps `localhost` for its IP before dialling, which would hide the host-name check.
+NODE_NAME = "redis-node.payloadstore.test"
+
+
+@pytest.fixture
+def loopback_name(monkeypatch) -> str:
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host, *args, **kwargs):
+        return real("127.0.0.1" if host == NODE_NAME else host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    return NODE_NAME
 
 
 def _cluster_port() -> int:
@@ -245,12 +249,12 @@ def test_cluster_client_runs_the_measured_packer(tmp_path):
         _stop(proc)
 
 
-def test_tls_cluster_checks_the_host_name_of_every_node(tmp_path):
+def test_tls_cluster_checks_the_host_name_of_every_node(tmp_path, loopback_name):
     # Given a TLS-only cluster-mode Redis whose certificate names the host, announcing its
     # nodes by host name (as ElastiCache does with in-transit encryption)
     import ssl
 
-    name = _loopback_name()
+    name = loopback_name
     certs = _certs(tmp_path, f"DNS:{name}")
     proc, port = _start_cluster_node(tmp_path, tls=certs, name=name, endpoint_type="hostname")
     try:
@@ -268,9 +272,11 @@ def test_tls_cluster_checks_the_host_name_of_every_node(tmp_path):
         _stop(proc)
 
 
-def test_tls_cluster_refuses_a_node_whose_name_the_certificate_does_not_carry(tmp_path):
+def test_tls_cluster_refuses_a_node_whose_name_the_certificate_does_not_carry(
+    tmp_path, loopback_name
+):
     # Given the same kind of certificate (the host name only), but nodes announced by IP address
-    name = _loopback_name()
+    name = loopback_name
     certs = _certs(tmp_path, f"DNS:{name}")
     proc, port = _start_cluster_node(tmp_path, tls=certs, name=name, endpoint_type="ip")
     try:
