@@ -44,7 +44,7 @@ from ._many import (
     windows,
 )
 from ._payloads import Payloads
-from ._wire import BatchItem, Enqueued, ItemRefused, JobStatus, QueueInfo, ServerConfig
+from ._wire import BatchItem, Enqueued, JobStatus, QueueInfo, ServerConfig
 from .client import (
     DEFAULT_MAP_CONCURRENCY,
     DEFAULT_NAMESPACE,
@@ -53,6 +53,7 @@ from .client import (
     ENV_TOKEN,
     RESULT_WAIT_SLICE_S,
     DoneAndPending,
+    JobHandle,
     enqueue_unconfirmed,
     job_error,
     read_devstack,
@@ -397,33 +398,8 @@ class AsyncQueue:
             await self._enqueue_planned(reroute, limit, jobs, errors, progress, rerouted=True)
 
 
-class AsyncJob:
-    def __init__(
-        self,
-        client: AsyncClient,
-        job_id: str,
-        *,
-        tier: str | None = None,
-        queue: str | None = None,
-    ):
-        self.client = client
-        self.job_id = job_id
-        self.tier = tier
-        self.queue = queue
-        self._result: Any = None
-        self._has_result = False
-        self._last: JobStatus | ItemRefused | None = None
-
-    def __repr__(self) -> str:
-        return f"AsyncJob({self.job_id!r}, tier={self.tier!r}, queue={self.queue!r})"
-
-    @property
-    def state(self) -> str | None:
-        last = self._last
-        return None if last is None else getattr(last, "state", "unknown")
-
-    def _finished(self, answer: JobStatus | ItemRefused) -> None:
-        self._last = answer
+class AsyncJob(JobHandle):
+    client: AsyncClient
 
     async def status(self) -> JobStatus:
         status = await self.client.wire.job_status(self.job_id)

@@ -522,9 +522,11 @@ class Queue:
             ) from e
 
 
-class Job:
+class JobHandle:
+    """What `Job` and `AsyncJob` share: the id, what is known of the job, and the last state seen."""
+
     def __init__(
-        self, client: Client, job_id: str, *, tier: str | None = None, queue: str | None = None
+        self, client: Any, job_id: str, *, tier: str | None = None, queue: str | None = None
     ):
         self.client = client
         self.job_id = job_id
@@ -535,7 +537,7 @@ class Job:
         self._last: JobStatus | ItemRefused | None = None
 
     def __repr__(self) -> str:
-        return f"Job({self.job_id!r}, tier={self.tier!r}, queue={self.queue!r})"
+        return f"{type(self).__name__}({self.job_id!r}, tier={self.tier!r}, queue={self.queue!r})"
 
     @property
     def state(self) -> str | None:
@@ -545,6 +547,10 @@ class Job:
 
     def _finished(self, answer: JobStatus | ItemRefused) -> None:
         self._last = answer
+
+
+class Job(JobHandle):
+    client: Client
 
     def status(self) -> JobStatus:
         status = self.client.wire.job_status(self.job_id)
