@@ -12,10 +12,11 @@ from __future__ import annotations
 import functools
 import os
 import warnings
-from functools import lru_cache
 
 from aws_lambda_powertools.logging import Logger, correlation_paths
 from aws_lambda_powertools.metrics.functions import is_metrics_disabled
+
+from .once import built_once
 
 SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME", "payloadstore")
 METRICS_NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "PayloadStore")
@@ -62,7 +63,7 @@ def _make_tracer():
 tracer = _make_tracer()
 
 
-@lru_cache(maxsize=1)
+@built_once(maxsize=1)
 def get_metrics():
     """The shared Metrics set (flushed by lambda_entry), created on first use."""
     from aws_lambda_powertools import Metrics

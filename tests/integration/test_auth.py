@@ -184,3 +184,35 @@ def test_revocation_waits_for_the_cache_as_documented(settings_env, ssm_client):
     minter.revoke(info.token_id)
     assert store.lookup(token) is not None
     assert TokenStore(ssm_client, TOKEN_PATH, cache_s=0).lookup(token) is None
+
+
+def test_concurrent_lookups_on_a_cold_store_read_ssm_once(tokens, ssm_client):
+    # Given a minted token and a cold store shared by many threads (the local gateway's containers)
+    import threading
+
+    token, info = tokens.mint("team-c", "client")
+    store = TokenStore(ssm_client, TOKEN_PATH, cache_s=3600)
+    reads = []
+    paginate = ssm_client.get_paginator
+
+    def counting(name):
+        reads.append(name)
+        return paginate(name)
+
+    store._ssm = type("Counting", (), {"get_paginator": staticmethod(counting)})()
+    found = []
+    start = threading.Barrier(20)
+
+    def lookup():
+        start.wait()
+        found.append(store.lookup(token))
+
+    # When 20 requests look the token up at the same moment
+    threads = [threading.Thread(target=lookup) for _ in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # Then each found it, and SSM was read once, not once per request
+    assert [f.token_id for f in found] == [info.token_id] * 20
+    assert len(reads) == 1

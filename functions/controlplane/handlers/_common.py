@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import json
-from functools import lru_cache
 
 import redis
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
@@ -27,6 +26,7 @@ from ..models.errors import (
 )
 from ..models.settings import get_settings
 from ..observability import logger
+from ..once import built_once
 from ..routes import ROUTES, find_route
 from ..store.redis_client import cached_redis
 from ..store.redis_jobs import RedisJobStore
@@ -46,7 +46,7 @@ REDIS_UNAVAILABLE = (
 )
 
 
-@lru_cache(maxsize=1)
+@built_once(maxsize=1)
 def get_deps() -> Deps:
     """Clients are created once per container (cold start), never per request."""
     s = get_settings()

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 from enum import StrEnum
-from functools import lru_cache
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..once import built_once
 
 
 class PayloadLostPolicy(StrEnum):
@@ -114,7 +115,7 @@ SETTINGS_ENV: dict[str, str] = {
 }
 
 
-@lru_cache(maxsize=1)
+@built_once(maxsize=1)
 def get_settings() -> Settings:
     """Settings of this container, read once (tests call `get_settings.cache_clear()`)."""
     return Settings.from_env()

@@ -28,7 +28,6 @@ name the certificate does not carry are refused.
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any
 from urllib.parse import unquote, urlparse
 
@@ -36,6 +35,8 @@ import redis
 from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.connection import Connection, PythonRespSerializer, SSLConnection
 from redis.retry import Retry
+
+from ..once import built_once
 
 FAST_SOCKET_TIMEOUT_S = 1.5
 CONNECT_TIMEOUT_S = 1.0
@@ -224,7 +225,7 @@ def make_routed_redis(
     )
 
 
-@lru_cache(maxsize=4)
+@built_once(maxsize=4)
 def cached_redis(
     url: str,
     cluster: bool,

@@ -16,13 +16,13 @@ import os
 import re
 import time
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 from urllib.parse import quote
 
 from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
 
 from ..models.errors import ServiceUnavailable, UpstreamError
+from ..once import built_once
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ def sha256_b64_to_hex(b64_digest: str) -> str:
     return base64.b64decode(b64_digest).hex()
 
 
-@lru_cache(maxsize=4)
+@built_once(maxsize=4)
 def cached_s3_client(region: str, endpoint_url: str | None):
     """botocore's S3 client (no boto3: its resource layer and s3transfer cost ~0.1 s to import
     and nothing here uses them)."""

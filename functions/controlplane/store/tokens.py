@@ -19,8 +19,9 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
+
+from ..once import built_once
 
 TOKEN_PREFIX = "pst_"
 # An unknown token triggers at most one fresh read of the store per this many seconds.
@@ -56,6 +57,8 @@ class TokenStore:
         self._cache: tuple[float, dict[str, dict]] | None = None
         self._refreshed_at = float("-inf")
         self._refresh_lock = threading.Lock()
+        # One read of SSM at a time: callers arriving during a read take its answer.
+        self._load_lock = threading.Lock()
 
     @property
     def path(self) -> str:
@@ -115,10 +118,23 @@ class TokenStore:
     def _load(self, force: bool = False) -> dict[str, dict]:
         """Every stored token, {hash: value}, read from SSM at most once per cache_s. Read with
         the client's own paginator (Powertools' SSMProvider would import boto3 at cold start)."""
-        now = time.monotonic()
+        asked_at = time.monotonic()
+        if not force and self._fresh(asked_at):
+            return self._cache[1]  # type: ignore[index]
+        with self._load_lock:
+            cached = self._cache
+            # Another caller read the store while this one waited: a read that started after
+            # this call is fresh enough even for `force`.
+            if cached is not None and (cached[0] >= asked_at or not force and self._fresh()):
+                return cached[1]
+            return self._read(time.monotonic())
+
+    def _fresh(self, now: float | None = None) -> bool:
         cached = self._cache
-        if not force and cached is not None and now - cached[0] < self._cache_s:
-            return cached[1]
+        now = time.monotonic() if now is None else now
+        return cached is not None and now - cached[0] < self._cache_s
+
+    def _read(self, now: float) -> dict[str, dict]:
         values: dict[str, dict] = {}
         paginator = self._ssm.get_paginator("get_parameters_by_path")
         for page in paginator.paginate(Path=self._path):
@@ -167,7 +183,7 @@ def _match(presented: str, stored: dict[str, dict]) -> dict | None:
     return match
 
 
-@lru_cache(maxsize=8)
+@built_once(maxsize=8)
 def process_token_store(path: str, cache_s: int) -> TokenStore:
     """This process's token store: one SSM client (a botocore client, not boto3: ~0.1 s fewer
     imports at cold start) and one cache, whichever handler instance asks."""
