@@ -109,3 +109,39 @@ def test_handlers_import_only_what_they_use(module):
     )
     # Then neither boto3, the X-Ray SDK nor redis' async client came with it
     assert out.stdout.strip() == ""
+
+
+AUTHORIZER_PROBE = """
+import sys
+import controlplane.handlers.authorizer
+from controlplane.store.tokens import process_token_store
+store = process_token_store("/payloadstore/tokens", 60)
+heavy = [
+    m
+    for m in ("pydantic", "redis", "botocore.client", "aws_lambda_powertools.event_handler")
+    if m in sys.modules
+]
+print(type(store._ssm).__name__, ",".join(heavy))
+"""
+
+
+def test_authorizer_reads_ssm_without_botocore_pydantic_or_redis():
+    # Given Lambda's environment: region and the role's keys in the environment
+    env = {
+        **os.environ,
+        "POWERTOOLS_TRACE_DISABLED": "true",
+        "AWS_REGION": "eu-west-1",
+        "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE",
+        "AWS_SECRET_ACCESS_KEY": "secret",
+    }
+    # When the authorizer is imported and its token store made
+    out = subprocess.run(
+        [sys.executable, "-c", AUTHORIZER_PROBE],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(FUNCTIONS),
+        check=True,
+    )
+    # Then it reads SSM with its own signed request, and none of the API functions' stack came
+    assert out.stdout.strip() == "SsmHttpClient"

@@ -1,0 +1,272 @@
+"""SSM Parameter Store reads for the authorizer, SigV4-signed in-process over one HTTPS request.
+
+The authorizer makes one kind of AWS call: GetParametersByPath, to read the token hashes. Through
+botocore that call costs ~250 ms of CPU on a cold start (importing botocore ~170 ms, loading the
+SSM service model and building the client ~70 ms) against a ~60 ms import of the authorizer
+itself. `SsmHttpClient` sends the same request (AWS JSON 1.1 protocol, SigV4 header signing,
+byte for byte what botocore signs: tests/unit/test_ssm_http.py holds the two equal) with the
+standard library only.
+
+It answers `get_paginator("get_parameters_by_path").paginate(Path=...)` like a botocore client;
+everything else (put_parameter, delete_parameter, `exceptions`: the admin function's mint and
+revoke) goes to a botocore client created on first use. `from_environment` returns None when
+the environment leaves the endpoint or the credentials to botocore's own resolution (no keys in
+the environment, no region, FIPS or dual-stack endpoints, a partition other than aws): the
+caller then uses a botocore client, as before.
+
+Failures: throttling, 5xx answers and connection errors are tried again (ATTEMPTS in all, with
+jittered backoff, as botocore's standard retry mode does); any other error answer, or the last
+failed attempt, raises `SsmRequestError`, which the authorizer lets through as it let botocore's
+ClientError through (API Gateway answers 500).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import random
+import re
+import time
+from collections.abc import Iterator
+from typing import Any
+
+SERVICE = "ssm"
+JSON_CONTENT_TYPE = "application/x-amz-json-1.1"
+TARGET_PREFIX = "AmazonSSM."
+# Per attempt: well inside the authorizer's timeout even when tried again.
+TIMEOUT_S = 3.0
+ATTEMPTS = 3
+RETRYABLE_CODES = frozenset(
+    {
+        "ThrottlingException",
+        "Throttling",
+        "TooManyRequestsException",
+        "RequestLimitExceeded",
+        "RequestThrottled",
+        "RequestTimeout",
+        "RequestTimeoutException",
+        "InternalServerError",
+        "ServiceUnavailable",
+    }
+)
+# Regions of the aws partition (amazonaws.com); any other partition is left to botocore.
+_STANDARD_REGION = re.compile(r"^(us|eu|ap|sa|ca|me|af|il|mx)-[a-z]+-\d+$")
+_TRUE = ("1", "true", "yes", "on")
+
+
+class SsmRequestError(RuntimeError):
+    """SSM refused the request, or could not be reached on any attempt."""
+
+    def __init__(self, message: str, code: str = "", status: int = 0):
+        super().__init__(message)
+        self.code = code
+        self.status = status
+
+
+def _env_endpoint(environ: dict[str, str] | os._Environ[str]) -> str | None:
+    if environ.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "").lower() in _TRUE:
+        return None
+    return environ.get("AWS_ENDPOINT_URL_SSM") or environ.get("AWS_ENDPOINT_URL") or None
+
+
+class SsmHttpClient:
+    def __init__(
+        self,
+        region: str,
+        endpoint_url: str | None = None,
+        credentials: tuple[str, str, str | None] | None = None,
+    ):
+        self.region = region
+        url = (endpoint_url or f"https://ssm.{region}.amazonaws.com").rstrip("/")
+        scheme, _, rest = url.partition("://")
+        if scheme not in ("http", "https") or not rest:
+            raise ValueError(f"not an http(s) endpoint: {endpoint_url!r}")
+        netloc, slash, prefix = rest.partition("/")
+        self.scheme = scheme
+        self.path = "/" + prefix if slash and prefix else "/"
+        default_port = {"http": ":80", "https": ":443"}[scheme]
+        self.host = netloc.removesuffix(default_port)
+        self._credentials = credentials
+        self._key_cache: tuple[str, str, bytes] | None = None  # (secret, date, key)
+        self._botocore: Any = None
+
+    @classmethod
+    def from_environment(cls, environ: dict[str, str] | None = None) -> SsmHttpClient | None:
+        """A client for this process's environment, or None where botocore must resolve the
+        endpoint or the credentials itself."""
+        env = os.environ if environ is None else environ
+        if not (env.get("AWS_ACCESS_KEY_ID") and env.get("AWS_SECRET_ACCESS_KEY")):
+            return None
+        region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
+        if not region:
+            return None
+        if any(
+            env.get(name, "").lower() in _TRUE
+            for name in ("AWS_USE_FIPS_ENDPOINT", "AWS_USE_DUALSTACK_ENDPOINT")
+        ):
+            return None
+        endpoint = _env_endpoint(env)
+        if endpoint is None and not _STANDARD_REGION.match(region):
+            return None
+        return cls(region, endpoint)
+
+    # -- what the token store uses, shaped like a botocore client ------------------------------
+
+    def get_paginator(self, operation: str):
+        if operation == "get_parameters_by_path":
+            return _ParametersByPath(self)
+        return self._client().get_paginator(operation)
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._client(), name)
+
+    def _client(self):
+        """botocore's SSM client, for every operation but GetParametersByPath (created once)."""
+        if self._botocore is None:
+            import botocore.session
+
+            self._botocore = botocore.session.get_session().create_client(
+                SERVICE, region_name=self.region
+            )
+        return self._botocore
+
+    # -- the request ---------------------------------------------------------------------------
+
+    def _current_credentials(self) -> tuple[str, str, str | None]:
+        if self._credentials is not None:
+            return self._credentials
+        akid, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
+        if not (akid and secret):
+            raise SsmRequestError("no AWS credentials in the environment to sign with")
+        return akid, secret, os.environ.get("AWS_SESSION_TOKEN") or None
+
+    def _signing_key(self, secret: str, date: str) -> bytes:
+        cached = self._key_cache
+        if cached and cached[0] == secret and cached[1] == date:
+            return cached[2]
+        key = hmac.new(("AWS4" + secret).encode(), date.encode(), hashlib.sha256).digest()
+        for part in (self.region, SERVICE, "aws4_request"):
+            key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+        self._key_cache = (secret, date, key)
+        return key
+
+    def signed_headers(self, operation: str, body: bytes, now: float | None = None) -> dict:
+        """The request's headers with SigV4's Authorization, as botocore's SigV4Auth signs them
+        (every header sent is signed; the payload hash is the body's sha256)."""
+        access_key, secret, token = self._current_credentials()
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
+        date = stamp[:8]
+        headers = {
+            "Content-Type": JSON_CONTENT_TYPE,
+            "Host": self.host,
+            "X-Amz-Date": stamp,
+            "X-Amz-Target": TARGET_PREFIX + operation,
+        }
+        if token:
+            headers["X-Amz-Security-Token"] = token
+        signed = sorted((k.lower(), " ".join(v.split())) for k, v in headers.items())
+        names = ";".join(k for k, _ in signed)
+        canonical_request = "\n".join(
+            (
+                "POST",
+                self.path,
+                "",
+                "".join(f"{k}:{v}\n" for k, v in signed),
+                names,
+                hashlib.sha256(body).hexdigest(),
+            )
+        )
+        scope = f"{date}/{self.region}/{SERVICE}/aws4_request"
+        string_to_sign = (
+            f"AWS4-HMAC-SHA256\n{stamp}\n{scope}\n"
+            + hashlib.sha256(canonical_request.encode()).hexdigest()
+        )
+        signature = hmac.new(
+            self._signing_key(secret, date), string_to_sign.encode(), hashlib.sha256
+        ).hexdigest()
+        headers["Authorization"] = (
+            f"AWS4-HMAC-SHA256 Credential={access_key}/{scope}, "
+            f"SignedHeaders={names}, Signature={signature}"
+        )
+        return headers
+
+    def call(self, operation: str, params: dict) -> dict:
+        """One SSM operation (PascalCase name, e.g. GetParametersByPath), its parsed answer."""
+        body = json.dumps(params, separators=(",", ":")).encode()
+        last: SsmRequestError | None = None
+        for attempt in range(ATTEMPTS):
+            if attempt:
+                # Full jitter, as botocore's standard mode: up to 0.1 s, 0.2 s, ...
+                time.sleep(random.random() * min(0.1 * 2 ** (attempt - 1), 2.0))
+            try:
+                status, data = self._send(self.signed_headers(operation, body), body)
+            except OSError as e:  # includes http.client's errors, timeouts and refused connections
+                last = SsmRequestError(f"SSM {operation}: {type(e).__name__}: {e}")
+                continue
+            if status == 200:
+                return json.loads(data) if data.strip() else {}
+            code, message = _error_of(data)
+            last = SsmRequestError(
+                f"SSM {operation} answered {status} {code}: {message}", code, status
+            )
+            if status < 500 and code not in RETRYABLE_CODES:
+                raise last
+        assert last is not None
+        raise last
+
+    def _send(self, headers: dict, body: bytes) -> tuple[int, bytes]:
+        import http.client
+
+        conn: http.client.HTTPConnection
+        if self.scheme == "https":
+            import ssl
+
+            context = ssl.create_default_context(cafile=os.environ.get("AWS_CA_BUNDLE") or None)
+            conn = http.client.HTTPSConnection(self.host, timeout=TIMEOUT_S, context=context)
+        else:
+            conn = http.client.HTTPConnection(self.host, timeout=TIMEOUT_S)
+        try:
+            conn.request("POST", self.path, body=body, headers=headers)
+            response = conn.getresponse()
+            return response.status, response.read()
+        except http.client.HTTPException as e:  # a malformed or cut answer: tried again
+            raise OSError(f"{type(e).__name__}: {e}") from e
+        finally:
+            conn.close()
+
+
+def _error_of(data: bytes) -> tuple[str, str]:
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return "", data[:200].decode("utf-8", "replace")
+    if not isinstance(value, dict):
+        return "", str(value)[:200]
+    code = str(value.get("__type") or value.get("code") or "").rpartition("#")[2]
+    return code, str(value.get("message") or value.get("Message") or "")
+
+
+class _ParametersByPath:
+    """botocore's `get_parameters_by_path` paginator, for the arguments the token store uses."""
+
+    def __init__(self, client: SsmHttpClient):
+        self._client = client
+
+    def paginate(self, **params) -> Iterator[dict]:
+        if "PaginationConfig" in params:
+            yield from (
+                self._client._client().get_paginator("get_parameters_by_path").paginate(**params)
+            )
+            return
+        request = dict(params)
+        while True:
+            page = self._client.call("GetParametersByPath", request)
+            yield page
+            token = page.get("NextToken")
+            if not token:
+                return
+            request["NextToken"] = token

@@ -1,0 +1,217 @@
+"""The authorizer's in-process SSM client signs exactly what botocore's SigV4Auth signs, pages like
+botocore's paginator, retries what botocore would, and leaves to botocore what it cannot resolve."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+from controlplane.store import ssm_http
+from controlplane.store.ssm_http import SsmHttpClient, SsmRequestError
+
+from tests.unit.test_presign_signer import FROZEN, frozen_time
+
+AKID, SECRET = "AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"
+
+
+@pytest.mark.parametrize(
+    "region,endpoint,token",
+    [
+        ("eu-west-1", None, None),
+        ("us-east-1", None, "token/with+odd=chars"),
+        ("us-east-1", "http://127.0.0.1:45123", "session"),
+        ("ap-southeast-2", "https://ssm.example.internal:8443/prefix", None),
+        ("us-west-2", "https://ssm.example.internal:443", None),
+    ],
+)
+def test_signature_is_botocores(monkeypatch, region, endpoint, token):
+    frozen_time(monkeypatch)
+    client = SsmHttpClient(region, endpoint, credentials=(AKID, SECRET, token))
+    body = json.dumps({"Path": "/payloadstore/tokens", "NextToken": "a b+c"}).encode()
+    ours = client.signed_headers("GetParametersByPath", body, now=FROZEN)
+
+    url = f"{client.scheme}://{client.host}{client.path}"
+    request = AWSRequest(
+        method="POST",
+        url=url,
+        data=body,
+        headers={
+            "Content-Type": "application/x-amz-json-1.1",
+            "X-Amz-Target": "AmazonSSM.GetParametersByPath",
+        },
+    )
+    SigV4Auth(Credentials(AKID, SECRET, token), "ssm", region).add_auth(request)
+    assert ours["Authorization"] == request.headers["Authorization"]
+    assert ours["X-Amz-Date"] == request.headers["X-Amz-Date"]
+    assert ours.get("X-Amz-Security-Token") == request.headers.get("X-Amz-Security-Token")
+
+
+def test_default_endpoint_is_the_regional_one():
+    client = SsmHttpClient("eu-central-1", credentials=(AKID, SECRET, None))
+    assert (client.scheme, client.host, client.path) == (
+        "https",
+        "ssm.eu-central-1.amazonaws.com",
+        "/",
+    )
+
+
+@pytest.mark.parametrize(
+    "env,expected",
+    [
+        (
+            {"AWS_ACCESS_KEY_ID": AKID, "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_REGION": "eu-west-1"},
+            "https://ssm.eu-west-1.amazonaws.com",
+        ),
+        (
+            {
+                "AWS_ACCESS_KEY_ID": AKID,
+                "AWS_SECRET_ACCESS_KEY": SECRET,
+                "AWS_DEFAULT_REGION": "us-east-1",
+                "AWS_ENDPOINT_URL_SSM": "http://127.0.0.1:5000",
+            },
+            "http://127.0.0.1:5000",
+        ),
+        (
+            {
+                "AWS_ACCESS_KEY_ID": AKID,
+                "AWS_SECRET_ACCESS_KEY": SECRET,
+                "AWS_REGION": "us-east-1",
+                "AWS_ENDPOINT_URL": "http://127.0.0.1:5001",
+            },
+            "http://127.0.0.1:5001",
+        ),
+        # Left to botocore: no keys, no region, FIPS, dual-stack, another partition, or
+        # configured endpoints switched off.
+        ({"AWS_REGION": "us-east-1"}, None),
+        ({"AWS_ACCESS_KEY_ID": AKID, "AWS_SECRET_ACCESS_KEY": SECRET}, None),
+        (
+            {
+                "AWS_ACCESS_KEY_ID": AKID,
+                "AWS_SECRET_ACCESS_KEY": SECRET,
+                "AWS_REGION": "us-east-1",
+                "AWS_USE_FIPS_ENDPOINT": "true",
+            },
+            None,
+        ),
+        (
+            {
+                "AWS_ACCESS_KEY_ID": AKID,
+                "AWS_SECRET_ACCESS_KEY": SECRET,
+                "AWS_REGION": "us-east-1",
+                "AWS_USE_DUALSTACK_ENDPOINT": "true",
+            },
+            None,
+        ),
+        (
+            {
+                "AWS_ACCESS_KEY_ID": AKID,
+                "AWS_SECRET_ACCESS_KEY": SECRET,
+                "AWS_REGION": "cn-north-1",
+            },
+            None,
+        ),
+        (
+            {
+                "AWS_ACCESS_KEY_ID": AKID,
+                "AWS_SECRET_ACCESS_KEY": SECRET,
+                "AWS_REGION": "cn-north-1",
+                "AWS_ENDPOINT_URL_SSM": "http://127.0.0.1:5000",
+                "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS": "true",
+            },
+            None,
+        ),
+    ],
+)
+def test_from_environment(env, expected):
+    client = SsmHttpClient.from_environment(env)
+    if expected is None:
+        assert client is None
+    else:
+        assert client is not None
+        assert f"{client.scheme}://{client.host}" == expected
+
+
+class Answers:
+    """Stands in for the HTTP exchange: a list of (status, body) or exceptions, in order."""
+
+    def __init__(self, client: SsmHttpClient, answers: list):
+        self.answers = list(answers)
+        self.sent: list[dict] = []
+        client._send = self.send  # type: ignore[method-assign]
+
+    def send(self, headers: dict, body: bytes):
+        self.sent.append({"target": headers["X-Amz-Target"], **json.loads(body)})
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        status, value = answer
+        return status, json.dumps(value).encode()
+
+
+def test_pages_follow_next_token(monkeypatch):
+    client = SsmHttpClient("us-east-1", credentials=(AKID, SECRET, None))
+    answers = Answers(
+        client,
+        [
+            (200, {"Parameters": [{"Name": "/p/a", "Value": "1"}], "NextToken": "t1"}),
+            (200, {"Parameters": [{"Name": "/p/b", "Value": "2"}]}),
+        ],
+    )
+    pages = list(client.get_paginator("get_parameters_by_path").paginate(Path="/p"))
+    assert [p["Parameters"][0]["Name"] for p in pages] == ["/p/a", "/p/b"]
+    assert answers.sent == [
+        {"target": "AmazonSSM.GetParametersByPath", "Path": "/p"},
+        {"target": "AmazonSSM.GetParametersByPath", "Path": "/p", "NextToken": "t1"},
+    ]
+
+
+def test_throttling_5xx_and_connection_errors_are_tried_again(monkeypatch):
+    monkeypatch.setattr(ssm_http.time, "sleep", lambda s: None)
+    client = SsmHttpClient("us-east-1", credentials=(AKID, SECRET, None))
+    Answers(
+        client,
+        [
+            (400, {"__type": "com.amazonaws.ssm#ThrottlingException", "message": "slow down"}),
+            ConnectionRefusedError("refused"),
+            (200, {"Parameters": []}),
+        ],
+    )
+    assert client.call("GetParametersByPath", {"Path": "/p"}) == {"Parameters": []}
+
+    Answers(client, [(503, {}), (500, {}), (502, {})])
+    with pytest.raises(SsmRequestError) as err:
+        client.call("GetParametersByPath", {"Path": "/p"})
+    assert err.value.status == 502
+
+
+def test_other_errors_are_raised_at_once():
+    client = SsmHttpClient("us-east-1", credentials=(AKID, SECRET, None))
+    answers = Answers(
+        client,
+        [(400, {"__type": "AccessDeniedException", "message": "not allowed"}), (200, {})],
+    )
+    with pytest.raises(SsmRequestError) as err:
+        client.call("GetParametersByPath", {"Path": "/p"})
+    assert (err.value.code, err.value.status) == ("AccessDeniedException", 400)
+    assert len(answers.sent) == 1
+
+
+def test_other_operations_go_to_botocore(monkeypatch):
+    client = SsmHttpClient("us-east-1", credentials=(AKID, SECRET, None))
+
+    class Fake:
+        exceptions = "botocore exceptions"
+
+        def put_parameter(self, **kw):
+            return "put"
+
+        def get_paginator(self, name):
+            return f"botocore {name}"
+
+    monkeypatch.setattr(client, "_botocore", Fake())
+    assert client.put_parameter(Name="x") == "put"
+    assert client.exceptions == "botocore exceptions"
+    assert client.get_paginator("describe_parameters") == "botocore describe_parameters"
