@@ -117,6 +117,15 @@ def test_result_for_queued_job_is_409_and_unknown_is_404(cp):
     assert cp.post_result("01KB7Z6Q3N4V8W2X5Y9Z0A1B2C", body).status == 404
 
 
+def test_result_for_a_job_of_another_namespace_is_404_even_with_its_lease(cp, other_cp):
+    job = cp.enqueue(raw=b"\x01").json["job_id"]
+    lease = cp.poll().json["lease"]
+    for body in ({"resultInline": b64(b"\x05")}, {"error": {"type": "E", "message": "m"}}):
+        assert other_cp.post_result(job, {**body, "lease": lease}).status == 404
+    assert cp.status(job).json["state"] == "running"
+    assert cp.post_result(job, {"resultInline": b64(b"\x05")}).status == 204
+
+
 def test_result_needs_exactly_one_form(cp):
     job = cp.enqueue(raw=b"\x01").json["job_id"]
     cp.poll()

@@ -120,6 +120,22 @@ def test_idempotency_key_is_remembered_for_its_ttl_only(cp, r, settings_env, mon
     assert later.status == 201 and later.json["job_id"] != first
 
 
+def test_idempotency_key_repeat_across_an_hour_of_the_inline_index(cp, r, monkeypatch):
+    # Given a job enqueued with a key in the last minute of an hour (its index hash is that hour's)
+    from controlplane import clock
+
+    hour = (int(time.time()) // 3600) * 3600
+    h = {"Idempotency-Key": "order-hour"}
+    monkeypatch.setattr(clock, "now", lambda: hour - 30.0)
+    first = cp.enqueue(raw=b"\x01", headers=h).json["job_id"]
+    # When the same key comes two minutes later, in the next hour (its candidates span two index
+    # hashes), it is the same job, and no second entry was appended
+    monkeypatch.setattr(clock, "now", lambda: hour + 90.0)
+    again = cp.enqueue(raw=b"\x01", headers=h)
+    assert again.status == 200 and again.json["job_id"] == first
+    assert r.xlen(f"ps:{{ns:{cp.ns}}}:q:{cp.queue}") == 1
+
+
 # -- bytes per job, on a private redis-server ---------------------------------------------
 
 

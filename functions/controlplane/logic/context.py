@@ -35,15 +35,18 @@ class Deps:
     queues: RedisQueueStats | None = None
 
 
-def find_job(namespace: str, job_id: str, deps: Deps) -> JobRecord | None:
+def find_job(
+    namespace: str, job_id: str, deps: Deps, *, with_done: bool = False
+) -> JobRecord | None:
     """The job as a client may see it: in a queue, running or finished, in this namespace.
 
     A job still awaiting its upload, or an S3-tier job whose queue entry was never confirmed,
     is not a job yet. An inline job has no hash until its first delivery: the namespace's
-    inline index answers for it (for as long as its queue entry can exist)."""
+    inline index answers for it (for as long as its queue entry can exist). with_done reads the
+    done list's element along with the hash (one round trip)."""
     if not JOB_ID_RE.match(job_id or ""):
         return None
-    job = deps.jobs.get_job(job_id)
+    job = deps.jobs.get_job(job_id, with_done=True) if with_done else deps.jobs.get_job(job_id)
     if job is not None and job.namespace == namespace:
         if job.state == AWAITING_UPLOAD or (
             job.tier == "s3" and job.state == "queued" and not job.stream_id
@@ -72,9 +75,9 @@ def find_job(namespace: str, job_id: str, deps: Deps) -> JobRecord | None:
     )
 
 
-def load_job(p: Principal, job_id: str, deps: Deps) -> JobRecord:
+def load_job(p: Principal, job_id: str, deps: Deps, *, with_done: bool = False) -> JobRecord:
     """The job, if it belongs to the caller's namespace; 404 otherwise (never a hint it exists)."""
-    job = find_job(p.namespace, job_id, deps)
+    job = find_job(p.namespace, job_id, deps, with_done=with_done)
     if job is None:
         raise NotFound(f"job {job_id} not found")
     bind_job(job_id)

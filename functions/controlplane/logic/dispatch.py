@@ -5,16 +5,16 @@ from __future__ import annotations
 import base64
 import secrets
 
-from ..models.domain import JobStatus, PayloadKind
+from ..models.domain import JOB_ID_RE, JobStatus, PayloadKind
 from ..models.errors import Conflict, Forbidden, NotFound, PayloadTooLarge, Unprocessable
 from ..models.settings import PayloadLostPolicy
 from ..models.wire import FailureReport, PollRequest, PollResponse, ResultPost
 from ..observability import bind_job, logger, metrics_bytes, metrics_count
 from ..store import keys
-from ..store.redis_jobs import digest, dumps
+from ..store.redis_jobs import Outcome, digest, dumps
 from .context import Deps, Principal, issue_record, load_job, payload_ref
 from .downloads import download_for
-from .guard import refuse_inline
+from .guard import memory_state, refuse_inline
 from .lifecycle import CANCELLED_ERROR_TYPE, cancelled_error, lease_mismatch
 from .payload_keys import parse_key
 from .verify import verify_uploaded
@@ -126,13 +126,10 @@ def poll(p: Principal, req: PollRequest, deps: Deps) -> PollResponse | None:
     return None
 
 
-def post_result(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> None:
-    forms = [body.resultRef is not None, body.resultInline is not None, body.error is not None]
-    if sum(forms) != 1:
-        raise Unprocessable("give exactly one of resultRef, resultInline or error")
-    job = load_job(p, job_id, deps)
-
-    done_value: bytes | str = b""
+def _result_form(
+    body: ResultPost, deps: Deps
+) -> tuple[JobStatus, str, int, dict[str, str], bytes | str, bytes]:
+    """(new state, tier, size, hash fields, done value, digest) of a result post."""
     if body.resultInline is not None:
         data = body.inline_bytes()
         if len(data) > deps.settings.inline_threshold:
@@ -141,19 +138,29 @@ def post_result(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> None
                 f"{deps.settings.inline_threshold}; upload it with presign kind=result",
                 inline_threshold=deps.settings.inline_threshold,
             )
-        result_digest = digest("inline", data)
-        new_state, tier, size = JobStatus.SUCCEEDED, "inline", len(data)
-        fields, done_value = {"rk": "i"}, data
-    elif body.resultRef is not None:
+        return JobStatus.SUCCEEDED, "inline", len(data), {"rk": "i"}, data, digest("inline", data)
+    if body.resultRef is not None:
         ref_json = dumps(body.resultRef.model_dump(exclude_none=True))
-        result_digest = digest("ref", ref_json)
-        new_state, tier, size = JobStatus.SUCCEEDED, "s3", body.resultRef.size
-        fields = {"rk": "s"}
-    else:
-        error_json = dumps(body.error.model_dump(exclude_none=True))
-        result_digest = digest("error", error_json)
-        new_state, tier, size = JobStatus.FAILED, "error", 0
-        fields, done_value = {"rk": "e"}, error_json
+        return (
+            JobStatus.SUCCEEDED,
+            "s3",
+            body.resultRef.size,
+            {"rk": "s"},
+            b"",
+            digest("ref", ref_json),
+        )
+    error_json = dumps(body.error.model_dump(exclude_none=True))
+    return JobStatus.FAILED, "error", 0, {"rk": "e"}, error_json, digest("error", error_json)
+
+
+def post_result(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> None:
+    forms = [body.resultRef is not None, body.resultInline is not None, body.error is not None]
+    if sum(forms) != 1:
+        raise Unprocessable("give exactly one of resultRef, resultInline or error")
+    if _post_at_once(p, job_id, body, deps):
+        return
+    job = load_job(p, job_id, deps)
+    new_state, tier, size, fields, done_value, result_digest = _result_form(body, deps)
 
     state = job.state
     held = job.fields.get("lt")
@@ -176,19 +183,64 @@ def post_result(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> None
             raise Conflict("resultRef.key is not this job's issued result key")
         verify_uploaded(body.resultRef, issued, deps)
 
-    now_ms = int(deps.clock() * 1000)
+    outcome = _complete(job_id, body, new_state, fields, done_value, result_digest, deps)
+    _settle(p, job_id, outcome, deps)
+    _completed(outcome, new_state, tier, size)
+
+
+def _post_at_once(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> bool:
+    """An inline result or an error, in one script on the job's slot without reading the job
+    first: the script itself checks the namespace, the lease and the state. True when that
+    settled the post (done, or an idempotent repeat). Anything else (an S3 result, an inline
+    result too large or refused by the memory guard, a refusal of the script) goes the step by
+    step way, which answers exactly as it always has, in the same order."""
+    if body.resultRef is not None or not JOB_ID_RE.match(job_id):
+        return False
+    if body.resultInline is not None and (
+        len(body.inline_bytes()) > deps.settings.inline_threshold
+        or memory_state(deps, keys.job(job_id)).inline_refused
+    ):
+        return False
+    new_state, tier, size, fields, done_value, result_digest = _result_form(body, deps)
+    outcome = _complete(
+        job_id, body, new_state, fields, done_value, result_digest, deps, namespace=p.namespace
+    )
+    if outcome.status == "same":
+        bind_job(job_id)
+        return True
+    if outcome.status != "ok":
+        return False
+    bind_job(job_id)
+    _settle(p, job_id, outcome, deps)
+    _completed(outcome, new_state, tier, size)
+    return True
+
+
+def _complete(
+    job_id: str,
+    body: ResultPost,
+    new_state: JobStatus,
+    fields: dict[str, str],
+    done_value: bytes | str,
+    result_digest: bytes,
+    deps: Deps,
+    namespace: str = "",
+) -> Outcome:
     cancel_ack = body.error is not None and body.error.type == CANCELLED_ERROR_TYPE
-    outcome = deps.jobs.complete(
+    return deps.jobs.complete(
         job_id,
         new_state.value,
         result_digest,
-        now_ms,
+        int(deps.clock() * 1000),
         done_value,
         fields,
         lease=body.lease,
         cancel_ack=cancel_ack,
+        namespace=namespace,
     )
-    _settle(p, job_id, outcome, deps)
+
+
+def _completed(outcome: Outcome, new_state: JobStatus, tier: str, size: int) -> None:
     final_state = outcome.args[2] if outcome.status == "ok" else new_state.value
     metrics_count("JobsCompleted", state=final_state)
     if size:

@@ -6,6 +6,7 @@ import hashlib
 import math
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from ..models.domain import NAME_RE, PayloadKind, PayloadRef, Tier, new_job_id
@@ -59,6 +60,13 @@ def _crockford(value: int, chars: int) -> str:
     return "".join(_CROCKFORD[(value >> (5 * i)) & 31] for i in reversed(range(chars)))
 
 
+@lru_cache(maxsize=1024)
+def _minute_prefix(ms: int) -> str:
+    """The 10 time characters of a job id at `ms` (the minutes of the last hours repeat in
+    every request with an Idempotency-Key: computed once per container)."""
+    return _crockford(ms, 10)
+
+
 def idempotent_job_ids(namespace: str, key: str, now_ms: int, ttl_s: int) -> list[tuple[str, int]]:
     """(job id, its ms) a request with this key may have created within the last ttl_s,
     newest first. ULID layout: 10 chars of ms, then 16 chars of 80 bits from sha256."""
@@ -69,7 +77,7 @@ def idempotent_job_ids(namespace: str, key: str, now_ms: int, ttl_s: int) -> lis
     out = []
     for i in range(back + 1):
         ms = (bucket - i) * IDEMPOTENCY_BUCKET_MS
-        out.append((_crockford(ms, 10) + tail, ms))
+        out.append((_minute_prefix(ms) + tail, ms))
     return out
 
 

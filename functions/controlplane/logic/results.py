@@ -12,10 +12,14 @@ from .context import Deps, Principal, load_job, payload_ref
 from .downloads import download_for
 
 
+def _done_value(job: JobRecord, deps: Deps) -> bytes | None:
+    return job.done if job.done_read else deps.jobs.done_value(job.job_id)
+
+
 def _error(job: JobRecord, deps: Deps) -> JobError | None:
     if job.result_kind != "e":
         return None
-    raw = deps.jobs.done_value(job.job_id)
+    raw = _done_value(job, deps)
     return JobError.model_validate(json.loads(raw)) if raw else None
 
 
@@ -44,14 +48,15 @@ def job_status(p: Principal, job_id: str, deps: Deps) -> JobStatusResponse:
 
 def get_result(p: Principal, job_id: str, wait_s: float, deps: Deps) -> ResultResponse:
     """The result or terminal error; state queued/running when still pending after the wait."""
-    job = load_job(p, job_id, deps)
+    # The hash and the done list in one round trip: a finished job is answered from it.
+    job = load_job(p, job_id, deps, with_done=True)
     if not JobStatus(job.state).terminal and wait_s > 0:
         deps.jobs.wait_done(job_id, min(wait_s, deps.settings.result_max_wait_s))
-        job = load_job(p, job_id, deps)
+        job = load_job(p, job_id, deps, with_done=True)
     state = JobStatus(job.state)
     if not state.terminal:
         return ResultResponse(job_id=job_id, state=state)
-    inline = deps.jobs.done_value(job_id) if job.result_kind == "i" else None
+    inline = _done_value(job, deps) if job.result_kind == "i" else None
     ref = _result_ref(job, deps)
     return ResultResponse(
         job_id=job_id,

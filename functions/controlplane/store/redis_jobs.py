@@ -116,15 +116,20 @@ return id
 # KEYS[1]=stream KEYS[2]=queue set KEYS[3]=layout-1 idempotency key (or the stream again)
 # KEYS[4..]=inline index hashes
 # ARGV: min_id, queue, job_id, bytes, index key number of job_id, index expire-at (ms),
-#       check layout 1 (0|1), candidate job ids (26 chars each, concatenated), their index key
-#       numbers (two digits each)
+#       check layout 1 (0|1), number of runs R, R pairs (index key number, run length), then
+#       the candidate job ids, newest first, in runs of one index hash each
 # -> {'exists', job_id, queue} | {'legacy', job_id} | {'created', job_id, entry_id}
+# One HMGET per run (an hour's worth of candidates at once); the newest one found wins.
 _ENQUEUE_INLINE = """#!lua
-local cands, nums = ARGV[8], ARGV[9]
-for i = 1, #nums / 2 do
-  local cand = string.sub(cands, (i - 1) * 26 + 1, i * 26)
-  local q = redis.call('HGET', KEYS[tonumber(string.sub(nums, 2 * i - 1, 2 * i))], cand)
-  if q then return {'exists', cand, q} end
+local runs = tonumber(ARGV[8])
+local at = 9 + 2 * runs
+for r = 1, runs do
+  local k, n = tonumber(ARGV[7 + 2 * r]), tonumber(ARGV[8 + 2 * r])
+  local queues = redis.call('HMGET', KEYS[k], unpack(ARGV, at, at + n - 1))
+  for j = 1, n do
+    if queues[j] then return {'exists', ARGV[at + j - 1], queues[j]} end
+  end
+  at = at + n
 end
 if ARGV[7] == '1' then
   local old = redis.call('GET', KEYS[3])
@@ -213,9 +218,10 @@ if le and le ~= ARGV[LEASE] then return {'lease_mismatch', s or ''} end
 """
 
 # KEYS[1]=job KEYS[2]=done
-# ARGV: new_state, digest, now_ms, ttl_s, done_value, lease, cancel_ack, field, value, ...
+# ARGV: new_state, digest, now_ms, ttl_s, done_value, lease, cancel_ack, namespace ('': any),
+#       field, value, ...
 # cancel_ack '1': the post is the error type Cancelled; with a cancel requested the job ends
-# `cancelled` rather than `failed`.
+# `cancelled` rather than `failed`. A job of another namespace is 'missing'.
 # -> {'missing'} | {'legacy'} | {'same'} | {'conflict', state} | {'not_running', state}
 #    | {'lease_mismatch', state} | {'ok', entry_id, queue, state}
 _COMPLETE = (
@@ -224,6 +230,7 @@ if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing'} end
 """
     + _LEGACY
     + """
+if ARGV[8] ~= '' and redis.call('HGET', KEYS[1], 'n') ~= ARGV[8] then return {'missing'} end
 local s = redis.call('HGET', KEYS[1], 's')
 """
     + _LEASE_CHECK.replace("LEASE", "6")
@@ -235,7 +242,7 @@ if s ~= 'running' then
 end
 local state = ARGV[1]
 if ARGV[7] == '1' and redis.call('HGET', KEYS[1], 'cr') == '1' then state = 'cancelled' end
-redis.call('HSET', KEYS[1], 's', state, 'g', ARGV[2], 'ua', ARGV[3], unpack(ARGV, 8))
+redis.call('HSET', KEYS[1], 's', state, 'g', ARGV[2], 'ua', ARGV[3], unpack(ARGV, 9))
 redis.call('HDEL', KEYS[1], 'lx', 'd')
 redis.call('EXPIRE', KEYS[1], ARGV[4])
 redis.call('DEL', KEYS[2])
@@ -495,6 +502,9 @@ class JobRecord:
     result_issue: Issued | None
     result_kind: str | None  # "i" | "s" | "e"
     fields: dict[str, bytes] = field(default_factory=dict, repr=False)
+    # The done list's element when it was read with the hash (`get_job(..., with_done=True)`).
+    done: bytes | None = field(default=None, repr=False)
+    done_read: bool = field(default=False, repr=False)
 
 
 def _issued(f: dict[str, bytes], prefix: str, issued_ms: int | None) -> Issued | None:
@@ -509,7 +519,9 @@ def _issued(f: dict[str, bytes], prefix: str, issued_ms: int | None) -> Issued |
     )
 
 
-def decode_job(job_id: str, raw: dict) -> JobRecord:
+def decode_job(
+    job_id: str, raw: dict, done: bytes | None = None, *, done_read: bool = False
+) -> JobRecord:
     f = {_s(k): v for k, v in raw.items()}
     tier = "inline" if f.get("t") == b"i" else "s3"
     args = _issued(f, "p", None) if tier == "s3" else None
@@ -527,6 +539,8 @@ def decode_job(job_id: str, raw: dict) -> JobRecord:
         result_issue=_issued(f, "r", _int(f.get("ri"), 0) or None),
         result_kind=_s(f.get("rk")),
         fields=f,
+        done=done,
+        done_read=done_read,
     )
 
 
@@ -639,9 +653,24 @@ class RedisJobStore:
             raw = self._r.hgetall(keys.job(job_id))
         return raw
 
-    def get_job(self, job_id: str) -> JobRecord | None:
-        raw = self._hgetall(job_id)
-        return decode_job(job_id, raw) if raw else None
+    def get_job(self, job_id: str, *, with_done: bool = False) -> JobRecord | None:
+        """The job hash, decoded; with_done also reads the done list's element in the same
+        round trip (both keys are in the job's slot)."""
+        if not with_done:
+            raw = self._hgetall(job_id)
+            return decode_job(job_id, raw) if raw else None
+        raw, done = self._hgetall_done(job_id)
+        if raw and b"state" in raw:
+            self.migrate(job_id)
+            raw, done = self._hgetall_done(job_id)
+        return decode_job(job_id, raw, done, done_read=True) if raw else None
+
+    def _hgetall_done(self, job_id: str) -> tuple[dict, bytes | None]:
+        pipe = self._r.pipeline(transaction=False)
+        pipe.hgetall(keys.job(job_id))
+        pipe.lindex(keys.done(job_id), 0)
+        raw, done = pipe.execute()
+        return raw, done
 
     def queued_inline(self, namespace: str, job_id: str, job_ms: int) -> str | None:
         """Queue of an inline job that is (or was) queued and has no hash, from the index."""
@@ -767,15 +796,26 @@ class RedisJobStore:
         legacy_idempotency_key: str | None,
     ) -> tuple[list[str], list[Any]]:
         index_keys: list[str] = []
+        numbers_by_hour: dict[int, int] = {}
 
         def key_number(ms: int) -> int:
-            ix = keys.inline_index(namespace, ms)
-            if ix not in index_keys:
-                index_keys.append(ix)
-            return 3 + index_keys.index(ix) + 1  # KEYS[4..]
+            """KEYS[4..] number of the index hash holding the ids of this ms."""
+            hour = ms // keys.INLINE_INDEX_SPAN_MS
+            number = numbers_by_hour.get(hour)
+            if number is None:
+                index_keys.append(keys.inline_index(namespace, ms))
+                number = numbers_by_hour[hour] = 3 + len(index_keys)
+            return number
 
         own = key_number(job_ms)
-        numbers = "".join(f"{key_number(ms):02d}" for _, ms in candidates)
+        # Candidates come newest first: those of one index hash are one run.
+        runs: list[int] = []
+        for _, ms in candidates:
+            number = key_number(ms)
+            if runs and runs[-2] == number:
+                runs[-1] += 1
+            else:
+                runs += [number, 1]
         stream = keys.queue(namespace, queue)
         legacy = keys.idempotency(namespace, legacy_idempotency_key or "")
         keys_ = [
@@ -792,8 +832,9 @@ class RedisJobStore:
             own,
             index_until_ms,
             1 if legacy_idempotency_key else 0,
-            "".join(c for c, _ in candidates),
-            numbers,
+            len(runs) // 2,
+            *runs,
+            *[c for c, _ in candidates],
         ]
         return keys_, args
 
@@ -982,7 +1023,10 @@ class RedisJobStore:
         *,
         lease: str,
         cancel_ack: bool = False,
+        namespace: str = "",
     ) -> Outcome:
+        """Finish a running job (job slot). With `namespace`, a job of another namespace is
+        'missing' (callers that have not loaded the job first)."""
         flat: list[Any] = [
             new_state,
             digest_,
@@ -991,6 +1035,7 @@ class RedisJobStore:
             done_value,
             lease,
             "1" if cancel_ack else "0",
+            namespace,
         ]
         for k, v in fields.items():
             flat += [k, v]
