@@ -168,3 +168,31 @@ def test_a_lasting_client_error_is_a_transfer_error(http, server):
 
 def test_without_a_recorded_size_the_content_length_decides(http, server):
     assert get(http, server, size=None, sha256=None) == BODY
+
+
+def test_a_large_buffer_is_not_zero_filled_and_a_short_body_is_cut_to_what_arrived():
+    # The large buffer's bytes are undefined until written: a body that stops early must leave
+    # none of them in what the caller gets.
+    length = _transfer.FRESH_BUFFER_MIN_BYTES + 12345
+    buffer = _transfer.fresh_buffer(length)
+    assert type(buffer) is bytearray and len(buffer) == length
+    arrived = BODY[: length // 2]
+    source = memoryview(arrived)
+    offset = 0
+
+    def read_into(target):
+        nonlocal offset
+        n = min(len(target), len(source) - offset)
+        target[:n] = source[offset : offset + n]
+        offset += n
+        return n
+
+    bar = _transfer.Progress(length, "test", enabled=False)
+    got = _transfer._with_excess(_transfer._fill(read_into, length, bar, buffer), b"")
+    assert got.filled == len(arrived)
+    assert bytes(got.buffer) == arrived
+    assert got.sha256 == hashlib.sha256(arrived).hexdigest()
+
+
+def test_a_small_buffer_is_a_plain_zeroed_bytearray():
+    assert _transfer.fresh_buffer(1000) == bytearray(1000)
