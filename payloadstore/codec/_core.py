@@ -14,6 +14,7 @@ import datetime as _dt
 import gc
 import hashlib
 import importlib
+import os
 import struct
 import sys
 from collections.abc import Callable, Iterator
@@ -26,6 +27,13 @@ from ._format import CodecError
 
 # Top-level bytes at least this large are emitted as a bin header plus the caller's buffer.
 _DIRECT_BIN_MIN = 64 * 1024
+# bytes at least this large a level or two down (a job's args and kwargs) are emitted as a bin32
+# header plus the caller's bytes, not copied into msgpack's buffer (see _lift_bytes).
+_LIFT_BIN_MIN = 1024 * 1024
+# A placeholder's ext code while packing; its 16 random bytes make it findable in the output.
+_LIFT_EXT_CODE = 0x6C
+# Containers longer than this are not searched (a result that is a list of a million floats).
+_LIFT_MAX_ITEMS = 256
 # Chunks smaller than this are coalesced, so many small blocks do not become many tiny writes.
 _COALESCE_BELOW = 16 * 1024
 _ITER_SLICE = 1024 * 1024
@@ -190,11 +198,66 @@ def encode(obj: Any) -> Encoded:
         direct = _direct_bin(obj)
         if direct is not None:
             return direct
+    lifted: list[tuple[bytes, bytes]] = []
+    shallow = _lift_bytes(obj, lifted, 2)
     encoder = _Encoder()
-    structure = _pack(obj, encoder.default)
+    structure = _pack(shallow, encoder.default)
+    if lifted:
+        spliced = None if encoder.blocks else _splice(structure, lifted)
+        if spliced is not None:
+            return Encoded(spliced)
+        # Arrays too (an envelope), or a marker not found once: the plain way.
+        encoder = _Encoder()
+        structure = _pack(obj, encoder.default)
     if not encoder.blocks:
         return Encoded([structure])
     return _envelope(structure, encoder)
+
+
+def _lift_bytes(value: Any, lifted: list[tuple[bytes, bytes]], depth: int) -> Any:
+    """`value` with each large `bytes` found in dicts and lists up to `depth` levels down (a
+    job's `{"args": [...], "kwargs": {...}}`) replaced by a placeholder ext value; the containers
+    on the way are copied (shallow), never changed. Deeper or smaller bytes, and containers of
+    more than _LIFT_MAX_ITEMS entries, are left to msgpack (which copies them)."""
+    kind = type(value)
+    if kind is bytes:
+        if len(value) >= _LIFT_BIN_MIN and len(value) <= 0xFFFF_FFFF:
+            marker = os.urandom(16)
+            lifted.append((marker, value))
+            return msgpack.ExtType(_LIFT_EXT_CODE, marker)
+        return value
+    if depth <= 0 or kind not in (list, dict) or len(value) > _LIFT_MAX_ITEMS:
+        return value
+    if kind is list:
+        items = [_lift_bytes(item, lifted, depth - 1) for item in value]
+        return items if any(a is not b for a, b in zip(items, value, strict=True)) else value
+    if kind is dict:
+        pairs = {k: _lift_bytes(v, lifted, depth - 1) for k, v in value.items()}
+        return pairs if any(pairs[k] is not v for k, v in value.items()) else value
+    return value
+
+
+def _splice(structure: bytes, lifted: list[tuple[bytes, bytes]]) -> list[bytes | memoryview] | None:
+    """The chunks of exactly what msgpack writes for the original value: each placeholder
+    (fixext 16: 0xD8, code, marker) becomes a bin32 header followed by the lifted bytes
+    themselves. None when a marker is not found exactly once."""
+    found = []
+    for marker, data in lifted:
+        token = bytes((0xD8, _LIFT_EXT_CODE)) + marker
+        at = structure.find(token)
+        if at < 0 or structure.find(token, at + 1) >= 0:
+            return None
+        found.append((at, len(token), data))
+    found.sort(key=lambda f: f[0])
+    chunks: list[bytes | memoryview] = []
+    position = 0
+    for at, token_len, data in found:
+        chunks.append(structure[position:at] + struct.pack(">BI", 0xC6, len(data)))
+        chunks.append(memoryview(data))
+        position = at + token_len
+    if position < len(structure):
+        chunks.append(structure[position:])
+    return chunks
 
 
 def _envelope(structure: bytes, encoder: _Encoder) -> Encoded:

@@ -155,6 +155,38 @@ def test_large_top_level_bytes_are_sent_without_a_copy():
     assert codec.decode(encoded.tobytes()) == bytes(blob)
 
 
+@pytest.mark.parametrize(
+    ("make", "shared"),
+    [
+        (lambda big: {"args": [big], "kwargs": {}}, True),
+        (lambda big: {"args": [1, big, "x", big[:1048576]], "kwargs": {"a": big[3:]}}, True),
+        (lambda big: [big, {"k": big}], True),
+        (lambda big: {"args": [[big]], "kwargs": {}}, False),  # three levels down: copied
+        (lambda big: {"args": [bytearray(big)], "kwargs": {}}, False),  # mutable: copied
+        (lambda big: {"args": [big, np.arange(70_000, dtype=np.float32)], "kwargs": {}}, False),
+        (lambda big: {"args": [big] + [0] * 300, "kwargs": {}}, False),  # long list: not searched
+    ],
+)
+def test_large_bytes_in_a_call_are_sent_without_a_copy_as_exactly_what_msgpack_writes(make, shared):
+    # Given a call holding bytes of 1 MiB and more (a job's args and kwargs)
+    big = bytes(range(256)) * (5 * 4096 + 1)
+    value = make(big)
+
+    # When encoded
+    encoded = codec.encode(value)
+
+    # Then the bytes are exactly the plain way's (msgpack's own, or the envelope when arrays
+    # are there too), and bytes up to two levels down are the caller's object, not a copy
+    plain = codec._core._Encoder()
+    structure = codec._core._pack(value, plain.default)
+    expected = structure if not plain.blocks else codec._core._envelope(structure, plain).tobytes()
+    assert encoded.tobytes() == expected
+    assert encoded.sha256() == hashlib.sha256(expected).hexdigest()
+    assert shared == any(isinstance(c, memoryview) and c.obj is big for c in encoded.chunks)
+    if shared:
+        assert codec.decode(encoded.tobytes()) == value
+
+
 def test_envelope_layout_aligns_data_blocks_to_64_bytes_from_the_payload_start():
     # Given two large arrays of odd sizes
     first = np.arange(1501, dtype=np.uint16)
