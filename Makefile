@@ -106,7 +106,7 @@ sam-local: $(VENV)/.installed-test node redis
 clean-devstack:
 	rm -rf .devstack .devstack.json
 
-# One run of every benchmark side by side (bounded: BENCH_REPEAT, BENCH_COLD_N, BENCH_RT_N,
+# One run of every benchmark side by side (bounded: BENCH_REPEAT, BENCH_COLD_N, BENCH_RT_N, BENCH_ADD_N,
 # BENCH_MIB); writes bench/RESULTS.md (its "make bench" section) and bench/plots/*.png.
 bench: $(VENV)/.installed-bench redis
 	$(PY) bench/run_all.py

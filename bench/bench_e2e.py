@@ -6,10 +6,13 @@ gateway with the real handlers), each against its baseline in the same run:
   `curl` GET of the result object, by size;
 - a small job's round trip through the handlers (enqueue, poll, result post, result get, called
   in-process as Lambda would) vs raw redis-py doing the same work;
+- S3-tier `queue.add()` of 1 MiB payloads, one client, one after another: jobs/s, against
+  issue 12's baseline (49.7 jobs/s);
 - Redis bytes per queued job vs payload size, ours (inline up to the threshold, then an S3
   reference) vs naive (every payload inline in the stream entry).
 
-    .venv/bin/python bench/bench_e2e.py [--mib 8 64 100] [--repeat 3] [--n 300] [--json out.json]
+    .venv/bin/python bench/bench_e2e.py [--mib 8 64 100] [--repeat 3] [--n 300] [--add-n 200]
+        [--json out.json]
 
 "CP bytes" are the JSON/msgpack bodies of control-plane requests and answers (what the routes
 carry); HTTP headers are counted apart (they depend on the client library and the gateway).
@@ -262,6 +265,50 @@ def sdk_vs_curl(stack, sizes_mib: list[int], repeat: int) -> dict:
     return {"by_size": rows, "per_job": per_job}
 
 
+# -- S3-tier add() rate, one client -------------------------------------------------------------------
+
+# Issue 12's figure on the main branch of the time (before transfers were reworked): one client
+# adding 1 MiB jobs one after another through S3. The goal is at least twice that.
+ADD_RATE_BASELINE = 49.7
+ADD_RATE_MIB = 1
+
+
+def s3_add_rate(stack, n: int) -> dict:
+    """One client, `queue.add()` of a 1 MiB payload `n` times in a row (each one: encode,
+    sha256, presign, PUT to S3, enqueue by reference): jobs per second over the whole run."""
+    counter = Counter()
+    client, other = clients(stack, counter, Counter())
+    other.close()
+    queue = client.queue(f"{QUEUE}-rate")
+    payload = random_bytes(ADD_RATE_MIB << 20)
+    try:
+        for _ in range(5):  # config fetch, connections, first presign/enqueue
+            queue.add(payload)
+        counter.take()
+        samples = []
+        started = time.perf_counter()
+        for _ in range(n):
+            t = time.perf_counter()
+            job = queue.add(payload)
+            samples.append(time.perf_counter() - t)
+            if job.tier != "s3":
+                raise SystemExit(f"a {ADD_RATE_MIB} MiB job went {job.tier}, not through S3")
+        elapsed = time.perf_counter() - started
+        calls = counter.take()
+    finally:
+        client.close()
+    return {
+        "mib": ADD_RATE_MIB,
+        "n": n,
+        "jobs_per_s": n / elapsed,
+        "median_ms": statistics.median(samples) * 1e3,
+        "p90_ms": sorted(samples)[int(0.9 * (len(samples) - 1))] * 1e3,
+        "cp_calls_per_job": len(calls) / n,
+        "baseline_jobs_per_s": ADD_RATE_BASELINE,
+        "ratio": (n / elapsed) / ADD_RATE_BASELINE,
+    }
+
+
 # -- round trip through the handlers vs raw redis-py ------------------------------------------------
 
 
@@ -413,6 +460,14 @@ def round_trip(stack, n: int) -> dict:
 # -- Redis bytes per job vs payload size --------------------------------------------------------------
 
 
+def call_size(size: int) -> int:
+    """Encoded size of `{"args": [<size bytes>], "kwargs": {}}` (msgpack bin 8/16/32 header)."""
+    import msgpack
+
+    header = 2 if size < 256 else 3 if size < 65_536 else 5
+    return len(msgpack.packb({"args": [b""], "kwargs": {}})) - 2 + header + size
+
+
 def redis_bytes(stack, sizes: list[int]) -> list[dict]:
     """Bytes per queued job by payload size: ours through the handlers (S3's HEAD answered from
     the issue record, as no object is uploaded), naive as one stream entry holding the payload."""
@@ -439,79 +494,116 @@ def redis_bytes(stack, sizes: list[int]) -> list[dict]:
         )
 
     def used() -> int:
-        return int(r.info("memory")["used_memory"])
+        """What the data set holds: used_memory without the connections' own buffers. A
+        connection's query buffer keeps up to a whole 100 MiB command (the naive XADD before) and
+        Redis shrinks it later on its own; counted in, it swamps the ~350 B of an S3-tier job
+        (negative "bytes per job" after a large size)."""
+        info = r.info("memory")
+        return int(info["used_memory"]) - sum(
+            int(info.get(k, 0))
+            for k in (
+                "mem_clients_normal",
+                "mem_clients_slaves",
+                "mem_aof_buffer",
+                "mem_replication_backlog",
+            )
+        )
 
     def settle() -> None:
-        """An empty Redis whose allocator gave back what the previous size used."""
+        """An empty Redis whose allocator gave back what the previous size used, and whose
+        figure no longer moves (a closed connection's buffers are freed at once; Redis shrinks
+        an idle one's only in its next cron)."""
         r.flushall(asynchronous=False)
+        r.connection_pool.disconnect()
         for _ in range(50):
             if int(r.info("memory").get("lazyfree_pending_objects", 0)) == 0:
                 break
             time.sleep(0.1)
         r.memory_purge()
+        last = used()
+        for _ in range(20):
+            time.sleep(0.25)
+            now = used()
+            if abs(now - last) < 4096:
+                return
+            last = now
+
+    def enqueue_ours(size: int, queue: str) -> None:
+        """One job through the handlers: inline bytes, or presign + enqueue by reference."""
+        encoded_len = call_size(size)
+        inline = encoded_len <= 262_144
+        if inline:
+            body = msgpack.packb({"args": [random_bytes(size)], "kwargs": {}})
+            out = jobs_fn.lambda_handler(
+                ev.event(
+                    "POST",
+                    "/v1/namespaces/{ns}/queues/{queue}/jobs",
+                    {"ns": NS, "queue": queue},
+                    body=base64.b64encode(body).decode(),
+                    headers={
+                        "Content-Type": "application/msgpack",
+                        "Idempotency-Key": uuid.uuid4().hex,
+                    },
+                    b64=True,
+                ),
+                ctx,
+            )
+        else:
+            sha = uuid.uuid4().hex * 2
+            answer = payloads_fn.lambda_handler(
+                ev.event(
+                    "POST",
+                    "/v1/namespaces/{ns}/payloads/presign",
+                    {"ns": NS},
+                    query={"op": "put", "size": str(encoded_len)},
+                    body={"kind": "args", "sha256": sha},
+                ),
+                ctx,
+            )
+            grant = json.loads(answer["body"])
+            if answer["statusCode"] != 200:
+                raise SystemExit(f"presign answered {answer['statusCode']}: {grant}")
+            issued[grant["key"]] = (encoded_len, sha)
+            ref = {
+                "kind": "s3",
+                "bucket": grant["bucket"],
+                "key": grant["key"],
+                "size": encoded_len,
+                "contentType": "application/msgpack",
+                "sha256": sha,
+            }
+            out = jobs_fn.lambda_handler(
+                ev.event(
+                    "POST",
+                    "/v1/namespaces/{ns}/queues/{queue}/jobs",
+                    {"ns": NS, "queue": queue},
+                    body={"payloadRef": ref},
+                ),
+                ctx,
+            )
+        if out["statusCode"] not in (200, 201):
+            raise SystemExit(f"enqueue answered {out['statusCode']}: {out.get('body')}")
 
     rows = []
     s3_objects.S3Objects.head = head
     try:
+        # Once per kind before measuring: script loads and other one-time structures are not
+        # part of any size's figure.
+        for size in (1024, 1 << 20):
+            enqueue_ours(size, f"warm-{uuid.uuid4().hex[:6]}")
         for size in sizes:
-            inline = size < 262_144
-            n_ours = max(2, min(200, (32 << 20) // size)) if inline else 200
-            n_naive = max(2, min(200, (32 << 20) // size))
+            # Encoded size of the job's call; S3-tier jobs leave only their reference in Redis,
+            # so no bytes are made for them (and they are cheap: N is larger, the figure
+            # steadier).
+            encoded_len = call_size(size)
+            inline = encoded_len <= 262_144
+            n_ours = max(2, min(1000, (32 << 20) // size)) if inline else 1000
+            n_naive = max(2, min(1000, (32 << 20) // size))
             queue = f"mem-{uuid.uuid4().hex[:6]}"
             settle()
             before = used()
             for _ in range(n_ours):
-                body = msgpack.packb({"args": [random_bytes(size)], "kwargs": {}})
-                if len(body) <= 262_144:
-                    out = jobs_fn.lambda_handler(
-                        ev.event(
-                            "POST",
-                            "/v1/namespaces/{ns}/queues/{queue}/jobs",
-                            {"ns": NS, "queue": queue},
-                            body=base64.b64encode(body).decode(),
-                            headers={
-                                "Content-Type": "application/msgpack",
-                                "Idempotency-Key": uuid.uuid4().hex,
-                            },
-                            b64=True,
-                        ),
-                        ctx,
-                    )
-                else:
-                    sha = uuid.uuid4().hex * 2
-                    answer = payloads_fn.lambda_handler(
-                        ev.event(
-                            "POST",
-                            "/v1/namespaces/{ns}/payloads/presign",
-                            {"ns": NS},
-                            query={"op": "put", "size": str(len(body))},
-                            body={"kind": "args", "sha256": sha},
-                        ),
-                        ctx,
-                    )
-                    grant = json.loads(answer["body"])
-                    if answer["statusCode"] != 200:
-                        raise SystemExit(f"presign answered {answer['statusCode']}: {grant}")
-                    issued[grant["key"]] = (len(body), sha)
-                    ref = {
-                        "kind": "s3",
-                        "bucket": grant["bucket"],
-                        "key": grant["key"],
-                        "size": len(body),
-                        "contentType": "application/msgpack",
-                        "sha256": sha,
-                    }
-                    out = jobs_fn.lambda_handler(
-                        ev.event(
-                            "POST",
-                            "/v1/namespaces/{ns}/queues/{queue}/jobs",
-                            {"ns": NS, "queue": queue},
-                            body={"payloadRef": ref},
-                        ),
-                        ctx,
-                    )
-                if out["statusCode"] not in (200, 201):
-                    raise SystemExit(f"enqueue answered {out['statusCode']}: {out.get('body')}")
+                enqueue_ours(size, queue)
             ours = (used() - before) / n_ours
 
             settle()
@@ -539,11 +631,14 @@ def redis_bytes(stack, sizes: list[int]) -> list[dict]:
 # -- main -------------------------------------------------------------------------------------------
 
 
-def collect(sizes_mib: list[int], repeat: int, n: int, mem_sizes: list[int]) -> dict:
+def collect(
+    sizes_mib: list[int], repeat: int, n: int, mem_sizes: list[int], add_n: int = 200
+) -> dict:
     if shutil.which("curl") is None:
         raise SystemExit("curl is needed for the baseline (apt-get install curl)")
     with tempfile.TemporaryDirectory(prefix="bench-e2e-") as tmp, local_stack(Path(tmp)) as stack:
         out = {"transfers": sdk_vs_curl(stack, sizes_mib, repeat)}
+        out["add_rate"] = s3_add_rate(stack, add_n)
         out["round_trip"] = round_trip(stack, n)
         out["redis_bytes"] = redis_bytes(stack, mem_sizes)
     return out
@@ -571,6 +666,14 @@ def report(out: dict) -> str:
             f"{r['mib']:>4} MiB {r['sdk_add_s']:>9.3f} {r['curl_put_s']:>8.3f} {r['add_ratio']:>5.2f}x "
             f"{r['sdk_result_s']:>9.3f} {r['curl_get_s']:>9.3f} {r['result_ratio']:>5.2f}x"
         )
+    rate = out.get("add_rate")
+    if rate:
+        lines.append(
+            f"S3-tier queue.add() of {rate['mib']} MiB, one client, {rate['n']} in a row: "
+            f"{rate['jobs_per_s']:.1f} jobs/s (median {rate['median_ms']:.1f} ms, p90 "
+            f"{rate['p90_ms']:.1f} ms, {rate['cp_calls_per_job']:.0f} CP calls each); issue 12's "
+            f"baseline {rate['baseline_jobs_per_s']} jobs/s, ratio {rate['ratio']:.2f}x"
+        )
     rt = out["round_trip"]
     lines.append(
         f"small job round trip, median of {rt['n']}: handlers {rt['handlers_us']:,.0f} us, "
@@ -589,9 +692,10 @@ def main() -> None:
     parser.add_argument("--mib", type=int, nargs="+", default=[8, 64, 100])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--n", type=int, default=300)
+    parser.add_argument("--add-n", type=int, default=200, help="1 MiB adds for the jobs/s figure")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
-    out = collect(args.mib, args.repeat, args.n, MEM_SIZES)
+    out = collect(args.mib, args.repeat, args.n, MEM_SIZES, args.add_n)
     print(report(out))
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
