@@ -58,6 +58,13 @@ def fill_until_refused(cp: ControlPlane, chunk: bytes = CHUNK, limit: int = 2000
     raise AssertionError("Redis never filled up")
 
 
+def over_the_wall(r: redis.Redis, margin: int = 65_536) -> None:
+    """Put Redis `margin` bytes past its maxmemory, so every write is refused whatever size it
+    is. Filling with small writes until one is refused is not enough: the refused request's own
+    buffer is freed after it, and the next small write may fit again."""
+    r.config_set("maxmemory", r.info("memory")["used_memory"] - margin)
+
+
 def test_oom_is_503_redis_memory_full_and_never_a_phantom(small_redis):
     # Given a Redis with maxmemory and the guard switched off, so Redis itself says OOM
     cp, r = small_redis(REDIS_MEMORY_HIGH_WATER_PCT="100", REDIS_MEMORY_HARD_PCT="100")
@@ -76,10 +83,9 @@ def test_oom_is_503_redis_memory_full_and_never_a_phantom(small_redis):
     assert (again.status, again.error["code"]) == (503, "redis_memory_full")
     # And once even small writes are refused (the 64 KiB request's own buffer counted too),
     # an S3-tier enqueue is refused the same way, at presign already
-    small, _, _ = fill_until_refused(cp, b"\x01" * 100)
+    over_the_wall(r)
     presign = cp.presign_put(10)
-    assert (presign.status, presign.error["code"]) == (503, "redis_memory_full")
-    accepted += small
+    assert (presign.status, presign.error["code"]) == (503, "redis_memory_full"), presign.raw_body
 
     # When daemons drain the full Redis (poll and results work at the wall)
     drain(cp, accepted[:10])
@@ -92,12 +98,11 @@ def test_oom_is_503_redis_memory_full_and_never_a_phantom(small_redis):
 
 def test_s3_enqueue_at_the_wall_answers_503_and_a_retry_completes_it(small_redis, settings_env):
     # Given an uploaded S3-tier payload, then Redis fills up
-    cp, _ = small_redis(REDIS_MEMORY_HIGH_WATER_PCT="100", REDIS_MEMORY_HARD_PCT="100")
+    cp, r = small_redis(REDIS_MEMORY_HIGH_WATER_PCT="100", REDIS_MEMORY_HARD_PCT="100")
     ref = upload(cp, b"\x02" * 1000)
     job = ref["key"].split("/")[-2]
     accepted, _, refused = fill_until_refused(cp)
-    small, _, _ = fill_until_refused(cp, b"\x01" * 100)  # to the last byte
-    accepted += small
+    over_the_wall(r)
     assert refused.status == 503
     # When the client enqueues the reference
     r1 = cp.enqueue(ref=ref)
@@ -178,3 +183,46 @@ def test_hard_mark_refuses_new_jobs_but_not_the_drain(small_redis):
     # And health says new jobs are refused
     health = cp2.call("public", "GET", "/v1/health", namespace=None)
     assert health.status == 503 and "redis_memory" in health.json["failing"]
+
+
+def test_a_retry_refused_by_the_guard_gets_the_job_its_first_attempt_made(small_redis):
+    # Given an inline job enqueued with an Idempotency-Key whose 201 the client never saw
+    cp, r = small_redis(REDIS_MEMORY_HIGH_WATER_PCT="100", REDIS_MEMORY_HARD_PCT="100")
+    first = cp.enqueue(raw=b"\x01" * 100, headers={"Idempotency-Key": "retry-me"})
+    batched = batch_call(cp, [{"payloadInline": b64(b"\x02"), "idempotency_key": "retry-batch"}])
+    assert first.status == 201 and batched.status == 200
+    # And Redis then passes the high-water mark
+    walled, _ = small_redis(REDIS_MEMORY_HIGH_WATER_PCT="1", REDIS_MEMORY_HARD_PCT="100")
+    walled.ns, walled.queue = cp.ns, cp.queue
+    stream = f"ps:{{ns:{cp.ns}}}:q:{cp.queue}"
+    # When the client retries with the same key (once alone, once in a batch)
+    again = walled.enqueue(raw=b"\x01" * 100, headers={"Idempotency-Key": "retry-me"})
+    items = [
+        {"payloadInline": b64(b"\x02"), "idempotency_key": "retry-batch"},
+        {"payloadInline": b64(b"\x03"), "idempotency_key": "a-new-key"},
+    ]
+    batch_again = batch_call(walled, items)
+    # Then each retry gets the job its first attempt made (200), not inline_unavailable, which
+    # would have sent the bytes through S3 as a second job
+    assert (again.status, again.json["job_id"]) == (200, first.json["job_id"]), again.raw_body
+    answers = batch_again.json["jobs"]
+    assert answers[0] == batched.json["jobs"][0]
+    # And a new key is still refused, and nothing was added to the queue
+    assert answers[1]["error"]["code"] == "inline_unavailable"
+    new = walled.enqueue(raw=b"\x01" * 100, headers={"Idempotency-Key": "brand-new"})
+    assert (new.status, new.error["code"]) == (503, "inline_unavailable")
+    assert r.xlen(stream) == 2
+    # And the key used on another queue is a conflict, as it is below the mark
+    walled.queue = "other"
+    other = walled.enqueue(raw=b"\x01" * 100, headers={"Idempotency-Key": "retry-me"})
+    assert other.status == 409, other.raw_body
+
+
+def batch_call(cp: ControlPlane, jobs: list[dict]):
+    return cp.call(
+        "jobs",
+        "POST",
+        "/v1/namespaces/{ns}/queues/{queue}/jobs:batch",
+        {"ns": cp.ns, "queue": cp.queue},
+        body={"jobs": jobs},
+    )

@@ -10,7 +10,13 @@ from functools import lru_cache
 from typing import Any
 
 from ..models.domain import NAME_RE, PayloadKind, PayloadRef, Tier, new_job_id
-from ..models.errors import Conflict, PayloadStoreError, PayloadTooLarge, Unprocessable
+from ..models.errors import (
+    Conflict,
+    InlineUnavailable,
+    PayloadStoreError,
+    PayloadTooLarge,
+    Unprocessable,
+)
 from ..models.wire import EnqueueResponse
 from ..observability import bind_job, logger, metrics_bytes, metrics_count
 from ..store import keys
@@ -93,13 +99,19 @@ def _enqueue_inline(
         )
     if idem is not None and not IDEMPOTENCY_KEY_RE.match(idem):
         raise Unprocessable("invalid Idempotency-Key: use [A-Za-z0-9_.-], 1-128 chars")
-    refuse_inline(deps, keys.queue_names(p.namespace), "payload")
     now_ms = int(deps.clock() * 1000)
     if idem:
         candidates = idempotent_job_ids(p.namespace, idem, now_ms, s.idempotency_ttl_s)
         job_id, job_ms = candidates[0]
     else:
         candidates, job_id, job_ms = [], new_job_id(now_ms), now_ms
+    try:
+        refuse_inline(deps, keys.queue_names(p.namespace), "payload")
+    except InlineUnavailable:
+        repeat = _earlier_job(queue, candidates, p, deps)
+        if repeat is None:
+            raise
+        return repeat
     span = keys.INLINE_INDEX_SPAN_MS
     outcome = deps.jobs.enqueue_inline(
         p.namespace,
@@ -125,6 +137,23 @@ def _enqueue_inline(
     metrics_bytes("PayloadBytes", len(data), tier=Tier.INLINE.value, kind="args")
     logger.info("job enqueued", extra={"queue": queue, "tier": "inline", "size": len(data)})
     return Enqueued(EnqueueResponse(job_id=job_id, tier=Tier.INLINE), created=True)
+
+
+def _earlier_job(
+    queue: str, candidates: list[tuple[str, int]], p: Principal, deps: Deps
+) -> Enqueued | None:
+    """The job an earlier request with the same Idempotency-Key created, if any. Asked only when
+    the memory guard refuses inline bytes: a retry whose first attempt did create the job (its
+    201 lost) gets that job back, instead of `inline_unavailable`, which makes the SDK send the
+    bytes through S3 as a second job."""
+    found = deps.jobs.find_inline_job(p.namespace, candidates)
+    if found is None:
+        return None
+    existing, existing_queue = found
+    bind_job(existing)
+    if existing_queue != queue:
+        raise Conflict(f"Idempotency-Key already used for a job on queue {existing_queue}")
+    return Enqueued(EnqueueResponse(job_id=existing, tier=Tier.INLINE), created=False)
 
 
 def _legacy_repeat(
@@ -184,6 +213,18 @@ def _enqueue_ref(p: Principal, queue: str, ref: PayloadRef, deps: Deps) -> Enque
     )
 
 
+def _refused_item(
+    p: Principal, queue: str, idem: str | None, now_ms: int, refused: InlineUnavailable, deps: Deps
+) -> Enqueued | PayloadStoreError:
+    if not idem or not IDEMPOTENCY_KEY_RE.match(idem):
+        return refused
+    candidates = idempotent_job_ids(p.namespace, idem, now_ms, deps.settings.idempotency_ttl_s)
+    try:
+        return _earlier_job(queue, candidates, p, deps) or refused
+    except PayloadStoreError as e:
+        return e
+
+
 def enqueue_inline_batch(
     p: Principal, queue: str, items: list[tuple[bytes, str | None]], deps: Deps
 ) -> list[Enqueued | PayloadStoreError]:
@@ -192,11 +233,13 @@ def enqueue_inline_batch(
     guard is read once for the batch; metrics and the log line are one per batch."""
     s = deps.settings
     answers: list[Enqueued | PayloadStoreError | None] = [None] * len(items)
+    now_ms = int(deps.clock() * 1000)
     try:
         refuse_inline(deps, keys.queue_names(p.namespace), "payload")
+    except InlineUnavailable as e:
+        return [_refused_item(p, queue, idem, now_ms, e, deps) for _, idem in items]
     except PayloadStoreError as e:
         return [e] * len(items)
-    now_ms = int(deps.clock() * 1000)
     span = keys.INLINE_INDEX_SPAN_MS
     requests: list[dict[str, Any]] = []
     positions: list[int] = []

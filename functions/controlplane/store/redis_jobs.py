@@ -838,6 +838,22 @@ class RedisJobStore:
         ]
         return keys_, args
 
+    def find_inline_job(
+        self, namespace: str, candidates: list[tuple[str, int]]
+    ) -> tuple[str, str] | None:
+        """The first of `candidates` ((job id, its ms)) indexed as an inline job of the namespace:
+        (job id, queue), or None. Read-only, one round trip (every index is in the namespace's
+        slot)."""
+        if not candidates:
+            return None
+        pipe = self._r.pipeline(transaction=False)
+        for job_id, ms in candidates:
+            pipe.hget(keys.inline_index(namespace, ms), job_id)
+        for (job_id, _), queue in zip(candidates, pipe.execute()):
+            if queue is not None:
+                return job_id, queue.decode() if isinstance(queue, bytes) else queue
+        return None
+
     def begin_ref_enqueue(self, job_id: str, namespace: str, queue: str, now_ms: int) -> Outcome:
         return self._call(
             self._begin_ref_enqueue, job_id, [keys.job(job_id)], [namespace, queue, now_ms]
