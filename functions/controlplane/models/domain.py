@@ -72,10 +72,17 @@ def job_id_time_s(job_id: str) -> float:
     return (value >> 80) / 1000.0
 
 
-class PayloadRef(BaseModel):
+class WireModel(BaseModel):
+    """Base of the wire models: each model's validator and serializer are built when first used,
+    not at import (a function uses a few of the ~35 models on its first request)."""
+
+    model_config = ConfigDict(defer_build=True)
+
+
+class PayloadRef(WireModel):
     """Where a large payload lives. Field names follow the wire (camelCase contentType)."""
 
-    model_config = ConfigDict(populate_by_name=True, extra="forbid")
+    model_config = ConfigDict(populate_by_name=True, extra="forbid", defer_build=True)
 
     kind: str = "s3"
     bucket: str
@@ -85,7 +92,7 @@ class PayloadRef(BaseModel):
     sha256: str | None = None
 
 
-class IssueRecord(BaseModel):
+class IssueRecord(WireModel):
     """What the CP remembers about a key it minted."""
 
     namespace: str

@@ -6,9 +6,9 @@ import base64
 import binascii
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
-from .domain import NAME_RE, JobStatus, PayloadKind, PayloadRef, Tier
+from .domain import NAME_RE, JobStatus, PayloadKind, PayloadRef, Tier, WireModel
 
 Sha256Hex = Annotated[
     str, Field(pattern=r"^[0-9a-fA-F]{64}$", description="sha256 of the bytes, hex")
@@ -32,7 +32,7 @@ MimeType = Annotated[
 Name = Annotated[str, Field(pattern=NAME_RE.pattern, description="[A-Za-z0-9_.-], 1-63 chars")]
 
 
-class _Strict(BaseModel):
+class _Strict(WireModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
@@ -78,7 +78,7 @@ class PresignRequest(_Strict):
         return self
 
 
-class PresignPutResponse(BaseModel):
+class PresignPutResponse(WireModel):
     url: str
     method: Literal["PUT"] = "PUT"
     headers: dict[str, str] = Field(description="send exactly these headers with the PUT")
@@ -88,7 +88,7 @@ class PresignPutResponse(BaseModel):
     expires_at: str = Field(description="ISO 8601 UTC")
 
 
-class PresignGetResponse(BaseModel):
+class PresignGetResponse(WireModel):
     url: str
     method: Literal["GET"] = "GET"
     expires_at: str
@@ -105,12 +105,12 @@ class EnqueueRequest(_Strict):
         return None if self.payloadInline is None else _b64(self.payloadInline)
 
 
-class EnqueueResponse(BaseModel):
+class EnqueueResponse(WireModel):
     job_id: str
     tier: Tier
 
 
-class JobError(BaseModel):
+class JobError(WireModel):
     type: str
     message: str = ""
     traceback: str | None = None
@@ -118,7 +118,7 @@ class JobError(BaseModel):
     actual_sha256: str | None = None
 
 
-class JobStatusResponse(BaseModel):
+class JobStatusResponse(WireModel):
     job_id: str
     queue: str
     state: JobStatus
@@ -132,7 +132,7 @@ class JobStatusResponse(BaseModel):
     cancel_requested: bool = False
 
 
-class CancelResponse(BaseModel):
+class CancelResponse(WireModel):
     """DELETE .../jobs/{job_id}: 200 cancelled (it was queued), 202 running + cancel requested."""
 
     job_id: str
@@ -150,7 +150,7 @@ class PollRequest(_Strict):
     daemon_id: str = Field(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
 
 
-class DownloadUrl(BaseModel):
+class DownloadUrl(WireModel):
     """A presigned GET handed out beside an S3 reference, so the reader downloads without a
     presign call first (`POST .../payloads/presign?op=get` stays for expired URLs)."""
 
@@ -169,7 +169,7 @@ Lease = Annotated[
 ]
 
 
-class PollResponse(BaseModel):
+class PollResponse(WireModel):
     job_id: str
     namespace: str
     queue: str
@@ -213,14 +213,14 @@ class HeartbeatRequest(_Strict):
     lease: Lease
 
 
-class HeartbeatResponse(BaseModel):
+class HeartbeatResponse(WireModel):
     lease_expires_at: float = Field(description="epoch seconds; heartbeat again well before it")
     cancel_requested: bool = Field(
         description="a client asked to cancel: stop, and post the error type Cancelled"
     )
 
 
-class ResultResponse(BaseModel):
+class ResultResponse(WireModel):
     job_id: str
     state: JobStatus
     resultRef: PayloadRef | None = None
@@ -234,7 +234,7 @@ class ResultResponse(BaseModel):
 # -- public --------------------------------------------------------------------------------
 
 
-class ConfigResponse(BaseModel):
+class ConfigResponse(WireModel):
     inline_threshold: int
     max_payload_bytes: int
     presign_ttl_s: int
@@ -244,12 +244,12 @@ class ConfigResponse(BaseModel):
     batch_max_bytes: int = Field(description="inline payload bytes per batch enqueue (decoded)")
 
 
-class HealthCheck(BaseModel):
+class HealthCheck(WireModel):
     ok: bool
     detail: str
 
 
-class HealthResponse(BaseModel):
+class HealthResponse(WireModel):
     """GET /v1/health/details (any token): each check with its detail."""
 
     status: Literal["ok", "failing"]
@@ -257,7 +257,7 @@ class HealthResponse(BaseModel):
     checks: dict[str, HealthCheck]
 
 
-class PublicHealthResponse(BaseModel):
+class PublicHealthResponse(WireModel):
     """GET /v1/health (no token): overall status and only ok/failing per check."""
 
     status: Literal["ok", "failing"]
@@ -265,18 +265,18 @@ class PublicHealthResponse(BaseModel):
     checks: dict[str, Literal["ok", "failing"]]
 
 
-class ErrorBody(BaseModel):
+class ErrorBody(WireModel):
     """More fields may follow `code` and `message` (e.g. `reason`, `details`)."""
 
     code: str
     message: str
 
 
-class ErrorResponse(BaseModel):
+class ErrorResponse(WireModel):
     error: ErrorBody
 
 
-class GatewayErrorResponse(BaseModel):
+class GatewayErrorResponse(WireModel):
     """What API Gateway itself answers (no token, unknown token, body over 10 MB)."""
 
     message: str | None
@@ -285,7 +285,7 @@ class GatewayErrorResponse(BaseModel):
 # -- queues --------------------------------------------------------------------------------
 
 
-class QueueStats(BaseModel):
+class QueueStats(WireModel):
     name: str
     queued: int = Field(description="jobs waiting for a daemon (never delivered yet)")
     in_flight: int = Field(description="jobs delivered to a daemon and not finished yet")
@@ -294,7 +294,7 @@ class QueueStats(BaseModel):
     )
 
 
-class QueueListResponse(BaseModel):
+class QueueListResponse(WireModel):
     queues: list[QueueStats]
 
 
@@ -320,11 +320,11 @@ class BatchEnqueueRequest(_Strict):
     )
 
 
-class BatchItemError(BaseModel):
+class BatchItemError(WireModel):
     error: ErrorBody
 
 
-class BatchEnqueueResponse(BaseModel):
+class BatchEnqueueResponse(WireModel):
     jobs: list[EnqueueResponse | BatchItemError] = Field(
         description="one answer per job, in request order: the job, or why it was refused"
     )
@@ -341,12 +341,12 @@ class JobsStatusRequest(_Strict):
     )
 
 
-class JobStatusError(BaseModel):
+class JobStatusError(WireModel):
     job_id: str
     error: ErrorBody
 
 
-class JobsStatusResponse(BaseModel):
+class JobsStatusResponse(WireModel):
     jobs: list[JobStatusResponse | JobStatusError] = Field(
         description="one answer per job id, in request order"
     )
