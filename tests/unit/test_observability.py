@@ -118,7 +118,7 @@ from controlplane.store.tokens import process_token_store
 store = process_token_store("/payloadstore/tokens", 60)
 heavy = [
     m
-    for m in ("pydantic", "redis", "botocore.client", "aws_lambda_powertools.event_handler")
+    for m in ("pydantic", "redis", "botocore.client", "aws_lambda_powertools.event_handler.api_gateway")
     if m in sys.modules
 ]
 print(type(store._ssm).__name__, ",".join(heavy))
