@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+from typing import cast
 
 import redis
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
@@ -52,9 +53,12 @@ def get_deps() -> Deps:
     s = get_settings()
     password = None
     if s.redis_auth_secret:
-        from aws_lambda_powertools.utilities import parameters
+        # One signed GetSecretValue of our own (store/aws_http.py), not boto3's client.
+        from ..store.aws_http import secret_value
 
-        password = parameters.get_secret(s.redis_auth_secret, max_age=3600)
+        # A string secret (the stack's is generated as one); a binary one passes as bytes, as
+        # Powertools' get_secret passed it.
+        password = cast(str, secret_value(s.redis_auth_secret))
     client = cached_redis(
         s.redis_url,
         s.redis_cluster,

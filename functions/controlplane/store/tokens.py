@@ -187,11 +187,11 @@ def _match(presented: str, stored: dict[str, dict]) -> dict | None:
 def process_token_store(path: str, cache_s: int) -> TokenStore:
     """This process's token store: one SSM client and one cache, whichever handler instance asks.
 
-    The client reads the tokens with one SigV4-signed HTTPS request of its own (store/ssm_http.py:
+    The client reads the tokens with one SigV4-signed HTTPS request of its own (store/aws_http.py:
     botocore's import and SSM model cost ~0.25 s of CPU at cold start, for that one call) when
     the environment holds the region and the keys, as Lambda's does; otherwise, and for the
     admin function's writes, it is botocore's (not boto3: ~0.1 s fewer imports)."""
-    from .ssm_http import SsmHttpClient
+    from .aws_http import SsmHttpClient
 
     client = SsmHttpClient.from_environment()
     if client is None:

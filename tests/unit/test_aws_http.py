@@ -1,5 +1,6 @@
-"""The authorizer's in-process SSM client signs exactly what botocore's SigV4Auth signs, pages like
-botocore's paginator, retries what botocore would, and leaves to botocore what it cannot resolve."""
+"""The in-process SSM and Secrets Manager clients sign exactly what botocore's SigV4Auth signs, page
+like botocore's paginator, retry what botocore would, and leave to botocore what they cannot
+resolve."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import pytest
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
-from controlplane.store import ssm_http
-from controlplane.store.ssm_http import SsmHttpClient, SsmRequestError
+from controlplane.store import aws_http
+from controlplane.store.aws_http import AwsRequestError, SecretsManagerHttpClient, SsmHttpClient
 
 from tests.unit.test_presign_signer import FROZEN, frozen_time
 
@@ -47,6 +48,49 @@ def test_signature_is_botocores(monkeypatch, region, endpoint, token):
     assert ours["Authorization"] == request.headers["Authorization"]
     assert ours["X-Amz-Date"] == request.headers["X-Amz-Date"]
     assert ours.get("X-Amz-Security-Token") == request.headers.get("X-Amz-Security-Token")
+
+
+@pytest.mark.parametrize("endpoint", [None, "http://127.0.0.1:45123"])
+def test_secrets_manager_signature_is_botocores(monkeypatch, endpoint):
+    frozen_time(monkeypatch)
+    client = SecretsManagerHttpClient("eu-west-1", endpoint, credentials=(AKID, SECRET, "tok"))
+    body = json.dumps({"SecretId": "arn:aws:secretsmanager:eu-west-1:1:secret:x"}).encode()
+    ours = client.signed_headers("GetSecretValue", body, now=FROZEN)
+    request = AWSRequest(
+        method="POST",
+        url=f"{client.scheme}://{client.host}{client.path}",
+        data=body,
+        headers={
+            "Content-Type": "application/x-amz-json-1.1",
+            "X-Amz-Target": "secretsmanager.GetSecretValue",
+        },
+    )
+    SigV4Auth(Credentials(AKID, SECRET, "tok"), "secretsmanager", "eu-west-1").add_auth(request)
+    assert ours["Authorization"] == request.headers["Authorization"]
+    if endpoint is None:
+        assert client.host == "secretsmanager.eu-west-1.amazonaws.com"
+
+
+def test_secret_value_is_the_string_else_the_binary():
+    client = SecretsManagerHttpClient("us-east-1", credentials=(AKID, SECRET, None))
+    answers = Answers(client, [(200, {"SecretString": "pw"}), (200, {"SecretBinary": "AAE="})])
+    assert client.secret_value("s") == "pw"
+    assert client.secret_value("s") == b"\x00\x01"
+    assert answers.sent[0] == {"target": "secretsmanager.GetSecretValue", "SecretId": "s"}
+
+
+def test_secrets_manager_endpoint_from_environment():
+    env = {
+        "AWS_ACCESS_KEY_ID": AKID,
+        "AWS_SECRET_ACCESS_KEY": SECRET,
+        "AWS_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL_SSM": "http://127.0.0.1:5000",
+        "AWS_ENDPOINT_URL_SECRETS_MANAGER": "http://127.0.0.1:5002",
+    }
+    client = SecretsManagerHttpClient.from_environment(env)
+    assert client is not None and client.host == "127.0.0.1:5002"
+    ssm = SsmHttpClient.from_environment(env)
+    assert ssm is not None and ssm.host == "127.0.0.1:5000"
 
 
 def test_default_endpoint_is_the_regional_one():
@@ -169,7 +213,7 @@ def test_pages_follow_next_token(monkeypatch):
 
 
 def test_throttling_5xx_and_connection_errors_are_tried_again(monkeypatch):
-    monkeypatch.setattr(ssm_http.time, "sleep", lambda s: None)
+    monkeypatch.setattr(aws_http.time, "sleep", lambda s: None)
     client = SsmHttpClient("us-east-1", credentials=(AKID, SECRET, None))
     Answers(
         client,
@@ -182,7 +226,7 @@ def test_throttling_5xx_and_connection_errors_are_tried_again(monkeypatch):
     assert client.call("GetParametersByPath", {"Path": "/p"}) == {"Parameters": []}
 
     Answers(client, [(503, {}), (500, {}), (502, {})])
-    with pytest.raises(SsmRequestError) as err:
+    with pytest.raises(AwsRequestError) as err:
         client.call("GetParametersByPath", {"Path": "/p"})
     assert err.value.status == 502
 
@@ -193,7 +237,7 @@ def test_other_errors_are_raised_at_once():
         client,
         [(400, {"__type": "AccessDeniedException", "message": "not allowed"}), (200, {})],
     )
-    with pytest.raises(SsmRequestError) as err:
+    with pytest.raises(AwsRequestError) as err:
         client.call("GetParametersByPath", {"Path": "/p"})
     assert (err.value.code, err.value.status) == ("AccessDeniedException", 400)
     assert len(answers.sent) == 1

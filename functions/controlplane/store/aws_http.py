@@ -1,27 +1,30 @@
-"""SSM Parameter Store reads for the authorizer, SigV4-signed in-process over one HTTPS request.
+"""AWS calls of the cold-start path, SigV4-signed in-process and sent with the standard library.
 
-The authorizer makes one kind of AWS call: GetParametersByPath, to read the token hashes. Through
-botocore that call costs ~250 ms of CPU on a cold start (importing botocore ~170 ms, loading the
-SSM service model and building the client ~70 ms) against a ~60 ms import of the authorizer
-itself. `SsmHttpClient` sends the same request (AWS JSON 1.1 protocol, SigV4 header signing,
-byte for byte what botocore signs: tests/unit/test_ssm_http.py holds the two equal) with the
-standard library only.
+Two AWS reads happen on a cold start: the authorizer's GetParametersByPath (the token hashes,
+SSM) and, in a deployed stack, every API function's GetSecretValue (the ElastiCache AUTH token,
+Secrets Manager). Through botocore each costs ~0.25 s of CPU on a cold start (importing botocore
+~170 ms, loading the service model and building the client ~70 ms; Powertools' parameters
+utility adds boto3), more than the rest of the authorizer's cold start. `AwsJsonClient` sends the
+same request (AWS JSON 1.1 protocol, SigV4 header signing, byte for byte what botocore's
+SigV4Auth signs: tests/unit/test_aws_http.py holds the two equal).
 
-It answers `get_paginator("get_parameters_by_path").paginate(Path=...)` like a botocore client;
-everything else (put_parameter, delete_parameter, `exceptions`: the admin function's mint and
-revoke) goes to a botocore client created on first use. `from_environment` returns None when
-the environment leaves the endpoint or the credentials to botocore's own resolution (no keys in
-the environment, no region, FIPS or dual-stack endpoints, a partition other than aws): the
-caller then uses a botocore client, as before.
+`SsmHttpClient` answers `get_paginator("get_parameters_by_path").paginate(Path=...)` like a
+botocore client; everything else (put_parameter, delete_parameter, `exceptions`: the admin
+function's mint and revoke) goes to a botocore client created on first use. `secret_value` reads
+one secret. `from_environment` returns None when the environment leaves the endpoint or the
+credentials to botocore's own resolution (no keys in the environment, no region, FIPS or
+dual-stack endpoints, a partition other than aws): the callers then use botocore (Powertools for
+the secret), as before.
 
 Failures: throttling, 5xx answers and connection errors are tried again (ATTEMPTS in all, with
 jittered backoff, as botocore's standard retry mode does); any other error answer, or the last
-failed attempt, raises `SsmRequestError`, which the authorizer lets through as it let botocore's
-ClientError through (API Gateway answers 500).
+failed attempt, raises `AwsRequestError`, which goes where botocore's ClientError went (the
+authorizer fails, API Gateway answers 500; an API function answers 500 internal_error).
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
@@ -30,11 +33,9 @@ import random
 import re
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Self
 
-SERVICE = "ssm"
 JSON_CONTENT_TYPE = "application/x-amz-json-1.1"
-TARGET_PREFIX = "AmazonSSM."
 # Per attempt: well inside the authorizer's timeout even when tried again.
 TIMEOUT_S = 3.0
 ATTEMPTS = 3
@@ -56,8 +57,8 @@ _STANDARD_REGION = re.compile(r"^(us|eu|ap|sa|ca|me|af|il|mx)-[a-z]+-\d+$")
 _TRUE = ("1", "true", "yes", "on")
 
 
-class SsmRequestError(RuntimeError):
-    """SSM refused the request, or could not be reached on any attempt."""
+class AwsRequestError(RuntimeError):
+    """The service refused the request, or could not be reached on any attempt."""
 
     def __init__(self, message: str, code: str = "", status: int = 0):
         super().__init__(message)
@@ -65,13 +66,19 @@ class SsmRequestError(RuntimeError):
         self.status = status
 
 
-def _env_endpoint(environ: dict[str, str] | os._Environ[str]) -> str | None:
+def _env_endpoint(environ: dict[str, str] | os._Environ[str], env_name: str) -> str | None:
     if environ.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "").lower() in _TRUE:
         return None
-    return environ.get("AWS_ENDPOINT_URL_SSM") or environ.get("AWS_ENDPOINT_URL") or None
+    return environ.get(f"AWS_ENDPOINT_URL_{env_name}") or environ.get("AWS_ENDPOINT_URL") or None
 
 
-class SsmHttpClient:
+class AwsJsonClient:
+    """One AWS JSON 1.1 service: `call(operation, params)` -> the parsed answer."""
+
+    SERVICE = ""  # signing name and endpoint prefix, e.g. "ssm"
+    TARGET_PREFIX = ""  # X-Amz-Target before the operation, e.g. "AmazonSSM."
+    ENDPOINT_ENV = ""  # AWS_ENDPOINT_URL_<this>: botocore's name for the service's endpoint
+
     def __init__(
         self,
         region: str,
@@ -79,7 +86,7 @@ class SsmHttpClient:
         credentials: tuple[str, str, str | None] | None = None,
     ):
         self.region = region
-        url = (endpoint_url or f"https://ssm.{region}.amazonaws.com").rstrip("/")
+        url = (endpoint_url or f"https://{self.SERVICE}.{region}.amazonaws.com").rstrip("/")
         scheme, _, rest = url.partition("://")
         if scheme not in ("http", "https") or not rest:
             raise ValueError(f"not an http(s) endpoint: {endpoint_url!r}")
@@ -90,10 +97,9 @@ class SsmHttpClient:
         self.host = netloc.removesuffix(default_port)
         self._credentials = credentials
         self._key_cache: tuple[str, str, bytes] | None = None  # (secret, date, key)
-        self._botocore: Any = None
 
     @classmethod
-    def from_environment(cls, environ: dict[str, str] | None = None) -> SsmHttpClient | None:
+    def from_environment(cls, environ: dict[str, str] | None = None) -> Self | None:
         """A client for this process's environment, or None where botocore must resolve the
         endpoint or the credentials itself."""
         env = os.environ if environ is None else environ
@@ -107,32 +113,10 @@ class SsmHttpClient:
             for name in ("AWS_USE_FIPS_ENDPOINT", "AWS_USE_DUALSTACK_ENDPOINT")
         ):
             return None
-        endpoint = _env_endpoint(env)
+        endpoint = _env_endpoint(env, cls.ENDPOINT_ENV)
         if endpoint is None and not _STANDARD_REGION.match(region):
             return None
         return cls(region, endpoint)
-
-    # -- what the token store uses, shaped like a botocore client ------------------------------
-
-    def get_paginator(self, operation: str):
-        if operation == "get_parameters_by_path":
-            return _ParametersByPath(self)
-        return self._client().get_paginator(operation)
-
-    def __getattr__(self, name: str):
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(self._client(), name)
-
-    def _client(self):
-        """botocore's SSM client, for every operation but GetParametersByPath (created once)."""
-        if self._botocore is None:
-            import botocore.session
-
-            self._botocore = botocore.session.get_session().create_client(
-                SERVICE, region_name=self.region
-            )
-        return self._botocore
 
     # -- the request ---------------------------------------------------------------------------
 
@@ -141,7 +125,7 @@ class SsmHttpClient:
             return self._credentials
         akid, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
         if not (akid and secret):
-            raise SsmRequestError("no AWS credentials in the environment to sign with")
+            raise AwsRequestError("no AWS credentials in the environment to sign with")
         return akid, secret, os.environ.get("AWS_SESSION_TOKEN") or None
 
     def _signing_key(self, secret: str, date: str) -> bytes:
@@ -149,7 +133,7 @@ class SsmHttpClient:
         if cached and cached[0] == secret and cached[1] == date:
             return cached[2]
         key = hmac.new(("AWS4" + secret).encode(), date.encode(), hashlib.sha256).digest()
-        for part in (self.region, SERVICE, "aws4_request"):
+        for part in (self.region, self.SERVICE, "aws4_request"):
             key = hmac.new(key, part.encode(), hashlib.sha256).digest()
         self._key_cache = (secret, date, key)
         return key
@@ -164,7 +148,7 @@ class SsmHttpClient:
             "Content-Type": JSON_CONTENT_TYPE,
             "Host": self.host,
             "X-Amz-Date": stamp,
-            "X-Amz-Target": TARGET_PREFIX + operation,
+            "X-Amz-Target": self.TARGET_PREFIX + operation,
         }
         if token:
             headers["X-Amz-Security-Token"] = token
@@ -180,7 +164,7 @@ class SsmHttpClient:
                 hashlib.sha256(body).hexdigest(),
             )
         )
-        scope = f"{date}/{self.region}/{SERVICE}/aws4_request"
+        scope = f"{date}/{self.region}/{self.SERVICE}/aws4_request"
         string_to_sign = (
             f"AWS4-HMAC-SHA256\n{stamp}\n{scope}\n"
             + hashlib.sha256(canonical_request.encode()).hexdigest()
@@ -195,9 +179,9 @@ class SsmHttpClient:
         return headers
 
     def call(self, operation: str, params: dict) -> dict:
-        """One SSM operation (PascalCase name, e.g. GetParametersByPath), its parsed answer."""
+        """One operation (PascalCase name, e.g. GetParametersByPath), its parsed answer."""
         body = json.dumps(params, separators=(",", ":")).encode()
-        last: SsmRequestError | None = None
+        last: AwsRequestError | None = None
         for attempt in range(ATTEMPTS):
             if attempt:
                 # Full jitter, as botocore's standard mode: up to 0.1 s, 0.2 s, ...
@@ -205,13 +189,13 @@ class SsmHttpClient:
             try:
                 status, data = self._send(self.signed_headers(operation, body), body)
             except OSError as e:  # includes http.client's errors, timeouts and refused connections
-                last = SsmRequestError(f"SSM {operation}: {type(e).__name__}: {e}")
+                last = AwsRequestError(f"{self.SERVICE} {operation}: {type(e).__name__}: {e}")
                 continue
             if status == 200:
                 return json.loads(data) if data.strip() else {}
             code, message = _error_of(data)
-            last = SsmRequestError(
-                f"SSM {operation} answered {status} {code}: {message}", code, status
+            last = AwsRequestError(
+                f"{self.SERVICE} {operation} answered {status} {code}: {message}", code, status
             )
             if status < 500 and code not in RETRYABLE_CODES:
                 raise last
@@ -248,6 +232,70 @@ def _error_of(data: bytes) -> tuple[str, str]:
         return "", str(value)[:200]
     code = str(value.get("__type") or value.get("code") or "").rpartition("#")[2]
     return code, str(value.get("message") or value.get("Message") or "")
+
+
+class SsmHttpClient(AwsJsonClient):
+    """SSM Parameter Store, shaped like botocore's client for what the token store reads."""
+
+    SERVICE = "ssm"
+    TARGET_PREFIX = "AmazonSSM."
+    ENDPOINT_ENV = "SSM"
+
+    def __init__(
+        self,
+        region: str,
+        endpoint_url: str | None = None,
+        credentials: tuple[str, str, str | None] | None = None,
+    ):
+        super().__init__(region, endpoint_url, credentials)
+        self._botocore: Any = None
+
+    # -- what the token store uses, shaped like a botocore client ------------------------------
+
+    def get_paginator(self, operation: str):
+        if operation == "get_parameters_by_path":
+            return _ParametersByPath(self)
+        return self._client().get_paginator(operation)
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._client(), name)
+
+    def _client(self):
+        """botocore's SSM client, for every operation but GetParametersByPath (created once)."""
+        if self._botocore is None:
+            import botocore.session
+
+            self._botocore = botocore.session.get_session().create_client(
+                self.SERVICE, region_name=self.region
+            )
+        return self._botocore
+
+
+class SecretsManagerHttpClient(AwsJsonClient):
+    SERVICE = "secretsmanager"
+    TARGET_PREFIX = "secretsmanager."
+    ENDPOINT_ENV = "SECRETS_MANAGER"
+
+    def secret_value(self, secret_id: str) -> str | bytes:
+        """The secret's current value: its string, else its binary (what Powertools'
+        `parameters.get_secret` answers)."""
+        answer = self.call("GetSecretValue", {"SecretId": secret_id})
+        if "SecretString" in answer:
+            return answer["SecretString"]
+        return base64.b64decode(answer["SecretBinary"])
+
+
+def secret_value(secret_id: str) -> str | bytes:
+    """A Secrets Manager secret, read with one signed request where the environment allows
+    (Lambda's does), else through Powertools (boto3), as before."""
+    client = SecretsManagerHttpClient.from_environment()
+    if client is None:
+        from aws_lambda_powertools.utilities import parameters
+
+        return parameters.get_secret(secret_id, max_age=3600)
+    return client.secret_value(secret_id)
 
 
 class _ParametersByPath:
