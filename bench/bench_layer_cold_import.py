@@ -3,8 +3,9 @@
 Each sample is a fresh python3.13 process with only the staged code asset (/var/task) and the
 staged dependency layer (/opt/python) on sys.path (`-I -S -B`: nothing from this machine's
 site-packages, no bytecode written), which imports one handler module and answers one request
-(the function's sample event from events/, against a private redis-server and the local S3/SSM
-emulator). Figures per function, median of N:
+(the function's sample event from events/, against a private redis-server and the local
+S3/SSM/Secrets Manager emulator; Redis asks for the password the functions read from a secret, as
+a deployed stack does, unless --no-redis-auth). Figures per function, median of N:
 
 - import: importing the handler module;
 - first request: the first `lambda_handler(event, context)` (clients created on first use);
@@ -17,6 +18,7 @@ The assets are staged by infra/bundling.py (the code CDK synth uses, bytecode in
 POWERTOOLS_METRICS_DISABLED=true.
 
     .venv/bin/python bench/bench_layer_cold_import.py [-n 10] [--cdk-out cdk.out] [--source-only] [--only authorizer,...]
+        [--no-redis-auth]
 """
 
 from __future__ import annotations
@@ -191,10 +193,15 @@ def interpreter_start(python: str, runs: int) -> tuple[float, float]:
 
 
 class LocalServices:
-    """redis-server + the S3/SSM emulator, a bucket, and one client and one daemon token."""
+    """redis-server + the S3/SSM/Secrets Manager emulator, a bucket, and one client token.
 
-    def __init__(self, tmp: Path):
+    redis_auth (the default): Redis asks for a password that the functions read from a Secrets
+    Manager secret named by REDIS_AUTH_SECRET, as in a deployed stack (ElastiCache AUTH); a cold
+    start there reads that secret on its first request."""
+
+    def __init__(self, tmp: Path, redis_auth: bool = True):
         self.tmp = tmp
+        self.redis_auth = redis_auth
 
     def __enter__(self) -> Self:
         import boto3
@@ -227,6 +234,20 @@ class LocalServices:
             token_path=token_path,
         )
         env.pop("AWS_LAMBDA_FUNCTION_NAME", None)
+        if self.redis_auth:
+            import redis
+
+            password = "bench-" + os.urandom(12).hex()
+            secrets = boto3.client(
+                "secretsmanager",
+                endpoint_url=self.moto.endpoint,
+                region_name="us-east-1",
+                **_keys(aws),
+            )
+            arn = secrets.create_secret(Name="payloadstore/bench/redis-auth", SecretString=password)
+            redis.Redis.from_url(self.redis.url).config_set("requirepass", password)
+            env["REDIS_AUTH_SECRET"] = arn["ARN"]
+            env["AWS_ENDPOINT_URL_SECRETS_MANAGER"] = self.moto.endpoint
         self.env = {
             **env,
             "PATH": os.environ.get("PATH", ""),
@@ -308,7 +329,11 @@ def summarize(samples: dict[str, list[Sample]], baseline: tuple[float, float]) -
 
 
 def run(
-    runs: int, cdk_out: Path | None, source_only: bool = False, only: tuple[str, ...] = ()
+    runs: int,
+    cdk_out: Path | None,
+    source_only: bool = False,
+    only: tuple[str, ...] = (),
+    redis_auth: bool = True,
 ) -> dict:
     from infra.bundling import find_runtime_python
 
@@ -318,7 +343,7 @@ def run(
     with tempfile.TemporaryDirectory(prefix="bench-cold-") as tmp_s:
         tmp = Path(tmp_s)
         code, layer = staged_dirs(cdk_out) if cdk_out else stage_assets(tmp / "staged")
-        with LocalServices(tmp) as services:
+        with LocalServices(tmp, redis_auth) as services:
             baseline = interpreter_start(python, runs)
             rows = summarize(measure(python, code, layer, runs, services, only), baseline)
             result = {
@@ -326,6 +351,7 @@ def run(
                 "runs": runs,
                 "rows": rows,
                 "load": " ".join(f"{x:.1f}" for x in os.getloadavg()),
+                "redis_auth": redis_auth,
             }
             if source_only:
                 ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
@@ -347,7 +373,12 @@ def report(result: dict) -> str:
             f"{result['python']} -I -S -B, staged code asset + layer with bytecode, median of "
             f"{result['runs']} fresh processes per function (interleaved); load average "
             f"{result.get('load', '?')}; `-c pass` {rows[0]['baseline_ms']:.0f} ms wall, "
-            f"{rows[0]['baseline_cpu_ms']:.0f} ms CPU"
+            f"{rows[0]['baseline_cpu_ms']:.0f} ms CPU; "
+            + (
+                "Redis AUTH from a Secrets Manager secret (as deployed)"
+                if result.get("redis_auth", True)
+                else "Redis without AUTH (as the local stack)"
+            )
         ),
         (
             "CPU time of the process (the judged figure: the machine is shared, wall clock is not"
@@ -394,12 +425,17 @@ def main() -> None:
         default="",
         help=f"comma-separated functions (default all: {','.join(FIRST_REQUEST)})",
     )
+    parser.add_argument(
+        "--no-redis-auth",
+        action="store_true",
+        help="Redis without a password (the local stack) instead of AUTH from a secret (deployed)",
+    )
     args = parser.parse_args()
     only = tuple(x for x in args.only.split(",") if x)
     unknown = set(only) - set(FIRST_REQUEST)
     if unknown:
         parser.error(f"unknown function(s): {', '.join(sorted(unknown))}")
-    result = run(args.n, args.cdk_out, args.source_only, only)
+    result = run(args.n, args.cdk_out, args.source_only, only, not args.no_redis_auth)
     print(report(result))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
