@@ -142,6 +142,15 @@ def json_response(status: int, model, headers: dict | None = None) -> Response:
     )
 
 
+def json_text_response(status: int, model) -> Response:
+    """The model serialized here, once, for a route whose answer Powertools does not validate
+    (it declares no return type, e.g. poll: 200 or an empty 204): a JSON string passes through
+    as it is, where a model would go through Powertools' generic (and slower) encoder."""
+    return Response(
+        status_code=status, content_type="application/json", body=model.model_dump_json()
+    )
+
+
 def empty_response(status: int = 204) -> Response:
     # No content type: Powertools' response validation passes non-JSON responses through as is.
     return Response(status_code=status, content_type=None, body="")

@@ -17,7 +17,15 @@ from ..models.wire import (
     ResultPost,
 )
 from ..observability import lambda_entry
-from ._common import empty_response, get_deps, json_response, new_resolver, principal, roles_for
+from ._common import (
+    empty_response,
+    get_deps,
+    json_response,
+    json_text_response,
+    new_resolver,
+    principal,
+    roles_for,
+)
 
 POLL = "/v1/daemon/poll"
 RESULT = "/v1/namespaces/<ns>/jobs/<job_id>/result"
@@ -44,7 +52,7 @@ def register(app) -> None:
     def poll_job(body: Annotated[PollRequest, Body()]):
         p = principal(app, poll_roles)
         delivery = poll(p, body, get_deps())
-        return empty_response(204) if delivery is None else json_response(200, delivery)
+        return empty_response(204) if delivery is None else json_text_response(200, delivery)
 
     @app.post(
         RESULT, summary="Post a job's result or error", responses={204: {"description": "stored"}}

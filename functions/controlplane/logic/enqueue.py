@@ -66,11 +66,15 @@ def _crockford(value: int, chars: int) -> str:
     return "".join(_CROCKFORD[(value >> (5 * i)) & 31] for i in reversed(range(chars)))
 
 
-@lru_cache(maxsize=1024)
-def _minute_prefix(ms: int) -> str:
-    """The 10 time characters of a job id at `ms` (the minutes of the last hours repeat in
-    every request with an Idempotency-Key: computed once per container)."""
-    return _crockford(ms, 10)
+@lru_cache(maxsize=4)
+def _minutes(bucket: int, back: int) -> tuple[tuple[str, int], ...]:
+    """(10 time characters of a job id, its ms) of the minute `bucket` and the `back` minutes
+    before it, newest first: the same for every request of that minute, so computed once."""
+    out = []
+    for i in range(back + 1):
+        ms = (bucket - i) * IDEMPOTENCY_BUCKET_MS
+        out.append((_crockford(ms, 10), ms))
+    return tuple(out)
 
 
 def idempotent_job_ids(namespace: str, key: str, now_ms: int, ttl_s: int) -> list[tuple[str, int]]:
@@ -78,13 +82,8 @@ def idempotent_job_ids(namespace: str, key: str, now_ms: int, ttl_s: int) -> lis
     newest first. ULID layout: 10 chars of ms, then 16 chars of 80 bits from sha256."""
     random80 = int.from_bytes(hashlib.sha256(f"{namespace}\0{key}".encode()).digest()[:10], "big")
     tail = _crockford(random80, 16)
-    bucket = now_ms // IDEMPOTENCY_BUCKET_MS
     back = math.ceil(ttl_s * 1000 / IDEMPOTENCY_BUCKET_MS)
-    out = []
-    for i in range(back + 1):
-        ms = (bucket - i) * IDEMPOTENCY_BUCKET_MS
-        out.append((_minute_prefix(ms) + tail, ms))
-    return out
+    return [(prefix + tail, ms) for prefix, ms in _minutes(now_ms // IDEMPOTENCY_BUCKET_MS, back)]
 
 
 def _enqueue_inline(

@@ -33,6 +33,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import redis
@@ -472,6 +473,12 @@ def digest(kind: str, data: bytes | str) -> bytes:
     """What a result post is remembered by (16 bytes): its kind and sha256 of its content."""
     raw = data.encode() if isinstance(data, str) else data
     return kind[0].encode() + hashlib.sha256(raw).digest()[:15]
+
+
+@lru_cache(maxsize=64)
+def _error_digest(error_json: str) -> bytes:
+    """digest() of the few fixed error bodies a delivery may write (limit, cancelled)."""
+    return digest("error", error_json)
 
 
 @dataclass(frozen=True)
@@ -992,9 +999,9 @@ class RedisJobStore:
                 consumer,
                 max_deliveries,
                 limit_error,
-                digest("error", limit_error),
+                _error_digest(limit_error),
                 cancel_error,
-                digest("error", cancel_error),
+                _error_digest(cancel_error),
             ],
         )
         if out.status == "limit":
