@@ -110,13 +110,8 @@ def main() -> None:
             "/v1/namespaces/{ns}/queues/{queue}/jobs",
             {"ns": "dev", "queue": "default"},
             body={
-                "payloadRef": {
-                    "kind": "s3",
-                    "bucket": "payloadstore-payloads",
-                    "key": key,
-                    "size": 8388608,
-                    "contentType": "application/msgpack",
-                }
+                # As the SDK sends it: what the control plane checks against what it issued.
+                "payloadRef": {"bucket": "payloadstore-payloads", "key": key, "size": 8388608}
             },
         ),
         "job_status": event(

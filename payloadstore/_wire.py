@@ -108,6 +108,18 @@ class PayloadRef:
             out["sha256"] = self.sha256
         return out
 
+    def to_request(self) -> dict[str, Any]:
+        """The reference as an enqueue or a result post sends it: only what the control plane
+        checks against what it issued (bucket, key, size). It already knows the content type
+        and the sha256 (signed at presign, checked against the object's own checksum), and
+        `kind` defaults to s3."""
+        out: dict[str, Any] = {"bucket": self.bucket, "key": self.key}
+        if self.kind != "s3":
+            out["kind"] = self.kind
+        if self.size is not None:
+            out["size"] = self.size
+        return out
+
     @classmethod
     def from_wire(cls, body: Mapping[str, Any]) -> PayloadRef:
         size = body.get("size")
@@ -249,7 +261,7 @@ class BatchItem:
         out: dict[str, Any] = (
             {"payloadInline": base64.b64encode(self.inline).decode("ascii")}
             if self.inline is not None
-            else {"payloadRef": self.ref.to_wire() if self.ref else None}
+            else {"payloadRef": self.ref.to_request() if self.ref else None}
         )
         if self.idempotency_key:
             out["idempotency_key"] = self.idempotency_key
@@ -655,10 +667,14 @@ def presign_put(
     content_type: str = MSGPACK,
     job_id: str | None = None,
 ) -> Call[UploadGrant]:
-    body: dict[str, Any] = {"op": "put", "size": size, "kind": kind}
+    # kind and content_type only when they differ from the server's defaults (args, msgpack).
+    body: dict[str, Any] = {"op": "put", "size": size}
+    if kind != "args":
+        body["kind"] = kind
     if sha256:
         body["sha256"] = sha256
-    body["content_type"] = content_type
+    if content_type != MSGPACK:
+        body["content_type"] = content_type
     if job_id:
         body["job_id"] = job_id
     return Call(
@@ -713,7 +729,7 @@ def enqueue_ref(namespace: str, queue: str, ref: PayloadRef) -> Call[Enqueued]:
         f"enqueue on queue {queue}",
         parse_enqueued("s3"),
         ok=frozenset({200, 201}),
-        json={"payloadRef": ref.to_wire()},
+        json={"payloadRef": ref.to_request()},
     )
 
 
@@ -819,7 +835,7 @@ def post_result(
     if inline is not None:
         body: dict[str, Any] = {"resultInline": base64.b64encode(inline).decode("ascii")}
     elif ref is not None:
-        body = {"resultRef": ref.to_wire()}
+        body = {"resultRef": ref.to_request()}
     else:
         body = {"error": dict(error or {})}
     if lease is not None:

@@ -154,6 +154,8 @@ class FakeWorld:
                 )
             if path.endswith("/result") and request.method == "POST":
                 job["result"] = json.loads(body)
+                if "resultRef" in job["result"]:
+                    job["result"]["resultRef"] = self._issued_ref(job["result"]["resultRef"]["key"])
                 job["state"] = "failed" if "error" in job["result"] else "succeeded"
                 return httpx.Response(204)
             if path.endswith("/failure"):
@@ -189,7 +191,22 @@ class FakeWorld:
                 "expires_at": self.download_expires_at,
             }
 
+    def _issued_ref(self, key: str) -> dict:
+        """A reference as the server answers it: rebuilt from what it issued for the key (an
+        enqueue or a result post sends only bucket, key and size)."""
+        issue = self.issued[key]
+        return {
+            "kind": "s3",
+            "bucket": BUCKET,
+            "key": key,
+            "size": issue["size"],
+            "contentType": "application/msgpack",
+            "sha256": issue["sha256"],
+        }
+
     def _presign(self, req: dict) -> httpx.Response:
+        # The server's defaults, for what a request leaves out.
+        req = {"kind": "args", "content_type": "application/msgpack", **req}
         if req["op"] == "get":
             if req["key"] not in self.issued:
                 return httpx.Response(
@@ -263,7 +280,7 @@ class FakeWorld:
             job_id = issue["job_id"]
             if job_id in self.jobs:
                 return httpx.Response(200, json={"job_id": job_id, "tier": "s3"})
-            payload = {"payloadRef": ref}
+            payload = {"payloadRef": self._issued_ref(ref["key"])}
             tier = "s3"
         self.jobs[job_id] = {"queue": queue, "state": "queued", "tier": tier, "payload": payload}
         self.queue.append(job_id)

@@ -74,25 +74,20 @@ def test_given_a_large_call_when_added_then_bytes_go_to_s3_with_the_signed_heade
     (presign,) = world.calls("POST", "/payloads/presign")
     body = json.loads(presign.content)
     encoded = codec.encode({"args": [payload], "kwargs": {}})
-    assert body == {
-        "op": "put",
-        "size": encoded.nbytes,
-        "kind": "args",
-        "sha256": encoded.sha256(),
-        "content_type": "application/msgpack",
-    }
+    # kind=args and content_type=application/msgpack are the server's defaults: not sent
+    assert body == {"op": "put", "size": encoded.nbytes, "sha256": encoded.sha256()}
     (put,) = world.calls("PUT", "s3.test")
     assert "authorization" not in put.headers
     stored = world.objects[f"payloads/2026/01/01/{job.job_id}/args"]
     assert hashlib.sha256(stored).hexdigest() == encoded.sha256()
-    ref = world.jobs[job.job_id]["payload"]["payloadRef"]
-    assert ref == {
-        "kind": "s3",
-        "bucket": "fake-bucket",
-        "key": f"payloads/2026/01/01/{job.job_id}/args",
-        "size": encoded.nbytes,
-        "contentType": "application/msgpack",
-        "sha256": encoded.sha256(),
+    # The enqueue names the issued key with its bucket and size; the server knows the rest
+    (enqueue,) = world.calls("POST", "/queues/q/jobs")
+    assert json.loads(enqueue.content) == {
+        "payloadRef": {
+            "bucket": "fake-bucket",
+            "key": f"payloads/2026/01/01/{job.job_id}/args",
+            "size": encoded.nbytes,
+        }
     }
 
 

@@ -80,25 +80,14 @@ def error(status: int, code: str | None, message: str = "m", **headers: str) -> 
             _wire.presign_put("team", size=5, kind="args", sha256="ab" * 32),
             "POST",
             "/v1/namespaces/team/payloads/presign",
-            {
-                "op": "put",
-                "size": 5,
-                "kind": "args",
-                "sha256": "ab" * 32,
-                "content_type": "application/msgpack",
-            },
+            # kind=args and content_type=application/msgpack are the server's defaults
+            {"op": "put", "size": 5, "sha256": "ab" * 32},
         ),
         (
             _wire.presign_put("team", size=5, kind="result", sha256=None, job_id="J1"),
             "POST",
             "/v1/namespaces/team/payloads/presign",
-            {
-                "op": "put",
-                "size": 5,
-                "kind": "result",
-                "content_type": "application/msgpack",
-                "job_id": "J1",
-            },
+            {"op": "put", "size": 5, "kind": "result", "job_id": "J1"},
         ),
         (
             _wire.presign_get("team", "k1"),
@@ -110,7 +99,8 @@ def error(status: int, code: str | None, message: str = "m", **headers: str) -> 
             _wire.enqueue_ref("team", "q", REF),
             "POST",
             "/v1/namespaces/team/queues/q/jobs",
-            {"payloadRef": REF.to_wire()},
+            # only what the server checks against what it issued
+            {"payloadRef": {"bucket": "b", "key": "payloads/2026/01/01/J1/args", "size": 10}},
         ),
         (_wire.job_status("team", "J1"), "GET", "/v1/namespaces/team/jobs/J1", None),
         (
@@ -129,7 +119,7 @@ def error(status: int, code: str | None, message: str = "m", **headers: str) -> 
             _wire.post_result("team", "J1", ref=REF),
             "POST",
             "/v1/namespaces/team/jobs/J1/result",
-            {"resultRef": REF.to_wire()},
+            {"resultRef": {"bucket": "b", "key": "payloads/2026/01/01/J1/args", "size": 10}},
         ),
         (
             _wire.post_result("team", "J1", error={"type": "E", "message": "x"}),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import secrets
+from functools import lru_cache
 
 from ..models.domain import JOB_ID_RE, JobStatus, PayloadKind
 from ..models.errors import Conflict, Forbidden, NotFound, PayloadTooLarge, Unprocessable
@@ -31,6 +32,7 @@ def new_lease() -> str:
     return secrets.token_urlsafe(12)
 
 
+@lru_cache(maxsize=8)
 def delivery_limit_error(max_deliveries: int) -> str:
     return dumps(
         {
@@ -65,7 +67,9 @@ def poll(p: Principal, req: PollRequest, deps: Deps) -> PollResponse | None:
             return None
         now = deps.clock()
         now_ms = int(now * 1000)
-        lease, lease_expires = new_lease(), now + s.visibility_timeout_s
+        # The lease's expiry in whole ms, as stored (and as short on the wire).
+        lease, lease_ms = new_lease(), int((now + s.visibility_timeout_s) * 1000)
+        lease_expires = lease_ms / 1000
         if not entry.job_id or now_ms - _entry_ms(entry.stream_id) > s.retention_s * 1000:
             outcome_status = "expired"
         else:
@@ -74,7 +78,7 @@ def poll(p: Principal, req: PollRequest, deps: Deps) -> PollResponse | None:
                 p.namespace,
                 now_ms,
                 lease=lease,
-                lease_expires_ms=int(lease_expires * 1000),
+                lease_expires_ms=lease_ms,
                 consumer=req.daemon_id,
                 max_deliveries=s.max_deliveries,
                 limit_error=delivery_limit_error(s.max_deliveries),

@@ -15,6 +15,8 @@ requested ends `cancelled` at its next delivery instead of running again.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from ..models.domain import JobStatus, job_id_time_s
 from ..models.errors import Conflict, LeaseMismatch, NotFound
 from ..models.wire import CancelResponse, HeartbeatRequest, HeartbeatResponse
@@ -35,8 +37,8 @@ def lease_mismatch(job_id: str, state: str | None = None) -> LeaseMismatch:
 
 def heartbeat(p: Principal, job_id: str, body: HeartbeatRequest, deps: Deps) -> HeartbeatResponse:
     bind_job(job_id)
-    expires = deps.clock() + deps.settings.visibility_timeout_s
-    outcome = deps.jobs.heartbeat(job_id, p.namespace, body.lease, int(expires * 1000))
+    expires_ms = int((deps.clock() + deps.settings.visibility_timeout_s) * 1000)
+    outcome = deps.jobs.heartbeat(job_id, p.namespace, body.lease, expires_ms)
     if outcome.status == "missing":
         raise NotFound(f"job {job_id} not found")
     if outcome.status != "ok":
@@ -45,7 +47,9 @@ def heartbeat(p: Principal, job_id: str, body: HeartbeatRequest, deps: Deps) -> 
     if entry_id and queue and consumer:
         # Best effort: the lease expiry in the job hash is what poll trusts.
         deps.jobs.touch_entry(p.namespace, queue, entry_id, consumer)
-    return HeartbeatResponse(lease_expires_at=expires, cancel_requested=cancel_flag == "1")
+    return HeartbeatResponse(
+        lease_expires_at=expires_ms / 1000, cancel_requested=cancel_flag == "1"
+    )
 
 
 def cancel(p: Principal, job_id: str, deps: Deps) -> CancelResponse:
@@ -80,5 +84,6 @@ def cancel(p: Principal, job_id: str, deps: Deps) -> CancelResponse:
     return CancelResponse(job_id=job_id, state=JobStatus.RUNNING, cancel_requested=True)
 
 
+@lru_cache(maxsize=1)
 def cancelled_error() -> str:
     return dumps({"type": CANCELLED_ERROR_TYPE, "message": "cancelled by a client"})

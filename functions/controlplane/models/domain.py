@@ -7,7 +7,7 @@ import re
 import time
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
 
 class JobStatus(StrEnum):
@@ -79,7 +79,22 @@ class WireModel(BaseModel):
     model_config = ConfigDict(defer_build=True)
 
 
-class PayloadRef(WireModel):
+class OmitsNull(WireModel):
+    """An answer body that leaves out the fields whose value is null (None) instead of sending
+    `"field": null`. Every such field is optional in the OpenAPI document, and readers take an
+    absent key as null (docs/wire.md, "Absent fields")."""
+
+    # No return annotation: pydantic then documents the model's own fields (with one, the
+    # OpenAPI document would describe the answer as that annotation instead).
+    @model_serializer(mode="wrap")
+    def _omit_null(self, handler: SerializerFunctionWrapHandler):
+        data = handler(self)
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items() if v is not None}
+        return data
+
+
+class PayloadRef(OmitsNull):
     """Where a large payload lives. Field names follow the wire (camelCase contentType)."""
 
     model_config = ConfigDict(populate_by_name=True, extra="forbid", defer_build=True)

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
-from .domain import NAME_RE, JobStatus, PayloadKind, PayloadRef, Tier, WireModel
+from .domain import NAME_RE, JobStatus, OmitsNull, PayloadKind, PayloadRef, Tier, WireModel
 
 Sha256Hex = Annotated[
     str, Field(pattern=r"^[0-9a-fA-F]{64}$", description="sha256 of the bytes, hex")
@@ -110,7 +110,7 @@ class EnqueueResponse(WireModel):
     tier: Tier
 
 
-class JobError(WireModel):
+class JobError(OmitsNull):
     type: str
     message: str = ""
     traceback: str | None = None
@@ -118,7 +118,7 @@ class JobError(WireModel):
     actual_sha256: str | None = None
 
 
-class JobStatusResponse(WireModel):
+class JobStatusResponse(OmitsNull):
     job_id: str
     queue: str
     state: JobStatus
@@ -169,7 +169,7 @@ Lease = Annotated[
 ]
 
 
-class PollResponse(WireModel):
+class PollResponse(OmitsNull):
     job_id: str
     namespace: str
     queue: str
@@ -220,7 +220,7 @@ class HeartbeatResponse(WireModel):
     )
 
 
-class ResultResponse(WireModel):
+class ResultResponse(OmitsNull):
     job_id: str
     state: JobStatus
     resultRef: PayloadRef | None = None
