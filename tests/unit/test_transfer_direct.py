@@ -196,3 +196,22 @@ def test_a_large_buffer_is_not_zero_filled_and_a_short_body_is_cut_to_what_arriv
 
 def test_a_small_buffer_is_a_plain_zeroed_bytearray():
     assert _transfer.fresh_buffer(1000) == bytearray(1000)
+
+
+@pytest.mark.parametrize(("setting", "advised"), [(None, True), ("0", False)])
+def test_huge_page_advice_can_be_turned_off(monkeypatch, setting, advised):
+    # Given the real allocator with a recording madvise
+    real = _transfer._allocator()
+    if real is None:
+        pytest.fail("CPython's PyByteArray_FromStringAndSize should be reachable here")
+    calls = []
+    monkeypatch.setattr(_transfer, "_ALLOC", [(real[0], lambda *a: calls.append(a) or 0)])
+    if setting is None:
+        monkeypatch.delenv("PAYLOADSTORE_HUGE_PAGES", raising=False)
+    else:
+        monkeypatch.setenv("PAYLOADSTORE_HUGE_PAGES", setting)
+    # When a large download buffer is made
+    buffer = _transfer.fresh_buffer(3 * _transfer.FRESH_BUFFER_MIN_BYTES)
+    # Then huge pages were asked for by default, and not with PAYLOADSTORE_HUGE_PAGES=0
+    assert len(buffer) == 3 * _transfer.FRESH_BUFFER_MIN_BYTES
+    assert bool(calls) is advised
