@@ -18,7 +18,7 @@ The assets are staged by infra/bundling.py (the code CDK synth uses, bytecode in
 POWERTOOLS_METRICS_DISABLED=true.
 
     .venv/bin/python bench/bench_layer_cold_import.py [-n 10] [--cdk-out cdk.out] [--source-only] [--only authorizer,...]
-        [--no-redis-auth]
+        [--no-redis-auth] [--baseline-ref COMMIT]
 """
 
 from __future__ import annotations
@@ -277,23 +277,54 @@ def measure(
     services: LocalServices,
     only: tuple[str, ...] = (),
 ) -> dict[str, list[Sample]]:
-    out: dict[str, list[Sample]] = {g: [] for g in FIRST_REQUEST if not only or g in only}
-    # Interleaved, so a burst of load on the shared machine hits every function alike.
+    return measure_many(python, [code], layer, runs, services, only)[0]
+
+
+def measure_many(
+    python: str,
+    codes: list[Path],
+    layer: Path,
+    runs: int,
+    services: LocalServices,
+    only: tuple[str, ...] = (),
+) -> list[dict[str, list[Sample]]]:
+    """Samples per code asset, per function. Interleaved (function by function, asset by asset),
+    so a burst of load on the shared machine hits every function and asset alike."""
+    out: list[dict[str, list[Sample]]] = [
+        {g: [] for g in FIRST_REQUEST if not only or g in only} for _ in codes
+    ]
     for _ in range(runs):
         for group, (event_name, statuses) in FIRST_REQUEST.items():
-            if group not in out:
+            if group not in out[0]:
                 continue
             env = dict(services.env)
             env["AWS_LAMBDA_FUNCTION_NAME"] = f"payloadstore-{group}"
-            sample = run_probe(
-                python, code, layer, group, first_event(event_name, services.token), env
-            )
-            if sample.status not in statuses:
-                raise SystemExit(
-                    f"{group}: first request answered {sample.status}:\n{sample.stdout[-2000:]}"
+            for code, samples in zip(codes, out, strict=True):
+                sample = run_probe(
+                    python, code, layer, group, first_event(event_name, services.token), env
                 )
-            out[group].append(sample)
+                if sample.status not in statuses:
+                    raise SystemExit(
+                        f"{group} ({code}): first request answered {sample.status}:\n"
+                        f"{sample.stdout[-2000:]}"
+                    )
+                samples[group].append(sample)
     return out
+
+
+def stage_code_at(ref: str, out: Path) -> Path:
+    """The code asset of `functions/` as of git `ref`, staged as synth stages it."""
+    from infra.bundling import CodeBundling
+
+    src = out / "src"
+    src.mkdir(parents=True)
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", ref, "functions"], capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+    code = out / "task"
+    CodeBundling(src / "functions").try_bundle(str(code))
+    return code
 
 
 def summarize(samples: dict[str, list[Sample]], baseline: tuple[float, float]) -> list[dict]:
@@ -334,6 +365,7 @@ def run(
     source_only: bool = False,
     only: tuple[str, ...] = (),
     redis_auth: bool = True,
+    baseline_ref: str | None = None,
 ) -> dict:
     from infra.bundling import find_runtime_python
 
@@ -345,7 +377,11 @@ def run(
         code, layer = staged_dirs(cdk_out) if cdk_out else stage_assets(tmp / "staged")
         with LocalServices(tmp, redis_auth) as services:
             baseline = interpreter_start(python, runs)
-            rows = summarize(measure(python, code, layer, runs, services, only), baseline)
+            codes = [code]
+            if baseline_ref:
+                codes.append(stage_code_at(baseline_ref, tmp / "baseline"))
+            measured = measure_many(python, codes, layer, runs, services, only)
+            rows = summarize(measured[0], baseline)
             result = {
                 "python": Path(python).name,
                 "runs": runs,
@@ -353,6 +389,9 @@ def run(
                 "load": " ".join(f"{x:.1f}" for x in os.getloadavg()),
                 "redis_auth": redis_auth,
             }
+            if baseline_ref:
+                result["baseline_ref"] = baseline_ref
+                result["baseline_rows"] = summarize(measured[1], baseline)
             if source_only:
                 ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
                 bare_code, bare_layer = tmp / "bare" / "task", tmp / "bare" / "opt" / "python"
@@ -401,6 +440,14 @@ def report(result: dict) -> str:
             f"{r['process_ms']:>6.0f}ms {r['process_cpu_ms']:>7.0f}ms  "
             f"{','.join(r['heavy']) or '-'} [{mark}]"
         )
+    for before in result.get("baseline_rows", []):
+        now = next(r for r in rows if r["function"] == before["function"])
+        lines.append(
+            f"{before['function']:<11} at {result['baseline_ref']} (same run, same layer): import "
+            f"{before['import_cpu_ms']:.0f} ms, 1st req {before['first_cpu_ms']:.0f} ms, cold CPU "
+            f"{before['cold_cpu_ms']:.0f} ms -> now {now['cold_cpu_ms']:.0f} ms "
+            f"({now['cold_cpu_ms'] / before['cold_cpu_ms']:.2f}x)"
+        )
     printed = [r["function"] for r in rows if r["cold_start_metric_printed"]]
     lines.append(
         "ColdStart metric with POWERTOOLS_METRICS_DISABLED=true: "
@@ -430,12 +477,19 @@ def main() -> None:
         action="store_true",
         help="Redis without a password (the local stack) instead of AUTH from a secret (deployed)",
     )
+    parser.add_argument(
+        "--baseline-ref",
+        default=None,
+        help="also measure the code asset of this git commit, interleaved in the same run",
+    )
     args = parser.parse_args()
     only = tuple(x for x in args.only.split(",") if x)
     unknown = set(only) - set(FIRST_REQUEST)
     if unknown:
         parser.error(f"unknown function(s): {', '.join(sorted(unknown))}")
-    result = run(args.n, args.cdk_out, args.source_only, only, not args.no_redis_auth)
+    result = run(
+        args.n, args.cdk_out, args.source_only, only, not args.no_redis_auth, args.baseline_ref
+    )
     print(report(result))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
