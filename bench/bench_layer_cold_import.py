@@ -10,8 +10,11 @@ a deployed stack does, unless --no-redis-auth). Figures per function, median of 
 - import: importing the handler module;
 - first request: the first `lambda_handler(event, context)` (clients created on first use);
 - cold start = import + first request, the part of Lambda's Init + first Duration that is ours;
-- process: wall time from exec to the answer, including the interpreter's own start
-  (baseline: `python3.13 -I -S -B -c pass`).
+  CPU time of the process (time.process_time) is the judged figure: the machine is shared, and
+  its wall clock is not comparable between runs;
+- process: exec to exit of the whole process, wall and CPU, so the interpreter's own start
+  (baseline: `python3.13 -I -S -B -c pass`) and its teardown (which Lambda never runs on the
+  request path) are in it.
 
 The assets are staged by infra/bundling.py (the code CDK synth uses, bytecode included) unless
 --cdk-out points at a synth output. Also checks that no ColdStart metric line is printed when
@@ -423,7 +426,7 @@ def report(result: dict) -> str:
             "CPU time of the process (the judged figure: the machine is shared, wall clock is not"
             " comparable between runs): import, first request, and cold = import + first request"
             " (median of the sums, min-max beside it); wall clock of the same; process = exec to"
-            " answer, interpreter start included."
+            " exit, interpreter start and teardown included."
         ),
         (
             f"{'function':<11} {'import':>7} {'1st req':>8} {'cold CPU':>9} {'min-max':>10} "
