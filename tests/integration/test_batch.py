@@ -7,6 +7,7 @@ import threading
 import time
 
 import msgpack
+import redis
 
 from tests.integration.conftest import upload
 
@@ -181,3 +182,57 @@ def test_inline_items_over_the_threshold_or_with_a_bad_key_fail_alone(cp, settin
     # The same key twice in one batch is one job
     assert answers[3]["job_id"] == answers[4]["job_id"]
     assert [cp.poll().status for _ in range(3)] == [200, 200, 204]
+
+
+def test_a_batch_repeats_keys_of_single_enqueues_from_the_previous_index_hour(cp, monkeypatch):
+    from controlplane import clock
+
+    # Given two jobs enqueued singly with keys ten minutes before an hour began (the inline
+    # index has one hash per hour), one of them on another queue
+    t0 = (time.time() // 3600) * 3600 - 600
+    monkeypatch.setattr(clock, "now", lambda: t0)
+    key_a, key_b, key_c = (f"{name}-{cp.ns}" for name in "abc")
+    first = cp.enqueue(raw=b"\x01", headers={"Idempotency-Key": key_a}).json["job_id"]
+    assert (
+        cp.enqueue(raw=b"\x03", headers={"Idempotency-Key": key_c}, queue="elsewhere").status == 201
+    )
+    # When a batch twenty minutes later (the next hour) repeats both, next to a new key twice
+    monkeypatch.setattr(clock, "now", lambda: t0 + 1200)
+    jobs = [
+        {"payloadInline": b64(b"\x01"), "idempotency_key": key_a},
+        {"payloadInline": b64(b"\x02"), "idempotency_key": key_b},
+        {"payloadInline": b64(b"\x02"), "idempotency_key": key_b},
+        {"payloadInline": b64(b"\x03"), "idempotency_key": key_c},
+        {"payloadInline": b64(b"\x04")},
+    ]
+    answers = batch(cp, jobs).json["jobs"]
+    # Then the repeat is the earlier job, the new key is one new job, the other queue's key is
+    # a conflict, and only the new jobs were queued after the first one, in request order
+    assert answers[0]["job_id"] == first
+    assert answers[1]["job_id"] == answers[2]["job_id"] != first
+    assert answers[3]["error"]["code"] == "conflict"
+    assert "elsewhere" in answers[3]["error"]["message"]
+    polled = [cp.poll().json["job_id"] for _ in range(3)]
+    assert polled == [first, answers[1]["job_id"], answers[4]["job_id"]]
+    assert cp.poll().status == 204
+
+
+def test_a_run_of_inline_items_is_one_redis_call(cp, redis_server):
+    # Given a batch of 100 inline jobs with keys (after one batch that loads the script)
+    r = redis.Redis.from_url(redis_server.url)
+    jobs = [
+        {"payloadInline": b64(bytes([i])), "idempotency_key": f"one-{cp.ns}-{i}"}
+        for i in range(100)
+    ]
+    assert batch(cp, jobs[:1]).status == 200
+
+    def script_calls() -> int:
+        stats = r.info("commandstats")
+        return sum(stats.get(f"cmdstat_{c}", {}).get("calls", 0) for c in ("evalsha", "eval"))
+
+    # When it is enqueued
+    before = script_calls()
+    answers = batch(cp, jobs).json["jobs"]
+    # Then every job is answered, from one script call
+    assert len({a["job_id"] for a in answers}) == 100
+    assert script_calls() - before == 1

@@ -118,3 +118,28 @@ def test_whole_job_life_cycle_runs_on_a_cluster(cp, on_cluster):
     for job_id in (first.json["job_id"], job):
         assert cp.post_result(job_id, {"resultInline": b64(b"\x2a")}).status == 204
         assert cp.result(job_id, wait=1).json["state"] == "succeeded"
+
+
+def test_a_batch_enqueues_in_one_script_on_a_cluster(cp, on_cluster):
+    b64 = lambda b: base64.b64encode(b).decode()
+    # Given a key used by a single enqueue, and a batch repeating it among new inline jobs
+    first = cp.enqueue(raw=b"\x01", headers={"Idempotency-Key": "c1"}).json["job_id"]
+    jobs = [
+        {"payloadInline": b64(b"\x01"), "idempotency_key": "c1"},
+        {"payloadInline": b64(b"\x02"), "idempotency_key": "c2"},
+        {"payloadInline": b64(b"\x03")},
+    ]
+    r = cp.call(
+        "jobs",
+        "POST",
+        "/v1/namespaces/{ns}/queues/{queue}/jobs:batch",
+        {"ns": cp.ns, "queue": cp.queue},
+        body={"jobs": jobs},
+    )
+    # Then the cluster runs it (every key in the namespace's slot): the repeat is the first
+    # job, and the new ones are queued after it in request order
+    assert r.status == 200, r.raw_body
+    answers = r.json["jobs"]
+    assert answers[0]["job_id"] == first
+    polled = [cp.poll().json["job_id"] for _ in range(3)]
+    assert polled == [first, answers[1]["job_id"], answers[2]["job_id"]]

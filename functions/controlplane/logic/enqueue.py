@@ -7,7 +7,6 @@ import math
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
 
 from ..models.domain import NAME_RE, PayloadKind, PayloadRef, Tier, new_job_id
 from ..models.errors import (
@@ -17,9 +16,11 @@ from ..models.errors import (
     PayloadTooLarge,
     Unprocessable,
 )
+from ..models.settings import Settings
 from ..models.wire import EnqueueResponse
 from ..observability import bind_job, logger, metrics_bytes, metrics_count
 from ..store import keys
+from ..store.redis_jobs import InlineJob
 from .context import Deps, Principal, issue_record
 from .guard import refuse_enqueue, refuse_inline
 from .payload_keys import parse_key
@@ -66,6 +67,21 @@ def _crockford(value: int, chars: int) -> str:
     return "".join(_CROCKFORD[(value >> (5 * i)) & 31] for i in reversed(range(chars)))
 
 
+def idempotency_tail(namespace: str, key: str) -> str:
+    """The last 16 chars of every job id an Idempotency-Key can give (80 bits of sha256)."""
+    random80 = int.from_bytes(hashlib.sha256(f"{namespace}\0{key}".encode()).digest()[:10], "big")
+    return _crockford(random80, 16)
+
+
+def candidate_minutes(now_ms: int, ttl_s: int) -> tuple[tuple[str, int], ...]:
+    """(10 time chars, ms) of each minute a request with an Idempotency-Key may have created its
+    job in within the last ttl_s, newest first: this minute's comes first and is the time of a
+    job created now. A candidate job id is a minute's chars followed by the key's tail (ULID
+    layout)."""
+    back = math.ceil(ttl_s * 1000 / IDEMPOTENCY_BUCKET_MS)
+    return _minutes(now_ms // IDEMPOTENCY_BUCKET_MS, back)
+
+
 @lru_cache(maxsize=4)
 def _minutes(bucket: int, back: int) -> tuple[tuple[str, int], ...]:
     """(10 time characters of a job id, its ms) of the minute `bucket` and the `back` minutes
@@ -80,10 +96,33 @@ def _minutes(bucket: int, back: int) -> tuple[tuple[str, int], ...]:
 def idempotent_job_ids(namespace: str, key: str, now_ms: int, ttl_s: int) -> list[tuple[str, int]]:
     """(job id, its ms) a request with this key may have created within the last ttl_s,
     newest first. ULID layout: 10 chars of ms, then 16 chars of 80 bits from sha256."""
-    random80 = int.from_bytes(hashlib.sha256(f"{namespace}\0{key}".encode()).digest()[:10], "big")
-    tail = _crockford(random80, 16)
-    back = math.ceil(ttl_s * 1000 / IDEMPOTENCY_BUCKET_MS)
-    return [(prefix + tail, ms) for prefix, ms in _minutes(now_ms // IDEMPOTENCY_BUCKET_MS, back)]
+    tail = idempotency_tail(namespace, key)
+    return [(chars + tail, ms) for chars, ms in candidate_minutes(now_ms, ttl_s)]
+
+
+def _inline_job(
+    namespace: str,
+    data: bytes,
+    idem: str | None,
+    now_ms: int,
+    minutes: tuple[tuple[str, int], ...],
+    settings: Settings,
+) -> InlineJob:
+    """The job an inline enqueue appends now: with a key, its id is this minute's candidate."""
+    if idem:
+        tail = idempotency_tail(namespace, idem)
+        job_id, job_ms = minutes[0][0] + tail, minutes[0][1]
+    else:
+        tail, job_id, job_ms = "", new_job_id(now_ms), now_ms
+    span = keys.INLINE_INDEX_SPAN_MS
+    return InlineJob(
+        job_id=job_id,
+        job_ms=job_ms,
+        data=data,
+        index_until_ms=(job_ms // span + 1) * span + settings.retention_s * 1000,
+        idempotency_key=idem,
+        candidate_tail=tail,
+    )
 
 
 def _enqueue_inline(
@@ -99,29 +138,25 @@ def _enqueue_inline(
     if idem is not None and not IDEMPOTENCY_KEY_RE.match(idem):
         raise Unprocessable("invalid Idempotency-Key: use [A-Za-z0-9_.-], 1-128 chars")
     now_ms = int(deps.clock() * 1000)
-    if idem:
-        candidates = idempotent_job_ids(p.namespace, idem, now_ms, s.idempotency_ttl_s)
-        job_id, job_ms = candidates[0]
-    else:
-        candidates, job_id, job_ms = [], new_job_id(now_ms), now_ms
     try:
         refuse_inline(deps, keys.queue_names(p.namespace), "payload")
     except InlineUnavailable:
+        candidates = (
+            idempotent_job_ids(p.namespace, idem, now_ms, s.idempotency_ttl_s) if idem else []
+        )
         repeat = _earlier_job(queue, candidates, p, deps)
         if repeat is None:
             raise
         return repeat
-    span = keys.INLINE_INDEX_SPAN_MS
+    minutes = candidate_minutes(now_ms, s.idempotency_ttl_s) if idem else ()
+    job = _inline_job(p.namespace, data, idem, now_ms, minutes, s)
+    job_id = job.job_id
     outcome = deps.jobs.enqueue_inline(
         p.namespace,
         queue,
-        job_id,
-        job_ms,
-        data,
+        job,
         min_id_ms=max(now_ms - s.retention_s * 1000, 0),
-        index_until_ms=(job_ms // span + 1) * span + s.retention_s * 1000,
-        candidates=candidates,
-        legacy_idempotency_key=idem,
+        candidate_minutes=minutes,
     )
     if outcome.status == "exists":
         existing, existing_queue = outcome.args[0], outcome.args[1]
@@ -239,10 +274,9 @@ def enqueue_inline_batch(
         return [_refused_item(p, queue, idem, now_ms, e, deps) for _, idem in items]
     except PayloadStoreError as e:
         return [e] * len(items)
-    span = keys.INLINE_INDEX_SPAN_MS
-    requests: list[dict[str, Any]] = []
+    minutes = candidate_minutes(now_ms, s.idempotency_ttl_s)
+    jobs: list[InlineJob] = []
     positions: list[int] = []
-    payloads: list[bytes] = []
     for i, (data, idem) in enumerate(items):
         if len(data) > s.inline_threshold:
             answers[i] = PayloadTooLarge(
@@ -254,29 +288,21 @@ def enqueue_inline_batch(
         if idem is not None and not IDEMPOTENCY_KEY_RE.match(idem):
             answers[i] = Unprocessable("invalid idempotency_key: use [A-Za-z0-9_.-], 1-128 chars")
             continue
-        if idem:
-            candidates = idempotent_job_ids(p.namespace, idem, now_ms, s.idempotency_ttl_s)
-            job_id, job_ms = candidates[0]
-        else:
-            candidates, job_id, job_ms = [], new_job_id(now_ms), now_ms
-        requests.append(
-            {
-                "namespace": p.namespace,
-                "queue": queue,
-                "job_id": job_id,
-                "job_ms": job_ms,
-                "data": data,
-                "min_id_ms": max(now_ms - s.retention_s * 1000, 0),
-                "index_until_ms": (job_ms // span + 1) * span + s.retention_s * 1000,
-                "candidates": candidates,
-                "legacy_idempotency_key": idem,
-            }
-        )
+        jobs.append(_inline_job(p.namespace, data, idem, now_ms, minutes, s))
         positions.append(i)
-        payloads.append(data)
     created_bytes = created = 0
-    outcomes = deps.jobs.enqueue_inline_many(requests) if requests else []
-    for i, request, data, outcome in zip(positions, requests, payloads, outcomes):
+    outcomes = (
+        deps.jobs.enqueue_inline_many(
+            p.namespace,
+            queue,
+            jobs,
+            min_id_ms=max(now_ms - s.retention_s * 1000, 0),
+            candidate_minutes=minutes,
+        )
+        if jobs
+        else []
+    )
+    for i, job, outcome in zip(positions, jobs, outcomes):
         if outcome.status == "exists":
             existing, existing_queue = outcome.args[0], outcome.args[1]
             answers[i] = (
@@ -286,14 +312,14 @@ def enqueue_inline_batch(
             )
         elif outcome.status == "legacy":
             try:
-                answers[i] = _legacy_repeat(p, queue, outcome.args[0], data, now_ms, deps)
+                answers[i] = _legacy_repeat(p, queue, outcome.args[0], job.data, now_ms, deps)
             except PayloadStoreError as e:
                 answers[i] = e
         else:
             created += 1
-            created_bytes += len(data)
+            created_bytes += len(job.data)
             answers[i] = Enqueued(
-                EnqueueResponse(job_id=request["job_id"], tier=Tier.INLINE), created=True
+                EnqueueResponse(job_id=job.job_id, tier=Tier.INLINE), created=True
             )
     if created:
         metrics_count("JobsEnqueued", created, tier=Tier.INLINE.value)

@@ -114,34 +114,62 @@ redis.call('SADD', KEYS[2], ARGV[2])
 return id
 """
 
-# KEYS[1]=stream KEYS[2]=queue set KEYS[3]=layout-1 idempotency key (or the stream again)
-# KEYS[4..]=inline index hashes
-# ARGV: min_id, queue, job_id, bytes, index key number of job_id, index expire-at (ms),
-#       check layout 1 (0|1), number of runs R, R pairs (index key number, run length), then
-#       the candidate job ids, newest first, in runs of one index hash each
-# -> {'exists', job_id, queue} | {'legacy', job_id} | {'created', job_id, entry_id}
-# One HMGET per run (an hour's worth of candidates at once); the newest one found wins.
+# Inline jobs of one queue, appended in request order by one script (one round trip, one
+# script start however many jobs: 100 scripts of one job each cost ~4x the server time).
+# KEYS[1]=stream KEYS[2]=queue set KEYS[3..]=inline index hashes, then layout-1 idempotency keys
+# ARGV[1]=min_id ARGV[2]=queue
+# ARGV[3]=candidate minutes: the 10 time chars of each minute a repeated Idempotency-Key may have
+#         created its job in, newest first (a candidate job id is a minute's chars + the key's tail)
+# ARGV[4]=their runs: per run of consecutive minutes in one index hash, its KEYS number and the
+#         run's length (two digits each)
+# then per job: job_id, bytes, KEYS number of its index hash, index expire-at (ms),
+#               its key's 16-char tail ('' without a key: no lookup), KEYS number of its
+#               layout-1 idempotency key (0: none)
+# -> per job: {'exists', job_id, queue} | {'legacy', job_id} | {'created', job_id, entry_id}
+# A key's candidates are looked up with one HMGET per index hash (an hour of minutes each).
 _ENQUEUE_INLINE = """#!lua
-local runs = tonumber(ARGV[8])
-local at = 9 + 2 * runs
-for r = 1, runs do
-  local k, n = tonumber(ARGV[7 + 2 * r]), tonumber(ARGV[8 + 2 * r])
-  local queues = redis.call('HMGET', KEYS[k], unpack(ARGV, at, at + n - 1))
-  for j = 1, n do
-    if queues[j] then return {'exists', ARGV[at + j - 1], queues[j]} end
+local queue, runs = ARGV[2], ARGV[4]
+local minutes, index, counts = {}, {}, {}
+for m = 1, #ARGV[3] / 10 do minutes[m] = string.sub(ARGV[3], m * 10 - 9, m * 10) end
+for r = 1, #runs / 4 do
+  index[r] = KEYS[tonumber(string.sub(runs, r * 4 - 3, r * 4 - 2))]
+  counts[r] = tonumber(string.sub(runs, r * 4 - 1, r * 4))
+end
+local function indexed(tail)
+  local seen = 0
+  for r = 1, #index do
+    local ids = {}
+    for j = 1, counts[r] do ids[j] = minutes[seen + j] .. tail end
+    local found = redis.call('HMGET', index[r], unpack(ids))
+    for j = 1, counts[r] do
+      if found[j] then return {'exists', ids[j], found[j]} end
+    end
+    seen = seen + counts[r]
   end
-  at = at + n
+  return nil
 end
-if ARGV[7] == '1' then
-  local old = redis.call('GET', KEYS[3])
-  if old then return {'legacy', old} end
+local out, created = {}, false
+for i = 5, #ARGV, 6 do
+  local job_id, tail, legacy = ARGV[i], ARGV[i + 4], tonumber(ARGV[i + 5])
+  local answer = nil
+  if tail ~= '' then answer = indexed(tail) end
+  if not answer and legacy > 0 then
+    local old = redis.call('GET', KEYS[legacy])
+    if old then answer = {'legacy', old} end
+  end
+  if not answer then
+    local id = redis.call('XADD', KEYS[1], 'MINID', '~', ARGV[1], '*', 'j', job_id,
+                          'b', ARGV[i + 1])
+    local ix = KEYS[tonumber(ARGV[i + 2])]
+    redis.call('HSET', ix, job_id, queue)
+    redis.call('PEXPIREAT', ix, ARGV[i + 3])
+    created = true
+    answer = {'created', job_id, id}
+  end
+  out[#out + 1] = answer
 end
-local id = redis.call('XADD', KEYS[1], 'MINID', '~', ARGV[1], '*', 'j', ARGV[3], 'b', ARGV[4])
-local ix = KEYS[tonumber(ARGV[5])]
-redis.call('HSET', ix, ARGV[3], ARGV[2])
-redis.call('PEXPIREAT', ix, ARGV[6])
-redis.call('SADD', KEYS[2], ARGV[2])
-return {'created', ARGV[3], id}
+if created then redis.call('SADD', KEYS[2], queue) end
+return out
 """
 
 # KEYS[1]=job  ARGV: entry_id, overwrite (0|1) -> 1 recorded, 0 not
@@ -570,6 +598,20 @@ class Outcome:
 
 
 @dataclass(frozen=True)
+class InlineJob:
+    """An inline job to append: its id and the ms its id carries, its bytes, when its inline
+    index hash may expire, and for a job enqueued with an Idempotency-Key the key (layout-1
+    lookup) and the 16-char tail every candidate id of that key ends with."""
+
+    job_id: str
+    job_ms: int
+    data: bytes
+    index_until_ms: int
+    idempotency_key: str | None = None
+    candidate_tail: str = ""
+
+
+@dataclass(frozen=True)
 class Entry:
     """One queue stream entry as read by a daemon's poll (both layouts' field names)."""
 
@@ -752,98 +794,77 @@ class RedisJobStore:
         self,
         namespace: str,
         queue: str,
-        job_id: str,
-        job_ms: int,
-        data: bytes,
+        job: InlineJob,
         *,
         min_id_ms: int,
-        index_until_ms: int,
-        candidates: list[tuple[str, int]],
-        legacy_idempotency_key: str | None,
+        candidate_minutes: tuple[tuple[str, int], ...] = (),
     ) -> Outcome:
-        """Append an inline job in one namespace-slot script, unless one of `candidates`
-        ((job id, its ms) a repeated Idempotency-Key may have created) is indexed already.
+        """Append an inline job in one namespace-slot script, unless one of its key's candidate
+        ids (a minute's 10 time chars + `job.candidate_tail`, for each (chars, ms) of
+        `candidate_minutes`, newest first) is indexed already.
         -> ('created', job_id, entry_id) | ('exists', job_id, queue) | ('legacy', job_id)"""
-        keys_, args = self._inline_call(
-            namespace,
-            queue,
-            job_id,
-            job_ms,
-            data,
-            min_id_ms=min_id_ms,
-            index_until_ms=index_until_ms,
-            candidates=candidates,
-            legacy_idempotency_key=legacy_idempotency_key,
-        )
-        return _outcome(self._enqueue_inline(keys=keys_, args=args))
+        return self.enqueue_inline_many(
+            namespace, queue, [job], min_id_ms=min_id_ms, candidate_minutes=candidate_minutes
+        )[0]
 
-    def enqueue_inline_many(self, requests: list[dict[str, Any]]) -> list[Outcome]:
-        """`enqueue_inline` for many jobs of one namespace (each dict: its keyword arguments),
-        in one round trip: every script touches the namespace's slot only. A cluster client
-        sends them one by one (its pipelines do not load scripts)."""
-        calls = [self._inline_call(**r) for r in requests]
-        if isinstance(self._r, redis.Redis):
-            pipe = self._r.pipeline(transaction=False)
-            for keys_, args in calls:
-                self._enqueue_inline(keys=keys_, args=args, client=pipe)
-            return [_outcome(reply) for reply in pipe.execute()]
-        return [_outcome(self._enqueue_inline(keys=k, args=a)) for k, a in calls]
-
-    @staticmethod
-    def _inline_call(
+    def enqueue_inline_many(
+        self,
         namespace: str,
         queue: str,
-        job_id: str,
-        job_ms: int,
-        data: bytes,
+        jobs: list[InlineJob],
         *,
         min_id_ms: int,
-        index_until_ms: int,
-        candidates: list[tuple[str, int]],
-        legacy_idempotency_key: str | None,
-    ) -> tuple[list[str], list[Any]]:
+        candidate_minutes: tuple[tuple[str, int], ...] = (),
+    ) -> list[Outcome]:
+        """`enqueue_inline` for many jobs of one queue, in request order, by one script (one
+        round trip, single node or cluster: every key is in the namespace's slot). Each job is
+        answered as `enqueue_inline` would have answered it alone."""
         index_keys: list[str] = []
-        numbers_by_hour: dict[int, int] = {}
+        numbers: dict[int, int] = {}  # index span -> KEYS number of its hash
 
-        def key_number(ms: int) -> int:
-            """KEYS[4..] number of the index hash holding the ids of this ms."""
-            hour = ms // keys.INLINE_INDEX_SPAN_MS
-            number = numbers_by_hour.get(hour)
+        def index_number(ms: int) -> int:
+            span = ms // keys.INLINE_INDEX_SPAN_MS
+            number = numbers.get(span)
             if number is None:
                 index_keys.append(keys.inline_index(namespace, ms))
-                number = numbers_by_hour[hour] = 3 + len(index_keys)
+                number = numbers[span] = 2 + len(index_keys)  # KEYS[3..]
             return number
 
-        own = key_number(job_ms)
-        # Candidates come newest first: those of one index hash are one run.
-        runs: list[int] = []
-        for _, ms in candidates:
-            number = key_number(ms)
-            if runs and runs[-2] == number:
-                runs[-1] += 1
-            else:
-                runs += [number, 1]
-        stream = keys.queue(namespace, queue)
-        legacy = keys.idempotency(namespace, legacy_idempotency_key or "")
-        keys_ = [
-            stream,
-            keys.queue_names(namespace),
-            legacy if legacy_idempotency_key else stream,
-            *index_keys,
-        ]
-        args = [
+        runs: list[list[int]] = []
+        if any(job.candidate_tail for job in jobs):
+            for _, ms in candidate_minutes:
+                number = index_number(ms)
+                if runs and runs[-1][0] == number and runs[-1][1] < 99:
+                    runs[-1][1] += 1
+                else:
+                    runs.append([number, 1])
+        args: list[Any] = [
             f"{min_id_ms}-0",
             queue,
-            job_id,
-            data,
-            own,
-            index_until_ms,
-            1 if legacy_idempotency_key else 0,
-            len(runs) // 2,
-            *runs,
-            *[c for c, _ in candidates],
+            "".join([chars for chars, _ in candidate_minutes]) if runs else "",
+            "".join([f"{number:02d}{count:02d}" for number, count in runs]),
         ]
-        return keys_, args
+        legacy_keys: list[str] = []
+        for job in jobs:
+            legacy = 0
+            if job.idempotency_key:
+                legacy_keys.append(keys.idempotency(namespace, job.idempotency_key))
+                legacy = -len(legacy_keys)  # numbered once the index hashes are all known
+            args += [
+                job.job_id,
+                job.data,
+                index_number(job.job_ms),
+                job.index_until_ms,
+                job.candidate_tail,
+                legacy,
+            ]
+        legacy_base = 2 + len(index_keys)  # legacy_keys[n] is KEYS[legacy_base + n + 1]
+        for i in range(4 + 5, len(args), 6):
+            if args[i] < 0:
+                args[i] = legacy_base - args[i]
+        keys_ = [keys.queue(namespace, queue), keys.queue_names(namespace), *index_keys]
+        replies = self._enqueue_inline(keys=[*keys_, *legacy_keys], args=args)
+        return [_outcome(reply) for reply in replies]
 
     def find_inline_job(
         self, namespace: str, candidates: list[tuple[str, int]]
