@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import cast
+from typing import Any, cast
 
 import redis
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
@@ -111,13 +111,15 @@ def raw_body(app: APIGatewayRestResolver) -> bytes:
 
 
 def json_body(app: APIGatewayRestResolver) -> dict:
-    data = raw_body(app)
-    if not data.strip():
-        return {}
-    try:
-        value = json.loads(data)
-    except (ValueError, RecursionError) as e:  # normally refused earlier, by precheck (400)
-        raise BadRequest("body is not valid JSON") from e
+    value = getattr(app, "parsed_json", NOT_PARSED)  # parsed once already, by precheck
+    if value is NOT_PARSED:
+        data = raw_body(app)
+        if not data.strip():
+            return {}
+        try:
+            value = json.loads(data)
+        except (ValueError, RecursionError) as e:  # normally refused earlier, by precheck (400)
+            raise BadRequest("body is not valid JSON") from e
     if not isinstance(value, dict):
         raise Unprocessable("body must be a JSON object")
     return value
@@ -183,32 +185,43 @@ def _event_body(event: dict) -> bytes:
     return body.encode("utf-8", errors="surrogatepass")
 
 
+# What checked_body gives when it parsed no JSON (no body, another media type, a refusal).
+NOT_PARSED = object()
+
+
 def precheck(event: dict) -> tuple[int, str, str] | None:
     """(status, code, message) when the request cannot reach its handler, else None.
 
     A body must come with one of the media types its route takes (415); a JSON body must be
     UTF-8 JSON that Python can hold (400: syntax, encoding, nesting past the recursion limit).
     Routes that read no body ignore one, as before."""
+    return checked_body(event)[0]
+
+
+def checked_body(event: dict) -> tuple[tuple[int, str, str] | None, Any]:
+    """precheck's answer, and the JSON body it parsed to check it (NOT_PARSED if none): the
+    handler reads that value instead of parsing the body again (json_body)."""
     route = find_route(str(event.get("httpMethod") or ""), str(event.get("resource") or ""))
     if route is None or not route.body:
-        return None
+        return None, NOT_PARSED
     data = _event_body(event)
     if not data.strip():
-        return None
+        return None, NOT_PARSED
     media = media_type(event.get("headers"))
     if media not in route.body:
         given = f"Content-Type {media}" if media else "no Content-Type"
-        return 415, "unsupported_media_type", f"{given}; send one of: {', '.join(route.body)}"
-    if media == "application/json":
-        try:
-            json.loads(data)
-        except RecursionError:
-            return 400, "malformed_body", "body is JSON nested too deeply"
-        except UnicodeDecodeError:
-            return 400, "malformed_body", "body is not UTF-8"
-        except ValueError as e:
-            return 400, "malformed_body", f"body is not valid JSON: {e}"
-    return None
+        refusal = (415, "unsupported_media_type", f"{given}; send one of: {', '.join(route.body)}")
+        return refusal, NOT_PARSED
+    if media != "application/json":
+        return None, NOT_PARSED
+    try:
+        return None, json.loads(data)
+    except RecursionError:
+        return (400, "malformed_body", "body is JSON nested too deeply"), NOT_PARSED
+    except UnicodeDecodeError:
+        return (400, "malformed_body", "body is not UTF-8"), NOT_PARSED
+    except ValueError as e:
+        return (400, "malformed_body", f"body is not valid JSON: {e}"), NOT_PARSED
 
 
 def _proxy_error(status: int, code: str, message: str) -> dict:
@@ -234,8 +247,12 @@ def _ensure_retry_after(result: dict) -> dict:
 class PayloadStoreResolver(APIGatewayRestResolver):
     """Powertools' REST resolver, with the byte-level checks of `precheck` run first."""
 
+    parsed_json: Any = NOT_PARSED  # this invocation's JSON body, parsed by checked_body
+
     def resolve(self, event, context) -> dict:
-        refused = precheck(event) if isinstance(event, dict) else None
+        refused, self.parsed_json = (
+            checked_body(event) if isinstance(event, dict) else (None, NOT_PARSED)
+        )
         if refused is not None:
             return _proxy_error(*refused)
         return _ensure_retry_after(super().resolve(event, context))

@@ -16,6 +16,7 @@ from ..models.wire import (
     JobsStatusRequest,
     JobsStatusResponse,
     JobStatusError,
+    b64_bytes,
 )
 from ..observability import logger
 from .context import Deps, Principal
@@ -38,21 +39,45 @@ def _item_error(e: PayloadStoreError) -> BatchItemError:
     return BatchItemError(error=ErrorBody(code=e.code, message=e.message, **e.details))
 
 
-def _enqueue_inline_run(p, queue, parsed, run: list[int], answers: list, deps: Deps) -> None:
-    items = [(parsed[i].inline_bytes() or b"", parsed[i].idempotency_key) for i in run]
+_INLINE_FIELDS = frozenset({"payloadInline", "idempotency_key"})
+
+
+def _parse_item(item) -> tuple[BatchJobIn, bytes | None]:
+    """The item as `BatchJobIn` validates it, and its inline bytes, base64-decoded once.
+
+    The usual item (inline bytes, maybe a key, nothing else) is checked here without building a
+    model through pydantic; any other shape, and any item that fails here, goes through
+    `BatchJobIn.model_validate`, so what is refused and the message it gets are unchanged."""
+    if type(item) is dict and "payloadInline" in item and item.keys() <= _INLINE_FIELDS:
+        inline, key = item["payloadInline"], item.get("idempotency_key")
+        if type(inline) is str and (key is None or type(key) is str):
+            try:
+                data = b64_bytes(inline)
+            except ValueError:
+                pass  # refused below, with the model's own message
+            else:
+                return BatchJobIn.model_construct(payloadInline=inline, idempotency_key=key), data
+    job = BatchJobIn.model_validate(item)
+    return job, job.inline_bytes()
+
+
+def _enqueue_inline_run(
+    p, queue, parsed: list, inline: list, run: list[int], answers: list, deps: Deps
+) -> None:
+    items = [(inline[i] or b"", parsed[i].idempotency_key) for i in run]
     for i, result in zip(run, enqueue_inline_batch(p, queue, items, deps)):
         answers[i] = (
             _item_error(result) if isinstance(result, PayloadStoreError) else result.response
         )
 
 
-def _enqueue_one(p: Principal, queue: str, job: BatchJobIn, deps: Deps):
+def _enqueue_one(p: Principal, queue: str, job: BatchJobIn, data: bytes | None, deps: Deps):
     try:
         return enqueue(
             p,
             queue,
             payload_ref=job.payloadRef,
-            payload_inline=job.inline_bytes(),
+            payload_inline=data,
             idempotency_key=job.idempotency_key,
             deps=deps,
         ).response
@@ -74,18 +99,20 @@ def enqueue_batch(p: Principal, queue: str, body: dict, deps: Deps) -> BatchEnqu
     if len(items) > s.batch_max_jobs:
         raise Unprocessable(f"{len(items)} jobs in one batch; BATCH_MAX_JOBS={s.batch_max_jobs}")
     parsed: list[BatchJobIn | BatchItemError] = []
+    inline: list[bytes | None] = []  # each item's decoded inline bytes
     inline_total = 0
     for item in items:
         try:
-            job = BatchJobIn.model_validate(item)
-            data = job.inline_bytes()
+            job, data = _parse_item(item)
         except ValidationError as e:
             parsed.append(
                 BatchItemError(error=ErrorBody(code="invalid_request", message=_summarize(e)))
             )
+            inline.append(None)
             continue
         inline_total += len(data or b"")
         parsed.append(job)
+        inline.append(data)
     if inline_total > s.batch_max_bytes:
         raise PayloadTooLarge(
             f"{inline_total} inline bytes in one batch; BATCH_MAX_BYTES={s.batch_max_bytes}: "
@@ -106,10 +133,10 @@ def enqueue_batch(p: Principal, queue: str, body: dict, deps: Deps) -> BatchEnqu
             run.append(i)
             continue
         if run:
-            _enqueue_inline_run(p, queue, parsed, run, answers, deps)
+            _enqueue_inline_run(p, queue, parsed, inline, run, answers, deps)
             run = []
         if isinstance(entry, BatchJobIn):
-            answers[i] = _enqueue_one(p, queue, entry, deps)
+            answers[i] = _enqueue_one(p, queue, entry, inline[i], deps)
     refused = sum(isinstance(a, BatchItemError) for a in answers)
     logger.info("batch enqueued", extra={"queue": queue, "jobs": len(answers), "refused": refused})
     return BatchEnqueueResponse(jobs=answers)

@@ -36,7 +36,8 @@ class _Strict(WireModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
-def _b64(value: str) -> bytes:
+def b64_bytes(value: str) -> bytes:
+    """Strict base64 (the alphabet and padding only) -> bytes; ValueError otherwise."""
     try:
         return base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError) as e:
@@ -44,7 +45,7 @@ def _b64(value: str) -> bytes:
 
 
 def _checked_b64(value: str) -> str:
-    _b64(value)
+    b64_bytes(value)
     return value
 
 
@@ -102,7 +103,7 @@ class EnqueueRequest(_Strict):
     payloadInline: Base64Bytes | None = None
 
     def inline_bytes(self) -> bytes | None:
-        return None if self.payloadInline is None else _b64(self.payloadInline)
+        return None if self.payloadInline is None else b64_bytes(self.payloadInline)
 
 
 class EnqueueResponse(WireModel):
@@ -198,7 +199,7 @@ class ResultPost(_Strict):
     error: ResultErrorIn | None = None
 
     def inline_bytes(self) -> bytes | None:
-        return None if self.resultInline is None else _b64(self.resultInline)
+        return None if self.resultInline is None else b64_bytes(self.resultInline)
 
 
 class FailureReport(_Strict):
@@ -311,7 +312,7 @@ class BatchJobIn(_Strict):
     )
 
     def inline_bytes(self) -> bytes | None:
-        return None if self.payloadInline is None else _b64(self.payloadInline)
+        return None if self.payloadInline is None else b64_bytes(self.payloadInline)
 
 
 class BatchEnqueueRequest(_Strict):
