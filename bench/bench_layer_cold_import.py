@@ -257,6 +257,9 @@ class LocalServices:
             "POWERTOOLS_LOG_LEVEL": "INFO",
             "POWERTOOLS_METRICS_DISABLED": "true",
             "LANG": "C.UTF-8",
+            # What Lambda's python3.13 runtime sets (the functions pause garbage collection
+            # while their handler imports only there: controlplane/gcpause.py).
+            "AWS_EXECUTION_ENV": "AWS_Lambda_python3.13",
         }
         return self
 

@@ -155,7 +155,13 @@ def bind_job(job_id: str) -> None:
 def lambda_entry(handler):
     """The decorator stack of every lambda_handler: logger context, tracing, metrics flush.
     Tracing and the metrics flush (with its ColdStart metric) are left out when switched off;
-    POWERTOOLS_METRICS_DISABLED is read per invocation, as Powertools does."""
+    POWERTOOLS_METRICS_DISABLED is read per invocation, as Powertools does.
+
+    Decorating is the last thing a handler module does: its imports are done, and garbage
+    collection, paused for them in Lambda, resumes (gcpause.py)."""
+    from . import gcpause
+
+    gcpause.resume()
     if not isinstance(tracer, _NoTracer):
         handler = tracer.capture_lambda_handler(handler)
     inner = handler

@@ -155,3 +155,28 @@ def test_redis_driver_info_is_the_installed_version():
 
     assert DRIVER_INFO.lib_version == version("redis")
     assert DRIVER_INFO.formatted_name == "redis-py"
+
+
+GC_PROBE = """
+import gc
+import controlplane.handlers
+during = gc.isenabled()
+import controlplane.handlers.public
+print(during, gc.isenabled(), gc.get_freeze_count() > 0)
+"""
+
+
+def test_garbage_collection_pauses_for_the_handler_import_in_lambda_only(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(FUNCTIONS), "POWERTOOLS_TRACE_DISABLED": "true"}
+    env.pop("AWS_EXECUTION_ENV", None)
+    lam = {**env, "AWS_EXECUTION_ENV": "AWS_Lambda_python3.13"}
+    outs = [
+        subprocess.run(
+            [sys.executable, "-c", GC_PROBE], capture_output=True, text=True, env=e, check=True
+        ).stdout.strip()
+        for e in (lam, env)
+    ]
+    # In Lambda: off while the handler imports, then on again with the import frozen
+    assert outs[0] == "False True True"
+    # Elsewhere: untouched
+    assert outs[1] == "True True False"
