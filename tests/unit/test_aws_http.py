@@ -259,3 +259,14 @@ def test_other_operations_go_to_botocore(monkeypatch):
     assert client.put_parameter(Name="x") == "put"
     assert client.exceptions == "botocore exceptions"
     assert client.get_paginator("describe_parameters") == "botocore describe_parameters"
+
+
+def test_one_tls_context_per_process():
+    # Loading the CA certificates costs ~30 ms of CPU: once, not on every token refresh
+    import ssl
+
+    from controlplane.store.aws_http import _tls_context
+
+    context = _tls_context(None)
+    assert context is _tls_context(None)
+    assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname

@@ -25,6 +25,7 @@ authorizer fails, API Gateway answers 500; an API function answers 500 internal_
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import hmac
 import json
@@ -207,9 +208,7 @@ class AwsJsonClient:
 
         conn: http.client.HTTPConnection
         if self.scheme == "https":
-            import ssl
-
-            context = ssl.create_default_context(cafile=os.environ.get("AWS_CA_BUNDLE") or None)
+            context = _tls_context(os.environ.get("AWS_CA_BUNDLE") or None)
             conn = http.client.HTTPSConnection(self.host, timeout=TIMEOUT_S, context=context)
         else:
             conn = http.client.HTTPConnection(self.host, timeout=TIMEOUT_S)
@@ -221,6 +220,15 @@ class AwsJsonClient:
             raise OSError(f"{type(e).__name__}: {e}") from e
         finally:
             conn.close()
+
+
+@functools.lru_cache(maxsize=2)
+def _tls_context(cafile: str | None):
+    """One TLS context per process (per CA bundle): loading the CA certificates costs ~30 ms of
+    CPU, paid once, not on every token refresh."""
+    import ssl
+
+    return ssl.create_default_context(cafile=cafile)
 
 
 def _error_of(data: bytes) -> tuple[str, str]:
