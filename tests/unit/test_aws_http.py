@@ -270,3 +270,45 @@ def test_one_tls_context_per_process():
     context = _tls_context(None)
     assert context is _tls_context(None)
     assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
+
+
+@pytest.mark.parametrize(
+    "raw,expected",
+    [
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}", (200, b"{}")),
+        (b"HTTP/1.1 400 Bad Request\r\ncontent-length: 4\r\nX: y\r\n\r\nabcdEXTRA", (400, b"abcd")),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;ext=1\r\nde\r\n0\r\n\r\n",
+            (200, b"abcde"),
+        ),
+        (b"HTTP/1.0 503 Slow Down\r\nServer: x\r\n\r\nuntil close", (503, b"until close")),
+    ],
+)
+def test_parse_response(raw, expected):
+    assert aws_http.parse_response(raw) == expected
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort",  # cut
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab",  # cut chunk
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        b"garbage\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2",  # no end of headers
+    ],
+)
+def test_parse_response_refuses_cut_or_malformed_answers(raw):
+    with pytest.raises(OSError):
+        aws_http.parse_response(raw)
+
+
+def test_host_port():
+    assert aws_http._host_port("ssm.eu-west-1.amazonaws.com", 443) == (
+        "ssm.eu-west-1.amazonaws.com",
+        443,
+    )
+    assert aws_http._host_port("127.0.0.1:5000", 80) == ("127.0.0.1", 5000)
+    assert aws_http._host_port("[::1]:5000", 80) == ("::1", 5000)
+    assert aws_http._host_port("[::1]", 443) == ("::1", 443)

@@ -6,7 +6,7 @@ Secrets Manager). Through botocore each costs ~0.25 s of CPU on a cold start (im
 ~170 ms, loading the service model and building the client ~70 ms; Powertools' parameters
 utility adds boto3), more than the rest of the authorizer's cold start. `AwsJsonClient` sends the
 same request (AWS JSON 1.1 protocol, SigV4 header signing, byte for byte what botocore's
-SigV4Auth signs: tests/unit/test_aws_http.py holds the two equal).
+SigV4Auth signs: tests/unit/test_aws_http.py holds the two equal) over a socket of its own.
 
 `SsmHttpClient` answers `get_paginator("get_parameters_by_path").paginate(Path=...)` like a
 botocore client; everything else (put_parameter, delete_parameter, `exceptions`: the admin
@@ -189,7 +189,7 @@ class AwsJsonClient:
                 time.sleep(random.random() * min(0.1 * 2 ** (attempt - 1), 2.0))
             try:
                 status, data = self._send(self.signed_headers(operation, body), body)
-            except OSError as e:  # includes http.client's errors, timeouts and refused connections
+            except OSError as e:  # timeouts, refused or cut connections, TLS errors
                 last = AwsRequestError(f"{self.SERVICE} {operation}: {type(e).__name__}: {e}")
                 continue
             if status == 200:
@@ -204,22 +204,77 @@ class AwsJsonClient:
         raise last
 
     def _send(self, headers: dict, body: bytes) -> tuple[int, bytes]:
-        import http.client
+        """POST the request on a connection of its own and read the answer to its end.
 
-        conn: http.client.HTTPConnection
-        if self.scheme == "https":
-            context = _tls_context(os.environ.get("AWS_CA_BUNDLE") or None)
-            conn = http.client.HTTPSConnection(self.host, timeout=TIMEOUT_S, context=context)
-        else:
-            conn = http.client.HTTPConnection(self.host, timeout=TIMEOUT_S)
+        HTTP/1.1 with `Connection: close`, written by hand: `http.client` would import the
+        email package to parse headers (~10 ms of a cold start) for one small JSON answer. A
+        connection per call is fine at one call per TOKEN_CACHE_S (the tokens) or per container
+        (the Redis secret)."""
+        import socket
+
+        host, port = _host_port(self.host, 443 if self.scheme == "https" else 80)
+        head = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+        request = (
+            f"POST {self.path} HTTP/1.1\r\n{head}Content-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n"
+        ).encode("latin-1") + body
+        sock = socket.create_connection((host, port), timeout=TIMEOUT_S)
         try:
-            conn.request("POST", self.path, body=body, headers=headers)
-            response = conn.getresponse()
-            return response.status, response.read()
-        except http.client.HTTPException as e:  # a malformed or cut answer: tried again
-            raise OSError(f"{type(e).__name__}: {e}") from e
+            if self.scheme == "https":
+                context = _tls_context(os.environ.get("AWS_CA_BUNDLE") or None)
+                sock = context.wrap_socket(sock, server_hostname=host)
+            sock.sendall(request)
+            received = []
+            while chunk := sock.recv(65536):
+                received.append(chunk)
         finally:
-            conn.close()
+            sock.close()
+        return parse_response(b"".join(received))
+
+
+def _host_port(netloc: str, default_port: int) -> tuple[str, int]:
+    if netloc.startswith("["):  # [IPv6]:port
+        host, _, rest = netloc[1:].partition("]")
+        return host, int(rest[1:]) if rest.startswith(":") else default_port
+    host, _, port = netloc.partition(":")
+    return host, int(port) if port else default_port
+
+
+def parse_response(raw: bytes) -> tuple[int, bytes]:
+    """(status, body) of a whole HTTP/1.1 answer; OSError when it is cut or malformed (the call
+    is then tried again, like a connection error)."""
+    head, sep, rest = raw.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    parts = lines[0].split(None, 2)
+    if not sep or len(parts) < 2 or not parts[0].startswith(b"HTTP/") or not parts[1].isdigit():
+        raise OSError("malformed HTTP answer")
+    fields = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        fields[name.strip().lower()] = value.strip()
+    if fields.get(b"transfer-encoding", b"").lower() == b"chunked":
+        body = bytearray()
+        pos = 0
+        try:
+            while True:
+                end = rest.index(b"\r\n", pos)
+                size = int(rest[pos:end].split(b";", 1)[0], 16)
+                if size == 0:
+                    break
+                start = end + 2
+                if len(rest) < start + size:
+                    raise ValueError("cut chunk")
+                body += rest[start : start + size]
+                pos = start + size + 2
+        except ValueError as e:
+            raise OSError(f"malformed chunked HTTP answer: {e}") from e
+        return int(parts[1]), bytes(body)
+    length = fields.get(b"content-length")
+    if length is not None:
+        if not length.isdigit() or len(rest) < int(length):
+            raise OSError("HTTP answer cut short")
+        return int(parts[1]), rest[: int(length)]
+    return int(parts[1]), rest
 
 
 @functools.lru_cache(maxsize=2)
