@@ -155,6 +155,9 @@ class ControlPlaneFunctions(Construct):
             "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
             "POWERTOOLS_METRICS_NAMESPACE": names.metrics_namespace,
             "POWERTOOLS_LOG_LEVEL": LOG_LEVEL,
+            # The layer holds no pydantic plugin: pydantic need not look for one (and so the
+            # functions need not import importlib.metadata at cold start; lazyimport.py).
+            "PYDANTIC_DISABLE_PLUGINS": "__all__",
         }
 
         self.functions: dict[str, lambda_.Function] = {}

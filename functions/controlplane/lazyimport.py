@@ -116,6 +116,30 @@ def defer_unused() -> None:
         defer_subpackage(package, name)
     for package, names in PARTIAL.items():
         defer_names(package, names)
+    # importlib.metadata (~10 ms with zipfile and the rest it imports) is imported at module level
+    # by redis-py, for a version lookup the client is spared (store/redis_client.DRIVER_INFO), and
+    # by pydantic's plugin loader, which reads it unless plugins are switched off: the stack sets
+    # PYDANTIC_DISABLE_PLUGINS for the functions (the layer holds no pydantic plugin).
+    if os.environ.get("PYDANTIC_DISABLE_PLUGINS") in ("__all__", "1", "true"):
+        defer_submodule("importlib", "metadata")
+
+
+def defer_submodule(package: str, name: str) -> bool:
+    """Put a placeholder for `package.name` in place, its package imported (a standard library
+    package, say), bound as the package's attribute as an import would. Returns whether it did."""
+    full = f"{package}.{name}"
+    if full in sys.modules:
+        return False
+    try:
+        spec = importlib.util.find_spec(full)
+    except (ImportError, ValueError):
+        return False
+    if spec is None or spec.origin is None or not spec.submodule_search_locations:
+        return False
+    placeholder = DeferredPackage(full, spec.origin)
+    sys.modules[full] = placeholder
+    setattr(sys.modules[package], name, placeholder)
+    return True
 
 
 def defer_names(package: str, names: dict[str, str]) -> bool:

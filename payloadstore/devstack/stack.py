@@ -81,6 +81,7 @@ def handler_env(
         "POWERTOOLS_SERVICE_NAME": "payloadstore",
         "POWERTOOLS_METRICS_NAMESPACE": "PayloadStore",
         "POWERTOOLS_TRACE_DISABLED": "true",
+        "PYDANTIC_DISABLE_PLUGINS": "__all__",
         "AWS_LAMBDA_FUNCTION_NAME": "payloadstore-local",
         # One process serves every container here, so one pool serves every concurrent
         # invocation (long-polls hold a connection each): size it to the gateway's concurrency.

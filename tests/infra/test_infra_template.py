@@ -258,13 +258,15 @@ def test_every_function_carries_the_settings_and_powertools_environment(template
     expected_names = set(SETTINGS_ENV.values()) - {"AWS_REGION", "S3_ENDPOINT_URL"}
     for group in FUNCTIONS:
         env = _function(template, group)["Properties"]["Environment"]["Variables"]
-        # Then every AWS-relevant setting is there, plus Powertools' three and the local
-        # endpoint variables (empty; see test_infra_local_endpoints.py)
+        # Then every AWS-relevant setting is there, plus Powertools' three, pydantic's plugins
+        # switched off and the local endpoint variables (empty; see test_infra_local_endpoints.py)
         assert set(env) == expected_names | set(LOCAL_ENDPOINT_ENV) | {
             "POWERTOOLS_SERVICE_NAME",
             "POWERTOOLS_METRICS_NAMESPACE",
             "POWERTOOLS_LOG_LEVEL",
+            "PYDANTIC_DISABLE_PLUGINS",
         }, group
+        assert env["PYDANTIC_DISABLE_PLUGINS"] == "__all__"
         assert env["POWERTOOLS_SERVICE_NAME"] == SERVICE_NAME
         assert env["POWERTOOLS_METRICS_NAMESPACE"] == DEV.metrics_namespace == "PayloadStore/dev"
         # And the resource-backed ones point at this stack's resources

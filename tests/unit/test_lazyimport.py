@@ -180,3 +180,31 @@ def test_garbage_collection_pauses_for_the_handler_import_in_lambda_only(tmp_pat
     assert outs[0] == "False True True"
     # Elsewhere: untouched
     assert outs[1] == "True True False"
+
+
+METADATA_PROBE = """
+import sys
+import controlplane.handlers.payloads
+from controlplane.models.wire import PresignRequest
+PresignRequest.model_validate({"op": "put", "kind": "args", "size": 1})
+placeholder = sys.modules["importlib.metadata"]
+print(getattr(placeholder, "_deferred_state", "real"))
+import importlib.metadata
+from importlib.metadata import version
+print(version("redis") == importlib.metadata.version("redis"))
+"""
+
+
+@pytest.mark.parametrize("plugins_off,first", [(True, "deferred"), (False, "real")])
+def test_importlib_metadata_waits_for_a_use_when_pydantic_plugins_are_off(plugins_off, first):
+    env = {**os.environ, "PYTHONPATH": str(FUNCTIONS), "PAYLOAD_BUCKET": "b"}
+    env.pop("PYDANTIC_DISABLE_PLUGINS", None)
+    if plugins_off:
+        env["PYDANTIC_DISABLE_PLUGINS"] = "__all__"
+    out = subprocess.run(
+        [sys.executable, "-c", METADATA_PROBE], capture_output=True, text=True, env=env, check=True
+    ).stdout.split()
+    # Then nothing a function's import and first validation does reads it (plugins off), and
+    # the first real use gets the real module
+    assert out[0] == first
+    assert out[1] == "True"
