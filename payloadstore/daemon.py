@@ -160,6 +160,11 @@ class _Heartbeat:
             self.thread.join(timeout=5)
 
 
+# Failing checks a daemon starts anyway, because taking jobs is what clears them: a Redis past its
+# hard memory mark refuses new jobs, while polls, acks and results through S3 still work there.
+DRAINED_CHECKS = frozenset({"redis_memory"})
+
+
 def failing_checks(body: dict) -> list[str]:
     """'name: detail' for each failing check of a /v1/health body."""
     out = []
@@ -291,6 +296,16 @@ class Daemon:
     def ensure_healthy(self) -> None:
         # The details (each failing check's reason) need a token, which the daemon holds.
         healthy, body = self.client.health(details=True)
+        if healthy:
+            return
+        checks = body.get("checks") or {}
+        drained = failing_checks({"checks": {n: checks[n] for n in DRAINED_CHECKS if n in checks}})
+        others = failing_checks(
+            {"checks": {n: c for n, c in checks.items() if n not in DRAINED_CHECKS}}
+        )
+        if drained and not others:
+            log.warning("starting on a control plane that needs draining: %s", "; ".join(drained))
+            return
         if not healthy:
             problems = failing_checks(body) or [f"status {body.get('status')!r}"]
             raise ServiceUnavailable(

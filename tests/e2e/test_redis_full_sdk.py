@@ -47,6 +47,9 @@ def test_inline_submits_into_a_full_redis_never_return_a_phantom(
         jobs: dict[int, object] = {}
         refused: list[BaseException] = []
         unexpected: list[BaseException] = []
+        # The daemon starts once 36 payloads (7.2 MB) were submitted: the wall is reached
+        # whatever the machine's speed, and the rest is submitted while the daemon drains.
+        past_the_wall = threading.Event()
 
         def submit(first: int, step: int) -> None:
             q = client.queue(queue)
@@ -57,12 +60,15 @@ def test_inline_submits_into_a_full_redis_never_return_a_phantom(
                     refused.append(e)
                 except BaseException as e:  # noqa: BLE001 - reported below
                     unexpected.append(e)
+                if len(jobs) + len(refused) + len(unexpected) >= 36:
+                    past_the_wall.set()
 
-        # When three threads submit 60 payloads of 200 KiB (12 MB) while a Daemon works
+        # When three threads submit 60 payloads of 200 KiB (12 MB) and a Daemon works meanwhile
+        threads = [threading.Thread(target=submit, args=(k, 3)) for k in range(3)]
+        for t in threads:
+            t.start()
+        assert past_the_wall.wait(timeout=300), "submits did not get past 36"
         with daemon_thread(daemon_client, queue, reverse):
-            threads = [threading.Thread(target=submit, args=(k, 3)) for k in range(3)]
-            for t in threads:
-                t.start()
             for t in threads:
                 t.join(timeout=600)
             assert not any(t.is_alive() for t in threads), "submits did not end"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import logging
 import os
 import signal
 
@@ -316,3 +317,24 @@ def test_given_a_run_when_a_job_is_done_then_one_line_names_job_queue_tier_secon
         assert lines[0].startswith("APP payloadstore.daemon ")
     else:
         assert " INFO job job_id=" in lines[0]
+
+
+def test_given_only_redis_memory_failing_when_starting_then_it_takes_jobs_to_drain_it(caplog):
+    # Given a control plane whose only failing check is Redis past its hard memory mark
+    world = FakeWorld(healthy=False)
+    world.health_checks["redis_memory"] = {"ok": False, "detail": "97% of 6291456 B"}
+    client = make_client(world)
+    job = client.queue("q").add(2)
+    # When a daemon starts
+    with caplog.at_level(logging.WARNING, logger="payloadstore.daemon"):
+        stats = daemon_for(world).run(lambda x: x + 1, stop_when_idle=True)
+    # Then it takes the job (daemons are what empty a full Redis), saying why it started anyway
+    assert stats["succeeded"] == 1 and job.job_id
+    assert "needs draining: redis_memory: 97%" in caplog.text
+    # And another failing check beside it still stops the daemon before any poll
+    world = FakeWorld(healthy=False)
+    world.health_checks["redis_memory"] = {"ok": False, "detail": "97%"}
+    world.health_checks["redis"] = {"ok": False, "detail": "connection refused"}
+    with pytest.raises(ServiceUnavailable, match="redis: connection refused"):
+        daemon_for(world).run(lambda: None)
+    assert not world.calls("POST", "/v1/daemon/poll")
