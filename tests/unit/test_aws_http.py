@@ -157,6 +157,25 @@ def test_default_endpoint_is_the_regional_one():
             },
             None,
         ),
+        # A proxy botocore would use, or the opt-out
+        (
+            {
+                "AWS_ACCESS_KEY_ID": AKID,
+                "AWS_SECRET_ACCESS_KEY": SECRET,
+                "AWS_REGION": "us-east-1",
+                "HTTPS_PROXY": "http://proxy.internal:3128",
+            },
+            None,
+        ),
+        (
+            {
+                "AWS_ACCESS_KEY_ID": AKID,
+                "AWS_SECRET_ACCESS_KEY": SECRET,
+                "AWS_REGION": "us-east-1",
+                "PAYLOADSTORE_DIRECT_AWS": "0",
+            },
+            None,
+        ),
         (
             {
                 "AWS_ACCESS_KEY_ID": AKID,

@@ -56,6 +56,9 @@ RETRYABLE_CODES = frozenset(
 # Regions of the aws partition (amazonaws.com); any other partition is left to botocore.
 _STANDARD_REGION = re.compile(r"^(us|eu|ap|sa|ca|me|af|il|mx)-[a-z]+-\d+$")
 _TRUE = ("1", "true", "yes", "on")
+_PROXY_ENV = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy")
+# PAYLOADSTORE_DIRECT_AWS=0: every AWS call through botocore, as before this module existed.
+OPT_OUT_ENV = "PAYLOADSTORE_DIRECT_AWS"
 
 
 class AwsRequestError(RuntimeError):
@@ -113,6 +116,9 @@ class AwsJsonClient:
             env.get(name, "").lower() in _TRUE
             for name in ("AWS_USE_FIPS_ENDPOINT", "AWS_USE_DUALSTACK_ENDPOINT")
         ):
+            return None
+        # A proxy (botocore honours these) or an explicit opt-out: botocore sends the request.
+        if any(env.get(name) for name in _PROXY_ENV) or env.get(OPT_OUT_ENV, "") in ("0", "off"):
             return None
         endpoint = _env_endpoint(env, cls.ENDPOINT_ENV)
         if endpoint is None and not _STANDARD_REGION.match(region):
