@@ -13,6 +13,7 @@ gateway with the real handlers), each against its baseline in the same run:
 
     .venv/bin/python bench/bench_e2e.py [--mib 8 64 100] [--repeat 3] [--n 300] [--add-n 200]
         [--json out.json]
+    .venv/bin/python bench/bench_e2e.py --add-rate-only 3 [--add-n 200]   # that figure alone
 
 "CP bytes" are the JSON/msgpack bodies of control-plane requests and answers (what the routes
 carry); HTTP headers are counted apart (they depend on the client library and the gateway).
@@ -307,6 +308,31 @@ def s3_add_rate(stack, n: int) -> dict:
         "baseline_jobs_per_s": ADD_RATE_BASELINE,
         "ratio": (n / elapsed) / ADD_RATE_BASELINE,
     }
+
+
+def add_rate_rounds(rounds: int, n: int) -> None:
+    """`s3_add_rate` `rounds` times on one stack: jobs/s, and CPU ms per job (warm-up adds
+    included) of this process and of the emulator's, the figure that moves least on a loaded
+    machine."""
+
+    def emulator_cpu_s(pid: int) -> float:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    with tempfile.TemporaryDirectory(prefix="bench-e2e-") as tmp, local_stack(Path(tmp)) as stack:
+        pid = stack.moto.proc.pid
+        for i in range(rounds):
+            cpu, emu = time.process_time(), emulator_cpu_s(pid)
+            rate = s3_add_rate(stack, n)
+            jobs = n + 5
+            print(
+                f"round {i}: {rate['jobs_per_s']:.1f} jobs/s, median {rate['median_ms']:.1f} ms, "
+                f"CPU per job: bench process {(time.process_time() - cpu) / jobs * 1e3:.1f} ms, "
+                f"S3 emulator {(emulator_cpu_s(pid) - emu) / jobs * 1e3:.1f} ms; "
+                f"load {os.getloadavg()[0]:.2f}",
+                flush=True,
+            )
 
 
 # -- round trip through the handlers vs raw redis-py ------------------------------------------------
@@ -694,7 +720,18 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=300)
     parser.add_argument("--add-n", type=int, default=200, help="1 MiB adds for the jobs/s figure")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--add-rate-only",
+        type=int,
+        metavar="ROUNDS",
+        default=0,
+        help="only the 1 MiB add rate, ROUNDS times on one stack, with CPU per job of this "
+        "process (SDK, gateway, handlers) and of the S3 emulator",
+    )
     args = parser.parse_args()
+    if args.add_rate_only:
+        add_rate_rounds(args.add_rate_only, args.add_n)
+        return
     out = collect(args.mib, args.repeat, args.n, MEM_SIZES, args.add_n)
     print(report(out))
     if args.json:
