@@ -12,7 +12,13 @@ import pytest
 from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
-from controlplane.store.s3_objects import HeadConnections, ObjectInfo, S3Objects, SigV4Presigner
+from controlplane.store.s3_objects import (
+    HeadConnections,
+    ObjectInfo,
+    S3Objects,
+    SigV4Presigner,
+    direct_head_allowed,
+)
 
 KEY = "payloads/2026/11/29/01KB7Z6Q3N4V8W2X5Y9Z0A1B2C/args"
 SECRET = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"
@@ -255,3 +261,23 @@ def test_connections_answer_status_and_lower_case_fields(fake_s3):
     )
     assert status == 200 and fields["x-amz-checksum-sha256"] == "abc"
     assert fields["content-length"] == "3"
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"HTTPS_PROXY": "http://proxy:3128"},
+        {"http_proxy": "http://proxy:3128"},
+        {"PAYLOADSTORE_DIRECT_AWS": "0"},
+        {"AWS_USE_FIPS_ENDPOINT": "true"},
+        {"AWS_USE_DUALSTACK_ENDPOINT": "1"},
+    ],
+)
+def test_proxy_opt_out_fips_and_dualstack_leave_the_head_to_the_client(fake_s3, monkeypatch, env):
+    assert direct_head_allowed({}) and not direct_head_allowed(env)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    server = fake_s3()
+    client = CountingClient()
+    objects_for(server, client).head(KEY)
+    assert client.calls == 1 and not server.requests

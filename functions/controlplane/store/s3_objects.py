@@ -231,6 +231,21 @@ class SigV4Presigner:
         return scheme, netloc, path, headers
 
 
+def direct_head_allowed(environ: dict[str, str] | None = None) -> bool:
+    """Whether the HEAD may go out on a socket of its own: not behind a proxy (botocore honours
+    the proxy variables), not on FIPS or dual-stack endpoints (botocore picks those hosts), and
+    not opted out with PAYLOADSTORE_DIRECT_AWS=0 (as aws_http decides for its calls)."""
+    from .aws_http import _PROXY_ENV, _TRUE, OPT_OUT_ENV
+
+    env = os.environ if environ is None else environ
+    if env.get(OPT_OUT_ENV, "") in ("0", "off") or any(env.get(n) for n in _PROXY_ENV):
+        return False
+    return not any(
+        env.get(name, "").lower() in _TRUE
+        for name in ("AWS_USE_FIPS_ENDPOINT", "AWS_USE_DUALSTACK_ENDPOINT")
+    )
+
+
 class HeadConnections:
     """HEAD requests over kept-alive connections, one idle list per endpoint.
 
@@ -343,7 +358,9 @@ class S3Objects:
         self._ttl = presign_ttl_s
         # Without a presigner (or for a bucket name only path style can carry) the client signs.
         self._presigner = presigner if presigner and presigner.usable_for(bucket) else None
-        self._heads = HeadConnections() if self._presigner is not None else None
+        self._heads = (
+            HeadConnections() if self._presigner is not None and direct_head_allowed() else None
+        )
 
     @classmethod
     def for_region(
