@@ -281,3 +281,31 @@ def test_proxy_opt_out_fips_and_dualstack_leave_the_head_to_the_client(fake_s3, 
     client = CountingClient()
     objects_for(server, client).head(KEY)
     assert client.calls == 1 and not server.requests
+
+
+def test_a_connection_idle_too_long_is_not_reused(fake_s3, monkeypatch):
+    server = fake_s3()
+    objects = objects_for(server)
+    objects.head(KEY)
+    clock = [1000.0]
+    monkeypatch.setattr("controlplane.store.s3_objects.time.monotonic", lambda: clock[0])
+    # a connection kept at t=1000 ...
+    objects.head(KEY)
+    # ... and asked for again past MAX_IDLE_S
+    clock[0] += HeadConnections.MAX_IDLE_S + 1
+    objects.head(KEY)
+    assert server.connections == 2 and len(server.requests) == 3
+
+
+def test_a_connection_the_server_closed_while_idle_is_not_written_to(fake_s3):
+    # Given a server that closes after each answer without saying so
+    server = fake_s3(close_after_each=True)
+    client = CountingClient()
+    objects = objects_for(server, client)
+    objects.head(KEY)
+    import time
+
+    time.sleep(0.05)  # the server's close arrives
+    # When the next HEAD comes, Then it goes out on a new connection, answered once
+    assert objects.head(KEY).size == 1_048_576
+    assert server.connections == 2 and len(server.requests) == 2 and client.calls == 0

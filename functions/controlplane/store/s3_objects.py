@@ -246,22 +246,36 @@ def direct_head_allowed(environ: dict[str, str] | None = None) -> bool:
     )
 
 
+def _has_input(sock: Any) -> bool:
+    """Whether an idle connection has something to read: the server closed or reset it (or
+    sent what no request asked for). Either way it is not reused."""
+    import select
+
+    try:
+        return bool(select.select([sock], [], [], 0)[0])
+    except (OSError, ValueError):
+        return True
+
+
 class HeadConnections:
     """HEAD requests over kept-alive connections, one idle list per endpoint.
 
     A HEAD answer has no body, so the exchange is a request written by hand and a header block
     read back: no botocore request pipeline (~2 ms of CPU per HEAD through the client: events,
     the service model, the parser) and no new connection per call where the server keeps them.
-    A connection is reused only after a complete answer that did not ask to close it; a reused
-    one that fails before answering (closed while idle) is replaced once at once."""
+    A connection is reused only after a complete answer that did not ask to close it, within
+    MAX_IDLE_S of its last answer (S3 drops idle connections after ~20 s, and a frozen Lambda
+    sandbox may hold one for minutes) and when nothing is waiting on it (a close or reset from
+    the server); a reused one that fails before answering is replaced at once."""
 
     MAX_IDLE = 8
+    MAX_IDLE_S = 10.0
     MAX_HEADER_BYTES = 64 << 10
 
     def __init__(self, connect_timeout_s: float = 2.0, read_timeout_s: float = 5.0):
         self.connect_timeout_s = connect_timeout_s
         self.read_timeout_s = read_timeout_s
-        self._idle: dict[tuple[str, str], list[Any]] = {}
+        self._idle: dict[tuple[str, str], list[tuple[Any, float]]] = {}
 
     def head(
         self, scheme: str, netloc: str, path: str, headers: dict[str, str]
@@ -275,9 +289,13 @@ class HeadConnections:
         idle = self._idle.setdefault((scheme, netloc), [])
         while True:
             try:
-                sock, reused = idle.pop(), True
+                sock, since = idle.pop()
+                reused = True
             except IndexError:
                 sock, reused = self._connect(scheme, netloc), False
+            if reused and (time.monotonic() - since > self.MAX_IDLE_S or _has_input(sock)):
+                sock.close()
+                continue
             try:
                 sock.sendall(request)
                 status, fields, keep = self._read_answer(sock)
@@ -287,7 +305,7 @@ class HeadConnections:
                     continue
                 raise
             if keep and len(idle) < self.MAX_IDLE:
-                idle.append(sock)
+                idle.append((sock, time.monotonic()))
             else:
                 sock.close()
             return status, fields
