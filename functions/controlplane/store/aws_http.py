@@ -27,14 +27,14 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
-import hmac
 import json
 import os
 import random
-import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, Self
+
+from . import sigv4
 
 JSON_CONTENT_TYPE = "application/x-amz-json-1.1"
 # Per attempt: well inside the authorizer's timeout even when tried again.
@@ -53,12 +53,23 @@ RETRYABLE_CODES = frozenset(
         "ServiceUnavailable",
     }
 )
-# Regions of the aws partition (amazonaws.com); any other partition is left to botocore.
-_STANDARD_REGION = re.compile(r"^(us|eu|ap|sa|ca|me|af|il|mx)-[a-z]+-\d+$")
 _TRUE = ("1", "true", "yes", "on")
 _PROXY_ENV = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy")
 # PAYLOADSTORE_DIRECT_AWS=0: every AWS call through botocore, as before this module existed.
 OPT_OUT_ENV = "PAYLOADSTORE_DIRECT_AWS"
+
+
+def direct_calls_allowed(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether an AWS call may go out signed here, on a socket of its own: not behind a proxy
+    (botocore honours the proxy variables), not on FIPS or dual-stack endpoints (botocore picks
+    those hosts), and not opted out with PAYLOADSTORE_DIRECT_AWS=0."""
+    env = os.environ if environ is None else environ
+    if env.get(OPT_OUT_ENV, "") in ("0", "off") or any(env.get(n) for n in _PROXY_ENV):
+        return False
+    return not any(
+        env.get(name, "").lower() in _TRUE
+        for name in ("AWS_USE_FIPS_ENDPOINT", "AWS_USE_DUALSTACK_ENDPOINT")
+    )
 
 
 class AwsRequestError(RuntimeError):
@@ -100,7 +111,6 @@ class AwsJsonClient:
         default_port = {"http": ":80", "https": ":443"}[scheme]
         self.host = netloc.removesuffix(default_port)
         self._credentials = credentials
-        self._key_cache: tuple[str, str, bytes] | None = None  # (secret, date, key)
 
     @classmethod
     def from_environment(cls, environ: dict[str, str] | None = None) -> Self | None:
@@ -112,16 +122,10 @@ class AwsJsonClient:
         region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
         if not region:
             return None
-        if any(
-            env.get(name, "").lower() in _TRUE
-            for name in ("AWS_USE_FIPS_ENDPOINT", "AWS_USE_DUALSTACK_ENDPOINT")
-        ):
-            return None
-        # A proxy (botocore honours these) or an explicit opt-out: botocore sends the request.
-        if any(env.get(name) for name in _PROXY_ENV) or env.get(OPT_OUT_ENV, "") in ("0", "off"):
+        if not direct_calls_allowed(env):
             return None
         endpoint = _env_endpoint(env, cls.ENDPOINT_ENV)
-        if endpoint is None and not _STANDARD_REGION.match(region):
+        if endpoint is None and not sigv4.STANDARD_REGION.match(region):
             return None
         return cls(region, endpoint)
 
@@ -135,22 +139,11 @@ class AwsJsonClient:
             raise AwsRequestError("no AWS credentials in the environment to sign with")
         return akid, secret, os.environ.get("AWS_SESSION_TOKEN") or None
 
-    def _signing_key(self, secret: str, date: str) -> bytes:
-        cached = self._key_cache
-        if cached and cached[0] == secret and cached[1] == date:
-            return cached[2]
-        key = hmac.new(("AWS4" + secret).encode(), date.encode(), hashlib.sha256).digest()
-        for part in (self.region, self.SERVICE, "aws4_request"):
-            key = hmac.new(key, part.encode(), hashlib.sha256).digest()
-        self._key_cache = (secret, date, key)
-        return key
-
     def signed_headers(self, operation: str, body: bytes, now: float | None = None) -> dict:
         """The request's headers with SigV4's Authorization, as botocore's SigV4Auth signs them
         (every header sent is signed; the payload hash is the body's sha256)."""
         access_key, secret, token = self._current_credentials()
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
-        date = stamp[:8]
+        stamp = sigv4.amz_date(now)
         headers = {
             "Content-Type": JSON_CONTENT_TYPE,
             "Host": self.host,
@@ -159,29 +152,15 @@ class AwsJsonClient:
         }
         if token:
             headers["X-Amz-Security-Token"] = token
-        signed = sorted((k.lower(), " ".join(v.split())) for k, v in headers.items())
-        names = ";".join(k for k, _ in signed)
-        canonical_request = "\n".join(
-            (
-                "POST",
-                self.path,
-                "",
-                "".join(f"{k}:{v}\n" for k, v in signed),
-                names,
-                hashlib.sha256(body).hexdigest(),
-            )
-        )
-        scope = f"{date}/{self.region}/{self.SERVICE}/aws4_request"
-        string_to_sign = (
-            f"AWS4-HMAC-SHA256\n{stamp}\n{scope}\n"
-            + hashlib.sha256(canonical_request.encode()).hexdigest()
-        )
-        signature = hmac.new(
-            self._signing_key(secret, date), string_to_sign.encode(), hashlib.sha256
-        ).hexdigest()
-        headers["Authorization"] = (
-            f"AWS4-HMAC-SHA256 Credential={access_key}/{scope}, "
-            f"SignedHeaders={names}, Signature={signature}"
+        headers["Authorization"] = sigv4.authorization(
+            "POST",
+            self.path,
+            headers,
+            hashlib.sha256(body).hexdigest(),
+            credentials=(access_key, secret),
+            stamp=stamp,
+            region=self.region,
+            service=self.SERVICE,
         )
         return headers
 

@@ -12,8 +12,6 @@ health checks) is created on first use, once per container; boto3 is not needed 
 from __future__ import annotations
 
 import base64
-import hashlib
-import hmac
 import os
 import re
 import time
@@ -25,6 +23,7 @@ from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionEr
 
 from ..models.errors import ServiceUnavailable, UpstreamError
 from ..once import built_once
+from . import sigv4
 
 
 @dataclass(frozen=True)
@@ -83,10 +82,7 @@ class LazyS3Client:
 
 # Bucket names a virtual-hosted https URL can carry (no dots: they would break the certificate).
 _VIRTUAL_HOST_BUCKET = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
-# Regions of the standard partition (amazonaws.com); others (China, GovCloud) sign via the client.
-_STANDARD_REGION = re.compile(r"^(us|eu|ap|sa|ca|me|af|il|mx)-[a-z]+-\d+$")
 _UNRESERVED = "-_.~"
-EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
 
 class SigV4Presigner:
@@ -98,12 +94,11 @@ class SigV4Presigner:
         self.region = region
         self.endpoint_url = endpoint_url.rstrip("/") if endpoint_url else None
         self._credentials = credentials
-        self._key_cache: tuple[str, str, str, bytes] | None = None  # (secret, date, region, key)
 
     def usable_for(self, bucket: str) -> bool:
         if self.endpoint_url:
             return True
-        return bool(_VIRTUAL_HOST_BUCKET.match(bucket) and _STANDARD_REGION.match(self.region))
+        return bool(_VIRTUAL_HOST_BUCKET.match(bucket) and sigv4.STANDARD_REGION.match(self.region))
 
     def _current_credentials(self) -> tuple[str, str, str | None]:
         if self._credentials is not None:
@@ -119,16 +114,6 @@ class SigV4Presigner:
             raise ServiceUnavailable("no AWS credentials to sign with")
         return self._current_credentials()
 
-    def _signing_key(self, secret: str, date: str) -> bytes:
-        cached = self._key_cache
-        if cached and cached[0] == secret and cached[1] == date and cached[2] == self.region:
-            return cached[3]
-        key = hmac.new(("AWS4" + secret).encode(), date.encode(), hashlib.sha256).digest()
-        for part in (self.region, "s3", "aws4_request"):
-            key = hmac.new(key, part.encode(), hashlib.sha256).digest()
-        self._key_cache = (secret, date, self.region, key)
-        return key
-
     def url(
         self,
         method: str,
@@ -142,17 +127,11 @@ class SigV4Presigner:
         must send exactly those)."""
         access_key, secret, token = self._current_credentials()
         scheme, netloc, path = self.target(bucket, key)
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
-        date = stamp[:8]
-        scope = f"{date}/{self.region}/s3/aws4_request"
-        signed = {"host": netloc}
-        for name, value in (headers or {}).items():
-            signed[name.lower()] = " ".join(str(value).split())
-        names = sorted(signed)
-        signed_headers = ";".join(names)
+        stamp = sigv4.amz_date(now)
+        block, signed_headers = sigv4.canonical_headers({"host": netloc, **(headers or {})})
         params = [
-            ("X-Amz-Algorithm", "AWS4-HMAC-SHA256"),
-            ("X-Amz-Credential", f"{access_key}/{scope}"),
+            ("X-Amz-Algorithm", sigv4.ALGORITHM),
+            ("X-Amz-Credential", f"{access_key}/{sigv4.scope(stamp, self.region, 's3')}"),
             ("X-Amz-Date", stamp),
             ("X-Amz-Expires", str(expires_s)),
             ("X-Amz-SignedHeaders", signed_headers),
@@ -162,18 +141,10 @@ class SigV4Presigner:
         encoded = [(quote(k, safe=_UNRESERVED), quote(v, safe=_UNRESERVED)) for k, v in params]
         query = "&".join(f"{k}={v}" for k, v in encoded)
         canonical_query = "&".join(f"{k}={v}" for k, v in sorted(encoded))
-        canonical_headers = "".join(f"{n}:{signed[n]}\n" for n in names)
         canonical_request = (
-            f"{method}\n{path}\n{canonical_query}\n{canonical_headers}\n"
-            f"{signed_headers}\nUNSIGNED-PAYLOAD"
+            f"{method}\n{path}\n{canonical_query}\n{block}\n{signed_headers}\nUNSIGNED-PAYLOAD"
         )
-        string_to_sign = (
-            f"AWS4-HMAC-SHA256\n{stamp}\n{scope}\n"
-            + hashlib.sha256(canonical_request.encode()).hexdigest()
-        )
-        signature = hmac.new(
-            self._signing_key(secret, date), string_to_sign.encode(), hashlib.sha256
-        ).hexdigest()
+        signature = sigv4.signature(secret, stamp, self.region, "s3", canonical_request)
         return f"{scheme}://{netloc}{path}?{query}&X-Amz-Signature={signature}"
 
     def target(self, bucket: str, key: str) -> tuple[str, str, str]:
@@ -199,34 +170,24 @@ class SigV4Presigner:
         the payload hash is the empty body's)."""
         access_key, secret, token = self._current_credentials()
         scheme, netloc, path = self.target(bucket, key)
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
-        date = stamp[:8]
-        scope = f"{date}/{self.region}/s3/aws4_request"
+        stamp = sigv4.amz_date(now)
         headers = {
             "host": netloc,
             "x-amz-checksum-mode": "ENABLED",
-            "x-amz-content-sha256": EMPTY_SHA256,
+            "x-amz-content-sha256": sigv4.EMPTY_SHA256,
             "x-amz-date": stamp,
         }
         if token:
             headers["x-amz-security-token"] = token
-        names = sorted(headers)
-        signed_headers = ";".join(names)
-        canonical_request = (
-            f"HEAD\n{path}\n\n"
-            + "".join(f"{n}:{' '.join(headers[n].split())}\n" for n in names)
-            + f"\n{signed_headers}\n{EMPTY_SHA256}"
-        )
-        string_to_sign = (
-            f"AWS4-HMAC-SHA256\n{stamp}\n{scope}\n"
-            + hashlib.sha256(canonical_request.encode()).hexdigest()
-        )
-        signature = hmac.new(
-            self._signing_key(secret, date), string_to_sign.encode(), hashlib.sha256
-        ).hexdigest()
-        headers["authorization"] = (
-            f"AWS4-HMAC-SHA256 Credential={access_key}/{scope}, "
-            f"SignedHeaders={signed_headers}, Signature={signature}"
+        headers["authorization"] = sigv4.authorization(
+            "HEAD",
+            path,
+            headers,
+            sigv4.EMPTY_SHA256,
+            credentials=(access_key, secret),
+            stamp=stamp,
+            region=self.region,
+            service="s3",
         )
         return scheme, netloc, path, headers
 
@@ -235,15 +196,9 @@ def direct_head_allowed(environ: dict[str, str] | None = None) -> bool:
     """Whether the HEAD may go out on a socket of its own: not behind a proxy (botocore honours
     the proxy variables), not on FIPS or dual-stack endpoints (botocore picks those hosts), and
     not opted out with PAYLOADSTORE_DIRECT_AWS=0 (as aws_http decides for its calls)."""
-    from .aws_http import _PROXY_ENV, _TRUE, OPT_OUT_ENV
+    from .aws_http import direct_calls_allowed
 
-    env = os.environ if environ is None else environ
-    if env.get(OPT_OUT_ENV, "") in ("0", "off") or any(env.get(n) for n in _PROXY_ENV):
-        return False
-    return not any(
-        env.get(name, "").lower() in _TRUE
-        for name in ("AWS_USE_FIPS_ENDPOINT", "AWS_USE_DUALSTACK_ENDPOINT")
-    )
+    return direct_calls_allowed(environ)
 
 
 def _has_input(sock: Any) -> bool:
