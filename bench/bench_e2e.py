@@ -358,79 +358,92 @@ class FakeContext:
         return 10_000
 
 
-def handler_round_trips(n: int) -> list[float]:
+def small_job_round_trip(call, queue: str, ev=None) -> dict:
+    """One small job through the handlers, called in-process as Lambda would: enqueue, poll,
+    result post, result get. `call(name, handler_module, event, ok_statuses)` invokes each and
+    returns its parsed body; the last answer is returned."""
     import msgpack
     from controlplane.handlers import daemon as daemon_fn
     from controlplane.handlers import jobs as jobs_fn
 
-    ev = _events_module()
-    ctx = FakeContext()
+    ev = ev or _events_module()
     payload = base64.b64encode(msgpack.packb({"args": [1, 2], "kwargs": {}})).decode()
     result = base64.b64encode(msgpack.packb(3)).decode()
+    enq = call(
+        "enqueue",
+        jobs_fn,
+        ev.event(
+            "POST",
+            "/v1/namespaces/{ns}/queues/{queue}/jobs",
+            {"ns": NS, "queue": queue},
+            body=payload,
+            headers={
+                "Content-Type": "application/msgpack",
+                "Idempotency-Key": uuid.uuid4().hex,
+            },
+            b64=True,
+        ),
+        (201,),
+    )
+    job_id = enq["job_id"]
+    polled = call(
+        "poll",
+        daemon_fn,
+        ev.event(
+            "POST",
+            "/v1/daemon/poll",
+            None,
+            role="daemon",
+            body={"namespace": NS, "queues": [queue], "wait_s": 0, "daemon_id": "bench-d"},
+        ),
+        (200,),
+    )
+    post = {"resultInline": result}
+    if polled.get("lease"):
+        post["lease"] = polled["lease"]
+    call(
+        "post",
+        daemon_fn,
+        ev.event(
+            "POST",
+            "/v1/namespaces/{ns}/jobs/{job_id}/result",
+            {"ns": NS, "job_id": job_id},
+            role="daemon",
+            body=post,
+        ),
+        (204,),
+    )
+    got = call(
+        "get",
+        jobs_fn,
+        ev.event(
+            "GET",
+            "/v1/namespaces/{ns}/jobs/{job_id}/result",
+            {"ns": NS, "job_id": job_id},
+            query={"wait": "0"},
+        ),
+        (200,),
+    )
+    if got.get("state") != "succeeded":
+        raise SystemExit(f"round trip ended {got}")
+    return got
+
+
+def invoke(fn, event, ok, ctx=None):
+    """A handler's answer body (parsed), or exit when its status is not one of `ok`."""
+    out = fn.lambda_handler(event, ctx or FakeContext())
+    if out["statusCode"] not in ok:
+        raise SystemExit(f"{event['path']} answered {out['statusCode']}: {out.get('body')}")
+    return json.loads(out["body"]) if out.get("body") else None
+
+
+def handler_round_trips(n: int) -> list[float]:
+    ev, ctx = _events_module(), FakeContext()
     queue = f"rt-{uuid.uuid4().hex[:6]}"
-
-    def call(fn, event, ok):
-        out = fn.lambda_handler(event, ctx)
-        if out["statusCode"] not in ok:
-            raise SystemExit(f"{event['path']} answered {out['statusCode']}: {out.get('body')}")
-        return json.loads(out["body"]) if out.get("body") else None
-
     samples = []
     for i in range(n + 10):
         started = time.perf_counter()
-        enq = call(
-            jobs_fn,
-            ev.event(
-                "POST",
-                "/v1/namespaces/{ns}/queues/{queue}/jobs",
-                {"ns": NS, "queue": queue},
-                body=payload,
-                headers={
-                    "Content-Type": "application/msgpack",
-                    "Idempotency-Key": uuid.uuid4().hex,
-                },
-                b64=True,
-            ),
-            (201,),
-        )
-        job_id = enq["job_id"]
-        polled = call(
-            daemon_fn,
-            ev.event(
-                "POST",
-                "/v1/daemon/poll",
-                None,
-                role="daemon",
-                body={"namespace": NS, "queues": [queue], "wait_s": 0, "daemon_id": "bench-d"},
-            ),
-            (200,),
-        )
-        post = {"resultInline": result}
-        if polled.get("lease"):
-            post["lease"] = polled["lease"]
-        call(
-            daemon_fn,
-            ev.event(
-                "POST",
-                "/v1/namespaces/{ns}/jobs/{job_id}/result",
-                {"ns": NS, "job_id": job_id},
-                role="daemon",
-                body=post,
-            ),
-            (204,),
-        )
-        got = call(
-            jobs_fn,
-            ev.event(
-                "GET",
-                "/v1/namespaces/{ns}/jobs/{job_id}/result",
-                {"ns": NS, "job_id": job_id},
-                query={"wait": "0"},
-            ),
-            (200,),
-        )
-        if got.get("state") != "succeeded":
-            raise SystemExit(f"round trip ended {got}")
+        small_job_round_trip(lambda _name, fn, event, ok: invoke(fn, event, ok, ctx), queue, ev)
         if i >= 10:  # the first ones warm caches and connections
             samples.append(time.perf_counter() - started)
     return samples

@@ -14,8 +14,6 @@ in-process as Lambda would) against raw redis-py doing the same work, in more de
 from __future__ import annotations
 
 import argparse
-import base64
-import json
 import statistics
 import sys
 import tempfile
@@ -73,10 +71,7 @@ def cpu(stack, n: int) -> str:
 
 def per_call(n: int) -> str:
     """Each handler call: wall time, time inside redis-py, and Redis round trips."""
-    import msgpack
     import redis
-    from controlplane.handlers import daemon as daemon_fn
-    from controlplane.handlers import jobs as jobs_fn
     from redis.client import Pipeline
 
     acc = {"s": 0.0, "trips": 0}
@@ -101,69 +96,21 @@ def per_call(n: int) -> str:
         (Pipeline, "execute", counted(Pipeline, "execute")),
     ]
     ev, ctx = e2e._events_module(), e2e.FakeContext()
-    payload = base64.b64encode(msgpack.packb({"args": [1, 2], "kwargs": {}})).decode()
-    result = base64.b64encode(msgpack.packb(3)).decode()
     queue = f"rt-{uuid.uuid4().hex[:6]}"
     stats: dict[str, list[tuple[float, float, int]]] = {
         k: [] for k in ("enqueue", "poll", "post", "get")
     }
 
-    def call(name, fn, event):
+    def call(name, fn, event, ok):
         acc["s"], acc["trips"] = 0.0, 0
         started = time.perf_counter()
-        out = fn.lambda_handler(event, ctx)
+        body = e2e.invoke(fn, event, ok, ctx)
         stats[name].append((time.perf_counter() - started, acc["s"], acc["trips"]))
-        return json.loads(out["body"]) if out.get("body") else None
+        return body
 
     try:
         for _ in range(n + 10):
-            enq = call(
-                "enqueue",
-                jobs_fn,
-                ev.event(
-                    "POST",
-                    "/v1/namespaces/{ns}/queues/{queue}/jobs",
-                    {"ns": e2e.NS, "queue": queue},
-                    body=payload,
-                    headers={
-                        "Content-Type": "application/msgpack",
-                        "Idempotency-Key": uuid.uuid4().hex,
-                    },
-                    b64=True,
-                ),
-            )
-            polled = call(
-                "poll",
-                daemon_fn,
-                ev.event(
-                    "POST",
-                    "/v1/daemon/poll",
-                    None,
-                    role="daemon",
-                    body={"namespace": e2e.NS, "queues": [queue], "wait_s": 0, "daemon_id": "d"},
-                ),
-            )
-            call(
-                "post",
-                daemon_fn,
-                ev.event(
-                    "POST",
-                    "/v1/namespaces/{ns}/jobs/{job_id}/result",
-                    {"ns": e2e.NS, "job_id": enq["job_id"]},
-                    role="daemon",
-                    body={"resultInline": result, "lease": polled["lease"]},
-                ),
-            )
-            call(
-                "get",
-                jobs_fn,
-                ev.event(
-                    "GET",
-                    "/v1/namespaces/{ns}/jobs/{job_id}/result",
-                    {"ns": e2e.NS, "job_id": enq["job_id"]},
-                    query={"wait": "0"},
-                ),
-            )
+            e2e.small_job_round_trip(call, queue, ev)
     finally:
         for cls, name, original in originals:
             setattr(cls, name, original)

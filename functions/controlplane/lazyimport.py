@@ -124,19 +124,27 @@ def defer_unused() -> None:
         defer_submodule("importlib", "metadata")
 
 
+def _unimported_package(full: str) -> str | None:
+    """The `__init__` path of package `full` when it is installed and not imported yet."""
+    if full in sys.modules:
+        return None
+    try:
+        spec = importlib.util.find_spec(full)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or spec.origin is None or not spec.submodule_search_locations:
+        return None
+    return spec.origin
+
+
 def defer_submodule(package: str, name: str) -> bool:
     """Put a placeholder for `package.name` in place, its package imported (a standard library
     package, say), bound as the package's attribute as an import would. Returns whether it did."""
     full = f"{package}.{name}"
-    if full in sys.modules:
+    origin = _unimported_package(full)
+    if origin is None:
         return False
-    try:
-        spec = importlib.util.find_spec(full)
-    except (ImportError, ValueError):
-        return False
-    if spec is None or spec.origin is None or not spec.submodule_search_locations:
-        return False
-    placeholder = DeferredPackage(full, spec.origin)
+    placeholder = DeferredPackage(full, origin)
     sys.modules[full] = placeholder
     setattr(sys.modules[package], name, placeholder)
     return True
@@ -145,15 +153,10 @@ def defer_submodule(package: str, name: str) -> bool:
 def defer_names(package: str, names: dict[str, str]) -> bool:
     """Put a placeholder for the top-level package `package` in place that imports only
     `names[attr]` for each name of `names` read, and runs the real `__init__` on any other."""
-    if package in sys.modules:
+    origin = _unimported_package(package)
+    if origin is None:
         return False
-    try:
-        spec = importlib.util.find_spec(package)
-    except (ImportError, ValueError):
-        return False
-    if spec is None or spec.origin is None or not spec.submodule_search_locations:
-        return False
-    sys.modules[package] = ReexportingPackage(package, spec.origin, dict(names), complete=False)
+    sys.modules[package] = ReexportingPackage(package, origin, dict(names), complete=False)
     return True
 
 

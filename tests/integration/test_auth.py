@@ -152,12 +152,10 @@ def test_a_token_minted_after_the_cache_was_filled_works_at_once(settings_env, s
     }
 
 
-def test_unknown_tokens_refresh_the_store_at_most_once_a_second(tokens, ssm_client):
-    # Given a store with a long cache, counting its reads of SSM
-    from controlplane.store import tokens as token_module
-
+def counting_store(ssm_client) -> tuple[TokenStore, list[str]]:
+    """A store with a long cache whose reads of SSM are listed."""
     store = TokenStore(ssm_client, TOKEN_PATH, cache_s=3600)
-    reads = []
+    reads: list[str] = []
     paginate = ssm_client.get_paginator
 
     def counting(name):
@@ -165,6 +163,14 @@ def test_unknown_tokens_refresh_the_store_at_most_once_a_second(tokens, ssm_clie
         return paginate(name)
 
     store._ssm = type("Counting", (), {"get_paginator": staticmethod(counting)})()
+    return store, reads
+
+
+def test_unknown_tokens_refresh_the_store_at_most_once_a_second(tokens, ssm_client):
+    # Given a store with a long cache, counting its reads of SSM
+    from controlplane.store import tokens as token_module
+
+    store, reads = counting_store(ssm_client)
     # When a flood of unknown tokens arrives
     for i in range(50):
         assert store.lookup(f"pst_unknown{i:040d}") is None
@@ -191,15 +197,7 @@ def test_concurrent_lookups_on_a_cold_store_read_ssm_once(tokens, ssm_client):
     import threading
 
     token, info = tokens.mint("team-c", "client")
-    store = TokenStore(ssm_client, TOKEN_PATH, cache_s=3600)
-    reads = []
-    paginate = ssm_client.get_paginator
-
-    def counting(name):
-        reads.append(name)
-        return paginate(name)
-
-    store._ssm = type("Counting", (), {"get_paginator": staticmethod(counting)})()
+    store, reads = counting_store(ssm_client)
     found = []
     start = threading.Barrier(20)
 
