@@ -874,11 +874,19 @@ class RedisJobStore:
         slot)."""
         if not candidates:
             return None
-        pipe = self._r.pipeline(transaction=False)
+        # One HMGET per index hour, as the enqueue script looks them up.
+        by_index: dict[str, list[str]] = {}
         for job_id, ms in candidates:
-            pipe.hget(keys.inline_index(namespace, ms), job_id)
-        for (job_id, _), queue in zip(candidates, pipe.execute()):
-            if queue is not None:
+            by_index.setdefault(keys.inline_index(namespace, ms), []).append(job_id)
+        pipe = self._r.pipeline(transaction=False)
+        for index, ids in by_index.items():
+            pipe.hmget(index, ids)
+        found: dict[str, bytes | str] = {}
+        for ids, queues in zip(by_index.values(), pipe.execute()):
+            found.update((i, q) for i, q in zip(ids, queues) if q is not None)
+        for job_id, _ in candidates:  # newest first
+            if job_id in found:
+                queue = found[job_id]
                 return job_id, queue.decode() if isinstance(queue, bytes) else queue
         return None
 
