@@ -15,8 +15,10 @@ gateway with the real handlers), each against its baseline in the same run:
         [--json out.json]
     .venv/bin/python bench/bench_e2e.py --add-rate-only 3 [--add-n 200]   # that figure alone
 
-"CP bytes" are the JSON/msgpack bodies of control-plane requests and answers (what the routes
-carry); HTTP headers are counted apart (they depend on the client library and the gateway).
+"CP bytes" are the JSON/msgpack bodies of control-plane requests and answers as they cross the
+wire (an answer the API gzips, as API Gateway does past its minimumCompressionSize for a client
+that accepts gzip, counts compressed; the decoded size is shown beside it); HTTP headers are
+counted apart (they depend on the client library and the gateway).
 """
 
 from __future__ import annotations
@@ -88,7 +90,8 @@ class Counter:
         entry = dict(response.request.extensions.get("bench_start", {}))
         entry.update(
             status=response.status_code,
-            resp_body=len(response.content or b""),
+            resp_body=response.num_bytes_downloaded,  # as it crossed the wire (maybe gzipped)
+            resp_body_decoded=len(response.content or b""),
             resp_headers=sum(len(k) + len(v) + 4 for k, v in response.headers.raw),
         )
         with self._lock:
@@ -104,6 +107,7 @@ def summarize_calls(calls: list[dict]) -> dict:
     return {
         "calls": len(calls),
         "body_bytes": sum(c["req_body"] + c["resp_body"] for c in calls),
+        "decoded_body_bytes": sum(c["req_body"] + c["resp_body_decoded"] for c in calls),
         "header_bytes": sum(c["req_headers"] + c["resp_headers"] for c in calls),
         "routes": [f"{c['method']} {c['path']} -> {c['status']}" for c in calls],
     }
@@ -694,11 +698,15 @@ def report(out: dict) -> str:
             s = per_job[side]
             lines.append(
                 f"CP per {per_job['mib']} MiB S3-tier job, {side}: {s['calls']} calls, "
-                f"{s['body_bytes']:,} B bodies (+{s['header_bytes']:,} B headers): "
+                f"{s['body_bytes']:,} B bodies on the wire ({s['decoded_body_bytes']:,} B decoded; "
+                f"+{s['header_bytes']:,} B headers): "
                 + "; ".join(s["routes"])
             )
         total = per_job["client"]["body_bytes"] + per_job["daemon"]["body_bytes"]
-        lines.append(f"CP body bytes, whole life of the job: {total:,} B")
+        decoded = sum(per_job[side].get("decoded_body_bytes", 0) for side in ("client", "daemon"))
+        lines.append(
+            f"CP body bytes, whole life of the job: {total:,} B on the wire ({decoded:,} B decoded)"
+        )
     lines.append("size     queue.add  curl -T  ratio   result()  curl GET  ratio  (medians, s)")
     for r in out["transfers"]["by_size"]:
         lines.append(

@@ -219,8 +219,10 @@ def summary_table(results: dict) -> list[str]:
             f"| {verdict(d['calls'], GOALS['cp_calls_daemon'])} |"
         )
         total = c["body_bytes"] + d["body_bytes"]
+        decoded = c.get("decoded_body_bytes", total) + d.get("decoded_body_bytes", 0)
         rows.append(
-            f"| CP body bytes, whole life of a {per_job['mib']} MiB job | {total:,} B | – | – "
+            f"| CP body bytes on the wire, whole life of a {per_job['mib']} MiB job "
+            f"(gzip; {decoded:,} B decoded) | {total:,} B | – | – "
             f"| ≤ {GOALS['cp_bytes_job']:,} B | {verdict(total, GOALS['cp_bytes_job'])} |"
         )
     for r in (e2e.get("transfers") or {}).get("by_size") or []:

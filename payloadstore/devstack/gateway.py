@@ -51,6 +51,7 @@ from payloadstore.devstack.gateway_events import (  # noqa: F401 - re-exported
     LocalLambdaContext,
     OutgoingResponse,
     authorizer_failure,
+    compressed,
     explicit_deny,
     gateway_response,
     header_maps,
@@ -169,6 +170,7 @@ class LocalGateway:
     authorizer_cache_s: float = 0.0
     timeout_s: float | None = None
     max_body_bytes: int | None = None
+    min_compression_bytes: int | None = None  # defaults to routes.MIN_COMPRESSION_BYTES
 
     def __post_init__(self) -> None:
         ensure_functions_on_path()
@@ -189,6 +191,8 @@ class LocalGateway:
             self.timeout_s = float(route_module.API_GATEWAY_TIMEOUT_S)
         if self.max_body_bytes is None:
             self.max_body_bytes = route_module.API_GATEWAY_MAX_BODY_BYTES
+        if self.min_compression_bytes is None:
+            self.min_compression_bytes = route_module.MIN_COMPRESSION_BYTES
         self._resolved: dict[str, Handler] = {}
         self._resolve_lock = threading.Lock()
         self._authorizer = AuthorizerEmulator(self.region, self.authorizer_cache_s)
@@ -257,9 +261,13 @@ class LocalGateway:
     def handle(self, req: IncomingRequest) -> OutgoingResponse:
         request_id = str(uuid.uuid4())
         try:
-            return self._handle(req, request_id)
+            resp = self._handle(req, request_id)
         except GatewayError as e:
-            return gateway_response(e, request_id)
+            resp = gateway_response(e, request_id)
+        if req.method == "HEAD":
+            return resp
+        accept = next((v for k, v in req.headers if k.lower() == "accept-encoding"), None)
+        return compressed(resp, accept, self.min_compression_bytes)
 
     def _gateway_response(self, e: GatewayError, request_id: str) -> OutgoingResponse:
         return gateway_response(e, request_id)

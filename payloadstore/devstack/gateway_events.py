@@ -9,9 +9,11 @@ see it."""
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 import logging
 import time
+import zlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -105,6 +107,48 @@ def gateway_response(e: GatewayError, request_id: str) -> OutgoingResponse:
         ],
         body,
     )
+
+
+# -- payload compression ------------------------------------------------------------------------
+
+
+def accepted_coding(accept_encoding: str | None) -> str | None:
+    """The coding API Gateway would compress with for this Accept-Encoding: gzip or deflate
+    (in the client's order of preference, q=0 refusing one), or None."""
+    best, best_q = None, 0.0
+    for item in (accept_encoding or "").split(","):
+        name, _, params = item.strip().partition(";")
+        name = name.strip().lower()
+        if name not in ("gzip", "deflate", "*"):
+            continue
+        q = 1.0
+        for param in params.split(";"):
+            key, _, value = param.strip().partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+        if q > best_q:
+            best, best_q = ("gzip" if name == "*" else name), q
+    return best
+
+
+def compressed(
+    resp: OutgoingResponse, accept_encoding: str | None, min_bytes: int | None
+) -> OutgoingResponse:
+    """API Gateway's response compression (minimumCompressionSize): a body of at least
+    `min_bytes` is sent gzipped (or deflated) to a client that accepts it, unless the handler
+    already encoded it. `min_bytes` None: compression off, as on an API without the setting."""
+    if min_bytes is None or len(resp.body) < min_bytes:
+        return resp
+    if any(name.lower() == "content-encoding" for name, _ in resp.headers):
+        return resp
+    coding = accepted_coding(accept_encoding)
+    if coding is None:
+        return resp
+    body = gzip.compress(resp.body, 6) if coding == "gzip" else zlib.compress(resp.body, 6)
+    return OutgoingResponse(resp.status, [*resp.headers, ("Content-Encoding", coding)], body)
 
 
 # -- Lambda context ---------------------------------------------------------------------------

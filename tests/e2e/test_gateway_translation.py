@@ -7,16 +7,18 @@ the control-plane handlers: binary bodies, repeated query keys, limits, authoriz
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 import os
 import socket
 import threading
 import time
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
-from controlplane.routes import Route
+from controlplane.routes import MIN_COMPRESSION_BYTES, Route
 
 from payloadstore.devstack.gateway import LocalGateway, serve_in_thread
 
@@ -459,3 +461,43 @@ def test_port_taken_is_a_clear_error(authorizer):
                 "127.0.0.1",
                 port,
             )
+
+
+# --- response compression (API Gateway's minimumCompressionSize) -------------------------------
+
+
+def raw_answer(url: str, accept_encoding: str) -> tuple[requests.Response, bytes]:
+    """The answer and its body exactly as it crossed the wire (not decoded)."""
+    resp = requests.get(url, headers={"Accept-Encoding": accept_encoding}, stream=True, timeout=10)
+    return resp, resp.raw.read(decode_content=False)
+
+
+def test_a_large_answer_is_gzipped_for_a_client_that_accepts_gzip(gateway):
+    # Given an answer over the compression threshold (the echoed event is a few KB of JSON)
+    url = f"{gateway.url}/v1/echo/x"
+    plain, plain_body = raw_answer(url, "identity")
+    assert len(plain_body) >= MIN_COMPRESSION_BYTES
+    # When a client that accepts gzip asks for it
+    packed, packed_body = raw_answer(url, "gzip, deflate")
+    # Then it crosses the wire gzipped, smaller, and decodes to the same JSON
+    assert packed.headers["Content-Encoding"] == "gzip"
+    assert int(packed.headers["Content-Length"]) == len(packed_body) < len(plain_body)
+    assert json.loads(gzip.decompress(packed_body))["event"]["path"] == "/v1/echo/x"
+    # And a client that does not accept it gets the plain body
+    assert "Content-Encoding" not in plain.headers
+    assert json.loads(plain_body)["event"]["path"] == "/v1/echo/x"
+
+
+def test_deflate_is_used_when_gzip_is_refused(gateway):
+    resp, body = raw_answer(f"{gateway.url}/v1/echo/x", "gzip;q=0, deflate")
+    assert resp.headers["Content-Encoding"] == "deflate"
+    assert json.loads(zlib.decompress(body))["event"]["path"] == "/v1/echo/x"
+
+
+def test_an_answer_under_the_threshold_is_sent_as_it_is(gateway):
+    # Given API Gateway's own small answer (an unknown route)
+    resp, body = raw_answer(f"{gateway.url}/v1/nowhere", "gzip")
+    # Then it is not compressed
+    assert resp.status_code == 403
+    assert "Content-Encoding" not in resp.headers
+    assert json.loads(body) == {"message": "Missing Authentication Token"}

@@ -7,7 +7,9 @@ sending exactly the headers the presign response lists, as any client in any lan
 from __future__ import annotations
 
 import base64
+import gzip
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -164,6 +166,33 @@ def test_enqueue_by_reference_uploaded_with_curl_through_to_the_result(local_gat
     assert status.status_code == 200
     assert status.json()["state"] == "succeeded"
     assert status.json()["tier"] == "s3"
+
+
+def test_presigned_url_answers_cross_the_wire_gzipped_for_a_client_that_accepts_it(local_gateway):
+    gw = local_gateway
+    # Given a presign answer (a URL with its signature, the headers, the key)
+    params = {"op": "put", "size": 600 * 1024, "kind": "args", "sha256": "ab" * 32}
+
+    def presign(accept_encoding: str) -> tuple[requests.Response, bytes]:
+        resp = requests.post(
+            f"{gw.url}/v1/namespaces/dev/payloads/presign",
+            params=params,
+            headers={**gw.auth("dev", "client"), "Accept-Encoding": accept_encoding},
+            stream=True,
+            timeout=TIMEOUT,
+        )
+        assert resp.status_code == 200
+        return resp, resp.raw.read(decode_content=False)
+
+    # When a client that accepts gzip (httpx and requests do by default) asks, and one that does not
+    packed, packed_body = presign("gzip, deflate")
+    plain, plain_body = presign("identity")
+    # Then the first gets it gzipped, at most 70% of the plain size, and both decode to an answer
+    assert packed.headers["Content-Encoding"] == "gzip"
+    assert len(packed_body) <= 0.7 * len(plain_body), (len(packed_body), len(plain_body))
+    assert "Content-Encoding" not in plain.headers
+    for answer in (json.loads(gzip.decompress(packed_body)), json.loads(plain_body)):
+        assert answer["method"] == "PUT" and answer["url"].startswith("http")
 
 
 def test_inline_enqueue_as_raw_msgpack_and_a_result_by_reference(local_gateway):

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 from controlplane.models.settings import SETTINGS_ENV, Settings
-from controlplane.routes import API_GATEWAY_TIMEOUT_S, BINARY_MEDIA_TYPES, FUNCTIONS, ROUTES
+from controlplane.routes import (
+    API_GATEWAY_TIMEOUT_S,
+    BINARY_MEDIA_TYPES,
+    FUNCTIONS,
+    MIN_COMPRESSION_BYTES,
+    ROUTES,
+)
 
 from infra.config import SERVICE_NAME, StageNames
 from infra.functions import LOCAL_ENDPOINT_ENV, function_logical_id
@@ -427,6 +433,14 @@ def test_api_accepts_msgpack_bodies_as_binary(template):
     (api,) = resources(template, "AWS::ApiGateway::RestApi").values()
     assert "application/msgpack" in api["Properties"]["BinaryMediaTypes"]
     assert set(api["Properties"]["BinaryMediaTypes"]) == set(BINARY_MEDIA_TYPES)
+
+
+def test_api_gzips_answers_as_large_as_a_presigned_url(template):
+    # Given the API, When its compression setting is read, Then an answer carrying a presigned
+    # URL (~800 B) is compressed and the small ones (config, errors) are not
+    (api,) = resources(template, "AWS::ApiGateway::RestApi").values()
+    assert api["Properties"]["MinimumCompressionSize"] == MIN_COMPRESSION_BYTES
+    assert 256 <= MIN_COMPRESSION_BYTES <= 800
 
 
 def test_stage_is_throttled_traced_and_access_logged(template):

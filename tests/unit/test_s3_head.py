@@ -284,11 +284,13 @@ def test_proxy_opt_out_fips_and_dualstack_leave_the_head_to_the_client(fake_s3, 
 
 
 def test_a_connection_idle_too_long_is_not_reused(fake_s3, monkeypatch):
+    # The clock is fixed from the first request on: what the real monotonic clock reads (time
+    # since boot) must not decide whether the first connection looks idle.
+    clock = [1000.0]
+    monkeypatch.setattr("controlplane.store.s3_objects.time.monotonic", lambda: clock[0])
     server = fake_s3()
     objects = objects_for(server)
     objects.head(KEY)
-    clock = [1000.0]
-    monkeypatch.setattr("controlplane.store.s3_objects.time.monotonic", lambda: clock[0])
     # a connection kept at t=1000 ...
     objects.head(KEY)
     # ... and asked for again past MAX_IDLE_S
