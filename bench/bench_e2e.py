@@ -699,8 +699,7 @@ def report(out: dict) -> str:
             lines.append(
                 f"CP per {per_job['mib']} MiB S3-tier job, {side}: {s['calls']} calls, "
                 f"{s['body_bytes']:,} B bodies on the wire ({s['decoded_body_bytes']:,} B decoded; "
-                f"+{s['header_bytes']:,} B headers): "
-                + "; ".join(s["routes"])
+                f"+{s['header_bytes']:,} B headers): " + "; ".join(s["routes"])
             )
         total = per_job["client"]["body_bytes"] + per_job["daemon"]["body_bytes"]
         decoded = sum(per_job[side].get("decoded_body_bytes", 0) for side in ("client", "daemon"))
