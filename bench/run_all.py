@@ -360,7 +360,7 @@ def main() -> None:
     wanted = set(args.sections.split(","))
     if args.reuse and args.json and args.json.exists():
         PREVIOUS.update(json.loads(args.json.read_text()))
-    repeat = env_int("BENCH_REPEAT", 3)
+    repeat = env_int("BENCH_REPEAT", 5)
     mib = [int(x) for x in os.environ.get("BENCH_MIB", "8 64 100").split()]
     started_at = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
 
