@@ -11,6 +11,10 @@ SDK / curl:
   `curl -o /dev/null`.
 
     .venv/bin/python bench/bench_sdk_transfer.py [--mib 8 64 100] [--repeat 3] [--json out.json]
+        [--stub-hash]
+
+--stub-hash is a diagnostic: download() skips hashing (it reports the sha256 it was asked to
+verify), which shows what the download costs without its check. Never a figure against a goal.
 """
 
 from __future__ import annotations
@@ -168,12 +172,45 @@ def report(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+class _StubHasher:
+    """Stands in for _transfer.SliceHasher under --stub-hash: hashes nothing, reports a match."""
+
+    expected = ""
+
+    def __init__(self, view, threaded: bool):
+        pass
+
+    def advance(self, filled: int) -> None:
+        pass
+
+    def finish(self, filled: int) -> str:
+        return _StubHasher.expected
+
+
+def stub_hashing() -> None:
+    from payloadstore import _transfer
+
+    real_download = _transfer.download
+
+    def download(*args, **kwargs):
+        _StubHasher.expected = (kwargs.get("sha256") or "").lower()
+        return real_download(*args, **kwargs)
+
+    _transfer.SliceHasher = _StubHasher  # type: ignore[assignment,misc]
+    _transfer.download = download
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mib", type=int, nargs="+", default=[8, 64, 100])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--stub-hash", action="store_true", help="diagnostic: download() without its sha256"
+    )
     args = parser.parse_args()
+    if args.stub_hash:
+        stub_hashing()
 
     from payloadstore.devstack.services import MotoServer, local_aws_env
 
