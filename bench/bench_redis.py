@@ -46,6 +46,7 @@ from controlplane.models.settings import Settings
 from controlplane.models.wire import PollRequest, PresignRequest, ResultPost
 from controlplane.store.redis_client import make_redis
 from controlplane.store.redis_jobs import RedisJobStore
+from controlplane.store.redis_queues import RedisQueueStats
 from controlplane.store.s3_objects import (
     ObjectInfo,
     S3Objects,
@@ -90,6 +91,7 @@ def make_deps(client) -> Deps:
         jobs=RedisJobStore(client, result_ttl_s=settings.result_ttl_s),
         objects=UploadedObjects(),
         clock=time.time,
+        queues=RedisQueueStats(client),
     )
 
 

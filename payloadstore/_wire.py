@@ -548,7 +548,8 @@ def parse_queue_stats(response: httpx.Response) -> QueueInfo:
 
 
 def _refused(answer: Mapping[str, Any]) -> ItemRefused:
-    error = answer.get("error") if isinstance(answer.get("error"), Mapping) else {}
+    raw_error = answer.get("error")
+    error: Mapping[str, Any] = raw_error if isinstance(raw_error, Mapping) else {}
     return ItemRefused(
         code=error.get("code"), message=str(error.get("message") or ""), job_id=answer.get("job_id")
     )

@@ -378,8 +378,10 @@ class AsyncQueue:
         client = self.client
         reroute: list[Planned] = []
         for batch in split_batches([p for p in planned if p.item], await client.config()):
+            # Every one of the batch: only planned items that have their item were split.
+            items = [p.item for p in batch if p.item is not None]
             try:
-                answers = await client.wire.enqueue_batch(self.name, [p.item for p in batch])
+                answers = await client.wire.enqueue_batch(self.name, items)
             except PayloadStoreError as e:
                 for p in batch:
                     errors[p.index] = e

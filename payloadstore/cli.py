@@ -78,6 +78,9 @@ class Settings:
                     raise ConfigError(
                         f"{found} has no {role} token for namespace {namespace!r}"
                     ) from e
+        if not endpoint:
+            # A .devstack.json without an endpoint: Client's own refusal, before any other.
+            raise ConfigError(f"no control-plane endpoint: pass endpoint= or set {ENV_ENDPOINT}")
         return Client(endpoint, token, namespace, **kwargs)
 
     def endpoint_only(self) -> str:

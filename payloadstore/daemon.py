@@ -120,21 +120,21 @@ class _Heartbeat:
         return max(MIN_HEARTBEAT_S, remaining / 3.0)
 
     def start(self) -> _Heartbeat:
-        delay = self.interval(self.job.lease_expires_at)
-        if self.job.lease is None or delay is None:
+        lease, delay = self.job.lease, self.interval(self.job.lease_expires_at)
+        if lease is None or delay is None:
             return self  # a control plane without leases
         self.thread = threading.Thread(
-            target=self._run, args=(delay,), name=f"payloadstore-heartbeat-{self.job.job_id}"
+            target=self._run, args=(lease, delay), name=f"payloadstore-heartbeat-{self.job.job_id}"
         )
         self.thread.daemon = True
         self.thread.start()
         return self
 
-    def _run(self, delay: float) -> None:
+    def _run(self, lease: str, delay: float) -> None:
         wire, job, current = self.daemon.client.wire, self.job, self.current
         while not self.stopped.wait(delay):
             try:
-                answer = wire.heartbeat(job.job_id, job.lease)
+                answer = wire.heartbeat(job.job_id, lease)
             except (LeaseMismatch, JobNotFound) as e:
                 if current._finishing.is_set() or self.stopped.is_set():
                     return  # our own result just ended the delivery

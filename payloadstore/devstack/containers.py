@@ -84,6 +84,8 @@ class HandlerPool:
         canonical = sys.modules[self._module_name]
         name = f"{self._module_name}__container{next(self._serial)}"
         spec = importlib.util.spec_from_file_location(name, canonical.__file__)
+        # The canonical module was imported from its .py file, so that file has a spec and loader.
+        assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         return getattr(module, self._attr)

@@ -232,6 +232,7 @@ class LocalGateway:
         A handler still running at the timeout is abandoned (threads cannot be killed); its
         result is dropped, as API Gateway drops a Lambda reply that comes too late.
         """
+        assert self.timeout_s is not None  # __post_init__ fills in the default
         ctx = LocalLambdaContext(
             function_name=function_name,
             aws_request_id=request_id,
@@ -278,6 +279,8 @@ class LocalGateway:
         # carries the decoded path, and match_route decodes each path parameter.
         route, path_params = match_route(self._routes, req.method, split.path or "/")
         path = unquote(split.path) or "/"
+        # __post_init__ fills in the defaults.
+        assert self.max_body_bytes is not None and self.binary_media_types is not None
         if len(req.body) > self.max_body_bytes:
             raise too_large()
 

@@ -292,7 +292,7 @@ class DevStack:
                     os.environ.setdefault(name, value)
                 else:
                     os.environ[name] = value
-            self._prepare_aws()
+            self._prepare_aws(self.moto.endpoint)
             self.gateway = serve_in_thread(
                 LocalGateway(region=self.region, authorizer_cache_s=self.authorizer_cache_s),
                 self.host,
@@ -311,17 +311,17 @@ class DevStack:
             raise
         return self
 
-    def _prepare_aws(self) -> None:
+    def _prepare_aws(self, moto_endpoint: str) -> None:
         import boto3
         from botocore.config import Config
 
         self._s3 = boto3.client(
             "s3",
-            endpoint_url=self.moto.endpoint,
+            endpoint_url=moto_endpoint,
             region_name=self.region,
             config=Config(signature_version="s3v4"),
         )
-        ssm = boto3.client("ssm", endpoint_url=self.moto.endpoint, region_name=self.region)
+        ssm = boto3.client("ssm", endpoint_url=moto_endpoint, region_name=self.region)
         create_payload_bucket(self._s3, self.bucket)
         restored = restore_bucket(self._s3, self.bucket, self.state_dir / "s3")
         if restored:
@@ -341,6 +341,8 @@ class DevStack:
         save_parameters(ssm, self.token_path, parameters_file)
 
     def state(self) -> dict:
+        # Written only by start(), once both servers run.
+        assert self.moto is not None and self.redis is not None
         return {
             "endpoint": self.endpoint,
             "s3_endpoint": self.moto.endpoint,
@@ -410,6 +412,8 @@ class DevStack:
 
 def banner(stack: DevStack) -> str:
     """What the terminal (and any log it is piped to) shows: where things are, never a token."""
+    # Shown once start() returned: both servers run.
+    assert stack.moto is not None and stack.redis is not None
     state_file = stack.state_file
     token = (
         f'$(.venv/bin/python -c \'import json; print(json.load(open("{state_file}"))'

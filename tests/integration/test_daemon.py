@@ -7,6 +7,7 @@ import time
 
 import msgpack
 import redis
+from controlplane.store.redis_jobs import Outcome, RedisJobStore
 
 from tests.integration.conftest import upload
 
@@ -167,6 +168,27 @@ def test_daemon_presign_result_only_for_running_job(cp):
     assert cp.presign_put(10, role="daemon").status == 409  # no job id
     cp.poll()
     assert cp.presign_put(10, role="daemon", job_id=job).status == 200
+
+
+def test_presign_result_of_a_job_gone_after_a_raced_first_presign_is_404(cp, monkeypatch):
+    # Given a running job
+    job = cp.enqueue(raw=b"\x01").json["job_id"]
+    cp.poll()
+    # When another first presign recorded the result key, and the job's hash went before this
+    # one read it back
+    get_job = RedisJobStore.get_job
+    reads = []
+
+    def gone_on_second_read(self, job_id, **kwargs):
+        reads.append(job_id)
+        return get_job(self, job_id, **kwargs) if len(reads) == 1 else None
+
+    monkeypatch.setattr(RedisJobStore, "create_result_issue", lambda *a: Outcome("exists"))
+    monkeypatch.setattr(RedisJobStore, "get_job", gone_on_second_read)
+    r = cp.presign_put(10, role="daemon", job_id=job)
+    # Then the job is not found, as when the script itself finds no job
+    assert len(reads) == 2
+    assert r.status == 404 and r.error["message"] == f"job {job} not found"
 
 
 def test_error_result_fails_the_job_with_remote_traceback(cp):

@@ -79,10 +79,13 @@ def get_deps() -> Deps:
     )
 
 
-def roles_for(method: str, path: str) -> tuple[str, ...] | None:
+def roles_for(method: str, path: str) -> tuple[str, ...]:
     api_path = path.replace("<", "{").replace(">", "}")
     for route in ROUTES:
         if route.method == method and route.path == api_path:
+            if route.roles is None:
+                # A public route has no authorizer, so no principal() to guard it with.
+                raise KeyError(f"{method} {path} is public: it has no roles")
             return route.roles
     raise KeyError(f"{method} {path} is not in routes.ROUTES")
 

@@ -9,6 +9,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Query
 from ..logic.enqueue import enqueue
 from ..logic.lifecycle import cancel
 from ..logic.results import get_result, job_status
+from ..models.domain import PayloadRef
 from ..models.wire import (
     CancelResponse,
     EnqueueRequest,
@@ -54,6 +55,8 @@ def register(app) -> None:
         content_type = (
             (headers.get("content-type") or headers.get("Content-Type") or "").split(";")[0].strip()
         )
+        payload_ref: PayloadRef | None
+        payload_inline: bytes | None
         if content_type in RAW_BODY_TYPES:
             payload_ref, payload_inline = None, raw_body(app)
         else:

@@ -32,7 +32,7 @@ class Deps:
     jobs: RedisJobStore
     objects: S3Objects
     clock: Callable[[], float]
-    queues: RedisQueueStats | None = None
+    queues: RedisQueueStats
 
 
 def find_job(

@@ -134,8 +134,8 @@ def _result_form(
     body: ResultPost, deps: Deps
 ) -> tuple[JobStatus, str, int, dict[str, str], bytes | str, bytes]:
     """(new state, tier, size, hash fields, done value, digest) of a result post."""
-    if body.resultInline is not None:
-        data = body.inline_bytes()
+    data = body.inline_bytes()
+    if data is not None:
         if len(data) > deps.settings.inline_threshold:
             raise PayloadTooLarge(
                 f"inline result of {len(data)} bytes exceeds INLINE_THRESHOLD="
@@ -153,6 +153,8 @@ def _result_form(
             b"",
             digest("ref", ref_json),
         )
+    # post_result admits a post only with exactly one of the three forms: this is the error.
+    assert body.error is not None
     error_json = dumps(body.error.model_dump(exclude_none=True))
     return JobStatus.FAILED, "error", 0, {"rk": "e"}, error_json, digest("error", error_json)
 
@@ -200,8 +202,9 @@ def _post_at_once(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> bo
     step way, which answers exactly as it always has, in the same order."""
     if body.resultRef is not None or not JOB_ID_RE.match(job_id):
         return False
-    if body.resultInline is not None and (
-        len(body.inline_bytes()) > deps.settings.inline_threshold
+    data = body.inline_bytes()
+    if data is not None and (
+        len(data) > deps.settings.inline_threshold
         or memory_state(deps, keys.job(job_id)).inline_refused
     ):
         return False

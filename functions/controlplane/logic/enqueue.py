@@ -56,11 +56,11 @@ def enqueue(
     deps: Deps,
 ) -> Enqueued:
     validate_queue_name(queue)
-    if (payload_ref is None) == (payload_inline is None):
-        raise Unprocessable("give exactly one of payloadRef or payloadInline")
-    if payload_inline is not None:
+    if payload_inline is not None and payload_ref is None:
         return _enqueue_inline(p, queue, payload_inline, idempotency_key, deps)
-    return _enqueue_ref(p, queue, payload_ref, deps)
+    if payload_ref is not None and payload_inline is None:
+        return _enqueue_ref(p, queue, payload_ref, deps)
+    raise Unprocessable("give exactly one of payloadRef or payloadInline")
 
 
 def _crockford(value: int, chars: int) -> str:
@@ -216,7 +216,7 @@ def _enqueue_ref(p: Principal, queue: str, ref: PayloadRef, deps: Deps) -> Enque
     bind_job(job_id)
     job = deps.jobs.get_job(job_id)
     issued = issue_record(job, PayloadKind.ARGS, deps) if job is not None else None
-    if issued is None or job.namespace != p.namespace:
+    if job is None or issued is None or job.namespace != p.namespace:
         raise Conflict("payloadRef.key was not issued to this namespace as an args key")
     if job.state != "awaiting_upload":
         if job.queue != queue:

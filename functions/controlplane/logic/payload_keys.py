@@ -16,7 +16,7 @@ def key_for(job_id: str, kind: PayloadKind) -> str:
     return f"{PAYLOAD_PREFIX}{day}/{job_id}/{kind.value}"
 
 
-def parse_key(key: str) -> tuple[str, PayloadKind] | None:
+def parse_key(key: str | None) -> tuple[str, PayloadKind] | None:
     """(job_id, kind) of a key we could have minted, else None. The date must match the id."""
     m = _KEY_RE.match(key or "")
     if not m:

@@ -21,9 +21,12 @@ def iso_utc(ts: float) -> str:
 
 def presign_put(p: Principal, req: PresignRequest, deps: Deps) -> PresignPutResponse:
     s = deps.settings
-    if req.size > s.max_payload_bytes:
+    size = req.size
+    # PresignRequest refuses op=put without a size, and only op=put is presigned here.
+    assert size is not None
+    if size > s.max_payload_bytes:
         raise PayloadTooLarge(
-            f"size {req.size} exceeds MAX_PAYLOAD_BYTES={s.max_payload_bytes}",
+            f"size {size} exceeds MAX_PAYLOAD_BYTES={s.max_payload_bytes}",
             max_payload_bytes=s.max_payload_bytes,
         )
     wanted = PayloadKind.ARGS if p.role == CLIENT else PayloadKind.RESULT
@@ -45,12 +48,16 @@ def presign_put(p: Principal, req: PresignRequest, deps: Deps) -> PresignPutResp
             return _represign(p, req, issued, deps)
         job_id = req.job_id
         outcome = deps.jobs.create_result_issue(
-            job_id, p.namespace, req.size, req.content_type, req.sha256, int(now * 1000)
+            job_id, p.namespace, size, req.content_type, req.sha256, int(now * 1000)
         )
         if outcome.status == "exists":
             # Two first presigns for one result raced: the other one recorded it; count this one.
             job = deps.jobs.get_job(job_id)
-            return _represign(p, req, issue_record(job, PayloadKind.RESULT, deps), deps)
+            issued = issue_record(job, PayloadKind.RESULT, deps) if job is not None else None
+            if issued is None:
+                # The job's hash expired (or was removed) between the script and this read.
+                raise NotFound(f"job {job_id} not found")
+            return _represign(p, req, issued, deps)
         if outcome.status == "not_running":
             raise Conflict(f"job {job_id} is {outcome.args[0]}, not running")
         if outcome.status != "ok":
@@ -70,12 +77,12 @@ def presign_put(p: Principal, req: PresignRequest, deps: Deps) -> PresignPutResp
         # A presigned args key is the first half of an S3-tier enqueue: the hard mark applies.
         refuse_enqueue(deps, keys.job(job_id))
         # The job is born here, awaiting its upload; it holds what was issued for its key.
-        deps.jobs.create_args_issue(job_id, p.namespace, req.size, req.content_type, req.sha256)
+        deps.jobs.create_args_issue(job_id, p.namespace, size, req.content_type, req.sha256)
 
     key = key_for(job_id, req.kind)
-    signed = deps.objects.presign_put(key, req.size, req.content_type, req.sha256)
+    signed = deps.objects.presign_put(key, size, req.content_type, req.sha256)
     metrics_count("Presigns", op="put")
-    logger.info("presigned put", extra={"job_id": job_id, "kind": req.kind.value, "size": req.size})
+    logger.info("presigned put", extra={"job_id": job_id, "kind": req.kind.value, "size": size})
     return PresignPutResponse(
         url=signed.url,
         headers=signed.headers,

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, overload
 
 import redis
 
@@ -479,6 +479,11 @@ return 1
 """
 
 
+# Only a missing value decodes to None: a reply's ids, keys and statuses are never None.
+@overload
+def _s(value: None) -> None: ...
+@overload
+def _s(value: bytes | str) -> str: ...
 def _s(value: Any) -> str | None:
     if value is None:
         return None
