@@ -34,7 +34,6 @@ from urllib.parse import urlsplit
 import httpx
 
 from ._http import RetryPolicy
-from ._memory import fresh_buffer
 from .errors import PayloadCorrupt, PayloadLost, ServiceUnavailable, TransferError
 
 log = logging.getLogger("payloadstore")
@@ -45,6 +44,9 @@ READ_SLICE_BYTES = 1 << 20  # downloads: one readinto call (progress granularity
 PROXY_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 S3_RETRY_STATUSES = frozenset({500, 502, 503, 504})
 PROGRESS_MIN_BYTES = 1 << 20
+FRESH_BUFFER_MIN_BYTES = 4 << 20  # downloads at least this large: buffer not zero-filled first
+HUGE_PAGE_BYTES = 2 << 20
+MADV_HUGEPAGE = 14  # Linux
 
 
 def want_progress(progress: bool | None, size: int) -> bool:
@@ -384,6 +386,57 @@ class SliceHasher:
             self._digest.update(self._view[self._hashed : filled])
             self._hashed = filled
         return self._digest.hexdigest()
+
+
+_ALLOC: list = []  # [(PyByteArray_FromStringAndSize, madvise or None)] once looked up; [None] if not
+
+
+def _allocator() -> tuple[Any, Any] | None:
+    if not _ALLOC:
+        found = None
+        try:
+            import ctypes
+
+            make = ctypes.pythonapi.PyByteArray_FromStringAndSize
+            make.restype = ctypes.py_object
+            make.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t]
+            advise = None
+            if sys.platform == "linux":
+                advise = ctypes.CDLL(None, use_errno=True).madvise
+                advise.restype = ctypes.c_int
+                advise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+            found = (make, advise)
+        except (ImportError, AttributeError, OSError):  # not CPython, or no libc to ask
+            found = None
+        _ALLOC.append(found)
+    return _ALLOC[0]
+
+
+def fresh_buffer(length: int) -> bytearray:
+    """A bytearray of `length` bytes for a body to fill. Small ones are plain `bytearray(n)`.
+    A large one is allocated without zero-filling (PyByteArray_FromStringAndSize(NULL, n): its
+    pages are first touched by the socket's copy, as the bytes arrive) and, on Linux, its pages
+    are asked to be huge (2 MiB: 512 times fewer page faults). Its content is undefined until
+    written: `_fill` writes every byte or the caller cuts the buffer to what arrived."""
+    allocator = _allocator() if length >= FRESH_BUFFER_MIN_BYTES else None
+    if allocator is None:
+        return bytearray(length)
+    make, advise = allocator
+    buffer = make(None, length)
+    # 100 MiB filled in 2 MiB pages: ~18 ms of CPU in page faults instead of ~65 ms. Opt out on a
+    # host where the kernel's compaction for huge pages stalls (THP defrag=madvise, fragmented
+    # memory): PAYLOADSTORE_HUGE_PAGES=0.
+    if advise is not None and os.environ.get("PAYLOADSTORE_HUGE_PAGES", "1") != "0":
+        import ctypes
+
+        first = ctypes.c_char.from_buffer(buffer)
+        address = ctypes.addressof(first)
+        del first  # the buffer stays resizable (an exported buffer is not)
+        start = -(-address // HUGE_PAGE_BYTES) * HUGE_PAGE_BYTES
+        end = (address + length) // HUGE_PAGE_BYTES * HUGE_PAGE_BYTES
+        if end > start:
+            advise(start, end - start, MADV_HUGEPAGE)  # advice only: a refusal changes nothing
+    return buffer
 
 
 def _threaded_hashing() -> bool:

@@ -22,7 +22,6 @@ from typing import Any
 
 import msgpack
 
-from .._memory import FRESH_BUFFER_MIN_BYTES, bytes_copy
 from . import _format as fmt
 from ._format import CodecError
 
@@ -41,7 +40,6 @@ _ITER_SLICE = 1024 * 1024
 # Unpacking a structure this large creates enough containers to trigger the cyclic GC many times
 # over objects that cannot be garbage yet; pausing it made such decodes 1.5-2x faster.
 _GC_PAUSE_MIN = 1024 * 1024
-_BIN32_LENGTH = struct.Struct(">I")
 
 _KIND_NAMES = {fmt.EXT_NDARRAY: "numpy", fmt.EXT_TORCH: "torch", fmt.EXT_IMAGE: "image"}
 _KIND_MODULES = {fmt.EXT_NDARRAY: "_numpy", fmt.EXT_TORCH: "_torch", fmt.EXT_IMAGE: "_image"}
@@ -337,12 +335,6 @@ def decode(data: bytes | bytearray | memoryview, *, copy: bool = False, zdata: b
         view = view.cast("B")
     if not view:
         raise CodecError("cannot decode an empty payload")
-    if view[0] == 0xC6 and len(view) >= FRESH_BUFFER_MIN_BYTES:
-        # The whole payload is one large bytes value (bin 32): one copy into huge pages instead
-        # of msgpack's copy into 4 KiB ones (100 MiB: ~11 ms instead of ~44 ms).
-        (length,) = _BIN32_LENGTH.unpack_from(view, 1)
-        if length == len(view) - 5:
-            return bytes_copy(view[5:])
     data_section = None
     structure = view
     if len(view) >= fmt.EXT32_HEADER.size and view[0] == 0xC9 and view[5] == fmt.EXT_ENVELOPE:

@@ -4,14 +4,13 @@ the bytes, the verification and every S3 answer the SDK handles."""
 from __future__ import annotations
 
 import hashlib
-import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
 
-from payloadstore import _memory, _transfer
+from payloadstore import _transfer
 from payloadstore._http import RetryPolicy
 from payloadstore._transfer import direct_getter, download
 from payloadstore.errors import PayloadCorrupt, PayloadLost, TransferError
@@ -174,8 +173,8 @@ def test_without_a_recorded_size_the_content_length_decides(http, server):
 def test_a_large_buffer_is_not_zero_filled_and_a_short_body_is_cut_to_what_arrived():
     # The large buffer's bytes are undefined until written: a body that stops early must leave
     # none of them in what the caller gets.
-    length = _memory.FRESH_BUFFER_MIN_BYTES + 12345
-    buffer = _memory.fresh_buffer(length)
+    length = _transfer.FRESH_BUFFER_MIN_BYTES + 12345
+    buffer = _transfer.fresh_buffer(length)
     assert type(buffer) is bytearray and len(buffer) == length
     arrived = BODY[: length // 2]
     source = memoryview(arrived)
@@ -196,51 +195,23 @@ def test_a_large_buffer_is_not_zero_filled_and_a_short_body_is_cut_to_what_arriv
 
 
 def test_a_small_buffer_is_a_plain_zeroed_bytearray():
-    assert _memory.fresh_buffer(1000) == bytearray(1000)
+    assert _transfer.fresh_buffer(1000) == bytearray(1000)
 
 
-@pytest.mark.parametrize("make", ["fresh_buffer", "bytes_copy"])
 @pytest.mark.parametrize(("setting", "advised"), [(None, True), ("0", False)])
-def test_huge_page_advice_can_be_turned_off(monkeypatch, make, setting, advised):
-    # Given the real C API with a recording madvise
-    real = _memory._c_api()
+def test_huge_page_advice_can_be_turned_off(monkeypatch, setting, advised):
+    # Given the real allocator with a recording madvise
+    real = _transfer._allocator()
     if real is None:
-        pytest.fail("CPython's constructors should be reachable here")
+        pytest.fail("CPython's PyByteArray_FromStringAndSize should be reachable here")
     calls = []
-    recording = _memory._CApi(
-        real.new_bytearray, real.new_bytes, real.bytes_address, lambda *a: calls.append(a) or 0
-    )
-    monkeypatch.setattr(_memory, "_ALLOC", [recording])
+    monkeypatch.setattr(_transfer, "_ALLOC", [(real[0], lambda *a: calls.append(a) or 0)])
     if setting is None:
         monkeypatch.delenv("PAYLOADSTORE_HUGE_PAGES", raising=False)
     else:
         monkeypatch.setenv("PAYLOADSTORE_HUGE_PAGES", setting)
-    # When a large buffer or bytes copy is made
-    length = 3 * _memory.FRESH_BUFFER_MIN_BYTES
-    made = (
-        _memory.fresh_buffer(length)
-        if make == "fresh_buffer"
-        else _memory.bytes_copy(memoryview(bytes(length)))
-    )
+    # When a large download buffer is made
+    buffer = _transfer.fresh_buffer(3 * _transfer.FRESH_BUFFER_MIN_BYTES)
     # Then huge pages were asked for by default, and not with PAYLOADSTORE_HUGE_PAGES=0
-    assert len(made) == length
+    assert len(buffer) == 3 * _transfer.FRESH_BUFFER_MIN_BYTES
     assert bool(calls) is advised
-
-
-@pytest.mark.parametrize("source", [bytes, bytearray])
-def test_a_large_bytes_copy_is_an_independent_immutable_copy(source):
-    # Given a large read-only or writable buffer with distinct bytes at both ends
-    length = _memory.FRESH_BUFFER_MIN_BYTES + 4097
-    original = source(os.urandom(length))
-    # When a slice of it is copied to bytes
-    copied = _memory.bytes_copy(memoryview(original)[3:])
-    # Then it is a real bytes object, equal to the slice, hashable, and not a view of the source
-    assert type(copied) is bytes and copied == bytes(original[3:])
-    assert hash(copied) == hash(bytes(original[3:]))
-    if source is bytearray:
-        original[3] ^= 0xFF
-        assert copied[0] != original[3]
-
-
-def test_a_small_bytes_copy_is_plain_bytes():
-    assert _memory.bytes_copy(memoryview(b"abc")) == b"abc"
