@@ -131,4 +131,4 @@ class Watch:
 
 
 def refused_as_error(answer: ItemRefused) -> ApiError:
-    return item_error(answer, f"job {answer.job_id}")  # type: ignore[return-value]
+    return item_error(answer, f"job {answer.job_id}")  # type: ignore[return-value]  # every class it picks is an ApiError

@@ -189,7 +189,7 @@ class AsyncClient:
         if self._payloads is None:
             config = await self.config()
             self._payloads = Payloads(
-                _OnLoop(self.wire, asyncio.get_running_loop()),  # type: ignore[arg-type]
+                _OnLoop(self.wire, asyncio.get_running_loop()),  # type: ignore[arg-type]  # Wire's calls, blocking
                 self.s3_http,
                 config=lambda: config,
                 retry=self.retry,
@@ -328,7 +328,7 @@ class AsyncQueue:
             await self._prepare(planned, limit, errors, progress, force_s3=False)
             await self._enqueue_planned(planned, limit, jobs, errors, progress)
         raise_if_refused(jobs, errors, self.name)
-        return jobs  # type: ignore[return-value]
+        return jobs  # type: ignore[return-value]  # no None left: raise_if_refused raised otherwise
 
     async def _prepare(
         self,

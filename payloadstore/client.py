@@ -359,7 +359,7 @@ class Queue:
                 self._prepare(planned, pool, errors, progress, force_s3=False)
                 self._enqueue_planned(planned, pool, jobs, errors, progress)
         raise_if_refused(jobs, errors, self.name)
-        return jobs  # type: ignore[return-value]
+        return jobs  # type: ignore[return-value]  # no None left: raise_if_refused raised otherwise
 
     def _prepare(
         self,

@@ -30,8 +30,9 @@ def built_once(maxsize: int | None = 8) -> Callable[[F], F]:
             with lock:
                 return cached(*args, **kwargs)
 
-        wrapper.cache_clear = cached.cache_clear  # type: ignore[attr-defined]
-        wrapper.cache_info = cached.cache_info  # type: ignore[attr-defined]
-        return wrapper  # type: ignore[return-value]
+        # lru_cache's own API on the wrapper, which mypy types as a plain function.
+        wrapper.cache_clear = cached.cache_clear  # type: ignore[attr-defined]  # see above
+        wrapper.cache_info = cached.cache_info  # type: ignore[attr-defined]  # see above
+        return wrapper  # type: ignore[return-value]  # wraps keeps fn's signature; mypy cannot see it
 
     return decorate

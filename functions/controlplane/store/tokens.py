@@ -120,7 +120,7 @@ class TokenStore:
         the client's own paginator (Powertools' SSMProvider would import boto3 at cold start)."""
         asked_at = time.monotonic()
         if not force and self._fresh(asked_at):
-            return self._cache[1]  # type: ignore[index]
+            return self._cache[1]  # type: ignore[index]  # _fresh() is true only with a cache
         with self._load_lock:
             cached = self._cache
             # Another caller read the store while this one waited: a read that started after
