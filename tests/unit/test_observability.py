@@ -82,6 +82,19 @@ class FakeContext:
         return 10_000
 
 
+def run_probe(code: str, **env: str) -> str:
+    """What `code` prints in a fresh interpreter run from functions/, tracing off, with `env`."""
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "POWERTOOLS_TRACE_DISABLED": "true", **env},
+        cwd=str(FUNCTIONS),
+        check=True,
+    )
+    return out.stdout.strip()
+
+
 HANDLER_IMPORT_PROBE = """
 import sys
 import controlplane.handlers.{module} as handler
@@ -93,22 +106,10 @@ print(",".join(heavy))
 @pytest.mark.parametrize("module", ["payloads", "jobs", "daemon", "public", "authorizer", "admin"])
 def test_handlers_import_only_what_they_use(module):
     # Given a fresh interpreter with tracing off (as the bench and local stack run)
-    env = {
-        **os.environ,
-        "POWERTOOLS_TRACE_DISABLED": "true",
-        "PAYLOAD_BUCKET": "b",
-    }
     # When a handler module is imported
-    out = subprocess.run(
-        [sys.executable, "-c", HANDLER_IMPORT_PROBE.format(module=module)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=str(FUNCTIONS),
-        check=True,
-    )
+    out = run_probe(HANDLER_IMPORT_PROBE.format(module=module), PAYLOAD_BUCKET="b")
     # Then neither boto3, the X-Ray SDK nor redis' async client came with it
-    assert out.stdout.strip() == ""
+    assert out == ""
 
 
 AUTHORIZER_PROBE = """
@@ -127,21 +128,12 @@ print(type(store._ssm).__name__, ",".join(heavy))
 
 def test_authorizer_reads_ssm_without_botocore_pydantic_or_redis():
     # Given Lambda's environment: region and the role's keys in the environment
-    env = {
-        **os.environ,
-        "POWERTOOLS_TRACE_DISABLED": "true",
-        "AWS_REGION": "eu-west-1",
-        "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE",
-        "AWS_SECRET_ACCESS_KEY": "secret",
-    }
     # When the authorizer is imported and its token store made
-    out = subprocess.run(
-        [sys.executable, "-c", AUTHORIZER_PROBE],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=str(FUNCTIONS),
-        check=True,
+    out = run_probe(
+        AUTHORIZER_PROBE,
+        AWS_REGION="eu-west-1",
+        AWS_ACCESS_KEY_ID="AKIDEXAMPLE",
+        AWS_SECRET_ACCESS_KEY="secret",
     )
     # Then it reads SSM with its own signed request, and none of the API functions' stack came
-    assert out.stdout.strip() == "SsmHttpClient"
+    assert out == "SsmHttpClient"
