@@ -134,10 +134,10 @@ class AwsJsonClient:
     def _current_credentials(self) -> tuple[str, str, str | None]:
         if self._credentials is not None:
             return self._credentials
-        akid, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
-        if not (akid and secret):
+        found = sigv4.environment_credentials()
+        if found is None:
             raise AwsRequestError("no AWS credentials in the environment to sign with")
-        return akid, secret, os.environ.get("AWS_SESSION_TOKEN") or None
+        return found
 
     def signed_headers(self, operation: str, body: bytes, now: float | None = None) -> dict:
         """The request's headers with SigV4's Authorization, as botocore's SigV4Auth signs them

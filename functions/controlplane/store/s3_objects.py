@@ -104,9 +104,9 @@ class SigV4Presigner:
         if self._credentials is not None:
             c = self._credentials.get_frozen_credentials()
             return c.access_key, c.secret_key, c.token
-        akid, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
-        if akid and secret:
-            return akid, secret, os.environ.get("AWS_SESSION_TOKEN") or None
+        found = sigv4.environment_credentials()
+        if found is not None:
+            return found
         import botocore.session
 
         self._credentials = botocore.session.get_session().get_credentials()

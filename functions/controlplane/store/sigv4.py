@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 import re
 import time
 from collections.abc import Mapping
@@ -16,6 +17,15 @@ ALGORITHM = "AWS4-HMAC-SHA256"
 EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 # Regions of the aws partition (amazonaws.com); any other partition is left to botocore.
 STANDARD_REGION = re.compile(r"^(us|eu|ap|sa|ca|me|af|il|mx)-[a-z]+-\d+$")
+
+
+def environment_credentials() -> tuple[str, str, str | None] | None:
+    """(access key, secret, session token) from this process's environment, as Lambda sets them
+    for the function's role, or None when the keys are not there."""
+    akid, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
+    if not (akid and secret):
+        return None
+    return akid, secret, os.environ.get("AWS_SESSION_TOKEN") or None
 
 
 def amz_date(now: float | None = None) -> str:
