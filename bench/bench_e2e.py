@@ -702,7 +702,7 @@ def report(out: dict) -> str:
                 f"+{s['header_bytes']:,} B headers): " + "; ".join(s["routes"])
             )
         total = per_job["client"]["body_bytes"] + per_job["daemon"]["body_bytes"]
-        decoded = sum(per_job[side].get("decoded_body_bytes", 0) for side in ("client", "daemon"))
+        decoded = sum(per_job[side]["decoded_body_bytes"] for side in ("client", "daemon"))
         lines.append(
             f"CP body bytes, whole life of the job: {total:,} B on the wire ({decoded:,} B decoded)"
         )

@@ -219,7 +219,8 @@ def summary_table(results: dict) -> list[str]:
             f"| {verdict(d['calls'], GOALS['cp_calls_daemon'])} |"
         )
         total = c["body_bytes"] + d["body_bytes"]
-        decoded = c.get("decoded_body_bytes", total) + d.get("decoded_body_bytes", 0)
+        # A results.json from before wire-byte counting (--reuse) has only decoded bodies.
+        decoded = sum(x.get("decoded_body_bytes", x["body_bytes"]) for x in (c, d))
         rows.append(
             f"| CP body bytes on the wire, whole life of a {per_job['mib']} MiB job "
             f"(gzip; {decoded:,} B decoded) | {total:,} B | – | – "
