@@ -158,6 +158,10 @@ class ControlPlaneFunctions(Construct):
             # The layer holds no pydantic plugin: pydantic need not look for one (and so the
             # functions need not import importlib.metadata at cold start; lazyimport.py).
             "PYDANTIC_DISABLE_PLUGINS": "__all__",
+            # Traces never hold an answer or an error body (tokens, presigned URLs, inline
+            # payloads); lambda_entry passes False to the tracer as well.
+            "POWERTOOLS_TRACER_CAPTURE_RESPONSE": "false",
+            "POWERTOOLS_TRACER_CAPTURE_ERROR": "false",
         }
 
         self.functions: dict[str, lambda_.Function] = {}

@@ -154,7 +154,8 @@ def bind_job(job_id: str) -> None:
 
 def lambda_entry(handler):
     """The decorator stack of every lambda_handler: logger context, tracing, metrics flush.
-    Tracing and the metrics flush (with its ColdStart metric) are left out when switched off;
+    Traces carry timings and annotations only (job_id, ColdStart), never a response or an error
+    body. Tracing and the metrics flush (with its ColdStart metric) are left out when switched off;
     POWERTOOLS_METRICS_DISABLED is read per invocation, as Powertools does.
 
     Decorating is the last thing a handler module does: its imports are done, and garbage
@@ -163,7 +164,12 @@ def lambda_entry(handler):
 
     gcpause.resume()
     if not isinstance(tracer, _NoTracer):
-        handler = tracer.capture_lambda_handler(handler)
+        # Never the answer nor the exception as trace metadata: answers hold plain tokens (mint),
+        # presigned URLs and inline payload bytes, readable by anyone with X-Ray read access.
+        # Explicit here, whatever POWERTOOLS_TRACER_CAPTURE_* say (the stacks set both false).
+        handler = tracer.capture_lambda_handler(
+            handler, capture_response=False, capture_error=False
+        )
     inner = handler
     measured = None
 

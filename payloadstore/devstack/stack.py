@@ -81,6 +81,9 @@ def handler_env(
         "POWERTOOLS_SERVICE_NAME": "payloadstore",
         "POWERTOOLS_METRICS_NAMESPACE": "PayloadStore",
         "POWERTOOLS_TRACE_DISABLED": "true",
+        # As the CDK stack: should tracing be switched on, no answer or error body is traced.
+        "POWERTOOLS_TRACER_CAPTURE_RESPONSE": "false",
+        "POWERTOOLS_TRACER_CAPTURE_ERROR": "false",
         "PYDANTIC_DISABLE_PLUGINS": "__all__",
         "AWS_LAMBDA_FUNCTION_NAME": "payloadstore-local",
         # One process serves every container here, so one pool serves every concurrent

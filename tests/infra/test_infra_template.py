@@ -264,15 +264,21 @@ def test_every_function_carries_the_settings_and_powertools_environment(template
     expected_names = set(SETTINGS_ENV.values()) - {"AWS_REGION", "S3_ENDPOINT_URL"}
     for group in FUNCTIONS:
         env = _function(template, group)["Properties"]["Environment"]["Variables"]
-        # Then every AWS-relevant setting is there, plus Powertools' three, pydantic's plugins
-        # switched off and the local endpoint variables (empty; see test_infra_local_endpoints.py)
+        # Then every AWS-relevant setting is there, plus Powertools' three and its two tracer
+        # capture switches, pydantic's plugins switched off and the local endpoint variables
+        # (empty; see test_infra_local_endpoints.py)
         assert set(env) == expected_names | set(LOCAL_ENDPOINT_ENV) | {
             "POWERTOOLS_SERVICE_NAME",
             "POWERTOOLS_METRICS_NAMESPACE",
             "POWERTOOLS_LOG_LEVEL",
+            "POWERTOOLS_TRACER_CAPTURE_RESPONSE",
+            "POWERTOOLS_TRACER_CAPTURE_ERROR",
             "PYDANTIC_DISABLE_PLUGINS",
         }, group
         assert env["PYDANTIC_DISABLE_PLUGINS"] == "__all__"
+        # And no answer or error body goes into the traces (tokens, presigned URLs, payloads)
+        assert env["POWERTOOLS_TRACER_CAPTURE_RESPONSE"] == "false", group
+        assert env["POWERTOOLS_TRACER_CAPTURE_ERROR"] == "false", group
         assert env["POWERTOOLS_SERVICE_NAME"] == SERVICE_NAME
         assert env["POWERTOOLS_METRICS_NAMESPACE"] == DEV.metrics_namespace == "PayloadStore/dev"
         # And the resource-backed ones point at this stack's resources
