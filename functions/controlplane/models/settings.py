@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..once import built_once
 
@@ -69,6 +69,45 @@ class Settings(BaseModel):
     @property
     def retention_s(self) -> int:
         return self.queue_retention_s or self.result_ttl_s
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Settings:
+        """Refuse combinations that are valid one by one but break a promise together."""
+        result_ttl = f"RESULT_TTL_S={self.result_ttl_s}"
+        retention = (
+            f"QUEUE_RETENTION_S={self.queue_retention_s}"
+            if self.queue_retention_s
+            else f"{result_ttl} (the retention, QUEUE_RETENTION_S being unset)"
+        )
+        problems = []
+        if self.queue_retention_s and self.queue_retention_s > self.result_ttl_s:
+            problems.append(
+                f"QUEUE_RETENTION_S={self.queue_retention_s} is above {result_ttl}: an S3-tier "
+                "job's record expires RESULT_TTL_S after its presign, so a job still queued "
+                "then would be lost; set QUEUE_RETENTION_S <= RESULT_TTL_S (or leave it unset)"
+            )
+        if self.idempotency_ttl_s > self.retention_s:
+            problems.append(
+                f"IDEMPOTENCY_TTL_S={self.idempotency_ttl_s} is above {retention}: a repeated "
+                "enqueue with the same Idempotency-Key after the first job's entry is gone "
+                "would create a second job; set IDEMPOTENCY_TTL_S <= the retention"
+            )
+        if self.visibility_timeout_s >= self.retention_s:
+            problems.append(
+                f"VISIBILITY_TIMEOUT_S={self.visibility_timeout_s} is not below {retention}: a "
+                "job whose daemon dies would be past the retention before it could be "
+                "delivered again; set VISIBILITY_TIMEOUT_S < the retention"
+            )
+        if self.redis_memory_high_water_pct > self.redis_memory_hard_pct:
+            problems.append(
+                f"REDIS_MEMORY_HIGH_WATER_PCT={self.redis_memory_high_water_pct} is above "
+                f"REDIS_MEMORY_HARD_PCT={self.redis_memory_hard_pct}: new jobs would be "
+                "refused (redis_memory_full) before inline bytes are sent through S3 "
+                "(inline_unavailable); set the high-water mark <= the hard mark"
+            )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
