@@ -210,15 +210,23 @@ class PolledJob:
     download: DownloadGrant | None = None
     # The delivery's lease: result posts, failure reports and heartbeats carry it.
     lease: str | None = None
-    lease_expires_at: float | None = None  # epoch seconds
+    lease_expires_at: float | None = None  # epoch seconds, on the control plane's clock
+    #: the lease's remaining seconds when the control plane answered (servers before it: None)
+    lease_expires_in_s: float | None = None
+    #: time.monotonic() when this answer was read: heartbeats are scheduled from it
+    received_at: float | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
 class HeartbeatAnswer:
     """`POST .../jobs/{job_id}/heartbeat`: the lease's new expiry, and whether to stop."""
 
-    lease_expires_at: float
+    lease_expires_at: float  # epoch seconds, on the control plane's clock
     cancel_requested: bool
+    #: the lease's remaining seconds when the control plane answered (servers before it: None)
+    lease_expires_in_s: float | None = None
+    #: time.monotonic() when this answer was read: the next heartbeat is scheduled from it
+    received_at: float | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -410,6 +418,10 @@ def _json(response: httpx.Response) -> dict:
 
 def _b64(value: Any) -> bytes | None:
     return None if value is None else base64.b64decode(value)
+
+
+def _seconds(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def _ref(value: Any) -> PayloadRef | None:
@@ -606,9 +618,9 @@ def polled_job(body: Mapping[str, Any]) -> PolledJob:
         raw=dict(body),
         download=_download(body.get("download")),
         lease=body.get("lease"),
-        lease_expires_at=(
-            None if body.get("lease_expires_at") is None else float(body["lease_expires_at"])
-        ),
+        lease_expires_at=_seconds(body.get("lease_expires_at")),
+        lease_expires_in_s=_seconds(body.get("lease_expires_in_s")),
+        received_at=time.monotonic(),
     )
 
 
@@ -617,6 +629,8 @@ def parse_heartbeat(response: httpx.Response) -> HeartbeatAnswer:
     return HeartbeatAnswer(
         lease_expires_at=float(body["lease_expires_at"]),
         cancel_requested=bool(body.get("cancel_requested")),
+        lease_expires_in_s=_seconds(body.get("lease_expires_in_s")),
+        received_at=time.monotonic(),
     )
 
 

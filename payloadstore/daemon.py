@@ -8,12 +8,14 @@
     daemon.run()          # until SIGTERM/SIGINT; the job in hand is finished first
 
 Each delivery comes with a lease. While a job is in hand the Daemon heartbeats it about every
-VISIBILITY_TIMEOUT_S/3 (from the lease's expiry in the poll answer), so a long function is not
-handed to another daemon. When the heartbeat answer says `cancel_requested`, the Daemon stops
-waiting for the function and ends the job `cancelled` (the function's thread is left to finish;
-it can check `payloadstore.current_job().cancel_requested` to stop early). When the control
-plane answers `lease_mismatch`, the job was taken from this daemon (its lease ran out and it
-was delivered again): the Daemon stops and posts nothing for it.
+VISIBILITY_TIMEOUT_S/3 (a third of `lease_expires_in_s`, the lease's remaining seconds in the poll
+and heartbeat answers, counted on `time.monotonic()` from when each answer arrived: the daemon's
+wall clock plays no part), so a long function is not handed to another daemon. When the
+heartbeat answer says `cancel_requested`, the Daemon stops waiting for the function and ends the
+job `cancelled` (the function's thread is left to finish; it can check
+`payloadstore.current_job().cancel_requested` to stop early). When the control plane answers
+`lease_mismatch`, the job was taken from this daemon (its lease ran out and it was delivered
+again): the Daemon stops and posts nothing for it.
 
 A job's payload `{"args": [...], "kwargs": {...}}` (what `Queue.add` sends) becomes
 `fn(*args, **kwargs)`; any other payload value (e.g. from another client) is passed as `fn(value)`.
@@ -35,7 +37,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import codec
-from ._wire import PolledJob, polled_job
+from ._wire import HeartbeatAnswer, PolledJob, polled_job
 from .client import Client
 from .errors import (
     AuthError,
@@ -65,6 +67,12 @@ CANCELLED_ERROR_TYPE = "Cancelled"
 # Heartbeat at a third of the lease, as SQS ChangeMessageVisibility guidance has it; never more
 # often than this.
 MIN_HEARTBEAT_S = 0.2
+# A control plane before `lease_expires_in_s` says only the lease's absolute expiry, on its own
+# clock; read against the daemon's wall clock that is off by the clocks' difference, so the
+# guess is kept within these bounds: never more often than every second, and never later than a
+# third of the longest lease assumed (the control plane's default VISIBILITY_TIMEOUT_S).
+FALLBACK_MIN_HEARTBEAT_S = 1.0
+FALLBACK_MAX_LEASE_S = 300.0
 
 _current = threading.local()
 
@@ -113,26 +121,42 @@ class _Heartbeat:
         self.thread: threading.Thread | None = None
 
     @staticmethod
-    def interval(expires_at: float | None, now: float | None = None) -> float | None:
-        if expires_at is None:
+    def interval(
+        answer: PolledJob | HeartbeatAnswer, wall_now: float | None = None
+    ) -> float | None:
+        """Seconds after `answer` (a delivery or a heartbeat answer) arrived to beat next: a third
+        of the lease's remaining seconds as the control plane counted them, or None without a
+        lease expiry (a control plane without leases)."""
+        if answer.lease_expires_in_s is not None:
+            return max(MIN_HEARTBEAT_S, answer.lease_expires_in_s / 3.0)
+        if answer.lease_expires_at is None:
             return None
-        remaining = expires_at - (time.time() if now is None else now)
-        return max(MIN_HEARTBEAT_S, remaining / 3.0)
+        # An older control plane: its absolute expiry against our wall clock, within bounds.
+        remaining = answer.lease_expires_at - (time.time() if wall_now is None else wall_now)
+        return min(max(FALLBACK_MIN_HEARTBEAT_S, remaining / 3.0), FALLBACK_MAX_LEASE_S / 3.0)
+
+    @staticmethod
+    def due(answer: PolledJob | HeartbeatAnswer, delay: float) -> float:
+        """The time.monotonic() at which to beat: `delay` after the answer arrived."""
+        arrived = answer.received_at
+        return (time.monotonic() if arrived is None else arrived) + delay
 
     def start(self) -> _Heartbeat:
-        lease, delay = self.job.lease, self.interval(self.job.lease_expires_at)
+        lease, delay = self.job.lease, self.interval(self.job)
         if lease is None or delay is None:
             return self  # a control plane without leases
         self.thread = threading.Thread(
-            target=self._run, args=(lease, delay), name=f"payloadstore-heartbeat-{self.job.job_id}"
+            target=self._run,
+            args=(lease, self.due(self.job, delay), delay),
+            name=f"payloadstore-heartbeat-{self.job.job_id}",
         )
         self.thread.daemon = True
         self.thread.start()
         return self
 
-    def _run(self, lease: str, delay: float) -> None:
+    def _run(self, lease: str, due: float, delay: float) -> None:
         wire, job, current = self.daemon.client.wire, self.job, self.current
-        while not self.stopped.wait(delay):
+        while not self.stopped.wait(max(0.0, due - time.monotonic())):
             try:
                 answer = wire.heartbeat(job.job_id, lease)
             except (LeaseMismatch, JobNotFound) as e:
@@ -145,10 +169,11 @@ class _Heartbeat:
             except PayloadStoreError as e:
                 # Keep trying: the lease is good until it expires, and a later beat may land.
                 log.warning("heartbeat failed job_id=%s error=%s", job.job_id, e)
-                delay = MIN_HEARTBEAT_S * 5
+                due = time.monotonic() + MIN_HEARTBEAT_S * 5
                 continue
             self.beats += 1
-            delay = self.interval(answer.lease_expires_at) or delay
+            delay = self.interval(answer) or delay
+            due = self.due(answer, delay)
             if answer.cancel_requested and not current.cancel_requested:
                 log.info("cancel requested job_id=%s", job.job_id)
                 current._cancel.set()

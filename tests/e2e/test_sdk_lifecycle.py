@@ -3,12 +3,15 @@ one daemon, a job taken from a daemon is not posted by it, the delivery cap, can
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
+import types
 
 import pytest
 
 import payloadstore
+import payloadstore.daemon
 from payloadstore import Daemon, JobCancelled, JobFailed
 from payloadstore.daemon import TAKEN, _Heartbeat
 from payloadstore.errors import ConflictError
@@ -43,6 +46,66 @@ def test_given_heartbeats_when_a_job_runs_3x_the_visibility_timeout_then_it_runs
     assert runs == ["x"]
     assert job.status().attempts == 1
     assert sum(first.stats.values()) + sum(second.stats.values()) == 1
+
+
+@pytest.mark.parametrize("skew", [-2, 2], ids=["behind", "ahead"])
+def test_given_daemon_clocks_off_by_2x_the_visibility_timeout_when_a_long_job_runs_then_it_runs_once_beating_every_third_of_the_lease(
+    start_local_gateway, monkeypatch, skew
+):
+    # Given: a 2 s visibility timeout and two daemons whose wall clocks (time.time) are both
+    # 2 visibility timeouts behind, or ahead of, the control plane's
+    vt = 2.0
+    gateway = start_local_gateway(VISIBILITY_TIMEOUT_S="2")
+    client, daemon_client = clients(gateway)
+    queue = unique_queue("skew")
+    real_time = time.time
+    monkeypatch.setattr(
+        payloadstore.daemon,
+        "time",
+        types.SimpleNamespace(
+            time=lambda: real_time() + skew * vt, monotonic=time.monotonic, sleep=time.sleep
+        ),
+    )
+    # Each delivery's arrival and each heartbeat's departure, on the monotonic clock.
+    sent: list[float] = []
+    wire = daemon_client.wire
+    poll, beat = wire.poll, wire.heartbeat
+
+    def recorded_poll(*args, **kwargs):
+        got = poll(*args, **kwargs)
+        if got is not None:
+            sent.append(time.monotonic())
+        return got
+
+    def recorded_beat(*args, **kwargs):
+        sent.append(time.monotonic())
+        return beat(*args, **kwargs)
+
+    monkeypatch.setattr(wire, "poll", recorded_poll)
+    monkeypatch.setattr(wire, "heartbeat", recorded_beat)
+    runs: list[str] = []
+
+    def long_job(tag):
+        runs.append(tag)
+        time.sleep(2.5 * vt)
+        return f"done {tag}"
+
+    with (
+        daemon_thread(daemon_client, queue, long_job) as first,
+        daemon_thread(daemon_client, queue, long_job) as second,
+    ):
+        # When: one job that runs 2.5 visibility timeouts
+        job = client.queue(queue).add("x")
+        assert job.result(timeout=30) == "done x"
+    # Then: it ran once, in one delivery
+    assert runs == ["x"]
+    assert job.status().attempts == 1
+    assert sum(first.stats.values()) + sum(second.stats.values()) == 1
+    # And: its daemon beat about every third of the lease from each answer (not at the lease's
+    # very end, as a clock behind made it, nor every 0.2 s, as a clock ahead made it)
+    gaps = [b - a for a, b in itertools.pairwise(sent)]
+    assert len(gaps) >= 5, gaps
+    assert all(0.6 * vt / 3 <= gap <= 1.5 * vt / 3 for gap in gaps), gaps
 
 
 def test_given_a_lapsed_lease_when_another_daemon_took_the_job_then_the_first_posts_nothing(

@@ -72,6 +72,8 @@ def test_given_a_redelivery_when_polled_then_each_delivery_has_a_fresh_lease(cp,
     # Then: the poll answer carries an opaque lease and when it runs out
     assert isinstance(first["lease"], str) and first["lease"]
     assert before + 0.5 < first["lease_expires_at"] < time.time() + 1.5
+    # and its remaining seconds as the control plane counts them (no clock of the daemon's)
+    assert first["lease_expires_in_s"] == 1.0
     # When: the lease runs out and another daemon polls
     time.sleep(1.2)
     second = cp.poll(daemon_id="b").json
@@ -146,6 +148,7 @@ def test_given_heartbeats_when_the_job_runs_past_the_visibility_timeout_then_it_
         assert beat.status == 200, beat.raw_body
         assert beat.json["cancel_requested"] is False
         assert time.time() + 0.5 < beat.json["lease_expires_at"] < time.time() + 1.5
+        assert beat.json["lease_expires_in_s"] == 1.0
         got = cp.poll(daemon_id="b")
         if got.status == 200:
             stolen.append(got.json)

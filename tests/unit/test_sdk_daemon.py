@@ -338,3 +338,141 @@ def test_given_only_redis_memory_failing_when_starting_then_it_takes_jobs_to_dra
     with pytest.raises(ServiceUnavailable, match="redis: connection refused"):
         daemon_for(world).run(lambda: None)
     assert not world.calls("POST", "/v1/daemon/poll")
+
+
+# -- heartbeats on the monotonic clock (issue 21, defect 7) ------------------------------------
+
+VT = 3.0  # the control plane's VISIBILITY_TIMEOUT_S in these tests
+
+
+class _RecordingEvent:
+    """A heartbeat's `stopped` event that records each scheduled wait and waits only briefly."""
+
+    def __init__(self, delays: list):
+        import threading
+
+        self._event = threading.Event()
+        self.delays = delays
+
+    def set(self) -> None:
+        self._event.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout=None) -> bool:
+        self.delays.append(timeout)
+        return self._event.wait(min(timeout or 0.0, 0.01))
+
+
+def _heartbeat_run(monkeypatch, clock_offset_s: float, *, new_server: bool, beats: int = 4):
+    """One leased job through `Daemon.process` against a control plane on the true clock, while
+    the daemon's wall clock is off by `clock_offset_s`: the waits its heartbeat thread scheduled."""
+    import threading
+    import time as real_time
+    import types
+
+    import httpx
+
+    from payloadstore import daemon as daemon_module
+
+    def answer(body: dict) -> dict:
+        now = real_time.time()
+        body["lease_expires_at"] = round(now + VT, 3)
+        if new_server:
+            body["lease_expires_in_s"] = VT
+        return body
+
+    world = FakeWorld()
+    world.fail(
+        "POST",
+        "/heartbeat",
+        *[
+            lambda r: httpx.Response(200, json=answer({"cancel_requested": False}))
+            for _ in range(50)
+        ],
+    )
+    delivery = answer(
+        {
+            "job_id": "JOB0001",
+            "namespace": "ns",
+            "queue": "q",
+            "attempt": 1,
+            "lease": "L1",
+            "payloadInline": base64.b64encode(
+                codec.encode({"args": [1], "kwargs": {}}).tobytes()
+            ).decode(),
+        }
+    )
+    world.jobs["JOB0001"] = {"queue": "q", "state": "running", "tier": "inline", "payload": {}}
+    skewed = types.SimpleNamespace(
+        time=lambda: real_time.time() + clock_offset_s,
+        monotonic=real_time.monotonic,
+        sleep=real_time.sleep,
+    )
+    monkeypatch.setattr(daemon_module, "time", skewed)
+    delays: list = []
+    start = daemon_module._Heartbeat.start
+
+    def recording_start(self):
+        self.stopped = _RecordingEvent(delays)
+        return start(self)
+
+    monkeypatch.setattr(daemon_module._Heartbeat, "start", recording_start)
+    enough = threading.Event()
+
+    def fn(x):
+        deadline = real_time.monotonic() + 10
+        while len(world.calls("POST", "/heartbeat")) < beats and real_time.monotonic() < deadline:
+            real_time.sleep(0.005)
+        enough.set()
+        return x
+
+    outcome = daemon_for(world).process(delivery, fn)
+    assert enough.is_set() and outcome == "succeeded"
+    return delays
+
+
+@pytest.mark.parametrize("clock_offset_s", [-2 * VT, 0.0, 2 * VT], ids=["behind", "true", "ahead"])
+def test_given_a_daemon_clock_off_by_2x_the_visibility_timeout_when_heartbeating_then_it_beats_every_third_of_the_lease(
+    monkeypatch, clock_offset_s
+):
+    # Given: a control plane that says the lease's remaining seconds (lease_expires_in_s), and a
+    # daemon whose time.time() is 2 visibility timeouts behind, right, or ahead
+    # When: a job is in hand for four heartbeats
+    delays = _heartbeat_run(monkeypatch, clock_offset_s, new_server=True)
+    # Then: every beat (the first after the poll answer, each next one after a heartbeat
+    # answer) is scheduled a third of the lease after that answer arrived, on the monotonic
+    # clock: never VT late (behind) nor every 0.2 s (ahead)
+    scheduled = delays[:4]
+    assert len(scheduled) == 4
+    assert all(VT / 3 - 0.25 <= d <= VT / 3 + 0.01 for d in scheduled), scheduled
+
+
+@pytest.mark.parametrize("clock_offset_s", [-2 * VT, 2 * VT], ids=["behind", "ahead"])
+def test_given_an_older_control_plane_without_lease_expires_in_s_when_heartbeating_then_the_wall_clock_guess_is_clamped(
+    monkeypatch, clock_offset_s
+):
+    # Given: a control plane that sends only the absolute lease_expires_at
+    delays = _heartbeat_run(monkeypatch, clock_offset_s, new_server=False, beats=2)
+    # Then: the old estimate from the daemon's own clock, but never below 1 s between beats
+    # (ahead: it was every 0.2 s) and never above a third of the longest lease assumed
+    from payloadstore.daemon import FALLBACK_MAX_LEASE_S, FALLBACK_MIN_HEARTBEAT_S
+
+    assert FALLBACK_MIN_HEARTBEAT_S == 1.0
+    assert all(FALLBACK_MIN_HEARTBEAT_S - 0.25 <= d <= FALLBACK_MAX_LEASE_S / 3 for d in delays[:2])
+    if clock_offset_s > 0:
+        assert all(d >= FALLBACK_MIN_HEARTBEAT_S - 0.25 for d in delays[:2])
+
+
+def test_given_an_older_control_plane_when_the_guess_is_far_off_then_interval_stays_in_range():
+    from payloadstore._wire import HeartbeatAnswer
+    from payloadstore.daemon import FALLBACK_MAX_LEASE_S, FALLBACK_MIN_HEARTBEAT_S, _Heartbeat
+
+    old = HeartbeatAnswer(lease_expires_at=1_000.0, cancel_requested=False)
+    assert _Heartbeat.interval(old, wall_now=990.0) == pytest.approx(10 / 3)
+    assert _Heartbeat.interval(old, wall_now=1_006.0) == FALLBACK_MIN_HEARTBEAT_S
+    assert _Heartbeat.interval(old, wall_now=-1e6) == FALLBACK_MAX_LEASE_S / 3
+    new = HeartbeatAnswer(lease_expires_at=1_000.0, cancel_requested=False, lease_expires_in_s=3.0)
+    assert _Heartbeat.interval(new, wall_now=-1e6) == pytest.approx(1.0)
+    assert _Heartbeat.interval(new, wall_now=1e6) == pytest.approx(1.0)

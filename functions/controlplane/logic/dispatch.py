@@ -121,6 +121,7 @@ def poll(p: Principal, req: PollRequest, deps: Deps) -> PollResponse | None:
             attempt=delivery.attempt,
             lease=lease,
             lease_expires_at=lease_expires,
+            lease_expires_in_s=float(s.visibility_timeout_s),
             payloadRef=ref,
             payloadInline=(
                 base64.b64encode(entry.inline).decode("ascii") if entry.inline is not None else None

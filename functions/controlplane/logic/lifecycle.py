@@ -48,7 +48,9 @@ def heartbeat(p: Principal, job_id: str, body: HeartbeatRequest, deps: Deps) -> 
         # Best effort: the lease expiry in the job hash is what poll trusts.
         deps.jobs.touch_entry(p.namespace, queue, entry_id, consumer)
     return HeartbeatResponse(
-        lease_expires_at=expires_ms / 1000, cancel_requested=cancel_flag == "1"
+        lease_expires_at=expires_ms / 1000,
+        lease_expires_in_s=float(deps.settings.visibility_timeout_s),
+        cancel_requested=cancel_flag == "1",
     )
 
 

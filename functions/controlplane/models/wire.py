@@ -179,6 +179,11 @@ class PollResponse(OmitsNull):
     lease_expires_at: float = Field(
         description="epoch seconds: redelivered after this unless a heartbeat extends it"
     )
+    lease_expires_in_s: float = Field(
+        description="the lease's remaining seconds as the control plane answers "
+        "(VISIBILITY_TIMEOUT_S): schedule heartbeats from when this answer arrived, on a "
+        "monotonic clock, not from lease_expires_at against the daemon's own clock"
+    )
     payloadRef: PayloadRef | None = None
     payloadInline: str | None = None
     download: DownloadUrl | None = Field(
@@ -216,6 +221,10 @@ class HeartbeatRequest(_Strict):
 
 class HeartbeatResponse(WireModel):
     lease_expires_at: float = Field(description="epoch seconds; heartbeat again well before it")
+    lease_expires_in_s: float = Field(
+        description="the lease's remaining seconds as the control plane answers "
+        "(VISIBILITY_TIMEOUT_S): heartbeat again well before that many seconds from now"
+    )
     cancel_requested: bool = Field(
         description="a client asked to cancel: stop, and post the error type Cancelled"
     )
