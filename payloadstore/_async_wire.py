@@ -35,6 +35,7 @@ from ._wire import (
     UploadGrant,
     http_kwargs,
     raise_error,
+    retried_answer,
     unreachable,
 )
 
@@ -97,6 +98,9 @@ class AsyncWire:
                     return call.parse(response)
                 delay = retry_delay(self.retry, attempt, response=response)
                 if delay is None:
+                    answer = retried_answer(call, attempt, response)
+                    if answer is not None:
+                        return answer
                     raise_error(call, response)
                 log.warning(
                     "retrying what=%s status=%d attempt=%d delay_s=%.2f",
@@ -124,6 +128,7 @@ class AsyncWire:
         sha256: str | None,
         content_type: str = MSGPACK,
         job_id: str | None = None,
+        lease: str | None = None,
     ) -> UploadGrant:
         return await self.send(
             _wire.presign_put(
@@ -133,6 +138,7 @@ class AsyncWire:
                 sha256=sha256,
                 content_type=content_type,
                 job_id=job_id,
+                lease=lease,
             )
         )
 

@@ -64,14 +64,21 @@ class Payloads:
         kind: str,
         *,
         job_id: str | None = None,
+        lease: str | None = None,
         progress: bool | None = None,
     ) -> tuple[PayloadRef, str | None]:
         """Presign, PUT with exactly the signed headers (re-presigning the same job's key when a
-        URL expires), and return (reference, job id the key belongs to)."""
+        URL expires), and return (reference, job id the key belongs to). A result is presigned
+        with the delivery's `lease`."""
         size = encoded.nbytes
         sha256 = encoded.sha256()
         grant = self.wire.presign_put(
-            size=size, kind=kind, sha256=sha256, content_type=codec.CONTENT_TYPE, job_id=job_id
+            size=size,
+            kind=kind,
+            sha256=sha256,
+            content_type=codec.CONTENT_TYPE,
+            job_id=job_id,
+            lease=lease,
         )
         granted_job = grant.job_id or job_id
         latest: list[UploadGrant] = [grant]
@@ -84,6 +91,7 @@ class Payloads:
                     sha256=sha256,
                     content_type=codec.CONTENT_TYPE,
                     job_id=granted_job,
+                    lease=lease,
                 )
             )
             return latest[-1].raw

@@ -590,7 +590,9 @@ class Daemon:
                     None,
                     lease=lease,
                 )
-            ref, _ = client.payloads.store(encoded, "result", job_id=job_id, progress=self.progress)
+            ref, _ = client.payloads.store(
+                encoded, "result", job_id=job_id, lease=lease, progress=self.progress
+            )
             if current.lease_lost:
                 return TAKEN
             return self._post_result(job_id, SUCCEEDED, ref=ref, lease=lease)

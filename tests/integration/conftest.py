@@ -77,6 +77,9 @@ class Reply:
         return (self.json or {}).get("error", {})
 
 
+ZEROS = object()
+
+
 class ControlPlane:
     """One namespace's view of the control plane, speaking events to the handlers."""
 
@@ -118,10 +121,15 @@ class ControlPlane:
         role="client",
         kind=None,
         job_id=None,
-        sha256=None,
+        sha256=ZEROS,
         content_type=None,
         namespace=None,
+        lease=None,
     ) -> Reply:
+        """sha256: ZEROS (the default) = the sha256 of `size` zero bytes (for tests that never
+        upload, or upload other bytes on purpose); None = send none."""
+        if sha256 is ZEROS:
+            sha256 = sha256_hex(b"\0" * size) if 0 < size <= 2**20 else "0" * 64
         body = {
             k: v
             for k, v in {
@@ -129,11 +137,15 @@ class ControlPlane:
                 "job_id": job_id,
                 "sha256": sha256,
                 "content_type": content_type,
+                "lease": lease,
             }.items()
             if v is not None
         }
         if kind is None:
             body["kind"] = "result" if role == "daemon" else "args"
+        if body["kind"] == "result" and lease is None:
+            # A result is presigned by the holder of the job's latest delivery, with its lease.
+            body = self._with_lease(job_id, body)
         return self.call(
             "payloads",
             "POST",

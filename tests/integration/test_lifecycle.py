@@ -239,6 +239,9 @@ def test_given_a_queued_job_when_cancelled_then_200_cancelled_and_never_delivere
     # The queue entry (and its inline bytes) is gone
     client = redis.Redis.from_url(redis_server.url)
     assert client.xlen(f"ps:{{ns:{cp.ns}}}:q:{cp.queue}") == 0
+    # A cancel again (a client's retry after a lost 200) says in data that it is cancelled
+    again = cancel(cp, job)
+    assert (again.status, again.error["code"], again.error["state"]) == (409, "conflict", "cancelled")
 
 
 def test_given_a_running_job_when_cancelled_then_202_the_heartbeat_says_so_and_cancelled_posts_end_it(
@@ -286,6 +289,7 @@ def test_given_a_finished_job_when_cancelled_then_409_and_other_callers_are_refu
     assert post(cp, job, {"lease": lease, "resultInline": b64(b"x")}).status == 204
     r = cancel(cp, job)
     assert r.status == 409 and "succeeded" in r.error["message"]
+    assert (r.error["code"], r.error["state"]) == ("conflict", "succeeded")
     assert cp.status(job).json["state"] == "succeeded"
     assert cancel(cp, UNKNOWN_JOB).status == 404
     assert cancel(cp, job, role="daemon").status == 403

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from urllib.parse import parse_qs, urlparse
 
+import redis
 import requests
 from controlplane.models.domain import new_job_id
 
@@ -42,11 +43,16 @@ def test_put_url_signs_length_type_and_checksum_and_round_trips_bytes(cp, s3_cli
     assert hashlib.sha256(fetched.content).hexdigest() == sha
 
 
-def test_put_without_sha_signs_length_and_type_only(cp):
-    r = cp.presign_put(10)
-    signed = parse_qs(urlparse(r.json["url"]).query)["X-Amz-SignedHeaders"][0].split(";")
-    assert "x-amz-checksum-sha256" not in signed
-    assert set(r.json["headers"]) == {"Content-Length", "Content-Type"}
+def test_put_without_sha_is_refused_and_issues_nothing(cp, redis_server):
+    # Given a client that does not say what it will upload
+    r_ = redis.Redis.from_url(redis_server.url)
+    before = r_.dbsize()
+    # When it asks for a presigned PUT
+    r = cp.presign_put(10, sha256=None)
+    # Then 422 says a sha256 is needed (without one signed in, same-size bytes could replace
+    # the object after the CP checked it), and no job was born for it
+    assert r.status == 422 and "needs sha256" in r.raw_body
+    assert r_.dbsize() == before
 
 
 def test_size_over_cap_is_413_naming_the_cap(cp):

@@ -58,11 +58,18 @@ def poll(p: Principal, req: PollRequest, deps: Deps) -> PollResponse | None:
         block_ms = max(int((deadline - deps.clock()) * 1000), 0)
         entry = deps.jobs.read_next(p.namespace, req.queues, req.daemon_id, block_ms, min_idle_ms)
         if entry is None:
+            every_s = min(PRUNE_EVERY_S, s.stale_consumer_idle_s)
             deps.jobs.prune_consumers(
+                p.namespace, req.queues, s.stale_consumer_idle_s * 1000, every_s
+            )
+            # Queues left empty and unused that long go too (names included): a poll never
+            # creates a queue, and the ones it finds idle do not stay forever.
+            deps.jobs.collect_queues(
                 p.namespace,
                 req.queues,
+                int(deps.clock() * 1000),
                 s.stale_consumer_idle_s * 1000,
-                min(PRUNE_EVERY_S, s.stale_consumer_idle_s),
+                every_s,
             )
             return None
         now = deps.clock()
@@ -215,6 +222,7 @@ def _post_at_once(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> bo
     )
     if outcome.status == "same":
         bind_job(job_id)
+        _settle(p, job_id, outcome, deps)
         return True
     if outcome.status != "ok":
         return False
@@ -258,11 +266,11 @@ def _completed(outcome: Outcome, new_state: JobStatus, tier: str, size: int) -> 
 
 def _settle(p: Principal, job_id: str, outcome, deps: Deps) -> None:
     """Finish a state change in the namespace slot, or explain why it did not happen."""
-    if outcome.status == "ok" or outcome.status == "terminal":
-        stream_id, queue = outcome.args[0], outcome.args[1]
-        deps.jobs.drop_entry(p.namespace, queue, stream_id)
-    elif outcome.status == "same":
-        return
+    if outcome.status in ("ok", "terminal", "same"):
+        # 'same' (a repeat of the accepted post, or the script re-sent after a lost reply)
+        # names the entry again: the first answer may never have reached us to drop it.
+        if len(outcome.args) >= 2 and outcome.args[0]:
+            deps.jobs.drop_entry(p.namespace, outcome.args[1], outcome.args[0])
     elif outcome.status == "missing":
         raise NotFound(f"job {job_id} not found")
     elif outcome.status == "lease_mismatch":
@@ -318,12 +326,12 @@ def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps)
         old_stream_id, queue = outcome.args
         entry = deps.jobs.read_entry(p.namespace, queue, old_stream_id) if old_stream_id else None
         min_id = max(now_ms - deps.settings.retention_s * 1000, 0)
-        new_id = deps.jobs.append(
+        # The script left the job queued with no entry of its own ('*'): whichever of its
+        # entries a daemon takes first becomes the job's (a daemon blocked on this queue may
+        # take the new one at once), and a later delivery of the other one is dropped as stale.
+        deps.jobs.append(
             p.namespace, queue, job_id, inline=entry.inline if entry else None, min_id_ms=min_id
         )
-        # The new entry is the job's entry from now on; the old one is dropped (a delivery of
-        # it before that is refused as stale).
-        deps.jobs.record_entry(job_id, new_id, overwrite=True)
         deps.jobs.drop_entry(p.namespace, queue, old_stream_id)
         logger.warning("payload lost, job requeued", extra={"queue": queue})
         return

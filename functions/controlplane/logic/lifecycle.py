@@ -73,7 +73,10 @@ def cancel(p: Principal, job_id: str, deps: Deps) -> CancelResponse:
     if status == "missing":
         raise NotFound(f"job {job_id} not found")
     if status == "terminal":
-        raise Conflict(f"job {job_id} is {outcome.args[0]}; it cannot be cancelled")
+        # `state` in the error body: a client whose earlier cancel's answer was lost tells
+        # "already cancelled" (its cancel worked) from "finished otherwise" without the text.
+        state = outcome.args[0]
+        raise Conflict(f"job {job_id} is {state}; it cannot be cancelled", state=state)
     if status == "cancelled":
         entry_id, queue = outcome.args
         if entry_id and queue:

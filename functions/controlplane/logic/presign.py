@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import time
 
-from ..models.domain import IssueRecord, JobStatus, PayloadKind, job_id_time_s, new_job_id
-from ..models.errors import Conflict, Forbidden, Gone, NotFound, PayloadTooLarge, TooManyPresigns
+from ..models.domain import JOB_ID_RE, IssueRecord, PayloadKind, job_id_time_s, new_job_id
+from ..models.errors import (
+    Conflict,
+    Forbidden,
+    Gone,
+    NotFound,
+    PayloadTooLarge,
+    TooManyPresigns,
+    Unprocessable,
+)
 from ..models.wire import PresignGetResponse, PresignPutResponse, PresignRequest
 from ..observability import logger, metrics_count
 from ..routes import CLIENT
 from ..store import keys
-from .context import Deps, Principal, find_job, issue_record
+from .context import Deps, Principal, issue_record
 from .guard import refuse_enqueue
+from .lifecycle import lease_mismatch
 from .payload_keys import key_for, parse_key
 
 
@@ -35,31 +44,35 @@ def presign_put(p: Principal, req: PresignRequest, deps: Deps) -> PresignPutResp
     now = deps.clock()
 
     if req.kind is PayloadKind.RESULT:
-        # Only for a daemon holding the job: it must be running in this namespace.
-        if not req.job_id:
-            raise Conflict("kind=result needs the job_id of the job being run")
-        job = find_job(p.namespace, req.job_id, deps)
-        if job is None:
-            raise NotFound(f"job {req.job_id} not found")
-        if job.state != JobStatus.RUNNING:
-            raise Conflict(f"job {req.job_id} is {job.state}, not running")
-        issued = issue_record(job, PayloadKind.RESULT, deps)
-        if issued is not None:
-            return _represign(p, req, issued, deps)
+        # Only for the delivery holding the job: running in this namespace, with its lease. A
+        # result key belongs to one delivery: a redelivery may upload another result (most
+        # results differ between runs), replacing what an earlier delivery had presigned.
+        if not req.job_id or not req.lease:
+            raise Unprocessable("kind=result needs the job_id and the lease of the delivery")
         job_id = req.job_id
+        if not JOB_ID_RE.match(job_id):
+            raise NotFound(f"job {job_id} not found")
         outcome = deps.jobs.create_result_issue(
-            job_id, p.namespace, size, req.content_type, req.sha256, int(now * 1000)
+            job_id,
+            p.namespace,
+            size,
+            req.content_type,
+            req.sha256,
+            int(now * 1000),
+            lease=req.lease,
         )
         if outcome.status == "exists":
-            # Two first presigns for one result raced: the other one recorded it; count this one.
+            # This delivery presigned its result before: a re-presign (the same facts, counted).
             job = deps.jobs.get_job(job_id)
             issued = issue_record(job, PayloadKind.RESULT, deps) if job is not None else None
             if issued is None:
                 # The job's hash expired (or was removed) between the script and this read.
                 raise NotFound(f"job {job_id} not found")
             return _represign(p, req, issued, deps)
+        if outcome.status == "lease_mismatch":
+            raise lease_mismatch(job_id, outcome.args[0] if outcome.args else None)
         if outcome.status == "not_running":
-            raise Conflict(f"job {job_id} is {outcome.args[0]}, not running")
+            raise Conflict(f"job {job_id} is {outcome.args[0] or 'not started'}, not running")
         if outcome.status != "ok":
             raise NotFound(f"job {job_id} not found")
     elif req.job_id:
@@ -103,9 +116,19 @@ def _represign(
         req.sha256,
         req.content_type,
     ):
+        # The issued sha256 is not echoed: the answer says what differs, never the value.
+        differs = [
+            name
+            for name, mine, theirs in (
+                ("size", req.size, issued.size),
+                ("sha256", req.sha256, issued.sha256),
+                ("content_type", req.content_type, issued.content_type),
+            )
+            if mine != theirs
+        ]
         raise Conflict(
-            "a re-presign must repeat the size, sha256 and content_type of the first "
-            f"(issued size={issued.size} sha256={issued.sha256 or '-'} content_type={issued.content_type})"
+            "a re-presign must repeat the size, sha256 and content_type of the first; "
+            f"this one differs in {', '.join(differs)}"
         )
     count = deps.jobs.bump_presign(
         issued.job_id, issued.kind.value, deps.settings.max_presigns_per_job

@@ -21,6 +21,16 @@ MIME_TYPE_PATTERN = (
     rf"^{_RESTRICTED_NAME}/{_RESTRICTED_NAME}"
     rf"(?:[ \t]*;[ \t]*{_TOKEN}=(?:{_TOKEN}|\"[^\"\\\r\n]*\"))*$"
 )
+Lease = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=64,
+        description="the delivery's lease, from the poll answer: only its holder may finish, "
+        "fail or heartbeat the job (409 lease_mismatch otherwise)",
+    ),
+]
+
 MimeType = Annotated[
     str,
     Field(
@@ -65,13 +75,24 @@ class PresignRequest(_Strict):
     kind: PayloadKind = PayloadKind.ARGS
     job_id: str | None = Field(None, description="re-presign the key of this job (op=put)")
     content_type: MimeType = "application/msgpack"
-    sha256: Sha256Hex | None = None
+    sha256: Sha256Hex | None = Field(
+        None,
+        description="hex sha256 of the upload (op=put, required): signed into the URL, so S3 "
+        "refuses other bytes, and checked again before the key is accepted",
+    )
+    lease: Lease | None = Field(
+        None, description="kind=result: the lease of the delivery whose result this is"
+    )
     key: str | None = Field(None, max_length=512, description="an issued key (op=get)")
 
     @model_validator(mode="after")
     def _fields_for_op(self):
         if self.op == "put" and self.size is None:
             raise ValueError("op=put needs size")
+        if self.op == "put" and not self.sha256:
+            # Without a checksum signed in, same-size bytes could replace the object after the
+            # CP checked it; with one, S3 itself refuses them.
+            raise ValueError("op=put needs sha256 (hex sha256 of the bytes to upload)")
         if self.op == "get" and not self.key:
             raise ValueError("op=get needs key")
         if self.sha256:
@@ -158,16 +179,6 @@ class DownloadUrl(WireModel):
     url: str
     expires_at: str
 
-
-Lease = Annotated[
-    str,
-    Field(
-        min_length=1,
-        max_length=64,
-        description="the delivery's lease, from the poll answer: only its holder may finish, "
-        "fail or heartbeat the job (409 lease_mismatch otherwise)",
-    ),
-]
 
 
 class PollResponse(OmitsNull):
@@ -276,7 +287,8 @@ class PublicHealthResponse(WireModel):
 
 
 class ErrorBody(WireModel):
-    """More fields may follow `code` and `message` (e.g. `reason`, `details`)."""
+    """More fields may follow `code` and `message` (e.g. `reason`, `details`; `state`, the job's
+    state, on a cancel's 409)."""
 
     code: str
     message: str

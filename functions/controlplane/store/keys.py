@@ -17,8 +17,10 @@ live in the done list.
 
     n   namespace                         s   state: awaiting_upload | queued | running |
     q   queue name                            succeeded | failed | payload_lost |
-    t   tier: i (inline) | s (S3)             payload_corrupt   (reserved: cancelled)
-    a   deliveries so far (attempt)       x   id of the job's current queue stream entry
+    t   tier: i (inline) | s (S3)             payload_corrupt | cancelled
+    a   deliveries so far (attempt)       x   id of the job's current queue stream entry;
+                                              '*' after a payload_lost requeue: the first of
+                                              its entries delivered becomes its entry
     ca  enqueued at, ms since epoch       ua  last state change, ms since epoch
     pz  args size (bytes)                 rz  result size (issued at result presign)
     pc  args content type, only when      rc  result content type, only when not
@@ -26,14 +28,15 @@ live in the done list.
     ph  args sha256, 32 raw bytes         rh  result sha256, 32 raw bytes
     pn  args presign count                rn  result presign count
                                           ri  result key issued at, ms since epoch
+                                          ra  attempt whose delivery issued the result key
     rk  result form: i (inline bytes in the done list) | s (S3, ref from r*) | e (error JSON
         in the done list)
     g   digest of the accepted result post (kind letter + 15 bytes of sha256), for repeats
     l   payload_lost requeues so far
 
-Reserved for leases and cancel (issue 9), so nothing else may use them: `lt` lease token of
-the current delivery, `lx` lease expiry (ms), `cr` cancel requested (1), and the state
-`cancelled`. `a` is the delivery count. A queued inline job has no hash: cancelling it means
+Leases and cancel: `lt` lease token of the current delivery (kept after a payload_lost requeue,
+so a re-sent report is answered as the first), `lx` lease expiry (ms), `d` the consumer holding
+the entry, `cr` cancel requested (1). `a` is the delivery count. A queued inline job has no hash: cancelling it means
 creating one (`n`, `q`, `t`=i, `s`=cancelled, with the TTL); delivery creates the hash only when
 none exists and drops the entry of a job whose hash is in any state but queued/running.
 

@@ -155,15 +155,18 @@ def make_redis(
             **connection_kwargs,
         )
         return client
+    # The retry goes to the pool's connections: redis.Redis ignores `retry=` when it is handed
+    # a pool, and its connections would then not retry at all.
     pool = redis.ConnectionPool(
         host=ep["host"],
         port=ep["port"],
         db=ep["db"],
         connection_class=connection_class,
         max_connections=max_connections,
+        retry=retry,
         **connection_kwargs,
     )
-    return redis.Redis(connection_pool=pool, retry=retry)
+    return redis.Redis(connection_pool=pool)
 
 
 class RoutedRedis:

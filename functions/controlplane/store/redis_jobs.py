@@ -1,23 +1,33 @@
-"""Jobs, queues and results in Redis. The only module that sends Redis commands.
+"""Jobs, queues and results in Redis: the store that runs the job life cycle.
 
-The layout (job hash fields, keys) is documented in `keys.py` and, byte by byte, in
-docs/design.md ("Redis layout"). Every Lua script touches keys of one hash tag (one cluster
-slot). Steps that span the job slot and the namespace slot are ordered so a crash between them
-leaves something the next request or the visibility timeout repairs, never a lost job and never
-a job id handed out for a job that is in no queue:
+The scripts are in `store/jobs/*.lua`, one file per step, each opening with its KEYS/ARGV
+contract; this module registers them, builds their arguments and parses their answers. The
+layout (job hash fields, keys) is documented in `keys.py` and, byte by byte, in docs/design.md
+("Redis layout"). Every script touches keys of one hash tag (one cluster slot). Steps that span
+the job slot and the namespace slot are ordered so a crash between them leaves something the
+next request or the visibility timeout repairs, never a lost job and never a job id handed out
+for a job that is in no queue:
 
 - inline enqueue: one namespace-slot script (idempotency lookup in the inline index, XADD,
-  index entry, queue set) -- all or nothing, so an answer with a job id means the entry exists.
+  index entry, queue set, the group of a new stream) -- all or nothing, so an answer with a job
+  id means the entry exists.
 - S3 enqueue: job hash `awaiting_upload` -> `queued` (job slot) -> XADD (namespace slot) ->
   record the entry id `x` if none is recorded yet (job slot). A retry of an enqueue whose `x`
   is missing appends again; a delivery whose entry id is not the recorded `x` drops that entry,
   so a doubled append never runs the job twice. An enqueue answers only after its own append.
-- delivery: XREADGROUP (entry in the pending list) -> job hash `running` (job slot); a crash in
-  between leaves the entry pending, and XAUTOCLAIM hands it out again after the visibility
-  timeout.
+- delivery: one namespace-slot script takes one entry (a timed-out delivery from the pending
+  list, scanned from a cursor, else a new entry; never more than the one answered) -> job hash
+  `running` (job slot); a crash in between leaves the entry pending, and the next scan hands it
+  out again after the visibility timeout. Waiting for work is a plain XREAD BLOCK, which takes
+  nothing.
 - result/failure: the job hash goes terminal and the done list is written (job slot) -> XACK +
-  XDEL (namespace slot); an entry left pending is reclaimed by XAUTOCLAIM, and a delivery of an
-  entry whose job is already terminal only drops the entry.
+  XDEL (namespace slot); an entry left pending is reclaimed, and a delivery of an entry whose
+  job is already terminal only drops the entry.
+- payload_lost requeue: job hash `queued` with `x` = '*' (job slot) -> XADD a new entry, drop
+  the old one (namespace slot): whichever entry is delivered first becomes the job's.
+
+A client re-sends a command after a reply timeout, so every script answers a re-send for the
+same lease, state and arguments as it answered the first time (see each script's header).
 
 Scripts that add data (presign, enqueue) run with the default script flags: under `maxmemory`
 Redis refuses them before they start (OutOfMemoryError, all or nothing). Scripts on the drain
@@ -38,445 +48,10 @@ from typing import Any, overload
 
 import redis
 
-from . import keys
+from . import jobs, keys
 
 DEFAULT_CONTENT_TYPE = "application/msgpack"
 AWAITING_UPLOAD = "awaiting_upload"
-
-# -- Lua (each script touches one slot) ------------------------------------------------------
-
-# Legacy (layout 1) hashes have a `state` field; layout 2 hashes never do.
-_LEGACY = "if redis.call('HEXISTS', KEYS[1], 'state') == 1 then return {'legacy'} end\n"
-
-# KEYS[1]=job  ARGV: ttl_s, field, value, ... -> 1 created, 0 exists
-_CREATE_ARGS_ISSUE = """#!lua
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], unpack(ARGV, 2))
-redis.call('EXPIRE', KEYS[1], ARGV[1])
-return 1
-"""
-
-# KEYS[1]=job  ARGV: namespace, field, value, ...
-# -> {'missing'} | {'legacy'} | {'not_running', state} | {'exists'} | {'ok'}
-_CREATE_RESULT_ISSUE = (
-    """#!lua flags=allow-oom
-if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing'} end
-"""
-    + _LEGACY
-    + """
-if redis.call('HGET', KEYS[1], 'n') ~= ARGV[1] then return {'missing'} end
-local s = redis.call('HGET', KEYS[1], 's')
-if s ~= 'running' then return {'not_running', s} end
-if redis.call('HEXISTS', KEYS[1], 'rz') == 1 then return {'exists'} end
-redis.call('HSET', KEYS[1], unpack(ARGV, 2))
-return {'ok'}
-"""
-)
-
-# KEYS[1]=job  ARGV: count field (pn|rn), max_presigns
-# -> new count, -1 when the cap is reached, 0 when nothing was issued
-_BUMP_PRESIGN = """#!lua flags=allow-oom
-local n = redis.call('HGET', KEYS[1], ARGV[1])
-if not n then return 0 end
-if tonumber(n) >= tonumber(ARGV[2]) then return -1 end
-return redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
-"""
-
-# KEYS[1]=job  ARGV: namespace, queue, now_ms
-# -> {'missing'} | {'legacy'} | {'created'} | {'resume'} | {'exists'} | {'other_queue', queue}
-_BEGIN_REF_ENQUEUE = (
-    """#!lua
-if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing'} end
-"""
-    + _LEGACY
-    + """
-if redis.call('HGET', KEYS[1], 'n') ~= ARGV[1] then return {'missing'} end
-if redis.call('HGET', KEYS[1], 's') == 'awaiting_upload' then
-  redis.call('HSET', KEYS[1], 's', 'queued', 'q', ARGV[2], 't', 's', 'ca', ARGV[3], 'ua', ARGV[3])
-  return {'created'}
-end
-local q = redis.call('HGET', KEYS[1], 'q')
-if q ~= ARGV[2] then return {'other_queue', q} end
-if redis.call('HEXISTS', KEYS[1], 'x') == 1 then return {'exists'} end
-return {'resume'}
-"""
-)
-
-# KEYS[1]=stream KEYS[2]=queue set  ARGV: min_id, queue, job_id[, inline bytes] -> entry id
-_APPEND = """#!lua
-local id
-if ARGV[4] then
-  id = redis.call('XADD', KEYS[1], 'MINID', '~', ARGV[1], '*', 'j', ARGV[3], 'b', ARGV[4])
-else
-  id = redis.call('XADD', KEYS[1], 'MINID', '~', ARGV[1], '*', 'j', ARGV[3])
-end
-redis.call('SADD', KEYS[2], ARGV[2])
-return id
-"""
-
-# Inline jobs of one queue, appended in request order by one script (one round trip, one
-# script start however many jobs: 100 scripts of one job each cost ~4x the server time).
-# KEYS[1]=stream KEYS[2]=queue set KEYS[3..]=inline index hashes, then layout-1 idempotency keys
-# ARGV[1]=min_id ARGV[2]=queue
-# ARGV[3]=candidate minutes: the 10 time chars of each minute a repeated Idempotency-Key may have
-#         created its job in, newest first (a candidate job id is a minute's chars + the key's tail)
-# ARGV[4]=their runs: per run of consecutive minutes in one index hash, its KEYS number and the
-#         run's length (two digits each)
-# then per job: job_id, bytes, KEYS number of its index hash, index expire-at (ms),
-#               its key's 16-char tail ('' without a key: no lookup), KEYS number of its
-#               layout-1 idempotency key (0: none)
-# -> per job: {'exists', job_id, queue} | {'legacy', job_id} | {'created', job_id, entry_id}
-# A key's candidates are looked up with one HMGET per index hash (an hour of minutes each).
-_ENQUEUE_INLINE = """#!lua
-local queue, runs = ARGV[2], ARGV[4]
-local minutes, index, counts = {}, {}, {}
-for m = 1, #ARGV[3] / 10 do minutes[m] = string.sub(ARGV[3], m * 10 - 9, m * 10) end
-for r = 1, #runs / 4 do
-  index[r] = KEYS[tonumber(string.sub(runs, r * 4 - 3, r * 4 - 2))]
-  counts[r] = tonumber(string.sub(runs, r * 4 - 1, r * 4))
-end
-local function indexed(tail)
-  local seen = 0
-  for r = 1, #index do
-    local ids = {}
-    for j = 1, counts[r] do ids[j] = minutes[seen + j] .. tail end
-    local found = redis.call('HMGET', index[r], unpack(ids))
-    for j = 1, counts[r] do
-      if found[j] then return {'exists', ids[j], found[j]} end
-    end
-    seen = seen + counts[r]
-  end
-  return nil
-end
-local out, created = {}, false
-for i = 5, #ARGV, 6 do
-  local job_id, tail, legacy = ARGV[i], ARGV[i + 4], tonumber(ARGV[i + 5])
-  local answer = nil
-  if tail ~= '' then answer = indexed(tail) end
-  if not answer and legacy > 0 then
-    local old = redis.call('GET', KEYS[legacy])
-    if old then answer = {'legacy', old} end
-  end
-  if not answer then
-    local id = redis.call('XADD', KEYS[1], 'MINID', '~', ARGV[1], '*', 'j', job_id,
-                          'b', ARGV[i + 1])
-    local ix = KEYS[tonumber(ARGV[i + 2])]
-    redis.call('HSET', ix, job_id, queue)
-    redis.call('PEXPIREAT', ix, ARGV[i + 3])
-    created = true
-    answer = {'created', job_id, id}
-  end
-  out[#out + 1] = answer
-end
-if created then redis.call('SADD', KEYS[2], queue) end
-return out
-"""
-
-# KEYS[1]=job  ARGV: entry_id, overwrite (0|1) -> 1 recorded, 0 not
-_RECORD_ENTRY = """#!lua flags=allow-oom
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-if ARGV[2] == '1' or redis.call('HEXISTS', KEYS[1], 'x') == 0 then
-  redis.call('HSET', KEYS[1], 'x', ARGV[1])
-  return 1
-end
-return 0
-"""
-
-# KEYS[1]=job KEYS[2]=done
-# ARGV: entry_id, now_ms, namespace, queue, inline size ('' for an S3 entry), ttl_s,
-#       lease, lease expiry (ms), consumer, max_deliveries, limit error JSON, limit digest,
-#       cancel error JSON, cancel digest
-# -> {'missing'} | {'legacy'} | {'terminal', state} | {'stale'} | {'leased'}
-#    | {'cancelled'} | {'limit', deliveries} | {'ok', attempt, tier, pz, pc, ph}
-# Each delivery writes its lease (`lt`), the lease's expiry (`lx`, ms) and the consumer that
-# holds the entry (`d`). A running job whose lease has not expired (heartbeats) is not
-# redelivered; a job with a cancel requested (`cr`) ends cancelled instead of running again; a
-# job already delivered max_deliveries times ends failed (DeliveryLimitExceeded).
-_START_DELIVERY = (
-    """#!lua flags=allow-oom
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  if ARGV[5] == '' then return {'missing'} end
-  -- An inline job's hash is born at its first delivery.
-  redis.call('HSET', KEYS[1], 'n', ARGV[3], 'q', ARGV[4], 't', 'i', 's', 'running', 'a', 1,
-             'x', ARGV[1], 'pz', ARGV[5], 'ua', ARGV[2], 'lt', ARGV[7], 'lx', ARGV[8],
-             'd', ARGV[9])
-  redis.call('EXPIRE', KEYS[1], ARGV[6])
-  return {'ok', 1, 'i', ARGV[5], false, false}
-end
-"""
-    + _LEGACY
-    + """
-local s = redis.call('HGET', KEYS[1], 's')
-if s ~= 'queued' and s ~= 'running' then return {'terminal', s} end
-local x = redis.call('HGET', KEYS[1], 'x')
-if x and x ~= ARGV[1] then return {'stale'} end
-if s == 'running' and tonumber(redis.call('HGET', KEYS[1], 'lx') or '0') > tonumber(ARGV[2]) then
-  return {'leased'}
-end
-local function finish(state, done_value, digest)
-  redis.call('HSET', KEYS[1], 's', state, 'g', digest, 'rk', 'e', 'ua', ARGV[2])
-  redis.call('HDEL', KEYS[1], 'lx', 'd')
-  redis.call('EXPIRE', KEYS[1], ARGV[6])
-  redis.call('DEL', KEYS[2])
-  redis.call('RPUSH', KEYS[2], done_value)
-  redis.call('EXPIRE', KEYS[2], ARGV[6])
-end
-if redis.call('HGET', KEYS[1], 'cr') == '1' then
-  finish('cancelled', ARGV[13], ARGV[14])
-  return {'cancelled'}
-end
-local done = tonumber(redis.call('HGET', KEYS[1], 'a') or '0')
-if done >= tonumber(ARGV[10]) then
-  finish('failed', ARGV[11], ARGV[12])
-  return {'limit', done}
-end
-redis.call('HSET', KEYS[1], 's', 'running', 'x', ARGV[1], 'ua', ARGV[2], 'lt', ARGV[7],
-           'lx', ARGV[8], 'd', ARGV[9])
-local a = redis.call('HINCRBY', KEYS[1], 'a', 1)
-local f = redis.call('HMGET', KEYS[1], 't', 'pz', 'pc', 'ph')
-local ph = f[4] and f[4]:gsub('.', function(c) return string.format('%02x', c:byte()) end) or false
-return {'ok', a, f[1], f[2], f[3], ph}
-"""
-)
-
-# Only the current delivery's lease may finish or fail a job. A job delivered before leases
-# existed (no `lt`) takes any lease: its first post settles it as before.
-_LEASE_CHECK = """
-local le = redis.call('HGET', KEYS[1], 'lt')
-if le and le ~= ARGV[LEASE] then return {'lease_mismatch', s or ''} end
-"""
-
-# KEYS[1]=job KEYS[2]=done
-# ARGV: new_state, digest, now_ms, ttl_s, done_value, lease, cancel_ack, namespace ('': any),
-#       field, value, ...
-# cancel_ack '1': the post is the error type Cancelled; with a cancel requested the job ends
-# `cancelled` rather than `failed`. A job of another namespace is 'missing'.
-# -> {'missing'} | {'legacy'} | {'same'} | {'conflict', state} | {'not_running', state}
-#    | {'lease_mismatch', state} | {'ok', entry_id, queue, state}
-_COMPLETE = (
-    """#!lua flags=allow-oom
-if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing'} end
-"""
-    + _LEGACY
-    + """
-if ARGV[8] ~= '' and redis.call('HGET', KEYS[1], 'n') ~= ARGV[8] then return {'missing'} end
-local s = redis.call('HGET', KEYS[1], 's')
-"""
-    + _LEASE_CHECK.replace("LEASE", "6")
-    + """
-if s ~= 'running' then
-  if s == 'queued' or s == 'awaiting_upload' then return {'not_running', s} end
-  if redis.call('HGET', KEYS[1], 'g') == ARGV[2] then return {'same'} end
-  return {'conflict', s}
-end
-local state = ARGV[1]
-if ARGV[7] == '1' and redis.call('HGET', KEYS[1], 'cr') == '1' then state = 'cancelled' end
-redis.call('HSET', KEYS[1], 's', state, 'g', ARGV[2], 'ua', ARGV[3], unpack(ARGV, 9))
-redis.call('HDEL', KEYS[1], 'lx', 'd')
-redis.call('EXPIRE', KEYS[1], ARGV[4])
-redis.call('DEL', KEYS[2])
-redis.call('RPUSH', KEYS[2], ARGV[5])
-redis.call('EXPIRE', KEYS[2], ARGV[4])
-local f = redis.call('HMGET', KEYS[1], 'x', 'q')
-return {'ok', f[1] or '', f[2], state}
-"""
-)
-
-# KEYS[1]=job KEYS[2]=done  ARGV: max_requeues, digest, now_ms, ttl_s, error_json, lease
-# -> {'missing'} | {'legacy'} | {'same'} | {'not_running', state} | {'lease_mismatch', state}
-#    | {'requeue', entry_id, queue} | {'terminal', entry_id, queue}
-_PAYLOAD_LOST = (
-    """#!lua flags=allow-oom
-if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing'} end
-"""
-    + _LEGACY
-    + """
-local s = redis.call('HGET', KEYS[1], 's')
-"""
-    + _LEASE_CHECK.replace("LEASE", "6")
-    + """
-if s ~= 'running' then
-  if s ~= 'queued' and s ~= 'awaiting_upload' and redis.call('HGET', KEYS[1], 'g') == ARGV[2] then
-    return {'same'}
-  end
-  return {'not_running', s}
-end
-local f = redis.call('HMGET', KEYS[1], 'x', 'q', 'l')
-local sid, queue, lost = f[1] or '', f[2], tonumber(f[3] or '0')
-if lost < tonumber(ARGV[1]) then
-  redis.call('HSET', KEYS[1], 'l', lost + 1, 's', 'queued', 'ua', ARGV[3])
-  redis.call('HDEL', KEYS[1], 'lx', 'd')
-  return {'requeue', sid, queue}
-end
-redis.call('HSET', KEYS[1], 's', 'payload_lost', 'g', ARGV[2], 'rk', 'e', 'ua', ARGV[3])
-redis.call('HDEL', KEYS[1], 'lx', 'd')
-redis.call('EXPIRE', KEYS[1], ARGV[4])
-redis.call('DEL', KEYS[2])
-redis.call('RPUSH', KEYS[2], ARGV[5])
-redis.call('EXPIRE', KEYS[2], ARGV[4])
-return {'terminal', sid, queue}
-"""
-)
-
-# KEYS[1]=job  ARGV: namespace, lease, new lease expiry (ms)
-# -> {'missing'} | {'legacy'} | {'lease_mismatch', state}
-#    | {'ok', cancel_requested, entry_id, queue, consumer}
-_HEARTBEAT = (
-    """#!lua flags=allow-oom
-if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing'} end
-"""
-    + _LEGACY
-    + """
-local f = redis.call('HMGET', KEYS[1], 'n', 's', 'lt', 'cr', 'x', 'q', 'd')
-if f[1] ~= ARGV[1] then return {'missing'} end
-if f[2] ~= 'running' or f[3] ~= ARGV[2] then return {'lease_mismatch', f[2] or ''} end
-redis.call('HSET', KEYS[1], 'lx', ARGV[3])
-return {'ok', f[4] or '0', f[5] or '', f[6] or '', f[7] or ''}
-"""
-)
-
-# KEYS[1]=job KEYS[2]=done
-# ARGV: namespace, queue of a queued inline job without a hash (''), now_ms, ttl_s,
-#       error JSON, digest, created_ms
-# -> {'missing'} | {'legacy'} | {'terminal', state} | {'requested'} | {'cancelled', entry_id, queue}
-_CANCEL = (
-    """#!lua flags=allow-oom
-local function finish()
-  redis.call('HSET', KEYS[1], 's', 'cancelled', 'cr', '1', 'g', ARGV[6], 'rk', 'e', 'ua', ARGV[3])
-  redis.call('EXPIRE', KEYS[1], ARGV[4])
-  redis.call('DEL', KEYS[2])
-  redis.call('RPUSH', KEYS[2], ARGV[5])
-  redis.call('EXPIRE', KEYS[2], ARGV[4])
-end
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  if ARGV[2] == '' then return {'missing'} end
-  -- A queued inline job (no hash before its first delivery): born cancelled; its delivery will
-  -- find it terminal and drop the entry.
-  redis.call('HSET', KEYS[1], 'n', ARGV[1], 'q', ARGV[2], 't', 'i', 'a', 0, 'ca', ARGV[7])
-  finish()
-  return {'cancelled', '', ARGV[2]}
-end
-"""
-    + _LEGACY
-    + """
-local f = redis.call('HMGET', KEYS[1], 'n', 's', 'x', 'q')
-if f[1] ~= ARGV[1] or f[2] == 'awaiting_upload' then return {'missing'} end
-if f[2] == 'running' then
-  redis.call('HSET', KEYS[1], 'cr', '1', 'ua', ARGV[3])
-  return {'requested'}
-end
-if f[2] ~= 'queued' then return {'terminal', f[2] or ''} end
-finish()
-return {'cancelled', f[3] or '', f[4] or ''}
-"""
-)
-
-# KEYS[1..n]=streams  ARGV: group -> number of groups created
-_ENSURE_GROUPS = """#!lua flags=allow-oom
-local made = 0
-for _, key in ipairs(KEYS) do
-  local found = false
-  if redis.call('EXISTS', key) == 1 then
-    for _, g in ipairs(redis.call('XINFO', 'GROUPS', key)) do
-      for i = 1, #g, 2 do
-        if g[i] == 'name' and g[i + 1] == ARGV[1] then found = true end
-      end
-    end
-  end
-  if not found then
-    -- Id 0: a group created after jobs were queued still delivers them.
-    redis.call('XGROUP', 'CREATE', key, ARGV[1], '0', 'MKSTREAM')
-    made = made + 1
-  end
-end
-return made
-"""
-
-# Layout 1 -> layout 2, in place. KEYS[1]=job KEYS[2]=done KEYS[3]=issue:args
-# KEYS[4]=issue:result  ARGV: default content type -> 1 converted, 0 nothing to do
-_MIGRATE = """#!lua flags=allow-oom
-if redis.call('HEXISTS', KEYS[1], 'state') == 0 then return 0 end
-local function hash(key)
-  local t = {}
-  local raw = redis.call('HGETALL', key)
-  for i = 1, #raw, 2 do t[raw[i]] = raw[i + 1] end
-  return t
-end
-local function unhex(h)
-  if not h or #h ~= 64 then return nil end
-  return (h:gsub('..', function(cc) return string.char(tonumber(cc, 16)) end))
-end
-local function ms(v)
-  if not v or v == '' then return nil end
-  return math.floor(tonumber(v) * 1000)
-end
-local old, args, res = hash(KEYS[1]), hash(KEYS[3]), hash(KEYS[4])
-local new = {}
-local function put(k, v) if v ~= nil and v ~= false and v ~= '' then new[#new + 1] = k; new[#new + 1] = v end end
-put('n', old['namespace'])
-put('q', old['queue'])
-put('s', old['state'])
-put('t', old['tier'] == 'inline' and 'i' or 's')
-put('a', old['attempts'])
-put('x', old['stream_id'])
-put('ca', ms(old['created_at']))
-put('ua', ms(old['updated_at']))
-put('l', old['lost_count'])
-local pref = old['payload_ref'] and cjson.decode(old['payload_ref']) or {}
-if args['size'] then
-  put('pz', args['size'])
-  if args['content_type'] ~= ARGV[1] then put('pc', args['content_type']) end
-  put('ph', unhex(args['sha256']))
-  put('pn', args['presigns'] or '1')
-elseif pref['size'] then
-  put('pz', pref['size'])
-  if pref['contentType'] and pref['contentType'] ~= ARGV[1] then put('pc', pref['contentType']) end
-  put('ph', unhex(pref['sha256']))
-else
-  put('pz', old['payload_size'])
-end
-local rref = old['result_ref'] and cjson.decode(old['result_ref']) or {}
-if res['size'] then
-  put('rz', res['size'])
-  if res['content_type'] ~= ARGV[1] then put('rc', res['content_type']) end
-  put('rh', unhex(res['sha256']))
-  put('rn', res['presigns'] or '1')
-  put('ri', ms(res['issued_at']))
-elseif rref['size'] then
-  put('rz', rref['size'])
-  if rref['contentType'] and rref['contentType'] ~= ARGV[1] then put('rc', rref['contentType']) end
-  put('rh', unhex(rref['sha256']))
-  put('ri', ms(old['finished_at'] or old['updated_at']))
-end
-local kinds = {inline = 'i', ref = 'r', error = 'e', corrupt = 'c', lost = 'l'}
-local digest = old['result_digest']
-if digest then
-  local kind, hex = digest:match('^(%a+):(%x+)$')
-  if kind and kinds[kind] and #hex == 64 then put('g', kinds[kind] .. unhex(hex):sub(1, 15)) end
-end
-local done_value = nil
-local rk = old['result_kind']
-if rk == 'inline' then
-  put('rk', 'i'); done_value = old['result_inline'] or ''
-elseif rk == 's3' then
-  put('rk', 's'); done_value = ''
-elseif rk == 'error' or old['error'] then
-  put('rk', 'e'); done_value = old['error'] or '{}'
-elseif old['state'] == 'succeeded' then
-  done_value = ''
-end
-local ttl = redis.call('PTTL', KEYS[1])
-redis.call('DEL', KEYS[1], KEYS[3], KEYS[4])
-redis.call('HSET', KEYS[1], unpack(new))
-if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end
-if done_value ~= nil and redis.call('EXISTS', KEYS[2]) == 1 then
-  local dttl = redis.call('PTTL', KEYS[2])
-  redis.call('DEL', KEYS[2])
-  redis.call('RPUSH', KEYS[2], done_value)
-  if dttl > 0 then redis.call('PEXPIRE', KEYS[2], dttl) end
-end
-return 1
-"""
 
 
 # Only a missing value decodes to None: a reply's ids, keys and statuses are never None.
@@ -632,13 +207,24 @@ class Entry:
         return cls(queue, stream_id, _s(job) or "", inline)
 
 
+def _fields(flat) -> dict:
+    """A stream entry's fields as Lua answers them (a flat list) as redis-py's dict."""
+    if isinstance(flat, dict):
+        return flat
+    return {flat[i]: flat[i + 1] for i in range(0, len(flat), 2)}
+
+
 def _outcome(reply) -> Outcome:
     return Outcome(_s(reply[0]), tuple(_s(x) if x is not None else "" for x in reply[1:]))
 
 
 class RedisJobStore:
-    # A container reclaims timed-out entries of one stream at most this often (XAUTOCLAIM scans).
+    # A container scans the pending list of one stream for timed-out deliveries at most this
+    # often while the scans find nothing.
     RECLAIM_EVERY_S = 1.0
+    # XAUTOCLAIM calls per stream and poll (each looks at up to 10 pending entries); the scan
+    # resumes from its cursor at the next poll.
+    RECLAIM_CALLS = 50
     # INFO memory is read at most this often per node.
     MEMORY_CACHE_S = 1.0
 
@@ -652,22 +238,26 @@ class RedisJobStore:
         self._r = client
         self._ttl = result_ttl_s
         self._mono = monotonic
-        self._create_args_issue = client.register_script(_CREATE_ARGS_ISSUE)
-        self._create_result_issue = client.register_script(_CREATE_RESULT_ISSUE)
-        self._bump_presign = client.register_script(_BUMP_PRESIGN)
-        self._begin_ref_enqueue = client.register_script(_BEGIN_REF_ENQUEUE)
-        self._append = client.register_script(_APPEND)
-        self._enqueue_inline = client.register_script(_ENQUEUE_INLINE)
-        self._record_entry = client.register_script(_RECORD_ENTRY)
-        self._start_delivery = client.register_script(_START_DELIVERY)
-        self._complete = client.register_script(_COMPLETE)
-        self._payload_lost = client.register_script(_PAYLOAD_LOST)
-        self._heartbeat = client.register_script(_HEARTBEAT)
-        self._cancel = client.register_script(_CANCEL)
+        script = lambda name: client.register_script(jobs.source(name))
+        self._create_args_issue = script("presign_args")
+        self._create_result_issue = script("presign_result")
+        self._bump_presign = script("presign_count")
+        self._begin_ref_enqueue = script("enqueue_begin_ref")
+        self._append = script("enqueue_append")
+        self._enqueue_inline = script("enqueue_inline")
+        self._record_entry = script("enqueue_record_entry")
+        self._take = script("delivery_take")
+        self._start_delivery = script("delivery_start")
+        self._complete = script("completion_complete")
+        self._payload_lost = script("completion_payload_lost")
+        self._heartbeat = script("lifecycle_heartbeat")
+        self._cancel = script("lifecycle_cancel")
+        self._collect = script("queues_collect")
+        self._migrate = script("layout1_migrate")
         self._last_prune: dict[str, float] = {}
-        self._ensure_groups_script = client.register_script(_ENSURE_GROUPS)
-        self._migrate = client.register_script(_MIGRATE)
-        self._groups_ready: set[str] = set()
+        self._last_collect: dict[str, float] = {}
+        # Per stream: where this container's next pending-list scan resumes (XAUTOCLAIM cursor).
+        self._reclaim_cursor: dict[str, str] = {}
         self._last_reclaim: dict[str, float] = {}
         self._memory: dict[str, tuple[float, int, int]] = {}
 
@@ -784,8 +374,19 @@ class RedisJobStore:
         content_type: str,
         sha256: str | None,
         now_ms: int,
+        *,
+        lease: str,
     ) -> Outcome:
-        flat = [namespace, *self._issue_fields("r", size, content_type, sha256), "ri", now_ms]
+        """Record the result the delivery holding `lease` will upload (presign_result.lua):
+        ('ok') recorded, replacing an earlier delivery's | ('exists') this delivery's issue is
+        there already | ('lease_mismatch', state) | ('not_running', state) | ('missing')."""
+        flat = [
+            namespace,
+            lease,
+            *self._issue_fields("r", size, content_type, sha256),
+            "ri",
+            now_ms,
+        ]
         return self._call(self._create_result_issue, job_id, [keys.job(job_id)], flat)
 
     def bump_presign(self, job_id: str, kind: str, max_presigns: int) -> int:
@@ -848,6 +449,7 @@ class RedisJobStore:
             queue,
             "".join([chars for chars, _ in candidate_minutes]) if runs else "",
             "".join([f"{number:02d}{count:02d}" for number, count in runs]),
+            keys.CONSUMER_GROUP,
         ]
         legacy_keys: list[str] = []
         for job in jobs:
@@ -864,7 +466,7 @@ class RedisJobStore:
                 legacy,
             ]
         legacy_base = 2 + len(index_keys)  # legacy_keys[n] is KEYS[legacy_base + n + 1]
-        for i in range(4 + 5, len(args), 6):
+        for i in range(5 + 5, len(args), 6):
             if args[i] < 0:
                 args[i] = legacy_base - args[i]
         keys_ = [keys.queue(namespace, queue), keys.queue_names(namespace), *index_keys]
@@ -904,7 +506,7 @@ class RedisJobStore:
         self, namespace: str, queue: str, job_id: str, *, inline: bytes | None, min_id_ms: int
     ) -> str:
         """XADD the job's entry (and note the queue in the namespace's queue set)."""
-        args: list[Any] = [f"{min_id_ms}-0", queue, job_id]
+        args: list[Any] = [f"{min_id_ms}-0", queue, keys.CONSUMER_GROUP, job_id]
         if inline is not None:
             args.append(inline)
         # MINID ~ drops entries older than the retention (their jobs have expired anyway);
@@ -923,85 +525,63 @@ class RedisJobStore:
 
     # -- daemon side ---------------------------------------------------------------------
 
-    def _ensure_groups(self, stream_keys: list[str], *, force: bool = False) -> None:
-        missing = [k for k in stream_keys if force or k not in self._groups_ready]
-        if not missing:
-            return
-        # One script per key: in cluster mode every stream of a namespace shares a slot anyway.
-        self._ensure_groups_script(keys=missing, args=[keys.CONSUMER_GROUP])
-        self._groups_ready.update(missing)
+    def _take_entry(
+        self, stream_keys: list[str], consumer: str, min_idle_ms: int, *, reclaim: bool
+    ) -> tuple[int, str, Any, list[str]]:
+        """One run of delivery_take.lua: (stream number from 1 or 0, entry id, fields, wake ids).
 
-    def _with_groups(self, stream_keys: list[str], call):
-        self._ensure_groups(stream_keys)
-        try:
-            return call()
-        except redis.ResponseError as e:
-            if isinstance(e, redis.exceptions.OutOfMemoryError):
-                raise
-            # NOGROUP: the stream was deleted (or Redis restarted without persistence).
-            # Recreate what is missing (a no-op otherwise) and try once more.
-            self._groups_ready.difference_update(stream_keys)
-            self._ensure_groups(stream_keys, force=True)
-            return call()
-
-    def _reclaim(self, stream_key: str, consumer: str, min_idle_ms: int):
+        The pending list of a stream is scanned at most once per RECLAIM_EVERY_S per container
+        while the scans find nothing; after a hit it is scanned again at once, so a backlog of
+        timed-out entries drains at poll speed."""
         now = self._mono()
-        if now - self._last_reclaim.get(stream_key, float("-inf")) < self.RECLAIM_EVERY_S:
-            return []
-        reply = self._with_groups(
-            [stream_key],
-            lambda: self._r.xautoclaim(
-                stream_key, keys.CONSUMER_GROUP, consumer, min_idle_ms, start_id="0-0", count=1
-            ),
+        cursors = []
+        for key in stream_keys:
+            due = now - self._last_reclaim.get(key, float("-inf")) >= self.RECLAIM_EVERY_S
+            cursors.append(self._reclaim_cursor.get(key, "0-0") if reclaim and due else "")
+        reply = self._take(
+            keys=stream_keys,
+            args=[keys.CONSUMER_GROUP, consumer, min_idle_ms, self.RECLAIM_CALLS, *cursors],
         )
-        claimed = [e for e in (reply[1] if reply else []) if e and e[1]]
-        if not claimed:
-            # Nothing timed out: leave the scan to the next second. After a hit, scan again at
-            # once, so a backlog of timed-out entries drains at poll speed.
-            self._last_reclaim[stream_key] = now
-        return claimed
+        status, number, entry_id, fields = _s(reply[0]), int(reply[1]), reply[2], reply[3]
+        n = len(stream_keys)
+        for key, scanned, cursor in zip(stream_keys, cursors, reply[4 : 4 + n]):
+            if scanned != "":
+                self._reclaim_cursor[key] = _s(cursor)
+                # Nothing timed out there (or the hit is not from it): the next scan waits.
+                self._last_reclaim[key] = now
+        if status == "claimed":
+            # A timed-out delivery: scan that stream again at once (a backlog drains fast).
+            self._last_reclaim.pop(stream_keys[number - 1], None)
+        if status in ("claimed", "entry"):
+            return number, _s(entry_id), _fields(fields), []
+        return 0, "", None, [_s(w) for w in reply[4 + n : 4 + 2 * n]]
 
     def read_next(
         self, namespace: str, queues: list[str], consumer: str, block_ms: int, min_idle_ms: int
     ) -> Entry | None:
-        """One entry for this consumer: first a timed-out one (XAUTOCLAIM), then a new one."""
+        """One entry for this consumer: first a timed-out delivery, then a new entry (one
+        script, delivery_take.lua); with nothing there, wait up to `block_ms` for an entry to
+        be added (XREAD BLOCK, which reads without taking) and try again."""
         stream_keys = [keys.queue(namespace, q) for q in queues]
-        for queue, key in zip(queues, stream_keys):
-            for entry_id, fields in self._reclaim(key, consumer, min_idle_ms):
-                return Entry.parse(queue, _s(entry_id), fields)
-        streams = {k: ">" for k in stream_keys}
-        reply = self._with_groups(
-            stream_keys,
-            lambda: self._r.xreadgroup(
-                keys.CONSUMER_GROUP,
-                consumer,
-                streams,
-                count=1,
-                block=block_ms if block_ms > 0 else None,
-            ),
-        )
-        if not reply:
-            return None
-        picked: Entry | None = None
-        for stream_key, entries in reply:
-            stream_key = _s(stream_key)
-            for entry_id, fields in entries:
-                if picked is None:
-                    queue = queues[stream_keys.index(stream_key)]
-                    picked = Entry.parse(queue, _s(entry_id), fields)
-                else:
-                    # One job per poll: hand extra entries back by making them look timed out,
-                    # so the next poll (ours or another daemon's) reclaims them at once.
-                    self._r.xclaim(
-                        stream_key,
-                        keys.CONSUMER_GROUP,
-                        consumer,
-                        0,
-                        [entry_id],
-                        idle=min_idle_ms + 1,
-                    )
-                    self._last_reclaim.pop(stream_key, None)
-        return picked
+        deadline = self._mono() + block_ms / 1000
+        reclaim = True
+        while True:
+            number, entry_id, fields, wake = self._take_entry(
+                stream_keys, consumer, min_idle_ms, reclaim=reclaim
+            )
+            if number:
+                return Entry.parse(queues[number - 1], entry_id, fields)
+            left_ms = int((deadline - self._mono()) * 1000)
+            if left_ms <= 0:
+                return None
+            # Wake when any of the streams gets an entry past what its group delivered (a
+            # stream that does not exist yet wakes this at its first enqueue). XREAD moves
+            # nothing into a pending list: another daemon may take the entry first, and then
+            # this poll simply waits on.
+            woke = self._r.xread(dict(zip(stream_keys, wake)), count=1, block=left_ms)
+            if not woke:
+                return None
+            reclaim = False
 
     def start_delivery(
         self,
@@ -1118,9 +698,10 @@ class RedisJobStore:
     # -- life cycle: heartbeats, cancel, stale consumers -------------------------------------
 
     def heartbeat(self, job_id: str, namespace: str, lease: str, expires_ms: int) -> Outcome:
-        """Move the lease's expiry to `expires_ms` if `lease` is the running delivery's."""
+        """Move the lease's expiry to `expires_ms` if `lease` is the running delivery's (and
+        keep the job hash at least RESULT_TTL_S past it)."""
         return self._call(
-            self._heartbeat, job_id, [keys.job(job_id)], [namespace, lease, expires_ms]
+            self._heartbeat, job_id, [keys.job(job_id)], [namespace, lease, expires_ms, self._ttl]
         )
 
     def touch_entry(self, namespace: str, queue: str, stream_id: str, consumer: str) -> None:
@@ -1179,6 +760,25 @@ class RedisJobStore:
                 if int(c.get("pending", 0)) == 0 and int(c.get("idle", 0)) >= idle_ms:
                     self._r.xgroup_delconsumer(key, keys.CONSUMER_GROUP, c["name"])
                     removed.append(_s(c["name"]) or "")
+        return removed
+
+    def collect_queues(
+        self, namespace: str, queues: list[str], now_ms: int, idle_ms: int, every_s: float
+    ) -> list[str]:
+        """Delete the streams of `queues` that are empty, have nothing pending and had no entry
+        added for `idle_ms` (and their names), at most once per `every_s` per stream and
+        container. The next enqueue creates the queue again."""
+        removed: list[str] = []
+        now = self._mono()
+        idle_before_ms = now_ms - idle_ms
+        for queue in queues:
+            key = keys.queue(namespace, queue)
+            if now - self._last_collect.get(key, float("-inf")) < every_s:
+                continue
+            self._last_collect[key] = now
+            if self._collect(keys=[key, keys.queue_names(namespace)], args=[queue, idle_before_ms]):
+                self._reclaim_cursor.pop(key, None)
+                removed.append(queue)
         return removed
 
     def wait_done(self, job_id: str, timeout_s: float) -> bool:

@@ -1,0 +1,67 @@
+#!lua flags=allow-oom
+-- delivery_start: turn a queue entry a poll took into a delivery of its job (job slot).
+--
+-- KEYS[1]  job hash   KEYS[2] done list
+-- ARGV[1]  entry id            ARGV[2]  now_ms          ARGV[3] namespace   ARGV[4] queue
+-- ARGV[5]  inline size ('' for an S3 entry)             ARGV[6] ttl_s
+-- ARGV[7]  lease               ARGV[8]  lease expiry (ms)                   ARGV[9] consumer
+-- ARGV[10] max_deliveries      ARGV[11] limit error JSON                    ARGV[12] its digest
+-- ARGV[13] cancel error JSON   ARGV[14] its digest
+--
+-- queued -> running, or running (lease expired) -> running: a new lease (`lt`), its expiry
+-- (`lx`) and the consumer holding the entry (`d`); the attempt count `a` goes up by one.
+-- queued|running -> cancelled when a cancel was requested (`cr`); -> failed past max_deliveries.
+-- The entry must be the job's current one (`x`), or `x` is '*' (requeued after payload_lost:
+-- whichever of its entries is delivered first becomes the job's).
+-- The hash lives at least RESULT_TTL_S past the lease's expiry: a job that waited long in its
+-- queue does not vanish while it runs (heartbeats move this on).
+-- Re-sent with the same lease (a reply lost to a timeout): answered as the first time.
+-- Returns {'missing'} | {'legacy'} | {'terminal', state} | {'stale'} | {'leased'}
+--       | {'cancelled'} | {'limit', deliveries} | {'ok', attempt, tier, pz, pc, ph hex}
+local keep_until = tonumber(ARGV[8]) + tonumber(ARGV[6]) * 1000
+local function args_facts(attempt)
+  local f = redis.call('HMGET', KEYS[1], 't', 'pz', 'pc', 'ph')
+  local ph = f[4] and f[4]:gsub('.', function(c) return string.format('%02x', c:byte()) end) or false
+  return {'ok', attempt, f[1], f[2], f[3], ph}
+end
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  if ARGV[5] == '' then return {'missing'} end
+  -- An inline job's hash is born at its first delivery.
+  redis.call('HSET', KEYS[1], 'n', ARGV[3], 'q', ARGV[4], 't', 'i', 's', 'running', 'a', 1,
+             'x', ARGV[1], 'pz', ARGV[5], 'ua', ARGV[2], 'lt', ARGV[7], 'lx', ARGV[8],
+             'd', ARGV[9])
+  redis.call('PEXPIREAT', KEYS[1], keep_until)
+  return {'ok', 1, 'i', ARGV[5], false, false}
+end
+if redis.call('HEXISTS', KEYS[1], 'state') == 1 then return {'legacy'} end
+local s = redis.call('HGET', KEYS[1], 's')
+if s ~= 'queued' and s ~= 'running' then return {'terminal', s} end
+local x = redis.call('HGET', KEYS[1], 'x')
+if x and x ~= ARGV[1] and x ~= '*' then return {'stale'} end
+if s == 'running' and redis.call('HGET', KEYS[1], 'lt') == ARGV[7] then
+  return args_facts(tonumber(redis.call('HGET', KEYS[1], 'a')))
+end
+if s == 'running' and tonumber(redis.call('HGET', KEYS[1], 'lx') or '0') > tonumber(ARGV[2]) then
+  return {'leased'}
+end
+local function finish(state, done_value, digest)
+  redis.call('HSET', KEYS[1], 's', state, 'g', digest, 'rk', 'e', 'ua', ARGV[2])
+  redis.call('HDEL', KEYS[1], 'lx', 'd')
+  redis.call('EXPIRE', KEYS[1], ARGV[6])
+  redis.call('DEL', KEYS[2])
+  redis.call('RPUSH', KEYS[2], done_value)
+  redis.call('EXPIRE', KEYS[2], ARGV[6])
+end
+if redis.call('HGET', KEYS[1], 'cr') == '1' then
+  finish('cancelled', ARGV[13], ARGV[14])
+  return {'cancelled'}
+end
+local done = tonumber(redis.call('HGET', KEYS[1], 'a') or '0')
+if done >= tonumber(ARGV[10]) then
+  finish('failed', ARGV[11], ARGV[12])
+  return {'limit', done}
+end
+redis.call('HSET', KEYS[1], 's', 'running', 'x', ARGV[1], 'ua', ARGV[2], 'lt', ARGV[7],
+           'lx', ARGV[8], 'd', ARGV[9])
+redis.call('PEXPIREAT', KEYS[1], keep_until, 'GT')
+return args_facts(redis.call('HINCRBY', KEYS[1], 'a', 1))
