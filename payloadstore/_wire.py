@@ -17,8 +17,8 @@ socket:
    before trying again, or that the answer is final.
 4. **Transport.** `Wire.send(call)` runs a call over `httpx.Client` with those three.
    `_async_wire.AsyncWire` over `httpx.AsyncClient` is the same ~30-line loop with `await` (it
-   calls only `http_kwargs`, `retry_delay`, `error_for`, `call.parse` and a sleep) plus one
-   `async def` one-liner per route method.
+   calls only `http_kwargs`, `retry_delay`, `retried_answer`, `error_for`, `call.parse` and a
+   sleep) plus one `async def` one-liner per route method.
 
 Adding a route (e.g. heartbeat, cancel, jobs:batch):
     1. a frozen dataclass for its answer, if it has one, and a `parse_...` function for it;
@@ -32,7 +32,9 @@ A new field in an existing answer is one line in its dataclass and its `parse_..
 a request body is a keyword argument of the builder.
 
 Every SDK write is safe to retry: inline enqueues carry an Idempotency-Key, S3-tier enqueues an
-issued key, and result posts are idempotent on the server.
+issued key, and result posts are idempotent on the server. A cancel is retried too: when the
+retry answers `409` with `state: cancelled` (the first attempt cancelled the job and its answer
+was lost), `Call.retried` turns it into the cancel done.
 """
 
 from __future__ import annotations
@@ -311,6 +313,10 @@ class Call(Generic[T]):
     timeout_s: float | None = None
     # The route's own meaning of error codes (str) or statuses without a code (int).
     errors: Mapping[str | int, ErrorFactory] = field(default_factory=dict)
+    # An error answer to a retry, when an earlier attempt may have landed (its answer was lost or
+    # a retryable error): the answer that earlier attempt would have given, or None for the
+    # usual error (e.g. a retried cancel's `409, the job is cancelled` is the cancel done).
+    retried: Callable[[httpx.Response], T | None] | None = None
 
 
 def http_kwargs(call: Call[Any], endpoint: str, token: str) -> dict[str, Any]:
@@ -392,6 +398,20 @@ def raise_error(call: Call[Any], response: httpx.Response) -> NoReturn:
     raise ApiError(
         f"{call.what}: unexpected HTTP {response.status_code}", status=response.status_code
     )
+
+
+def retried_answer(call: Call[T], attempt: int, response: httpx.Response) -> T | None:
+    """The answer a final error stands for on a retry (`Call.retried`), else None."""
+    if attempt == 0 or call.retried is None:
+        return None
+    answer = call.retried(response)
+    if answer is not None:
+        log.info(
+            "retry answered status=%d what=%s: taken as the earlier attempt's answer",
+            response.status_code,
+            call.what,
+        )
+    return answer
 
 
 def unreachable(call: Call[Any], endpoint: str, error: Exception) -> ServiceUnavailable:
@@ -632,6 +652,29 @@ def parse_heartbeat(response: httpx.Response) -> HeartbeatAnswer:
         lease_expires_in_s=_seconds(body.get("lease_expires_in_s")),
         received_at=time.monotonic(),
     )
+
+
+def cancelled_already(job_id: str) -> Callable[[httpx.Response], CancelAnswer | None]:
+    """A retried cancel's `409 {error: {code: conflict, state: cancelled}}`: the job is cancelled,
+    by the earlier attempt whose answer was lost (or by another caller meanwhile), so the cancel
+    is done, as the lost `200 cancelled` said. Any other state, or a 409 without `state` (control
+    planes before it), stays the error; never decided from the message text."""
+
+    def parse(response: httpx.Response) -> CancelAnswer | None:
+        if response.status_code != 409:
+            return None
+        try:
+            body = response.json()
+        except ValueError:
+            return None
+        error = body.get("error") if isinstance(body, dict) else None
+        if not isinstance(error, dict) or error.get("code") != "conflict":
+            return None
+        if error.get("state") != "cancelled":
+            return None
+        return CancelAnswer(job_id=job_id, state="cancelled", cancel_requested=False)
+
+    return parse
 
 
 def parse_cancel(job_id: str) -> Callable[[httpx.Response], CancelAnswer]:
@@ -908,7 +951,8 @@ def heartbeat(namespace: str, job_id: str, lease: str) -> Call[HeartbeatAnswer]:
 
 def cancel_job(namespace: str, job_id: str) -> Call[CancelAnswer]:
     """Cancel a queued job (200) or ask its daemon to stop a running one (202); a finished job
-    is `ConflictError`."""
+    is `ConflictError`, except that a retry's 409 for a job now `cancelled` is the cancel done
+    (the first attempt may have cancelled it and lost its answer)."""
     return Call(
         "DELETE",
         ns_path(namespace, f"/jobs/{job_id}"),
@@ -916,6 +960,7 @@ def cancel_job(namespace: str, job_id: str) -> Call[CancelAnswer]:
         parse_cancel(job_id),
         ok=frozenset({200, 202}),
         errors=_job_errors(),
+        retried=cancelled_already(job_id),
     )
 
 
@@ -980,6 +1025,9 @@ class Wire:
                     return call.parse(response)
                 delay = retry_delay(self.retry, attempt, response=response)
                 if delay is None:
+                    answer = retried_answer(call, attempt, response)
+                    if answer is not None:
+                        return answer
                     raise_error(call, response)
                 log.warning(
                     "retrying what=%s status=%d attempt=%d delay_s=%.2f",

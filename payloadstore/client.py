@@ -565,7 +565,9 @@ class Job(JobHandle):
         """Cancel the job: a queued job ends `cancelled` and never runs (state `cancelled`); a
         running one is asked to stop (state `running`, `cancel_requested` True): its daemon
         learns it from its next heartbeat, stops waiting for the function and ends the job
-        `cancelled`. `result()` then raises JobCancelled. A finished job: ConflictError."""
+        `cancelled`. `result()` then raises JobCancelled. A finished job: ConflictError; but
+        a retry (after a lost answer or a 5xx) that finds the job `cancelled` answers state
+        `cancelled`, as the first attempt's lost 200 would have."""
         return self.client.wire.cancel_job(self.job_id)
 
     def result(
