@@ -125,7 +125,12 @@ def finish(deps: Deps, result: bytes | None, result_size: int = 0, queue: str = 
         signed = presign_put(
             DAEMON,
             PresignRequest(
-                op="put", size=result_size, kind="result", job_id=got.job_id, sha256=sha
+                op="put",
+                size=result_size,
+                kind="result",
+                job_id=got.job_id,
+                sha256=sha,
+                lease=got.lease,
             ),
             deps,
         )

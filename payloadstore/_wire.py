@@ -724,6 +724,7 @@ def presign_put(
     sha256: str | None,
     content_type: str = MSGPACK,
     job_id: str | None = None,
+    lease: str | None = None,
 ) -> Call[UploadGrant]:
     # kind and content_type only when they differ from the server's defaults (args, msgpack).
     body: dict[str, Any] = {"op": "put", "size": size}
@@ -735,6 +736,10 @@ def presign_put(
         body["content_type"] = content_type
     if job_id:
         body["job_id"] = job_id
+    if lease:
+        # kind=result: the result belongs to this delivery (409 lease_mismatch once it is not
+        # the current one).
+        body["lease"] = lease
     return Call(
         "POST",
         ns_path(namespace, "/payloads/presign"),
@@ -1055,6 +1060,7 @@ class Wire:
         sha256: str | None,
         content_type: str = MSGPACK,
         job_id: str | None = None,
+        lease: str | None = None,
     ) -> UploadGrant:
         return self.send(
             presign_put(
@@ -1064,6 +1070,7 @@ class Wire:
                 sha256=sha256,
                 content_type=content_type,
                 job_id=job_id,
+                lease=lease,
             )
         )
 

@@ -64,6 +64,8 @@ def test_the_wheel_holds_the_sdk_and_the_control_plane_but_not_infra(wheel):
     assert tops == {"payloadstore", "controlplane"}
     assert "payloadstore/py.typed" in names and "controlplane/py.typed" in names
     assert "controlplane/handlers/jobs.py" in names
+    # The store's Lua scripts travel with it (package data).
+    assert "controlplane/store/jobs/delivery_take.lua" in names
 
 
 def test_the_cli_runs_from_the_installed_wheel(installed):

@@ -186,7 +186,7 @@ METADATA_PROBE = """
 import sys
 import controlplane.handlers.payloads
 from controlplane.models.wire import PresignRequest
-PresignRequest.model_validate({"op": "put", "kind": "args", "size": 1})
+PresignRequest.model_validate({"op": "put", "kind": "args", "size": 1, "sha256": "0" * 64})
 placeholder = sys.modules["importlib.metadata"]
 print(getattr(placeholder, "_deferred_state", "real"))
 import importlib.metadata

@@ -94,7 +94,7 @@ class FakeWorld:
         self.asked.append("delivered")
         return {"job_id": "01JDELIVERED00000000000000", "lease": "lease-1"}
 
-    def issued_key(self, ns, size, kind="args", job_id=None, content_type=None):
+    def issued_key(self, ns, size, kind="args", job_id=None, content_type=None, lease=None):
         self.asked.append(f"key:{kind}")
         return {
             "key": f"payloads/2026/12/01/01JKEY/{kind}",

@@ -243,8 +243,10 @@ class World:
         kind: str = "args",
         job_id: str | None = None,
         content_type: str | None = None,
+        lease: str | None = None,
     ) -> dict:
-        """A key presigned for this namespace and uploaded: {key, bucket, size, sha256}."""
+        """A key presigned for this namespace and uploaded: {key, bucket, size, sha256}. A
+        result key is presigned with the delivery's `lease`."""
         data = (hashlib.sha256(b"sam-local").digest() * (size // 32 + 1))[:size]
         digest = hashlib.sha256(data).hexdigest()
         body: dict[str, Any] = {"kind": kind, "sha256": digest}
@@ -252,6 +254,8 @@ class World:
             body["job_id"] = job_id
         if content_type:
             body["content_type"] = content_type
+        if lease:
+            body["lease"] = lease
         role = "daemon" if kind == "result" else "client"
         answer = self._expect(
             f"presign put ({kind})",
@@ -397,7 +401,12 @@ def prepare_api(world: World, fx: Fixture) -> Prepared:
             kind = "result" if ref_key.endswith("/result") else "args"
             size = min(int(node.get("size") or 1024), MAX_UPLOAD)
             issued = world.issued_key(
-                ns, size, kind, job_id if kind == "result" else None, node.get("contentType")
+                ns,
+                size,
+                kind,
+                job_id if kind == "result" else None,
+                node.get("contentType"),
+                lease if kind == "result" else None,
             )
             node.update(key=issued["key"], size=issued["size"])
             if "bucket" in node:
