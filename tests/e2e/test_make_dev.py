@@ -205,7 +205,12 @@ def test_restart_keeps_queued_jobs_their_s3_payloads_and_the_tokens(tmp_path, st
     presign = requests.post(
         f"{url}/v1/namespaces/dev/payloads/presign",
         headers=client,
-        params={"op": "put", "size": len(blob), "kind": "args"},
+        params={
+            "op": "put",
+            "size": len(blob),
+            "kind": "args",
+            "sha256": hashlib.sha256(blob).hexdigest(),
+        },
         timeout=30,
     )
     assert presign.status_code == 200, presign.text

@@ -55,12 +55,15 @@ def presign_put(
     sha256: str | None = None,
     kind: str = "args",
     job_id: str | None = None,
+    lease: str | None = None,
 ) -> dict:
     params = {"op": "put", "size": size, "kind": kind}
     if sha256:
         params["sha256"] = sha256
     if job_id:
         params["job_id"] = job_id
+    if lease:
+        params["lease"] = lease
     resp = requests.post(
         f"{gw.url}/v1/namespaces/dev/payloads/presign",
         params=params,
@@ -224,6 +227,7 @@ def test_inline_enqueue_as_raw_msgpack_and_a_result_by_reference(local_gateway):
         kind="result",
         job_id=job_id,
         sha256=hashlib.sha256(result).hexdigest(),
+        lease=polled.json()["lease"],
     )
     upload = requests.put(put["url"], data=result, headers=put["headers"], timeout=TIMEOUT)
     assert upload.status_code == 200, upload.text
@@ -378,7 +382,7 @@ def test_a_cached_authorization_still_works_across_routes(start_local_gateway):
         ).status_code,
         requests.post(
             f"{gw.url}/v1/namespaces/dev/payloads/presign",
-            params={"op": "put", "size": 10},
+            params={"op": "put", "size": 10, "sha256": "ab" * 32},
             headers=auth,
             timeout=TIMEOUT,
         ).status_code,

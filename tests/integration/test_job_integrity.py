@@ -12,6 +12,7 @@ import time
 
 import pytest
 import redis
+import requests
 from controlplane.store import keys
 from controlplane.store.redis_jobs import RedisJobStore
 
@@ -388,3 +389,30 @@ def test_the_single_node_client_retries_as_configured(redis_server):
         assert connection.retry.get_retries() == FAST_RETRIES
     finally:
         client.connection_pool.release(connection)
+
+
+def test_given_a_redelivery_with_its_own_result_then_the_lapsed_delivery_cannot_overwrite_it(
+    cp, settings_env
+):
+    # Given: attempt 1 presigned a result, its lease lapsed, and attempt 2 stored another one
+    settings_env(VISIBILITY_TIMEOUT_S="1")
+    job = cp.enqueue(raw=b"\x01").json["job_id"]
+    cp.poll(daemon_id="a")
+    stale_bytes = b"attempt 1" * 500
+    stale = cp.presign_put(
+        len(stale_bytes), role="daemon", job_id=job, sha256=sha256_hex(stale_bytes)
+    ).json
+    time.sleep(1.2)
+    cp.poll(daemon_id="b")
+    good = b"attempt 2" * 300
+    ref = upload(cp, good, role="daemon", job_id=job)
+    assert cp.post_result(job, {"resultRef": ref}).status == 204
+    # When: attempt 1's daemon, still alive, PUTs with the URL it was given
+    assert put_presigned(stale, stale_bytes).status_code == 200
+    # Then: the accepted result is a key of attempt 2's own, untouched by that PUT
+    assert ref["key"] != stale["key"] and ref["key"].endswith("/result-2")
+    answer = cp.result(job).json
+    fetched = requests.get(answer["download"]["url"], timeout=30)
+    assert fetched.content == good
+    # And: attempt 1's key is refused for a presigned GET (it is not the job's)
+    assert cp.presign_get(stale["key"], role="client").status == 404

@@ -212,14 +212,16 @@ def test_running_s3_job_with_a_result_presigned_before_the_upgrade(cp, old, sett
     redeliver(cp, job)
     data = b"\x21" * 4000
     result_ref = old.issue(job, "result", len(data), sha256_hex(data))
-    # (the upload needs a URL: a re-presign after the upgrade repeats the same facts)
+    # (the upload needs a URL: the running delivery's presign after the upgrade gets a key of
+    # its own, since the issue made before it belongs to a delivery that can no longer post)
     again = cp.presign_put(len(data), role="daemon", job_id=job, sha256=sha256_hex(data))
-    assert again.status == 200 and again.json["key"] == result_ref["key"]
+    assert again.status == 200 and again.json["key"] == result_ref["key"] + "-2"
     assert put_presigned(again.json, data).status_code == 200
+    ref = {**result_ref, "key": again.json["key"]}
     # When the daemon posts the reference
-    assert cp.post_result(job, {"resultRef": result_ref}).status == 204
+    assert cp.post_result(job, {"resultRef": ref}).status == 204
     # Then it is the job's result
-    assert cp.result(job).json["resultRef"] == result_ref
+    assert cp.result(job).json["resultRef"] == ref
 
 
 def test_finished_job_of_layout1_keeps_its_result(cp, old):

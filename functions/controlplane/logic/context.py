@@ -97,7 +97,7 @@ def issue_record(job: JobRecord, kind: PayloadKind, deps: Deps) -> IssueRecord |
         namespace=job.namespace,
         job_id=job.job_id,
         kind=kind,
-        key=key_for(job.job_id, kind),
+        key=key_for(job.job_id, kind, issued.attempt),
         bucket=deps.objects.bucket,
         size=issued.size,
         content_type=issued.content_type,
@@ -114,7 +114,7 @@ def payload_ref(job_id: str, kind: PayloadKind, issued: Issued | None, deps: Dep
     return PayloadRef(
         kind="s3",
         bucket=deps.objects.bucket,
-        key=key_for(job_id, kind),
+        key=key_for(job_id, kind, issued.attempt),
         size=issued.size,
         contentType=issued.content_type,
         sha256=issued.sha256,

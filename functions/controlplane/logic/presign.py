@@ -18,7 +18,7 @@ from ..models.wire import PresignGetResponse, PresignPutResponse, PresignRequest
 from ..observability import logger, metrics_count
 from ..routes import CLIENT
 from ..store import keys
-from .context import Deps, Principal, issue_record
+from .context import Deps, Principal, find_job, issue_record
 from .guard import refuse_enqueue
 from .lifecycle import lease_mismatch
 from .payload_keys import key_for, parse_key
@@ -73,9 +73,16 @@ def presign_put(p: Principal, req: PresignRequest, deps: Deps) -> PresignPutResp
             raise lease_mismatch(job_id, outcome.args[0] if outcome.args else None)
         if outcome.status == "not_running":
             raise Conflict(f"job {job_id} is {outcome.args[0] or 'not started'}, not running")
+        if outcome.status == "missing":
+            # A queued inline job has no hash until its first delivery.
+            job = find_job(p.namespace, job_id, deps)
+            if job is not None:
+                raise Conflict(f"job {job_id} is {job.state}, not running")
         if outcome.status != "ok":
             raise NotFound(f"job {job_id} not found")
+        attempt = int(outcome.args[0]) if outcome.args else None
     elif req.job_id:
+        attempt = None
         job = deps.jobs.get_job(req.job_id)
         issued = (
             issue_record(job, PayloadKind.ARGS, deps)
@@ -86,13 +93,14 @@ def presign_put(p: Principal, req: PresignRequest, deps: Deps) -> PresignPutResp
             raise NotFound(f"no {req.kind.value} key was issued for job {req.job_id}")
         return _represign(p, req, issued, deps)
     else:
+        attempt = None
         job_id = new_job_id(int(now * 1000))
         # A presigned args key is the first half of an S3-tier enqueue: the hard mark applies.
         refuse_enqueue(deps, keys.job(job_id))
         # The job is born here, awaiting its upload; it holds what was issued for its key.
         deps.jobs.create_args_issue(job_id, p.namespace, size, req.content_type, req.sha256)
 
-    key = key_for(job_id, req.kind)
+    key = key_for(job_id, req.kind, attempt)
     signed = deps.objects.presign_put(key, size, req.content_type, req.sha256)
     metrics_count("Presigns", op="put")
     logger.info("presigned put", extra={"job_id": job_id, "kind": req.kind.value, "size": size})
@@ -167,7 +175,8 @@ def presign_get(p: Principal, req: PresignRequest, deps: Deps) -> PresignGetResp
         if now - job_id_time_s(job_id) > retention:
             raise Gone(f"key is past the {retention // 3600} h retention")
         raise NotFound("key was never issued to this namespace")
-    if issued.namespace != p.namespace:
+    if issued.namespace != p.namespace or issued.key != req.key:
+        # (another key of the job: a result key an earlier delivery was given, since replaced)
         raise NotFound("key was never issued to this namespace")
     if now - issued.issued_at > retention:
         # S3's lifecycle rounds to midnight UTC, so the object may linger: refuse it anyway.

@@ -11,6 +11,8 @@ from .context import Deps
 def check_ref_matches_issue(ref: PayloadRef, issued: IssueRecord, deps: Deps) -> None:
     if ref.kind != "s3":
         raise Conflict(f"payloadRef.kind must be 's3', got {ref.kind!r}")
+    if ref.key != issued.key:
+        raise Conflict("the reference's key is not the job's issued key")
     if ref.bucket != deps.objects.bucket or ref.bucket != issued.bucket:
         raise Conflict("payloadRef.bucket is not this control plane's bucket")
     if ref.size != issued.size:

@@ -180,7 +180,6 @@ class DownloadUrl(WireModel):
     expires_at: str
 
 
-
 class PollResponse(OmitsNull):
     job_id: str
     namespace: str

@@ -98,6 +98,8 @@ class Issued:
     sha256: str | None  # hex
     presigns: int
     issued_ms: int | None
+    # The delivery (attempt) that presigned a result key; None for args and older issues.
+    attempt: int | None = None
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,7 @@ def _issued(f: dict[str, bytes], prefix: str, issued_ms: int | None) -> Issued |
         sha256=sha_hex(f.get(prefix + "h")),
         presigns=_int(f.get(prefix + "n"), 0),
         issued_ms=issued_ms,
+        attempt=_int(f.get("ra"), 0) or None if prefix == "r" else None,
     )
 
 

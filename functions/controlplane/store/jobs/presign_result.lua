@@ -11,7 +11,8 @@
 -- a redelivered job may compute a different result. Nothing else changes state.
 -- Returns {'missing'} | {'legacy'} | {'not_running', state} | {'lease_mismatch', state}
 --       | {'exists'}  this delivery issued a result already (a re-presign: same facts expected)
---       | {'ok'}      recorded (new, or replacing an earlier delivery's)
+--       | {'ok', attempt}  recorded (new, or replacing an earlier delivery's); the key is that
+--                        attempt's (payload_keys.key_for)
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing'} end
 if redis.call('HEXISTS', KEYS[1], 'state') == 1 then return {'legacy'} end
 local f = redis.call('HMGET', KEYS[1], 'n', 's', 'lt', 'a', 'ra', 'rz')
@@ -22,4 +23,4 @@ if f[3] and f[3] ~= ARGV[2] then return {'lease_mismatch', f[2]} end
 if f[6] and f[5] == f[4] then return {'exists'} end
 redis.call('HDEL', KEYS[1], 'rc', 'rh')
 redis.call('HSET', KEYS[1], 'ra', f[4] or '0', unpack(ARGV, 3))
-return {'ok'}
+return {'ok', f[4] or '0'}
