@@ -14,7 +14,12 @@ Faults during the load (see RELIABILITY.md for what each one did on the last run
   - with the job life cycle (leases, heartbeats, cap, cancel) in the SDK and control plane:
     a job running 3x the visibility timeout (heartbeats; must run exactly once), a poison job
     that SIGKILLs its daemon at every delivery (must end failed DeliveryLimitExceeded), cancels
-    of queued jobs (must end cancelled and never run) and of a running job (must end cancelled).
+    of queued jobs (must end cancelled and never run) and of a running job (must end cancelled);
+  - the job-integrity faults of issue 21 (integrity.py): payload_lost reports while other daemons
+    block in polls of the queue, a redelivery whose result differs from the killed attempt's, a
+    dead daemon's job behind 11 live heartbeating deliveries, jobs that outlive a short
+    RESULT_TTL_S while heartbeating, polls of 300 unknown queue names, daemons whose clock is off
+    by +-2x the visibility timeout, and Redis script replies held past the reply timeout.
 
 Ledger, per job: exactly one terminal state that stays put, the right result or the expected
 error; `lost` = the client holds a job id that never reached a terminal state (or 404);
@@ -50,6 +55,7 @@ from payloadstore import (
     ResultTimeout,
     RetryPolicy,
 )
+from tests.reliability.integrity import IntegrityFaults, add_integrity_flags
 from tests.reliability.stack import (
     BUCKET,
     NAMESPACE,
@@ -57,7 +63,7 @@ from tests.reliability.stack import (
     ReliabilityStack,
     Supervisor,
 )
-from tests.reliability.worker import derived
+from tests.reliability.worker import derived, varied
 
 KIB, MIB = 1024, 1024 * 1024
 CLIENT_THREADS = 4
@@ -106,6 +112,13 @@ class Entry:
     sleep_s: float = 0.0
     expect: str = "ok"  # ok | payload_lost | payload_corrupt | cancelled | DeliveryLimitExceeded
     runs_rule: str = "any"  # any | once | never | capped
+    kwargs: dict = field(default_factory=dict)  # more keyword arguments for the function
+    value_rule: str = "derived"  # derived | varied (a fresh result per run; see worker.vary)
+    attempts_rule: int | tuple[int, int] | None = None  # exactly this, or within (lo, hi)
+    problems: list[str] = field(default_factory=list)  # what its fault itself saw go wrong
+    early: bool = False  # read by its fault (results that expire soon), not again at the end
+    early_status: Any = None
+    result_digest: str | None = None  # varied: the nonce digest of the result read
     job: Any = None
     submit_error: str | None = None
     outcome: str | None = None
@@ -135,13 +148,16 @@ class Run:
     def __init__(self, args: argparse.Namespace):
         self.args = args
         self.lifecycle = lifecycle_available() and not args.no_lifecycle
+        self.integrity = IntegrityFaults(self, args)
         self.state_dir = Path(args.state_dir or tempfile.mkdtemp(prefix="payloadstore-rel-"))
         settings = {
             "VISIBILITY_TIMEOUT_S": str(VISIBILITY_TIMEOUT_S),
             "MAX_DELIVERIES": str(MAX_DELIVERIES),
             "POLL_MAX_WAIT_S": "2",
         }
-        self.stack = ReliabilityStack(self.state_dir, settings)
+        self.stack = ReliabilityStack(
+            self.state_dir, settings, with_redis_proxy=self.integrity.wants_redis_proxy
+        )
         self.ledger = Ledger()
         self.events: list[dict] = []
         self.t0 = time.monotonic()
@@ -151,6 +167,7 @@ class Run:
         self.supervisor: Supervisor | None = None
         self.daemons: dict[str, DaemonProcess] = {}
         self.fault_error: str | None = None
+        self.figures: dict[str, Any] = {}  # what the faults measured, for summary.json
 
     # -- helpers --------------------------------------------------------------------------
 
@@ -175,7 +192,7 @@ class Run:
         data = data_for(entry.tag, entry.size)
         try:
             entry.job = client.queue(entry.queue).add(
-                entry.tag, data, mode=entry.mode, sleep_s=entry.sleep_s
+                entry.tag, data, mode=entry.mode, sleep_s=entry.sleep_s, **entry.kwargs
             )
         except PayloadStoreError as e:
             entry.submit_error = f"{type(e).__name__}: {e}"
@@ -192,7 +209,7 @@ class Run:
             if path.exists():
                 for line in path.read_text().splitlines():
                     parts = line.split()
-                    if len(parts) == 2 and parts[0] == tag:
+                    if len(parts) >= 2 and parts[0] == tag:
                         return int(parts[1])
             time.sleep(0.05)
         return None
@@ -246,6 +263,16 @@ class Run:
             log.exception("the fault schedule failed")
 
     def _faults(self) -> None:
+        threads = self.integrity.start()
+        try:
+            self._classic_faults()
+        finally:
+            for t in threads:
+                t.join()
+        if self.integrity.errors:
+            raise RuntimeError("; ".join(self.integrity.errors))
+
+    def _classic_faults(self) -> None:
         client = self.client()
         time.sleep(1.0)
         # 1. damaged payloads and queued cancels, on queues no daemon polls yet
@@ -344,13 +371,28 @@ class Run:
         if entry.job is None:
             entry.outcome = "submit_failed"
             return
-        job = client.job(entry.job_id)
+        if entry.early:
+            return  # its fault read it while it was still kept (short RESULT_TTL_S)
+        entry.outcome = self.read_outcome(entry, client.job(entry.job_id), deadline)
+
+    def value_ok(self, entry: Entry, value: Any) -> bool:
+        data = data_for(entry.tag, entry.size)
+        if entry.value_rule == "derived":
+            return value == derived(entry.tag, data)
+        # varied: the derived part, and a nonce whose digest is the one it carries
+        try:
+            nonce = bytes(value["nonce"])
+            entry.result_digest = str(value["nonce_sha256"])
+            return value == varied(entry.tag, data, nonce, value["attempt"]) | {"t": value["t"]}
+        except (KeyError, TypeError):
+            return False
+
+    def read_outcome(self, entry: Entry, job: Any, deadline: float) -> str | None:
         outcome = None
         for _ in range(3):
             try:
                 value = job.result(timeout=max(1.0, deadline - time.monotonic()))
-                ok = value == derived(entry.tag, data_for(entry.tag, entry.size))
-                outcome = "ok" if ok else "wrong_value"
+                outcome = "ok" if self.value_ok(entry, value) else "wrong_value"
             except ResultTimeout as e:
                 outcome = f"pending:{e.state}"
             except JobNotFound:
@@ -369,7 +411,7 @@ class Run:
                     time.sleep(1.0)
                     continue
             break
-        entry.outcome = outcome
+        return outcome
 
     def judge(self, entry: Entry, runs: collections.Counter, final: dict[str, Any]) -> None:
         entry.runs = runs.get(entry.tag, 0)
@@ -377,7 +419,7 @@ class Run:
             entry.verdict = "phantom" if entry.runs else "ok"
             entry.detail = f"submit raised ({entry.submit_error}); runs={entry.runs}"
             return
-        status = final.get(entry.job_id)
+        status = entry.early_status if entry.early else final.get(entry.job_id)
         entry.state = status.state if status is not None else None
         entry.attempts = status.attempts if status is not None else None
         outcome = entry.outcome or ""
@@ -408,6 +450,13 @@ class Run:
             problems.append(f"ran {entry.runs} times, expected 1..{MAX_DELIVERIES}")
         if entry.expect == "ok" and entry.runs < 1:
             problems.append("succeeded without its function running")
+        rule = entry.attempts_rule
+        if rule is not None:
+            lo, hi = rule if isinstance(rule, tuple) else (rule, rule)
+            if entry.attempts is None or not lo <= entry.attempts <= hi:
+                expected = f"{lo}" if lo == hi else f"{lo}..{hi}"
+                problems.append(f"attempts {entry.attempts}, expected {expected}")
+        problems += self.integrity.judge(entry) + entry.problems
         entry.verdict = "wrong" if problems else "ok"
         entry.detail = "; ".join(problems)
 
@@ -507,7 +556,7 @@ class Run:
         def read(shard: list[Entry]) -> None:
             client = self.client()
             for entry in shard:
-                if entry.job is None:
+                if entry.job is None or entry.early:
                     continue
                 try:
                     out[entry.job_id] = client.job(entry.job_id).status()
@@ -563,6 +612,7 @@ class Run:
             "total_s": round(self.elapsed(), 1),
             "daemon_restarts": {n: d.deaths for n, d in self.daemons.items()},
             "faults": self.events,
+            "figures": self.figures,
             "special": [
                 {
                     "tag": e.tag,
@@ -572,6 +622,7 @@ class Run:
                     "attempts": e.attempts,
                     "runs": e.runs,
                     "verdict": e.verdict,
+                    "detail": e.detail,
                 }
                 for e in entries
                 if not e.tag.startswith("w")
@@ -615,6 +666,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-lifecycle", action="store_true", help="skip the lease/heartbeat/cap/cancel faults"
     )
+    add_integrity_flags(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s"

@@ -3,11 +3,16 @@ emulator, the local gateway in a process of its own, and daemon processes it sup
 
 Everything listens on free loopback ports and lives under one state directory, so the suite
 never meets a developer's `make dev` stack or another test session.
+
+Optional parts: a Redis proxy (redis_proxy.py) between the main gateway and redis-server, which
+can hold script replies past the control plane's reply timeout; side gateways with settings of
+their own (e.g. a short RESULT_TTL_S) against the same redis-server and S3 emulator.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -22,8 +27,10 @@ from payloadstore.devstack.services import (
     MotoServer,
     RedisServer,
     create_payload_bucket,
+    free_port,
     local_aws_env,
     port_is_open,
+    terminate,
 )
 from payloadstore.devstack.stack import handler_env, mint_tokens
 
@@ -35,6 +42,77 @@ NAMESPACE = "dev"
 
 
 @dataclass
+class RedisProxy:
+    """tests/reliability/redis_proxy.py in a process of its own, on a free loopback port."""
+
+    state_dir: Path
+    upstream_port: int
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen | None = None
+
+    @property
+    def control_path(self) -> Path:
+        return self.state_dir / "redis-proxy-control.json"
+
+    @property
+    def stats_path(self) -> Path:
+        return self.state_dir / "redis-proxy-stats.json"
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisProxy:
+        self.control_path.write_text("{}")
+        log = open(self.state_dir / "redis-proxy.log", "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.reliability.redis_proxy",
+                "--listen-port",
+                str(self.port),
+                "--upstream-port",
+                str(self.upstream_port),
+                "--control",
+                str(self.control_path),
+                "--stats",
+                str(self.stats_path),
+            ],
+            cwd=str(REPO_ROOT),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+        if not wait_for_port(self.port, 20):
+            raise RuntimeError(f"the redis proxy did not listen on port {self.port}")
+        return self
+
+    def delay(self, *, seconds: float, delay_s: float, p: float, max_delays: int, scripts=None):
+        """Open a window of `seconds` in which script replies may be held `delay_s`."""
+        control = {
+            "until": time.time() + seconds,
+            "delay_s": delay_s,
+            "p": p,
+            "max": max_delays,
+            "scripts": scripts,
+        }
+        tmp = self.control_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(control))
+        os.replace(tmp, self.control_path)
+
+    def stats(self) -> dict:
+        try:
+            return json.loads(self.stats_path.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def stop(self) -> None:
+        terminate(self.proc, 5)
+        self.proc = None
+
+
+@dataclass
 class ReliabilityStack:
     state_dir: Path
     settings: dict[str, str]
@@ -43,6 +121,9 @@ class ReliabilityStack:
     gateway: GatewayProcess | None = None
     tokens: dict[str, dict[str, str]] = field(default_factory=dict)
     s3: object = None
+    with_redis_proxy: bool = False
+    redis_proxy: RedisProxy | None = None
+    side_gateways: dict[str, GatewayProcess] = field(default_factory=dict)
 
     @property
     def endpoint(self) -> str:
@@ -69,22 +150,42 @@ class ReliabilityStack:
         create_payload_bucket(self.s3, BUCKET)
         ssm = boto3.client("ssm", endpoint_url=self.moto.endpoint, region_name=REGION)
         self.tokens = mint_tokens(ssm, TOKEN_PATH, namespaces=(NAMESPACE,))
+        redis_url = self.redis.url
+        if self.with_redis_proxy:
+            self.redis_proxy = RedisProxy(self.state_dir, self.redis.port).start()
+            redis_url = self.redis_proxy.url
+        self.gateway = self._gateway(redis_url, self.settings, "gateway.log")
+        return self
+
+    def _gateway(self, redis_url: str, settings: dict[str, str], log_name: str) -> GatewayProcess:
         env = handler_env(
-            redis_url=self.redis.url,
+            redis_url=redis_url,
             s3_endpoint=self.moto.endpoint,
             bucket=BUCKET,
             region=REGION,
             token_path=TOKEN_PATH,
-            extra={"POWERTOOLS_LOG_LEVEL": "WARNING", **self.settings},
+            extra={"POWERTOOLS_LOG_LEVEL": "WARNING", **settings},
         )
-        self.gateway = GatewayProcess(
-            env=env, log_path=self.state_dir / "gateway.log", authorizer_cache_s=30.0
+        return GatewayProcess(
+            env=env, log_path=self.state_dir / log_name, authorizer_cache_s=30.0
         ).start()
-        return self
+
+    def start_side_gateway(self, name: str, overrides: dict[str, str]) -> GatewayProcess:
+        """Another gateway process on the same redis-server (directly) and S3 emulator, with
+        the main settings changed by `overrides` (e.g. a short RESULT_TTL_S)."""
+        gateway = self._gateway(
+            self.redis.url, {**self.settings, **overrides}, f"gateway-{name}.log"
+        )
+        self.side_gateways[name] = gateway
+        return gateway
 
     def dead(self) -> list[str]:
         """The parts of the stack whose process exited (none of them should, but SIGKILL)."""
         parts = {"gateway": self.gateway, "s3 emulator": self.moto, "redis-server": self.redis}
+        if self.with_redis_proxy:
+            parts["redis proxy"] = self.redis_proxy
+        for name, gateway in self.side_gateways.items():
+            parts[f"gateway {name}"] = gateway
         return [
             name
             for name, part in parts.items()
@@ -102,7 +203,14 @@ class ReliabilityStack:
         self.redis.start()
 
     def stop(self) -> None:
-        for part in (self.gateway, self.moto, self.redis):
+        parts = [
+            *self.side_gateways.values(),
+            self.gateway,
+            self.redis_proxy,
+            self.moto,
+            self.redis,
+        ]
+        for part in parts:
             if part is not None:
                 with contextlib.suppress(Exception):  # stopping must go on
                     part.stop()
@@ -116,6 +224,8 @@ class DaemonProcess:
     queues: list[str]
     concurrency: int
     stack: ReliabilityStack
+    endpoint: str | None = None  # another gateway than the main one
+    extra_args: list[str] = field(default_factory=list)  # worker.py options
     proc: subprocess.Popen | None = None
     starts: int = 0
     deaths: int = 0
@@ -127,7 +237,7 @@ class DaemonProcess:
             "-m",
             "tests.reliability.worker",
             "--endpoint",
-            self.stack.endpoint,
+            self.endpoint or self.stack.endpoint,
             "--namespace",
             NAMESPACE,
             "--queues",
@@ -138,6 +248,7 @@ class DaemonProcess:
             str(self.stack.state_dir),
             "--name",
             self.name,
+            *self.extra_args,
         ]
         log = open(self.stack.state_dir / f"daemon-{self.name}.log", "ab")  # noqa: SIM115
         env = {
@@ -205,6 +316,10 @@ class Supervisor:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(5)
+        for d in self.daemons:  # all asked at once, then waited for: idle ones end within a poll
+            d.wanted = False
+            if d.alive():
+                d.proc.send_signal(signal.SIGTERM)
         for d in self.daemons:
             d.stop()
 
