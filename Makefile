@@ -14,8 +14,12 @@ TOKEN ?=
 DAEMON_TOKEN ?=
 NAMESPACE ?= dev
 PYTEST_ARGS ?=
+# `make synth` / `make deploy`: the stage (stack PayloadStore-$(STAGE)) and any more CLI arguments,
+# e.g. make deploy STAGE=prod CDK_ARGS="-c payloadstore:alarmEmail=oncall@example.com".
+STAGE ?= dev
+CDK_ARGS ?=
 
-.PHONY: help dev demo smoke test reliability lint docs synth venv node redis clean-devstack sam-local bench
+.PHONY: help dev demo smoke test reliability lint docs synth deploy venv node redis clean-devstack sam-local bench
 
 help:
 	@echo "make dev     run the control plane locally (redis-server, S3 emulator, gateway on :8080)"
@@ -25,14 +29,16 @@ help:
 	@echo "make docs    build the docs (mkdocs, strict) into site/"
 	@echo "make reliability  2,000 jobs through a stack of its own under faults; a ledger checks each"
 	@echo "make smoke ENDPOINT=https://... TOKEN=<client token> DAEMON_TOKEN=<daemon token> [NAMESPACE=dev]"
-	@echo "make synth   npx cdk synth"
+	@echo "make synth  [STAGE=dev] [CDK_ARGS=...]  npx cdk synth (installs only CDK: payloadstore[infra], aws-cdk)"
+	@echo "make deploy [STAGE=dev] [CDK_ARGS=...]  npx cdk deploy PayloadStore-<STAGE> (AWS credentials needed)"
+	@echo "             after either, npx cdk ... works directly (the venv has aws_cdk)"
 	@echo "make sam-local  every function of the template, every events/ fixture, in Lambda containers"
 	@echo "make bench   every speed figure against its baseline, one run: bench/RESULTS.md + bench/plots/"
 
 # One stamp per set of extras: `make dev` installs only [stack]; the targets that need more
-# (test, lint, docs, synth) install their own set on top. A stamp is redone when pyproject.toml
-# changes. pip's own lines are filtered into one progress line per package; the full log is in
-# $(VENV)/pip-install.log.
+# (test, lint, docs; synth and deploy: [infra]) install their own set on top. A stamp is redone
+# when pyproject.toml changes. pip's own lines are filtered into one progress line per package;
+# the full log is in $(VENV)/pip-install.log.
 $(VENV)/.installed-%: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
 	  echo "error: payloadstore needs python3 3.11 or newer (found: $$($(PYTHON) --version 2>&1)); set PYTHON=/path/to/python3.11" >&2; exit 1; }
@@ -94,8 +100,16 @@ lint: $(VENV)/.installed-lint
 docs: $(VENV)/.installed-docs
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
-synth: $(VENV)/.installed-test node
-	npx cdk synth --no-notices
+# CDK only: [infra] (aws-cdk-lib, cdk-nag and the pydantic the app imports) and the pinned CLI;
+# no test extras, no torch. The stage and CDK_ARGS go to the CLI as they are.
+CDK := CDK_DISABLE_CLI_TELEMETRY=true npx cdk
+synth: $(VENV)/.installed-infra node
+	$(CDK) synth --no-notices -c payloadstore:stage=$(STAGE) $(CDK_ARGS)
+
+# Needs AWS credentials for the target account (and `npx cdk bootstrap` once per account/region);
+# also deploys the account's API Gateway logging stack the stage depends on (docs/deploying.md).
+deploy: $(VENV)/.installed-infra node
+	$(CDK) deploy PayloadStore-$(STAGE) --no-notices -c payloadstore:stage=$(STAGE) $(CDK_ARGS)
 
 # Docker (or root on Debian, which gets a private dockerd), then `sam local invoke` of every
 # function with every fixture; docs/local-stack.md. SAM_LOCAL_ARGS="--only config" narrows it.

@@ -11,36 +11,23 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-# The stage a plain `npx cdk synth` builds (payloadstore:stage defaults to dev).
-STACK = "PayloadStore-dev"
-
-# Quiet, private CLI runs: no telemetry, no notices, no Node end-of-life banner from jsii.
-CDK_ENV = {
-    "CDK_DISABLE_CLI_TELEMETRY": "true",
-    "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
-}
-
-
-@dataclass
-class InProcessSynth:
-    template: dict
-    report: dict
-    stack: object
-    outdir: Path
-    seconds: float
-
-    def resources(self, type_: str) -> dict[str, dict]:
-        return {k: v for k, v in self.template["Resources"].items() if v["Type"] == type_}
+from tests.support.infra import (
+    CDK_ENV,
+    REPO,
+    STACK,
+    TWO_STAGES,
+    CliSynth,
+    InProcessSynth,
+    StagesSynth,
+    credential_free_env,
+    ensure_cdk_cli,
+)
 
 
 @pytest.fixture(scope="session")
@@ -70,15 +57,6 @@ def template(synth) -> dict:
     return synth.template
 
 
-@dataclass
-class StagesSynth:
-    templates: dict[str, dict]  # stage -> template
-    stacks: dict[str, object]
-
-
-TWO_STAGES = ("dev", "prod")
-
-
 @pytest.fixture(scope="session")
 def two_stages(tmp_path_factory) -> StagesSynth:
     """dev and prod in one app, as a team deploys them, with -c payloadstore:removalPolicy=destroy
@@ -105,46 +83,6 @@ def two_stages(tmp_path_factory) -> StagesSynth:
         for stage, s in stacks.items()
     }
     return StagesSynth(templates, stacks)
-
-
-def ensure_cdk_cli() -> Path:
-    """node_modules/.bin/cdk, installed from package-lock.json (`npm ci`) on a fresh clone."""
-    cdk = REPO / "node_modules" / ".bin" / "cdk"
-    if not cdk.exists():
-        npm = shutil.which("npm")
-        if npm is None:
-            pytest.fail(
-                "npm not found: install Node.js 20+ to synthesize the stack with the pinned CDK CLI"
-            )
-        subprocess.run(
-            [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
-            cwd=REPO,
-            check=True,
-            timeout=600,
-        )
-    return cdk
-
-
-def credential_free_env(home: Path) -> dict[str, str]:
-    """The caller's environment minus anything that could hand AWS credentials to the CLI."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env.update(CDK_ENV)
-    env.update(
-        AWS_CONFIG_FILE=str(home / "no-aws-config"),
-        AWS_SHARED_CREDENTIALS_FILE=str(home / "no-aws-credentials"),
-        AWS_EC2_METADATA_DISABLED="true",
-    )
-    return env
-
-
-@dataclass
-class CliSynth:
-    outdir: Path
-    template_path: Path
-    template: dict
-    stdout: str
-    stderr: str
-    seconds: float
 
 
 @pytest.fixture(scope="session")

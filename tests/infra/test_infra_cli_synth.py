@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from infra.config import API_GATEWAY_ACCOUNT_STACK
-from tests.infra.conftest import STACK
+from tests.support.infra import STACK
 
 pytestmark = pytest.mark.infra
 

@@ -9,7 +9,7 @@ import os
 import pytest
 from controlplane.routes import FUNCTIONS
 
-from tests.infra.conftest import CDK_ENV, STACK
+from tests.support.infra import CDK_ENV, STACK
 
 API_GROUPS = ("payloads", "jobs", "daemon", "public", "authorizer")
 

@@ -19,7 +19,7 @@ from infra.config import (
 )
 from infra.functions import function_logical_id
 from tests.infra.cfn import as_list, render, resources
-from tests.infra.conftest import TWO_STAGES
+from tests.support.infra import TWO_STAGES
 
 pytestmark = pytest.mark.infra
 
