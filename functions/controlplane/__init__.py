@@ -1,5 +1,5 @@
 """The control plane's Lambda code (see ARCHITECTURE in docs/design.md)."""
 
-from .lazyimport import defer_unused
+from .runtime.lazyimport import defer_unused
 
 defer_unused()

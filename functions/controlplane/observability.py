@@ -16,7 +16,7 @@ import warnings
 from aws_lambda_powertools.logging import Logger, correlation_paths
 from aws_lambda_powertools.metrics.functions import is_metrics_disabled
 
-from .once import built_once
+from .runtime.once import built_once
 
 SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME", "payloadstore")
 METRICS_NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "PayloadStore")
@@ -159,8 +159,8 @@ def lambda_entry(handler):
     POWERTOOLS_METRICS_DISABLED is read per invocation, as Powertools does.
 
     Decorating is the last thing a handler module does: its imports are done, and garbage
-    collection, paused for them in Lambda, resumes (gcpause.py)."""
-    from . import gcpause
+    collection, paused for them in Lambda, resumes (runtime/gcpause.py)."""
+    from .runtime import gcpause
 
     gcpause.resume()
     if not isinstance(tracer, _NoTracer):

@@ -130,7 +130,7 @@ def test_get_refuses_keys_never_issued_to_this_namespace(cp, other_cp):
 def test_get_is_410_past_48h_even_if_s3_still_has_it(cp, monkeypatch):
     # Given an uploaded payload
     ref = upload(cp, b"old bytes")
-    from controlplane import clock
+    from controlplane.runtime import clock
 
     real_now = clock.now()
     # When the clock moves 48 h + 1 s on (the object still exists in S3)

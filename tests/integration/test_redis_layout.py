@@ -107,7 +107,7 @@ def test_queued_inline_job_has_no_hash_and_no_idempotency_record(cp, r):
 def test_idempotency_key_is_remembered_for_its_ttl_only(cp, r, settings_env, monkeypatch):
     # Given IDEMPOTENCY_TTL_S=120 and a job enqueued with a key
     settings_env(IDEMPOTENCY_TTL_S="120")
-    from controlplane import clock
+    from controlplane.runtime import clock
 
     h = {"Idempotency-Key": "order-7"}
     t0 = time.time()
@@ -122,7 +122,7 @@ def test_idempotency_key_is_remembered_for_its_ttl_only(cp, r, settings_env, mon
 
 def test_idempotency_key_repeat_across_an_hour_of_the_inline_index(cp, r, monkeypatch):
     # Given a job enqueued with a key in the last minute of an hour (its index hash is that hour's)
-    from controlplane import clock
+    from controlplane.runtime import clock
 
     hour = (int(time.time()) // 3600) * 3600
     h = {"Idempotency-Key": "order-hour"}

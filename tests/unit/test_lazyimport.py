@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from controlplane.lazyimport import reexports
+from controlplane.runtime.lazyimport import reexports
 
 FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"
 
@@ -86,7 +86,7 @@ def test_a_reexporting_package_imports_only_the_submodule_of_a_name(tmp_path):
     out = run_probe(
         """
         import sys
-        from controlplane.lazyimport import defer_reexports
+        from controlplane.runtime.lazyimport import defer_reexports
         assert defer_reexports("lazypkg.inner")
         from lazypkg.inner import ONE
         print(ONE, "lazypkg.inner.two" in sys.modules)

@@ -1,9 +1,9 @@
 """The Lambda handlers, one module per function (routes.FUNCTIONS)."""
 
-from .. import gcpause
-from ..lazyimport import defer_reexporting_packages
+from ..runtime import gcpause
+from ..runtime.lazyimport import defer_reexporting_packages
 
-# In Lambda, no garbage collection until the handler module is imported (see gcpause.py).
+# In Lambda, no garbage collection until the handler module is imported (see runtime/gcpause.py).
 gcpause.pause()
 
 # Before any handler imports Powertools' resolver (not in controlplane/__init__: CDK synth imports

@@ -14,7 +14,7 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValida
 from botocore.exceptions import BotoCoreError
 from pydantic import ValidationError
 
-from .. import clock
+from ..runtime import clock
 from ..logic.context import Deps, Principal
 from ..models.errors import (
     BadRequest,
@@ -27,7 +27,7 @@ from ..models.errors import (
 )
 from ..models.settings import get_settings
 from ..observability import logger
-from ..once import built_once
+from ..runtime.once import built_once
 from ..routes import ROUTES, find_route
 from ..store.redis_client import cached_redis
 from ..store.redis_jobs import RedisJobStore

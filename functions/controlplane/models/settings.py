@@ -7,7 +7,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ..once import built_once
+from ..runtime.once import built_once
 
 
 class PayloadLostPolicy(StrEnum):

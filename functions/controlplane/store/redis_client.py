@@ -37,7 +37,7 @@ from redis.connection import Connection, PythonRespSerializer, SSLConnection
 from redis.driver_info import DriverInfo
 from redis.retry import Retry
 
-from ..once import built_once
+from ..runtime.once import built_once
 
 FAST_SOCKET_TIMEOUT_S = 1.5
 CONNECT_TIMEOUT_S = 1.0

@@ -22,7 +22,7 @@ from urllib.parse import quote
 from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
 
 from ..models.errors import ServiceUnavailable, UpstreamError
-from ..once import built_once
+from ..runtime.once import built_once
 from . import sigv4
 
 

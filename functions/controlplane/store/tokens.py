@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..once import built_once
+from ..runtime.once import built_once
 
 TOKEN_PREFIX = "pst_"
 # An unknown token triggers at most one fresh read of the store per this many seconds.
