@@ -7,7 +7,8 @@ import time
 
 import msgpack
 import redis
-from controlplane.store.redis_jobs import Outcome, RedisJobStore
+from controlplane.store.records import ResultIssuedBefore
+from controlplane.store.redis_jobs import RedisJobStore
 
 from tests.integration.conftest import upload
 
@@ -182,7 +183,7 @@ def test_presign_result_of_a_job_gone_after_a_raced_first_presign_is_404(cp, mon
     def gone_on_second_read(self, job_id, **kwargs):
         reads.append(job_id)
 
-    monkeypatch.setattr(RedisJobStore, "create_result_issue", lambda *a, **kw: Outcome("exists"))
+    monkeypatch.setattr(RedisJobStore, "create_result_issue", lambda *a, **kw: ResultIssuedBefore())
     monkeypatch.setattr(RedisJobStore, "get_job", gone_on_second_read)
     r = cp.presign_put(10, role="daemon", job_id=job)
     # Then the job is not found, as when the script itself finds no job

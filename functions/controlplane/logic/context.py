@@ -6,10 +6,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..models.domain import JOB_ID_RE, IssueRecord, PayloadKind, PayloadRef, job_id_time_s
+from ..models.domain import (
+    JOB_ID_RE,
+    IssueRecord,
+    JobStatus,
+    PayloadKind,
+    PayloadRef,
+    Tier,
+    job_id_time_s,
+)
 from ..models.errors import NotFound
 from ..observability import bind_job
-from ..store.redis_jobs import AWAITING_UPLOAD, Issued, JobRecord
+from ..store.records import Issued, JobRecord
 from .payload_keys import key_for
 
 if TYPE_CHECKING:
@@ -48,8 +56,8 @@ def find_job(
         return None
     job = deps.jobs.get_job(job_id, with_done=True) if with_done else deps.jobs.get_job(job_id)
     if job is not None and job.namespace == namespace:
-        if job.state == AWAITING_UPLOAD or (
-            job.tier == "s3" and job.state == "queued" and not job.stream_id
+        if job.state is JobStatus.AWAITING_UPLOAD or (
+            job.tier is Tier.S3 and job.state is JobStatus.QUEUED and not job.stream_id
         ):
             return None
         return job
@@ -62,9 +70,9 @@ def find_job(
     return JobRecord(
         job_id=job_id,
         namespace=namespace,
-        state="queued",
+        state=JobStatus.QUEUED,
         queue=queue,
-        tier="inline",
+        tier=Tier.INLINE,
         attempts=0,
         stream_id=None,
         created_ms=round(created_s * 1000),
@@ -72,6 +80,7 @@ def find_job(
         args=None,
         result_issue=None,
         result_kind=None,
+        stored=False,
     )
 
 

@@ -11,8 +11,22 @@ from ..models.errors import Conflict, Forbidden, NotFound, PayloadTooLarge, Unpr
 from ..models.settings import PayloadLostPolicy
 from ..models.wire import FailureReport, PollRequest, PollResponse, ResultPost
 from ..observability import bind_job, logger, metrics_bytes, metrics_count
-from ..store import keys
-from ..store.redis_jobs import Outcome, digest, dumps
+from ..store.records import (
+    CancelledAtDelivery,
+    Completed,
+    Delivered,
+    DeliveryLimit,
+    EntryExpired,
+    Leased,
+    LeaseMismatch,
+    LostForGood,
+    Missing,
+    Requeued,
+    ResultForm,
+    SamePost,
+    dumps,
+    post_digest,
+)
 from .context import Deps, Principal, issue_record, load_job, payload_ref
 from .downloads import download_for
 from .guard import memory_state, refuse_inline
@@ -78,7 +92,7 @@ def poll(p: Principal, req: PollRequest, deps: Deps) -> PollResponse | None:
         lease, lease_ms = new_lease(), int((now + s.visibility_timeout_s) * 1000)
         lease_expires = lease_ms / 1000
         if not entry.job_id or now_ms - _entry_ms(entry.stream_id) > s.retention_s * 1000:
-            outcome_status = "expired"
+            delivery: object = EntryExpired()
         else:
             delivery = deps.jobs.start_delivery(
                 entry,
@@ -91,26 +105,27 @@ def poll(p: Principal, req: PollRequest, deps: Deps) -> PollResponse | None:
                 limit_error=delivery_limit_error(s.max_deliveries),
                 cancel_error=cancelled_error(),
             )
-            outcome_status = delivery.status
-        if outcome_status == "leased":
-            # Its holder's heartbeats keep the lease alive: not ours, and not stale either.
-            continue
-        if outcome_status == "limit":
-            bind_job(entry.job_id)
-            metrics_count("DeliveryLimitExceeded")
-            logger.error(
-                "delivery limit exceeded, job failed",
-                extra={"queue": entry.queue, "deliveries": delivery.attempt},
-            )
-        elif outcome_status == "cancelled":
-            bind_job(entry.job_id)
-            logger.info("job with a cancel requested ended cancelled instead of running again")
-        if outcome_status != "ok":
+        match delivery:
+            case Leased():
+                # Its holder's heartbeats keep the lease alive: not ours, and not stale either.
+                continue
+            case DeliveryLimit(deliveries=deliveries):
+                bind_job(entry.job_id)
+                metrics_count("DeliveryLimitExceeded")
+                logger.error(
+                    "delivery limit exceeded, job failed",
+                    extra={"queue": entry.queue, "deliveries": deliveries},
+                )
+            case CancelledAtDelivery():
+                bind_job(entry.job_id)
+                logger.info("job with a cancel requested ended cancelled instead of running again")
+        if not isinstance(delivery, Delivered):
             # The job expired, already ended, or this entry is a stale double of its entry:
             # never hand it out.
             deps.jobs.drop_entry(p.namespace, entry.queue, entry.stream_id)
             logger.info(
-                "dropped stale entry", extra={"job_id": entry.job_id, "reason": outcome_status}
+                "dropped stale entry",
+                extra={"job_id": entry.job_id, "reason": type(delivery).__name__},
             )
             continue
         bind_job(entry.job_id)
@@ -140,8 +155,8 @@ def poll(p: Principal, req: PollRequest, deps: Deps) -> PollResponse | None:
 
 def _result_form(
     body: ResultPost, deps: Deps
-) -> tuple[JobStatus, str, int, dict[str, str], bytes | str, bytes]:
-    """(new state, tier, size, hash fields, done value, digest) of a result post."""
+) -> tuple[JobStatus, ResultForm, int, bytes | str, bytes]:
+    """(new state, form, size, done value, digest) of a result post."""
     data = body.inline_bytes()
     if data is not None:
         if len(data) > deps.settings.inline_threshold:
@@ -150,21 +165,14 @@ def _result_form(
                 f"{deps.settings.inline_threshold}; upload it with presign kind=result",
                 inline_threshold=deps.settings.inline_threshold,
             )
-        return JobStatus.SUCCEEDED, "inline", len(data), {"rk": "i"}, data, digest("inline", data)
+        return JobStatus.SUCCEEDED, "inline", len(data), data, post_digest("inline", data)
     if body.resultRef is not None:
         ref_json = dumps(body.resultRef.model_dump(exclude_none=True))
-        return (
-            JobStatus.SUCCEEDED,
-            "s3",
-            body.resultRef.size,
-            {"rk": "s"},
-            b"",
-            digest("ref", ref_json),
-        )
+        return JobStatus.SUCCEEDED, "s3", body.resultRef.size, b"", post_digest("ref", ref_json)
     # post_result admits a post only with exactly one of the three forms: this is the error.
     assert body.error is not None
     error_json = dumps(body.error.model_dump(exclude_none=True))
-    return JobStatus.FAILED, "error", 0, {"rk": "e"}, error_json, digest("error", error_json)
+    return JobStatus.FAILED, "error", 0, error_json, post_digest("error", error_json)
 
 
 def post_result(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> None:
@@ -174,20 +182,18 @@ def post_result(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> None
     if _post_at_once(p, job_id, body, deps):
         return
     job = load_job(p, job_id, deps)
-    new_state, tier, size, fields, done_value, result_digest = _result_form(body, deps)
+    new_state, form, size, done_value, digest = _result_form(body, deps)
 
-    state = job.state
-    held = job.fields.get("lt")
-    if held is not None and held.decode() != body.lease:
-        raise lease_mismatch(job_id, state)
-    if state != JobStatus.RUNNING:
+    if job.lease is not None and job.lease != body.lease:
+        raise lease_mismatch(job_id, job.state)
+    if job.state != JobStatus.RUNNING:
         # Idempotent repeat of the same post: no-op. Anything else cannot change the outcome.
-        if state != JobStatus.QUEUED and job.fields.get("g") == result_digest:
+        if job.state != JobStatus.QUEUED and job.accepted_post == digest:
             return
-        raise Conflict(f"job {job_id} is {state}; it accepts no other result")
+        raise Conflict(f"job {job_id} is {job.state}; it accepts no other result")
 
     if body.resultInline is not None:
-        refuse_inline(deps, keys.job(job_id), "result")
+        refuse_inline(deps, "result", job_id=job_id)
     if body.resultRef is not None:
         parsed = parse_key(body.resultRef.key)
         if parsed != (job_id, PayloadKind.RESULT):
@@ -197,9 +203,9 @@ def post_result(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> None
             raise Conflict("resultRef.key is not this job's issued result key")
         verify_uploaded(body.resultRef, issued, deps)
 
-    outcome = _complete(job_id, body, new_state, fields, done_value, result_digest, deps)
+    outcome = _complete(job_id, body, new_state, form, done_value, digest, deps)
     _settle(p, job_id, outcome, deps)
-    _completed(outcome, new_state, tier, size)
+    _completed(outcome, new_state, form, size)
 
 
 def _post_at_once(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> bool:
@@ -213,22 +219,19 @@ def _post_at_once(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> bo
     data = body.inline_bytes()
     if data is not None and (
         len(data) > deps.settings.inline_threshold
-        or memory_state(deps, keys.job(job_id)).inline_refused
+        or memory_state(deps, job_id=job_id).inline_refused
     ):
         return False
-    new_state, tier, size, fields, done_value, result_digest = _result_form(body, deps)
+    new_state, form, size, done_value, digest = _result_form(body, deps)
     outcome = _complete(
-        job_id, body, new_state, fields, done_value, result_digest, deps, namespace=p.namespace
+        job_id, body, new_state, form, done_value, digest, deps, namespace=p.namespace
     )
-    if outcome.status == "same":
-        bind_job(job_id)
-        _settle(p, job_id, outcome, deps)
-        return True
-    if outcome.status != "ok":
+    if not isinstance(outcome, Completed | SamePost):
         return False
     bind_job(job_id)
     _settle(p, job_id, outcome, deps)
-    _completed(outcome, new_state, tier, size)
+    if isinstance(outcome, Completed):
+        _completed(outcome, new_state, form, size)
     return True
 
 
@@ -236,50 +239,56 @@ def _complete(
     job_id: str,
     body: ResultPost,
     new_state: JobStatus,
-    fields: dict[str, str],
+    form: ResultForm,
     done_value: bytes | str,
-    result_digest: bytes,
+    digest: bytes,
     deps: Deps,
     namespace: str = "",
-) -> Outcome:
+):
     cancel_ack = body.error is not None and body.error.type == CANCELLED_ERROR_TYPE
     return deps.jobs.complete(
         job_id,
-        new_state.value,
-        result_digest,
+        new_state,
+        digest,
         int(deps.clock() * 1000),
         done_value,
-        fields,
+        form,
         lease=body.lease,
         cancel_ack=cancel_ack,
         namespace=namespace,
     )
 
 
-def _completed(outcome: Outcome, new_state: JobStatus, tier: str, size: int) -> None:
-    final_state = outcome.args[2] if outcome.status == "ok" else new_state.value
-    metrics_count("JobsCompleted", state=final_state)
+def _completed(outcome, new_state: JobStatus, form: ResultForm, size: int) -> None:
+    final_state = outcome.state if isinstance(outcome, Completed) else new_state
+    metrics_count("JobsCompleted", state=final_state.value)
     if size:
-        metrics_bytes("PayloadBytes", size, tier=tier, kind="result")
-    logger.info("job completed", extra={"state": final_state, "result_tier": tier})
+        metrics_bytes("PayloadBytes", size, tier=form, kind="result")
+    logger.info("job completed", extra={"state": final_state.value, "result_tier": form})
 
 
 def _settle(p: Principal, job_id: str, outcome, deps: Deps) -> None:
-    """Finish a state change in the namespace slot, or explain why it did not happen."""
-    if outcome.status in ("ok", "terminal", "same"):
-        # 'same' (a repeat of the accepted post, or the script re-sent after a lost reply)
-        # names the entry again: the first answer may never have reached us to drop it.
-        if len(outcome.args) >= 2 and outcome.args[0]:
-            deps.jobs.drop_entry(p.namespace, outcome.args[1], outcome.args[0])
-    elif outcome.status == "missing":
-        raise NotFound(f"job {job_id} not found")
-    elif outcome.status == "lease_mismatch":
-        raise lease_mismatch(job_id, outcome.args[0] if outcome.args else None)
-    else:
-        raise Conflict(
-            f"job {job_id} is {outcome.args[0] if outcome.args else outcome.status}; "
-            "it accepts no other result"
-        )
+    """Finish a state change in the namespace slot (drop the job's queue entry), or explain why
+    it did not happen."""
+    match outcome:
+        case (
+            Completed(entry_id=entry_id, queue=queue)
+            | LostForGood(entry_id=entry_id, queue=queue)
+            | SamePost(entry_id=entry_id, queue=queue)
+        ):
+            # SamePost (a repeat of the accepted post, or the script re-sent after a lost
+            # reply) names the entry again: the first answer may never have reached us.
+            if entry_id:
+                deps.jobs.drop_entry(p.namespace, queue, entry_id)
+        case Missing():
+            raise NotFound(f"job {job_id} not found")
+        case LeaseMismatch(state=state):
+            raise lease_mismatch(job_id, state)
+        case _:
+            raise Conflict(
+                f"job {job_id} is {getattr(outcome, 'state', '') or 'not running'}; "
+                "it accepts no other result"
+            )
 
 
 def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps) -> None:
@@ -295,14 +304,14 @@ def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps)
         error_json = dumps({k: v for k, v in error.items() if v is not None})
         outcome = deps.jobs.complete(
             job_id,
-            JobStatus.PAYLOAD_CORRUPT.value,
-            digest("corrupt", error_json),
+            JobStatus.PAYLOAD_CORRUPT,
+            post_digest("corrupt", error_json),
             now_ms,
             error_json,
-            {"rk": "e"},
+            "error",
             lease=report.lease,
         )
-        if outcome.status == "ok":
+        if isinstance(outcome, Completed):
             metrics_count("PayloadCorrupt")
             logger.error(
                 "payload corrupt",
@@ -318,12 +327,17 @@ def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps)
         {"type": "PayloadLost", "message": report.detail or "payload object not found"}
     )
     max_requeues = 1 if deps.settings.payload_lost_policy is PayloadLostPolicy.RETRY_ONCE else 0
-    outcome = deps.jobs.payload_lost(
-        job_id, max_requeues, digest("lost", "payload_lost"), now_ms, error_json, lease=report.lease
+    lost = deps.jobs.payload_lost(
+        job_id,
+        max_requeues,
+        post_digest("lost", "payload_lost"),
+        now_ms,
+        error_json,
+        lease=report.lease,
     )
     metrics_count("PayloadLost")
-    if outcome.status == "requeue":
-        old_stream_id, queue = outcome.args
+    if isinstance(lost, Requeued):
+        old_stream_id, queue = lost.entry_id, lost.queue
         entry = deps.jobs.read_entry(p.namespace, queue, old_stream_id) if old_stream_id else None
         min_id = max(now_ms - deps.settings.retention_s * 1000, 0)
         # The script left the job queued with no entry of its own ('*'): whichever of its
@@ -335,6 +349,6 @@ def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps)
         deps.jobs.drop_entry(p.namespace, queue, old_stream_id)
         logger.warning("payload lost, job requeued", extra={"queue": queue})
         return
-    if outcome.status == "terminal":
+    if isinstance(lost, LostForGood):
         logger.warning("payload lost, job failed")
-    _settle(p, job_id, outcome, deps)
+    _settle(p, job_id, lost, deps)

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ..models.domain import NAME_RE, PayloadKind, PayloadRef, Tier, new_job_id
+from ..models.domain import NAME_RE, JobStatus, PayloadKind, PayloadRef, Tier, new_job_id
 from ..models.errors import (
     Conflict,
     InlineUnavailable,
@@ -19,8 +19,16 @@ from ..models.errors import (
 from ..models.settings import Settings
 from ..models.wire import EnqueueResponse
 from ..observability import bind_job, logger, metrics_bytes, metrics_count
-from ..store import keys
-from ..store.redis_jobs import InlineJob
+from ..store.records import (
+    InlineExists,
+    InlineJob,
+    LegacyIdempotency,
+    Missing,
+    OtherQueue,
+    RefEnqueued,
+    RefQueued,
+    inline_index_expiry_ms,
+)
 from .context import Deps, Principal, issue_record
 from .guard import refuse_enqueue, refuse_inline
 from .payload_keys import parse_key
@@ -114,12 +122,11 @@ def _inline_job(
         job_id, job_ms = minutes[0][0] + tail, minutes[0][1]
     else:
         tail, job_id, job_ms = "", new_job_id(now_ms), now_ms
-    span = keys.INLINE_INDEX_SPAN_MS
     return InlineJob(
         job_id=job_id,
         job_ms=job_ms,
         data=data,
-        index_until_ms=(job_ms // span + 1) * span + settings.retention_s * 1000,
+        index_until_ms=inline_index_expiry_ms(job_ms, settings.retention_s),
         idempotency_key=idem,
         candidate_tail=tail,
     )
@@ -128,49 +135,12 @@ def _inline_job(
 def _enqueue_inline(
     p: Principal, queue: str, data: bytes, idem: str | None, deps: Deps
 ) -> Enqueued:
-    s = deps.settings
-    if len(data) > s.inline_threshold:
-        raise PayloadTooLarge(
-            f"inline payload of {len(data)} bytes exceeds INLINE_THRESHOLD={s.inline_threshold}; "
-            "upload it with presign and enqueue the payloadRef",
-            inline_threshold=s.inline_threshold,
-        )
-    if idem is not None and not IDEMPOTENCY_KEY_RE.match(idem):
-        raise Unprocessable("invalid Idempotency-Key: use [A-Za-z0-9_.-], 1-128 chars")
-    now_ms = int(deps.clock() * 1000)
-    try:
-        refuse_inline(deps, keys.queue_names(p.namespace), "payload")
-    except InlineUnavailable:
-        candidates = (
-            idempotent_job_ids(p.namespace, idem, now_ms, s.idempotency_ttl_s) if idem else []
-        )
-        repeat = _earlier_job(queue, candidates, p, deps)
-        if repeat is None:
-            raise
-        return repeat
-    minutes = candidate_minutes(now_ms, s.idempotency_ttl_s) if idem else ()
-    job = _inline_job(p.namespace, data, idem, now_ms, minutes, s)
-    job_id = job.job_id
-    outcome = deps.jobs.enqueue_inline(
-        p.namespace,
-        queue,
-        job,
-        min_id_ms=max(now_ms - s.retention_s * 1000, 0),
-        candidate_minutes=minutes,
-    )
-    if outcome.status == "exists":
-        existing, existing_queue = outcome.args[0], outcome.args[1]
-        bind_job(existing)
-        if existing_queue != queue:
-            raise Conflict(f"Idempotency-Key already used for a job on queue {existing_queue}")
-        return Enqueued(EnqueueResponse(job_id=existing, tier=Tier.INLINE), created=False)
-    if outcome.status == "legacy":
-        return _legacy_repeat(p, queue, outcome.args[0], data, now_ms, deps)
-    bind_job(job_id)
-    metrics_count("JobsEnqueued", tier=Tier.INLINE.value)
-    metrics_bytes("PayloadBytes", len(data), tier=Tier.INLINE.value, kind="args")
-    logger.info("job enqueued", extra={"queue": queue, "tier": "inline", "size": len(data)})
-    return Enqueued(EnqueueResponse(job_id=job_id, tier=Tier.INLINE), created=True)
+    """A single inline enqueue is a batch of one: the same checks, script and answers."""
+    answer = enqueue_inline_batch(p, queue, [(data, idem)], deps)[0]
+    if isinstance(answer, PayloadStoreError):
+        raise answer
+    bind_job(answer.response.job_id)
+    return answer
 
 
 def _earlier_job(
@@ -218,23 +188,24 @@ def _enqueue_ref(p: Principal, queue: str, ref: PayloadRef, deps: Deps) -> Enque
     issued = issue_record(job, PayloadKind.ARGS, deps) if job is not None else None
     if job is None or issued is None or job.namespace != p.namespace:
         raise Conflict("payloadRef.key was not issued to this namespace as an args key")
-    if job.state != "awaiting_upload":
+    if job.state != JobStatus.AWAITING_UPLOAD:
         if job.queue != queue:
             raise Conflict(f"job {job_id} is already enqueued on queue {job.queue}")
         if job.stream_id:
             return Enqueued(EnqueueResponse(job_id=job_id, tier=Tier.S3), created=False)
 
     verify_uploaded(ref, issued, deps)
-    refuse_enqueue(deps, keys.queue_names(p.namespace))
+    refuse_enqueue(deps, namespace=p.namespace)
     now_ms = int(deps.clock() * 1000)
     outcome = deps.jobs.begin_ref_enqueue(job_id, p.namespace, queue, now_ms)
-    if outcome.status == "other_queue":
-        raise Conflict(f"job {job_id} is already enqueued on queue {outcome.args[0]}")
-    if outcome.status == "missing":
-        raise Conflict("payloadRef.key was not issued to this namespace as an args key")
-    if outcome.status == "exists":
-        return Enqueued(EnqueueResponse(job_id=job_id, tier=Tier.S3), created=False)
-    # created, or resume (an earlier request set the state but never recorded its entry):
+    match outcome:
+        case OtherQueue(queue=other):
+            raise Conflict(f"job {job_id} is already enqueued on queue {other}")
+        case Missing():
+            raise Conflict("payloadRef.key was not issued to this namespace as an args key")
+        case RefEnqueued():
+            return Enqueued(EnqueueResponse(job_id=job_id, tier=Tier.S3), created=False)
+    # Queued now, or resumed (an earlier request set the state but never recorded its entry):
     # append now, and answer only once the entry exists.
     min_id = max(now_ms - deps.settings.retention_s * 1000, 0)
     stream_id = deps.jobs.append(p.namespace, queue, job_id, inline=None, min_id_ms=min_id)
@@ -243,7 +214,7 @@ def _enqueue_ref(p: Principal, queue: str, ref: PayloadRef, deps: Deps) -> Enque
     metrics_bytes("PayloadBytes", issued.size, tier=Tier.S3.value, kind="args")
     logger.info("job enqueued", extra={"queue": queue, "tier": "s3", "size": issued.size})
     return Enqueued(
-        EnqueueResponse(job_id=job_id, tier=Tier.S3), created=outcome.status == "created"
+        EnqueueResponse(job_id=job_id, tier=Tier.S3), created=isinstance(outcome, RefQueued)
     )
 
 
@@ -269,7 +240,7 @@ def enqueue_inline_batch(
     answers: list[Enqueued | PayloadStoreError | None] = [None] * len(items)
     now_ms = int(deps.clock() * 1000)
     try:
-        refuse_inline(deps, keys.queue_names(p.namespace), "payload")
+        refuse_inline(deps, "payload", namespace=p.namespace)
     except InlineUnavailable as e:
         return [_refused_item(p, queue, idem, now_ms, e, deps) for _, idem in items]
     except PayloadStoreError as e:
@@ -286,7 +257,9 @@ def enqueue_inline_batch(
             )
             continue
         if idem is not None and not IDEMPOTENCY_KEY_RE.match(idem):
-            answers[i] = Unprocessable("invalid idempotency_key: use [A-Za-z0-9_.-], 1-128 chars")
+            answers[i] = Unprocessable(
+                "invalid Idempotency-Key (idempotency_key): use [A-Za-z0-9_.:-], 1-128 chars"
+            )
             continue
         jobs.append(_inline_job(p.namespace, data, idem, now_ms, minutes, s))
         positions.append(i)
@@ -302,17 +275,18 @@ def enqueue_inline_batch(
         if jobs
         else []
     )
-    for i, job, outcome in zip(positions, jobs, outcomes):
-        if outcome.status == "exists":
-            existing, existing_queue = outcome.args[0], outcome.args[1]
+    for i, job, outcome in zip(positions, jobs, outcomes, strict=True):
+        if isinstance(outcome, InlineExists):
             answers[i] = (
-                Conflict(f"Idempotency-Key already used for a job on queue {existing_queue}")
-                if existing_queue != queue
-                else Enqueued(EnqueueResponse(job_id=existing, tier=Tier.INLINE), created=False)
+                Conflict(f"Idempotency-Key already used for a job on queue {outcome.queue}")
+                if outcome.queue != queue
+                else Enqueued(
+                    EnqueueResponse(job_id=outcome.job_id, tier=Tier.INLINE), created=False
+                )
             )
-        elif outcome.status == "legacy":
+        elif isinstance(outcome, LegacyIdempotency):
             try:
-                answers[i] = _legacy_repeat(p, queue, outcome.args[0], job.data, now_ms, deps)
+                answers[i] = _legacy_repeat(p, queue, outcome.job_id, job.data, now_ms, deps)
             except PayloadStoreError as e:
                 answers[i] = e
         else:

@@ -37,15 +37,26 @@ class MemoryState:
         return bool(self.limit) and self.pct >= self.hard_pct
 
 
-def memory_state(deps: Deps, key: str | None = None) -> MemoryState:
-    used, limit = deps.jobs.memory(key)
+def memory_state(
+    deps: Deps, *, job_id: str | None = None, namespace: str | None = None
+) -> MemoryState:
+    """The memory of the node that takes the write: the job's keys, or the namespace's queues
+    (cluster mode: the node of that slot); any node without either."""
+    if job_id is not None:
+        used, limit = deps.jobs.job_memory(job_id)
+    elif namespace is not None:
+        used, limit = deps.jobs.namespace_memory(namespace)
+    else:
+        used, limit = deps.jobs.memory()
     s = deps.settings
     return MemoryState(used, limit, s.redis_memory_high_water_pct, s.redis_memory_hard_pct)
 
 
-def refuse_inline(deps: Deps, key: str, what: str) -> None:
+def refuse_inline(
+    deps: Deps, what: str, *, job_id: str | None = None, namespace: str | None = None
+) -> None:
     """503 inline_unavailable past the high-water mark; `what` is 'payload' or 'result'."""
-    state = memory_state(deps, key)
+    state = memory_state(deps, job_id=job_id, namespace=namespace)
     if state.inline_refused:
         metrics_count("InlineRefused", kind=what)
         logger.warning(
@@ -59,9 +70,9 @@ def refuse_inline(deps: Deps, key: str, what: str) -> None:
         )
 
 
-def refuse_enqueue(deps: Deps, key: str) -> None:
+def refuse_enqueue(deps: Deps, *, job_id: str | None = None, namespace: str | None = None) -> None:
     """503 redis_memory_full past the hard mark: no new jobs until daemons drain some."""
-    state = memory_state(deps, key)
+    state = memory_state(deps, job_id=job_id, namespace=namespace)
     if state.enqueue_refused:
         metrics_count("EnqueueRefused")
         raise RedisMemoryFull(

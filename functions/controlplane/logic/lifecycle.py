@@ -21,7 +21,7 @@ from ..models.domain import JobStatus, job_id_time_s
 from ..models.errors import Conflict, LeaseMismatch, NotFound
 from ..models.wire import CancelResponse, HeartbeatRequest, HeartbeatResponse
 from ..observability import bind_job, logger, metrics_count
-from ..store.redis_jobs import dumps
+from ..store.records import CancelledQueued, Ended, HeartbeatTaken, Missing, dumps
 from .context import Deps, Principal, find_job
 
 CANCELLED_ERROR_TYPE = "Cancelled"
@@ -38,19 +38,18 @@ def lease_mismatch(job_id: str, state: str | None = None) -> LeaseMismatch:
 def heartbeat(p: Principal, job_id: str, body: HeartbeatRequest, deps: Deps) -> HeartbeatResponse:
     bind_job(job_id)
     expires_ms = int((deps.clock() + deps.settings.visibility_timeout_s) * 1000)
-    outcome = deps.jobs.heartbeat(job_id, p.namespace, body.lease, expires_ms)
-    if outcome.status == "missing":
+    beat = deps.jobs.heartbeat(job_id, p.namespace, body.lease, expires_ms)
+    if isinstance(beat, Missing):
         raise NotFound(f"job {job_id} not found")
-    if outcome.status != "ok":
-        raise lease_mismatch(job_id, outcome.args[0] if outcome.args else None)
-    cancel_flag, entry_id, queue, consumer = outcome.args
-    if entry_id and queue and consumer:
+    if not isinstance(beat, HeartbeatTaken):
+        raise lease_mismatch(job_id, beat.state)
+    if beat.entry_id and beat.queue and beat.consumer:
         # Best effort: the lease expiry in the job hash is what poll trusts.
-        deps.jobs.touch_entry(p.namespace, queue, entry_id, consumer)
+        deps.jobs.touch_entry(p.namespace, beat.queue, beat.entry_id, beat.consumer)
     return HeartbeatResponse(
         lease_expires_at=expires_ms / 1000,
         lease_expires_in_s=float(deps.settings.visibility_timeout_s),
-        cancel_requested=cancel_flag == "1",
+        cancel_requested=beat.cancel_requested,
     )
 
 
@@ -60,7 +59,7 @@ def cancel(p: Principal, job_id: str, deps: Deps) -> CancelResponse:
         raise NotFound(f"job {job_id} not found")
     bind_job(job_id)
     # A queued inline job has no hash before its first delivery (find_job read the index).
-    inline_queue = job.queue or "" if not job.fields else ""
+    inline_queue = job.queue or "" if not job.stored else ""
     outcome = deps.jobs.cancel(
         job_id,
         p.namespace,
@@ -69,18 +68,16 @@ def cancel(p: Principal, job_id: str, deps: Deps) -> CancelResponse:
         cancelled_error(),
         job.created_ms or int(job_id_time_s(job_id) * 1000),
     )
-    status = outcome.status
-    if status == "missing":
+    if isinstance(outcome, Missing):
         raise NotFound(f"job {job_id} not found")
-    if status == "terminal":
+    if isinstance(outcome, Ended):
         # `state` in the error body: a client whose earlier cancel's answer was lost tells
         # "already cancelled" (its cancel worked) from "finished otherwise" without the text.
-        state = outcome.args[0]
+        state = outcome.state
         raise Conflict(f"job {job_id} is {state}; it cannot be cancelled", state=state)
-    if status == "cancelled":
-        entry_id, queue = outcome.args
-        if entry_id and queue:
-            deps.jobs.drop_entry(p.namespace, queue, entry_id)
+    if isinstance(outcome, CancelledQueued):
+        if outcome.entry_id and outcome.queue:
+            deps.jobs.drop_entry(p.namespace, outcome.queue, outcome.entry_id)
         metrics_count("JobsCancelled", was="queued")
         logger.info("job cancelled while queued")
         return CancelResponse(job_id=job_id, state=JobStatus.CANCELLED)

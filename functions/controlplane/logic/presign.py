@@ -17,7 +17,7 @@ from ..models.errors import (
 from ..models.wire import PresignGetResponse, PresignPutResponse, PresignRequest
 from ..observability import logger, metrics_count
 from ..routes import CLIENT
-from ..store import keys
+from ..store.records import LeaseMismatch, Missing, NotRunning, ResultIssuedBefore
 from .context import Deps, Principal, find_job, issue_record
 from .guard import refuse_enqueue
 from .lifecycle import lease_mismatch
@@ -61,7 +61,7 @@ def presign_put(p: Principal, req: PresignRequest, deps: Deps) -> PresignPutResp
             int(now * 1000),
             lease=req.lease,
         )
-        if outcome.status == "exists":
+        if isinstance(outcome, ResultIssuedBefore):
             # This delivery presigned its result before: a re-presign (the same facts, counted).
             job = deps.jobs.get_job(job_id)
             issued = issue_record(job, PayloadKind.RESULT, deps) if job is not None else None
@@ -69,18 +69,17 @@ def presign_put(p: Principal, req: PresignRequest, deps: Deps) -> PresignPutResp
                 # The job's hash expired (or was removed) between the script and this read.
                 raise NotFound(f"job {job_id} not found")
             return _represign(p, req, issued, deps)
-        if outcome.status == "lease_mismatch":
-            raise lease_mismatch(job_id, outcome.args[0] if outcome.args else None)
-        if outcome.status == "not_running":
-            raise Conflict(f"job {job_id} is {outcome.args[0] or 'not started'}, not running")
-        if outcome.status == "missing":
+        if isinstance(outcome, LeaseMismatch):
+            raise lease_mismatch(job_id, outcome.state)
+        if isinstance(outcome, NotRunning):
+            raise Conflict(f"job {job_id} is {outcome.state or 'not started'}, not running")
+        if isinstance(outcome, Missing):
             # A queued inline job has no hash until its first delivery.
             job = find_job(p.namespace, job_id, deps)
             if job is not None:
                 raise Conflict(f"job {job_id} is {job.state}, not running")
-        if outcome.status != "ok":
             raise NotFound(f"job {job_id} not found")
-        attempt = int(outcome.args[0]) if outcome.args else None
+        attempt = outcome.attempt
     elif req.job_id:
         attempt = None
         job = deps.jobs.get_job(req.job_id)
@@ -96,7 +95,7 @@ def presign_put(p: Principal, req: PresignRequest, deps: Deps) -> PresignPutResp
         attempt = None
         job_id = new_job_id(int(now * 1000))
         # A presigned args key is the first half of an S3-tier enqueue: the hard mark applies.
-        refuse_enqueue(deps, keys.job(job_id))
+        refuse_enqueue(deps, job_id=job_id)
         # The job is born here, awaiting its upload; it holds what was issued for its key.
         deps.jobs.create_args_issue(job_id, p.namespace, size, req.content_type, req.sha256)
 

@@ -7,7 +7,7 @@ import json
 
 from ..models.domain import JobStatus, PayloadKind, Tier
 from ..models.wire import JobError, JobStatusResponse, ResultResponse
-from ..store.redis_jobs import JobRecord
+from ..store.records import JobRecord
 from .context import Deps, Principal, load_job, payload_ref
 from .downloads import download_for
 
@@ -42,7 +42,7 @@ def job_status(p: Principal, job_id: str, deps: Deps) -> JobStatusResponse:
         error=_error(job, deps),
         created_at=job.created_ms / 1000 if job.created_ms else None,
         updated_at=job.updated_ms / 1000 if job.updated_ms else None,
-        cancel_requested=job.fields.get("cr") == b"1",
+        cancel_requested=job.cancel_requested,
     )
 
 

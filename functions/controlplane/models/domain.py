@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model
 
 
 class JobStatus(StrEnum):
+    AWAITING_UPLOAD = "awaiting_upload"  # an S3-tier job presigned, not enqueued yet
     QUEUED = "queued"
     RUNNING = "running"
     SUCCEEDED = "succeeded"

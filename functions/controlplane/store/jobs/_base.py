@@ -1,0 +1,57 @@
+"""What every step module of the job store shares: the client, the registered scripts, the
+retention, the clock, and the run of a job-slot script that first converts a layout-1 job."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import redis
+
+from ..records import text
+from . import layout1, source
+
+ScriptReply = list[Any]
+
+
+class StoreBase:
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        result_ttl_s: int,
+        monotonic: Callable[[], float] = time.monotonic,
+    ):
+        self._r = client
+        self._ttl = result_ttl_s
+        self._mono = monotonic
+        self._scripts: dict[str, Any] = {}
+
+    def _script(self, name: str):
+        """The registered script of `<name>.lua` (registered once per store)."""
+        script = self._scripts.get(name)
+        if script is None:
+            script = self._scripts[name] = self._r.register_script(source(name))
+        return script
+
+    def forget_stream(self, key: str) -> None:
+        """Drop what this container remembers of a stream that was deleted (step modules
+        that remember something per stream extend it)."""
+
+    def _run(self, name: str, keys_: list[str], args: list) -> Any:
+        return self._script(name)(keys=keys_, args=args)
+
+    def _run_on_job(self, name: str, job_id: str, keys_: list[str], args: list) -> ScriptReply:
+        """A job-slot script's answer as [status, value, …] (strings); a layout-1 job is
+        converted once (layout1.migrate) and the script run again."""
+        reply = decoded(self._run(name, keys_, args))
+        if reply[0] == "legacy":
+            layout1.migrate(self, job_id)
+            reply = decoded(self._run(name, keys_, args))
+        return reply
+
+
+def decoded(reply) -> ScriptReply:
+    """A script's flat answer with its strings decoded; a missing (nil) value is ''."""
+    return [text(x) if x is not None else "" for x in reply]

@@ -1,0 +1,115 @@
+"""Completion: a running job ends with a result, an error or payload_corrupt
+(completion_complete.lua), or its daemon reports payload_lost (completion_payload_lost.lua:
+requeue once, or end). The job slot goes terminal first; the caller then drops the queue
+entry (namespace slot). Result waiters block on the done list."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...models.domain import JobStatus
+from .. import keys
+from ..records import (
+    Completed,
+    LeaseMismatch,
+    LostForGood,
+    Missing,
+    NotRunning,
+    OtherResult,
+    Requeued,
+    ResultForm,
+    SamePost,
+)
+from ._base import StoreBase
+
+# How the result is kept (`rk`): inline bytes or error JSON in the done list, or the S3 key.
+_RESULT_KIND = {"inline": "i", "s3": "s", "error": "e"}
+
+
+class CompletionSteps(StoreBase):
+    def complete(
+        self,
+        job_id: str,
+        new_state: JobStatus,
+        post_digest: bytes,
+        now_ms: int,
+        done_value: bytes | str,
+        form: ResultForm,
+        *,
+        lease: str,
+        cancel_ack: bool = False,
+        namespace: str = "",
+    ) -> Completed | SamePost | OtherResult | NotRunning | LeaseMismatch | Missing:
+        """Finish a running job (job slot). With `namespace`, a job of another namespace is
+        Missing (callers that have not loaded the job first)."""
+        flat: list[Any] = [
+            new_state.value,
+            post_digest,
+            now_ms,
+            self._ttl,
+            done_value,
+            lease,
+            "1" if cancel_ack else "0",
+            namespace,
+            "rk",
+            _RESULT_KIND[form],
+        ]
+        reply = self._run_on_job(
+            "completion_complete", job_id, [keys.job(job_id), keys.done(job_id)], flat
+        )
+        match reply[0]:
+            case "ok":
+                return Completed(entry_id=reply[1], queue=reply[2], state=JobStatus(reply[3]))
+            case "same":
+                return SamePost(entry_id=reply[1], queue=reply[2])
+            case "conflict":
+                return OtherResult(reply[1])
+            case "not_running":
+                return NotRunning(reply[1])
+            case "lease_mismatch":
+                return LeaseMismatch(reply[1])
+        return Missing()
+
+    def payload_lost(
+        self,
+        job_id: str,
+        max_requeues: int,
+        post_digest: bytes,
+        now_ms: int,
+        error_json: str,
+        *,
+        lease: str,
+    ) -> Requeued | LostForGood | SamePost | NotRunning | LeaseMismatch | Missing:
+        reply = self._run_on_job(
+            "completion_payload_lost",
+            job_id,
+            [keys.job(job_id), keys.done(job_id)],
+            [max_requeues, post_digest, now_ms, self._ttl, error_json, lease],
+        )
+        match reply[0]:
+            case "requeue":
+                return Requeued(entry_id=reply[1], queue=reply[2])
+            case "terminal":
+                return LostForGood(entry_id=reply[1], queue=reply[2])
+            case "same":
+                return SamePost(entry_id=reply[1], queue=reply[2])
+            case "not_running":
+                return NotRunning(reply[1])
+            case "lease_mismatch":
+                return LeaseMismatch(reply[1])
+        return Missing()
+
+    def done_value(self, job_id: str) -> bytes | None:
+        """The done list's element: inline result bytes, error JSON, or b'' (S3 result)."""
+        return self._r.lindex(keys.done(job_id), 0)
+
+    def wait_done(self, job_id: str, timeout_s: float) -> bool:
+        """Block until the job's done list exists or the timeout passes.
+
+        BLMOVE from the list to itself rotates a one-element list in place: every waiter sees
+        the element and nobody consumes it (unlike BLPOP); a list costs far less than a
+        one-entry stream (bench/RESULTS.md)."""
+        key = keys.done(job_id)
+        if timeout_s <= 0:
+            return bool(self._r.exists(key))
+        return self._r.blmove(key, key, timeout_s, "RIGHT", "LEFT") is not None

@@ -1,0 +1,162 @@
+"""Enqueue: inline jobs in one namespace-slot script (enqueue_inline.lua); S3-tier jobs in
+three steps, job slot then namespace slot then job slot (enqueue_begin_ref.lua,
+enqueue_append.lua, enqueue_record_entry.lua), ordered so a crash in between is repaired by a
+retry and a job id is never handed out for a job that is in no queue."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import keys
+from ..records import (
+    InlineCreated,
+    InlineExists,
+    InlineJob,
+    LegacyIdempotency,
+    Missing,
+    OtherQueue,
+    RefEnqueued,
+    RefQueued,
+    RefResume,
+    text,
+)
+from . import layout1
+from ._base import StoreBase, decoded
+
+
+class EnqueueSteps(StoreBase):
+    def enqueue_inline_many(
+        self,
+        namespace: str,
+        queue: str,
+        jobs: list[InlineJob],
+        *,
+        min_id_ms: int,
+        candidate_minutes: tuple[tuple[str, int], ...] = (),
+    ) -> list[InlineCreated | InlineExists | LegacyIdempotency]:
+        """Append inline jobs of one queue, in request order, by one script (one round trip,
+        single node or cluster: every key is in the namespace's slot), each unless one of its
+        key's candidate ids (a minute's 10 time chars + `job.candidate_tail`, for each
+        (chars, ms) of `candidate_minutes`, newest first) is indexed already."""
+        index_keys: list[str] = []
+        numbers: dict[int, int] = {}  # index span -> KEYS number of its hash
+
+        def index_number(ms: int) -> int:
+            span = ms // keys.INLINE_INDEX_SPAN_MS
+            found = numbers.get(span)
+            if found is None:
+                index_keys.append(keys.inline_index(namespace, ms))
+                found = numbers[span] = 2 + len(index_keys)  # KEYS[3..]
+            return found
+
+        runs: list[list[int]] = []
+        if any(job.candidate_tail for job in jobs):
+            for _, ms in candidate_minutes:
+                run_number = index_number(ms)
+                if runs and runs[-1][0] == run_number and runs[-1][1] < 99:
+                    runs[-1][1] += 1
+                else:
+                    runs.append([run_number, 1])
+        args: list[Any] = [
+            f"{min_id_ms}-0",
+            queue,
+            "".join([chars for chars, _ in candidate_minutes]) if runs else "",
+            "".join([f"{n:02d}{count:02d}" for n, count in runs]),
+            keys.CONSUMER_GROUP,
+        ]
+        legacy_keys: list[str] = []
+        for job in jobs:
+            legacy = 0
+            if job.idempotency_key:
+                legacy_keys.append(layout1.idempotency_key(namespace, job.idempotency_key))
+                legacy = -len(legacy_keys)  # numbered once the index hashes are all known
+            args += [
+                job.job_id,
+                job.data,
+                index_number(job.job_ms),
+                job.index_until_ms,
+                job.candidate_tail,
+                legacy,
+            ]
+        legacy_base = 2 + len(index_keys)  # legacy_keys[n] is KEYS[legacy_base + n + 1]
+        for i in range(5 + 5, len(args), 6):
+            if args[i] < 0:
+                args[i] = legacy_base - args[i]
+        keys_ = [keys.queue(namespace, queue), keys.queue_names(namespace), *index_keys]
+        replies = self._run("enqueue_inline", [*keys_, *legacy_keys], args)
+        answers: list[InlineCreated | InlineExists | LegacyIdempotency] = []
+        for reply in map(decoded, replies):
+            if reply[0] == "exists":
+                answers.append(InlineExists(job_id=reply[1], queue=reply[2]))
+            elif reply[0] == "legacy":
+                answers.append(LegacyIdempotency(job_id=reply[1]))
+            else:
+                answers.append(InlineCreated(job_id=reply[1]))
+        return answers
+
+    def find_inline_job(
+        self, namespace: str, candidates: list[tuple[str, int]]
+    ) -> tuple[str, str] | None:
+        """The first of `candidates` ((job id, its ms)) indexed as an inline job of the namespace:
+        (job id, queue), or None. Read-only, one round trip (every index is in the namespace's
+        slot)."""
+        if not candidates:
+            return None
+        # One HMGET per index hour, as the enqueue script looks them up.
+        by_index: dict[str, list[str]] = {}
+        for job_id, ms in candidates:
+            by_index.setdefault(keys.inline_index(namespace, ms), []).append(job_id)
+        pipe = self._r.pipeline(transaction=False)
+        for index, ids in by_index.items():
+            pipe.hmget(index, ids)
+        found: dict[str, bytes | str] = {}
+        for ids, queues in zip(by_index.values(), pipe.execute(), strict=True):
+            found.update((i, q) for i, q in zip(ids, queues, strict=True) if q is not None)
+        for job_id, _ in candidates:  # newest first
+            if job_id in found:
+                return job_id, text(found[job_id])
+        return None
+
+    def queued_inline(self, namespace: str, job_id: str, job_ms: int) -> str | None:
+        """Queue of an inline job that is (or was) queued and has no hash, from the index."""
+        return text(self._r.hget(keys.inline_index(namespace, job_ms), job_id))
+
+    def begin_ref_enqueue(
+        self, job_id: str, namespace: str, queue: str, now_ms: int
+    ) -> RefQueued | RefResume | RefEnqueued | OtherQueue | Missing:
+        reply = self._run_on_job(
+            "enqueue_begin_ref", job_id, [keys.job(job_id)], [namespace, queue, now_ms]
+        )
+        match reply[0]:
+            case "created":
+                return RefQueued()
+            case "resume":
+                return RefResume()
+            case "exists":
+                return RefEnqueued()
+            case "other_queue":
+                return OtherQueue(reply[1])
+        return Missing()
+
+    def append(
+        self, namespace: str, queue: str, job_id: str, *, inline: bytes | None, min_id_ms: int
+    ) -> str:
+        """XADD the job's entry (creating the queue and its group at its first job)."""
+        args: list[Any] = [f"{min_id_ms}-0", queue, keys.CONSUMER_GROUP, job_id]
+        if inline is not None:
+            args.append(inline)
+        # MINID ~ drops entries older than the retention (their jobs have expired anyway);
+        # approximate trimming is ~3x cheaper than exact and never touches recent entries.
+        return text(
+            self._run(
+                "enqueue_append", [keys.queue(namespace, queue), keys.queue_names(namespace)], args
+            )
+        )
+
+    def record_entry(self, job_id: str, stream_id: str, *, overwrite: bool = False) -> bool:
+        """Remember the job's queue entry id; without overwrite only if none is recorded."""
+        return bool(
+            self._run(
+                "enqueue_record_entry", [keys.job(job_id)], [stream_id, 1 if overwrite else 0]
+            )
+        )

@@ -1,0 +1,45 @@
+"""Everything for the upgrade from layout 1 (long field names, separate issue records,
+idempotency strings), in one module: delete it with `layout1_migrate.lua`, the `legacy` first
+lines of the scripts, `keys.issue`/`keys.idempotency` and the layout-1 branch of the inline
+enqueue once no layout-1 job can be left (RESULT_TTL_S after the upgrade).
+
+A layout-1 hash has a `state` field (layout 2 never does). Every job-slot script answers
+`legacy` for one; the store then converts the job in place and runs the script again."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .. import keys
+from ..records import DEFAULT_CONTENT_TYPE
+
+if TYPE_CHECKING:
+    from ._base import StoreBase
+
+LEGACY_FIELD = b"state"
+
+
+def is_legacy(raw: dict) -> bool:
+    return bool(raw) and LEGACY_FIELD in raw
+
+
+def migrate(store: StoreBase, job_id: str) -> bool:
+    """Convert a layout-1 job (and its issue records) to layout 2 in place; False if it was
+    not a layout-1 job."""
+    return bool(
+        store._run(
+            "layout1_migrate",
+            [
+                keys.job(job_id),
+                keys.done(job_id),
+                keys.issue(job_id, "args"),
+                keys.issue(job_id, "result"),
+            ],
+            [DEFAULT_CONTENT_TYPE],
+        )
+    )
+
+
+def idempotency_key(namespace: str, idempotency_key_: str) -> str:
+    """The layout-1 string an inline enqueue with an Idempotency-Key may still find."""
+    return keys.idempotency(namespace, idempotency_key_)

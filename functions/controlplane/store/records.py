@@ -1,0 +1,336 @@
+"""What the job store hands to logic: job records, queue entries, and one small type per answer
+a script can give. Together with `RedisJobStore`'s methods this is the store's public interface:
+logic matches on these types and never reads a raw hash field, a Lua status string or a key.
+
+No Redis import here (the authorizer's cold start never pays for it)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Literal, overload
+
+from ..models.domain import JobStatus, Tier
+from . import keys
+
+DEFAULT_CONTENT_TYPE = "application/msgpack"
+# How a job ended: inline result bytes, an S3 result, or an error (all three kept by the store).
+ResultForm = Literal["inline", "s3", "error"]
+
+
+# -- records -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Issued:
+    """What the CP issued for one S3 key of a job (args or result)."""
+
+    size: int
+    content_type: str
+    sha256: str | None  # hex
+    presigns: int
+    issued_ms: int | None
+    # The delivery (attempt) that presigned a result key; None for args and older issues.
+    attempt: int | None = None
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """A job as stored, decoded."""
+
+    job_id: str
+    namespace: str
+    state: JobStatus
+    queue: str | None
+    tier: Tier
+    attempts: int
+    stream_id: str | None
+    created_ms: int | None
+    updated_ms: int | None
+    args: Issued | None
+    result_issue: Issued | None
+    result_kind: str | None  # "i" inline | "s" S3 | "e" error
+    # The current (or last) delivery's lease; None before any delivery or for jobs delivered
+    # before leases existed.
+    lease: str | None = None
+    # What the accepted result post is remembered by (`post_digest`), once the job ended.
+    accepted_post: bytes | None = field(default=None, repr=False)
+    cancel_requested: bool = False
+    # False for a queued inline job, which has no hash yet (its index answered for it).
+    stored: bool = True
+    # The done list's element when it was read with the hash (`get_job(..., with_done=True)`).
+    done: bytes | None = field(default=None, repr=False)
+    done_read: bool = field(default=False, repr=False)
+
+
+@dataclass(frozen=True)
+class InlineJob:
+    """An inline job to append: its id and the ms its id carries, its bytes, when its inline
+    index hash may expire, and for a job enqueued with an Idempotency-Key the key (layout-1
+    lookup) and the 16-char tail every candidate id of that key ends with."""
+
+    job_id: str
+    job_ms: int
+    data: bytes
+    index_until_ms: int
+    idempotency_key: str | None = None
+    candidate_tail: str = ""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One queue stream entry as read by a daemon's poll (both layouts' field names)."""
+
+    queue: str
+    stream_id: str
+    job_id: str
+    inline: bytes | None
+
+    @classmethod
+    def parse(cls, queue: str, stream_id: str, fields: dict) -> Entry:
+        job = fields.get(b"j", fields.get(b"job", b""))
+        inline = fields.get(b"b", fields.get(b"inline"))
+        return cls(queue, stream_id, text(job) or "", inline)
+
+
+# -- answers: one type per thing a script can say --------------------------------------------
+# Shared by several scripts.
+
+
+@dataclass(frozen=True)
+class Missing:
+    """No such job (in this namespace)."""
+
+
+@dataclass(frozen=True)
+class LeaseMismatch:
+    """The lease is not the current delivery's; nothing changed."""
+
+    state: str
+
+
+@dataclass(frozen=True)
+class NotRunning:
+    """The job is not running (queued, awaiting its upload, …); nothing changed."""
+
+    state: str
+
+
+@dataclass(frozen=True)
+class Ended:
+    """The job is in a terminal state already; nothing changed."""
+
+    state: str
+
+
+@dataclass(frozen=True)
+class SamePost:
+    """A repeat of the post the job ended with (an SDK retry or a re-sent script): nothing
+    changed; its queue entry, if named, is still to be dropped."""
+
+    entry_id: str
+    queue: str
+
+
+# Presign.
+
+
+@dataclass(frozen=True)
+class ResultIssued:
+    """This delivery's result key is recorded (new, or replacing an earlier delivery's)."""
+
+    attempt: int
+
+
+@dataclass(frozen=True)
+class ResultIssuedBefore:
+    """This delivery presigned its result before: a re-presign."""
+
+
+# Enqueue.
+
+
+@dataclass(frozen=True)
+class RefQueued:
+    """An S3-tier job went awaiting_upload -> queued: append its entry."""
+
+
+@dataclass(frozen=True)
+class RefResume:
+    """Queued by an earlier request that never recorded its entry: append it now."""
+
+
+@dataclass(frozen=True)
+class RefEnqueued:
+    """Queued and its entry recorded: a repeat."""
+
+
+@dataclass(frozen=True)
+class OtherQueue:
+    queue: str
+
+
+@dataclass(frozen=True)
+class InlineCreated:
+    job_id: str
+
+
+@dataclass(frozen=True)
+class InlineExists:
+    """A job of the Idempotency-Key exists already."""
+
+    job_id: str
+    queue: str
+
+
+@dataclass(frozen=True)
+class LegacyIdempotency:
+    """A layout-1 idempotency record names the key's job."""
+
+    job_id: str
+
+
+# Delivery.
+
+
+@dataclass(frozen=True)
+class Delivered:
+    attempt: int
+    tier: Tier
+    args: Issued | None
+
+
+@dataclass(frozen=True)
+class StaleEntry:
+    """The entry is not the job's current one: drop it."""
+
+
+@dataclass(frozen=True)
+class Leased:
+    """Another delivery's lease is alive (heartbeats): not ours, not stale."""
+
+
+@dataclass(frozen=True)
+class CancelledAtDelivery:
+    """A cancel was requested: the job ended cancelled instead of running again."""
+
+
+@dataclass(frozen=True)
+class DeliveryLimit:
+    """Delivered max_deliveries times already: the job ended failed."""
+
+    deliveries: int
+
+
+@dataclass(frozen=True)
+class EntryExpired:
+    """The entry is older than the retention, or names no job."""
+
+
+# Completion.
+
+
+@dataclass(frozen=True)
+class Completed:
+    entry_id: str
+    queue: str
+    state: JobStatus
+
+
+@dataclass(frozen=True)
+class OtherResult:
+    """The job ended with another post: it accepts no other result."""
+
+    state: str
+
+
+@dataclass(frozen=True)
+class Requeued:
+    """payload_lost: queued again; append a new entry, drop `entry_id`."""
+
+    entry_id: str
+    queue: str
+
+
+@dataclass(frozen=True)
+class LostForGood:
+    """payload_lost: the job ended payload_lost; drop its entry."""
+
+    entry_id: str
+    queue: str
+
+
+# Life cycle.
+
+
+@dataclass(frozen=True)
+class HeartbeatTaken:
+    cancel_requested: bool
+    entry_id: str
+    queue: str
+    consumer: str
+
+
+@dataclass(frozen=True)
+class CancelledQueued:
+    """A queued job ended cancelled: drop its entry (if named)."""
+
+    entry_id: str
+    queue: str
+
+
+@dataclass(frozen=True)
+class CancelRequested:
+    """The job is running: its daemon learns of the cancel at its next heartbeat."""
+
+
+# -- encoding helpers shared by the store's modules ---------------------------------------
+
+
+# Only a missing value decodes to None: a reply's ids, keys and statuses are never None.
+@overload
+def text(value: None) -> None: ...
+@overload
+def text(value: bytes | str) -> str: ...
+def text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def number(value: Any, default: int = 0) -> int:
+    return default if value in (None, b"", "") else int(value)
+
+
+def sha_raw(hex_digest: str | None) -> bytes | None:
+    return bytes.fromhex(hex_digest) if hex_digest else None
+
+
+def sha_hex(raw: bytes | None) -> str | None:
+    return raw.hex() if raw else None
+
+
+def post_digest(kind: str, data: bytes | str) -> bytes:
+    """What a result post is remembered by (16 bytes): its kind and sha256 of its content."""
+    raw = data.encode() if isinstance(data, str) else data
+    return kind[0].encode() + hashlib.sha256(raw).digest()[:15]
+
+
+@lru_cache(maxsize=64)
+def fixed_error_digest(error_json: str) -> bytes:
+    """post_digest() of the few fixed error bodies a delivery may write (limit, cancelled)."""
+    return post_digest("error", error_json)
+
+
+def inline_index_expiry_ms(job_ms: int, retention_s: int) -> int:
+    """When the inline index hash that holds a job of `job_ms` may expire: the end of its hour
+    plus the retention (the job can be queued that long)."""
+    span = keys.INLINE_INDEX_SPAN_MS
+    return (job_ms // span + 1) * span + retention_s * 1000
+
+
+def dumps(value: Any) -> str:
+    """Canonical JSON (sorted keys, no spaces): error bodies and references stored or hashed."""
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
