@@ -225,6 +225,23 @@ class IntegrityFaults:
 
         return redis.Redis.from_url(self.run.stack.redis.url, socket_timeout=10)
 
+    def read_redis(self, read: Callable[[Any], Any], timeout_s: float = 30.0) -> Any:
+        """`read(client)` on the stack's redis-server, tried again while the suite has it down
+        (its SIGKILL and restart)."""
+        import redis
+
+        deadline = time.monotonic() + timeout_s
+        while True:
+            r = self.redis()
+            try:
+                return read(r)
+            except (redis.ConnectionError, redis.TimeoutError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+            finally:
+                r.close()
+
     def wait_terminal(self, client: Client, entries: list[Entry], timeout_s: float) -> dict:
         """job id -> last status read, once every job is terminal or `timeout_s` passed."""
         terminal = {"succeeded", "failed", "payload_lost", "payload_corrupt", "cancelled"}
@@ -257,29 +274,28 @@ class IntegrityFaults:
     def where_is(self, job_id: str, queue: str) -> dict:
         """What Redis holds for a job: its hash state, the entry it points at, whether any entry
         of its queue stream (or of the group's pending list) carries it."""
+        return self.read_redis(lambda r: self._where_is(r, job_id, queue))
+
+    def _where_is(self, r: Any, job_id: str, queue: str) -> dict:
         import redis
         from controlplane.store import keys
 
-        r = self.redis()
+        fields = {k.decode(): v for k, v in r.hgetall(keys.job(job_id)).items()}
+        state = (fields.get("s") or fields.get("state") or b"").decode()
+        x = (fields.get("x") or fields.get("stream_id") or b"").decode()
+        stream = keys.queue(NAMESPACE, queue)
+        entries = [i.decode() for i, f in r.xrange(stream) if job_id.encode() in f.values()]
         try:
-            fields = {k.decode(): v for k, v in r.hgetall(keys.job(job_id)).items()}
-            state = (fields.get("s") or fields.get("state") or b"").decode()
-            x = (fields.get("x") or fields.get("stream_id") or b"").decode()
-            stream = keys.queue(NAMESPACE, queue)
-            entries = [i.decode() for i, f in r.xrange(stream) if job_id.encode() in f.values()]
-            try:
-                rows = r.xpending_range(stream, keys.CONSUMER_GROUP, "-", "+", 1000)
-            except redis.ResponseError:  # no group yet
-                rows = []
-            pending = [row["message_id"].decode() for row in rows]
-            return {
-                "state": state,
-                "entry_in_hash": x,
-                "entries_in_stream": entries,
-                "entry_pending": x in pending if x else False,
-            }
-        finally:
-            r.close()
+            rows = r.xpending_range(stream, keys.CONSUMER_GROUP, "-", "+", 1000)
+        except redis.ResponseError:  # no group yet
+            rows = []
+        pending = [row["message_id"].decode() for row in rows]
+        return {
+            "state": state,
+            "entry_in_hash": x,
+            "entries_in_stream": entries,
+            "entry_pending": x in pending if x else False,
+        }
 
     # -- 1. payload_lost reports while other daemons block in polls ------------------------------
 
@@ -571,21 +587,20 @@ class IntegrityFaults:
 
     def ghost_keys(self) -> dict[str, int]:
         """Redis keys, and members of the namespace's sets/hashes, that carry a ghost name."""
-        r = self.redis()
-        try:
-            keys_ = sum(1 for _ in r.scan_iter(match=f"*{GHOST_PREFIX}*", count=1000))
-            members = 0
-            for key in r.scan_iter(match=f"ps:{{ns:{NAMESPACE}}}:*", count=1000):
-                kind = r.type(key).decode()
-                if kind == "set":
-                    members += sum(1 for _ in r.sscan_iter(key, match=f"*{GHOST_PREFIX}*"))
-                elif kind == "zset":
-                    members += sum(1 for _ in r.zscan_iter(key, match=f"*{GHOST_PREFIX}*"))
-                elif kind == "hash":
-                    members += sum(1 for _ in r.hscan_iter(key, match=f"*{GHOST_PREFIX}*"))
-            return {"keys": keys_, "members": members, "dbsize": int(r.dbsize())}
-        finally:
-            r.close()
+        return self.read_redis(self._ghost_keys)
+
+    def _ghost_keys(self, r: Any) -> dict[str, int]:
+        keys_ = sum(1 for _ in r.scan_iter(match=f"*{GHOST_PREFIX}*", count=1000))
+        members = 0
+        for key in r.scan_iter(match=f"ps:{{ns:{NAMESPACE}}}:*", count=1000):
+            kind = r.type(key).decode()
+            if kind == "set":
+                members += sum(1 for _ in r.sscan_iter(key, match=f"*{GHOST_PREFIX}*"))
+            elif kind == "zset":
+                members += sum(1 for _ in r.zscan_iter(key, match=f"*{GHOST_PREFIX}*"))
+            elif kind == "hash":
+                members += sum(1 for _ in r.hscan_iter(key, match=f"*{GHOST_PREFIX}*"))
+        return {"keys": keys_, "members": members, "dbsize": int(r.dbsize())}
 
     def ghost_queues(self) -> None:
         r = self.run
