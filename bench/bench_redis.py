@@ -38,7 +38,7 @@ os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
 
 import redis
 from controlplane.logic.context import Deps, Principal
-from controlplane.logic.dispatch import poll, post_result
+from controlplane.logic.daemon import poll, post_result
 from controlplane.logic.enqueue import enqueue
 from controlplane.logic.presign import presign_put
 from controlplane.models.domain import PayloadRef

@@ -24,6 +24,7 @@ _EXPORTS = {
     "wait": "._waiting",
     "Client": ".client",
     "Job": ".client",
+    "JobInfo": ".client",
     "JobStatus": ".client",
     "Queue": ".client",
     "QueueInfo": ".client",
@@ -75,6 +76,7 @@ __all__ = [
     "Job",
     "JobCancelled",
     "JobFailed",
+    "JobInfo",
     "JobNotFound",
     "JobStatus",
     "LeaseMismatch",
@@ -113,7 +115,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from ._http import RetryPolicy
-    from .client import Client, Job, JobStatus, Queue, ServerConfig
+    from .client import Client, Job, JobInfo, JobStatus, Queue, ServerConfig
     from .daemon import CurrentJob, Daemon, current_job
     from .errors import (
         ApiError,

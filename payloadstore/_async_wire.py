@@ -26,7 +26,7 @@ from ._wire import (
     Enqueued,
     Health,
     HeartbeatAnswer,
-    JobStatus,
+    JobInfo,
     PayloadRef,
     PolledJob,
     QueueInfo,
@@ -153,7 +153,7 @@ class AsyncWire:
     async def enqueue_ref(self, queue: str, ref: PayloadRef) -> Enqueued:
         return await self.send(_wire.enqueue_ref(self.namespace, queue, ref))
 
-    async def job_status(self, job_id: str) -> JobStatus:
+    async def job_status(self, job_id: str) -> JobInfo:
         return await self.send(_wire.job_status(self.namespace, job_id))
 
     async def job_result(self, job_id: str, *, wait_s: float) -> ResultAnswer:
@@ -166,7 +166,7 @@ class AsyncWire:
 
     async def jobs_status(
         self, job_ids: list[str], *, wait_s: float = 0.0
-    ) -> list[JobStatus | _wire.ItemRefused]:
+    ) -> list[JobInfo | _wire.ItemRefused]:
         return await self.send(_wire.jobs_status(self.namespace, job_ids, wait_s=wait_s))
 
     async def queue_list(self) -> list[QueueInfo]:

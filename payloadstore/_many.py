@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ._wire import CODE_ERRORS, BatchItem, ItemRefused, JobStatus, ServerConfig, status_error
+from ._wire import CODE_ERRORS, BatchItem, ItemRefused, JobInfo, ServerConfig, status_error
 from .errors import ApiError, BatchError
 
 ALL_COMPLETED = "ALL_COMPLETED"
@@ -116,7 +116,7 @@ class Watch:
         last_wait = longest if remaining is None else min(longest, remaining)
         return [(c, last_wait if i == len(chunks) - 1 else 0.0) for i, c in enumerate(chunks)]
 
-    def apply(self, answers: list[JobStatus | ItemRefused]) -> list[Any]:
+    def apply(self, answers: list[JobInfo | ItemRefused]) -> list[Any]:
         """The jobs that are now finished (terminal, or unknown to the control plane)."""
         finished: list[Any] = []
         for answer in answers:

@@ -165,7 +165,7 @@ class Enqueued:
 
 
 @dataclass(frozen=True)
-class JobStatus:
+class JobInfo:
     job_id: str
     state: str
     queue: str | None = None
@@ -180,6 +180,10 @@ class JobStatus:
     @property
     def done(self) -> bool:
         return self.state in TERMINAL_STATES
+
+
+# The name before JobInfo (the control plane's JobStatus is the enum of job states).
+JobStatus = JobInfo
 
 
 @dataclass(frozen=True)

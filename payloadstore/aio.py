@@ -44,7 +44,7 @@ from ._many import (
     windows,
 )
 from ._payloads import Payloads
-from ._wire import BatchItem, Enqueued, JobStatus, QueueInfo, ServerConfig
+from ._wire import BatchItem, Enqueued, JobInfo, QueueInfo, ServerConfig
 from .client import (
     DEFAULT_MAP_CONCURRENCY,
     DEFAULT_NAMESPACE,
@@ -403,7 +403,7 @@ class AsyncQueue:
 class AsyncJob(JobHandle):
     client: AsyncClient
 
-    async def status(self) -> JobStatus:
+    async def status(self) -> JobInfo:
         status = await self.client.wire.job_status(self.job_id)
         self._last = status
         self.tier = self.tier or status.tier

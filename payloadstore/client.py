@@ -42,6 +42,7 @@ from ._wire import (
     CancelAnswer,
     Enqueued,
     ItemRefused,
+    JobInfo,
     JobStatus,
     QueueInfo,
     ResultAnswer,
@@ -70,6 +71,7 @@ __all__ = [
     "Client",
     "DoneAndPending",
     "Job",
+    "JobInfo",
     "JobStatus",
     "Queue",
     "QueueInfo",
@@ -536,7 +538,7 @@ class JobHandle:
         self.queue = queue
         self._result: Any = None
         self._has_result = False
-        self._last: JobStatus | ItemRefused | None = None
+        self._last: JobInfo | ItemRefused | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.job_id!r}, tier={self.tier!r}, queue={self.queue!r})"
@@ -547,14 +549,14 @@ class JobHandle:
         last = self._last
         return None if last is None else getattr(last, "state", "unknown")
 
-    def _finished(self, answer: JobStatus | ItemRefused) -> None:
+    def _finished(self, answer: JobInfo | ItemRefused) -> None:
         self._last = answer
 
 
 class Job(JobHandle):
     client: Client
 
-    def status(self) -> JobStatus:
+    def status(self) -> JobInfo:
         status = self.client.wire.job_status(self.job_id)
         self._last = status
         self.tier = self.tier or status.tier

@@ -34,6 +34,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable
+from enum import StrEnum
 from typing import Any
 
 from . import codec
@@ -53,15 +54,28 @@ from .errors import (
 
 log = logging.getLogger("payloadstore.daemon")
 
-# Outcomes of one job, as counted in `Daemon.stats`.
-SUCCEEDED = "succeeded"
-FAILED = "failed"
-PAYLOAD_CORRUPT = "payload_corrupt"
-PAYLOAD_LOST = "payload_lost"
-REFUSED = "refused"  # the control plane would not take the result (409: redelivered elsewhere)
-ABANDONED = "abandoned"  # could not store/post the result; the job is redelivered after the visibility timeout
-CANCELLED = "cancelled"  # a client cancelled the job while it ran; posted as error type Cancelled
-TAKEN = "taken"  # the lease ran out and the job was delivered again: nothing posted
+class DeliveryOutcome(StrEnum):
+    """How one delivery ended on this daemon, as counted in `Daemon.stats`. Not job states:
+    REFUSED, ABANDONED and TAKEN say what the daemon did, and the job goes on elsewhere."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    PAYLOAD_CORRUPT = "payload_corrupt"
+    PAYLOAD_LOST = "payload_lost"
+    # The control plane would not take the result (409: redelivered elsewhere).
+    REFUSED = "refused"
+    # Could not store/post the result; the job is redelivered after the visibility timeout.
+    ABANDONED = "abandoned"
+    # A client cancelled the job while it ran; posted as error type Cancelled.
+    CANCELLED = "cancelled"
+    # The lease ran out and the job was delivered again: nothing posted.
+    TAKEN = "taken"
+
+
+SUCCEEDED, FAILED = DeliveryOutcome.SUCCEEDED, DeliveryOutcome.FAILED
+PAYLOAD_CORRUPT, PAYLOAD_LOST = DeliveryOutcome.PAYLOAD_CORRUPT, DeliveryOutcome.PAYLOAD_LOST
+REFUSED, ABANDONED = DeliveryOutcome.REFUSED, DeliveryOutcome.ABANDONED
+CANCELLED, TAKEN = DeliveryOutcome.CANCELLED, DeliveryOutcome.TAKEN
 
 CANCELLED_ERROR_TYPE = "Cancelled"
 # Heartbeat at a third of the lease, as SQS ChangeMessageVisibility guidance has it; never more

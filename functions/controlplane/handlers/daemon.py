@@ -6,7 +6,7 @@ from typing import Annotated
 
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
-from ..logic.dispatch import poll, post_result, report_failure
+from ..logic.daemon import poll, post_result, report_failure
 from ..logic.lifecycle import heartbeat
 from ..models.wire import (
     FailureReport,
