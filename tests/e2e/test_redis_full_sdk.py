@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from controlplane.store import keys
 
 from payloadstore._http import RetryPolicy
 from payloadstore.devstack.services import RedisServer
@@ -84,7 +85,7 @@ def test_inline_submits_into_a_full_redis_never_return_a_phantom(
         assert jobs, "no submit went through"
         # And nothing is left in the queue: no job id was handed out for a job in no queue
         r = redis.Redis.from_url(server.url)
-        assert r.xlen(f"ps:{{ns:dev}}:q:{queue}") == 0
+        assert r.xlen(keys.queue("dev", queue)) == 0
         # And the wall was really reached: the guard rerouted payloads through S3, or (guard
         # off) Redis itself refused writes with OOM
         if guard == "default":

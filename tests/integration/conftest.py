@@ -1,19 +1,16 @@
-"""Call the real lambda_handlers with API Gateway events against our redis-server and moto's S3."""
+"""Call the real lambda_handlers with API Gateway events against our redis-server and moto's S3.
+
+Fixtures only: the helpers tests import (`ControlPlane`, `upload`, `sha256_hex`, ...) live in
+tests/support/control_plane.py."""
 
 from __future__ import annotations
 
-import base64
-import importlib
-import json
 import uuid
-from dataclasses import dataclass
 
 import pytest
 
+from tests.support.control_plane import TOKEN_PATH, ControlPlane
 from tests.support.env import patched_environ
-from tests.support.events import FakeLambdaContext, api_event
-
-TOKEN_PATH = "/payloadstore-test/tokens"
 
 
 @pytest.fixture(scope="session")
@@ -36,14 +33,14 @@ def cp_env(redis_server, aws_env, payload_bucket):
 
 
 def reset_caches() -> None:
-    from controlplane.handlers import _common, authorizer
+    from controlplane.handlers import _deps, authorizer
     from controlplane.logic import health
     from controlplane.models.settings import get_settings
     from controlplane.store.tokens import process_token_store
 
     health._bucket_cache.clear()
     get_settings.cache_clear()
-    _common.get_deps.cache_clear()
+    _deps.get_deps.cache_clear()
     authorizer.token_store.cache_clear()
     process_token_store.cache_clear()
 
@@ -62,205 +59,6 @@ def settings_env(cp_env, monkeypatch):
     reset_caches()
 
 
-@dataclass
-class Reply:
-    status: int
-    headers: dict
-    raw_body: str
-
-    @property
-    def json(self):
-        return json.loads(self.raw_body) if self.raw_body else None
-
-    @property
-    def error(self) -> dict:
-        return (self.json or {}).get("error", {})
-
-
-ZEROS = object()
-
-
-class ControlPlane:
-    """One namespace's view of the control plane, speaking events to the handlers."""
-
-    def __init__(self, namespace: str):
-        self.ns = namespace
-        self.queue = "q" + uuid.uuid4().hex[:8]
-        # The lease of each job's latest delivery seen by poll(): post_result() and report()
-        # send it unless the body names one, as the holder of the delivery would.
-        self.leases: dict[str, str] = {}
-
-    def call(
-        self,
-        function: str,
-        method: str,
-        resource: str,
-        path_params=None,
-        *,
-        role="client",
-        namespace: str | None = "",
-        **kw,
-    ) -> Reply:
-        """namespace: "" = this namespace's token, None = no authorizer context at all."""
-        module = importlib.import_module(f"controlplane.handlers.{function}")
-        ns = self.ns if namespace == "" else namespace
-        event = api_event(method, resource, path_params, namespace=ns, role=role, **kw)
-        out = module.lambda_handler(event, FakeLambdaContext())
-        body = out.get("body") or ""
-        if out.get("isBase64Encoded"):
-            body = base64.b64decode(body).decode()
-        headers = dict(out.get("headers") or {})
-        headers.update({k: v[-1] for k, v in (out.get("multiValueHeaders") or {}).items() if v})
-        return Reply(out["statusCode"], headers, body)
-
-    # -- routes -------------------------------------------------------------------------
-    def presign_put(
-        self,
-        size,
-        *,
-        role="client",
-        kind=None,
-        job_id=None,
-        sha256=ZEROS,
-        content_type=None,
-        namespace=None,
-        lease=None,
-    ) -> Reply:
-        """sha256: ZEROS (the default) = the sha256 of `size` zero bytes (for tests that never
-        upload, or upload other bytes on purpose); None = send none."""
-        if sha256 is ZEROS:
-            sha256 = sha256_hex(b"\0" * size) if 0 < size <= 2**20 else "0" * 64
-        body = {
-            k: v
-            for k, v in {
-                "kind": kind,
-                "job_id": job_id,
-                "sha256": sha256,
-                "content_type": content_type,
-                "lease": lease,
-            }.items()
-            if v is not None
-        }
-        if kind is None:
-            body["kind"] = "result" if role == "daemon" else "args"
-        if body["kind"] == "result" and lease is None:
-            # A result is presigned by the holder of the job's latest delivery, with its lease.
-            body = self._with_lease(job_id, body)
-        return self.call(
-            "payloads",
-            "POST",
-            "/v1/namespaces/{ns}/payloads/presign",
-            {"ns": namespace or self.ns},
-            role=role,
-            query={"op": "put", "size": str(size)},
-            body=body,
-        )
-
-    def presign_get(self, key, *, role="daemon") -> Reply:
-        return self.call(
-            "payloads",
-            "POST",
-            "/v1/namespaces/{ns}/payloads/presign",
-            {"ns": self.ns},
-            role=role,
-            query={"op": "get", "key": key},
-        )
-
-    def enqueue(
-        self,
-        *,
-        ref=None,
-        inline: bytes | None = None,
-        raw: bytes | None = None,
-        queue=None,
-        headers=None,
-        body=None,
-    ) -> Reply:
-        params = {"ns": self.ns, "queue": queue or self.queue}
-        resource = "/v1/namespaces/{ns}/queues/{queue}/jobs"
-        if raw is not None:
-            return self.call(
-                "jobs",
-                "POST",
-                resource,
-                params,
-                body=raw,
-                headers={"Content-Type": "application/msgpack", **(headers or {})},
-            )
-        if body is None:
-            body = {}
-            if ref is not None:
-                body["payloadRef"] = ref
-            if inline is not None:
-                body["payloadInline"] = base64.b64encode(inline).decode()
-        return self.call("jobs", "POST", resource, params, body=body, headers=headers)
-
-    def status(self, job_id, role="client") -> Reply:
-        return self.call(
-            "jobs",
-            "GET",
-            "/v1/namespaces/{ns}/jobs/{job_id}",
-            {"ns": self.ns, "job_id": job_id},
-            role=role,
-        )
-
-    def result(self, job_id, wait=None) -> Reply:
-        return self.call(
-            "jobs",
-            "GET",
-            "/v1/namespaces/{ns}/jobs/{job_id}/result",
-            {"ns": self.ns, "job_id": job_id},
-            query={"wait": str(wait)} if wait is not None else None,
-        )
-
-    def poll(self, queues=None, wait_s=0, daemon_id="d1") -> Reply:
-        reply = self._poll(queues, wait_s, daemon_id)
-        if reply.status == 200 and reply.json.get("lease"):
-            self.leases[reply.json["job_id"]] = reply.json["lease"]
-        return reply
-
-    def _with_lease(self, job_id, body):
-        if isinstance(body, dict) and "lease" not in body and job_id in self.leases:
-            return {**body, "lease": self.leases[job_id]}
-        return body
-
-    def _poll(self, queues, wait_s, daemon_id) -> Reply:
-        return self.call(
-            "daemon",
-            "POST",
-            "/v1/daemon/poll",
-            role="daemon",
-            body={
-                "namespace": self.ns,
-                "queues": queues or [self.queue],
-                "wait_s": wait_s,
-                "daemon_id": daemon_id,
-            },
-        )
-
-    def post_result(self, job_id, body) -> Reply:
-        body = self._with_lease(job_id, body)
-        return self.call(
-            "daemon",
-            "POST",
-            "/v1/namespaces/{ns}/jobs/{job_id}/result",
-            {"ns": self.ns, "job_id": job_id},
-            role="daemon",
-            body=body,
-        )
-
-    def report(self, job_id, body) -> Reply:
-        body = self._with_lease(job_id, body)
-        return self.call(
-            "daemon",
-            "POST",
-            "/v1/namespaces/{ns}/jobs/{job_id}/failure",
-            {"ns": self.ns, "job_id": job_id},
-            role="daemon",
-            body=body,
-        )
-
-
 @pytest.fixture
 def cp(cp_env) -> ControlPlane:
     return ControlPlane("t" + uuid.uuid4().hex[:10])
@@ -269,37 +67,3 @@ def cp(cp_env) -> ControlPlane:
 @pytest.fixture
 def other_cp(cp_env) -> ControlPlane:
     return ControlPlane("o" + uuid.uuid4().hex[:10])
-
-
-def sha256_hex(data: bytes) -> str:
-    import hashlib
-
-    return hashlib.sha256(data).hexdigest()
-
-
-def put_presigned(presign: dict, data: bytes):
-    """Upload as a client would: exactly the headers the CP returned, over real HTTP."""
-    import requests
-
-    return requests.put(presign["url"], data=data, headers=presign["headers"], timeout=30)
-
-
-def upload(
-    cp: ControlPlane, data: bytes, *, with_sha: bool = True, role="client", job_id=None
-) -> dict:
-    """Presign, PUT, and return the payloadRef to enqueue (or resultRef to post)."""
-    sha = sha256_hex(data) if with_sha else None
-    r = cp.presign_put(len(data), sha256=sha, role=role, job_id=job_id)
-    assert r.status == 200, r.raw_body
-    up = put_presigned(r.json, data)
-    assert up.status_code == 200, up.text
-    ref = {
-        "kind": "s3",
-        "bucket": r.json["bucket"],
-        "key": r.json["key"],
-        "size": len(data),
-        "contentType": "application/msgpack",
-    }
-    if sha:
-        ref["sha256"] = sha
-    return ref

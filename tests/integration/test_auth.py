@@ -8,7 +8,7 @@ import pytest
 from controlplane.handlers import admin, authorizer
 from controlplane.store.tokens import TokenStore, hash_token
 
-from tests.integration.conftest import TOKEN_PATH
+from tests.support.control_plane import TOKEN_PATH
 from tests.support.events import FakeLambdaContext, load_event
 
 

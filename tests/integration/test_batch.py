@@ -9,7 +9,7 @@ import time
 import msgpack
 import redis
 
-from tests.integration.conftest import upload
+from tests.support.control_plane import upload
 
 
 def b64(data: bytes) -> str:

@@ -14,7 +14,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from payloadstore.devstack.services import find_redis_server, free_port, port_is_open
-from tests.integration.conftest import upload
+from tests.support.control_plane import upload
 
 
 @pytest.fixture(scope="module")

@@ -7,10 +7,11 @@ import time
 
 import msgpack
 import redis
+from controlplane.store import keys
 from controlplane.store.records import ResultIssuedBefore
 from controlplane.store.redis_jobs import RedisJobStore
 
-from tests.integration.conftest import upload
+from tests.support.control_plane import upload
 
 
 def b64(data: bytes) -> str:
@@ -98,8 +99,8 @@ def test_result_inline_completes_job_acks_and_frees_the_entry(cp, redis_server):
     assert msgpack.unpackb(base64.b64decode(result.json["resultInline"])) == "done"
     # The queue entry (and its inline bytes) is gone from Redis and from the pending list
     client = redis.Redis.from_url(redis_server.url)
-    assert client.xlen(f"ps:{{ns:{cp.ns}}}:q:{cp.queue}") == 0
-    assert client.xpending(f"ps:{{ns:{cp.ns}}}:q:{cp.queue}", "daemons")["pending"] == 0
+    assert client.xlen(keys.queue(cp.ns, cp.queue)) == 0
+    assert client.xpending(keys.queue(cp.ns, cp.queue), keys.CONSUMER_GROUP)["pending"] == 0
 
 
 def test_same_result_twice_is_noop_and_different_is_409(cp):

@@ -8,7 +8,7 @@ from datetime import datetime
 import msgpack
 import requests
 
-from tests.integration.conftest import upload
+from tests.support.control_plane import upload
 
 
 def fetch(download: dict) -> bytes:

@@ -6,19 +6,20 @@ import base64
 
 import msgpack
 import redis
+from controlplane.store import keys
 
-from tests.integration.conftest import sha256_hex, upload
+from tests.support.control_plane import sha256_hex, upload
 
 
 def stream_len(redis_server, ns, queue) -> int:
-    return redis.Redis.from_url(redis_server.url).xlen(f"ps:{{ns:{ns}}}:q:{queue}")
+    return redis.Redis.from_url(redis_server.url).xlen(keys.queue(ns, queue))
 
 
 def test_inline_raw_msgpack_body_is_queued_in_the_stream_entry(cp, redis_server):
     payload = msgpack.packb({"args": [1, 2], "kwargs": {"x": "y"}})
     r = cp.enqueue(raw=payload)
     assert r.status == 201 and r.json["tier"] == "inline"
-    entries = redis.Redis.from_url(redis_server.url).xrange(f"ps:{{ns:{cp.ns}}}:q:{cp.queue}")
+    entries = redis.Redis.from_url(redis_server.url).xrange(keys.queue(cp.ns, cp.queue))
     assert len(entries) == 1
     # The entry is the job id and the bytes, nothing else
     assert entries[0][1] == {b"j": r.json["job_id"].encode(), b"b": payload}
@@ -66,7 +67,7 @@ def test_ref_enqueue_verifies_and_creates_a_job(cp, redis_server):
     status = cp.status(r.json["job_id"]).json
     assert status["payloadRef"]["key"] == ref["key"]
     assert status["payloadRef"]["sha256"] == sha256_hex(data)
-    entries = redis.Redis.from_url(redis_server.url).xrange(f"ps:{{ns:{cp.ns}}}:q:{cp.queue}")
+    entries = redis.Redis.from_url(redis_server.url).xrange(keys.queue(cp.ns, cp.queue))
     # No payload bytes and no reference in the entry: only the job id
     assert entries[0][1] == {b"j": r.json["job_id"].encode()}
 
@@ -152,7 +153,7 @@ def test_queue_stream_is_trimmed_of_entries_older_than_retention(cp, redis_serve
     import time
 
     r = redis.Redis.from_url(redis_server.url)
-    key = f"ps:{{ns:{cp.ns}}}:q:{cp.queue}"
+    key = keys.queue(cp.ns, cp.queue)
     old_ms = int((time.time() - 3 * 86400) * 1000)
     for i in range(300):
         r.xadd(key, {"j": "expired"}, id=f"{old_ms}-{i}")

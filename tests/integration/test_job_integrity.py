@@ -16,7 +16,7 @@ import requests
 from controlplane.store import keys
 from controlplane.store.redis_jobs import RedisJobStore
 
-from tests.integration.conftest import ControlPlane, put_presigned, sha256_hex, upload
+from tests.support.control_plane import ControlPlane, put_presigned, sha256_hex, upload
 
 
 def b64(data: bytes) -> str:

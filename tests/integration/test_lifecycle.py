@@ -8,6 +8,7 @@ import time
 
 import msgpack
 import redis
+from controlplane.store import keys
 
 UNKNOWN_JOB = "01KB7Z6Q3N4V8W2X5Y9Z0A1B2C"
 
@@ -238,7 +239,7 @@ def test_given_a_queued_job_when_cancelled_then_200_cancelled_and_never_delivere
     assert result.json["error"]["type"] == "Cancelled"
     # The queue entry (and its inline bytes) is gone
     client = redis.Redis.from_url(redis_server.url)
-    assert client.xlen(f"ps:{{ns:{cp.ns}}}:q:{cp.queue}") == 0
+    assert client.xlen(keys.queue(cp.ns, cp.queue)) == 0
     # A cancel again (a client's retry after a lost 200) says in data that it is cancelled
     again = cancel(cp, job)
     assert again.status == 409
@@ -297,7 +298,7 @@ def test_given_a_finished_job_when_cancelled_then_409_and_other_callers_are_refu
 
 
 def test_given_an_s3_tier_queued_job_when_cancelled_then_cancelled(cp, payload_bucket):
-    from tests.integration.conftest import upload
+    from tests.support.control_plane import upload
 
     ref = upload(cp, msgpack.packb(b"\x00" * 300_000))
     job = cp.enqueue(ref=ref).json["job_id"]
@@ -316,17 +317,17 @@ def test_given_idle_consumers_with_nothing_pending_when_polled_then_they_are_rem
     # Given: consumers a (finished its job: nothing pending) and b (holding a job)
     settings_env(STALE_CONSUMER_IDLE_S="1")
     client = redis.Redis.from_url(redis_server.url)
-    stream = f"ps:{{ns:{cp.ns}}}:q:{cp.queue}"
+    stream = keys.queue(cp.ns, cp.queue)
     first = cp.enqueue(raw=b"\x01").json["job_id"]
     assert cp.poll(daemon_id="a").status == 200
     assert cp.post_result(first, {"resultInline": b64(b"\x02")}).status == 204
     cp.enqueue(raw=b"\x01")
     assert cp.poll(daemon_id="b").status == 200
-    names = {c["name"].decode() for c in client.xinfo_consumers(stream, "daemons")}
+    names = {c["name"].decode() for c in client.xinfo_consumers(stream, keys.CONSUMER_GROUP)}
     assert {"a", "b"} <= names
     # When: they stay idle past STALE_CONSUMER_IDLE_S and daemon c polls
     time.sleep(1.3)
     assert cp.poll(daemon_id="c").status == 204
     # Then: a is gone; b (one pending entry) stays
-    names = {c["name"].decode() for c in client.xinfo_consumers(stream, "daemons")}
+    names = {c["name"].decode() for c in client.xinfo_consumers(stream, keys.CONSUMER_GROUP)}
     assert "a" not in names and "b" in names

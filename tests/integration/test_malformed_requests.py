@@ -7,7 +7,7 @@ import json
 import pytest
 import redis
 
-from tests.integration.conftest import ControlPlane
+from tests.support.control_plane import ControlPlane
 
 POLL = ("daemon", "POST", "/v1/daemon/poll")
 

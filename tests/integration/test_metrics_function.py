@@ -8,7 +8,7 @@ from pathlib import Path
 
 import msgpack
 
-from tests.integration.conftest import TOKEN_PATH
+from tests.support.control_plane import TOKEN_PATH
 from tests.support.events import FakeLambdaContext
 
 EVENT = json.loads((Path(__file__).parents[2] / "events" / "metrics_schedule.json").read_text())

@@ -8,8 +8,9 @@ from urllib.parse import parse_qs, urlparse
 import redis
 import requests
 from controlplane.models.domain import new_job_id
+from controlplane.store import keys
 
-from tests.integration.conftest import put_presigned, sha256_hex, upload
+from tests.support.control_plane import put_presigned, sha256_hex, upload
 
 
 def test_put_url_signs_length_type_and_checksum_and_round_trips_bytes(cp, s3_client):
@@ -163,7 +164,7 @@ def test_presign_is_recorded_in_redis_with_its_facts(cp, redis_server):
     r = cp.presign_put(4096, sha256="cd" * 32)
     # Then the job is born awaiting its upload, holding only what cannot be rebuilt
     client = redis.Redis.from_url(redis_server.url)
-    key = f"ps:{{j:{r.json['job_id']}}}:job"
+    key = keys.job(r.json["job_id"])
     rec = client.hgetall(key)
     assert rec == {
         b"n": cp.ns.encode(),

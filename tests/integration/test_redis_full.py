@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 import redis
+from controlplane.store import keys
 
 from payloadstore.devstack.services import RedisServer
-from tests.integration.conftest import ControlPlane, upload
+from tests.support.control_plane import ControlPlane, upload
 
 CHUNK = b"\x05" * 65_536
 
@@ -68,7 +69,7 @@ def over_the_wall(r: redis.Redis, margin: int = 65_536) -> None:
 def test_oom_is_503_redis_memory_full_and_never_a_phantom(small_redis):
     # Given a Redis with maxmemory and the guard switched off, so Redis itself says OOM
     cp, r = small_redis(REDIS_MEMORY_HIGH_WATER_PCT="100", REDIS_MEMORY_HARD_PCT="100")
-    stream = f"ps:{{ns:{cp.ns}}}:q:{cp.queue}"
+    stream = keys.queue(cp.ns, cp.queue)
     # When clients enqueue until Redis is full
     accepted, key, refused = fill_until_refused(cp)
     # Then the refusal is a 503 with Retry-After and the code, not a 500
@@ -133,7 +134,7 @@ def test_guard_refuses_inline_past_the_high_water_mark(small_redis, capsys):
     assert (inline.status, inline.error["code"]) == (503, "inline_unavailable")
     assert int(inline.headers["Retry-After"]) >= 1
     assert "presign" in inline.error["message"]
-    assert r.xlen(f"ps:{{ns:{cp.ns}}}:q:{cp.queue}") == 0
+    assert r.xlen(keys.queue(cp.ns, cp.queue)) == 0
     # And the refusal is counted (EMF)
     emitted = [json.loads(line) for line in capsys.readouterr().out.splitlines() if "_aws" in line]
     assert any(m.get("InlineRefused") == [1.0] and m.get("kind") == "payload" for m in emitted)
@@ -194,7 +195,7 @@ def test_a_retry_refused_by_the_guard_gets_the_job_its_first_attempt_made(small_
     # And Redis then passes the high-water mark
     walled, _ = small_redis(REDIS_MEMORY_HIGH_WATER_PCT="1", REDIS_MEMORY_HARD_PCT="100")
     walled.ns, walled.queue = cp.ns, cp.queue
-    stream = f"ps:{{ns:{cp.ns}}}:q:{cp.queue}"
+    stream = keys.queue(cp.ns, cp.queue)
     # When the client retries with the same key (once alone, once in a batch)
     again = walled.enqueue(raw=b"\x01" * 100, headers={"Idempotency-Key": "retry-me"})
     items = [

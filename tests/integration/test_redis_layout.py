@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 import redis
+from controlplane.store import keys
 
 from payloadstore.devstack.services import RedisServer
-from tests.integration.conftest import ControlPlane, upload
+from tests.support.control_plane import ControlPlane, upload
 
 
 def b64(data: bytes) -> str:
@@ -20,7 +21,7 @@ def b64(data: bytes) -> str:
 
 
 def job_key(job_id: str) -> str:
-    return f"ps:{{j:{job_id}}}:job"
+    return keys.job(job_id)
 
 
 @pytest.fixture
@@ -78,7 +79,7 @@ def test_inline_results_and_long_errors_live_in_the_done_list(cp, r):
     got = cp.result(bad).json
     assert got["state"] == "failed" and got["error"]["traceback"] == "t" * 60_000
     assert cp.status(bad).json["error"]["message"] == "x" * 1000
-    assert r.ttl(f"ps:{{j:{ok}}}:done") > 172_000
+    assert r.ttl(keys.done(ok)) > 172_000
 
 
 def test_queued_inline_job_has_no_hash_and_no_idempotency_record(cp, r):
@@ -89,14 +90,14 @@ def test_queued_inline_job_has_no_hash_and_no_idempotency_record(cp, r):
     # Then it is one stream entry plus one field of the namespace's inline index: no job hash,
     # no idempotency string
     assert not r.exists(job_key(job))
-    assert not r.keys(f"ps:{{ns:{cp.ns}}}:idem:*")
-    assert r.smembers(f"ps:{{ns:{cp.ns}}}:queues") == {cp.queue.encode()}
+    assert not r.keys(keys.idempotency(cp.ns, "*"))
+    assert r.smembers(keys.queue_names(cp.ns)) == {cp.queue.encode()}
     status = cp.status(job).json
     assert (status["state"], status["tier"], status["queue"]) == ("queued", "inline", cp.queue)
     # And a retry of the request finds it, without a second entry
     again = cp.enqueue(raw=b"\x01", headers=h)
     assert (again.status, again.json["job_id"]) == (200, job)
-    assert r.xlen(f"ps:{{ns:{cp.ns}}}:q:{cp.queue}") == 1
+    assert r.xlen(keys.queue(cp.ns, cp.queue)) == 1
     # And its hash is born at the first delivery
     assert cp.poll().json["job_id"] == job
     assert assert_compact(r, job)[b"s"] == b"running"
@@ -133,7 +134,7 @@ def test_idempotency_key_repeat_across_an_hour_of_the_inline_index(cp, r, monkey
     monkeypatch.setattr(clock, "now", lambda: hour + 90.0)
     again = cp.enqueue(raw=b"\x01", headers=h)
     assert again.status == 200 and again.json["job_id"] == first
-    assert r.xlen(f"ps:{{ns:{cp.ns}}}:q:{cp.queue}") == 1
+    assert r.xlen(keys.queue(cp.ns, cp.queue)) == 1
 
 
 # -- bytes per job, on a private redis-server ---------------------------------------------

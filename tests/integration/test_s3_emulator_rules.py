@@ -6,7 +6,7 @@ import time
 
 import requests
 
-from tests.integration.conftest import put_presigned, sha256_hex
+from tests.support.control_plane import put_presigned, sha256_hex
 
 
 def test_expired_put_url_is_403_request_has_expired(cp, settings_env):

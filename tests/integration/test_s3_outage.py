@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from controlplane.store import keys
+
 from payloadstore.devstack.services import free_port
-from tests.integration.conftest import upload
+from tests.support.control_plane import upload
 
 
 def test_s3_down_at_enqueue_is_503_and_creates_no_job(cp, settings_env, redis_server):
@@ -19,7 +21,7 @@ def test_s3_down_at_enqueue_is_503_and_creates_no_job(cp, settings_env, redis_se
     import redis
 
     job_id = ref["key"].split("/")[-2]
-    job = redis.Redis.from_url(redis_server.url).hgetall(f"ps:{{j:{job_id}}}:job")
+    job = redis.Redis.from_url(redis_server.url).hgetall(keys.job(job_id))
     assert job[b"s"] == b"awaiting_upload"  # still only what presign issued
     assert cp.status(job_id).status == 404
     # And health names the bucket checks

@@ -14,8 +14,9 @@ import pytest
 import redis
 from controlplane.logic.payload_keys import key_for
 from controlplane.models.domain import PayloadKind, new_job_id
+from controlplane.store import keys
 
-from tests.integration.conftest import put_presigned, sha256_hex, upload
+from tests.support.control_plane import put_presigned, sha256_hex, upload
 
 TTL = 172_800
 
@@ -33,13 +34,13 @@ class Layout1:
 
     def __init__(self, r: redis.Redis, ns: str, queue: str, bucket: str):
         self.r, self.ns, self.queue, self.bucket = r, ns, queue, bucket
-        self.stream = f"ps:{{ns:{ns}}}:q:{queue}"
+        self.stream = keys.queue(ns, queue)
 
     def issue(self, job_id: str, kind: str, size: int, sha: str | None) -> dict:
         now = time.time()
         key = key_for(job_id, PayloadKind(kind))
         self.r.hset(
-            f"ps:{{j:{job_id}}}:issue:{kind}",
+            keys.issue(job_id, kind),
             mapping={
                 "namespace": self.ns,
                 "job_id": job_id,
@@ -53,7 +54,7 @@ class Layout1:
                 "issued_at": repr(now),
             },
         )
-        self.r.expire(f"ps:{{j:{job_id}}}:issue:{kind}", TTL)
+        self.r.expire(keys.issue(job_id, kind), TTL)
         ref = {"kind": "s3", "bucket": self.bucket, "key": key, "size": size}
         ref["contentType"] = "application/msgpack"
         if sha:
@@ -76,7 +77,7 @@ class Layout1:
         if ref is not None:
             fields["payload_ref"] = dumps(ref)
         fields.update(extra)
-        key = f"ps:{{j:{job_id}}}:job"
+        key = keys.job(job_id)
         self.r.hset(key, mapping=fields)
         self.r.expire(key, TTL)
         return key
@@ -88,25 +89,25 @@ class Layout1:
         if ref is not None:
             fields["ref"] = dumps(ref)
         stream_id = self.r.xadd(self.stream, fields).decode()
-        self.r.hset(f"ps:{{j:{job_id}}}:job", "stream_id", stream_id)
+        self.r.hset(keys.job(job_id), "stream_id", stream_id)
         return stream_id
 
     def deliver(self, job_id: str, consumer: str = "d-old") -> None:
         """What an old poll did: the entry pending for a consumer, the job running."""
         try:
-            self.r.xgroup_create(self.stream, "daemons", id="0", mkstream=True)
+            self.r.xgroup_create(self.stream, keys.CONSUMER_GROUP, id="0", mkstream=True)
         except redis.ResponseError:
             pass
-        self.r.xreadgroup("daemons", consumer, {self.stream: ">"}, count=1)
+        self.r.xreadgroup(keys.CONSUMER_GROUP, consumer, {self.stream: ">"}, count=1)
         self.r.hset(
-            f"ps:{{j:{job_id}}}:job",
+            keys.job(job_id),
             mapping={"state": "running", "daemon_id": consumer, "started_at": repr(time.time())},
         )
-        self.r.hincrby(f"ps:{{j:{job_id}}}:job", "attempts", 1)
+        self.r.hincrby(keys.job(job_id), "attempts", 1)
 
     def finish_inline(self, job_id: str, result: bytes) -> None:
         now = repr(time.time())
-        key = f"ps:{{j:{job_id}}}:job"
+        key = keys.job(job_id)
         self.r.hset(
             key,
             mapping={
@@ -119,11 +120,11 @@ class Layout1:
                 "result_size": len(result),
             },
         )
-        self.r.rpush(f"ps:{{j:{job_id}}}:done", "succeeded")
-        self.r.expire(f"ps:{{j:{job_id}}}:done", TTL)
+        self.r.rpush(keys.done(job_id), "succeeded")
+        self.r.expire(keys.done(job_id), TTL)
 
     def idempotency(self, key: str, job_id: str) -> None:
-        self.r.set(f"ps:{{ns:{self.ns}}}:idem:{key}", job_id, ex=TTL)
+        self.r.set(keys.idempotency(self.ns, key), job_id, ex=TTL)
 
 
 @pytest.fixture
@@ -151,8 +152,8 @@ def test_queued_s3_job_of_layout1_is_delivered_and_finishes(cp, old, s3_client):
     assert cp.post_result(job, {"resultRef": result}).status == 204
     assert cp.result(job).json["resultRef"] == result
     # And the old issue records are gone (folded into the job hash)
-    assert not old.r.exists(f"ps:{{j:{job}}}:issue:args")
-    assert old.r.object("encoding", f"ps:{{j:{job}}}:job") == b"listpack"
+    assert not old.r.exists(keys.issue(job, "args"))
+    assert old.r.object("encoding", keys.job(job)) == b"listpack"
 
 
 def test_queued_inline_job_of_layout1_keeps_its_idempotency_key(cp, old):
@@ -199,7 +200,7 @@ def test_running_job_of_layout1_takes_its_result_after_the_upgrade(cp, old, sett
     got = cp.result(job).json
     assert got["state"] == "failed" and got["error"]["traceback"] == "t" * 2000
     assert old.r.xlen(old.stream) == 0
-    assert old.r.xpending(old.stream, "daemons")["pending"] == 0
+    assert old.r.xpending(old.stream, keys.CONSUMER_GROUP)["pending"] == 0
 
 
 def test_running_s3_job_with_a_result_presigned_before_the_upgrade(cp, old, settings_env):

@@ -31,7 +31,7 @@ DRIVER = r"""
 import base64, json, sys
 from urllib.parse import parse_qs, urlsplit
 
-from tests.integration.conftest import ControlPlane, put_presigned, sha256_hex
+from tests.support.control_plane import ControlPlane, put_presigned, sha256_hex
 from tests.support.events import FakeLambdaContext
 from controlplane.handlers import admin
 from controlplane.observability import tracer
