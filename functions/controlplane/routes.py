@@ -2,6 +2,8 @@
 
 Keeping the route -> function mapping here means `infra/` builds exactly the API that
 `payloadstore.devstack.gateway` serves locally, and both dispatch to the same handler strings.
+This is the only place a path is written: each handler registers with `@route(app, routes.X)`
+(handlers/_routing.py), which takes the path, method and roles from here.
 Nothing in this module may import boto3, redis or Powertools: CDK synth imports it.
 """
 
@@ -22,7 +24,7 @@ FUNCTIONS: dict[str, str] = {
     "daemon": "controlplane.handlers.daemon.lambda_handler",
     "public": "controlplane.handlers.public.lambda_handler",
     "authorizer": "controlplane.handlers.authorizer.lambda_handler",
-    # Not behind the API: invoked directly (aws lambda invoke / local CLI) to mint and revoke tokens.
+    # Not behind the API: invoked directly (aws lambda invoke / local CLI) to mint, revoke tokens.
     "admin": "controlplane.handlers.admin.lambda_handler",
     # Not behind the API: run on a schedule (SCHEDULES) to publish queue metrics.
     "metrics": "controlplane.handlers.metrics.lambda_handler",
@@ -89,209 +91,237 @@ class Route:
     backend: bool = True
 
 
+# Each route by name: handlers register with `@route(app, routes.PRESIGN)` (handlers/_routing.py),
+# so a path is written here and nowhere else.
+PRESIGN = Route(
+    "POST",
+    "/v1/namespaces/{ns}/payloads/presign",
+    "payloads",
+    (CLIENT, DAEMON),
+    "presign_put",
+    responses={
+        200: ("PresignPutResponse|PresignGetResponse", "a presigned PUT (op=put) or GET"),
+        404: ("ErrorResponse", "no such job, or a key never issued to this namespace"),
+        409: ERROR,
+        410: ("ErrorResponse", "the key is past retention"),
+        413: ("ErrorResponse", "size over MAX_PAYLOAD_BYTES"),
+        429: ("ErrorResponse", "past MAX_PRESIGNS_PER_JOB for this job"),
+    },
+    body=JSON,
+    request="PresignRequest",
+    body_required=False,
+)
+ENQUEUE = Route(
+    "POST",
+    "/v1/namespaces/{ns}/queues/{queue}/jobs",
+    "jobs",
+    (CLIENT,),
+    "enqueue_inline",
+    responses={
+        201: ("EnqueueResponse", "created"),
+        200: ("EnqueueResponse", "the same job again (idempotent retry)"),
+        409: ("ErrorResponse", "a key not issued to this namespace or not uploaded"),
+        413: ("ErrorResponse", "inline payload over INLINE_THRESHOLD"),
+        502: ("ErrorResponse", "object storage refused the check of the upload"),
+    },
+    body=("application/json", "application/msgpack", "application/octet-stream"),
+    request="EnqueueRequest",
+)
+JOB_STATUS = Route(
+    "GET",
+    "/v1/namespaces/{ns}/jobs/{job_id}",
+    "jobs",
+    (CLIENT, DAEMON),
+    "job_status",
+    responses={200: "JobStatusResponse", 404: ERROR},
+)
+RESULT_GET = Route(
+    "GET",
+    "/v1/namespaces/{ns}/jobs/{job_id}/result",
+    "jobs",
+    (CLIENT,),
+    "result_get",
+    responses={
+        200: ("ResultResponse", "the result, or the terminal failure"),
+        202: ("ResultResponse", "still queued or running after the wait"),
+        404: ERROR,
+    },
+)
+CANCEL = Route(
+    "DELETE",
+    "/v1/namespaces/{ns}/jobs/{job_id}",
+    "jobs",
+    (CLIENT,),
+    "job_cancel",
+    responses={
+        200: ("CancelResponse", "it was queued: cancelled, never delivered"),
+        202: ("CancelResponse", "it is running: cancel requested from its daemon"),
+        404: ERROR,
+        409: ("ErrorResponse", "the job already ended"),
+    },
+)
+POLL = Route(
+    "POST",
+    "/v1/daemon/poll",
+    "daemon",
+    (DAEMON,),
+    "daemon_poll",
+    responses={200: ("PollResponse", "a job"), 204: (None, "nothing to do")},
+    body=JSON,
+)
+RESULT_POST = Route(
+    "POST",
+    "/v1/namespaces/{ns}/jobs/{job_id}/result",
+    "daemon",
+    (DAEMON,),
+    "result_post",
+    responses={
+        204: (None, "stored"),
+        404: ERROR,
+        409: (
+            "ErrorResponse",
+            "lease_mismatch, or the job takes no other result, or the key is not its own",
+        ),
+        413: ("ErrorResponse", "inline result over INLINE_THRESHOLD"),
+        502: ("ErrorResponse", "object storage refused the check of the upload"),
+    },
+    body=JSON,
+)
+FAILURE = Route(
+    "POST",
+    "/v1/namespaces/{ns}/jobs/{job_id}/failure",
+    "daemon",
+    (DAEMON,),
+    "failure_report",
+    responses={
+        204: (None, "recorded"),
+        404: ERROR,
+        409: ("ErrorResponse", "lease_mismatch, or the job takes no other report"),
+    },
+    body=JSON,
+)
+HEARTBEAT = Route(
+    "POST",
+    "/v1/namespaces/{ns}/jobs/{job_id}/heartbeat",
+    "daemon",
+    (DAEMON,),
+    "heartbeat",
+    responses={
+        200: ("HeartbeatResponse", "the lease is extended"),
+        404: ERROR,
+        409: ("ErrorResponse", "lease_mismatch: the lease is not the current delivery's"),
+    },
+    body=JSON,
+)
+CONFIG = Route(
+    "GET",
+    "/v1/config",
+    "public",
+    (CLIENT, DAEMON),
+    "config",
+    responses={200: "ConfigResponse"},
+    backend=False,
+)
+HEALTH = Route(
+    "GET",
+    "/v1/health",
+    "public",
+    None,
+    "health",
+    responses={
+        200: ("PublicHealthResponse", "every check passes (ok/failing per check, no details)"),
+        503: ("PublicHealthResponse", "one or more checks failing (with Retry-After)"),
+    },
+)
+HEALTH_DETAILS = Route(
+    "GET",
+    "/v1/health/details",
+    "public",
+    (CLIENT, DAEMON),
+    "health_details",
+    responses={
+        200: ("HealthResponse", "every check passes, with each check's detail"),
+        503: ("HealthResponse", "one or more checks failing (with Retry-After)"),
+    },
+)
+OPENAPI = Route(
+    "GET",
+    "/v1/openapi.json",
+    "public",
+    None,
+    "openapi",
+    responses={200: (OBJECT, "this document")},
+    backend=False,
+)
+ENQUEUE_BATCH = Route(
+    "POST",
+    "/v1/namespaces/{ns}/queues/{queue}/jobs:batch",
+    "jobs",
+    (CLIENT,),
+    "enqueue_batch",
+    responses={
+        200: ("BatchEnqueueResponse", "one answer per job, in request order"),
+        413: ("ErrorResponse", "inline bytes over BATCH_MAX_BYTES"),
+    },
+    body=JSON,
+    request="BatchEnqueueRequest",
+)
+JOBS_STATUS = Route(
+    "POST",
+    "/v1/namespaces/{ns}/jobs:status",
+    "jobs",
+    (CLIENT,),
+    "jobs_status",
+    responses={200: ("JobsStatusResponse", "one answer per job id, in request order")},
+    body=JSON,
+    request="JobsStatusRequest",
+)
+QUEUE_LIST = Route(
+    "GET",
+    "/v1/namespaces/{ns}/queues",
+    "jobs",
+    (CLIENT, DAEMON),
+    "queue_list",
+    responses={200: ("QueueListResponse", "every queue the namespace has used")},
+)
+QUEUE_STATS = Route(
+    "GET",
+    "/v1/namespaces/{ns}/queues/{queue}",
+    "jobs",
+    (CLIENT, DAEMON),
+    "queue_stats",
+    responses={
+        200: ("QueueStats", "the queue's figures"),
+        404: ("ErrorResponse", "a queue this namespace never used"),
+    },
+)
+
+# Every route, in this order (CDK, the local gateway, the OpenAPI document and the events).
 ROUTES: tuple[Route, ...] = (
-    Route(
-        "POST",
-        "/v1/namespaces/{ns}/payloads/presign",
-        "payloads",
-        (CLIENT, DAEMON),
-        "presign_put",
-        responses={
-            200: ("PresignPutResponse|PresignGetResponse", "a presigned PUT (op=put) or GET"),
-            404: ("ErrorResponse", "no such job, or a key never issued to this namespace"),
-            409: ERROR,
-            410: ("ErrorResponse", "the key is past retention"),
-            413: ("ErrorResponse", "size over MAX_PAYLOAD_BYTES"),
-            429: ("ErrorResponse", "past MAX_PRESIGNS_PER_JOB for this job"),
-        },
-        body=JSON,
-        request="PresignRequest",
-        body_required=False,
-    ),
-    Route(
-        "POST",
-        "/v1/namespaces/{ns}/queues/{queue}/jobs",
-        "jobs",
-        (CLIENT,),
-        "enqueue_inline",
-        responses={
-            201: ("EnqueueResponse", "created"),
-            200: ("EnqueueResponse", "the same job again (idempotent retry)"),
-            409: ("ErrorResponse", "a key not issued to this namespace or not uploaded"),
-            413: ("ErrorResponse", "inline payload over INLINE_THRESHOLD"),
-            502: ("ErrorResponse", "object storage refused the check of the upload"),
-        },
-        body=("application/json", "application/msgpack", "application/octet-stream"),
-        request="EnqueueRequest",
-    ),
-    Route(
-        "GET",
-        "/v1/namespaces/{ns}/jobs/{job_id}",
-        "jobs",
-        (CLIENT, DAEMON),
-        "job_status",
-        responses={200: "JobStatusResponse", 404: ERROR},
-    ),
-    Route(
-        "GET",
-        "/v1/namespaces/{ns}/jobs/{job_id}/result",
-        "jobs",
-        (CLIENT,),
-        "result_get",
-        responses={
-            200: ("ResultResponse", "the result, or the terminal failure"),
-            202: ("ResultResponse", "still queued or running after the wait"),
-            404: ERROR,
-        },
-    ),
-    Route(
-        "DELETE",
-        "/v1/namespaces/{ns}/jobs/{job_id}",
-        "jobs",
-        (CLIENT,),
-        "job_cancel",
-        responses={
-            200: ("CancelResponse", "it was queued: cancelled, never delivered"),
-            202: ("CancelResponse", "it is running: cancel requested from its daemon"),
-            404: ERROR,
-            409: ("ErrorResponse", "the job already ended"),
-        },
-    ),
-    Route(
-        "POST",
-        "/v1/daemon/poll",
-        "daemon",
-        (DAEMON,),
-        "daemon_poll",
-        responses={200: ("PollResponse", "a job"), 204: (None, "nothing to do")},
-        body=JSON,
-    ),
-    Route(
-        "POST",
-        "/v1/namespaces/{ns}/jobs/{job_id}/result",
-        "daemon",
-        (DAEMON,),
-        "result_post",
-        responses={
-            204: (None, "stored"),
-            404: ERROR,
-            409: (
-                "ErrorResponse",
-                "lease_mismatch, or the job takes no other result, or the key is not its own",
-            ),
-            413: ("ErrorResponse", "inline result over INLINE_THRESHOLD"),
-            502: ("ErrorResponse", "object storage refused the check of the upload"),
-        },
-        body=JSON,
-    ),
-    Route(
-        "POST",
-        "/v1/namespaces/{ns}/jobs/{job_id}/failure",
-        "daemon",
-        (DAEMON,),
-        "failure_report",
-        responses={
-            204: (None, "recorded"),
-            404: ERROR,
-            409: ("ErrorResponse", "lease_mismatch, or the job takes no other report"),
-        },
-        body=JSON,
-    ),
-    Route(
-        "POST",
-        "/v1/namespaces/{ns}/jobs/{job_id}/heartbeat",
-        "daemon",
-        (DAEMON,),
-        "heartbeat",
-        responses={
-            200: ("HeartbeatResponse", "the lease is extended"),
-            404: ERROR,
-            409: ("ErrorResponse", "lease_mismatch: the lease is not the current delivery's"),
-        },
-        body=JSON,
-    ),
-    Route(
-        "GET",
-        "/v1/config",
-        "public",
-        (CLIENT, DAEMON),
-        "config",
-        responses={200: "ConfigResponse"},
-        backend=False,
-    ),
-    Route(
-        "GET",
-        "/v1/health",
-        "public",
-        None,
-        "health",
-        responses={
-            200: ("PublicHealthResponse", "every check passes (ok/failing per check, no details)"),
-            503: ("PublicHealthResponse", "one or more checks failing (with Retry-After)"),
-        },
-    ),
-    Route(
-        "GET",
-        "/v1/health/details",
-        "public",
-        (CLIENT, DAEMON),
-        "health_details",
-        responses={
-            200: ("HealthResponse", "every check passes, with each check's detail"),
-            503: ("HealthResponse", "one or more checks failing (with Retry-After)"),
-        },
-    ),
-    Route(
-        "GET",
-        "/v1/openapi.json",
-        "public",
-        None,
-        "openapi",
-        responses={200: (OBJECT, "this document")},
-        backend=False,
-    ),
-    Route(
-        "POST",
-        "/v1/namespaces/{ns}/queues/{queue}/jobs:batch",
-        "jobs",
-        (CLIENT,),
-        "enqueue_batch",
-        responses={
-            200: ("BatchEnqueueResponse", "one answer per job, in request order"),
-            413: ("ErrorResponse", "inline bytes over BATCH_MAX_BYTES"),
-        },
-        body=JSON,
-        request="BatchEnqueueRequest",
-    ),
-    Route(
-        "POST",
-        "/v1/namespaces/{ns}/jobs:status",
-        "jobs",
-        (CLIENT,),
-        "jobs_status",
-        responses={200: ("JobsStatusResponse", "one answer per job id, in request order")},
-        body=JSON,
-        request="JobsStatusRequest",
-    ),
-    Route(
-        "GET",
-        "/v1/namespaces/{ns}/queues",
-        "jobs",
-        (CLIENT, DAEMON),
-        "queue_list",
-        responses={200: ("QueueListResponse", "every queue the namespace has used")},
-    ),
-    Route(
-        "GET",
-        "/v1/namespaces/{ns}/queues/{queue}",
-        "jobs",
-        (CLIENT, DAEMON),
-        "queue_stats",
-        responses={
-            200: ("QueueStats", "the queue's figures"),
-            404: ("ErrorResponse", "a queue this namespace never used"),
-        },
-    ),
+    PRESIGN,
+    ENQUEUE,
+    JOB_STATUS,
+    RESULT_GET,
+    CANCEL,
+    POLL,
+    RESULT_POST,
+    FAILURE,
+    HEARTBEAT,
+    CONFIG,
+    HEALTH,
+    HEALTH_DETAILS,
+    OPENAPI,
+    ENQUEUE_BATCH,
+    JOBS_STATUS,
+    QUEUE_LIST,
+    QUEUE_STATS,
+)
+
+
+# The OpenAPI document's `info.description` (handlers/public.py builds the document).
+OPENAPI_DESCRIPTION = (
+    "GET /v1/health (no auth), GET /v1/health/details, GET /v1/config (any token),\n"
+    "GET /v1/openapi.json (no auth)."
 )
 
 

@@ -35,7 +35,7 @@ def bearer(headers: dict[str, str]) -> str | None:
 
 
 def all_routes_arn(method_arn: str) -> str:
-    """`arn:aws:execute-api:region:account:api/stage/GET/v1/config` -> `.../api/stage/*/*`: API
+    """`arn:aws:execute-api:region:account:api/stage/GET/<resource>` -> `.../api/stage/*/*`: API
     Gateway caches one answer per token, so the Allow must cover every route."""
     prefix, _, resource = method_arn.partition("/")
     stage = resource.split("/", 1)[0]

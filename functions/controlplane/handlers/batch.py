@@ -3,31 +3,31 @@ function."""
 
 from __future__ import annotations
 
+from .. import routes
 from ..logic.batch import enqueue_batch, jobs_status
+from ..logic.context import Principal
 from ..models.wire import BatchEnqueueResponse, JobsStatusRequest, JobsStatusResponse
-from ._common import get_deps, json_body, json_response, principal, roles_for
-
-BATCH = "/v1/namespaces/<ns>/queues/<queue>/jobs:batch"
-STATUSES = "/v1/namespaces/<ns>/jobs:status"
+from ._deps import get_deps
+from ._requests import json_body
+from ._responses import json_response
+from ._routing import route
 
 
 def register(app) -> None:
-    batch_roles, status_roles = roles_for("POST", BATCH), roles_for("POST", STATUSES)
-
-    @app.post(
-        BATCH,
+    @route(
+        app,
+        routes.ENQUEUE_BATCH,
         summary="Enqueue up to BATCH_MAX_JOBS jobs: one answer per job, in order; one bad job "
         "fails only itself",
     )
-    def post_batch(ns: str, queue: str) -> BatchEnqueueResponse:
-        p = principal(app, batch_roles, ns)
+    def post_batch(p: Principal, ns: str, queue: str) -> BatchEnqueueResponse:
         return json_response(200, enqueue_batch(p, queue, json_body(app), get_deps()))
 
-    @app.post(
-        STATUSES,
+    @route(
+        app,
+        routes.JOBS_STATUS,
         summary="The state of up to BATCH_MAX_JOBS jobs; waits up to wait_s for one to finish",
     )
-    def post_statuses(ns: str) -> JobsStatusResponse:
-        p = principal(app, status_roles, ns)
+    def post_statuses(p: Principal, ns: str) -> JobsStatusResponse:
         req = JobsStatusRequest.model_validate(json_body(app))
         return json_response(200, jobs_status(p, req, get_deps()))

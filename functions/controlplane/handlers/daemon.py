@@ -6,6 +6,8 @@ from typing import Annotated
 
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
+from .. import routes
+from ..logic.context import Principal
 from ..logic.daemon import poll, post_result, report_failure
 from ..logic.lifecycle import heartbeat
 from ..models.wire import (
@@ -17,70 +19,55 @@ from ..models.wire import (
     ResultPost,
 )
 from ..observability import lambda_entry
-from ._common import (
-    empty_response,
-    get_deps,
-    json_response,
-    json_text_response,
-    new_resolver,
-    principal,
-    roles_for,
-)
-
-POLL = "/v1/daemon/poll"
-RESULT = "/v1/namespaces/<ns>/jobs/<job_id>/result"
-FAILURE = "/v1/namespaces/<ns>/jobs/<job_id>/failure"
-HEARTBEAT = "/v1/namespaces/<ns>/jobs/<job_id>/heartbeat"
+from ._deps import get_deps
+from ._resolver import new_resolver
+from ._responses import empty_response, json_response, json_text_response
+from ._routing import route
 
 
 def register(app) -> None:
-    poll_roles, result_roles, failure_roles = (
-        roles_for("POST", POLL),
-        roles_for("POST", RESULT),
-        roles_for("POST", FAILURE),
-    )
-    heartbeat_roles = roles_for("POST", HEARTBEAT)
-
-    @app.post(
-        POLL,
+    @route(
+        app,
+        routes.POLL,
         summary="Take the next job of the named queues (blocking up to wait_s); 204 when idle",
         responses={
             200: {"description": "a job", "content": {"application/json": {"model": PollResponse}}},
             204: {"description": "nothing to do"},
         },
     )
-    def poll_job(body: Annotated[PollRequest, Body()]):
-        p = principal(app, poll_roles)
+    def poll_job(p: Principal, body: Annotated[PollRequest, Body()]):
         delivery = poll(p, body, get_deps())
         return empty_response(204) if delivery is None else json_text_response(200, delivery)
 
-    @app.post(
-        RESULT, summary="Post a job's result or error", responses={204: {"description": "stored"}}
+    @route(
+        app,
+        routes.RESULT_POST,
+        summary="Post a job's result or error",
+        responses={204: {"description": "stored"}},
     )
-    def result(ns: str, job_id: str, body: Annotated[ResultPost, Body()]):
-        p = principal(app, result_roles, ns)
+    def result(p: Principal, ns: str, job_id: str, body: Annotated[ResultPost, Body()]):
         post_result(p, job_id, body, get_deps())
         return empty_response(204)
 
-    @app.post(
-        FAILURE,
+    @route(
+        app,
+        routes.FAILURE,
         summary="Report payload_lost (requeued once by default) or payload_corrupt (terminal)",
         responses={204: {"description": "recorded"}},
     )
-    def failure(ns: str, job_id: str, body: Annotated[FailureReport, Body()]):
-        p = principal(app, failure_roles, ns)
+    def failure(p: Principal, ns: str, job_id: str, body: Annotated[FailureReport, Body()]):
         report_failure(p, job_id, body, get_deps())
         return empty_response(204)
 
-    @app.post(
-        HEARTBEAT,
+    @route(
+        app,
+        routes.HEARTBEAT,
         summary="Extend the delivery's lease (restarts its visibility clock); says whether a "
         "client asked to cancel",
     )
     def heartbeat_job(
-        ns: str, job_id: str, body: Annotated[HeartbeatRequest, Body()]
+        p: Principal, ns: str, job_id: str, body: Annotated[HeartbeatRequest, Body()]
     ) -> HeartbeatResponse:
-        p = principal(app, heartbeat_roles, ns)
         return json_response(200, heartbeat(p, job_id, body, get_deps()))
 
 

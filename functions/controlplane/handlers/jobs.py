@@ -6,6 +6,8 @@ from typing import Annotated
 
 from aws_lambda_powertools.event_handler.openapi.params import Query
 
+from .. import routes
+from ..logic.context import Principal
 from ..logic.enqueue import enqueue
 from ..logic.lifecycle import cancel
 from ..logic.results import get_result, job_status
@@ -19,45 +21,29 @@ from ..models.wire import (
 )
 from ..observability import lambda_entry
 from . import batch, queues
-from ._common import (
-    get_deps,
-    json_body,
-    json_response,
-    new_resolver,
-    principal,
-    raw_body,
-    roles_for,
-)
+from ._deps import get_deps
+from ._requests import json_body, media_type, raw_body
+from ._resolver import new_resolver
+from ._responses import json_response
+from ._routing import route
 
-ENQUEUE = "/v1/namespaces/<ns>/queues/<queue>/jobs"
-STATUS = "/v1/namespaces/<ns>/jobs/<job_id>"
-RESULT = "/v1/namespaces/<ns>/jobs/<job_id>/result"
-RAW_BODY_TYPES = ("application/msgpack", "application/octet-stream")
+# The enqueue body types other than JSON: the payload itself, sent as it is (inline).
+RAW_BODY_TYPES = tuple(m for m in routes.ENQUEUE.body if m != "application/json")
 
 
 def register(app) -> None:
-    enqueue_roles, status_roles, result_roles = (
-        roles_for("POST", ENQUEUE),
-        roles_for("GET", STATUS),
-        roles_for("GET", RESULT),
-    )
-    cancel_roles = roles_for("DELETE", STATUS)
-
-    @app.post(
-        ENQUEUE,
+    @route(
+        app,
+        routes.ENQUEUE,
         summary="Enqueue a job: JSON {payloadRef} | {payloadInline: base64}, or a raw "
         "application/msgpack body (inline). Honours Idempotency-Key for inline jobs.",
         responses={201: {"description": "created"}, 200: {"description": "the same job again"}},
     )
-    def enqueue_job(ns: str, queue: str) -> EnqueueResponse:
-        p = principal(app, enqueue_roles, ns)
+    def enqueue_job(p: Principal, ns: str, queue: str) -> EnqueueResponse:
         headers = app.current_event.headers
-        content_type = (
-            (headers.get("content-type") or headers.get("Content-Type") or "").split(";")[0].strip()
-        )
         payload_ref: PayloadRef | None
         payload_inline: bytes | None
-        if content_type in RAW_BODY_TYPES:
+        if media_type(headers) in RAW_BODY_TYPES:
             payload_ref, payload_inline = None, raw_body(app)
         else:
             req = EnqueueRequest.model_validate(json_body(app))
@@ -72,30 +58,29 @@ def register(app) -> None:
         )
         return json_response(201 if result.created else 200, result.response)
 
-    @app.get(STATUS, summary="Job status: state, attempts, tier, refs, error")
-    def get_job(ns: str, job_id: str) -> JobStatusResponse:
-        p = principal(app, status_roles, ns)
+    @route(app, routes.JOB_STATUS, summary="Job status: state, attempts, tier, refs, error")
+    def get_job(p: Principal, ns: str, job_id: str) -> JobStatusResponse:
         return json_response(200, job_status(p, job_id, get_deps()))
 
-    @app.get(
-        RESULT,
+    @route(
+        app,
+        routes.RESULT_GET,
         summary="Long-poll the result: 200 with the result or terminal error, 202 while pending",
         responses={202: {"description": "still queued or running after the wait"}},
     )
     def result(
-        ns: str, job_id: str, wait: Annotated[float, Query(ge=0, le=60)] = 0.0
+        p: Principal, ns: str, job_id: str, wait: Annotated[float, Query(ge=0, le=60)] = 0.0
     ) -> ResultResponse:
-        p = principal(app, result_roles, ns)
         response = get_result(p, job_id, wait, get_deps())
         return json_response(200 if response.state.terminal else 202, response)
 
-    @app.delete(
-        STATUS,
+    @route(
+        app,
+        routes.CANCEL,
         summary="Cancel: a queued job ends cancelled (200); a running one gets a cancel request "
         "its daemon sees on its next heartbeat (202); a finished one is 409",
     )
-    def cancel_job(ns: str, job_id: str) -> CancelResponse:
-        p = principal(app, cancel_roles, ns)
+    def cancel_job(p: Principal, ns: str, job_id: str) -> CancelResponse:
         response = cancel(p, job_id, get_deps())
         return json_response(202 if response.cancel_requested else 200, response)
 

@@ -23,7 +23,7 @@ from ..observability import (
     logger,
 )
 from ..store.tokens import TokenStore
-from ._common import get_deps
+from ._deps import get_deps
 
 
 @lru_cache(maxsize=1)

@@ -1,21 +1,21 @@
-"""POST /v1/namespaces/{ns}/payloads/presign — presigned PUT (args/result) and GET URLs."""
+"""Presign: presigned PUT (args/result) and GET URLs of payloads."""
 
 from __future__ import annotations
 
+from .. import routes
+from ..logic.context import Principal
 from ..logic.presign import presign_get, presign_put
 from ..models.wire import PresignGetResponse, PresignPutResponse, PresignRequest
 from ..observability import lambda_entry
-from ._common import get_deps, json_body, new_resolver, principal, roles_for
-
-PRESIGN = "/v1/namespaces/<ns>/payloads/presign"
+from ._deps import get_deps
+from ._requests import json_body
+from ._resolver import new_resolver
+from ._routing import route
 
 
 def register(app) -> None:
-    roles = roles_for("POST", PRESIGN)
-
-    @app.post(PRESIGN, summary="Presign a PUT (op=put) or GET (op=get) of a payload")
-    def presign(ns: str) -> PresignPutResponse | PresignGetResponse:
-        p = principal(app, roles, ns)
+    @route(app, routes.PRESIGN, summary="Presign a PUT (op=put) or GET (op=get) of a payload")
+    def presign(p: Principal, ns: str) -> PresignPutResponse | PresignGetResponse:
         # Query parameters and a JSON body are both accepted; the query wins.
         merged = {**json_body(app), **(app.current_event.query_string_parameters or {})}
         req = PresignRequest.model_validate(merged)

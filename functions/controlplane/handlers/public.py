@@ -1,29 +1,27 @@
-"""GET /v1/health (no auth), GET /v1/health/details, GET /v1/config (any token),
-GET /v1/openapi.json (no auth)."""
+"""The public function: health (no auth), health details and config (any token), and this
+API's OpenAPI document (no auth)."""
 
 from __future__ import annotations
 
 from functools import lru_cache
 
+from .. import routes
 from ..logic.health import client_config, health, public_health
 from ..models.wire import ConfigResponse, HealthResponse, PublicHealthResponse
 from ..observability import lambda_entry
-from ._common import get_deps, json_response, new_resolver, principal, roles_for
+from ._deps import get_deps
+from ._resolver import new_resolver
+from ._responses import json_response
+from ._routing import route
 
-HEALTH = "/v1/health"
-HEALTH_DETAILS = "/v1/health/details"
-CONFIG = "/v1/config"
-OPENAPI = "/v1/openapi.json"
 # A failing check (Redis restarting, a bucket being created) is worth asking again this soon.
 HEALTH_RETRY_AFTER_S = 5
 
 
 def register(app) -> None:
-    config_roles = roles_for("GET", CONFIG)
-    details_roles = roles_for("GET", HEALTH_DETAILS)
-
-    @app.get(
-        HEALTH,
+    @route(
+        app,
+        routes.HEALTH,
         summary="Checks: redis, bucket reachable, region, encryption, lifecycle (ok/failing only)",
     )
     def get_health() -> PublicHealthResponse:
@@ -32,23 +30,22 @@ def register(app) -> None:
             return json_response(200, report)
         return json_response(503, report, headers={"Retry-After": str(HEALTH_RETRY_AFTER_S)})
 
-    @app.get(
-        HEALTH_DETAILS,
+    @route(
+        app,
+        routes.HEALTH_DETAILS,
         summary="The same checks with their details (bucket, error types); needs a token",
     )
     def get_health_details() -> HealthResponse:
-        principal(app, details_roles)
         report = health(get_deps(), fresh=True)
         if report.status == "ok":
             return json_response(200, report)
         return json_response(503, report, headers={"Retry-After": str(HEALTH_RETRY_AFTER_S)})
 
-    @app.get(CONFIG, summary="Settings clients need: thresholds and URL lifetime")
+    @route(app, routes.CONFIG, summary="Settings clients need: thresholds and URL lifetime")
     def get_config() -> ConfigResponse:
-        principal(app, config_roles)
         return json_response(200, client_config(get_deps()))
 
-    @app.get(OPENAPI, summary="This API's OpenAPI document", include_in_schema=False)
+    @route(app, routes.OPENAPI, summary="This API's OpenAPI document", include_in_schema=False)
     def get_openapi() -> dict:
         return openapi_document()
 
@@ -60,11 +57,11 @@ def openapi_document() -> dict:
     import importlib
     import json
 
-    from ..routes import FUNCTIONS, ROUTES
+    from ..routes import FUNCTIONS, OPENAPI_DESCRIPTION, ROUTES
     from ._openapi import complete
 
     doc_app = new_resolver()
-    for group in sorted({route.function for route in ROUTES}):
+    for group in sorted({r.function for r in ROUTES}):
         module_name = FUNCTIONS[group].rsplit(".", 1)[0]
         if module_name == __name__:
             register(doc_app)
@@ -73,7 +70,7 @@ def openapi_document() -> dict:
     schema = doc_app.get_openapi_json_schema(
         title="payloadstore control plane",
         version="1",
-        description=__doc__,
+        description=OPENAPI_DESCRIPTION,
     )
     return complete(json.loads(schema))
 

@@ -2,23 +2,28 @@
 
 from __future__ import annotations
 
+from .. import routes
+from ..logic.context import Principal
 from ..logic.queues import list_queues, queue_stats
 from ..models.wire import QueueListResponse, QueueStats
-from ._common import get_deps, json_response, principal, roles_for
-
-QUEUES = "/v1/namespaces/<ns>/queues"
-QUEUE = "/v1/namespaces/<ns>/queues/<queue>"
+from ._deps import get_deps
+from ._responses import json_response
+from ._routing import route
 
 
 def register(app) -> None:
-    list_roles, one_roles = roles_for("GET", QUEUES), roles_for("GET", QUEUE)
-
-    @app.get(QUEUES, summary="Every queue of the namespace: queued, in flight, oldest queued age")
-    def get_queues(ns: str) -> QueueListResponse:
-        p = principal(app, list_roles, ns)
+    @route(
+        app,
+        routes.QUEUE_LIST,
+        summary="Every queue of the namespace: queued, in flight, oldest queued age",
+    )
+    def get_queues(p: Principal, ns: str) -> QueueListResponse:
         return json_response(200, list_queues(p, get_deps()))
 
-    @app.get(QUEUE, summary="One queue: queued, in flight, oldest queued age (404 if never used)")
-    def get_queue(ns: str, queue: str) -> QueueStats:
-        p = principal(app, one_roles, ns)
+    @route(
+        app,
+        routes.QUEUE_STATS,
+        summary="One queue: queued, in flight, oldest queued age (404 if never used)",
+    )
+    def get_queue(p: Principal, ns: str, queue: str) -> QueueStats:
         return json_response(200, queue_stats(p, queue, get_deps()))

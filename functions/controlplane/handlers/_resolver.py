@@ -1,0 +1,144 @@
+"""The resolver every API function uses (`new_resolver`): Powertools' REST resolver with the
+body prechecks run first, a Retry-After on every 503, and the one mapping from errors (domain,
+validation, Redis, S3, Powertools' own) to HTTP answers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
+from aws_lambda_powertools.event_handler.exceptions import ServiceError
+from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+from botocore.exceptions import BotoCoreError
+from pydantic import ValidationError
+
+from ..models.errors import PayloadStoreError, RedisMemoryFull, ServiceUnavailable
+from ..observability import logger
+from ._requests import NOT_PARSED, checked_body
+from ._responses import error_response, proxy_error
+
+REDIS_RETRY_AFTER_S = 2
+# Redis errors that mean "not now" (matched by class: redis-py maps the reply's error code).
+REDIS_UNAVAILABLE = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.BusyLoadingError,
+    redis.exceptions.ReadOnlyError,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.MasterDownError,
+    redis.exceptions.TryAgainError,
+)
+
+
+def _summarize(errors: list[dict]) -> str:
+    parts = []
+    for err in errors[:5]:
+        loc = ".".join(str(x) for x in err.get("loc", ()) if x not in ("body",))
+        parts.append(f"{loc or 'body'}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts) or "invalid request"
+
+
+def _ensure_retry_after(result: dict) -> dict:
+    """Every 503 tells the client when to come back, whichever code path produced it."""
+    if result.get("statusCode") != 503:
+        return result
+    names = {k.lower() for k in (result.get("headers") or {})}
+    names |= {k.lower() for k in (result.get("multiValueHeaders") or {})}
+    if "retry-after" not in names:
+        result.setdefault("multiValueHeaders", {})["Retry-After"] = [str(REDIS_RETRY_AFTER_S)]
+    return result
+
+
+def redis_error_response(e: redis.RedisError) -> Response:
+    """A Redis error as an answer: 503 (with Retry-After) for "not now", 500 for anything else."""
+    if isinstance(e, redis.exceptions.MaxConnectionsError):
+        # Every connection of this container's pool is held (long-polls): Redis is fine.
+        logger.warning("redis connection pool exhausted")
+        err = ServiceUnavailable(
+            "too many concurrent requests on this container; retry shortly",
+            retry_after_s=REDIS_RETRY_AFTER_S,
+        )
+        return error_response(err.status, "busy", err.message, err.headers)
+    if isinstance(e, redis.exceptions.OutOfMemoryError):
+        # maxmemory reached (policy noeviction): nothing was written; never a 500.
+        logger.warning("redis memory full", extra={"error": type(e).__name__})
+        err = RedisMemoryFull(
+            "redis is out of memory; retry shortly", retry_after_s=REDIS_RETRY_AFTER_S
+        )
+        return error_response(err.status, err.code, err.message, err.headers)
+    if isinstance(e, REDIS_UNAVAILABLE):
+        logger.warning("redis unavailable", extra={"error": type(e).__name__})
+        err = ServiceUnavailable(
+            "redis is unreachable; retry shortly", retry_after_s=REDIS_RETRY_AFTER_S
+        )
+        return error_response(err.status, err.code, err.message, err.headers)
+    logger.error("redis error", exc_info=e)
+    return error_response(500, "internal_error", "internal error")
+
+
+class PayloadStoreResolver(APIGatewayRestResolver):
+    """Powertools' REST resolver, with the byte-level checks of `_requests.precheck` run first."""
+
+    parsed_json: Any = NOT_PARSED  # this invocation's JSON body, parsed by checked_body
+
+    def resolve(self, event, context) -> dict:
+        refused, self.parsed_json = (
+            checked_body(event) if isinstance(event, dict) else (None, NOT_PARSED)
+        )
+        if refused is not None:
+            return proxy_error(*refused)
+        return _ensure_retry_after(super().resolve(event, context))
+
+
+def new_resolver() -> APIGatewayRestResolver:
+    """A REST resolver with request validation and our error mapping, alike in every function."""
+    app = PayloadStoreResolver(enable_validation=True)
+
+    @app.exception_handler(PayloadStoreError)
+    def _domain(e: PayloadStoreError):
+        if e.status >= 500:
+            logger.warning("request failed", extra={"status": e.status, "error": e.message})
+        return error_response(e.status, e.code, e.message, e.headers, **e.details)
+
+    @app.exception_handler(RequestValidationError)
+    def _request_invalid(e: RequestValidationError):
+        errors = [
+            {k: v for k, v in err.items() if k in ("loc", "msg", "type")} for err in e.errors()
+        ]
+        return error_response(422, "invalid_request", _summarize(errors), details=errors)
+
+    @app.exception_handler(ValidationError)
+    def _model_invalid(e: ValidationError):
+        errors = [{"loc": err["loc"], "msg": err["msg"], "type": err["type"]} for err in e.errors()]
+        return error_response(422, "invalid_request", _summarize(errors), details=errors)
+
+    @app.exception_handler(redis.RedisError)
+    def _redis_down(e: redis.RedisError):
+        return redis_error_response(e)
+
+    @app.exception_handler(BotoCoreError)
+    def _aws_down(e: BotoCoreError):
+        logger.warning("object storage unavailable", extra={"error": type(e).__name__})
+        err = ServiceUnavailable("object storage is unreachable; retry shortly")
+        return error_response(err.status, err.code, err.message, err.headers)
+
+    @app.exception_handler(ServiceError)
+    def _powertools(e: ServiceError):
+        if e.status_code == 404:
+            # API Gateway routed the request here, so the resource exists; Powertools matches
+            # path parameters against a narrower character set and found no route: the
+            # parameter is what is wrong.
+            return error_response(
+                422, "invalid_request", "a path parameter holds characters this API does not take"
+            )
+        return error_response(e.status_code, "error", str(e.msg))
+
+    @app.exception_handler(Exception)
+    def _unexpected(e: Exception):
+        # Log the stack trace; the client gets a plain message and the request id to quote.
+        logger.error("unhandled error", exc_info=e)
+        request_id = (app.current_event.raw_event.get("requestContext") or {}).get("requestId", "")
+        return error_response(500, "internal_error", f"internal error (request id {request_id})")
+
+    return app
