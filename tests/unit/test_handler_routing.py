@@ -8,7 +8,6 @@ import inspect
 from pathlib import Path
 
 import pytest
-
 from controlplane import routes
 from controlplane.handlers._routing import powertools_path, route
 from controlplane.logic.context import Principal
@@ -80,6 +79,7 @@ def test_given_a_public_route_when_its_function_asks_for_a_principal_then_it_is_
 def test_given_a_guarded_route_when_called_then_the_caller_is_checked_and_passed_first():
     # Given a function registered for a namespaced client route
     from controlplane.handlers._resolver import new_resolver
+
     from tests.support.events import FakeLambdaContext, api_event
 
     app = new_resolver()
