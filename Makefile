@@ -39,13 +39,16 @@ help:
 # (test, lint, docs; synth and deploy: [infra]) install their own set on top. A stamp is redone
 # when pyproject.toml changes. pip's own lines are filtered into one progress line per package;
 # the full log is in $(VENV)/pip-install.log.
-$(VENV)/.installed-%: pyproject.toml
+# The extras that include the control plane (`payloadstore-controlplane`, its own distribution in
+# functions/): pip takes it from there, beside the SDK, in the same install.
+CONTROLPLANE_EXTRAS := controlplane bench stack lint test dev
+$(VENV)/.installed-%: pyproject.toml functions/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
 	  echo "error: payloadstore needs python3 3.11 or newer (found: $$($(PYTHON) --version 2>&1)); set PYTHON=/path/to/python3.11" >&2; exit 1; }
 	@test -x $(PY) && $(PY) -c 'import sys' 2>/dev/null || { echo "creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
 	@echo "installing payloadstore[$*] into $(VENV) (log: $(VENV)/pip-install.log)"
 	@start=$$(date +%s); set -o pipefail; \
-	$(PY) -m pip install --disable-pip-version-check -e '.[$*]' 2>&1 | tee -a $(VENV)/pip-install.log \
+	$(PY) -m pip install --disable-pip-version-check $(if $(filter $*,$(CONTROLPLANE_EXTRAS)),-e ./functions) -e '.[$*]' 2>&1 | tee -a $(VENV)/pip-install.log \
 	  | { grep --line-buffered -E '^(Collecting|Installing collected|Successfully installed|Building|ERROR)' || true; } \
 	  | sed -u -E 's/^Collecting ([^ ]+).*/  collecting \1/; s/^Installing collected packages: (.{0,80}).*/  installing \1.../; s/^Successfully installed.*/  done/' \
 	  || { tail -n 40 $(VENV)/pip-install.log >&2; echo "error: pip install failed; full log in $(VENV)/pip-install.log" >&2; exit 1; }; \

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from payloadstore.devstack.gateway import LocalGateway, ensure_functions_on_path, serve_in_thread
 
 ensure_functions_on_path()
-from controlplane.routes import Route
+from payloadstore_controlplane.routes import Route
 
 
 def trivial(event, context):

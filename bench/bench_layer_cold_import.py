@@ -44,7 +44,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "functions")]
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
-from controlplane.routes import FUNCTIONS
+from payloadstore_controlplane.routes import FUNCTIONS
 
 # The functions behind the API, each with the sample event of its first request and the status
 # that request must answer (admin is invoked by hand, never cold on a request path).
@@ -208,7 +208,7 @@ class LocalServices:
 
     def __enter__(self) -> Self:
         import boto3
-        from controlplane.store.tokens import TokenStore
+        from payloadstore_controlplane.store.tokens import TokenStore
 
         from payloadstore.devstack.services import (
             MotoServer,
@@ -258,7 +258,7 @@ class LocalServices:
             "POWERTOOLS_METRICS_DISABLED": "true",
             "LANG": "C.UTF-8",
             # What Lambda's python3.13 runtime sets (the functions pause garbage collection
-            # while their handler imports only there: controlplane/gcpause.py).
+            # while their handler imports only there: payloadstore_controlplane/gcpause.py).
             "AWS_EXECUTION_ENV": "AWS_Lambda_python3.13",
         }
         return self

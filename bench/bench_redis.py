@@ -37,17 +37,17 @@ os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
 
 import redis
-from controlplane.logic.context import Deps, Principal
-from controlplane.logic.daemon import poll, post_result
-from controlplane.logic.enqueue import enqueue
-from controlplane.logic.presign import presign_put
-from controlplane.models.domain import PayloadRef
-from controlplane.models.settings import Settings
-from controlplane.models.wire import PollRequest, PresignRequest, ResultPost
-from controlplane.store.redis_client import make_redis
-from controlplane.store.redis_jobs import RedisJobStore
-from controlplane.store.redis_queues import RedisQueueStats
-from controlplane.store.s3_objects import (
+from payloadstore_controlplane.logic.context import Deps, Principal
+from payloadstore_controlplane.logic.daemon import poll, post_result
+from payloadstore_controlplane.logic.enqueue import enqueue
+from payloadstore_controlplane.logic.presign import presign_put
+from payloadstore_controlplane.models.domain import PayloadRef
+from payloadstore_controlplane.models.settings import Settings
+from payloadstore_controlplane.models.wire import PollRequest, PresignRequest, ResultPost
+from payloadstore_controlplane.store.redis_client import make_redis
+from payloadstore_controlplane.store.redis_jobs import RedisJobStore
+from payloadstore_controlplane.store.redis_queues import RedisQueueStats
+from payloadstore_controlplane.store.s3_objects import (
     ObjectInfo,
     S3Objects,
     cached_s3_client,

@@ -50,7 +50,7 @@ CONTENT_TYPE = "application/msgpack"
 
 def presigner(endpoint: str):
     """Presigned URLs as the control plane makes them (the same signer, same headers)."""
-    from controlplane.store.s3_objects import S3Objects
+    from payloadstore_controlplane.store.s3_objects import S3Objects
 
     return S3Objects.for_region("us-east-1", endpoint, BUCKET, 900)
 

@@ -1,6 +1,6 @@
 """Writes the sample API Gateway events under events/ (run: python events/generate.py).
 
-One REST proxy event per route of functions/controlplane/routes.py, plus the authorizer's REQUEST
+One REST proxy event per route of functions/payloadstore_controlplane/routes.py, plus the authorizer's REQUEST
 event and the admin function's mint event. Each is usable as `sam local invoke -e events/<name>.json`;
 replace `pst_replace_with_a_minted_token` with a real token where the authorizer runs."""
 

@@ -9,8 +9,8 @@ from typing import Any
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
-# The route table and settings live in the Lambda code asset (functions/controlplane); synth
-# imports them as the installed `controlplane` package (pyproject maps it to that directory).
+# The route table and settings live in the Lambda code asset (functions/payloadstore_controlplane); synth
+# imports them as the installed `payloadstore_controlplane` package (pyproject maps it to that directory).
 from infra.account import ApiGatewayAccountStack
 from infra.config import (
     API_GATEWAY_ACCOUNT_STACK,

@@ -13,10 +13,10 @@ from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_sns as sns
 from constructs import Construct
-from controlplane.routes import ROUTES
+from payloadstore_controlplane.routes import ROUTES
 
 PERIOD = cdk.Duration.minutes(1)
-# EMF metrics the widgets show (each is emitted by functions/controlplane, see observability.py).
+# EMF metrics the widgets show (each is emitted by functions/payloadstore_controlplane, see observability.py).
 JOBS_ENQUEUED = "JobsEnqueued"
 JOBS_COMPLETED = "JobsCompleted"
 PAYLOAD_BYTES = "PayloadBytes"

@@ -1,4 +1,4 @@
-"""One Lambda per function group of `functions/controlplane/routes.py`, plus the shared layer."""
+"""One Lambda per function group of `functions/payloadstore_controlplane/routes.py`, plus the shared layer."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
-from controlplane.models.settings import SETTINGS_ENV, Settings
-from controlplane.routes import FUNCTIONS
+from payloadstore_controlplane.models.settings import SETTINGS_ENV, Settings
+from payloadstore_controlplane.routes import FUNCTIONS
 
 from infra.bundling import CodeBundling, LayerBundling, bundling_image
 from infra.config import (
@@ -136,7 +136,15 @@ class ControlPlaneFunctions(Construct):
 
         code = lambda_.Code.from_asset(
             str(FUNCTIONS_DIR),
-            exclude=["tests", "**/__pycache__", "**/*.pyc", "requirements.txt", "*.egg-info"],
+            exclude=[
+                "tests",
+                "**/__pycache__",
+                "**/*.pyc",
+                "requirements.txt",
+                "pyproject.toml",
+                "*.egg-info",
+                "build",
+            ],
             asset_hash_type=cdk.AssetHashType.SOURCE,
             bundling=cdk.BundlingOptions(image=bundling_image(), local=CodeBundling(FUNCTIONS_DIR)),
         )

@@ -7,7 +7,7 @@ from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
-from controlplane.routes import SCHEDULES
+from payloadstore_controlplane.routes import SCHEDULES
 
 
 class Schedules(Construct):

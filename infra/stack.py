@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import aws_cdk as cdk
 from constructs import Construct
-from controlplane.routes import SCHEDULES
+from payloadstore_controlplane.routes import SCHEDULES
 
 from infra.alarms import Alarms
 from infra.api import DEFAULT_THROTTLE_BURST, DEFAULT_THROTTLE_RATE, ControlPlaneApi

@@ -345,7 +345,7 @@ def http_kwargs(call: Call[Any], endpoint: str, token: str) -> dict[str, Any]:
 
 # -- error mapping -----------------------------------------------------------------------------
 
-# The server's `error.code` -> class, for every route (functions/controlplane/models/errors.py).
+# The server's `error.code` -> class, for every route (functions/payloadstore_controlplane/models/errors.py).
 CODE_ERRORS: dict[str, ErrorFactory] = {
     "unauthorized": AuthError,
     "forbidden": AuthError,

@@ -172,7 +172,14 @@ def dev(ctx: click.Context) -> None:
     """Run the control plane locally (redis-server, S3 emulator, gateway); options pass through."""
     import importlib.util
 
-    needed = ("controlplane", "pydantic", "redis", "boto3", "aws_lambda_powertools", "moto")
+    needed = (
+        "payloadstore_controlplane",
+        "pydantic",
+        "redis",
+        "boto3",
+        "aws_lambda_powertools",
+        "moto",
+    )
     missing = [name for name in needed if importlib.util.find_spec(name) is None]
     if missing:
         fail(
@@ -197,7 +204,7 @@ class TokenRecord:
 
 
 class LambdaTokenAdmin:
-    """The deployed admin function (`controlplane.handlers.admin.lambda_handler`), invoked with
+    """The deployed admin function (`payloadstore_controlplane.handlers.admin.lambda_handler`), invoked with
     boto3: for operators allowed lambda:InvokeFunction but not the SSM path, and for installs
     without the repository's functions/ directory."""
 
@@ -242,14 +249,14 @@ def token_store(
     region: str | None,
     admin_function: str | None = None,
 ):
-    """TokenStore (functions/controlplane/store/tokens.py) over SSM: the local stack's emulator
+    """TokenStore (payloadstore_controlplane.store.tokens) over SSM: the local stack's emulator
     when .devstack.json is found (or --ssm-endpoint), else AWS with TOKEN_PARAMETER_PATH; or the
     deployed admin function when one is named."""
     if admin_function:
         return LambdaTokenAdmin(admin_function, region=region)
     try:
         import boto3
-        from controlplane.store.tokens import TokenStore
+        from payloadstore_controlplane.store.tokens import TokenStore
     except ImportError as e:
         raise ConfigError(
             "token commands need the control plane's packages "

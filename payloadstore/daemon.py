@@ -54,6 +54,7 @@ from .errors import (
 
 log = logging.getLogger("payloadstore.daemon")
 
+
 class DeliveryOutcome(StrEnum):
     """How one delivery ended on this daemon, as counted in `Daemon.stats`. Not job states:
     REFUSED, ABANDONED and TAKEN say what the daemon did, and the job goes on elsewhere."""

@@ -1,6 +1,6 @@
 """A local stand-in for API Gateway (REST API, Lambda proxy integration) in front of the handlers.
 
-It serves the route table of `controlplane.routes` with the very handler strings the CDK stack
+It serves the route table of `payloadstore_controlplane.routes` with the very handler strings the CDK stack
 deploys, and behaves like API Gateway where a client or handler could notice the difference.
 Three rooms, one concern each:
 
@@ -89,13 +89,13 @@ Handler = Callable[[dict, Any], Any]
 
 
 def ensure_functions_on_path() -> None:
-    """Handler strings name modules of the `controlplane` package, as in the `functions/` code
-    asset. It is installed with payloadstore (pyproject maps it to functions/controlplane), so
+    """Handler strings name modules of the `payloadstore_controlplane` package, as in the `functions/` code
+    asset. It is installed with payloadstore (pyproject maps it to functions/payloadstore_controlplane), so
     nothing is added to sys.path: this only turns its absence into one clear error."""
-    if importlib.util.find_spec("controlplane") is None:
+    if importlib.util.find_spec("payloadstore_controlplane") is None:
         raise ModuleNotFoundError(
             "the control plane package is not installed: pip install 'payloadstore[stack]'",
-            name="controlplane",
+            name="payloadstore_controlplane",
         )
 
 
@@ -162,7 +162,7 @@ def match_route(
 class LocalGateway:
     """Routes -> handlers, with API Gateway's authorizer, limits and event shapes."""
 
-    routes: Any = None  # iterable of controlplane.routes.Route; defaults to ROUTES
+    routes: Any = None  # iterable of payloadstore_controlplane.routes.Route; defaults to ROUTES
     functions: dict[str, str | Handler] | None = None  # group -> handler string or callable
     authorizer: str | Handler | None = None  # defaults to FUNCTIONS["authorizer"]
     binary_media_types: tuple[str, ...] | None = None
@@ -174,7 +174,7 @@ class LocalGateway:
 
     def __post_init__(self) -> None:
         ensure_functions_on_path()
-        from controlplane import routes as route_module
+        from payloadstore_controlplane import routes as route_module
 
         self._routes = compile_routes(
             self.routes if self.routes is not None else route_module.ROUTES

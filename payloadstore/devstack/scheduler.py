@@ -31,7 +31,7 @@ class Scheduler:
     """One daemon thread; each schedule runs first after one period, then every period."""
 
     def __init__(self, region: str, *, period_scale: float = 1.0, schedules=None):
-        from controlplane.routes import FUNCTIONS, SCHEDULES
+        from payloadstore_controlplane.routes import FUNCTIONS, SCHEDULES
 
         self.region = region
         self._functions = FUNCTIONS

@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from controlplane.models.settings import SETTINGS_ENV, Settings
-from controlplane.routes import FUNCTIONS, ROUTES
+from payloadstore_controlplane.models.settings import SETTINGS_ENV, Settings
+from payloadstore_controlplane.routes import FUNCTIONS, ROUTES
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 PUBLIC = "—"

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
-from controlplane.routes import MIN_COMPRESSION_BYTES, Route
+from payloadstore_controlplane.routes import MIN_COMPRESSION_BYTES, Route
 
 from payloadstore.devstack.gateway import LocalGateway, serve_in_thread
 

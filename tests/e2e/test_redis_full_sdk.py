@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from controlplane.store import keys
+from payloadstore_controlplane.store import keys
 
 from payloadstore._http import RetryPolicy
 from payloadstore.devstack.services import RedisServer

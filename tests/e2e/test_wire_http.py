@@ -18,7 +18,7 @@ import uuid
 import msgpack
 import pytest
 import requests
-from controlplane.routes import ROUTES
+from payloadstore_controlplane.routes import ROUTES
 
 pytestmark = pytest.mark.e2e
 
@@ -347,7 +347,7 @@ def test_client_token_on_daemon_routes_and_daemon_token_on_enqueue_are_403(local
 
 
 def test_revoked_token_is_refused_at_once(local_gateway, ssm_client):
-    from controlplane.store.tokens import TokenStore
+    from payloadstore_controlplane.store.tokens import TokenStore
 
     gw = local_gateway
     store = TokenStore(ssm_client, gw.token_path)

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from controlplane.routes import FUNCTIONS
+from payloadstore_controlplane.routes import FUNCTIONS
 
 from infra.functions import function_logical_id
 from tests.infra.cfn import render, resources
@@ -38,7 +38,7 @@ AWS_METRICS: dict[str, tuple[set[str], set[str]]] = {
 
 def emitted_metrics() -> dict[str, set[tuple[str, frozenset[str]]]]:
     """Metric name -> (emitter, dimension keys besides `service`) of every call in the code."""
-    from controlplane import observability
+    from payloadstore_controlplane import observability
 
     def metric_name(node: ast.expr) -> str | None:
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
@@ -120,7 +120,7 @@ def _emit_with_deployed_env(
     )
     code = (
         "import sys, json\n"
-        "from controlplane.observability import emit_metric_set, metrics_bytes, metrics_count\n"
+        "from payloadstore_controlplane.observability import emit_metric_set, metrics_bytes, metrics_count\n"
         "name, dims = sys.argv[1], json.loads(sys.argv[2])\n"
         f"{call}\n"
     )

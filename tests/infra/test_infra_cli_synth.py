@@ -100,10 +100,12 @@ def test_function_asset_is_the_functions_tree_without_tests_or_local_caches(cli_
     # One code asset shared by all functions
     assert len(code_dirs) == 1
     (code,) = code_dirs
-    assert (code / "controlplane" / "routes.py").is_file()
+    assert (code / "payloadstore_controlplane" / "routes.py").is_file()
     assert not (code / "tests").exists()
     assert not (code / "requirements.txt").exists()
     assert not glob.glob(str(code / "**" / "*.cpython-311.pyc"), recursive=True), (
         "a local cache leaked in"
     )
-    assert glob.glob(str(code / "controlplane" / "__pycache__" / "routes.cpython-313.pyc"))
+    assert glob.glob(
+        str(code / "payloadstore_controlplane" / "__pycache__" / "routes.cpython-313.pyc")
+    )

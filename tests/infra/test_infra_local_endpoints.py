@@ -4,9 +4,9 @@ function at local services), and empty as deployed, which means AWS's own endpoi
 from __future__ import annotations
 
 import pytest
-from controlplane import routes
-from controlplane.models.settings import Settings
-from controlplane.routes import FUNCTIONS, ROUTES
+from payloadstore_controlplane import routes
+from payloadstore_controlplane.models.settings import Settings
+from payloadstore_controlplane.routes import FUNCTIONS, ROUTES
 
 from infra.functions import LOCAL_ENDPOINT_ENV
 from tests.infra.cfn import resources
@@ -39,7 +39,7 @@ def test_every_function_declares_the_local_endpoint_variables_empty(template):
 
 def test_deployed_values_mean_aws_endpoints(template, monkeypatch):
     import boto3
-    from controlplane.store.s3_objects import cached_s3_client
+    from payloadstore_controlplane.store.s3_objects import cached_s3_client
 
     for logical_id, env in _deployed_literals(template).items():
         # Given a process with exactly the deployed values of the endpoint variables

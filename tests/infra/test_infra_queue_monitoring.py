@@ -7,8 +7,8 @@ import json
 import re
 
 import pytest
-from controlplane import observability
-from controlplane.routes import SCHEDULES
+from payloadstore_controlplane import observability
+from payloadstore_controlplane.routes import SCHEDULES
 
 from infra.config import DEFAULT_OLDEST_JOB_AGE_ALARM_S
 from infra.functions import function_logical_id

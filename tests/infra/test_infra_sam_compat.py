@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from controlplane.models.settings import SETTINGS_ENV
-from controlplane.routes import FUNCTIONS, ROUTES, SCHEDULES
+from payloadstore_controlplane.models.settings import SETTINGS_ENV
+from payloadstore_controlplane.routes import FUNCTIONS, ROUTES, SCHEDULES
 
 from infra.functions import LOCAL_ENDPOINT_ENV
 
@@ -105,9 +105,11 @@ def event_catalog() -> dict[str, list[str]]:
 
 @contextmanager
 def code_asset_importable(asset: Path):
-    """Make `controlplane` resolve inside the staged asset, as /var/task does on Lambda, and
+    """Make `payloadstore_controlplane` resolve inside the staged asset, as /var/task does on Lambda, and
     put the source-tree modules back afterwards."""
-    own = lambda name: name == "controlplane" or name.startswith("controlplane.")
+    own = lambda name: (
+        name == "payloadstore_controlplane" or name.startswith("payloadstore_controlplane.")
+    )
     saved = {n: m for n, m in sys.modules.items() if own(n)}
     for name in saved:
         del sys.modules[name]

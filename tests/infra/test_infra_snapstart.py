@@ -7,7 +7,7 @@ import json
 import os
 
 import pytest
-from controlplane.routes import FUNCTIONS
+from payloadstore_controlplane.routes import FUNCTIONS
 
 from tests.support.infra import CDK_ENV, STACK
 

@@ -6,7 +6,7 @@ import json
 
 import aws_cdk as cdk
 import pytest
-from controlplane.routes import FUNCTIONS
+from payloadstore_controlplane.routes import FUNCTIONS
 
 from infra.config import (
     API_GATEWAY_ACCOUNT_STACK,

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from controlplane.models.settings import SETTINGS_ENV, Settings
-from controlplane.routes import (
+from payloadstore_controlplane.models.settings import SETTINGS_ENV, Settings
+from payloadstore_controlplane.routes import (
     API_GATEWAY_TIMEOUT_S,
     BINARY_MEDIA_TYPES,
     FUNCTIONS,
@@ -486,7 +486,7 @@ def test_outputs_name_the_api_bucket_token_store_and_alarm_topic(template):
 
 def test_a_setting_can_be_overridden_by_context_and_a_bad_one_fails_synth():
     import aws_cdk as cdk
-    from controlplane.models.settings import SettingsError
+    from payloadstore_controlplane.models.settings import SettingsError
 
     from infra.config import CTX_SETTINGS_PREFIX
     from infra.functions import settings_environment

@@ -33,10 +33,10 @@ def cp_env(redis_server, aws_env, payload_bucket):
 
 
 def reset_caches() -> None:
-    from controlplane.handlers import _deps, authorizer
-    from controlplane.logic import health
-    from controlplane.models.settings import get_settings
-    from controlplane.store.tokens import process_token_store
+    from payloadstore_controlplane.handlers import _deps, authorizer
+    from payloadstore_controlplane.logic import health
+    from payloadstore_controlplane.models.settings import get_settings
+    from payloadstore_controlplane.store.tokens import process_token_store
 
     health._bucket_cache.clear()
     get_settings.cache_clear()

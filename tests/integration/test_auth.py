@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 
 import pytest
-from controlplane.handlers import admin, authorizer
-from controlplane.store.tokens import TokenStore, hash_token
+from payloadstore_controlplane.handlers import admin, authorizer
+from payloadstore_controlplane.store.tokens import TokenStore, hash_token
 
 from tests.support.control_plane import TOKEN_PATH
 from tests.support.events import FakeLambdaContext, load_event
@@ -168,7 +168,7 @@ def counting_store(ssm_client) -> tuple[TokenStore, list[str]]:
 
 def test_unknown_tokens_refresh_the_store_at_most_once_a_second(tokens, ssm_client):
     # Given a store with a long cache, counting its reads of SSM
-    from controlplane.store import tokens as token_module
+    from payloadstore_controlplane.store import tokens as token_module
 
     store, reads = counting_store(ssm_client)
     # When a flood of unknown tokens arrives

@@ -6,7 +6,11 @@ from __future__ import annotations
 import uuid
 
 import boto3
-from controlplane.store.aws_http import SecretsManagerHttpClient, SsmHttpClient, secret_value
+from payloadstore_controlplane.store.aws_http import (
+    SecretsManagerHttpClient,
+    SsmHttpClient,
+    secret_value,
+)
 
 from tests.support.env import patched_environ
 
@@ -48,7 +52,7 @@ def test_https_with_a_verified_certificate_and_a_chunked_answer(tmp_path, monkey
     import threading
     from http.server import BaseHTTPRequestHandler, HTTPServer
 
-    from controlplane.store import aws_http
+    from payloadstore_controlplane.store import aws_http
 
     from tests.integration.test_redis_client import _certs
 

@@ -185,7 +185,7 @@ def test_inline_items_over_the_threshold_or_with_a_bad_key_fail_alone(cp, settin
 
 
 def test_a_batch_repeats_keys_of_single_enqueues_from_the_previous_index_hour(cp, monkeypatch):
-    from controlplane.runtime import clock
+    from payloadstore_controlplane.runtime import clock
 
     # Given two jobs enqueued singly with keys ten minutes before an hour began (the inline
     # index has one hash per hour), one of them on another queue

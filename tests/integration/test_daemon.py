@@ -7,9 +7,9 @@ import time
 
 import msgpack
 import redis
-from controlplane.store import keys
-from controlplane.store.records import ResultIssuedBefore
-from controlplane.store.redis_jobs import RedisJobStore
+from payloadstore_controlplane.store import keys
+from payloadstore_controlplane.store.records import ResultIssuedBefore
+from payloadstore_controlplane.store.redis_jobs import RedisJobStore
 
 from tests.support.control_plane import upload
 

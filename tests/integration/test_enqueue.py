@@ -6,7 +6,7 @@ import base64
 
 import msgpack
 import redis
-from controlplane.store import keys
+from payloadstore_controlplane.store import keys
 
 from tests.support.control_plane import sha256_hex, upload
 

@@ -23,7 +23,7 @@ def own_bucket(cp, settings_env, s3_client):
 @pytest.fixture
 def s3_calls(monkeypatch):
     """Counts the health checks' S3 calls (each check method makes one S3 request)."""
-    from controlplane.store.s3_objects import S3Objects
+    from payloadstore_controlplane.store.s3_objects import S3Objects
 
     counted = {"n": 0}
     for name in ("check_reachable", "check_region", "check_encryption", "check_lifecycle"):
@@ -39,7 +39,7 @@ def s3_calls(monkeypatch):
 
 @pytest.fixture
 def clock(monkeypatch):
-    from controlplane.logic import health
+    from payloadstore_controlplane.logic import health
 
     now = {"t": 1000.0}
     monkeypatch.setattr(health, "_now", lambda: now["t"])

@@ -13,8 +13,8 @@ import time
 import pytest
 import redis
 import requests
-from controlplane.store import keys
-from controlplane.store.redis_jobs import RedisJobStore
+from payloadstore_controlplane.store import keys
+from payloadstore_controlplane.store.redis_jobs import RedisJobStore
 
 from tests.support.control_plane import ControlPlane, put_presigned, sha256_hex, upload
 
@@ -381,7 +381,7 @@ def test_given_a_lost_reply_to_a_result_post_then_its_entry_is_still_dropped(cp,
 
 
 def test_the_single_node_client_retries_as_configured(redis_server):
-    from controlplane.store.redis_client import FAST_RETRIES, make_redis
+    from payloadstore_controlplane.store.redis_client import FAST_RETRIES, make_redis
 
     client = make_redis(redis_server.url)
     connection = client.connection_pool.get_connection()

@@ -30,8 +30,8 @@ def emf_documents(text: str) -> list[dict]:
 
 
 def test_the_schedule_event_publishes_depth_in_flight_and_age_per_queue(cp, ssm_client, capsys):
-    from controlplane.handlers import metrics
-    from controlplane.store.tokens import TokenStore
+    from payloadstore_controlplane.handlers import metrics
+    from payloadstore_controlplane.store.tokens import TokenStore
 
     # Given a namespace with a token, three jobs on its queue and one of them taken by a daemon
     TokenStore(ssm_client, TOKEN_PATH).mint(cp.ns, "client")

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import pytest
-from controlplane.handlers._openapi import BEARER, route_statuses
-from controlplane.models import wire
-from controlplane.routes import ERROR, OBJECT, ROUTES, Route
+from payloadstore_controlplane.handlers._openapi import BEARER, route_statuses
+from payloadstore_controlplane.models import wire
+from payloadstore_controlplane.routes import ERROR, OBJECT, ROUTES, Route
 
 ERROR_REF = {"$ref": "#/components/schemas/ErrorResponse"}
 
 
 @pytest.fixture(scope="module")
 def document(cp_env):
-    from controlplane.handlers.public import openapi_document
+    from payloadstore_controlplane.handlers.public import openapi_document
 
     openapi_document.cache_clear()
     return openapi_document()

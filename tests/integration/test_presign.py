@@ -7,8 +7,8 @@ from urllib.parse import parse_qs, urlparse
 
 import redis
 import requests
-from controlplane.models.domain import new_job_id
-from controlplane.store import keys
+from payloadstore_controlplane.models.domain import new_job_id
+from payloadstore_controlplane.store import keys
 
 from tests.support.control_plane import put_presigned, sha256_hex, upload
 
@@ -131,7 +131,7 @@ def test_get_refuses_keys_never_issued_to_this_namespace(cp, other_cp):
 def test_get_is_410_past_48h_even_if_s3_still_has_it(cp, monkeypatch):
     # Given an uploaded payload
     ref = upload(cp, b"old bytes")
-    from controlplane.runtime import clock
+    from payloadstore_controlplane.runtime import clock
 
     real_now = clock.now()
     # When the clock moves 48 h + 1 s on (the object still exists in S3)
@@ -150,8 +150,8 @@ def test_get_of_expired_record_is_410_not_404(cp, redis_server):
     import time
 
     old_id = new_job_id(int((time.time() - 3 * 86400) * 1000))
-    from controlplane.logic.payload_keys import key_for
-    from controlplane.models.domain import PayloadKind
+    from payloadstore_controlplane.logic.payload_keys import key_for
+    from payloadstore_controlplane.models.domain import PayloadKind
 
     # Then asking for it says it is past retention
     assert cp.presign_get(key_for(old_id, PayloadKind.ARGS)).status == 410

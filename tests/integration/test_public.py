@@ -59,7 +59,7 @@ def test_openapi_lists_every_route_with_models(cp):
     r = cp.call("public", "GET", "/v1/openapi.json", namespace=None)
     assert r.status == 200
     paths = r.json["paths"]
-    from controlplane.routes import ROUTES
+    from payloadstore_controlplane.routes import ROUTES
 
     for route in ROUTES:
         if route.path == "/v1/openapi.json":
@@ -88,7 +88,7 @@ def test_openapi_lists_every_route_with_models(cp):
 
 def test_sample_events_are_served(cp):
     # The committed sample events (sam local invoke -e ...) are valid requests for their function
-    from controlplane.handlers import public
+    from payloadstore_controlplane.handlers import public
 
     out = public.lambda_handler(load_event("config"), FakeLambdaContext())
     assert out["statusCode"] == 200

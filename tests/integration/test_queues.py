@@ -22,7 +22,7 @@ def queue_list(cp, role="client"):
 
 
 def test_depth_in_flight_and_oldest_age_follow_the_jobs(cp, monkeypatch):
-    from controlplane.runtime import clock
+    from payloadstore_controlplane.runtime import clock
 
     # Given three jobs queued
     jobs = [cp.enqueue(raw=msgpack.packb([i])).json["job_id"] for i in range(3)]

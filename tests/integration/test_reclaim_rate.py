@@ -9,8 +9,8 @@ import time
 import uuid
 
 import redis
-from controlplane.store import keys
-from controlplane.store.redis_jobs import RedisJobStore
+from payloadstore_controlplane.store import keys
+from payloadstore_controlplane.store.redis_jobs import RedisJobStore
 
 
 def xautoclaim_calls(client: redis.Redis) -> int:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from controlplane.store.redis_client import (
+from payloadstore_controlplane.store.redis_client import (
     BLOCKING_MARGIN_S,
     FAST_SOCKET_TIMEOUT_S,
     PayloadConnection,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from controlplane.store import keys
+from payloadstore_controlplane.store import keys
 
 from payloadstore.devstack.services import RedisServer
 from tests.support.control_plane import ControlPlane, upload

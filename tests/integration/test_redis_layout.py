@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from controlplane.store import keys
+from payloadstore_controlplane.store import keys
 
 from payloadstore.devstack.services import RedisServer
 from tests.support.control_plane import ControlPlane, upload
@@ -108,7 +108,7 @@ def test_queued_inline_job_has_no_hash_and_no_idempotency_record(cp, r):
 def test_idempotency_key_is_remembered_for_its_ttl_only(cp, r, settings_env, monkeypatch):
     # Given IDEMPOTENCY_TTL_S=120 and a job enqueued with a key
     settings_env(IDEMPOTENCY_TTL_S="120")
-    from controlplane.runtime import clock
+    from payloadstore_controlplane.runtime import clock
 
     h = {"Idempotency-Key": "order-7"}
     t0 = time.time()
@@ -123,7 +123,7 @@ def test_idempotency_key_is_remembered_for_its_ttl_only(cp, r, settings_env, mon
 
 def test_idempotency_key_repeat_across_an_hour_of_the_inline_index(cp, r, monkeypatch):
     # Given a job enqueued with a key in the last minute of an hour (its index hash is that hour's)
-    from controlplane.runtime import clock
+    from payloadstore_controlplane.runtime import clock
 
     hour = (int(time.time()) // 3600) * 3600
     h = {"Idempotency-Key": "order-hour"}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from controlplane.store import keys
+from payloadstore_controlplane.store import keys
 
 from payloadstore.devstack.services import free_port
 from tests.support.control_plane import upload

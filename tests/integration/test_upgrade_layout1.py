@@ -12,9 +12,9 @@ import time
 
 import pytest
 import redis
-from controlplane.logic.payload_keys import key_for
-from controlplane.models.domain import PayloadKind, new_job_id
-from controlplane.store import keys
+from payloadstore_controlplane.logic.payload_keys import key_for
+from payloadstore_controlplane.models.domain import PayloadKind, new_job_id
+from payloadstore_controlplane.store import keys
 
 from tests.support.control_plane import put_presigned, sha256_hex, upload
 

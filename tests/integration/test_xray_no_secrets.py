@@ -4,7 +4,7 @@ The handlers run as a deployed function runs them: tracing on, in the X-Ray SDK'
 (LAMBDA_TASK_ROOT set, so the SDK hangs subsegments under a facade segment built from
 _X_AMZN_TRACE_ID and streams each one to the daemon as it closes). The "daemon" is a UDP socket
 of this test on 127.0.0.1. The functions run in a fresh interpreter: the tracer is chosen when
-`controlplane.observability` is imported, and the X-Ray SDK patches botocore, requests and
+`payloadstore_controlplane.observability` is imported, and the X-Ray SDK patches botocore, requests and
 http.client for good, which no other test of this session should inherit.
 """
 
@@ -33,8 +33,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from tests.support.control_plane import ControlPlane, put_presigned, sha256_hex
 from tests.support.events import FakeLambdaContext
-from controlplane.handlers import admin
-from controlplane.observability import tracer
+from payloadstore_controlplane.handlers import admin
+from payloadstore_controlplane.observability import tracer
 
 assert not getattr(tracer, "disabled", False), "tracing is off: the test would prove nothing"
 calls = 0
@@ -76,7 +76,7 @@ secrets_out["token"].append(minted["token"])
 
 # The authorizer: the token in the event, an Allow answer; an unknown token raises Unauthorized
 # (the error path: no error body either).
-from controlplane.handlers import authorizer
+from payloadstore_controlplane.handlers import authorizer
 from tests.support.events import load_event
 
 def authorize(token):

@@ -30,21 +30,43 @@ def run(args: list[str], **kwargs) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
+def wheels(tmp_path_factory) -> tuple[Path, Path]:
+    """(the SDK's wheel, the control plane's wheel), built from the checkout."""
     out = tmp_path_factory.mktemp("wheel")
-    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(REPO)])
-    (built,) = out.glob("payloadstore-*.whl")
-    return built
+    for project in (REPO, REPO / "functions"):
+        run(
+            [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out)]
+            + [str(project)]
+        )
+    (sdk,) = out.glob("payloadstore-0*.whl")
+    (control_plane,) = out.glob("payloadstore_controlplane-*.whl")
+    return sdk, control_plane
 
 
 @pytest.fixture(scope="module")
-def installed(wheel, tmp_path_factory) -> tuple[Path, dict[str, str]]:
-    """A fresh venv with the wheel and its `stack` extra; an environment that knows no checkout."""
+def wheel(wheels) -> Path:
+    return wheels[0]
+
+
+@pytest.fixture(scope="module")
+def installed(wheels, tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    """A fresh venv with the SDK's wheel and its `stack` extra (which takes the control plane's
+    wheel, given beside it); an environment that knows no checkout."""
+    wheel, control_plane = wheels
     root = tmp_path_factory.mktemp("fresh")
     run([sys.executable, "-m", "venv", str(root / "venv")])
     python = root / "venv" / "bin" / "python"
     run(
-        [str(python), "-m", "pip", "install", "--quiet", "--no-compile", f"{wheel}[stack]"],
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-compile",
+            str(control_plane),
+            f"{wheel}[stack]",
+        ],
         timeout=1200,
     )
     env = {
@@ -58,14 +80,28 @@ def installed(wheel, tmp_path_factory) -> tuple[Path, dict[str, str]]:
     return away, env
 
 
-def test_the_wheel_holds_the_sdk_and_the_control_plane_but_not_infra(wheel):
+def tops(wheel: Path) -> set[str]:
     names = zipfile.ZipFile(wheel).namelist()
-    tops = {name.split("/")[0] for name in names if "/" in name and ".dist-info" not in name}
-    assert tops == {"payloadstore", "controlplane"}
-    assert "payloadstore/py.typed" in names and "controlplane/py.typed" in names
-    assert "controlplane/handlers/jobs.py" in names
+    return {name.split("/")[0] for name in names if "/" in name and ".dist-info" not in name}
+
+
+def test_the_sdk_wheel_holds_the_sdk_alone(wheels):
+    # Given the wheel a user who only wants the client installs
+    sdk, _ = wheels
+    names = zipfile.ZipFile(sdk).namelist()
+    # Then it has one top-level package: no control plane, no infra
+    assert tops(sdk) == {"payloadstore"}
+    assert "payloadstore/py.typed" in names and "payloadstore/client.py" in names
+
+
+def test_the_control_plane_wheel_holds_the_control_plane_under_its_own_name(wheels):
+    _, control_plane = wheels
+    names = zipfile.ZipFile(control_plane).namelist()
+    assert tops(control_plane) == {"payloadstore_controlplane"}
+    assert "payloadstore_controlplane/py.typed" in names
+    assert "payloadstore_controlplane/handlers/jobs.py" in names
     # The store's Lua scripts travel with it (package data).
-    assert "controlplane/store/jobs/delivery_take.lua" in names
+    assert "payloadstore_controlplane/store/jobs/delivery_take.lua" in names
 
 
 def test_the_cli_runs_from_the_installed_wheel(installed):
@@ -81,19 +117,19 @@ def test_every_handler_string_imports_from_the_installed_packages(installed):
     away, env = installed
     script = """
 import importlib, json
-import controlplane, payloadstore
-from controlplane.routes import FUNCTIONS
+import payloadstore_controlplane, payloadstore
+from payloadstore_controlplane.routes import FUNCTIONS
 for handler in FUNCTIONS.values():
     module, _, attr = handler.rpartition(".")
     assert callable(getattr(importlib.import_module(module), attr)), handler
-print(json.dumps({"controlplane": controlplane.__file__, "payloadstore": payloadstore.__file__,
+print(json.dumps({"payloadstore_controlplane": payloadstore_controlplane.__file__, "payloadstore": payloadstore.__file__,
                   "handlers": len(FUNCTIONS)}))
 """
     done = run(["python", "-c", script], cwd=away, env=env)
     found = json.loads(done.stdout)
     # Then both packages come from the venv, not from the checkout
     assert found["handlers"] >= 6
-    for path in (found["controlplane"], found["payloadstore"]):
+    for path in (found["payloadstore_controlplane"], found["payloadstore"]):
         assert "site-packages" in path and not path.startswith(str(REPO)), path
 
 

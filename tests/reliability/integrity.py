@@ -107,13 +107,15 @@ def script_names() -> dict[str, str]:
         out[hashlib.sha1(text.encode()).hexdigest()] = name
 
     try:
-        from controlplane.store import jobs as lua  # the .lua files (issue 21's layout)
+        from payloadstore_controlplane.store import (
+            jobs as lua,
+        )  # the .lua files (issue 21's layout)
 
         for name in lua.names():
             add(name, lua.source(name))
     except ImportError:
         pass
-    from controlplane.store import redis_jobs, redis_queues
+    from payloadstore_controlplane.store import redis_jobs, redis_queues
 
     for module in (redis_jobs, redis_queues):
         for attr, value in vars(module).items():
@@ -278,7 +280,7 @@ class IntegrityFaults:
 
     def _where_is(self, r: Any, job_id: str, queue: str) -> dict:
         import redis
-        from controlplane.store import keys
+        from payloadstore_controlplane.store import keys
 
         fields = {k.decode(): v for k, v in r.hgetall(keys.job(job_id)).items()}
         state = (fields.get("s") or fields.get("state") or b"").decode()

@@ -467,7 +467,7 @@ class Run:
         from payloadstore.devstack.gateway import ensure_functions_on_path
 
         ensure_functions_on_path()
-        from controlplane.store import keys
+        from payloadstore_controlplane.store import keys
 
         r = redis.Redis.from_url(self.stack.redis.url)
         try:

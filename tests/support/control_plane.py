@@ -58,7 +58,7 @@ class ControlPlane:
         **kw,
     ) -> Reply:
         """namespace: "" = this namespace's token, None = no authorizer context at all."""
-        module = importlib.import_module(f"controlplane.handlers.{function}")
+        module = importlib.import_module(f"payloadstore_controlplane.handlers.{function}")
         ns = self.ns if namespace == "" else namespace
         event = api_event(method, resource, path_params, namespace=ns, role=role, **kw)
         out = module.lambda_handler(event, FakeLambdaContext())

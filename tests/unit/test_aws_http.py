@@ -10,8 +10,12 @@ import pytest
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
-from controlplane.store import aws_http
-from controlplane.store.aws_http import AwsRequestError, SecretsManagerHttpClient, SsmHttpClient
+from payloadstore_controlplane.store import aws_http
+from payloadstore_controlplane.store.aws_http import (
+    AwsRequestError,
+    SecretsManagerHttpClient,
+    SsmHttpClient,
+)
 
 from tests.unit.test_presign_signer import FROZEN, frozen_time
 
@@ -284,7 +288,7 @@ def test_one_tls_context_per_process():
     # Loading the CA certificates costs ~30 ms of CPU: once, not on every token refresh
     import ssl
 
-    from controlplane.store.aws_http import _tls_context
+    from payloadstore_controlplane.store.aws_http import _tls_context
 
     context = _tls_context(None)
     assert context is _tls_context(None)

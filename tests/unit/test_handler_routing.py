@@ -1,5 +1,5 @@
 """routes.py is the only place a path is written: each handler function is registered with
-`@route(app, routes.X)` (controlplane/handlers/_routing.py), at the route's path and method."""
+`@route(app, routes.X)` (payloadstore_controlplane/handlers/_routing.py), at the route's path and method."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import inspect
 from pathlib import Path
 
 import pytest
-from controlplane import routes
-from controlplane.handlers._routing import powertools_path, route
-from controlplane.logic.context import Principal
+from payloadstore_controlplane import routes
+from payloadstore_controlplane.handlers._routing import powertools_path, route
+from payloadstore_controlplane.logic.context import Principal
 
 HANDLERS = Path(routes.__file__).parent / "handlers"
 API_FUNCTIONS = sorted({r.function for r in routes.ROUTES})
@@ -63,7 +63,7 @@ def test_given_the_handler_modules_when_read_then_none_writes_a_path():
 
 def test_given_a_public_route_when_its_function_asks_for_a_principal_then_it_is_refused():
     # Given a resolver and the public health route
-    from controlplane.handlers._resolver import new_resolver
+    from payloadstore_controlplane.handlers._resolver import new_resolver
 
     app = new_resolver()
 
@@ -78,7 +78,7 @@ def test_given_a_public_route_when_its_function_asks_for_a_principal_then_it_is_
 
 def test_given_a_guarded_route_when_called_then_the_caller_is_checked_and_passed_first():
     # Given a function registered for a namespaced client route
-    from controlplane.handlers._resolver import new_resolver
+    from payloadstore_controlplane.handlers._resolver import new_resolver
 
     from tests.support.events import FakeLambdaContext, api_event
 

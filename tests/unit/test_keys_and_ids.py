@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import time
 
-from controlplane.logic.payload_keys import key_for, parse_key
-from controlplane.models.domain import JOB_ID_RE, PayloadKind, job_id_time_s, new_job_id
-from controlplane.store import keys
+from payloadstore_controlplane.logic.payload_keys import key_for, parse_key
+from payloadstore_controlplane.models.domain import (
+    JOB_ID_RE,
+    PayloadKind,
+    job_id_time_s,
+    new_job_id,
+)
+from payloadstore_controlplane.store import keys
 from redis.crc import key_slot
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from controlplane.store import jobs, keys
+from payloadstore_controlplane.store import jobs, keys
 
 # Job-hash commands the scripts use, with the field names they name ('n', 'lt', …); the first
 # argument is the key (KEYS[1] is the job hash in every job-slot script).

@@ -1,4 +1,4 @@
-"""Deferred imports (controlplane/lazyimport.py): what a placeholder package answers is what the
+"""Deferred imports (payloadstore_controlplane/lazyimport.py): what a placeholder package answers is what the
 real package would, and the real `__init__` runs the moment anything else is asked of it."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from controlplane.runtime.lazyimport import reexports
+from payloadstore_controlplane.runtime.lazyimport import reexports
 
 FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"
 
@@ -86,7 +86,7 @@ def test_a_reexporting_package_imports_only_the_submodule_of_a_name(tmp_path):
     out = run_probe(
         """
         import sys
-        from controlplane.runtime.lazyimport import defer_reexports
+        from payloadstore_controlplane.runtime.lazyimport import defer_reexports
         assert defer_reexports("lazypkg.inner")
         from lazypkg.inner import ONE
         print(ONE, "lazypkg.inner.two" in sys.modules)
@@ -106,7 +106,7 @@ def test_asyncio_is_loaded_in_part_until_used(tmp_path):
     out = run_probe(
         """
         import sys
-        import controlplane  # installs the placeholders, as every function does first
+        import payloadstore_controlplane  # installs the placeholders, as every function does first
         from asyncio import IncompleteReadError, StreamReader
         import asyncio
         print(asyncio._deferred_state, "asyncio.base_events" in sys.modules)
@@ -134,7 +134,7 @@ def test_handlers_answer_with_the_real_resolver_after_deferral(tmp_path):
     out = run_probe(
         """
         import sys
-        import controlplane.handlers.public as public
+        import payloadstore_controlplane.handlers.public as public
         from aws_lambda_powertools.event_handler import APIGatewayRestResolver
         import aws_lambda_powertools.event_handler.api_gateway as api_gateway
         print(APIGatewayRestResolver is api_gateway.APIGatewayRestResolver)
@@ -151,7 +151,7 @@ def test_handlers_answer_with_the_real_resolver_after_deferral(tmp_path):
 def test_redis_driver_info_is_the_installed_version():
     from importlib.metadata import version
 
-    from controlplane.store.redis_client import DRIVER_INFO
+    from payloadstore_controlplane.store.redis_client import DRIVER_INFO
 
     assert DRIVER_INFO.lib_version == version("redis")
     assert DRIVER_INFO.formatted_name == "redis-py"
@@ -159,9 +159,9 @@ def test_redis_driver_info_is_the_installed_version():
 
 GC_PROBE = """
 import gc
-import controlplane.handlers
+import payloadstore_controlplane.handlers
 during = gc.isenabled()
-import controlplane.handlers.public
+import payloadstore_controlplane.handlers.public
 print(during, gc.isenabled(), gc.get_freeze_count() > 0)
 """
 
@@ -184,8 +184,8 @@ def test_garbage_collection_pauses_for_the_handler_import_in_lambda_only(tmp_pat
 
 METADATA_PROBE = """
 import sys
-import controlplane.handlers.payloads
-from controlplane.models.wire import PresignRequest
+import payloadstore_controlplane.handlers.payloads
+from payloadstore_controlplane.models.wire import PresignRequest
 PresignRequest.model_validate({"op": "put", "kind": "args", "size": 1, "sha256": "0" * 64})
 placeholder = sys.modules["importlib.metadata"]
 print(getattr(placeholder, "_deferred_state", "real"))

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from controlplane.observability import metrics_bytes
+from payloadstore_controlplane.observability import metrics_bytes
 
 FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"
 
@@ -35,7 +35,7 @@ def test_disabled_metrics_print_nothing(capsys, monkeypatch):
 def test_disabled_metrics_print_no_cold_start_metric(capsys, monkeypatch):
     # Given metrics switched off and a fresh container (cold start)
     from aws_lambda_powertools.metrics.provider import cold_start
-    from controlplane.observability import lambda_entry
+    from payloadstore_controlplane.observability import lambda_entry
 
     monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
     monkeypatch.setattr(cold_start, "is_cold_start", True)
@@ -53,7 +53,7 @@ def test_disabled_metrics_print_no_cold_start_metric(capsys, monkeypatch):
 def test_enabled_metrics_print_the_cold_start_metric(capsys, monkeypatch):
     # Given metrics on and a fresh container
     from aws_lambda_powertools.metrics.provider import cold_start
-    from controlplane.observability import lambda_entry
+    from payloadstore_controlplane.observability import lambda_entry
 
     monkeypatch.delenv("POWERTOOLS_METRICS_DISABLED", raising=False)
     monkeypatch.delenv("POWERTOOLS_DEV", raising=False)
@@ -97,7 +97,7 @@ def run_probe(code: str, **env: str) -> str:
 
 HANDLER_IMPORT_PROBE = """
 import sys
-import controlplane.handlers.{module} as handler
+import payloadstore_controlplane.handlers.{module} as handler
 heavy = [m for m in ("boto3", "aws_xray_sdk", "redis.asyncio.client", "s3transfer") if m in sys.modules]
 print(",".join(heavy))
 """
@@ -114,8 +114,8 @@ def test_handlers_import_only_what_they_use(module):
 
 AUTHORIZER_PROBE = """
 import sys
-import controlplane.handlers.authorizer
-from controlplane.store.tokens import process_token_store
+import payloadstore_controlplane.handlers.authorizer
+from payloadstore_controlplane.store.tokens import process_token_store
 store = process_token_store("/payloadstore/tokens", 60)
 heavy = [
     m

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from controlplane.runtime.once import built_once
+from payloadstore_controlplane.runtime.once import built_once
 
 
 def test_concurrent_first_calls_build_the_value_once():

@@ -12,7 +12,7 @@ import pytest
 from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
-from controlplane.store.s3_objects import (
+from payloadstore_controlplane.store.s3_objects import (
     HeadConnections,
     ObjectInfo,
     S3Objects,
@@ -287,7 +287,9 @@ def test_a_connection_idle_too_long_is_not_reused(fake_s3, monkeypatch):
     # The clock is fixed from the first request on: what the real monotonic clock reads (time
     # since boot) must not decide whether the first connection looks idle.
     clock = [1000.0]
-    monkeypatch.setattr("controlplane.store.s3_objects.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr(
+        "payloadstore_controlplane.store.s3_objects.time.monotonic", lambda: clock[0]
+    )
     server = fake_s3()
     objects = objects_for(server)
     objects.head(KEY)

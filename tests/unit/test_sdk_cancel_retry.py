@@ -18,7 +18,7 @@ JOB = "01KB7Z6Q3N4V8W2X5Y9Z0A1B2C"
 
 
 class CancelRoute:
-    """`DELETE .../jobs/{job_id}` as functions/controlplane/logic/lifecycle.py `cancel` answers
+    """`DELETE .../jobs/{job_id}` as functions/payloadstore_controlplane/logic/lifecycle.py `cancel` answers
     it for one job, with one fault per attempt: `lose` (the request lands, its answer is lost
     on the way back: a read timeout), `refuse` (a 503 before anything happened), or None."""
 

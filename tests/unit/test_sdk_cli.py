@@ -13,7 +13,7 @@ from payloadstore.errors import ConfigError
 
 
 class FakeLambda:
-    """Answers like the deployed admin function (controlplane.handlers.admin) would."""
+    """Answers like the deployed admin function (payloadstore_controlplane.handlers.admin) would."""
 
     def __init__(self, answer: dict, function_error: str | None = None):
         self.answer = answer

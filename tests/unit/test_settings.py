@@ -1,7 +1,12 @@
 from __future__ import annotations
 
 import pytest
-from controlplane.models.settings import SETTINGS_ENV, PayloadLostPolicy, Settings, SettingsError
+from payloadstore_controlplane.models.settings import (
+    SETTINGS_ENV,
+    PayloadLostPolicy,
+    Settings,
+    SettingsError,
+)
 
 
 def test_defaults_are_the_documented_ones():

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from botocore.exceptions import ClientError, EndpointConnectionError
-from controlplane.models.errors import ServiceUnavailable, UpstreamError
-from controlplane.store.s3_objects import _storage_error
+from payloadstore_controlplane.models.errors import ServiceUnavailable, UpstreamError
+from payloadstore_controlplane.store.s3_objects import _storage_error
 
 
 def client_error(code: str) -> ClientError:

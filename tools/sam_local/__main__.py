@@ -259,7 +259,7 @@ def start_services() -> Services:
         from payloadstore.devstack.gateway import ensure_functions_on_path
 
         ensure_functions_on_path()
-        from controlplane.store.tokens import TokenStore
+        from payloadstore_controlplane.store.tokens import TokenStore
 
         store = TokenStore(ssm, path)
         return lambda ns, role: store.mint(ns, role)[0]
@@ -500,7 +500,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signum, _interrupt)
     BUILD.mkdir(parents=True, exist_ok=True)
     sys.path.insert(0, str(REPO / "functions"))
-    from controlplane import routes
+    from payloadstore_controlplane import routes
 
     functions, all_routes = routes.FUNCTIONS, routes.ROUTES
     schedules = getattr(routes, "SCHEDULES", ())

@@ -60,7 +60,7 @@ class Fixture:
     event: dict
     group: str
     kind: str  # "api" | "authorizer" | "direct"
-    route: Any = None  # controlplane.routes.Route for "api"
+    route: Any = None  # payloadstore_controlplane.routes.Route for "api"
 
 
 def load_fixtures(
@@ -116,7 +116,7 @@ def template_functions(template: dict, functions: dict[str, str]) -> tuple[dict[
             continue
         handler = res.get("Properties", {}).get("Handler", "")
         group = by_handler.get(handler)
-        if group is None and handler.startswith("controlplane.handlers."):
+        if group is None and handler.startswith("payloadstore_controlplane.handlers."):
             group = handler.split(".")[2]
         if group is None:
             foreign.append((logical_id, handler))

@@ -6,6 +6,6 @@ from ..runtime.lazyimport import defer_reexporting_packages
 # In Lambda, no garbage collection until the handler module is imported (see runtime/gcpause.py).
 gcpause.pause()
 
-# Before any handler imports Powertools' resolver (not in controlplane/__init__: CDK synth imports
-# controlplane.routes and must not import Powertools).
+# Before any handler imports Powertools' resolver (not in payloadstore_controlplane/__init__: CDK synth imports
+# payloadstore_controlplane.routes and must not import Powertools).
 defer_reexporting_packages()

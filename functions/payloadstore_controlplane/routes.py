@@ -19,15 +19,15 @@ ROLES = (CLIENT, DAEMON)
 # Function group -> handler string, relative to the `functions/` code asset.
 # These strings are public (README, CDK, sam local invoke): keep them stable.
 FUNCTIONS: dict[str, str] = {
-    "payloads": "controlplane.handlers.payloads.lambda_handler",
-    "jobs": "controlplane.handlers.jobs.lambda_handler",
-    "daemon": "controlplane.handlers.daemon.lambda_handler",
-    "public": "controlplane.handlers.public.lambda_handler",
-    "authorizer": "controlplane.handlers.authorizer.lambda_handler",
+    "payloads": "payloadstore_controlplane.handlers.payloads.lambda_handler",
+    "jobs": "payloadstore_controlplane.handlers.jobs.lambda_handler",
+    "daemon": "payloadstore_controlplane.handlers.daemon.lambda_handler",
+    "public": "payloadstore_controlplane.handlers.public.lambda_handler",
+    "authorizer": "payloadstore_controlplane.handlers.authorizer.lambda_handler",
     # Not behind the API: invoked directly (aws lambda invoke / local CLI) to mint, revoke tokens.
-    "admin": "controlplane.handlers.admin.lambda_handler",
+    "admin": "payloadstore_controlplane.handlers.admin.lambda_handler",
     # Not behind the API: run on a schedule (SCHEDULES) to publish queue metrics.
-    "metrics": "controlplane.handlers.metrics.lambda_handler",
+    "metrics": "payloadstore_controlplane.handlers.metrics.lambda_handler",
 }
 
 

@@ -1,7 +1,7 @@
 """Process-level helpers the Lambda functions run on, below every layer (handlers, logic, store
 and models may all import them; they import nothing of the control plane):
 
-- `lazyimport`: deferred imports for cold start (installed by `controlplane/__init__.py` and
+- `lazyimport`: deferred imports for cold start (installed by `payloadstore_controlplane/__init__.py` and
   `handlers/__init__.py`, before anything heavy is imported);
 - `gcpause`: no garbage collection while a handler module imports (Lambda only);
 - `once`: `built_once`, a per-process cache that builds each value once under a lock;
