@@ -367,6 +367,7 @@ def small_job_round_trip(call, queue: str, ev=None) -> dict:
     result post, result get. `call(name, handler_module, event, ok_statuses)` invokes each and
     returns its parsed body; the last answer is returned."""
     import msgpack
+
     from payloadstore_controlplane.handlers import daemon as daemon_fn
     from payloadstore_controlplane.handlers import jobs as jobs_fn
 
@@ -516,6 +517,7 @@ def redis_bytes(stack, sizes: list[int]) -> list[dict]:
     the issue record, as no object is uploaded), naive as one stream entry holding the payload."""
     import msgpack
     import redis
+
     from payloadstore_controlplane.handlers import jobs as jobs_fn
     from payloadstore_controlplane.handlers import payloads as payloads_fn
     from payloadstore_controlplane.store import s3_objects

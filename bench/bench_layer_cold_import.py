@@ -208,7 +208,6 @@ class LocalServices:
 
     def __enter__(self) -> Self:
         import boto3
-        from payloadstore_controlplane.store.tokens import TokenStore
 
         from payloadstore.devstack.services import (
             MotoServer,
@@ -217,6 +216,7 @@ class LocalServices:
             local_aws_env,
         )
         from payloadstore.devstack.stack import handler_env
+        from payloadstore_controlplane.store.tokens import TokenStore
 
         self.redis = RedisServer(data_dir=self.tmp / "redis", appendonly=False).start()
         self.moto = MotoServer(log_path=self.tmp / "moto.log").start()

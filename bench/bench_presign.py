@@ -42,6 +42,7 @@ def collect(n: int) -> dict:
     from botocore.awsrequest import AWSRequest
     from botocore.config import Config
     from botocore.credentials import Credentials
+
     from payloadstore_controlplane.store.s3_objects import S3Objects, sha256_hex_to_b64
 
     region, bucket = "us-east-1", "payloadstore-payloads"

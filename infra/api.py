@@ -8,6 +8,7 @@ from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
+
 from payloadstore_controlplane.routes import BINARY_MEDIA_TYPES, MIN_COMPRESSION_BYTES, ROUTES
 
 EXECUTION_LOG_RETENTION = logs.RetentionDays.ONE_MONTH

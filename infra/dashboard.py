@@ -13,6 +13,7 @@ from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_sns as sns
 from constructs import Construct
+
 from payloadstore_controlplane.routes import ROUTES
 
 PERIOD = cdk.Duration.minutes(1)

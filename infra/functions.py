@@ -8,8 +8,6 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
-from payloadstore_controlplane.models.settings import SETTINGS_ENV, Settings
-from payloadstore_controlplane.routes import FUNCTIONS
 
 from infra.bundling import CodeBundling, LayerBundling, bundling_image
 from infra.config import (
@@ -30,6 +28,8 @@ from infra.config import (
     StageNames,
 )
 from infra.storage import PAYLOAD_PREFIX
+from payloadstore_controlplane.models.settings import SETTINGS_ENV, Settings
+from payloadstore_controlplane.routes import FUNCTIONS
 
 RUNTIME = lambda_.Runtime.PYTHON_3_13
 assert RUNTIME.name == f"python{PYTHON_VERSION}", "runtime and layer python version must agree"

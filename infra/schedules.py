@@ -7,6 +7,7 @@ from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
+
 from payloadstore_controlplane.routes import SCHEDULES
 
 

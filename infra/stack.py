@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import aws_cdk as cdk
 from constructs import Construct
-from payloadstore_controlplane.routes import SCHEDULES
 
 from infra.alarms import Alarms
 from infra.api import DEFAULT_THROTTLE_BURST, DEFAULT_THROTTLE_RATE, ControlPlaneApi
@@ -35,6 +34,7 @@ from infra.functions import ControlPlaneFunctions, snap_start_entrypoints
 from infra.network import Network
 from infra.schedules import Schedules
 from infra.storage import PayloadStorage
+from payloadstore_controlplane.routes import SCHEDULES
 
 
 class AlarmDestinationMissing(ValueError):

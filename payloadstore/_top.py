@@ -68,7 +68,8 @@ def queue_table(
 
     def line(cells: list[str]) -> str:
         return "  ".join(
-            c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=False))
         ).rstrip()
 
     out = [line(headers)] + [line(r) for r in rows]

@@ -247,7 +247,7 @@ def _raise_refused(response: httpx.Response, code: str, message: str, what: str)
     )
 
 
-def download(
+def download(  # noqa: C901 - the download's retry loop: re-presign, resume, verify, each a branch of one loop
     s3: httpx.Client,
     grant: dict,
     *,

@@ -386,7 +386,7 @@ class AsyncQueue:
                 for p in batch:
                     errors[p.index] = e
                 continue
-            for p, answer in zip(batch, answers):
+            for p, answer in zip(batch, answers, strict=False):
                 if isinstance(answer, Enqueued):
                     jobs[p.index] = AsyncJob(
                         client, answer.job_id, tier=answer.tier, queue=self.name

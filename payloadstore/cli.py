@@ -256,6 +256,7 @@ def token_store(
         return LambdaTokenAdmin(admin_function, region=region)
     try:
         import boto3
+
         from payloadstore_controlplane.store.tokens import TokenStore
     except ImportError as e:
         raise ConfigError(

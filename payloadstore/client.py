@@ -419,7 +419,7 @@ class Queue:
                 for p in batch:
                     errors[p.index] = e
                 continue
-            for p, answer in zip(batch, answers):
+            for p, answer in zip(batch, answers, strict=False):
                 if isinstance(answer, Enqueued):
                     jobs[p.index] = Job(client, answer.job_id, tier=answer.tier, queue=self.name)
                 elif answer.code == "inline_unavailable" and not rerouted:

@@ -520,7 +520,7 @@ class Daemon:
             heartbeat.stop()
             self._held.job = None
 
-    def _process_held(self, job: PolledJob, fn: Callable[..., Any], current: CurrentJob) -> str:
+    def _process_held(self, job: PolledJob, fn: Callable[..., Any], current: CurrentJob) -> str:  # noqa: C901 - one delivery from payload to post: each failure mode is a branch the docs list
         client = self.client
         job_id, lease = job.job_id, job.lease
         # 1. the args' bytes, verified
@@ -620,7 +620,7 @@ class Daemon:
         if held is not None:
             held._finishing.set()
 
-    def _call(
+    def _call(  # noqa: C901 - runs the function with cancel, lease loss and timeouts watched, one branch each
         self, fn: Callable[..., Any], args: list, kwargs: dict, current: CurrentJob
     ) -> tuple[str, Any, str | None]:
         """Run the function on a thread of its own and wait for it, or for a cancel request or

@@ -317,7 +317,7 @@ class _Chunks:
         return self.done
 
 
-def decode(data: bytes | bytearray | memoryview, *, copy: bool = False, zdata: bool = True) -> Any:
+def decode(data: bytes | bytearray | memoryview, *, copy: bool = False, zdata: bool = True) -> Any:  # noqa: C901 - one branch per wire type of the format, in the order docs/codec.md lists them
     """Decodes a payload.
 
     copy=False: numpy arrays larger than INLINE_MAX_BYTES are read-only views over `data` (which

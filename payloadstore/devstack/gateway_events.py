@@ -268,7 +268,7 @@ def proxy_event(
 # -- proxy response -> HTTP -------------------------------------------------------------------
 
 
-def to_http(result: Any, function: str, request_id: str) -> OutgoingResponse:
+def to_http(result: Any, function: str, request_id: str) -> OutgoingResponse:  # noqa: C901 - maps each part of an API Gateway answer to HTTP, as API Gateway does
     """A Lambda proxy response as API Gateway turns it into HTTP; anything malformed is a 502."""
     try:
         # Lambda serialises the return value; anything that does not survive JSON is a 502.

@@ -18,9 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
-from payloadstore_controlplane.routes import MIN_COMPRESSION_BYTES, Route
 
 from payloadstore.devstack.gateway import LocalGateway, serve_in_thread
+from payloadstore_controlplane.routes import MIN_COMPRESSION_BYTES, Route
 
 pytestmark = pytest.mark.e2e
 

@@ -354,9 +354,9 @@ def test_saved_objects_come_back_until_the_lifecycle_would_expire_them(s3_client
 
 def test_tokens_minted_and_revoked_while_running_stay_so_after_a_restart(tmp_path, stacks):
     import boto3
-    from payloadstore_controlplane.store.tokens import TokenStore
 
     from payloadstore.devstack.stack import DEV_REGION, DEV_TOKEN_PATH
+    from payloadstore_controlplane.store.tokens import TokenStore
 
     command = [sys.executable, "-m", "payloadstore.devstack"]
     first = StackProcess(tmp_path, command)

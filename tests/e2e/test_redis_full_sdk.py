@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 import redis
-from payloadstore_controlplane.store import keys
 
 from payloadstore._http import RetryPolicy
 from payloadstore.devstack.services import RedisServer
 from payloadstore.errors import EnqueueUnconfirmed
+from payloadstore_controlplane.store import keys
 from tests.e2e.sdk_helpers import clients, daemon_thread, unique_queue
 
 pytestmark = pytest.mark.e2e

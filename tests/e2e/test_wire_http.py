@@ -18,6 +18,7 @@ import uuid
 import msgpack
 import pytest
 import requests
+
 from payloadstore_controlplane.routes import ROUTES
 
 pytestmark = pytest.mark.e2e

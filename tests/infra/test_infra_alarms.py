@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from payloadstore_controlplane.routes import FUNCTIONS
 
 from infra.functions import function_logical_id
+from payloadstore_controlplane.routes import FUNCTIONS
 from tests.infra.cfn import render, resources
 
 pytestmark = pytest.mark.infra

@@ -4,11 +4,11 @@ function at local services), and empty as deployed, which means AWS's own endpoi
 from __future__ import annotations
 
 import pytest
+
+from infra.functions import LOCAL_ENDPOINT_ENV
 from payloadstore_controlplane import routes
 from payloadstore_controlplane.models.settings import Settings
 from payloadstore_controlplane.routes import FUNCTIONS, ROUTES
-
-from infra.functions import LOCAL_ENDPOINT_ENV
 from tests.infra.cfn import resources
 from tools.sam_local import plan
 
@@ -39,6 +39,7 @@ def test_every_function_declares_the_local_endpoint_variables_empty(template):
 
 def test_deployed_values_mean_aws_endpoints(template, monkeypatch):
     import boto3
+
     from payloadstore_controlplane.store.s3_objects import cached_s3_client
 
     for logical_id, env in _deployed_literals(template).items():

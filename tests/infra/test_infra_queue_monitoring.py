@@ -7,11 +7,11 @@ import json
 import re
 
 import pytest
-from payloadstore_controlplane import observability
-from payloadstore_controlplane.routes import SCHEDULES
 
 from infra.config import DEFAULT_OLDEST_JOB_AGE_ALARM_S
 from infra.functions import function_logical_id
+from payloadstore_controlplane import observability
+from payloadstore_controlplane.routes import SCHEDULES
 from tests.infra.cfn import as_list, render, resources, role_statements
 
 pytestmark = pytest.mark.infra

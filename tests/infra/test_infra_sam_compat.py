@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from payloadstore_controlplane.models.settings import SETTINGS_ENV
-from payloadstore_controlplane.routes import FUNCTIONS, ROUTES, SCHEDULES
 
 from infra.functions import LOCAL_ENDPOINT_ENV
+from payloadstore_controlplane.models.settings import SETTINGS_ENV
+from payloadstore_controlplane.routes import FUNCTIONS, ROUTES, SCHEDULES
 
 pytestmark = pytest.mark.infra
 

@@ -7,8 +7,8 @@ import json
 import os
 
 import pytest
-from payloadstore_controlplane.routes import FUNCTIONS
 
+from payloadstore_controlplane.routes import FUNCTIONS
 from tests.support.infra import CDK_ENV, STACK
 
 API_GROUPS = ("payloads", "jobs", "daemon", "public", "authorizer")

@@ -6,7 +6,6 @@ import json
 
 import aws_cdk as cdk
 import pytest
-from payloadstore_controlplane.routes import FUNCTIONS
 
 from infra.config import (
     API_GATEWAY_ACCOUNT_STACK,
@@ -18,6 +17,7 @@ from infra.config import (
     check_stage,
 )
 from infra.functions import function_logical_id
+from payloadstore_controlplane.routes import FUNCTIONS
 from tests.infra.cfn import as_list, render, resources
 from tests.support.infra import TWO_STAGES
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import pytest
+
+from infra.config import SERVICE_NAME, StageNames
+from infra.functions import LOCAL_ENDPOINT_ENV, function_logical_id
 from payloadstore_controlplane.models.settings import SETTINGS_ENV, Settings
 from payloadstore_controlplane.routes import (
     API_GATEWAY_TIMEOUT_S,
@@ -11,9 +14,6 @@ from payloadstore_controlplane.routes import (
     MIN_COMPRESSION_BYTES,
     ROUTES,
 )
-
-from infra.config import SERVICE_NAME, StageNames
-from infra.functions import LOCAL_ENDPOINT_ENV, function_logical_id
 from tests.infra.cfn import (
     api_paths,
     as_list,
@@ -486,10 +486,10 @@ def test_outputs_name_the_api_bucket_token_store_and_alarm_topic(template):
 
 def test_a_setting_can_be_overridden_by_context_and_a_bad_one_fails_synth():
     import aws_cdk as cdk
-    from payloadstore_controlplane.models.settings import SettingsError
 
     from infra.config import CTX_SETTINGS_PREFIX
     from infra.functions import settings_environment
+    from payloadstore_controlplane.models.settings import SettingsError
 
     resources_ = {
         "PAYLOAD_BUCKET": "b",

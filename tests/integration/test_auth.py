@@ -5,9 +5,9 @@ from __future__ import annotations
 import copy
 
 import pytest
+
 from payloadstore_controlplane.handlers import admin, authorizer
 from payloadstore_controlplane.store.tokens import TokenStore, hash_token
-
 from tests.support.control_plane import TOKEN_PATH
 from tests.support.events import FakeLambdaContext, load_event
 

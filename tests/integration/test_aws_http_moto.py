@@ -6,12 +6,12 @@ from __future__ import annotations
 import uuid
 
 import boto3
+
 from payloadstore_controlplane.store.aws_http import (
     SecretsManagerHttpClient,
     SsmHttpClient,
     secret_value,
 )
-
 from tests.support.env import patched_environ
 
 
@@ -53,7 +53,6 @@ def test_https_with_a_verified_certificate_and_a_chunked_answer(tmp_path, monkey
     from http.server import BaseHTTPRequestHandler, HTTPServer
 
     from payloadstore_controlplane.store import aws_http
-
     from tests.integration.test_redis_client import _certs
 
     certs = _certs(tmp_path, "DNS:localhost")

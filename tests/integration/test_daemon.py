@@ -7,10 +7,10 @@ import time
 
 import msgpack
 import redis
+
 from payloadstore_controlplane.store import keys
 from payloadstore_controlplane.store.records import ResultIssuedBefore
 from payloadstore_controlplane.store.redis_jobs import RedisJobStore
-
 from tests.support.control_plane import upload
 
 

@@ -6,8 +6,8 @@ import base64
 
 import msgpack
 import redis
-from payloadstore_controlplane.store import keys
 
+from payloadstore_controlplane.store import keys
 from tests.support.control_plane import sha256_hex, upload
 
 

@@ -13,9 +13,9 @@ import time
 import pytest
 import redis
 import requests
+
 from payloadstore_controlplane.store import keys
 from payloadstore_controlplane.store.redis_jobs import RedisJobStore
-
 from tests.support.control_plane import ControlPlane, put_presigned, sha256_hex, upload
 
 

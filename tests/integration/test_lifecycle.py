@@ -8,6 +8,7 @@ import time
 
 import msgpack
 import redis
+
 from payloadstore_controlplane.store import keys
 
 UNKNOWN_JOB = "01KB7Z6Q3N4V8W2X5Y9Z0A1B2C"

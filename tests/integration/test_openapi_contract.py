@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from payloadstore_controlplane.handlers._openapi import BEARER, route_statuses
 from payloadstore_controlplane.models import wire
 from payloadstore_controlplane.routes import ERROR, OBJECT, ROUTES, Route

@@ -7,9 +7,9 @@ from urllib.parse import parse_qs, urlparse
 
 import redis
 import requests
+
 from payloadstore_controlplane.models.domain import new_job_id
 from payloadstore_controlplane.store import keys
-
 from tests.support.control_plane import put_presigned, sha256_hex, upload
 
 

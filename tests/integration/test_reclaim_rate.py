@@ -9,6 +9,7 @@ import time
 import uuid
 
 import redis
+
 from payloadstore_controlplane.store import keys
 from payloadstore_controlplane.store.redis_jobs import RedisJobStore
 

@@ -12,6 +12,10 @@ from pathlib import Path
 
 import pytest
 import redis
+from redis.connection import PythonRespSerializer
+
+from infra.config import FUNCTION_TUNING
+from payloadstore.devstack.services import find_redis_server, free_port, port_is_open
 from payloadstore_controlplane.store.redis_client import (
     BLOCKING_MARGIN_S,
     FAST_SOCKET_TIMEOUT_S,
@@ -21,10 +25,6 @@ from payloadstore_controlplane.store.redis_client import (
     make_redis,
     make_routed_redis,
 )
-from redis.connection import PythonRespSerializer
-
-from infra.config import FUNCTION_TUNING
-from payloadstore.devstack.services import find_redis_server, free_port, port_is_open
 
 
 @pytest.fixture

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 import redis
-from payloadstore_controlplane.store import keys
 
 from payloadstore.devstack.services import RedisServer
+from payloadstore_controlplane.store import keys
 from tests.support.control_plane import ControlPlane, upload
 
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from payloadstore_controlplane.store import keys
-
 from payloadstore.devstack.services import free_port
+from payloadstore_controlplane.store import keys
 from tests.support.control_plane import upload
 
 

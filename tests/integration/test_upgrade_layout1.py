@@ -12,10 +12,10 @@ import time
 
 import pytest
 import redis
+
 from payloadstore_controlplane.logic.payload_keys import key_for
 from payloadstore_controlplane.models.domain import PayloadKind, new_job_id
 from payloadstore_controlplane.store import keys
-
 from tests.support.control_plane import put_presigned, sha256_hex, upload
 
 TTL = 172_800

@@ -280,6 +280,7 @@ class IntegrityFaults:
 
     def _where_is(self, r: Any, job_id: str, queue: str) -> dict:
         import redis
+
         from payloadstore_controlplane.store import keys
 
         fields = {k.decode(): v for k, v in r.hgetall(keys.job(job_id)).items()}

@@ -10,13 +10,13 @@ import pytest
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
+
 from payloadstore_controlplane.store import aws_http
 from payloadstore_controlplane.store.aws_http import (
     AwsRequestError,
     SecretsManagerHttpClient,
     SsmHttpClient,
 )
-
 from tests.unit.test_presign_signer import FROZEN, frozen_time
 
 AKID, SECRET = "AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"

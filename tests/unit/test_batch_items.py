@@ -5,9 +5,10 @@ from __future__ import annotations
 import base64
 
 import pytest
+from pydantic import ValidationError
+
 from payloadstore_controlplane.logic.batch import _parse_item
 from payloadstore_controlplane.models.wire import BatchJobIn
-from pydantic import ValidationError
 
 REF = {"kind": "s3", "bucket": "bkt", "key": "payloads/x/args", "size": 3}
 ITEMS = [

@@ -8,6 +8,7 @@ import inspect
 from pathlib import Path
 
 import pytest
+
 from payloadstore_controlplane import routes
 from payloadstore_controlplane.handlers._routing import powertools_path, route
 from payloadstore_controlplane.logic.context import Principal
@@ -79,7 +80,6 @@ def test_given_a_public_route_when_its_function_asks_for_a_principal_then_it_is_
 def test_given_a_guarded_route_when_called_then_the_caller_is_checked_and_passed_first():
     # Given a function registered for a namespaced client route
     from payloadstore_controlplane.handlers._resolver import new_resolver
-
     from tests.support.events import FakeLambdaContext, api_event
 
     app = new_resolver()

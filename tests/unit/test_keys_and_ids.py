@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+from redis.crc import key_slot
+
 from payloadstore_controlplane.logic.payload_keys import key_for, parse_key
 from payloadstore_controlplane.models.domain import (
     JOB_ID_RE,
@@ -12,7 +14,6 @@ from payloadstore_controlplane.models.domain import (
     new_job_id,
 )
 from payloadstore_controlplane.store import keys
-from redis.crc import key_slot
 
 
 def test_keys_of_one_job_share_a_slot():

@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from payloadstore_controlplane.runtime.lazyimport import reexports
 
 FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"

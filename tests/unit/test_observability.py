@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from payloadstore_controlplane.observability import metrics_bytes
 
 FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"
@@ -35,6 +36,7 @@ def test_disabled_metrics_print_nothing(capsys, monkeypatch):
 def test_disabled_metrics_print_no_cold_start_metric(capsys, monkeypatch):
     # Given metrics switched off and a fresh container (cold start)
     from aws_lambda_powertools.metrics.provider import cold_start
+
     from payloadstore_controlplane.observability import lambda_entry
 
     monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
@@ -53,6 +55,7 @@ def test_disabled_metrics_print_no_cold_start_metric(capsys, monkeypatch):
 def test_enabled_metrics_print_the_cold_start_metric(capsys, monkeypatch):
     # Given metrics on and a fresh container
     from aws_lambda_powertools.metrics.provider import cold_start
+
     from payloadstore_controlplane.observability import lambda_entry
 
     monkeypatch.delenv("POWERTOOLS_METRICS_DISABLED", raising=False)

@@ -8,6 +8,7 @@ import botocore.session
 import pytest
 from botocore.config import Config
 from botocore.credentials import Credentials
+
 from payloadstore_controlplane.store.s3_objects import S3Objects, SigV4Presigner
 
 KEY = "payloads/2026/11/29/01KB7Z6Q3N4V8W2X5Y9Z0A1B2C/args"

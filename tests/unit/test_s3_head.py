@@ -12,6 +12,7 @@ import pytest
 from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
+
 from payloadstore_controlplane.store.s3_objects import (
     HeadConnections,
     ObjectInfo,

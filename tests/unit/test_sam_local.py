@@ -9,8 +9,8 @@ import stat
 from pathlib import Path
 
 import pytest
-from payloadstore_controlplane import routes
 
+from payloadstore_controlplane import routes
 from tools.sam_local import __main__ as sam_local
 from tools.sam_local import plan
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+
 from payloadstore_controlplane.models.settings import (
     SETTINGS_ENV,
     PayloadLostPolicy,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from botocore.exceptions import ClientError, EndpointConnectionError
+
 from payloadstore_controlplane.models.errors import ServiceUnavailable, UpstreamError
 from payloadstore_controlplane.store.s3_objects import _storage_error
 

@@ -604,7 +604,7 @@ def main(argv: list[str] | None = None) -> int:
                         problem = plan.check_direct(fx, answer)
                 run.record(logical_id, fx.name, problem, seconds)
             if not args.only:
-                for group, logical_id in groups.items():
+                for logical_id in groups.values():
                     if not any(r.function == logical_id for r in run.results):
                         run.record(logical_id, "-", "never invoked", 0.0)
             if not args.no_lifecycle:

@@ -65,7 +65,7 @@ def _enqueue_inline_run(
     p, queue, parsed: list, inline: list, run: list[int], answers: list, deps: Deps
 ) -> None:
     items = [(inline[i] or b"", parsed[i].idempotency_key) for i in run]
-    for i, result in zip(run, enqueue_inline_batch(p, queue, items, deps)):
+    for i, result in zip(run, enqueue_inline_batch(p, queue, items, deps), strict=True):
         answers[i] = (
             _item_error(result) if isinstance(result, PayloadStoreError) else result.response
         )
@@ -86,7 +86,7 @@ def _enqueue_one(p: Principal, queue: str, job: BatchJobIn, data: bytes | None, 
         return _item_error(e)
 
 
-def enqueue_batch(p: Principal, queue: str, body: dict, deps: Deps) -> BatchEnqueueResponse:
+def enqueue_batch(p: Principal, queue: str, body: dict, deps: Deps) -> BatchEnqueueResponse:  # noqa: C901 - one pass over the items in request order: validation, runs of inline jobs, references
     """Each item is validated and enqueued on its own: one bad item fails only itself. The whole
     request is refused (422/413) only when it is malformed or over the batch limits."""
     validate_queue_name(queue)

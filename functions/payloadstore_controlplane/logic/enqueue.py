@@ -230,7 +230,7 @@ def _refused_item(
         return e
 
 
-def enqueue_inline_batch(
+def enqueue_inline_batch(  # noqa: C901 - each item's refusal is answered in place, in request order, as a single enqueue would
     p: Principal, queue: str, items: list[tuple[bytes, str | None]], deps: Deps
 ) -> list[Enqueued | PayloadStoreError]:
     """Many inline jobs (bytes, Idempotency-Key) in one Redis round trip: each answer is the job

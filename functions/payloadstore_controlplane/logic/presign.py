@@ -17,7 +17,7 @@ from ..models.errors import (
 from ..models.wire import PresignGetResponse, PresignPutResponse, PresignRequest
 from ..observability import logger, metrics_count
 from ..routes import CLIENT
-from ..store.records import LeaseMismatch, Missing, NotRunning, ResultIssuedBefore
+from ..store.records import LeaseMismatch, NotRunning, ResultIssued, ResultIssuedBefore
 from .context import Deps, Principal, find_job, issue_record
 from .guard import refuse_enqueue
 from .lifecycle import lease_mismatch
@@ -42,46 +42,13 @@ def presign_put(p: Principal, req: PresignRequest, deps: Deps) -> PresignPutResp
     if req.kind != wanted:
         raise Forbidden(f"a {p.role} token presigns kind={wanted.value} only")
     now = deps.clock()
-
+    attempt: int | None = None
     if req.kind is PayloadKind.RESULT:
-        # Only for the delivery holding the job: running in this namespace, with its lease. A
-        # result key belongs to one delivery: a redelivery may upload another result (most
-        # results differ between runs), replacing what an earlier delivery had presigned.
-        if not req.job_id or not req.lease:
-            raise Unprocessable("kind=result needs the job_id and the lease of the delivery")
-        job_id = req.job_id
-        if not JOB_ID_RE.match(job_id):
-            raise NotFound(f"job {job_id} not found")
-        outcome = deps.jobs.create_result_issue(
-            job_id,
-            p.namespace,
-            size,
-            req.content_type,
-            req.sha256,
-            int(now * 1000),
-            lease=req.lease,
-        )
-        if isinstance(outcome, ResultIssuedBefore):
-            # This delivery presigned its result before: a re-presign (the same facts, counted).
-            job = deps.jobs.get_job(job_id)
-            issued = issue_record(job, PayloadKind.RESULT, deps) if job is not None else None
-            if issued is None:
-                # The job's hash expired (or was removed) between the script and this read.
-                raise NotFound(f"job {job_id} not found")
-            return _represign(p, req, issued, deps)
-        if isinstance(outcome, LeaseMismatch):
-            raise lease_mismatch(job_id, outcome.state)
-        if isinstance(outcome, NotRunning):
-            raise Conflict(f"job {job_id} is {outcome.state or 'not started'}, not running")
-        if isinstance(outcome, Missing):
-            # A queued inline job has no hash until its first delivery.
-            job = find_job(p.namespace, job_id, deps)
-            if job is not None:
-                raise Conflict(f"job {job_id} is {job.state}, not running")
-            raise NotFound(f"job {job_id} not found")
-        attempt = outcome.attempt
+        issued_result = _issue_result(p, req, size, now, deps)
+        if isinstance(issued_result, PresignPutResponse):
+            return issued_result
+        job_id, attempt = req.job_id or "", issued_result
     elif req.job_id:
-        attempt = None
         job = deps.jobs.get_job(req.job_id)
         issued = (
             issue_record(job, PayloadKind.ARGS, deps)
@@ -92,7 +59,6 @@ def presign_put(p: Principal, req: PresignRequest, deps: Deps) -> PresignPutResp
             raise NotFound(f"no {req.kind.value} key was issued for job {req.job_id}")
         return _represign(p, req, issued, deps)
     else:
-        attempt = None
         job_id = new_job_id(int(now * 1000))
         # A presigned args key is the first half of an S3-tier enqueue: the hard mark applies.
         refuse_enqueue(deps, job_id=job_id)
@@ -111,6 +77,45 @@ def presign_put(p: Principal, req: PresignRequest, deps: Deps) -> PresignPutResp
         job_id=job_id,
         expires_at=iso_utc(now + deps.settings.presign_ttl_s),
     )
+
+
+def _issue_result(
+    p: Principal, req: PresignRequest, size: int, now: float, deps: Deps
+) -> int | PresignPutResponse:
+    """Record the result key of the delivery holding `req.lease`: the attempt whose key it is,
+    or the answer to a re-presign of this delivery's key.
+
+    Only for the delivery holding the job: running in this namespace, with its lease. A result
+    key belongs to one delivery: a redelivery may upload another result (most results differ
+    between runs), replacing what an earlier delivery had presigned."""
+    if not req.job_id or not req.lease:
+        raise Unprocessable("kind=result needs the job_id and the lease of the delivery")
+    job_id = req.job_id
+    if not JOB_ID_RE.match(job_id):
+        raise NotFound(f"job {job_id} not found")
+    outcome = deps.jobs.create_result_issue(
+        job_id, p.namespace, size, req.content_type, req.sha256, int(now * 1000), lease=req.lease
+    )
+    match outcome:
+        case ResultIssued(attempt=attempt):
+            return attempt
+        case ResultIssuedBefore():
+            # This delivery presigned its result before: a re-presign (the same facts, counted).
+            job = deps.jobs.get_job(job_id)
+            issued = issue_record(job, PayloadKind.RESULT, deps) if job is not None else None
+            if issued is None:
+                # The job's hash expired (or was removed) between the script and this read.
+                raise NotFound(f"job {job_id} not found")
+            return _represign(p, req, issued, deps)
+        case LeaseMismatch(state=state):
+            raise lease_mismatch(job_id, state)
+        case NotRunning(state=state):
+            raise Conflict(f"job {job_id} is {state or 'not started'}, not running")
+    # Missing. A queued inline job has no hash until its first delivery.
+    job = find_job(p.namespace, job_id, deps)
+    if job is not None:
+        raise Conflict(f"job {job_id} is {job.state}, not running")
+    raise NotFound(f"job {job_id} not found")
 
 
 def _represign(

@@ -167,7 +167,7 @@ _ALL = re.compile(r"^__all__[ \t]*=[ \t]*\[[^\]]*\]", re.MULTILINE)
 _COMMENT = re.compile(r"#[^\n]*")
 
 
-def reexports(package: str, source: str) -> dict[str, str] | None:
+def reexports(package: str, source: str) -> dict[str, str] | None:  # noqa: C901 - a table walk over the import forms it defers; split, it reads worse
     """{name: submodule} when the __init__ source does nothing but re-export names of its own
     submodules (docstring, comments, `__all__`, `from __future__`); None otherwise."""
     exports: dict[str, str] = {}

@@ -76,7 +76,7 @@ class RedisQueueStats:
         stream_keys = [keys.queue(namespace, q) for q in queues]
         rows = self._stats(keys=stream_keys, args=[keys.CONSUMER_GROUP])
         out = []
-        for name, (exists, length, pending, oldest) in zip(queues, rows):
+        for name, (exists, length, pending, oldest) in zip(queues, rows, strict=True):
             oldest_id = _s(oldest)
             length, pending = int(length), int(pending)
             out.append(

@@ -25,7 +25,7 @@ from ._base import StoreBase, decoded
 
 
 class EnqueueSteps(StoreBase):
-    def enqueue_inline_many(
+    def enqueue_inline_many(  # noqa: C901 - builds the KEYS/ARGV layout enqueue_inline.lua documents, in that order
         self,
         namespace: str,
         queue: str,
