@@ -258,7 +258,7 @@ class LocalServices:
             "POWERTOOLS_METRICS_DISABLED": "true",
             "LANG": "C.UTF-8",
             # What Lambda's python3.13 runtime sets (the functions pause garbage collection
-            # while their handler imports only there: payloadstore_controlplane/gcpause.py).
+            # while their handler imports only there: payloadstore_controlplane/runtime/gcpause.py).
             "AWS_EXECUTION_ENV": "AWS_Lambda_python3.13",
         }
         return self

@@ -43,9 +43,9 @@ from payloadstore_controlplane.logic.context import Deps, Principal
 from payloadstore_controlplane.logic.daemon import poll, post_result
 from payloadstore_controlplane.logic.enqueue import enqueue
 from payloadstore_controlplane.logic.presign import presign_put
+from payloadstore_controlplane.models.api import PollRequest, PresignRequest, ResultPost
 from payloadstore_controlplane.models.domain import PayloadRef
 from payloadstore_controlplane.models.settings import Settings
-from payloadstore_controlplane.models.wire import PollRequest, PresignRequest, ResultPost
 from payloadstore_controlplane.store.redis_client import make_redis
 from payloadstore_controlplane.store.redis_jobs import RedisJobStore
 from payloadstore_controlplane.store.redis_queues import RedisQueueStats

@@ -34,7 +34,7 @@ FUNCTIONS: dict[str, str] = {
 # -- what a route answers (drives the OpenAPI document; see docs/wire.md "Declaring responses") --
 #
 # `responses` maps each status a route's own code can answer to the body it carries:
-#   "ModelName"       a model of models/wire.py          "A|B"    any one of several models
+#   "ModelName"       a model of models/api.py          "A|B"    any one of several models
 #   ERROR             the error body {"error": {...}}    None     no body (204)
 #   OBJECT            any JSON object                    (spec, "description") to say more
 # The statuses every route of a kind shares are added by the OpenAPI builder (COMMON_ERRORS), so a
@@ -83,7 +83,7 @@ class Route:
     # Media types the request body may have; () = the route reads no body. A body of any other
     # type is refused with 415 before the handler runs; JSON bodies are parsed first (400).
     body: tuple[str, ...] = ()
-    # The request body model (models/wire.py) for routes that parse their body by hand, and
+    # The request body model (models/api.py) for routes that parse their body by hand, and
     # whether a body must be sent (presign also takes its fields as query parameters).
     request: str | None = None
     body_required: bool = True

@@ -5,7 +5,7 @@ Handler modules rely on that: a Powertools resolver keeps the current event and 
 state. Running one module instance on several threads at once would let one request read another's
 event (its body, even its authorizer identity). So each container here is a private instance of the
 handler module, loaded on demand and serving one invocation at a time; the shared code below it
-(clients, caches in `_common`, logic, store) is thread-safe, like a container's imports would be.
+(clients, caches in `handlers/_deps.py`, logic, store) is thread-safe, like a container's imports would be.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A long-poll of one client must not disturb another request the same function serves meanwhile,
 and a flood of long-polls on a cold stack must not starve the other routes (each first request of
-a container used to build its own SSM client; see payloadstore_controlplane/once.py)."""
+a container used to build its own SSM client; see payloadstore_controlplane/runtime/once.py)."""
 
 from __future__ import annotations
 

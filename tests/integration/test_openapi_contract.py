@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from payloadstore_controlplane.handlers._openapi import BEARER, route_statuses
-from payloadstore_controlplane.models import wire
+from payloadstore_controlplane.models import api
 from payloadstore_controlplane.routes import ERROR, OBJECT, ROUTES, Route
 
 ERROR_REF = {"$ref": "#/components/schemas/ErrorResponse"}
@@ -30,7 +30,7 @@ def test_every_route_declares_its_answers_with_known_models(route: Route):
     for spec in route.responses.values():
         model = spec[0] if isinstance(spec, tuple) else spec
         for name in (model or "").split("|"):
-            assert not name or name == OBJECT or hasattr(wire, name), name
+            assert not name or name == OBJECT or hasattr(api, name), name
 
 
 @pytest.mark.parametrize("route", ROUTES, ids=lambda r: f"{r.method} {r.path}")

@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from payloadstore_controlplane.logic.batch import _parse_item
-from payloadstore_controlplane.models.wire import BatchJobIn
+from payloadstore_controlplane.models.api import BatchJobIn
 
 REF = {"kind": "s3", "bucket": "bkt", "key": "payloads/x/args", "size": 3}
 ITEMS = [

@@ -186,7 +186,7 @@ def test_garbage_collection_pauses_for_the_handler_import_in_lambda_only(tmp_pat
 METADATA_PROBE = """
 import sys
 import payloadstore_controlplane.handlers.payloads
-from payloadstore_controlplane.models.wire import PresignRequest
+from payloadstore_controlplane.models.api import PresignRequest
 PresignRequest.model_validate({"op": "put", "kind": "args", "size": 1, "sha256": "0" * 64})
 placeholder = sys.modules["importlib.metadata"]
 print(getattr(placeholder, "_deferred_state", "real"))

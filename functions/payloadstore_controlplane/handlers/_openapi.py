@@ -46,13 +46,13 @@ def route_statuses(route: Route) -> dict[int, tuple[str | None, str]]:
 
 
 def _model_schemas(names: set[str]) -> dict[str, dict]:
-    from ..models import wire
+    from ..models import api
 
     schemas: dict[str, dict] = {}
     for name in sorted(names):
-        model = getattr(wire, name, None)
+        model = getattr(api, name, None)
         if model is None:
-            raise LookupError(f"routes.py names {name!r}, which is not a model in models/wire.py")
+            raise LookupError(f"routes.py names {name!r}, which is not a model in models/api.py")
         schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
         schemas.update(schema.pop("$defs", {}))
         schemas[name] = schema

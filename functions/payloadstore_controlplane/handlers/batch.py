@@ -6,7 +6,7 @@ from __future__ import annotations
 from .. import routes
 from ..logic.batch import enqueue_batch, jobs_status
 from ..logic.context import Principal
-from ..models.wire import BatchEnqueueResponse, JobsStatusRequest, JobsStatusResponse
+from ..models.api import BatchEnqueueResponse, JobsStatusRequest, JobsStatusResponse
 from ._deps import get_deps
 from ._requests import json_body
 from ._responses import json_response

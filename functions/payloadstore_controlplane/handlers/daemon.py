@@ -10,7 +10,7 @@ from .. import routes
 from ..logic.context import Principal
 from ..logic.daemon import poll, post_result, report_failure
 from ..logic.lifecycle import heartbeat
-from ..models.wire import (
+from ..models.api import (
     FailureReport,
     HeartbeatRequest,
     HeartbeatResponse,

@@ -11,14 +11,14 @@ from ..logic.context import Principal
 from ..logic.enqueue import enqueue
 from ..logic.lifecycle import cancel
 from ..logic.results import get_result, job_status
-from ..models.domain import PayloadRef
-from ..models.wire import (
+from ..models.api import (
     CancelResponse,
     EnqueueRequest,
     EnqueueResponse,
     JobStatusResponse,
     ResultResponse,
 )
+from ..models.domain import PayloadRef
 from ..observability import lambda_entry
 from . import batch, queues
 from ._deps import get_deps

@@ -5,7 +5,7 @@ from __future__ import annotations
 from .. import routes
 from ..logic.context import Principal
 from ..logic.presign import presign_get, presign_put
-from ..models.wire import PresignGetResponse, PresignPutResponse, PresignRequest
+from ..models.api import PresignGetResponse, PresignPutResponse, PresignRequest
 from ..observability import lambda_entry
 from ._deps import get_deps
 from ._requests import json_body

@@ -7,7 +7,7 @@ from functools import lru_cache
 
 from .. import routes
 from ..logic.health import client_config, health, public_health
-from ..models.wire import ConfigResponse, HealthResponse, PublicHealthResponse
+from ..models.api import ConfigResponse, HealthResponse, PublicHealthResponse
 from ..observability import lambda_entry
 from ._deps import get_deps
 from ._resolver import new_resolver

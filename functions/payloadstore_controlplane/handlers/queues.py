@@ -5,7 +5,7 @@ from __future__ import annotations
 from .. import routes
 from ..logic.context import Principal
 from ..logic.queues import list_queues, queue_stats
-from ..models.wire import QueueListResponse, QueueStats
+from ..models.api import QueueListResponse, QueueStats
 from ._deps import get_deps
 from ._responses import json_response
 from ._routing import route

@@ -7,8 +7,7 @@ import time
 
 from pydantic import ValidationError
 
-from ..models.errors import NotFound, PayloadStoreError, PayloadTooLarge, Unprocessable
-from ..models.wire import (
+from ..models.api import (
     BatchEnqueueResponse,
     BatchItemError,
     BatchJobIn,
@@ -18,6 +17,7 @@ from ..models.wire import (
     JobStatusError,
     b64_bytes,
 )
+from ..models.errors import NotFound, PayloadStoreError, PayloadTooLarge, Unprocessable
 from ..observability import logger
 from .context import Deps, Principal
 from .enqueue import enqueue, enqueue_inline_batch, validate_queue_name

@@ -6,10 +6,10 @@ import base64
 import secrets
 from functools import lru_cache
 
+from ..models.api import FailureReport, PollRequest, PollResponse, ResultPost
 from ..models.domain import JOB_ID_RE, JobStatus, PayloadKind
 from ..models.errors import Conflict, Forbidden, NotFound, PayloadTooLarge, Unprocessable
 from ..models.settings import PayloadLostPolicy
-from ..models.wire import FailureReport, PollRequest, PollResponse, ResultPost
 from ..observability import bind_job, logger, metrics_bytes, metrics_count
 from ..store.records import (
     CancelledAtDelivery,

@@ -3,8 +3,8 @@ call less per side of an S3-tier job. Signing is local (no network), ~30-50 us."
 
 from __future__ import annotations
 
+from ..models.api import DownloadUrl
 from ..models.domain import PayloadRef
-from ..models.wire import DownloadUrl
 from .context import Deps
 from .presign import iso_utc
 

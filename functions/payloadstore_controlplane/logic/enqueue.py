@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+from ..models.api import EnqueueResponse
 from ..models.domain import NAME_RE, JobStatus, PayloadKind, PayloadRef, Tier, new_job_id
 from ..models.errors import (
     Conflict,
@@ -17,7 +18,6 @@ from ..models.errors import (
     Unprocessable,
 )
 from ..models.settings import Settings
-from ..models.wire import EnqueueResponse
 from ..observability import bind_job, logger, metrics_bytes, metrics_count
 from ..store.records import (
     InlineExists,

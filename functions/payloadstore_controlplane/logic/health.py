@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from ..models.wire import ConfigResponse, HealthCheck, HealthResponse, PublicHealthResponse
+from ..models.api import ConfigResponse, HealthCheck, HealthResponse, PublicHealthResponse
 from .context import Deps
 from .guard import memory_state
 from .payload_keys import PAYLOAD_PREFIX

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from ..models.api import CancelResponse, HeartbeatRequest, HeartbeatResponse
 from ..models.domain import JobStatus, job_id_time_s
 from ..models.errors import Conflict, LeaseMismatch, NotFound
-from ..models.wire import CancelResponse, HeartbeatRequest, HeartbeatResponse
 from ..observability import bind_job, logger, metrics_count
 from ..store.records import CancelledQueued, Ended, HeartbeatTaken, Missing, dumps
 from .context import Deps, Principal, find_job

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from ..models.api import PresignGetResponse, PresignPutResponse, PresignRequest
 from ..models.domain import JOB_ID_RE, IssueRecord, PayloadKind, job_id_time_s, new_job_id
 from ..models.errors import (
     Conflict,
@@ -14,7 +15,6 @@ from ..models.errors import (
     TooManyPresigns,
     Unprocessable,
 )
-from ..models.wire import PresignGetResponse, PresignPutResponse, PresignRequest
 from ..observability import logger, metrics_count
 from ..routes import CLIENT
 from ..store.records import LeaseMismatch, NotRunning, ResultIssued, ResultIssuedBefore

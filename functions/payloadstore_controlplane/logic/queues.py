@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from ..models.api import QueueListResponse, QueueStats
 from ..models.errors import NotFound
-from ..models.wire import QueueListResponse, QueueStats
 from ..store.redis_queues import QueueCounts
 from .context import Deps, Principal
 from .enqueue import validate_queue_name

@@ -5,8 +5,8 @@ from __future__ import annotations
 import base64
 import json
 
+from ..models.api import JobError, JobStatusResponse, ResultResponse
 from ..models.domain import JobStatus, PayloadKind, Tier
-from ..models.wire import JobError, JobStatusResponse, ResultResponse
 from ..store.records import JobRecord
 from .context import Deps, Principal, load_job, payload_ref
 from .downloads import download_for

@@ -1,4 +1,4 @@
-"""Domain errors. Each carries the HTTP status it maps to; `handlers/_common.py` (`new_resolver`)
+"""Domain errors. Each carries the HTTP status it maps to; `handlers/_resolver.py` (`new_resolver`)
 is the one place that turns them into responses, so logic code never thinks about HTTP."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Wire models (v1): request and response bodies, validated by pydantic and published as OpenAPI."""
+"""API models (v1): the request and response bodies the control plane validates with pydantic
+and publishes as OpenAPI. (The SDK's own HTTP client is `payloadstore._wire`.)"""
 
 from __future__ import annotations
 
