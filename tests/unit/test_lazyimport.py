@@ -1,4 +1,4 @@
-"""Deferred imports (payloadstore_controlplane/lazyimport.py): what a placeholder package answers is what the
+"""Deferred imports (payloadstore_controlplane/runtime/lazyimport.py): what a placeholder package answers is what the
 real package would, and the real `__init__` runs the moment anything else is asked of it."""
 
 from __future__ import annotations
