@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import msgpack
+import redis
 
 from tests.support.control_plane import TOKEN_PATH
 from tests.support.events import FakeLambdaContext
@@ -75,3 +76,30 @@ def test_the_local_stack_scheduler_runs_the_metrics_function_on_its_timer(cp):
     # Then the metrics function ran again and again, and answered with its summary
     assert scheduler.runs["metrics"] >= 2
     assert "queues" in scheduler.last_result["metrics"]
+
+
+def test_the_schedule_removes_a_queue_nobody_uses_any_more(
+    cp, ssm_client, settings_env, redis_server
+):
+    from payloadstore_controlplane.handlers import metrics
+    from payloadstore_controlplane.store import keys
+    from payloadstore_controlplane.store.tokens import TokenStore
+
+    r_client = redis.Redis.from_url(redis_server.url)
+    # Given a namespace whose only queue was drained and has had no job for STALE_CONSUMER_IDLE_S,
+    # and no daemon polls it any more
+    settings_env(STALE_CONSUMER_IDLE_S="1")
+    TokenStore(ssm_client, TOKEN_PATH).mint(cp.ns, "client")
+    job = cp.enqueue(raw=b"\x01").json["job_id"]
+    lease = cp.poll().json["lease"]
+    assert cp.post_result(job, {"resultInline": "AQ==", "lease": lease}).status == 204
+    busy = cp.queue + "busy"
+    cp.enqueue(raw=b"\x02", queue=busy)
+    time.sleep(1.2)
+    # When the schedule runs
+    metrics.token_store.cache_clear()
+    metrics.lambda_handler(EVENT, FakeLambdaContext())
+    # Then the unused queue's stream and name are gone, and the queue with a job stays
+    assert not r_client.exists(keys.queue(cp.ns, cp.queue))
+    assert cp.queue.encode() not in r_client.smembers(keys.queue_names(cp.ns))
+    assert r_client.exists(keys.queue(cp.ns, busy))

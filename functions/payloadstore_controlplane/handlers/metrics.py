@@ -3,7 +3,9 @@ namespace and queue, and Redis memory, as EMF metrics. The elasticity controller
 read these; the OldestJobAgeSeconds alarm watches the stack-wide maximum.
 
 Namespaces come from the token store (every namespace that has a token); queues from each
-namespace's queue-name set. It reads only: nothing it does changes a job.
+namespace's queue-name set. It changes no job; it removes a queue that is empty, has nothing in
+flight and had no job for STALE_CONSUMER_IDLE_S (its stream and name: the next enqueue creates
+it again), so queues nobody uses any more do not stay in Redis even when no daemon polls them.
 """
 
 from __future__ import annotations
@@ -42,8 +44,14 @@ def publish(namespaces: list[str]) -> dict:
     deps = get_deps()
     oldest = 0.0
     published: list[dict] = []
+    now_ms = int(deps.clock() * 1000)
+    idle_ms = deps.settings.stale_consumer_idle_s * 1000
     for ns in namespaces:
-        for q in namespace_queues(ns, deps):
+        queues = namespace_queues(ns, deps)
+        unused = [q.name for q in queues if not q.queued and not q.in_flight]
+        if unused:
+            deps.jobs.collect_queues(ns, unused, now_ms, idle_ms, every_s=0)
+        for q in queues:
             age = q.oldest_queued_age_s or 0.0
             oldest = max(oldest, age)
             emit_metric_set(
