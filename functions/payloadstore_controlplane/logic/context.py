@@ -17,7 +17,7 @@ from ..models.domain import (
 )
 from ..models.errors import NotFound
 from ..observability import bind_job
-from ..store.records import Issued, JobRecord
+from ..store.records import IssuedKey, JobRecord
 from .payload_keys import key_for
 
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ def load_job(p: Principal, job_id: str, deps: Deps, *, with_done: bool = False) 
 
 def issue_record(job: JobRecord, kind: PayloadKind, deps: Deps) -> IssueRecord | None:
     """What was issued for the job's args or result key, with its key and bucket rebuilt."""
-    issued: Issued | None = job.args if kind is PayloadKind.ARGS else job.result_issue
+    issued: IssuedKey | None = job.args if kind is PayloadKind.ARGS else job.result_issue
     if issued is None:
         return None
     if kind is PayloadKind.ARGS or issued.issued_ms is None:
@@ -116,7 +116,7 @@ def issue_record(job: JobRecord, kind: PayloadKind, deps: Deps) -> IssueRecord |
     )
 
 
-def payload_ref(job_id: str, kind: PayloadKind, issued: Issued | None, deps: Deps):
+def payload_ref(job_id: str, kind: PayloadKind, issued: IssuedKey | None, deps: Deps):
     """The wire reference of an S3 payload, rebuilt from the job id and what was issued."""
     if issued is None:
         return None

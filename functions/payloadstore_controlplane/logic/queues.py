@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..models.api import QueueListResponse, QueueStats
 from ..models.errors import NotFound
-from ..store.redis_queues import QueueCounts
+from ..store.records import QueueCounts
 from .context import Deps, Principal
 from .enqueue import validate_queue_name
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..models.domain import IssueRecord, PayloadRef
 from ..models.errors import Conflict
-from ..store.s3_objects import sha256_hex_to_b64
+from ..store.records import sha256_hex_to_b64
 from .context import Deps
 
 

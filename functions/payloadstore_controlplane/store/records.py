@@ -6,6 +6,7 @@ No Redis import here (the authorizer's cold start never pays for it)."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ ResultForm = Literal["inline", "s3", "error"]
 
 
 @dataclass(frozen=True)
-class Issued:
+class IssuedKey:
     """What the CP issued for one S3 key of a job (args or result)."""
 
     size: int
@@ -49,8 +50,8 @@ class JobRecord:
     stream_id: str | None
     created_ms: int | None
     updated_ms: int | None
-    args: Issued | None
-    result_issue: Issued | None
+    args: IssuedKey | None
+    result_issue: IssuedKey | None
     result_kind: str | None  # "i" inline | "s" S3 | "e" error
     # The current (or last) delivery's lease; None before any delivery or for jobs delivered
     # before leases existed.
@@ -80,7 +81,7 @@ class InlineJob:
 
 
 @dataclass(frozen=True)
-class Entry:
+class QueueEntry:
     """One queue stream entry as read by a daemon's poll (both layouts' field names)."""
 
     queue: str
@@ -89,10 +90,21 @@ class Entry:
     inline: bytes | None
 
     @classmethod
-    def parse(cls, queue: str, stream_id: str, fields: dict) -> Entry:
+    def parse(cls, queue: str, stream_id: str, fields: dict) -> QueueEntry:
         job = fields.get(b"j", fields.get(b"job", b""))
         inline = fields.get(b"b", fields.get(b"inline"))
         return cls(queue, stream_id, text(job) or "", inline)
+
+
+@dataclass(frozen=True)
+class QueueCounts:
+    """A queue as its stream and group say (store.redis_queues)."""
+
+    name: str
+    exists: bool
+    queued: int  # entries no daemon has received yet
+    in_flight: int  # delivered, not yet acknowledged by a result (the group's pending list)
+    oldest_queued_ms: int | None  # creation time of the oldest entry not yet delivered
 
 
 # -- answers: one type per thing a script can say --------------------------------------------
@@ -199,7 +211,7 @@ class LegacyIdempotency:
 class Delivered:
     attempt: int
     tier: Tier
-    args: Issued | None
+    args: IssuedKey | None
 
 
 @dataclass(frozen=True)
@@ -310,6 +322,11 @@ def sha_raw(hex_digest: str | None) -> bytes | None:
 
 def sha_hex(raw: bytes | None) -> str | None:
     return raw.hex() if raw else None
+
+
+def sha256_hex_to_b64(hex_digest: str) -> str:
+    """A hex sha256 as S3 stores and answers it (x-amz-checksum-sha256: base64)."""
+    return base64.b64encode(bytes.fromhex(hex_digest)).decode("ascii")
 
 
 def post_digest(kind: str, data: bytes | str) -> bytes:

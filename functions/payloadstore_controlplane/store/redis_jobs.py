@@ -52,15 +52,15 @@ from .jobs.delivery import DeliverySteps
 from .jobs.enqueue import EnqueueSteps
 from .jobs.lifecycle import LifecycleSteps
 from .jobs.presign import PresignSteps
-from .records import DEFAULT_CONTENT_TYPE, Issued, JobRecord, number, sha_hex, text
+from .records import DEFAULT_CONTENT_TYPE, IssuedKey, JobRecord, number, sha_hex, text
 
 __all__ = ["RedisJobStore", "decode_job"]
 
 
-def _issued(f: dict[str, Any], prefix: str, issued_ms: int | None) -> Issued | None:
+def _issued(f: dict[str, Any], prefix: str, issued_ms: int | None) -> IssuedKey | None:
     if prefix + "z" not in f:
         return None
-    return Issued(
+    return IssuedKey(
         size=int(f[prefix + "z"]),
         content_type=text(f.get(prefix + "c")) or DEFAULT_CONTENT_TYPE,
         sha256=sha_hex(f.get(prefix + "h")),

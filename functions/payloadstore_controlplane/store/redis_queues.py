@@ -8,11 +8,10 @@ trip, on one redis-server or on a cluster.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import redis
 
 from . import keys
+from .records import QueueCounts
 
 # KEYS: queue streams of one namespace (one slot)  ARGV[1]: consumer group
 # -> per key {exists, xlen, pending, oldest_undelivered_id or ''}
@@ -45,15 +44,6 @@ for i, key in ipairs(KEYS) do
 end
 return out
 """
-
-
-@dataclass(frozen=True)
-class QueueCounts:
-    name: str
-    exists: bool
-    queued: int  # entries no daemon has received yet
-    in_flight: int  # delivered, not yet acknowledged by a result (the group's pending list)
-    oldest_queued_ms: int | None  # creation time of the oldest entry not yet delivered
 
 
 def _s(value) -> str:

@@ -24,6 +24,7 @@ from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionEr
 from ..models.errors import ServiceUnavailable, UpstreamError
 from ..runtime.once import built_once
 from . import sigv4
+from .records import sha256_hex_to_b64
 
 
 @dataclass(frozen=True)
@@ -37,10 +38,6 @@ class ObjectInfo:
 class PresignedPut:
     url: str
     headers: dict[str, str]
-
-
-def sha256_hex_to_b64(hex_digest: str) -> str:
-    return base64.b64encode(bytes.fromhex(hex_digest)).decode("ascii")
 
 
 def sha256_b64_to_hex(b64_digest: str) -> str:

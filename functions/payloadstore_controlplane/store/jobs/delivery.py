@@ -15,10 +15,10 @@ from ..records import (
     Delivered,
     DeliveryLimit,
     Ended,
-    Entry,
-    Issued,
+    IssuedKey,
     Leased,
     Missing,
+    QueueEntry,
     StaleEntry,
     fixed_error_digest,
     text,
@@ -86,7 +86,7 @@ class DeliverySteps(StoreBase):
 
     def read_next(
         self, namespace: str, queues: list[str], consumer: str, block_ms: int, min_idle_ms: int
-    ) -> Entry | None:
+    ) -> QueueEntry | None:
         """One entry for this consumer: first a timed-out delivery, then a new entry (one
         script, delivery_take.lua); with nothing there, wait up to `block_ms` for an entry to
         be added (XREAD BLOCK, which reads without taking) and try again."""
@@ -98,7 +98,7 @@ class DeliverySteps(StoreBase):
                 stream_keys, consumer, min_idle_ms, reclaim=reclaim
             )
             if number:
-                return Entry.parse(queues[number - 1], entry_id, fields)
+                return QueueEntry.parse(queues[number - 1], entry_id, fields)
             left_ms = int((deadline - self._mono()) * 1000)
             if left_ms <= 0:
                 return None
@@ -113,7 +113,7 @@ class DeliverySteps(StoreBase):
 
     def start_delivery(
         self,
-        entry: Entry,
+        entry: QueueEntry,
         namespace: str,
         now_ms: int,
         *,
@@ -152,7 +152,7 @@ class DeliverySteps(StoreBase):
                 tier = Tier.INLINE if tier_code == "i" else Tier.S3
                 args = None
                 if tier is Tier.S3 and args_size:
-                    args = Issued(
+                    args = IssuedKey(
                         size=int(args_size),
                         content_type=content_type or DEFAULT_CONTENT_TYPE,
                         sha256=sha256 or None,
@@ -182,6 +182,6 @@ class DeliverySteps(StoreBase):
         pipe.xdel(key, stream_id)
         pipe.execute()
 
-    def read_entry(self, namespace: str, queue: str, stream_id: str) -> Entry | None:
+    def read_entry(self, namespace: str, queue: str, stream_id: str) -> QueueEntry | None:
         rows = self._r.xrange(keys.queue(namespace, queue), min=stream_id, max=stream_id, count=1)
-        return Entry.parse(queue, text(rows[0][0]), rows[0][1]) if rows else None
+        return QueueEntry.parse(queue, text(rows[0][0]), rows[0][1]) if rows else None
