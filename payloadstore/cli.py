@@ -249,19 +249,20 @@ def token_store(
     region: str | None,
     admin_function: str | None = None,
 ):
-    """TokenStore (payloadstore_controlplane.store.tokens) over SSM: the local stack's emulator
-    when .devstack.json is found (or --ssm-endpoint), else AWS with TOKEN_PARAMETER_PATH; or the
-    deployed admin function when one is named."""
+    """The token store over SSM (the local stack's emulator when .devstack.json is found, or
+    --ssm-endpoint; else AWS with TOKEN_PARAMETER_PATH), through the local stack's package (the
+    client SDK imports nothing of the control plane); or the deployed admin function when one is
+    named, which needs nothing but boto3."""
     if admin_function:
         return LambdaTokenAdmin(admin_function, region=region)
     try:
         import boto3
 
-        from payloadstore_controlplane.store.tokens import TokenStore
+        from .devstack.tokens import TokenStore
     except ImportError as e:
         raise ConfigError(
             "token commands need the control plane's packages "
-            f"(pip install 'payloadstore[controlplane]'): {e}"
+            f"(pip install 'payloadstore[stack]'): {e}"
         ) from e
     endpoint = ssm_endpoint
     if endpoint is None and not os.environ.get(ENV_TOKEN_PARAMETER_PATH):

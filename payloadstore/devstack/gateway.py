@@ -89,9 +89,10 @@ Handler = Callable[[dict, Any], Any]
 
 
 def ensure_functions_on_path() -> None:
-    """Handler strings name modules of the `payloadstore_controlplane` package, as in the `functions/` code
-    asset. It is installed with payloadstore (pyproject maps it to functions/payloadstore_controlplane), so
-    nothing is added to sys.path: this only turns its absence into one clear error."""
+    """Handler strings name modules of the `payloadstore_controlplane` package, as in the
+    `functions/` code asset. It is its own distribution (payloadstore-controlplane, from
+    functions/), installed with the `[stack]` extra, so nothing is added to sys.path: this only
+    turns its absence into one clear error."""
     if importlib.util.find_spec("payloadstore_controlplane") is None:
         raise ModuleNotFoundError(
             "the control plane package is not installed: pip install 'payloadstore[stack]'",

@@ -97,7 +97,7 @@ def handler_env(
 def mint_tokens(ssm: Any, token_path: str, namespaces=NAMESPACES) -> dict[str, dict[str, str]]:
     """A client and a daemon token per namespace: {ns: {client_token, daemon_token}}."""
     ensure_functions_on_path()
-    from payloadstore_controlplane.store.tokens import TokenStore
+    from payloadstore.devstack.tokens import TokenStore
 
     store = TokenStore(ssm, token_path)
     return {ns: {f"{role}_token": store.mint(ns, role)[0] for role in ROLES} for ns in namespaces}
@@ -106,7 +106,7 @@ def mint_tokens(ssm: Any, token_path: str, namespaces=NAMESPACES) -> dict[str, d
 def register_tokens(ssm: Any, token_path: str, tokens: dict[str, dict[str, str]]) -> None:
     """Put known plain tokens back into a fresh token store (same layout TokenStore.mint writes)."""
     ensure_functions_on_path()
-    from payloadstore_controlplane.store.tokens import hash_token
+    from payloadstore.devstack.tokens import hash_token
 
     for ns, pair in tokens.items():
         for role in ROLES:
