@@ -17,6 +17,7 @@ import re
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from tools.sam_local.dockerhost import DockerEngine, DockerError
@@ -29,7 +30,6 @@ PIP_PLATFORM = "manylinux2014_x86_64"
 IMAGE_REPO = "payloadstore/lambda-python"
 BASE_IMAGE_ENV = "SAM_LOCAL_BASE_IMAGE"
 MIRROR_ENV = "SAM_LOCAL_DEBIAN_MIRROR"
-DEFAULT_MIRROR = "http://deb.debian.org/debian"
 KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 
 # Lambda's python runtime puts the function code first, then the layers, then the runtime's own
@@ -66,22 +66,108 @@ def recipe_hash() -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:12]
 
 
-def debian_mirror() -> str:
-    """The archive apt already uses here (a local mirror, say), else Debian's default."""
-    if os.environ.get(MIRROR_ENV):
-        return os.environ[MIRROR_ENV]
-    sources = Path("/etc/apt/sources.list.d/debian.sources")
-    if sources.exists():
-        for line in sources.read_text().splitlines():
-            if line.startswith("URIs:"):
-                for uri in line.split()[1:]:
-                    if uri.rstrip("/").endswith("/debian"):
-                        return uri
-    legacy = Path("/etc/apt/sources.list")
-    if legacy.exists():
-        for m in re.finditer(r"^deb\s+(\S+/debian)/?\s", legacy.read_text(), re.MULTILINE):
-            return m.group(1)
-    return DEFAULT_MIRROR
+# Debian's release names and aliases: an apt source for one of these suites (bare, -updates or
+# -backports; never -security, a different archive) is a mirror of the Debian archive.
+DEBIAN_SUITES = frozenset(
+    {
+        "buster", "bullseye", "bookworm", "trixie", "forky", "duke", "sid",
+        "oldoldstable", "oldstable", "stable", "testing", "unstable",
+    }
+)  # fmt: skip
+APT_ROOT = Path("/")
+
+
+@dataclass(frozen=True)
+class AptSource:
+    """One `deb` line of a .list file, or one stanza of a deb822 .sources file."""
+
+    uris: tuple[str, ...]
+    suites: tuple[str, ...]
+    origin: str  # the file it came from, for messages
+
+
+def _list_sources(path: Path) -> list[AptSource]:
+    """One-line style (`deb [options] uri suite component...`); `deb-src` and comments skipped."""
+    found = []
+    for raw in path.read_text(errors="replace").splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line.startswith("deb "):
+            continue
+        rest = line[4:].strip()
+        if rest.startswith("["):  # [arch=amd64 signed-by=...]
+            rest = rest.partition("]")[2].strip()
+        fields = rest.split()
+        if len(fields) >= 2:
+            found.append(AptSource((fields[0],), (fields[1],), str(path)))
+    return found
+
+
+def _deb822_sources(path: Path) -> list[AptSource]:
+    """deb822 style: stanzas of `Field: value` lines split by blank lines; continuation lines
+    start with a space; `Enabled: no` stanzas and other Types are skipped."""
+    found = []
+    for stanza in re.split(r"\n\s*\n", path.read_text(errors="replace")):
+        fields: dict[str, str] = {}
+        current = None
+        for raw in stanza.splitlines():
+            if raw.lstrip().startswith("#"):
+                continue
+            if raw[:1] in (" ", "\t") and current:
+                fields[current] += " " + raw.strip()
+                continue
+            name, sep, value = raw.partition(":")
+            if sep:
+                current = name.strip().lower()
+                fields[current] = value.strip()
+        if "deb" not in fields.get("types", "").split():
+            continue
+        if fields.get("enabled", "yes").lower() in ("no", "false", "0"):
+            continue
+        uris, suites = fields.get("uris", "").split(), fields.get("suites", "").split()
+        if uris and suites:
+            found.append(AptSource(tuple(uris), tuple(suites), str(path)))
+    return found
+
+
+def apt_sources(root: Path | None = None) -> list[AptSource]:
+    """Every enabled `deb` source of the machine, in apt's order: sources.list, then the files
+    of sources.list.d (*.list and *.sources) by name."""
+    etc = (root or APT_ROOT) / "etc" / "apt"
+    found = []
+    legacy = etc / "sources.list"
+    if legacy.is_file():
+        found += _list_sources(legacy)
+    parts = etc / "sources.list.d"
+    if parts.is_dir():
+        for path in sorted(parts.iterdir()):
+            if path.suffix == ".list" and path.is_file():
+                found += _list_sources(path)
+            elif path.suffix == ".sources" and path.is_file():
+                found += _deb822_sources(path)
+    return found
+
+
+def _is_debian_suite(suite: str) -> bool:
+    base, _, variant = suite.partition("-")
+    return base in DEBIAN_SUITES and variant in ("", "updates", "backports")
+
+
+def debian_mirror(root: Path | None = None, environ: dict[str, str] | None = None) -> str:
+    """The Debian archive this machine's apt already uses (a local mirror or a proxy's, say):
+    SAM_LOCAL_DEBIAN_MIRROR when set, else the first URI of the first enabled `deb` source for
+    a Debian suite. No host is assumed: a machine with no such source must name one."""
+    env = os.environ if environ is None else environ
+    if env.get(MIRROR_ENV):
+        return env[MIRROR_ENV].rstrip("/")
+    sources = apt_sources(root)
+    for source in sources:
+        if any(_is_debian_suite(s) for s in source.suites):
+            return source.uris[0].rstrip("/")
+    seen = ", ".join(sorted({s.origin for s in sources})) or "none"
+    raise DockerError(
+        "no Debian archive among this machine's apt sources (files read: "
+        f"{seen}); set {MIRROR_ENV} to a Debian mirror's URL"
+    )
 
 
 def _image_id(engine: DockerEngine, ref: str) -> str | None:
