@@ -139,6 +139,8 @@ class RedisServer:
     # e.g. "8mb" for tests of a full Redis; None: no limit. The policy is always noeviction:
     # evicting a job key would lose a job, so a full Redis must refuse writes instead.
     maxmemory: str | None = None
+    # More redis-server options (a cluster node's: see LocalRedisCluster).
+    extra_args: tuple[str, ...] = ()
 
     @property
     def url(self) -> str:
@@ -170,6 +172,7 @@ class RedisServer:
         ]
         if self.maxmemory:
             args += ["--maxmemory", self.maxmemory]
+        args += list(self.extra_args)
         self.proc = subprocess.Popen(
             args,
             stdout=subprocess.DEVNULL,
@@ -193,6 +196,201 @@ class RedisServer:
     def restart(self) -> None:
         self.stop()
         self.start()
+
+
+# The local cluster's failure detection: ElastiCache's is ~15 s; 2 s keeps tests short.
+CLUSTER_NODE_TIMEOUT_MS = 2000
+
+
+@dataclass
+class LocalRedisCluster:
+    """A Redis Cluster on loopback (`PAYLOADSTORE_REDIS=cluster`): `primaries` shards with
+    `replicas` replica each (3 x 1 = 6 redis-server processes on free ports), as the CDK stack's
+    replication group: noeviction, no AOF (ElastiCache has none in cluster mode), automatic
+    failover after CLUSTER_NODE_TIMEOUT_MS. A replica stalled for a while may still be promoted
+    (cluster-replica-validity-factor 0), as a Multi-AZ group promotes its replica.
+
+    Nodes keep their ports for the cluster's life: `kill`, `stall`/`resume` and `restart` act on
+    one node (the failover tests and `make reliability`), and the node comes back into the
+    cluster from its nodes.conf."""
+
+    data_dir: Path
+    primaries: int = 3
+    replicas: int = 1
+    node_timeout_ms: int = CLUSTER_NODE_TIMEOUT_MS
+    detach: bool = False
+    maxmemory: str | None = None
+    servers: list[RedisServer] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        """A seed node's URL (the client learns the rest from CLUSTER SLOTS)."""
+        return self.servers[0].url
+
+    @property
+    def ports(self) -> list[int]:
+        return [s.port for s in self.servers]
+
+    def _node(self, port: int) -> RedisServer:
+        return next(s for s in self.servers if s.port == port)
+
+    def _server(self, port: int) -> RedisServer:
+        return RedisServer(
+            data_dir=self.data_dir / str(port),
+            port=port,
+            appendonly=False,
+            detach=self.detach,
+            maxmemory=self.maxmemory,
+            extra_args=(
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                str(self.node_timeout_ms),
+                "--cluster-replica-validity-factor",
+                "0",
+            ),
+        )
+
+    def start(self, timeout_s: float = 60.0) -> LocalRedisCluster:
+        count = self.primaries * (1 + self.replicas)
+        ports: list[int] = []
+        while len(ports) < count:
+            port = free_port()
+            if port not in ports and port + 10000 <= 65535:
+                ports.append(port)
+        self.servers = [self._server(p).start() for p in ports]
+        cli = find_redis_server().replace("redis-server", "redis-cli")
+        subprocess.run(
+            [
+                cli,
+                "--cluster",
+                "create",
+                *[f"{LOOPBACK}:{p}" for p in ports],
+                "--cluster-replicas",
+                str(self.replicas),
+                "--cluster-yes",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=timeout_s,
+        )
+        self.wait_healthy(timeout_s)
+        return self
+
+    def topology(self) -> list[dict]:
+        """`[{"port", "role": "primary"|"replica", "primary_port"}]` as the live cluster sees
+        it (CLUSTER NODES of the first node that answers); `primary_port` is a replica's
+        primary's port (None for a primary)."""
+        import redis
+
+        for server in self.servers:
+            if server.proc is None:
+                continue
+            try:
+                with redis.Redis(port=server.port, socket_timeout=1) as r:
+                    table = r.cluster("nodes")  # {"host:port": {node_id, flags, master_id}}
+            except redis.RedisError:
+                continue
+            port_of = {
+                v["node_id"]: int(addr.rsplit(":", 1)[1])
+                for addr, v in table.items()
+                if addr.rsplit(":", 1)[-1].isdigit() and int(addr.rsplit(":", 1)[1]) > 0
+            }
+            nodes = []
+            for v in table.values():
+                if v["node_id"] not in port_of:
+                    continue
+                flags = v["flags"].split(",")
+                replica = "slave" in flags
+                nodes.append(
+                    {
+                        "port": port_of[v["node_id"]],
+                        "role": "replica" if replica else "primary",
+                        "primary_port": port_of.get(v["master_id"]) if replica else None,
+                        "failed": "fail" in flags,
+                    }
+                )
+            return sorted(nodes, key=lambda n: n["port"])
+        return []
+
+    def redis_nodes(self) -> list[dict]:
+        """topology() as `.devstack.json` lists it."""
+        return [{k: n[k] for k in ("port", "role", "primary_port")} for n in self.topology()]
+
+    def wait_healthy(self, timeout_s: float = 30.0) -> None:
+        """Until every node says cluster_state:ok and each running replica's link to its
+        primary is up."""
+        import redis
+
+        def healthy() -> bool:
+            try:
+                for server in self.servers:
+                    if server.proc is None:
+                        continue
+                    with redis.Redis(port=server.port, socket_timeout=1) as r:
+                        if r.cluster("info")["cluster_state"] != "ok":
+                            return False
+                        info = r.info("replication")
+                        if info["role"] == "slave" and info["master_link_status"] != "up":
+                            return False
+                return True
+            except redis.RedisError:
+                return False
+
+        _wait_until(healthy, timeout_s, "the local redis cluster")
+
+    def primary_with_replica(self) -> tuple[int, int]:
+        """(a primary's port, its replica's port)."""
+        nodes = self.topology()
+        for n in nodes:
+            if n["role"] == "replica" and not n["failed"]:
+                return n["primary_port"], n["port"]
+        raise ServiceError("no primary with a replica in the local cluster")
+
+    def stall(self, port: int) -> None:
+        """SIGSTOP one node: it stops answering (and replicating) until resume()."""
+        proc = self._node(port).proc
+        assert proc is not None
+        os.kill(proc.pid, signal.SIGSTOP)
+
+    def resume(self, port: int) -> None:
+        proc = self._node(port).proc
+        assert proc is not None
+        os.kill(proc.pid, signal.SIGCONT)
+
+    def kill(self, port: int) -> None:
+        """SIGKILL one node (no AOF: what it held only in memory is gone)."""
+        server = self._node(port)
+        assert server.proc is not None
+        server.proc.kill()
+        server.proc.wait(10)
+        server.proc = None
+
+    def restart(self, port: int) -> None:
+        """Start a killed node again on its port: it rejoins from its nodes.conf (a primary
+        that was failed over comes back as a replica of the promoted one)."""
+        self._node(port).start()
+
+    def wait_promoted(self, replica_port: int, timeout_s: float = 30.0) -> None:
+        _wait_until(
+            lambda: any(
+                n["port"] == replica_port and n["role"] == "primary" for n in self.topology()
+            ),
+            timeout_s,
+            f"promotion of the replica on port {replica_port}",
+        )
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        for server in self.servers:
+            if server.proc is not None:
+                try:
+                    os.kill(server.proc.pid, signal.SIGCONT)  # a stalled node cannot exit
+                except OSError:
+                    pass
+            server.stop(timeout_s)
 
 
 @dataclass

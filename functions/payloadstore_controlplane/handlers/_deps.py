@@ -36,7 +36,12 @@ def get_deps() -> Deps:
     )
     return Deps(
         settings=s,
-        jobs=RedisJobStore(client, result_ttl_s=s.result_ttl_s),
+        jobs=RedisJobStore(
+            client,
+            result_ttl_s=s.result_ttl_s,
+            min_replica_acks=s.redis_min_replica_acks,
+            replica_ack_timeout_ms=s.redis_replica_ack_timeout_ms,
+        ),
         # Signs URLs in-process; the botocore client is created on the first HEAD.
         objects=S3Objects.for_region(
             s.aws_region, s.s3_endpoint_url, s.payload_bucket, s.presign_ttl_s

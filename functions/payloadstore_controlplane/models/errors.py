@@ -82,3 +82,11 @@ class InlineUnavailable(ServiceUnavailable):
     """Redis is past its high-water mark: inline bytes are refused; send them through S3."""
 
     code = "inline_unavailable"
+
+
+class ReplicationLag(ServiceUnavailable):
+    """A write was applied on the primary but fewer replicas than REDIS_MIN_REPLICA_ACKS
+    acknowledged it within REDIS_REPLICA_ACK_TIMEOUT_MS: it is not reported done, since a
+    failover now could lose it. The write may have happened; every write is safe to re-send."""
+
+    code = "redis_replication_lag"

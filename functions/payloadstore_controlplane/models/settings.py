@@ -58,6 +58,12 @@ class Settings(BaseModel):
     redis_cluster: bool = False
     # Connections per container's pool (blocking long-polls hold one each).
     redis_max_connections: int = Field(64, ge=1, le=10_000)
+    # Durability through a failover: every write the control plane reports done is followed by
+    # WAIT for this many replicas of the node that took it (0: no WAIT, a single node), up to
+    # REDIS_REPLICA_ACK_TIMEOUT_MS; fewer acks in time -> 503 redis_replication_lag. The timeout
+    # stays under the fast client's reply timeout (store/redis_client.py, 1.5 s).
+    redis_min_replica_acks: int = Field(0, ge=0, le=5)
+    redis_replica_ack_timeout_ms: int = Field(100, ge=1, le=1000)
     # Secrets Manager ARN/name holding the ElastiCache AUTH token (deployed stacks only).
     redis_auth_secret: str | None = None
     aws_region: str = "us-east-1"
@@ -146,6 +152,8 @@ SETTINGS_ENV: dict[str, str] = {
     "redis_url": "REDIS_URL",
     "redis_cluster": "REDIS_CLUSTER",
     "redis_max_connections": "REDIS_MAX_CONNECTIONS",
+    "redis_min_replica_acks": "REDIS_MIN_REPLICA_ACKS",
+    "redis_replica_ack_timeout_ms": "REDIS_REPLICA_ACK_TIMEOUT_MS",
     "redis_auth_secret": "REDIS_AUTH_SECRET",
     "aws_region": "AWS_REGION",
     "s3_endpoint_url": "S3_ENDPOINT_URL",

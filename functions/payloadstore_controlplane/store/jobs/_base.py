@@ -10,6 +10,7 @@ from typing import Any
 import redis
 
 from ..records import text
+from ..replicated import run_acked
 from . import layout1, source
 
 ScriptReply = list[Any]
@@ -22,8 +23,13 @@ class StoreBase:
         *,
         result_ttl_s: int,
         monotonic: Callable[[], float] = time.monotonic,
+        min_replica_acks: int = 0,
+        replica_ack_timeout_ms: int = 100,
     ):
         self._r = client
+        # REDIS_MIN_REPLICA_ACKS: 0 runs scripts as plain EVALSHA (no WAIT).
+        self._min_acks = min_replica_acks
+        self._ack_timeout_ms = replica_ack_timeout_ms
         self._ttl = result_ttl_s
         self._mono = monotonic
         self._scripts: dict[str, Any] = {}
@@ -39,8 +45,15 @@ class StoreBase:
         """Drop what this container remembers of a stream that was deleted (step modules
         that remember something per stream extend it)."""
 
-    def _run(self, name: str, keys_: list[str], args: list) -> Any:
-        return self._script(name)(keys=keys_, args=args)
+    def _run(self, name: str, keys_: list[str], args: list, *, acked: bool = True) -> Any:
+        """Run a script. With REDIS_MIN_REPLICA_ACKS set, a write the caller may report done
+        (`acked`, every step script) answers only once that many replicas hold it
+        (store/replicated.py: EVALSHA + WAIT on one connection to the owning node; 503
+        redis_replication_lag otherwise). Upkeep that reports nothing passes acked=False."""
+        script = self._script(name)
+        if acked and self._min_acks > 0:
+            return run_acked(self._r, script, keys_, args, self._min_acks, self._ack_timeout_ms)
+        return script(keys=keys_, args=args)
 
     def _run_on_job(self, name: str, job_id: str, keys_: list[str], args: list) -> ScriptReply:
         """A job-slot script's answer as [status, value, …] (strings); a layout-1 job is

@@ -36,6 +36,8 @@ def migrate(store: StoreBase, job_id: str) -> bool:
                 keys.issue(job_id, "result"),
             ],
             [DEFAULT_CONTENT_TYPE],
+            # A conversion in place: the step script run next waits for the replicas.
+            acked=False,
         )
     )
 

@@ -133,7 +133,8 @@ class LifecycleSteps(StoreBase):
                 continue
             self._last_collect[key] = now
             names = keys.queue_names(namespace)
-            if self._run("queues_collect", [key, names], [queue, idle_before_ms]):
+            # Upkeep: nothing is reported done, so nothing waits for replicas.
+            if self._run("queues_collect", [key, names], [queue, idle_before_ms], acked=False):
                 self.forget_stream(key)
                 removed.append(queue)
         return removed
