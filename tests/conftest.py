@@ -5,11 +5,13 @@ Nothing here relies on a service the machine happened to start: each session pic
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from payloadstore.devstack.services import (
+    LocalRedisCluster,
     MotoServer,
     RedisServer,
     create_payload_bucket,
@@ -26,6 +28,20 @@ def redis_server(tmp_path_factory) -> RedisServer:
     server = RedisServer(data_dir=Path(tmp_path_factory.mktemp("redis")), appendonly=True).start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_target(redis_server, tmp_path_factory):
+    """The Redis the control plane's handlers use in tests: the session's redis-server, or with
+    PAYLOADSTORE_REDIS=cluster a local cluster of 3 primaries with a replica each, the handlers
+    in cluster mode with REDIS_MIN_REPLICA_ACKS=1 (tests that inspect `redis_server` directly
+    still see the single server). Answers the handlers' Redis settings."""
+    if os.environ.get("PAYLOADSTORE_REDIS", "single") != "cluster":
+        yield {"REDIS_URL": redis_server.url}
+        return
+    cluster = LocalRedisCluster(data_dir=Path(tmp_path_factory.mktemp("cluster"))).start()
+    yield {"REDIS_URL": cluster.url, "REDIS_CLUSTER": "true", "REDIS_MIN_REPLICA_ACKS": "1"}
+    cluster.stop()
 
 
 @pytest.fixture(scope="session")

@@ -18,6 +18,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -40,6 +41,7 @@ from payloadstore.devstack.services import (
     LOOPBACK,
     PAYLOAD_EXPIRATION_DAYS,
     PAYLOAD_PREFIX,
+    LocalRedisCluster,
     MotoServer,
     RedisServer,
     ServiceError,
@@ -233,7 +235,10 @@ class DevStack:
     region: str = DEV_REGION
     token_path: str = DEV_TOKEN_PATH
     authorizer_cache_s: float = 5.0
-    redis: RedisServer | None = None
+    redis: RedisServer | LocalRedisCluster | None = None
+    # "single" (one redis-server, AOF) or "cluster" (PAYLOADSTORE_REDIS=cluster: 3 primaries
+    # with a replica each, the control plane in cluster mode with REDIS_MIN_REPLICA_ACKS=1).
+    redis_mode: str = "single"
     moto: MotoServer | None = None
     gateway: RunningGateway | None = None
     scheduler: Any = None
@@ -264,19 +269,34 @@ class DevStack:
         self._lock_state_dir()
         previous = self._previous_state()
         try:
-            self.redis = RedisServer(
-                data_dir=self.state_dir / "redis",
-                port=_reusable_port(previous.get("redis_port")),
-                appendonly=True,
-                detach=True,
-            ).start()
+            redis_env: dict[str, str] = {}
+            if self.redis_mode == "cluster":
+                # A fresh cluster per start (no AOF, as ElastiCache): queued jobs do not
+                # survive a restart of `make dev` in this mode.
+                shutil.rmtree(self.state_dir / "redis-cluster", ignore_errors=True)
+                self.redis = LocalRedisCluster(
+                    data_dir=self.state_dir / "redis-cluster", detach=True
+                ).start()
+                redis_env = {"REDIS_CLUSTER": "true", "REDIS_MIN_REPLICA_ACKS": "1"}
+            else:
+                self.redis = RedisServer(
+                    data_dir=self.state_dir / "redis",
+                    port=_reusable_port(previous.get("redis_port")),
+                    appendonly=True,
+                    detach=True,
+                ).start()
             self.moto = MotoServer(
                 port=_reusable_port(previous.get("s3_port")),
                 log_path=self.state_dir / "moto.log",
                 detach=True,
             ).start()
             (self.state_dir / "ports.json").write_text(
-                json.dumps({"redis_port": self.redis.port, "s3_port": self.moto.port})
+                json.dumps(
+                    {
+                        "redis_port": getattr(self.redis, "port", previous.get("redis_port")),
+                        "s3_port": self.moto.port,
+                    }
+                )
             )
             env = handler_env(
                 redis_url=self.redis.url,
@@ -286,7 +306,7 @@ class DevStack:
                 token_path=self.token_path,
                 # EMF metric lines would be half of the stack's output: off unless asked for
                 # (POWERTOOLS_METRICS_DISABLED=false make dev).
-                extra={"POWERTOOLS_METRICS_DISABLED": "true"},
+                extra={"POWERTOOLS_METRICS_DISABLED": "true", **redis_env},
             )
             # The handlers read settings once per process (lru_cache): set them before any import.
             # POWERTOOLS_* the user already set (log level, say) are kept.
@@ -346,13 +366,17 @@ class DevStack:
     def state(self) -> dict:
         # Written only by start(), once both servers run.
         assert self.moto is not None and self.redis is not None
-        return {
+        state = {
             "endpoint": self.endpoint,
             "s3_endpoint": self.moto.endpoint,
             "bucket": self.bucket,
             "redis_url": self.redis.url,
             "namespaces": self.tokens,
         }
+        if isinstance(self.redis, LocalRedisCluster):
+            # [{"port", "role": "primary"|"replica", "primary_port"}]
+            state["redis_nodes"] = self.redis.redis_nodes()
+        return state
 
     def write_state_file(self) -> None:
         write_private(self.state_file, json.dumps(self.state(), indent=2) + "\n")
@@ -418,6 +442,12 @@ def banner(stack: DevStack) -> str:
     # Shown once start() returned: both servers run.
     assert stack.moto is not None and stack.redis is not None
     state_file = stack.state_file
+    redis_line = f"{stack.redis.url}  data={stack.state_dir / 'redis'}"
+    if isinstance(stack.redis, LocalRedisCluster):
+        redis_line = (
+            f"cluster of {len(stack.redis.servers)} nodes (3 primaries + 1 replica each), "
+            f"seed {stack.redis.url}; nodes in {state_file} (redis_nodes)"
+        )
     token = (
         f'$(.venv/bin/python -c \'import json; print(json.load(open("{state_file}"))'
         '["namespaces"]["dev"]["client_token"])\')'
@@ -426,7 +456,7 @@ def banner(stack: DevStack) -> str:
 payloadstore local stack is up
   endpoint     {stack.endpoint}
   s3           {stack.moto.endpoint}  bucket={stack.bucket}
-  redis        {stack.redis.url}  data={stack.state_dir / "redis"}
+  redis        {redis_line}
   tokens       {state_file}  (mode 0600; namespaces: {", ".join(stack.tokens)})
 
   curl {stack.endpoint}/v1/health
@@ -445,6 +475,7 @@ def _defaults_from_env() -> dict:
         "state_dir": Path(os.environ.get("PAYLOADSTORE_STATE_DIR", ".devstack")),
         "state_file": Path(os.environ.get("PAYLOADSTORE_STATE_FILE", ".devstack.json")),
         "authorizer_cache_s": float(os.environ.get("PAYLOADSTORE_AUTHORIZER_CACHE_S", "5")),
+        "redis_mode": os.environ.get("PAYLOADSTORE_REDIS", "single") or "single",
     }
 
 
@@ -474,6 +505,13 @@ def main(argv: list[str] | None = None) -> int:
         default=defaults["authorizer_cache_s"],
         help="authorizer result cache TTL (PAYLOADSTORE_AUTHORIZER_CACHE_S)",
     )
+    parser.add_argument(
+        "--redis",
+        choices=("single", "cluster"),
+        default=defaults["redis_mode"],
+        help="one redis-server, or a local cluster of 3 primaries with a replica each "
+        "(PAYLOADSTORE_REDIS)",
+    )
     args = parser.parse_args(argv)
     configure_logging()
 
@@ -492,6 +530,7 @@ def main(argv: list[str] | None = None) -> int:
         state_file=args.state_file.resolve(),
         port=args.port,
         authorizer_cache_s=args.authorizer_cache_s,
+        redis_mode=args.redis,
     )
     try:
         stack.start()

@@ -14,10 +14,10 @@ from tests.support.env import patched_environ
 
 
 @pytest.fixture(scope="session")
-def cp_env(redis_server, aws_env, payload_bucket):
+def cp_env(redis_target, aws_env, payload_bucket):
     env = {
         "PAYLOAD_BUCKET": payload_bucket,
-        "REDIS_URL": redis_server.url,
+        **redis_target,
         "TOKEN_PARAMETER_PATH": TOKEN_PATH,
         "TOKEN_CACHE_S": "0",
         "POWERTOOLS_TRACE_DISABLED": "true",

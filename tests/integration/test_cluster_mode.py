@@ -86,7 +86,13 @@ def redis_cluster(tmp_path_factory):
 
 @pytest.fixture
 def on_cluster(redis_cluster, settings_env):
-    settings_env(REDIS_URL=redis_cluster, REDIS_CLUSTER="true", VISIBILITY_TIMEOUT_S="1")
+    # No replicas here: nothing to wait for (test_replica_acks.py runs a replicated cluster).
+    settings_env(
+        REDIS_URL=redis_cluster,
+        REDIS_CLUSTER="true",
+        REDIS_MIN_REPLICA_ACKS="0",
+        VISIBILITY_TIMEOUT_S="1",
+    )
     return RedisCluster.from_url(redis_cluster)
 
 
