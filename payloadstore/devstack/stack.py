@@ -366,7 +366,7 @@ class DevStack:
     def state(self) -> dict:
         # Written only by start(), once both servers run.
         assert self.moto is not None and self.redis is not None
-        state = {
+        state: dict[str, Any] = {
             "endpoint": self.endpoint,
             "s3_endpoint": self.moto.endpoint,
             "bucket": self.bucket,
