@@ -11,6 +11,8 @@ from pathlib import Path
 
 from constructs import Construct
 
+from payloadstore_controlplane import grants
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FUNCTIONS_DIR = REPO_ROOT / "functions"
 REQUIREMENTS_FILE = FUNCTIONS_DIR / "requirements.txt"
@@ -123,22 +125,12 @@ FUNCTION_TUNING: dict[str, FunctionTuning] = {
     "metrics": FunctionTuning(memory_mb=256, timeout_s=20),
 }
 
-# S3 actions per function group, on `<bucket>/payloads/*` only. A presigned URL can do only what
-# its signer may do, so the presigning group gets exactly Put+Get; the groups that verify a
-# reference before accepting it (HEAD needs s3:GetObject) get Get only.
-OBJECT_ACTIONS: dict[str, tuple[str, ...]] = {
-    "payloads": ("s3:GetObject", "s3:PutObject"),
-    "jobs": ("s3:GetObject",),
-    "daemon": ("s3:GetObject",),
-}
-# Health reads bucket configuration only: HeadBucket (authorised by s3:ListBucket), the region,
-# the default encryption and the lifecycle rules.
-HEALTH_BUCKET_ACTIONS: tuple[str, ...] = (
-    "s3:GetBucketLocation",
-    "s3:GetEncryptionConfiguration",
-    "s3:GetLifecycleConfiguration",
-    "s3:ListBucket",
-)
+# S3 grants per function group: one table, in the Lambda code asset, read by these roles and by
+# the local S3 emulator alike (payloadstore_controlplane/grants.py says who needs what and why).
+# OBJECT_ACTIONS are on `<bucket>/payloads/*`, BUCKET_ACTIONS on the bucket (s3:ListBucket for
+# the functions that HEAD or presign GETs: a missing key then answers 404, not 403).
+OBJECT_ACTIONS: dict[str, tuple[str, ...]] = grants.OBJECT_ACTIONS
+BUCKET_ACTIONS: dict[str, tuple[str, ...]] = grants.BUCKET_ACTIONS
 HEALTH_FUNCTION = "public"
 # Groups that talk to Redis (and so read the AUTH secret). The authorizer and admin only use SSM.
 REDIS_FUNCTIONS: tuple[str, ...] = ("payloads", "jobs", "daemon", "public", "metrics")

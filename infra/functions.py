@@ -13,11 +13,10 @@ from infra.bundling import CodeBundling, LayerBundling, bundling_image
 from infra.config import (
     ADMIN_FUNCTION,
     AUTHORIZER_FUNCTION,
+    BUCKET_ACTIONS,
     CTX_SETTINGS_PREFIX,
     FUNCTION_TUNING,
     FUNCTIONS_DIR,
-    HEALTH_BUCKET_ACTIONS,
-    HEALTH_FUNCTION,
     LOG_LEVEL,
     METRICS_FUNCTION,
     OBJECT_ACTIONS,
@@ -247,15 +246,17 @@ class ControlPlaneFunctions(Construct):
             )
 
     def _grant_s3(self, bucket_arn: str) -> None:
+        # The table the local S3 emulator enforces too (payloadstore_controlplane/grants.py).
         for group, actions in OBJECT_ACTIONS.items():
             self.roles[group].add_to_policy(
                 iam.PolicyStatement(
                     actions=list(actions), resources=[f"{bucket_arn}/{PAYLOAD_PREFIX}*"]
                 )
             )
-        self.roles[HEALTH_FUNCTION].add_to_policy(
-            iam.PolicyStatement(actions=list(HEALTH_BUCKET_ACTIONS), resources=[bucket_arn])
-        )
+        for group, actions in BUCKET_ACTIONS.items():
+            self.roles[group].add_to_policy(
+                iam.PolicyStatement(actions=list(actions), resources=[bucket_arn])
+            )
 
     def _grant_tokens(self) -> None:
         # This stage's path only: another stage's tokens are neither readable nor writable here.

@@ -242,10 +242,17 @@ class LocalGateway:
             log_group_name=f"/aws/lambda/{function_name}",
         )
         outcome: dict[str, Any] = {}
+        from payloadstore.devstack.s3_emulator import function_credentials
+        from payloadstore_controlplane.store.sigv4 import invocation_running_as
+
+        # Each function signs with its own local keys, which the S3 emulator maps to that
+        # function's grants (the CDK role's): a handler can do locally only what it could on AWS.
+        credentials = function_credentials(function_name)
 
         def run() -> None:
             try:
-                outcome["value"] = fn(event, ctx)
+                with invocation_running_as(credentials):
+                    outcome["value"] = fn(event, ctx)
             except BaseException as e:  # noqa: BLE001 - handed to the caller below
                 outcome["error"] = e
 

@@ -17,8 +17,24 @@ front of moto, answers like S3:
   (the bucket blocks public access, as the deployed one does);
 - a PUT body whose sha256 differs from the signed checksum: 400 `BadDigest`.
 
-Requests signed in the `Authorization` header (the control plane's own boto3 calls) go to moto
-as they are. The log line of each request carries its path only: query strings (signatures,
+It also enforces the template's S3 grants (payloadstore_controlplane/grants.py, the table the
+CDK roles are written from). Each function signs with local keys of its own
+(`function_credentials(group)`: the local gateway and the integration tests run each invocation
+under them), and a request signed with a function's key, in the `Authorization` header or as the
+signer of a presigned URL, may do what that function's role may do:
+
+- an action the function lacks (PutObject by `jobs`, any object outside `payloads/`, ...) is 403
+  `AccessDenied`;
+- a GET or HEAD of a missing key is 403 `AccessDenied`, not 404, when the function lacks
+  s3:ListBucket on the bucket, as S3 answers.
+
+Any other key (`local`, the operator's: the stack's setup, the tests' own checks) is not limited.
+PAYLOADSTORE_S3_GRANTS (grants.table_to_json) replaces the table, for tests that show what a
+missing grant does. Only path-style S3 requests are judged (the local stack's); every bucket
+stands for the payload bucket.
+
+Requests signed in the `Authorization` header otherwise go to moto as they are (their signature
+is not checked). The log line of each request carries its path only: query strings (signatures,
 credentials) never reach the log.
 
 Run: python -m payloadstore.devstack.s3_emulator -H 127.0.0.1 -p 5000
@@ -42,11 +58,46 @@ LOCAL_ACCESS_KEY_ID = "local"
 LOCAL_SECRET_ACCESS_KEY = "local-secret"
 MAX_EXPIRES_S = 7 * 24 * 3600
 AUTH_PARAMS = ("X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-SignedHeaders")
+# Each function's local keys: `local-<group>` / `local-<group>-secret`.
+FUNCTION_KEY_PREFIX = "local-"
+GRANTS_ENV = "PAYLOADSTORE_S3_GRANTS"
+
+
+def function_groups() -> tuple[str, ...]:
+    from payloadstore_controlplane.routes import FUNCTIONS
+
+    return tuple(FUNCTIONS)
+
+
+def function_credentials(group: str) -> tuple[str, str, None]:
+    """The local keys function `group` signs with (its role's, in the local stack)."""
+    return f"{FUNCTION_KEY_PREFIX}{group}", f"{FUNCTION_KEY_PREFIX}{group}-secret", None
+
+
+def function_of(access_key: str) -> str | None:
+    """The function whose local key this is, or None (the operator's, or a key of a test)."""
+    if not access_key.startswith(FUNCTION_KEY_PREFIX):
+        return None
+    group = access_key[len(FUNCTION_KEY_PREFIX) :]
+    return group if group in function_groups() else None
+
+
+def grants_in_force(environ: dict[str, str] | None = None):
+    """The grant table this emulator enforces: PAYLOADSTORE_S3_GRANTS, else the template's."""
+    from payloadstore_controlplane import grants
+
+    env = os.environ if environ is None else environ
+    if env.get(GRANTS_ENV):
+        return grants.table_from_json(env[GRANTS_ENV])
+    return grants.grant_table()
 
 
 def known_credentials(environ: dict[str, str] | None = None) -> dict[str, str]:
     env = os.environ if environ is None else environ
     creds = {LOCAL_ACCESS_KEY_ID: LOCAL_SECRET_ACCESS_KEY}
+    for group in function_groups():
+        key_id, secret, _ = function_credentials(group)
+        creds[key_id] = secret
     for pair in (env.get("PAYLOADSTORE_S3_CREDENTIALS") or "").split(","):
         key_id, sep, secret = pair.strip().partition(":")
         if sep and key_id and secret:
@@ -114,11 +165,56 @@ def expected_signature(
     return signer.signature(signer.string_to_sign(request, canonical), request)
 
 
+# Bucket sub-resources (query names) -> the IAM action of a GET or HEAD on the bucket.
+_BUCKET_READS = {
+    "location": "s3:GetBucketLocation",
+    "encryption": "s3:GetEncryptionConfiguration",
+    "lifecycle": "s3:GetLifecycleConfiguration",
+    "uploads": "s3:ListBucketMultipartUploads",
+    "versions": "s3:ListBucketVersions",
+    "policy": "s3:GetBucketPolicy",
+    "acl": "s3:GetBucketAcl",
+    "tagging": "s3:GetBucketTagging",
+    "versioning": "s3:GetBucketVersioning",
+    "cors": "s3:GetBucketCORS",
+}
+
+
+def s3_action(method: str, key: str | None, query: dict) -> str:
+    """The IAM action S3 authorises a path-style request by (key None: the bucket itself)."""
+    if key is None:
+        if method in ("GET", "HEAD"):
+            return next((a for q, a in _BUCKET_READS.items() if q in query), "s3:ListBucket")
+        if method == "POST" and "delete" in query:
+            return "s3:DeleteObject"
+        return {"PUT": "s3:CreateBucket", "DELETE": "s3:DeleteBucket"}.get(
+            method, "s3:UnknownBucketAction"
+        )
+    if method in ("GET", "HEAD"):
+        if "uploadId" in query:
+            return "s3:ListMultipartUploadParts"
+        return "s3:GetObjectTagging" if "tagging" in query else "s3:GetObject"
+    if method in ("PUT", "POST"):  # PutObject, UploadPart, Create/CompleteMultipartUpload
+        return "s3:PutObjectTagging" if "tagging" in query else "s3:PutObject"
+    if method == "DELETE":
+        return "s3:AbortMultipartUpload" if "uploadId" in query else "s3:DeleteObject"
+    return "s3:UnknownObjectAction"
+
+
+def _header_credential(environ: dict) -> tuple[str, str] | None:
+    """(access key, service) of a request signed in the Authorization header."""
+    m = re.search(
+        r"Credential=([^/,\s]+)/[^/]+/[^/]+/([^/]+)/", environ.get("HTTP_AUTHORIZATION", "")
+    )
+    return (m.group(1), m.group(2)) if m else None
+
+
 class PresignedUrlRules:
-    def __init__(self, app, clock=None, credentials: dict[str, str] | None = None):
+    def __init__(self, app, clock=None, credentials: dict[str, str] | None = None, grants=None):
         self.app = app
         self.clock = clock or (lambda: datetime.now(UTC))
         self.credentials = credentials if credentials is not None else known_credentials()
+        self.grants = grants if grants is not None else grants_in_force()
 
     def __call__(self, environ, start_response):
         path, raw_query = _raw_target(environ)
@@ -135,6 +231,9 @@ class PresignedUrlRules:
                 )
             if not environ.get("HTTP_AUTHORIZATION"):
                 return _error(start_response, "403 Forbidden", "AccessDenied", "Access Denied")
+            signed = _header_credential(environ)
+            if signed is not None and signed[1] == "s3":
+                return self._as_granted(signed[0], query, environ, start_response)
             return self.app(environ, start_response)
         refused = self._verify(environ, path, raw_query, query)
         if refused is not None:
@@ -153,7 +252,42 @@ class PresignedUrlRules:
                     "The SHA256 you specified did not match the calculated checksum.",
                 )
             environ["wsgi.input"] = io.BytesIO(body)
-        return self.app(environ, start_response)
+        signer = query["X-Amz-Credential"][0].split("/", 1)[0]
+        return self._as_granted(signer, query, environ, start_response)
+
+    def _as_granted(self, access_key: str, query: dict, environ, start_response):
+        """Pass the request to moto if the signer's function may make it, as S3 would judge it:
+        AccessDenied for an action not granted, and for a missing key read without
+        s3:ListBucket."""
+        group = function_of(access_key)
+        if group is None:
+            return self.app(environ, start_response)
+        granted = self.grants.get(group)
+        bucket, _, key = environ.get("PATH_INFO", "").lstrip("/").partition("/")
+        action = s3_action(environ.get("REQUEST_METHOD", "GET"), key or None, query)
+        if not bucket or granted is None or not granted.allows(action, key or None):
+            return _error(start_response, "403 Forbidden", "AccessDenied", "Access Denied")
+        if action != "s3:GetObject" or granted.lists_bucket:
+            return self.app(environ, start_response)
+        # A read without s3:ListBucket: S3 does not say whether the key exists.
+        answer: dict = {}
+
+        def capture(status, headers, exc_info=None):
+            answer["status"], answer["headers"] = status, headers
+            return lambda _data: None
+
+        chunks = self.app(environ, capture)
+        try:
+            body = b"".join(chunks)
+        finally:
+            getattr(chunks, "close", lambda: None)()
+        if answer.get("status", "").startswith("404"):
+            if environ.get("REQUEST_METHOD") == "HEAD":
+                start_response("403 Forbidden", [("Content-Length", "0")])
+                return [b""]
+            return _error(start_response, "403 Forbidden", "AccessDenied", "Access Denied")
+        start_response(answer["status"], answer["headers"])
+        return [body]
 
     def _verify(self, environ, path: str, raw_query: str, query: dict) -> tuple | None:  # noqa: C901 - S3's checks of a presigned PUT, in the order S3 applies them
         """(status, code, message) as S3 would refuse this presigned request, or None."""

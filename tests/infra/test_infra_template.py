@@ -331,11 +331,18 @@ def test_s3_permissions_are_exactly_what_each_function_signs_or_checks(template)
             for s in _s3_statements(template, group)
         )
 
+    # Who HEADs a reference or presigns a GET also holds s3:ListBucket on the bucket (issue 23):
+    # without it S3 answers a missing key with 403, and `not_uploaded` / `payload_lost` (which
+    # need its 404) never happen on AWS.
+    list_bucket = (("s3:ListBucket",), (bucket_arn,), "Allow")
     # The presigning function: Put and Get on payloads/* only (a URL can do what its signer can)
-    assert summary("payloads") == [(("s3:GetObject", "s3:PutObject"), (objects,), "Allow")]
-    # The reference checkers: HEAD (s3:GetObject) on payloads/* only
-    assert summary("jobs") == [(("s3:GetObject",), (objects,), "Allow")]
-    assert summary("daemon") == [(("s3:GetObject",), (objects,), "Allow")]
+    assert summary("payloads") == [
+        (("s3:GetObject", "s3:PutObject"), (objects,), "Allow"),
+        list_bucket,
+    ]
+    # The reference checkers and GET presigners: HEAD (s3:GetObject) on payloads/* only
+    assert summary("jobs") == [(("s3:GetObject",), (objects,), "Allow"), list_bucket]
+    assert summary("daemon") == [(("s3:GetObject",), (objects,), "Allow"), list_bucket]
     # Health: bucket-level configuration reads on the bucket itself, no object access
     assert summary("public") == [
         (
@@ -349,8 +356,23 @@ def test_s3_permissions_are_exactly_what_each_function_signs_or_checks(template)
             "Allow",
         )
     ]
-    # The authorizer and the admin function never touch S3
-    assert summary("authorizer") == [] and summary("admin") == []
+    # The authorizer, the admin and the metrics functions never touch S3
+    assert summary("authorizer") == [] and summary("admin") == [] and summary("metrics") == []
+
+
+def test_the_s3_statements_are_the_grant_table_the_local_emulator_enforces(template):
+    """One table drives both: every statement of every role is an entry of grants.py."""
+    from payloadstore_controlplane import grants
+
+    bucket_arn = f"<{_payload_bucket_id(template)}.Arn>"
+    for group, granted in grants.grant_table().items():
+        found: dict[str, set[str]] = {"objects": set(), "bucket": set()}
+        for s in _s3_statements(template, group):
+            for resource in as_list(render(s["Resource"])):
+                where = "bucket" if resource == bucket_arn else "objects"
+                assert where == "bucket" or resource == f"{bucket_arn}/payloads/*", resource
+                found[where] |= set(as_list(s["Action"]))
+        assert found == {"objects": set(granted.objects), "bucket": set(granted.bucket)}, group
 
 
 def test_no_role_has_s3_wildcards_or_object_listing(template):

@@ -13,6 +13,8 @@ import json
 import uuid
 from dataclasses import dataclass
 
+from payloadstore.devstack.s3_emulator import function_credentials
+from payloadstore_controlplane.store.sigv4 import invocation_running_as
 from tests.support.events import FakeLambdaContext, api_event
 
 TOKEN_PATH = "/payloadstore-test/tokens"
@@ -61,7 +63,10 @@ class ControlPlane:
         module = importlib.import_module(f"payloadstore_controlplane.handlers.{function}")
         ns = self.ns if namespace == "" else namespace
         event = api_event(method, resource, path_params, namespace=ns, role=role, **kw)
-        out = module.lambda_handler(event, FakeLambdaContext())
+        # As the function would run: S3 calls signed with its own local keys, which the
+        # emulator holds to that function's grants (payloadstore_controlplane/grants.py).
+        with invocation_running_as(function_credentials(function)):
+            out = module.lambda_handler(event, FakeLambdaContext())
         body = out.get("body") or ""
         if out.get("isBase64Encoded"):
             body = base64.b64decode(body).decode()

@@ -44,10 +44,13 @@ def sha256_b64_to_hex(b64_digest: str) -> str:
     return base64.b64decode(b64_digest).hex()
 
 
-@built_once(maxsize=4)
-def cached_s3_client(region: str, endpoint_url: str | None):
+@built_once(maxsize=16)
+def cached_s3_client(
+    region: str, endpoint_url: str | None, credentials: sigv4.Credentials | None = None
+):
     """botocore's S3 client (no boto3: its resource layer and s3transfer cost ~0.1 s to import
-    and nothing here uses them)."""
+    and nothing here uses them). `credentials`: the invocation's own (sigv4.invocation_credentials,
+    the local stack's per-function keys); None, as in Lambda, resolves them the usual way."""
     import botocore.session
     from botocore.config import Config
 
@@ -60,8 +63,15 @@ def cached_s3_client(region: str, endpoint_url: str | None):
         connect_timeout=2,
         read_timeout=5,
     )
+    keys: dict[str, Any] = {}
+    if credentials is not None:
+        keys = {
+            "aws_access_key_id": credentials[0],
+            "aws_secret_access_key": credentials[1],
+            "aws_session_token": credentials[2],
+        }
     return botocore.session.get_session().create_client(
-        "s3", region_name=region, endpoint_url=endpoint_url, config=config
+        "s3", region_name=region, endpoint_url=endpoint_url, config=config, **keys
     )
 
 
@@ -74,7 +84,8 @@ class LazyS3Client:
         self.endpoint_url = endpoint_url
 
     def __getattr__(self, name: str):
-        return getattr(cached_s3_client(self.region, self.endpoint_url), name)
+        client = cached_s3_client(self.region, self.endpoint_url, sigv4.invocation_credentials())
+        return getattr(client, name)
 
 
 # Bucket names a virtual-hosted https URL can carry (no dots: they would break the certificate).
@@ -315,6 +326,19 @@ def _storage_error(e: Exception, action: str) -> Exception:
     return UpstreamError(f"object storage refused {action}: {code or type(e).__name__}")
 
 
+def _head_denied(key: str) -> UpstreamError:
+    """A HEAD answered 403: a grant is missing, never a client's fault. Without s3:ListBucket S3
+    answers 403 for a key that is not there, so this names both grants it takes (see
+    grants.py); with them, a missing key answers 404 and the caller says `not_uploaded`. (A 403
+    on the signed fast path goes to the client like any unsettled answer: a signing fault of
+    ours would be a 403 too, and the client's answer decides.)"""
+    return UpstreamError(
+        "object storage denied HEAD of the reference (403 AccessDenied): this function's role "
+        "needs s3:GetObject on payloads/* and s3:ListBucket on the bucket",
+        key=key,
+    )
+
+
 class S3Objects:
     def __init__(
         self,
@@ -407,8 +431,11 @@ class S3Objects:
         try:
             r = self._s3.head_object(Bucket=self.bucket, Key=key, ChecksumMode="ENABLED")
         except ClientError as e:
-            if e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            code = e.response.get("Error", {}).get("Code")
+            if code in ("404", "NoSuchKey", "NotFound"):
                 return None
+            if code in ("403", "AccessDenied", "Forbidden"):
+                raise _head_denied(key) from e
             raise _storage_error(e, "head") from e
         except BotoCoreError as e:
             raise _storage_error(e, "head") from e

@@ -10,7 +10,9 @@ import hmac
 import os
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from functools import lru_cache
 
 ALGORITHM = "AWS4-HMAC-SHA256"
@@ -19,9 +21,41 @@ EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855
 STANDARD_REGION = re.compile(r"^(us|eu|ap|sa|ca|me|af|il|mx)-[a-z]+-\d+$")
 
 
-def environment_credentials() -> tuple[str, str, str | None] | None:
+Credentials = tuple[str, str, str | None]
+
+# The credentials of the invocation running in this context, where its runtime says so. Never set
+# in Lambda: there the function's role keys are in its environment. The local gateway (and the
+# integration tests) run every function in one process, so each invocation runs under its own
+# function's local keys (payloadstore.devstack.s3_emulator.function_credentials), which the local
+# S3 emulator maps to that function's grants. A thread the handler starts itself begins with an
+# empty context and signs with the process's environment keys.
+_invocation_credentials: ContextVar[Credentials | None] = ContextVar(
+    "payloadstore_invocation_credentials", default=None
+)
+
+
+def invocation_credentials() -> Credentials | None:
+    """The credentials set for this invocation (see above), or None: use the environment's."""
+    return _invocation_credentials.get()
+
+
+@contextmanager
+def invocation_running_as(credentials: Credentials) -> Iterator[None]:
+    """Run the block as one function would: S3 and AWS calls signed with `credentials`."""
+    token = _invocation_credentials.set(credentials)
+    try:
+        yield
+    finally:
+        _invocation_credentials.reset(token)
+
+
+def environment_credentials() -> Credentials | None:
     """(access key, secret, session token) from this process's environment, as Lambda sets them
-    for the function's role, or None when the keys are not there."""
+    for the function's role, or None when the keys are not there. An invocation's own
+    credentials (invocation_running_as) come first."""
+    own = _invocation_credentials.get()
+    if own is not None:
+        return own
     akid, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
     if not (akid and secret):
         return None

@@ -1,0 +1,95 @@
+"""The S3 grants of each function, as data: one table for the CDK roles and the local S3 emulator.
+
+`infra/functions.py` writes each function role's S3 statements from this table, and
+`payloadstore.devstack.s3_emulator` answers each function's requests (signed with that
+function's local credentials) by the same table: 403 AccessDenied for an action the function
+lacks, and, as S3 does, 403 instead of 404 for a missing key when the caller (or the signer of
+a presigned URL) lacks s3:ListBucket on the bucket. So the local stack refuses what AWS would.
+
+Object actions are granted on `<bucket>/payloads/*` only, bucket actions on the bucket itself.
+A presigned URL can do only what its signer may do:
+
+- payloads presigns PUT and GET (s3:PutObject, s3:GetObject) and HEADs references;
+- jobs and daemon HEAD the references they accept (HeadObject is authorised by s3:GetObject) and
+  presign the GETs handed out with a poll or a result (`download`);
+- all three hold s3:ListBucket on the bucket, so a key that is not there answers 404
+  (`not_uploaded` at enqueue and result post, `payload_lost` at the daemon's download), not 403;
+- public (health) reads the bucket's configuration: HeadBucket (s3:ListBucket), its region,
+  default encryption and lifecycle rules, and no object.
+
+Nothing in this module may import boto3, redis or Powertools: CDK synth imports it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+PAYLOAD_PREFIX = "payloads/"
+LIST_BUCKET = "s3:ListBucket"
+
+# Function group -> S3 actions on `<bucket>/payloads/*`.
+OBJECT_ACTIONS: dict[str, tuple[str, ...]] = {
+    "payloads": ("s3:GetObject", "s3:PutObject"),
+    "jobs": ("s3:GetObject",),
+    "daemon": ("s3:GetObject",),
+}
+# Function group -> S3 actions on the bucket itself.
+BUCKET_ACTIONS: dict[str, tuple[str, ...]] = {
+    "payloads": (LIST_BUCKET,),
+    "jobs": (LIST_BUCKET,),
+    "daemon": (LIST_BUCKET,),
+    "public": (
+        "s3:GetBucketLocation",
+        "s3:GetEncryptionConfiguration",
+        "s3:GetLifecycleConfiguration",
+        LIST_BUCKET,
+    ),
+}
+
+
+@dataclass(frozen=True)
+class S3Grants:
+    """What one function may do: actions on the payload objects, actions on the bucket."""
+
+    objects: frozenset[str] = frozenset()
+    bucket: frozenset[str] = frozenset()
+
+    def allows(self, action: str, key: str | None) -> bool:
+        """Whether `action` on `key` (None: the bucket itself) is granted."""
+        if key is None:
+            return action in self.bucket
+        return action in self.objects and key.startswith(PAYLOAD_PREFIX)
+
+    @property
+    def lists_bucket(self) -> bool:
+        return LIST_BUCKET in self.bucket
+
+
+def grant_table(
+    object_actions: Mapping[str, tuple[str, ...]] | None = None,
+    bucket_actions: Mapping[str, tuple[str, ...]] | None = None,
+) -> dict[str, S3Grants]:
+    """Group -> S3Grants, from the two tables above (or others, for tests)."""
+    objects = OBJECT_ACTIONS if object_actions is None else object_actions
+    bucket = BUCKET_ACTIONS if bucket_actions is None else bucket_actions
+    return {
+        group: S3Grants(frozenset(objects.get(group, ())), frozenset(bucket.get(group, ())))
+        for group in sorted(set(objects) | set(bucket))
+    }
+
+
+def table_to_json(table: Mapping[str, S3Grants]) -> str:
+    """The form the emulator takes in PAYLOADSTORE_S3_GRANTS (a test's edited table)."""
+    return json.dumps(
+        {g: {"objects": sorted(s.objects), "bucket": sorted(s.bucket)} for g, s in table.items()}
+    )
+
+
+def table_from_json(text: str) -> dict[str, S3Grants]:
+    raw = json.loads(text)
+    return {
+        group: S3Grants(frozenset(v.get("objects", ())), frozenset(v.get("bucket", ())))
+        for group, v in raw.items()
+    }
