@@ -125,6 +125,13 @@ class RedisCache(Construct):
         ]
 
     @property
+    def min_replica_acks(self) -> int:
+        """REDIS_MIN_REPLICA_ACKS for the functions: replication is asynchronous and there is no
+        AOF in cluster mode, so with a replica per shard every reported write waits for it
+        (WAIT); a failover then loses no acknowledged job or result (docs/deploying.md)."""
+        return 1 if REPLICAS_PER_SHARD > 0 else 0
+
+    @property
     def url(self) -> str:
         """rediss:// URL of the configuration endpoint (a cluster client discovers the shards)."""
         return (

@@ -45,7 +45,15 @@ LOCAL_ENDPOINT_ENV: dict[str, str] = {
 }
 # Wired from resources of this stack, not from Settings defaults.
 FROM_RESOURCES = frozenset(
-    {"PAYLOAD_BUCKET", "REDIS_URL", "REDIS_CLUSTER", "REDIS_AUTH_SECRET", "TOKEN_PARAMETER_PATH"}
+    {
+        "PAYLOAD_BUCKET",
+        "REDIS_URL",
+        "REDIS_CLUSTER",
+        "REDIS_AUTH_SECRET",
+        "TOKEN_PARAMETER_PATH",
+        # From the cache's shape: 1 when shards have replicas (issue 22), else 0.
+        "REDIS_MIN_REPLICA_ACKS",
+    }
 )
 
 
@@ -110,6 +118,7 @@ class ControlPlaneFunctions(Construct):
         redis_cluster: bool,
         redis_auth_secret_arn: str,
         destroy_on_removal: bool,
+        redis_min_replica_acks: int = 0,
     ) -> None:
         super().__init__(scope, construct_id)
         removal = cdk.RemovalPolicy.DESTROY if destroy_on_removal else cdk.RemovalPolicy.RETAIN
@@ -156,6 +165,7 @@ class ControlPlaneFunctions(Construct):
                 "REDIS_CLUSTER": "true" if redis_cluster else "false",
                 "REDIS_AUTH_SECRET": redis_auth_secret_arn,
                 "TOKEN_PARAMETER_PATH": names.token_parameter_path,
+                "REDIS_MIN_REPLICA_ACKS": str(redis_min_replica_acks),
             },
         )
         powertools_env = {

@@ -89,6 +89,8 @@ class PayloadStoreStack(cdk.Stack):
             redis_url=self.cache.url,
             redis_cluster=True,
             redis_auth_secret_arn=self.cache.auth_secret.secret_arn,
+            # Acknowledged means replicated: every reported write WAITs for a replica.
+            redis_min_replica_acks=self.cache.min_replica_acks,
             destroy_on_removal=destroy,
         )
         scheduled = {s.function for s in SCHEDULES}

@@ -19,12 +19,13 @@ pytestmark = pytest.mark.infra
 
 
 def dry_run(*args: str) -> list[str]:
-    """The recipe lines `make -n` prints, as if pyproject.toml had just changed (-W), so the
-    install step of the target's extra is printed too."""
+    """The recipe lines `make -n` prints, as if pyproject.toml and package.json had just changed
+    (-W), so the install steps (the target's extra, the CDK CLI) are printed whatever this
+    checkout already installed."""
     if shutil.which("make") is None:
         pytest.skip("make not installed")
     result = subprocess.run(
-        ["make", "-n", "-W", "pyproject.toml", *args],
+        ["make", "-n", "-W", "pyproject.toml", "-W", "package.json", *args],
         cwd=REPO,
         capture_output=True,
         text=True,
