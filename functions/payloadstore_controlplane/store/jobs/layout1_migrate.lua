@@ -1,6 +1,6 @@
 #!lua flags=allow-oom
 -- layout1_migrate: convert one layout-1 job (long field names, separate issue records) to
--- layout 2 in place. Everything for the layout-1 upgrade lives in store/layout1.py and here.
+-- layout 2 in place. Everything for the layout-1 upgrade lives in store/jobs/layout1.py and here.
 --
 -- KEYS[1]  job hash   KEYS[2] done list   KEYS[3] layout-1 issue:args   KEYS[4] issue:result
 -- ARGV[1]  default content type (not stored in layout 2)
