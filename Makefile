@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 STAGE ?= dev
 CDK_ARGS ?=
 
-.PHONY: help dev demo smoke test reliability lint docs synth deploy venv node redis clean-devstack sam-local bench
+.PHONY: help dev demo smoke test reliability reliability-failover lint docs synth deploy venv node redis clean-devstack sam-local bench
 
 help:
 	@echo "make dev     run the control plane locally (redis-server, S3 emulator, gateway on :8080)"
@@ -92,6 +92,12 @@ test: $(VENV)/.installed-test node redis
 RELIABILITY_ARGS ?=
 reliability: venv redis
 	$(PY) -m tests.reliability.run $(RELIABILITY_ARGS)
+
+# Issue 22, bounded (~1 min): a Redis failover under load on a local cluster of 3 primaries with
+# a replica each; REDIS_MIN_REPLICA_ACKS=1; FAILOVER_ARGS="--acks 0" for the counterfactual.
+FAILOVER_ARGS ?=
+reliability-failover: venv redis
+	$(PY) -m tests.reliability.failover $(FAILOVER_ARGS)
 
 # ruff (lint and format) and mypy over the code; the test tree is linted by ruff too.
 lint: $(VENV)/.installed-lint

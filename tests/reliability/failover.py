@@ -1,0 +1,267 @@
+"""`make reliability-failover`: a Redis failover under load on a local replicated cluster
+(issue 22), with a ledger of every acknowledged job and result.
+
+The stack: a local Redis Cluster of 3 primaries with a replica each
+(payloadstore.devstack.services.LocalRedisCluster), the S3 emulator, one gateway in cluster mode
+with REDIS_MIN_REPLICA_ACKS (1 by default; `--acks 0` for the counterfactual), daemons that a
+supervisor restarts. Load: JOBS jobs (1 KiB inline, 300 KiB and 2 MiB through S3) from 4 client
+threads. The fault, while the load runs: the replica of the shard that holds the namespace's
+queues is stalled (SIGSTOP) for STALL_S, its primary is SIGKILLed during the stall, the replica
+resumes and is promoted, the old primary is started again and rejoins as its replica.
+
+Ledger, per job: `lost` = an acknowledged job (the client holds its id) that never ends, or 404;
+`wrong` = a wrong result or any other end; `twice` = a job whose function ran more than once (an
+acknowledged result lost with its primary would run the job again after the visibility timeout).
+The last line is `failover: N jobs, N ok, 0 lost, 0 wrong, 0 twice (acks=K)`; with K >= 1 the
+exit is 1 unless all three are 0. With `--acks 0` the figures are reported, not asserted
+(RELIABILITY.md records them). Bounded: every wait has a deadline (about 2-3 minutes in all).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from payloadstore import Client, JobNotFound, PayloadStoreError, ResultTimeout, RetryPolicy
+from payloadstore.devstack.services import LocalRedisCluster, MotoServer, create_payload_bucket
+from payloadstore.devstack.services import local_aws_env as aws_env
+from tests.reliability.run import CLIENT_THREADS, WORK, data_for, size_for
+from tests.reliability.stack import (
+    BUCKET,
+    NAMESPACE,
+    REGION,
+    TOKEN_PATH,
+    DaemonProcess,
+    ReliabilityStack,
+    Supervisor,
+    mint_tokens,
+)
+from tests.reliability.worker import derived
+
+log = logging.getLogger("reliability.failover")
+STALL_S = 3.0
+FILLER_MB = 32
+VISIBILITY_TIMEOUT_S = 5
+
+
+class ClusterStack(ReliabilityStack):
+    """ReliabilityStack on a LocalRedisCluster instead of one redis-server (no proxy)."""
+
+    cluster: LocalRedisCluster | None = None
+
+    def start(self) -> ClusterStack:
+        import boto3
+        from botocore.config import Config
+
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.cluster = LocalRedisCluster(data_dir=self.state_dir / "cluster").start()
+        self.moto = MotoServer(log_path=self.state_dir / "s3.log").start()
+        os.environ.update(aws_env(self.moto.endpoint, REGION))
+        self.s3 = boto3.client(
+            "s3",
+            endpoint_url=self.moto.endpoint,
+            region_name=REGION,
+            config=Config(signature_version="s3v4"),
+        )
+        create_payload_bucket(self.s3, BUCKET)
+        ssm = boto3.client("ssm", endpoint_url=self.moto.endpoint, region_name=REGION)
+        self.tokens = mint_tokens(ssm, TOKEN_PATH, namespaces=(NAMESPACE,))
+        self.gateway = self._gateway(self.cluster.url, self.settings, "gateway.log")
+        return self
+
+    def stop(self) -> None:
+        for part in (self.gateway, self.moto, self.cluster):
+            if part is not None:
+                with contextlib.suppress(Exception):  # stopping must go on
+                    part.stop()
+
+
+class Failover:
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.state_dir = Path(args.state_dir or tempfile.mkdtemp(prefix="payloadstore-fo-"))
+        settings = {
+            "REDIS_CLUSTER": "true",
+            "REDIS_MIN_REPLICA_ACKS": str(args.acks),
+            "VISIBILITY_TIMEOUT_S": str(VISIBILITY_TIMEOUT_S),
+            "POLL_MAX_WAIT_S": "2",
+        }
+        self.stack = ClusterStack(self.state_dir, settings)
+        self.jobs: dict[str, tuple[int, object | None]] = {}  # tag -> (size, job)
+        self.lock = threading.Lock()
+        self.submitted = 0
+        self.events: list[str] = []
+        self.t0 = time.monotonic()
+
+    def client(self) -> Client:
+        return Client(
+            self.stack.endpoint,
+            self.stack.token("client"),
+            NAMESPACE,
+            retry=RetryPolicy(max_attempts=12, max_backoff_s=2.0),
+        )
+
+    def event(self, what: str) -> None:
+        line = f"{time.monotonic() - self.t0:6.1f}s {what}"
+        self.events.append(line)
+        log.info("%s", line)
+
+    def load(self, thread_index: int, count: int) -> None:
+        client = self.client()
+        for i in range(count):
+            index = thread_index + CLIENT_THREADS * i
+            tag, size = f"f{index:05d}", size_for(index)
+            job = None
+            try:
+                job = client.queue(WORK).add(tag, data_for(tag, size), mode="plain", sleep_s=0.0)
+            except PayloadStoreError as e:
+                log.warning("submit failed tag=%s error=%s", tag, e)
+            with self.lock:
+                self.jobs[tag] = (size, job)
+                self.submitted += 1
+        client.close()
+
+    def fault(self) -> None:
+        from payloadstore.devstack.gateway import ensure_functions_on_path
+
+        ensure_functions_on_path()
+        from redis.cluster import RedisCluster
+
+        from payloadstore_controlplane.store import keys
+
+        cluster = self.stack.cluster
+        assert cluster is not None
+        deadline = time.monotonic() + 120
+        while self.submitted < self.args.jobs // 4 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        with RedisCluster.from_url(cluster.url) as rc:
+            primary = rc.get_node_from_key(keys.queue_names(NAMESPACE)).port
+        replica = next(n["port"] for n in cluster.topology() if n["primary_port"] == primary)
+        cluster.stall(replica)
+        self.event(f"replica {replica} stalled (SIGSTOP)")
+        # Behind by more than the loopback socket buffers hold (else the stalled replica reads
+        # every write from its kernel buffer on SIGCONT and nothing is lost): FILLER_MB into
+        # the shard first, so the job writes that follow wait in the primary's output buffer.
+        with RedisCluster.from_url(cluster.url) as rc:
+            filler = next(
+                f"filler:{i}"
+                for i in range(10_000)
+                if rc.get_node_from_key(f"filler:{i}").port == primary
+            )
+            for n in range(FILLER_MB):
+                rc.set(f"{filler}:{n}", b"x" * (1 << 20), ex=600)
+        self.event(f"{FILLER_MB} MiB written to primary {primary} behind the stalled replica")
+        time.sleep(STALL_S)
+        cluster.kill(primary)
+        self.event(f"primary {primary} killed (SIGKILL) while its replica is stalled")
+        time.sleep(0.5)
+        cluster.resume(replica)
+        self.event(f"replica {replica} resumed (SIGCONT)")
+        cluster.wait_promoted(replica, 60)
+        self.event(f"replica {replica} promoted")
+        time.sleep(1.0)
+        cluster.restart(primary)
+        cluster.wait_healthy(60)
+        self.event(f"old primary {primary} back as a replica; cluster healthy")
+
+    def execute(self) -> int:
+        self.stack.start()
+        daemons = [DaemonProcess(f"d{i}", [WORK], 2, self.stack) for i in range(3)]
+        supervisor = Supervisor(daemons).start()
+        total = self.args.jobs
+        shares = [total // CLIENT_THREADS + (i < total % CLIENT_THREADS) for i in range(4)]
+        threads = [
+            threading.Thread(target=self.load, args=(i, n), daemon=True)
+            for i, n in enumerate(shares)
+        ]
+        fault = threading.Thread(target=self.fault, daemon=True)
+        for t in [*threads, fault]:
+            t.start()
+        for t in [*threads, fault]:
+            t.join(300)
+        self.event(f"load submitted ({self.submitted} jobs)")
+        verdicts = self.ledger()
+        supervisor.stop()
+        self.stack.stop()
+        return self.report(verdicts)
+
+    def ledger(self) -> collections.Counter:
+        client = self.client()
+        deadline = time.monotonic() + self.args.result_deadline_s
+        runs: collections.Counter = collections.Counter()
+        verdicts: collections.Counter = collections.Counter()
+        results = {}
+        for tag, (size, job) in sorted(self.jobs.items()):
+            if job is None:
+                verdicts["not_acknowledged"] += 1
+                continue
+            try:
+                value = client.job(job.job_id).result(timeout=max(1.0, deadline - time.monotonic()))
+                results[tag] = "ok" if value == derived(tag, data_for(tag, size)) else "wrong"
+            except (ResultTimeout, JobNotFound):
+                results[tag] = "lost"
+            except PayloadStoreError as e:
+                results[tag] = "wrong"
+                log.warning("job %s ended %s", tag, e)
+        time.sleep(1.0)  # late runs land in the run logs
+        for path in (self.state_dir / "runs").glob("*.log"):
+            for line in path.read_text().splitlines():
+                if line.strip():
+                    runs[line.split()[0]] += 1
+        for tag, result in results.items():
+            verdicts[result] += 1
+            if result == "ok" and runs[tag] > 1:
+                verdicts["twice"] += 1
+        client.close()
+        return verdicts
+
+    def report(self, v: collections.Counter) -> int:
+        for line in self.events:
+            print(line)
+        acks = self.args.acks
+        print(
+            f"failover: {len(self.jobs)} jobs, {v['ok']} ok, {v['lost']} lost, {v['wrong']} wrong, "
+            f"{v['twice']} twice, {v['not_acknowledged']} not acknowledged (acks={acks}), "
+            f"{time.monotonic() - self.t0:.0f} s"
+        )
+        bad = v["lost"] + v["wrong"] + v["twice"]
+        if acks >= 1 and bad:
+            print(f"state kept in {self.state_dir}")
+            return 1
+        if not self.args.keep:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+        return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="make reliability-failover")
+    parser.add_argument("--jobs", type=int, default=800)
+    parser.add_argument("--acks", type=int, default=1, help="REDIS_MIN_REPLICA_ACKS")
+    parser.add_argument("--result-deadline-s", type=float, default=120.0)
+    parser.add_argument("--state-dir", default=None)
+    parser.add_argument("--keep", action="store_true")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s"
+    )
+    logging.getLogger("payloadstore").setLevel(logging.ERROR)
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    run = Failover(args)
+    try:
+        return run.execute()
+    except BaseException:
+        run.stack.stop()
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())
