@@ -18,7 +18,6 @@ from infra.config import (
     FUNCTION_TUNING,
     FUNCTIONS_DIR,
     LOG_LEVEL,
-    METRICS_FUNCTION,
     OBJECT_ACTIONS,
     PYTHON_VERSION,
     REDIS_FUNCTIONS,
@@ -272,14 +271,16 @@ class ControlPlaneFunctions(Construct):
         # This stage's path only: another stage's tokens are neither readable nor writable here.
         path_arn = parameter_arn(self, self.names.token_parameter_path)
         # GetParametersByPath is authorised on the path itself; single tokens live beneath it.
+        # The authorizer lists the path on its refresh interval and reads a token it does not
+        # know by name (GetParameter on `<path>/<hash>`). The metrics function reads no token:
+        # its namespaces come from Redis.
         self.roles[AUTHORIZER_FUNCTION].add_to_policy(
             iam.PolicyStatement(actions=["ssm:GetParametersByPath"], resources=[path_arn])
         )
-        self.roles[ADMIN_FUNCTION].add_to_policy(
-            iam.PolicyStatement(actions=["ssm:GetParametersByPath"], resources=[path_arn])
+        self.roles[AUTHORIZER_FUNCTION].add_to_policy(
+            iam.PolicyStatement(actions=["ssm:GetParameter"], resources=[f"{path_arn}/*"])
         )
-        # The metrics function lists namespaces from the token store: read-only, the path only.
-        self.roles[METRICS_FUNCTION].add_to_policy(
+        self.roles[ADMIN_FUNCTION].add_to_policy(
             iam.PolicyStatement(actions=["ssm:GetParametersByPath"], resources=[path_arn])
         )
         self.roles[ADMIN_FUNCTION].add_to_policy(

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import aws_cdk as cdk
 from constructs import IConstruct
 
-from infra.config import ADMIN_FUNCTION, OBJECT_ACTIONS
+from infra.config import ADMIN_FUNCTION, AUTHORIZER_FUNCTION, OBJECT_ACTIONS
 
 if TYPE_CHECKING:
     from infra.account import ApiGatewayAccountStack
@@ -73,6 +73,14 @@ def acknowledge_findings(stack: PayloadStoreStack) -> None:
             "grant is the payloads/ prefix, and only s3:GetObject (HEAD verification) or "
             "s3:GetObject+s3:PutObject (presigning) on it.",
         )
+    _ack(
+        fns.roles[AUTHORIZER_FUNCTION],
+        "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ssm:<AWS::Region>:<AWS::AccountId>:"
+        f"parameter{stack.names.token_parameter_path}/*]",
+        "One parameter per token, named by the token's sha256: on a miss the authorizer reads "
+        "(GetParameter) the one parameter named by the presented token's hash, under the token "
+        "path and nowhere else.",
+    )
     _ack(
         fns.roles[ADMIN_FUNCTION],
         "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ssm:<AWS::Region>:<AWS::AccountId>:"

@@ -166,17 +166,70 @@ def counting_store(ssm_client) -> tuple[TokenStore, list[str]]:
     return store, reads
 
 
-def test_unknown_tokens_refresh_the_store_at_most_once_a_second(tokens, ssm_client):
-    # Given a store with a long cache, counting its reads of SSM
+class CountingSsm:
+    """The authorizer's own SSM client (store/aws_http.py) against moto's server over HTTP, with
+    every call it sends counted by operation."""
+
+    def __init__(self, endpoint: str):
+        from payloadstore_controlplane.store.aws_http import SsmHttpClient
+
+        calls: dict[str, int] = {}
+        self.calls = calls
+
+        class Counting(SsmHttpClient):
+            def call(self, operation, params):
+                calls[operation] = calls.get(operation, 0) + 1
+                return super().call(operation, params)
+
+        self.client = Counting("us-east-1", endpoint)
+
+
+def test_a_burst_of_200_unknown_tokens_costs_a_bounded_number_of_ssm_calls(
+    tokens, moto_server, monkeypatch
+):
+    """Issue 23: a miss reads the one parameter named by the token's hash (GetParameter), within a
+    per-container ration; the listing happens on the refresh interval only."""
     from payloadstore_controlplane.store import tokens as token_module
 
-    store, reads = counting_store(ssm_client)
-    # When a flood of unknown tokens arrives
-    for i in range(50):
-        assert store.lookup(f"pst_unknown{i:040d}") is None
-    # Then SSM was read once to fill the cache and once more for the first miss, not 50 times
-    assert len(reads) == 2
-    assert token_module.REFRESH_ON_MISS_S >= 1.0
+    # Given a few hundred tokens in the store and a warm authorizer store (long refresh interval)
+    for i in range(30):
+        tokens.mint(f"team-{i % 3}", "client")
+    known, _ = tokens.mint("team-k", "daemon")
+    ssm = CountingSsm(moto_server.endpoint)
+    store = TokenStore(ssm.client, TOKEN_PATH, cache_s=3600)
+    assert store.lookup(known) is not None
+    listing = dict(ssm.calls)
+    assert set(listing) == {"GetParametersByPath"}
+    # When 200 distinct unknown tokens arrive in a burst, then the same 200 again
+    junk = [f"pst_unknown{i:040d}" for i in range(200)]
+    for token in junk + junk:
+        assert store.lookup(token) is None
+    # Then SSM saw no further listing and at most the ration's burst (plus what refilled during
+    # the burst) of by-name reads
+    after = {k: v - listing.get(k, 0) for k, v in ssm.calls.items()}
+    assert after.get("GetParametersByPath", 0) == 0
+    print(f"SSM calls for 400 unknown lookups (200 distinct): {after}")
+    assert 1 <= after["GetParameter"] <= token_module.MISS_READ_BURST + 5, after
+    # And a known token still works from the listing, with no call at all
+    before = dict(ssm.calls)
+    assert store.lookup(known) is not None
+    assert ssm.calls == before
+
+
+def test_a_new_token_is_read_by_name_and_an_unknown_hash_is_remembered(tokens, moto_server):
+    ssm = CountingSsm(moto_server.endpoint)
+    store = TokenStore(ssm.client, TOKEN_PATH, cache_s=3600)
+    assert store.lookup("pst_" + "x" * 43) is None  # fills the listing, one by-name miss
+    pages = ssm.calls["GetParametersByPath"]  # 10 parameters a page
+    assert ssm.calls == {"GetParametersByPath": pages, "GetParameter": 1}
+    # An unknown token sent again is answered from the negative cache
+    assert store.lookup("pst_" + "x" * 43) is None
+    assert ssm.calls == {"GetParametersByPath": pages, "GetParameter": 1}
+    # A token minted after the listing works at once: one GetParameter, then cached
+    token, info = tokens.mint("team-late", "client")
+    assert store.lookup(token) == info
+    assert store.lookup(token) == info
+    assert ssm.calls == {"GetParametersByPath": pages, "GetParameter": 2}
 
 
 def test_revocation_waits_for_the_cache_as_documented(settings_env, ssm_client):

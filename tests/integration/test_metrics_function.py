@@ -9,7 +9,6 @@ from pathlib import Path
 import msgpack
 import redis
 
-from tests.support.control_plane import TOKEN_PATH
 from tests.support.events import FakeLambdaContext
 
 EVENT = json.loads((Path(__file__).parents[2] / "events" / "metrics_schedule.json").read_text())
@@ -30,16 +29,13 @@ def emf_documents(text: str) -> list[dict]:
     return docs
 
 
-def test_the_schedule_event_publishes_depth_in_flight_and_age_per_queue(cp, ssm_client, capsys):
+def test_the_schedule_event_publishes_depth_in_flight_and_age_per_queue(cp, capsys):
     from payloadstore_controlplane.handlers import metrics
-    from payloadstore_controlplane.store.tokens import TokenStore
 
-    # Given a namespace with a token, three jobs on its queue and one of them taken by a daemon
-    TokenStore(ssm_client, TOKEN_PATH).mint(cp.ns, "client")
+    # Given a namespace with three jobs on its queue and one of them taken by a daemon
     for i in range(3):
         cp.enqueue(raw=msgpack.packb(i))
     assert cp.poll().status == 200
-    metrics.token_store.cache_clear()
     capsys.readouterr()
     # When EventBridge's scheduled event reaches the function
     summary = metrics.lambda_handler(EVENT, FakeLambdaContext())
@@ -78,18 +74,14 @@ def test_the_local_stack_scheduler_runs_the_metrics_function_on_its_timer(cp):
     assert "queues" in scheduler.last_result["metrics"]
 
 
-def test_the_schedule_removes_a_queue_nobody_uses_any_more(
-    cp, ssm_client, settings_env, redis_server
-):
+def test_the_schedule_removes_a_queue_nobody_uses_any_more(cp, settings_env, redis_server):
     from payloadstore_controlplane.handlers import metrics
     from payloadstore_controlplane.store import keys
-    from payloadstore_controlplane.store.tokens import TokenStore
 
     r_client = redis.Redis.from_url(redis_server.url)
     # Given a namespace whose only queue was drained and has had no job for STALE_CONSUMER_IDLE_S,
     # and no daemon polls it any more
     settings_env(STALE_CONSUMER_IDLE_S="1")
-    TokenStore(ssm_client, TOKEN_PATH).mint(cp.ns, "client")
     job = cp.enqueue(raw=b"\x01").json["job_id"]
     lease = cp.poll().json["lease"]
     assert cp.post_result(job, {"resultInline": "AQ==", "lease": lease}).status == 204
@@ -97,9 +89,34 @@ def test_the_schedule_removes_a_queue_nobody_uses_any_more(
     cp.enqueue(raw=b"\x02", queue=busy)
     time.sleep(1.2)
     # When the schedule runs
-    metrics.token_store.cache_clear()
     metrics.lambda_handler(EVENT, FakeLambdaContext())
     # Then the unused queue's stream and name are gone, and the queue with a job stays
     assert not r_client.exists(keys.queue(cp.ns, cp.queue))
     assert cp.queue.encode() not in r_client.smembers(keys.queue_names(cp.ns))
     assert r_client.exists(keys.queue(cp.ns, busy))
+
+
+def test_namespaces_come_from_redis_and_the_token_store_is_never_read(
+    cp, other_cp, redis_server, monkeypatch
+):
+    """Issue 23: the metrics function does not list tokens (SSM's Get* rate is the
+    authorizer's); it lists the namespaces that enqueued or polled, kept in Redis."""
+    from payloadstore_controlplane.handlers import metrics
+    from payloadstore_controlplane.store import keys, tokens
+
+    # Given one namespace that enqueued and one whose daemon only polled (no token minted)
+    cp.enqueue(raw=b"\x01")
+    assert other_cp.poll().status == 204
+    members = redis.Redis.from_url(redis_server.url).smembers(keys.namespaces())
+    assert {cp.ns.encode(), other_cp.ns.encode()} <= members
+
+    # When the schedule runs with every token-store read failing
+    def no_ssm(*_a, **_k):
+        raise AssertionError("the metrics function read the token store")
+
+    monkeypatch.setattr(tokens.TokenStore, "_load", no_ssm)
+    monkeypatch.setattr(tokens.TokenStore, "list", no_ssm)
+    summary = metrics.lambda_handler(EVENT, FakeLambdaContext())
+    # Then both namespaces' queues are published
+    published = {q["namespace"] for q in summary["queues"]}
+    assert cp.ns in published

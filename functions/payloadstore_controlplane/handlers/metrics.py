@@ -2,16 +2,17 @@
 namespace and queue, and Redis memory, as EMF metrics. The elasticity controller and the dashboard
 read these; the OldestJobAgeSeconds alarm watches the stack-wide maximum.
 
-Namespaces come from the token store (every namespace that has a token); queues from each
-namespace's queue-name set. It changes no job; it removes a queue that is empty, has nothing in
+Namespaces come from Redis: the set of namespaces that enqueued or polled (keys.namespaces, added
+by those paths once per container every few minutes), so this function never lists the token
+store (SSM's Get* rate is the authorizer's; a listing every minute took ~N/10 calls). A namespace
+with a token that never enqueued nor polled has no queue to publish anyway; after an upgrade a
+namespace appears at its first enqueue or poll. Queues come from each namespace's queue-name
+set. It changes no job; it removes a queue that is empty, has nothing in
 flight and had no job for STALE_CONSUMER_IDLE_S (its stream and name: the next enqueue creates
 it again), so queues nobody uses any more do not stay in Redis even when no daemon polls them.
 """
 
 from __future__ import annotations
-
-import os
-from functools import lru_cache
 
 from ..logic.queues import namespace_queues
 from ..observability import (
@@ -24,19 +25,7 @@ from ..observability import (
     lambda_entry,
     logger,
 )
-from ..store.tokens import TokenStore
 from ._deps import get_deps
-
-
-@lru_cache(maxsize=1)
-def token_store() -> TokenStore:
-    import boto3
-
-    return TokenStore(
-        boto3.client("ssm"),
-        os.environ.get("TOKEN_PARAMETER_PATH", "/payloadstore/tokens"),
-        cache_s=int(os.environ.get("TOKEN_CACHE_S", "60")),
-    )
 
 
 def publish(namespaces: list[str]) -> dict:
@@ -84,5 +73,4 @@ def publish(namespaces: list[str]) -> dict:
 
 @lambda_entry
 def lambda_handler(event, context):
-    namespaces = sorted({t.namespace for t in token_store().list()})
-    return publish(namespaces)
+    return publish(get_deps().queues.namespaces())

@@ -90,6 +90,7 @@ def enqueue_batch(p: Principal, queue: str, body: dict, deps: Deps) -> BatchEnqu
     """Each item is validated and enqueued on its own: one bad item fails only itself. The whole
     request is refused (422/413) only when it is malformed or over the batch limits."""
     validate_queue_name(queue)
+    deps.queues.remember_namespace(p.namespace)
     s = deps.settings
     items = body.get("jobs") if isinstance(body, dict) else None
     if not isinstance(items, list) or not items:

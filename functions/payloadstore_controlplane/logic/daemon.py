@@ -64,6 +64,7 @@ def _entry_ms(stream_id: str) -> int:
 def poll(p: Principal, req: PollRequest, deps: Deps) -> PollResponse | None:
     if req.namespace != p.namespace:
         raise Forbidden("token does not belong to this namespace")
+    deps.queues.remember_namespace(p.namespace)
     s = deps.settings
     wait_s = min(req.wait_s, s.poll_max_wait_s)
     deadline = deps.clock() + wait_s

@@ -64,6 +64,7 @@ def enqueue(
     deps: Deps,
 ) -> Enqueued:
     validate_queue_name(queue)
+    deps.queues.remember_namespace(p.namespace)
     if payload_inline is not None and payload_ref is None:
         return _enqueue_inline(p, queue, payload_inline, idempotency_key, deps)
     if payload_ref is not None and payload_inline is None:

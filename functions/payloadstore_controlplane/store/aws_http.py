@@ -1,15 +1,15 @@
 """AWS calls of the cold-start path, SigV4-signed in-process and sent with the standard library.
 
 Two AWS reads happen on a cold start: the authorizer's GetParametersByPath (the token hashes,
-SSM) and, in a deployed stack, every API function's GetSecretValue (the ElastiCache AUTH token,
+SSM; GetParameter for a token the listing does not know) and, in a deployed stack, every API function's GetSecretValue (the ElastiCache AUTH token,
 Secrets Manager). Through botocore each costs ~0.25 s of CPU on a cold start (importing botocore
 ~170 ms, loading the service model and building the client ~70 ms; Powertools' parameters
 utility adds boto3), more than the rest of the authorizer's cold start. `AwsJsonClient` sends the
 same request (AWS JSON 1.1 protocol, SigV4 header signing, byte for byte what botocore's
 SigV4Auth signs: tests/unit/test_aws_http.py holds the two equal) over a socket of its own.
 
-`SsmHttpClient` answers `get_paginator("get_parameters_by_path").paginate(Path=...)` like a
-botocore client; everything else (put_parameter, delete_parameter, `exceptions`: the admin
+`SsmHttpClient` answers `get_paginator("get_parameters_by_path").paginate(Path=...)` and
+`get_parameter(Name=...)` like a botocore client; everything else (put_parameter, delete_parameter, `exceptions`: the admin
 function's mint and revoke) goes to a botocore client created on first use. `secret_value` reads
 one secret. `from_environment` returns None when the environment leaves the endpoint or the
 credentials to botocore's own resolution (no keys in the environment, no region, FIPS or
@@ -304,6 +304,11 @@ class SsmHttpClient(AwsJsonClient):
         if operation == "get_parameters_by_path":
             return _ParametersByPath(self)
         return self._client().get_paginator(operation)
+
+    def get_parameter(self, **params) -> dict:
+        """GetParameter, signed here: the authorizer's by-name read of one token's hash. A
+        missing parameter raises AwsRequestError with code `ParameterNotFound`."""
+        return self.call("GetParameter", params)
 
     def __getattr__(self, name: str):
         if name.startswith("_"):

@@ -79,6 +79,13 @@ def queue_names(namespace: str) -> str:
     return f"{PREFIX}:{{ns:{namespace}}}:queues"
 
 
+def namespaces() -> str:
+    """SET of the namespaces that enqueued or polled (tag `{namespaces}`, a slot of its own): the
+    metrics function's list of namespaces, so it never lists the token store. Added once per
+    container per NAMESPACE_REMEMBER_S (redis_queues.RedisQueueStats.remember_namespace)."""
+    return f"{PREFIX}:{{namespaces}}:set"
+
+
 def inline_index(namespace: str, job_ms: int) -> str:
     """HASH job id -> queue name of the inline jobs created in one hour (by the job id's time).
 

@@ -4,9 +4,16 @@ Nothing is scanned: per queue it is XLEN, the consumer group's summary (XINFO GR
 count and last-delivered id) and at most one XRANGE for the first entry not yet delivered. All
 queues of a namespace share its hash tag, so one script answers for all of them in one round
 trip, on one redis-server or on a cluster.
+
+The namespace set (keys.namespaces) is kept here too: the namespaces the metrics function
+publishes, added by the enqueue and poll paths (once per container per NAMESPACE_REMEMBER_S:
+one SADD, not one per request).
 """
 
 from __future__ import annotations
+
+import threading
+import time
 
 import redis
 
@@ -50,12 +57,38 @@ def _s(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+# A namespace already added is added again after this long (a set emptied by hand fills up).
+NAMESPACE_REMEMBER_S = 300.0
+
+
 class RedisQueueStats:
-    """Reads only: the job store writes the streams and the queue-name set."""
+    """Reads, and the namespace set: the job store writes the streams and the queue-name set."""
 
     def __init__(self, client: redis.Redis):
         self._r = client
         self._stats = client.register_script(_QUEUE_STATS)
+        self._remembered: dict[str, float] = {}
+        self._remembered_lock = threading.Lock()
+
+    def remember_namespace(self, namespace: str) -> None:
+        """Add the namespace to the set the metrics function lists, at most once per
+        NAMESPACE_REMEMBER_S per container. Never fails the request that asks."""
+        now = time.monotonic()
+        with self._remembered_lock:
+            if now - self._remembered.get(namespace, float("-inf")) < NAMESPACE_REMEMBER_S:
+                return
+            self._remembered[namespace] = now
+        try:
+            self._r.sadd(keys.namespaces(), namespace)
+        except redis.RedisError:
+            # Best effort: a full or unreachable Redis answers the request itself; the next
+            # request of this namespace tries again.
+            with self._remembered_lock:
+                self._remembered.pop(namespace, None)
+
+    def namespaces(self) -> list[str]:
+        """Every namespace that enqueued or polled (the metrics function's list)."""
+        return sorted(_s(m) for m in self._r.smembers(keys.namespaces()))
 
     def queue_names(self, namespace: str) -> list[str]:
         return sorted(_s(m) for m in self._r.smembers(keys.queue_names(namespace)))

@@ -3,9 +3,16 @@
 Layout: one String parameter per token, `<TOKEN_PARAMETER_PATH>/<sha256 hex of the token>`,
 whose value is `{"namespace": ..., "role": ..., "created_at": ...}`. A hash is not a secret
 (the token has 256 random bits), so no SecureString/KMS is needed; revocation is a delete.
-The authorizer reads the whole path, cached for TOKEN_CACHE_S; a token the cache does not know
-makes it read the path again first (at most once per REFRESH_ON_MISS_S), so a new token works at
-once. A revoked token stops working within TOKEN_CACHE_S plus API Gateway's authorizer cache TTL.
+The authorizer reads the whole path once per TOKEN_CACHE_S (the refresh interval) and only
+then. A token the listing does not know is looked up by name: one GetParameter of
+`<path>/<its hash>`, so a token minted a second ago works at once. The answer is cached, a
+found token for TOKEN_CACHE_S, an unknown hash for NEGATIVE_CACHE_S; and by-name reads are
+rationed per container (MISS_READS_PER_S, bursts of MISS_READ_BURST), so a flood of junk tokens
+costs SSM a bounded number of calls (SSM's Get* APIs share one account-wide rate, ~40 TPS by
+default) while every known token keeps working from the listing. A token first seen while the
+ration is spent is refused (401) until the next listing or a later lookup. A revoked token
+stops working within TOKEN_CACHE_S plus API Gateway's authorizer cache TTL (see
+docs/operations.md, "Revoking a token").
 """
 
 from __future__ import annotations
@@ -24,8 +31,15 @@ from typing import Any
 from ..runtime.once import built_once
 
 TOKEN_PREFIX = "pst_"
-# An unknown token triggers at most one fresh read of the store per this many seconds.
-REFRESH_ON_MISS_S = 1.0
+# How long an unknown hash is remembered as unknown (a junk token sent again costs nothing).
+NEGATIVE_CACHE_S = 10.0
+# By-name reads (GetParameter) for tokens the listing does not know, per container: a token
+# bucket of MISS_READ_BURST refilled at MISS_READS_PER_S.
+MISS_READS_PER_S = 2.0
+MISS_READ_BURST = 10
+# Remembered by-name answers per container, at most (junk hashes past it push out the oldest).
+MAX_BY_NAME = 4096
+NOT_FOUND = "ParameterNotFound"
 NAMESPACE_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 ROLES = ("client", "daemon")
 
@@ -55,8 +69,11 @@ class TokenStore:
         self._path = path.rstrip("/")
         self._cache_s = cache_s
         self._cache: tuple[float, dict[str, dict]] | None = None
-        self._refreshed_at = float("-inf")
-        self._refresh_lock = threading.Lock()
+        # hash -> (read at, value or None for unknown): the by-name lookups' answers.
+        self._by_name: dict[str, tuple[float, dict | None]] = {}
+        self._ration = float(MISS_READ_BURST)
+        self._ration_at = time.monotonic()
+        self._by_name_lock = threading.Lock()
         # One read of SSM at a time: callers arriving during a read take its answer.
         self._load_lock = threading.Lock()
 
@@ -149,28 +166,72 @@ class TokenStore:
         return values
 
     def lookup(self, token: str) -> TokenInfo | None:
-        """The token's namespace and role, or None. Cached; the final compare is constant time.
+        """The token's namespace and role, or None. The final compare is constant time.
 
-        A token the cache does not know may be newer than the cache: before refusing it, the
-        store is read again, at most once per REFRESH_ON_MISS_S per container, so a token works
-        the moment it is minted while a flood of unknown tokens costs SSM one read a second."""
+        The listing (read at most once per cache_s) answers for every token it holds; a token
+        it does not know is read by name (one GetParameter), within the per-container ration,
+        and the answer, found or not, is remembered (see the module docstring)."""
         if not token or not token.startswith(TOKEN_PREFIX) or len(token) > 128:
             return None
         presented = hash_token(token)
         match = _match(presented, self._load())
-        if match is None and self._may_refresh():
-            match = _match(presented, self._load(force=True))
+        if match is None:
+            match = self._by_name_lookup(presented)
         if match is None:
             return None
         return TokenInfo(match["namespace"], match["role"], token_id_of(presented))
 
-    def _may_refresh(self) -> bool:
+    def _by_name_lookup(self, presented: str) -> dict | None:
         now = time.monotonic()
-        with self._refresh_lock:
-            if now - self._refreshed_at < REFRESH_ON_MISS_S:
-                return False
-            self._refreshed_at = now
-            return True
+        with self._by_name_lock:
+            known = self._by_name.get(presented)
+            if known is not None:
+                at, value = known
+                if now - at < (self._cache_s if value is not None else NEGATIVE_CACHE_S):
+                    return value
+            if not self._take_ration(now):
+                return None
+        value = self._read_one(presented)
+        with self._by_name_lock:
+            if len(self._by_name) >= MAX_BY_NAME:
+                for stale in list(self._by_name)[: MAX_BY_NAME // 4]:
+                    del self._by_name[stale]
+            self._by_name[presented] = (time.monotonic(), value)
+        return value
+
+    def _take_ration(self, now: float) -> bool:
+        self._ration = min(
+            float(MISS_READ_BURST), self._ration + (now - self._ration_at) * MISS_READS_PER_S
+        )
+        self._ration_at = now
+        if self._ration < 1.0:
+            return False
+        self._ration -= 1.0
+        return True
+
+    def _read_one(self, token_hash: str) -> dict | None:
+        """The one parameter named by the hash (GetParameter), or None when there is none."""
+        try:
+            answer = self._ssm.get_parameter(Name=self._parameter_name(token_hash))
+        except Exception as e:
+            if _error_code(e) == NOT_FOUND:
+                return None
+            raise
+        try:
+            value = json.loads(answer["Parameter"]["Value"])
+        except (KeyError, TypeError, ValueError):
+            return None
+        if not isinstance(value, dict) or "namespace" not in value or "role" not in value:
+            return None
+        return value
+
+
+def _error_code(e: Exception) -> str:
+    """The AWS error code of botocore's ClientError or aws_http's AwsRequestError."""
+    code = getattr(e, "code", "")
+    if not code:
+        code = (getattr(e, "response", None) or {}).get("Error", {}).get("Code", "")
+    return str(code)
 
 
 def _match(presented: str, stored: dict[str, dict]) -> dict | None:
