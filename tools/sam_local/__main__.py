@@ -331,6 +331,9 @@ def env_vars(template: dict, redis: Relay, s3: Relay, services: Services) -> dic
         "PAYLOAD_BUCKET": services.bucket,
         "REDIS_URL": f"redis://{redis.host}:{redis.port}/0",
         "REDIS_CLUSTER": "false",
+        # The template asks a replica to confirm every write (shards have replicas on AWS); the
+        # relay is one redis-server without replicas, so nothing would ever be confirmed.
+        "REDIS_MIN_REPLICA_ACKS": "0",
         # Under SAM the secret's Ref resolves to a logical id: no AUTH locally.
         "REDIS_AUTH_SECRET": "",
         "TOKEN_PARAMETER_PATH": services.token_path,
