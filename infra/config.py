@@ -111,7 +111,9 @@ class FunctionTuning:
     timeout_s: int
 
 
-# Long-poll groups wait up to POLL_MAX_WAIT_S / RESULT_MAX_WAIT_S (20 s by default, 25 s at most)
+# Long-poll groups wait up to POLL_MAX_WAIT_S / RESULT_MAX_WAIT_S (20 s by default; synth refuses
+# more than 29 - COLD_START_ALLOWANCE_S - LONG_POLL_ANSWER_MARGIN_S = 24.5 s, functions.check_wait_caps;
+# each wait is also cut to the invocation's remaining time, handlers/_budget.py)
 # and must still answer inside API Gateway's 29 s integration timeout; the rest answer in
 # milliseconds and get a short timeout so a stuck dependency fails fast.
 FUNCTION_TUNING: dict[str, FunctionTuning] = {

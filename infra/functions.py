@@ -27,7 +27,12 @@ from infra.config import (
 )
 from infra.storage import PAYLOAD_PREFIX
 from payloadstore_controlplane.models.settings import SETTINGS_ENV, Settings
-from payloadstore_controlplane.routes import FUNCTIONS
+from payloadstore_controlplane.routes import (
+    API_GATEWAY_TIMEOUT_S,
+    COLD_START_ALLOWANCE_S,
+    FUNCTIONS,
+    LONG_POLL_ANSWER_MARGIN_S,
+)
 
 RUNTIME = lambda_.Runtime.PYTHON_3_13
 assert RUNTIME.name == f"python{PYTHON_VERSION}", "runtime and layer python version must agree"
@@ -85,7 +90,31 @@ def settings_environment(scope: Construct, resources: dict[str, str]) -> dict[st
     Settings.from_env(
         {**literal, "PAYLOAD_BUCKET": "synth-check", "REDIS_URL": "rediss://synth-check:6379/0"}
     )
+    check_wait_caps(env)
     return env
+
+
+# The long-poll settings and the function group that serves each.
+WAIT_CAPS = {"POLL_MAX_WAIT_S": "daemon", "RESULT_MAX_WAIT_S": "jobs"}
+
+
+def check_wait_caps(env: dict[str, str]) -> None:
+    """A wait cap must leave room to answer: cap + the answer margin within the function's
+    timeout, and cap + the margin + a cold start within API Gateway's 29 s (the handlers also
+    shorten each wait to the invocation's remaining time, handlers/_budget.py)."""
+    for name, group in WAIT_CAPS.items():
+        cap = float(env[name])
+        timeout_s = FUNCTION_TUNING[group].timeout_s
+        need_fn = cap + LONG_POLL_ANSWER_MARGIN_S
+        need_api = need_fn + COLD_START_ALLOWANCE_S
+        if need_fn > timeout_s or need_api > API_GATEWAY_TIMEOUT_S:
+            most = min(timeout_s, API_GATEWAY_TIMEOUT_S - COLD_START_ALLOWANCE_S)
+            raise ValueError(
+                f"{name}={env[name]} leaves no room to answer: the {group} function times out "
+                f"at {timeout_s} s and API Gateway at {API_GATEWAY_TIMEOUT_S} s, with "
+                f"{LONG_POLL_ANSWER_MARGIN_S} s to answer and {COLD_START_ALLOWANCE_S} s for a "
+                f"cold start; at most {most - LONG_POLL_ANSWER_MARGIN_S:g}"
+            )
 
 
 def function_logical_id(group: str) -> str:

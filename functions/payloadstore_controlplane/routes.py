@@ -336,6 +336,12 @@ def find_route(method: str, path: str) -> Route | None:
 # API Gateway REST API limits the local gateway enforces too.
 API_GATEWAY_MAX_BODY_BYTES = 10 * 1024 * 1024
 API_GATEWAY_TIMEOUT_S = 29
+# What a long-poll keeps for after its wait (the last Redis call, the answer, the way back to API
+# Gateway): handlers/_budget.py ends every wait this long before either deadline.
+LONG_POLL_ANSWER_MARGIN_S = 1.5
+# A cold start of a VPC function (init before the handler; inside API Gateway's 29 s, outside the
+# function's timeout): the wait caps must leave this much room (infra checks at synth).
+COLD_START_ALLOWANCE_S = 3.0
 BINARY_MEDIA_TYPES = ("application/msgpack", "application/octet-stream")
 # API Gateway's payload compression (the REST API's minimumCompressionSize): an answer of at
 # least this many bytes is gzipped for a client that accepts it. Answers carrying presigned URLs

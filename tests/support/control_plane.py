@@ -57,16 +57,22 @@ class ControlPlane:
         *,
         role="client",
         namespace: str | None = "",
+        context: FakeLambdaContext | None = None,
+        request_time_ms: int | None = None,
         **kw,
     ) -> Reply:
-        """namespace: "" = this namespace's token, None = no authorizer context at all."""
+        """namespace: "" = this namespace's token, None = no authorizer context at all.
+        context: the Lambda context (its remaining time); request_time_ms: when API Gateway
+        received the request (requestContext.requestTimeEpoch)."""
         module = importlib.import_module(f"payloadstore_controlplane.handlers.{function}")
         ns = self.ns if namespace == "" else namespace
         event = api_event(method, resource, path_params, namespace=ns, role=role, **kw)
+        if request_time_ms is not None:
+            event["requestContext"]["requestTimeEpoch"] = request_time_ms
         # As the function would run: S3 calls signed with its own local keys, which the
         # emulator holds to that function's grants (payloadstore_controlplane/grants.py).
         with invocation_running_as(function_credentials(function)):
-            out = module.lambda_handler(event, FakeLambdaContext())
+            out = module.lambda_handler(event, context or FakeLambdaContext())
         body = out.get("body") or ""
         if out.get("isBase64Encoded"):
             body = base64.b64decode(body).decode()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import time
 import uuid
 from pathlib import Path
 
@@ -80,8 +81,10 @@ class FakeLambdaContext:
     log_group_name = "/aws/lambda/payloadstore-test"
     log_stream_name = "test"
 
-    def __init__(self):
+    def __init__(self, remaining_ms: int = 29_000):
         self.aws_request_id = str(uuid.uuid4())
+        # The invocation's deadline, as Lambda counts it down from the function's timeout.
+        self._deadline = time.monotonic() + remaining_ms / 1000.0
 
     def get_remaining_time_in_millis(self) -> int:
-        return 29_000
+        return max(int((self._deadline - time.monotonic()) * 1000), 0)

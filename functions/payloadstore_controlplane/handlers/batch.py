@@ -7,6 +7,7 @@ from .. import routes
 from ..logic.batch import enqueue_batch, jobs_status
 from ..logic.context import Principal
 from ..models.api import BatchEnqueueResponse, JobsStatusRequest, JobsStatusResponse
+from ._budget import capped_wait
 from ._deps import get_deps
 from ._requests import json_body
 from ._responses import json_response
@@ -30,4 +31,6 @@ def register(app) -> None:
     )
     def post_statuses(p: Principal, ns: str) -> JobsStatusResponse:
         req = JobsStatusRequest.model_validate(json_body(app))
+        # The wait ends in time to answer, whatever the cold start took (_budget.py).
+        req = req.model_copy(update={"wait_s": capped_wait(app, req.wait_s)})
         return json_response(200, jobs_status(p, req, get_deps()))

@@ -19,6 +19,7 @@ from ..models.api import (
     ResultPost,
 )
 from ..observability import lambda_entry
+from ._budget import capped_wait
 from ._deps import get_deps
 from ._resolver import new_resolver
 from ._responses import empty_response, json_response, json_text_response
@@ -36,6 +37,8 @@ def register(app) -> None:
         },
     )
     def poll_job(p: Principal, body: Annotated[PollRequest, Body()]):
+        # The wait ends in time to answer, whatever the cold start took (_budget.py).
+        body = body.model_copy(update={"wait_s": capped_wait(app, body.wait_s)})
         delivery = poll(p, body, get_deps())
         return empty_response(204) if delivery is None else json_text_response(200, delivery)
 

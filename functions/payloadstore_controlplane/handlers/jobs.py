@@ -21,6 +21,7 @@ from ..models.api import (
 from ..models.domain import PayloadRef
 from ..observability import lambda_entry
 from . import batch, queues
+from ._budget import capped_wait
 from ._deps import get_deps
 from ._requests import json_body, media_type, raw_body
 from ._resolver import new_resolver
@@ -71,7 +72,8 @@ def register(app) -> None:
     def result(
         p: Principal, ns: str, job_id: str, wait: Annotated[float, Query(ge=0, le=60)] = 0.0
     ) -> ResultResponse:
-        response = get_result(p, job_id, wait, get_deps())
+        # The wait ends in time to answer, whatever the cold start took (_budget.py).
+        response = get_result(p, job_id, capped_wait(app, wait), get_deps())
         return json_response(200 if response.state.terminal else 202, response)
 
     @route(
