@@ -32,6 +32,12 @@ DELIVERY_LIMIT_METRIC = "DeliveryLimitExceeded"
 API_5XX_THRESHOLD = 5  # per 5 minutes: more than a blip while Redis fails over
 REDIS_MEMORY_PERCENT = 80  # leaves room to add a shard before writes are refused
 REDIS_ENGINE_CPU_PERCENT = 90  # Redis runs commands on one thread: past this, latency climbs
+# Burstable (cache.t*) nodes run at a baseline (20% of a vCPU for t4g.small) and spend CPU
+# credits above it; at zero they are throttled to the baseline and every call slows. One credit
+# is one vCPU-minute; a t4g.small earns 24 an hour and holds at most 576. Below this the node
+# has well under an hour of bursting left.
+REDIS_CPU_CREDITS_LOW = 60
+BURSTABLE_NODE_PREFIX = "cache.t"
 # Duration alarms at this share of the function's timeout (p99 over 5 minutes, twice running).
 # Long polls wait up to 20 s (25 s at most) on 28 s functions: 0.85 x 28 s = 23.8 s sits above
 # the default wait, so an idle daemon's full-length polls do not alarm.
@@ -40,6 +46,11 @@ DURATION_NEAR_TIMEOUT = 0.85
 NODES_PER_ALARM = 9
 ONE_MINUTE = cdk.Duration.minutes(1)
 FIVE_MINUTES = cdk.Duration.minutes(5)
+
+
+def is_burstable(node_type: str | None) -> bool:
+    """cache.t3.*, cache.t4g.*: nodes that run on CPU credits."""
+    return bool(node_type) and str(node_type).startswith(BURSTABLE_NODE_PREFIX)
 
 
 class Alarms(Construct):
@@ -54,6 +65,7 @@ class Alarms(Construct):
         redis_node_ids: Sequence[str],
         email: str | None,
         topic_arn: str | None,
+        redis_node_type: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.names = names
@@ -92,7 +104,7 @@ class Alarms(Construct):
         )
         for group in sorted(functions):
             self._function_alarms(group, functions[group])
-        self._redis_alarms(list(redis_node_ids))
+        self._redis_alarms(list(redis_node_ids), burstable=is_burstable(redis_node_type))
 
     # --- building blocks (also for alarms added by other modules) ------------------------------
 
@@ -195,7 +207,7 @@ class Alarms(Construct):
             period=FIVE_MINUTES,
         )
 
-    def _redis_alarms(self, node_ids: list[str]) -> None:
+    def _redis_alarms(self, node_ids: list[str], burstable: bool = False) -> None:
         chunks = [
             node_ids[i : i + NODES_PER_ALARM] for i in range(0, len(node_ids), NODES_PER_ALARM)
         ]
@@ -243,3 +255,23 @@ class Alarms(Construct):
                 ),
                 threshold=0,
             )
+            if burstable:
+                self.add(
+                    f"RedisCpuCredits{suffix}",
+                    self._node_metric(
+                        "CPUCreditBalance",
+                        "Minimum",
+                        nodes,
+                        "MIN",
+                        "redis CPU credits left, poorest node",
+                    ),
+                    description=(
+                        f"a burstable redis node has fewer than {REDIS_CPU_CREDITS_LOW} CPU "
+                        "credits left: at zero it is held to its baseline CPU and every call "
+                        "slows (move to an m/r node type: docs/operations.md, node sizing)"
+                    ),
+                    threshold=REDIS_CPU_CREDITS_LOW,
+                    comparison=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
+                    evaluation_periods=2,
+                    missing=cloudwatch.TreatMissingData.MISSING,
+                )

@@ -123,6 +123,7 @@ class PayloadStoreStack(cdk.Stack):
             redis_node_ids=self.cache.node_ids,
             email=email,
             topic_arn=topic_arn,
+            redis_node_type=context_str(self, CTX_CACHE_NODE_TYPE, DEFAULT_NODE_TYPE),
         )
         self.schedules = Schedules(self, "Schedules", functions=self.functions.functions)
         self.dashboard = OperationsDashboard(

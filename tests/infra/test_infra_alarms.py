@@ -30,7 +30,7 @@ AWS_METRICS: dict[str, tuple[set[str], set[str]]] = {
     "AWS/Lambda": ({"Errors", "Throttles", "Duration"}, {"FunctionName"}),
     "AWS/ApiGateway": ({"5XXError", "4XXError", "Latency", "Count"}, {"ApiName"}),
     "AWS/ElastiCache": (
-        {"DatabaseMemoryUsagePercentage", "EngineCPUUtilization", "Evictions"},
+        {"DatabaseMemoryUsagePercentage", "EngineCPUUtilization", "Evictions", "CPUCreditBalance"},
         {"CacheClusterId"},
     ),
 }
@@ -235,7 +235,13 @@ def test_redis_alarms_watch_every_node_for_memory_cpu_and_evictions(template):
         if "Evictions" in json.dumps(a["Metrics"]):
             # Any eviction alarms: with noeviction there should never be one
             assert a["Threshold"] == 0 and a["ComparisonOperator"] == "GreaterThanThreshold"
-    assert set(watched) == {"DatabaseMemoryUsagePercentage", "EngineCPUUtilization", "Evictions"}
+    # The default node type (cache.t4g.small) is burstable: its CPU credits are watched too
+    assert set(watched) == {
+        "DatabaseMemoryUsagePercentage",
+        "EngineCPUUtilization",
+        "Evictions",
+        "CPUCreditBalance",
+    }
     for metric, node_ids in watched.items():
         assert len(node_ids) == nodes, metric
 
@@ -273,3 +279,46 @@ def test_many_shards_split_node_alarms_under_the_ten_metric_limit():
         }
     assert watched == set(nodes)
     assert {"RedisEvictions", "RedisEvictions2"} <= set(alarms.alarms)
+
+
+def test_a_burstable_node_type_gets_a_cpu_credit_alarm_and_others_do_not(template):
+    """Issue 23: cache.t* nodes are held to their baseline CPU when their credits run out."""
+    import aws_cdk as cdk
+    from aws_cdk import aws_apigateway as apigw
+
+    from infra.alarms import REDIS_CPU_CREDITS_LOW, Alarms
+    from infra.config import StageNames
+
+    # The deployed default (cache.t4g.small): one alarm on the poorest node's credit balance
+    [credits] = [
+        a["Properties"]
+        for a in resources(template, "AWS::CloudWatch::Alarm").values()
+        if "CPUCreditBalance" in json.dumps(a["Properties"].get("Metrics", []))
+    ]
+    assert credits["AlarmName"] == "PayloadStore-dev-RedisCpuCredits"
+    assert credits["ComparisonOperator"] == "LessThanThreshold"
+    assert credits["Threshold"] == REDIS_CPU_CREDITS_LOW
+    assert credits["AlarmActions"]
+    stats = {m["MetricStat"]["Stat"] for m in credits["Metrics"] if "MetricStat" in m}
+    assert stats == {"Minimum"}
+
+    def credit_alarms(node_type: str) -> list[str]:
+        stack = cdk.Stack(cdk.App(), "Nodes")
+        api = apigw.RestApi(stack, "Api")
+        api.root.add_method("GET")
+        alarms = Alarms(
+            stack,
+            "Alarms",
+            names=StageNames("dev"),
+            api=api,
+            functions={},
+            redis_node_ids=["payloadstore-dev-0001-001", "payloadstore-dev-0001-002"],
+            email=None,
+            topic_arn=None,
+            redis_node_type=node_type,
+        )
+        return sorted(a for a in alarms.alarms if a.startswith("RedisCpuCredits"))
+
+    assert credit_alarms("cache.t3.medium") == ["RedisCpuCredits"]
+    assert credit_alarms("cache.m7g.large") == []
+    assert credit_alarms("cache.r7g.large") == []
