@@ -27,7 +27,7 @@ help:
 	@echo "make test    the whole suite (unit, integration, end-to-end over HTTP, infrastructure, docs)"
 	@echo "make lint    ruff check, ruff format --check, mypy"
 	@echo "make docs    build the docs (mkdocs, strict) into site/"
-	@echo "make reliability  2,000 jobs through a stack of its own under faults; a ledger checks each"
+	@echo "make reliability  a Redis failover on a local cluster, then 2,000 jobs under faults; a ledger checks each"
 	@echo "make smoke ENDPOINT=https://... TOKEN=<client token> DAEMON_TOKEN=<daemon token> [NAMESPACE=dev]"
 	@echo "make synth  [STAGE=dev] [CDK_ARGS=...]  npx cdk synth (installs only CDK: payloadstore[infra], aws-cdk)"
 	@echo "make deploy [STAGE=dev] [CDK_ARGS=...]  npx cdk deploy PayloadStore-<STAGE> (AWS credentials needed)"
@@ -87,10 +87,12 @@ smoke: $(VENV)/.installed-stack
 test: $(VENV)/.installed-test node redis
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# Bounded (<= 10 min): its own redis-server, S3 emulator, gateway and daemon processes on free
-# ports; the last line is `reliability: N jobs, N ok, 0 lost, 0 wrong, 0 phantom`.
+# Bounded (<= 10 min): first the Redis failover scenario (reliability-failover, ~1 min), then
+# 2,000 jobs under faults on a stack of its own (redis-server, S3 emulator, gateway and daemon
+# processes on free ports); the last line is `reliability: N jobs, N ok, 0 lost, 0 wrong, 0 phantom`.
 RELIABILITY_ARGS ?=
 reliability: venv redis
+	$(PY) -m tests.reliability.failover $(FAILOVER_ARGS)
 	$(PY) -m tests.reliability.run $(RELIABILITY_ARGS)
 
 # Issue 22, bounded (~1 min): a Redis failover under load on a local cluster of 3 primaries with
