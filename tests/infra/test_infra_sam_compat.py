@@ -153,6 +153,8 @@ class DeployedFunction:
             "PAYLOAD_BUCKET": bucket,
             # Local Redis has neither TLS nor AUTH, so no secret to fetch.
             "REDIS_URL": redis.url,
+            # The template asks a replica to confirm each write; the local nodes have none.
+            "REDIS_MIN_REPLICA_ACKS": "0",
             "POWERTOOLS_TRACE_DISABLED": "true",
         }
         if not redis.cluster:

@@ -523,6 +523,7 @@ def test_a_setting_can_be_overridden_by_context_and_a_bad_one_fails_synth():
         "REDIS_URL": "u",
         "REDIS_CLUSTER": "true",
         "REDIS_AUTH_SECRET": "s",
+        "REDIS_MIN_REPLICA_ACKS": "1",
         "TOKEN_PARAMETER_PATH": "/p",
     }
     # Given -c payloadstore:setting:INLINE_THRESHOLD=131072
