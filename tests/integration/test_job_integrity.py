@@ -16,28 +16,17 @@ import requests
 
 from payloadstore_controlplane.store import keys
 from payloadstore_controlplane.store.redis_jobs import RedisJobStore
-from tests.support.control_plane import ControlPlane, put_presigned, sha256_hex, upload
+from tests.support.control_plane import (
+    cancel,
+    heartbeat,
+    put_presigned,
+    sha256_hex,
+    upload,
+)
 
 
 def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
-
-
-def heartbeat(cp: ControlPlane, job_id: str, lease: str):
-    return cp.call(
-        "daemon",
-        "POST",
-        "/v1/namespaces/{ns}/jobs/{job_id}/heartbeat",
-        {"ns": cp.ns, "job_id": job_id},
-        role="daemon",
-        body={"lease": lease},
-    )
-
-
-def cancel(cp: ControlPlane, job_id: str):
-    return cp.call(
-        "jobs", "DELETE", "/v1/namespaces/{ns}/jobs/{job_id}", {"ns": cp.ns, "job_id": job_id}
-    )
 
 
 def ns_keys(r: redis.Redis, namespace: str) -> set[bytes]:
@@ -206,7 +195,7 @@ def test_given_a_dead_daemons_job_behind_eleven_live_ones_then_an_idle_poller_ge
     got = None
     while time.monotonic() < deadline and got is None:
         for job_id, lease in live.items():
-            assert heartbeat(cp, job_id, lease).status == 200
+            assert heartbeat(cp, job_id, {"lease": lease}).status == 200
         answer = cp.poll(daemon_id="idle")
         if answer.status == 200:
             got = answer.json
@@ -250,7 +239,7 @@ def test_given_a_running_job_whose_ttl_is_running_out_when_it_heartbeats_then_it
     # When: its TTL runs short anyway and the daemon heartbeats for longer than that
     r.pexpire(keys.job(job), 1000)
     for _ in range(4):
-        assert heartbeat(cp, job, lease).status == 200
+        assert heartbeat(cp, job, {"lease": lease}).status == 200
         time.sleep(0.5)
     # Then: the job is still there, running; its result is taken and the client reads it
     assert cp.status(job).json["state"] == "running"

@@ -10,33 +10,13 @@ import msgpack
 import redis
 
 from payloadstore_controlplane.store import keys
+from tests.support.control_plane import cancel, heartbeat
 
 UNKNOWN_JOB = "01KB7Z6Q3N4V8W2X5Y9Z0A1B2C"
 
 
 def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
-
-
-def heartbeat(cp, job_id, body):
-    return cp.call(
-        "daemon",
-        "POST",
-        "/v1/namespaces/{ns}/jobs/{job_id}/heartbeat",
-        {"ns": cp.ns, "job_id": job_id},
-        role="daemon",
-        body=body,
-    )
-
-
-def cancel(cp, job_id, role="client"):
-    return cp.call(
-        "jobs",
-        "DELETE",
-        "/v1/namespaces/{ns}/jobs/{job_id}",
-        {"ns": cp.ns, "job_id": job_id},
-        role=role,
-    )
 
 
 def post(cp, job_id, body):

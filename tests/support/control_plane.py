@@ -260,3 +260,26 @@ def upload(
     if sha:
         ref["sha256"] = sha
     return ref
+
+
+def heartbeat(cp: ControlPlane, job_id: str, body: dict) -> Reply:
+    """POST …/jobs/{job_id}/heartbeat exactly as given (a daemon keeping its lease alive)."""
+    return cp.call(
+        "daemon",
+        "POST",
+        "/v1/namespaces/{ns}/jobs/{job_id}/heartbeat",
+        {"ns": cp.ns, "job_id": job_id},
+        role="daemon",
+        body=body,
+    )
+
+
+def cancel(cp: ControlPlane, job_id: str, role: str = "client") -> Reply:
+    """DELETE …/jobs/{job_id} (a client cancelling its job)."""
+    return cp.call(
+        "jobs",
+        "DELETE",
+        "/v1/namespaces/{ns}/jobs/{job_id}",
+        {"ns": cp.ns, "job_id": job_id},
+        role=role,
+    )
