@@ -11,7 +11,7 @@ from pathlib import Path
 
 from constructs import Construct
 
-from payloadstore_controlplane import grants
+from payloadstore_controlplane import concurrency, grants
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FUNCTIONS_DIR = REPO_ROOT / "functions"
@@ -57,6 +57,11 @@ CTX_OLDEST_JOB_AGE_ALARM_S = "payloadstore:oldestJobAgeAlarmSeconds"
 # "true": SnapStart on the functions behind the API (published versions, a `live` alias each);
 # see docs/deploying.md ("Cold starts and SnapStart") for what it costs.
 CTX_SNAP_START = "payloadstore:snapStart"
+# Reserved concurrency of the long-poll functions (payloadstore_controlplane/concurrency.py):
+# defaults are 40 % (daemon) and 30 % (jobs) of the account limit; docs/deploying.md says why.
+CTX_ACCOUNT_CONCURRENCY = "payloadstore:accountConcurrency"  # default 1000
+CTX_DAEMON_CONCURRENCY = "payloadstore:daemonConcurrency"
+CTX_JOBS_CONCURRENCY = "payloadstore:jobsConcurrency"
 CTX_SETTINGS_PREFIX = (
     "payloadstore:setting:"  # e.g. -c payloadstore:setting:INLINE_THRESHOLD=131072
 )
@@ -161,6 +166,24 @@ def context_bool(scope: Construct, key: str, default: bool = False) -> bool:
     if raw not in ("true", "false"):
         raise ValueError(f"context {key} must be true or false, got {raw!r}")
     return raw == "true"
+
+
+def reserved_concurrency_of(scope: Construct) -> dict[str, int]:
+    """group -> ReservedConcurrentExecutions from the context flags (refuses a split that leaves
+    fewer than concurrency.MIN_UNRESERVED executions of the account unreserved)."""
+    account = context_int(scope, CTX_ACCOUNT_CONCURRENCY, concurrency.DEFAULT_ACCOUNT_CONCURRENCY)
+    flags = {"daemon": CTX_DAEMON_CONCURRENCY, "jobs": CTX_JOBS_CONCURRENCY}
+    overrides: dict[str, int | None] = {
+        group: (context_int(scope, key, 0) if context_str(scope, key, "") else None)
+        for group, key in flags.items()
+    }
+    try:
+        return concurrency.reserved_concurrency(account, overrides)
+    except ValueError as e:
+        raise ValueError(
+            f"{e} (context {CTX_ACCOUNT_CONCURRENCY}, {CTX_DAEMON_CONCURRENCY}, "
+            f"{CTX_JOBS_CONCURRENCY})"
+        ) from e
 
 
 def api_gateway_account_mode(scope: Construct) -> str:

@@ -24,6 +24,7 @@ from infra.config import (
     REQUIREMENTS_FILE,
     SERVICE_NAME,
     StageNames,
+    reserved_concurrency_of,
 )
 from infra.storage import PAYLOAD_PREFIX
 from payloadstore_controlplane.models.settings import SETTINGS_ENV, Settings
@@ -209,6 +210,9 @@ class ControlPlaneFunctions(Construct):
             "POWERTOOLS_TRACER_CAPTURE_ERROR": "false",
         }
 
+        # daemon and jobs: reserved (and capped) so long-polls cannot take the account's pool.
+        reserved = reserved_concurrency_of(self)
+        self.reserved_concurrency = reserved
         self.functions: dict[str, lambda_.Function] = {}
         self.roles: dict[str, iam.Role] = {}
         self.log_groups: dict[str, logs.LogGroup] = {}
@@ -266,6 +270,7 @@ class ControlPlaneFunctions(Construct):
                 vpc_subnets=subnets,
                 security_groups=[security_group],
                 environment={**settings_env, **powertools_env, **LOCAL_ENDPOINT_ENV},
+                reserved_concurrent_executions=reserved.get(group),
             )
             # Stable, readable logical ids: `sam local invoke -t
             # cdk.out/PayloadStore-dev.template.json PayloadsFunction` and the docs name these.

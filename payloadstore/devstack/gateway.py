@@ -7,11 +7,13 @@ Three rooms, one concern each:
 - gateway_events.py: the REST proxy event (payload v1) built from a request, the Lambda context,
   the proxy response turned into HTTP, and API Gateway's own answers (403 `Missing
   Authentication Token` for any method or path without a route, 413 over 10 MB, 502 for a handler
-  that raises or answers malformed, 504 past 29 s);
+  that raises or answers malformed, 500 for a function at its reserved concurrency, as Lambda
+  throttles it, 504 past 29 s);
 - gateway_auth.py: the REQUEST authorizer as API Gateway runs and caches it;
 - gateway_server.py: the HTTP/1.1 server in front of it all.
 
-This module routes, runs each invocation in a container of its own (containers.py) on its own
+This module routes, caps the long-poll functions at their reserved concurrency (the CDK's
+derivation, payloadstore_controlplane/concurrency.py), runs each invocation in a container of its own (containers.py) on its own
 worker thread (long-polls never block other callers), and starts the gateway as a process.
 """
 
@@ -62,6 +64,7 @@ from payloadstore.devstack.gateway_events import (  # noqa: F401 - re-exported
     proxy_event,
     query_maps,
     request_context,
+    throttled,
     timed_out,
     to_http,
     too_large,
@@ -86,6 +89,66 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 FUNCTIONS_DIR = REPO_ROOT / "functions"
 
 Handler = Callable[[dict, Any], Any]
+
+# The local stand-ins of the CDK flags payloadstore:accountConcurrency, :daemonConcurrency and
+# :jobsConcurrency: the same derivation (payloadstore_controlplane/concurrency.py) gives each
+# long-poll function the cap it has on AWS, past which its invocations are throttled.
+LOCAL_CONCURRENCY_ENV = {
+    "account": "PAYLOADSTORE_LOCAL_ACCOUNT_CONCURRENCY",
+    "daemon": "PAYLOADSTORE_LOCAL_DAEMON_CONCURRENCY",
+    "jobs": "PAYLOADSTORE_LOCAL_JOBS_CONCURRENCY",
+}
+
+
+def local_concurrency_caps(environ: dict[str, str] | None = None) -> dict[str, int]:
+    """group -> reserved concurrency for the local gateway, read as the CDK reads its flags."""
+    from payloadstore_controlplane import concurrency
+
+    env = os.environ if environ is None else environ
+
+    def number(name: str) -> int | None:
+        raw = env.get(name, "").strip()
+        if not raw:
+            return None
+        try:
+            return int(raw)
+        except ValueError as e:
+            raise ValueError(f"{name} must be an integer, got {raw!r}") from e
+
+    account = number(LOCAL_CONCURRENCY_ENV["account"])
+    return concurrency.reserved_concurrency(
+        concurrency.DEFAULT_ACCOUNT_CONCURRENCY if account is None else account,
+        {group: number(LOCAL_CONCURRENCY_ENV[group]) for group in concurrency.DEFAULT_SHARES},
+    )
+
+
+class ThrottledError(Exception):
+    """Lambda's TooManyRequestsException: the function is at its reserved concurrency."""
+
+
+class ConcurrencyCaps:
+    """Per-function reserved concurrency: an invocation over its function's cap is throttled
+    (Lambda's 429, which API Gateway turns into a 500) instead of run."""
+
+    def __init__(self, caps: dict[str, int]):
+        self.caps = dict(caps)
+        self._running = dict.fromkeys(self.caps, 0)
+        self._lock = threading.Lock()
+
+    def acquire(self, function_name: str) -> bool:
+        cap = self.caps.get(function_name)
+        if cap is None:
+            return True
+        with self._lock:
+            if self._running[function_name] >= cap:
+                return False
+            self._running[function_name] += 1
+            return True
+
+    def release(self, function_name: str) -> None:
+        if function_name in self.caps:
+            with self._lock:
+                self._running[function_name] -= 1
 
 
 def ensure_functions_on_path() -> None:
@@ -172,6 +235,8 @@ class LocalGateway:
     timeout_s: float | None = None
     max_body_bytes: int | None = None
     min_compression_bytes: int | None = None  # defaults to routes.MIN_COMPRESSION_BYTES
+    # group -> reserved concurrency; defaults to local_concurrency_caps() (the CDK's defaults)
+    concurrency: dict[str, int] | None = None
 
     def __post_init__(self) -> None:
         ensure_functions_on_path()
@@ -197,6 +262,9 @@ class LocalGateway:
         self._resolved: dict[str, Handler] = {}
         self._resolve_lock = threading.Lock()
         self._authorizer = AuthorizerEmulator(self.region, self.authorizer_cache_s)
+        if self.concurrency is None:
+            self.concurrency = local_concurrency_caps()
+        self._caps = ConcurrencyCaps(self.concurrency)
 
     # -- handlers ------------------------------------------------------------------------------
 
@@ -231,7 +299,9 @@ class LocalGateway:
         """Run a handler under the integration timeout, on a thread of its own.
 
         A handler still running at the timeout is abandoned (threads cannot be killed); its
-        result is dropped, as API Gateway drops a Lambda reply that comes too late.
+        result is dropped, as API Gateway drops a Lambda reply that comes too late. A function
+        at its reserved concurrency is throttled (ThrottledError) without running; its slot is
+        held until the handler returns, as a Lambda execution is.
         """
         assert self.timeout_s is not None  # __post_init__ fills in the default
         ctx = LocalLambdaContext(
@@ -248,6 +318,8 @@ class LocalGateway:
         # Each function signs with its own local keys, which the S3 emulator maps to that
         # function's grants (the CDK role's): a handler can do locally only what it could on AWS.
         credentials = function_credentials(function_name)
+        if not self._caps.acquire(function_name):
+            raise ThrottledError(function_name)
 
         def run() -> None:
             try:
@@ -255,9 +327,15 @@ class LocalGateway:
                     outcome["value"] = fn(event, ctx)
             except BaseException as e:  # noqa: BLE001 - handed to the caller below
                 outcome["error"] = e
+            finally:
+                self._caps.release(function_name)
 
         worker = threading.Thread(target=run, name=f"lambda-{function_name}", daemon=True)
-        worker.start()
+        try:
+            worker.start()
+        except BaseException:
+            self._caps.release(function_name)
+            raise
         worker.join(self.timeout_s)
         if worker.is_alive():
             raise TimeoutError(f"{function_name} ran past {self.timeout_s}s")
@@ -343,6 +421,14 @@ class LocalGateway:
         # Hand the handler its own copy, as the JSON round trip through Lambda would.
         try:
             result = self._invoke(fn, json.loads(event_json), route.function, request_id)
+        except ThrottledError as e:
+            log.warning(
+                "function throttled function=%s reserved_concurrency=%s request_id=%s",
+                route.function,
+                self._caps.caps.get(route.function),
+                request_id,
+            )
+            raise throttled() from e
         except TimeoutError as e:
             log.warning("integration timeout function=%s request_id=%s", route.function, request_id)
             raise timed_out() from e

@@ -83,6 +83,14 @@ def internal_error() -> GatewayError:
     return GatewayError(502, "Internal server error", "InternalServerErrorException")
 
 
+def throttled() -> GatewayError:
+    # Lambda refused the invocation (429 TooManyRequestsException: the function is at its
+    # reserved concurrency). A REST API's Lambda proxy integration answers the client 500 with
+    # the generic body, not 429 (AWS Lambda Developer Guide, "Handling Lambda errors with an API
+    # Gateway API": "If the Lambda API rejects the invocation request, API Gateway returns a 500").
+    return GatewayError(500, "Internal server error", "InternalServerErrorException")
+
+
 def authorizer_failure() -> GatewayError:
     # API Gateway answers a broken authorizer with 500 and a null message.
     return GatewayError(500, None, "AuthorizerConfigurationException")

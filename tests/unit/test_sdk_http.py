@@ -172,3 +172,40 @@ def test_retry_after_accepts_seconds_and_http_dates():
         == 0.0
     )
     assert retry_after_seconds(httpx.Response(503)) is None
+
+
+def throttled_by_api_gateway() -> httpx.Response:
+    # API Gateway's answer when Lambda throttles a proxy integration (the function is at its
+    # reserved concurrency): 500 and the generic body, no error code of ours.
+    return httpx.Response(
+        500,
+        headers={"x-amzn-ErrorType": "InternalServerErrorException"},
+        json={"message": "Internal server error"},
+    )
+
+
+def test_given_a_throttled_poll_when_polling_then_it_backs_off_exponentially_and_gets_the_answer():
+    # Given the daemon function throttled for three attempts, then answering
+    handler, calls = scripted(
+        throttled_by_api_gateway(), throttled_by_api_gateway(), throttled_by_api_gateway(), 200
+    )
+    sleeps: list[float] = []
+    policy = RetryPolicy(max_attempts=5, base_s=0.2, max_backoff_s=5.0)
+    # When a daemon polls
+    response = session(handler, sleeps, retry=policy).request("POST", "/v1/daemon/poll", "poll")
+    # Then it waited with full jitter under 0.2, 0.4, 0.8 s between attempts and got the answer
+    assert response.status_code == 200
+    assert len(calls) == 4 and len(sleeps) == 3
+    assert all(0.0 <= s <= 0.2 * 2**n for n, s in enumerate(sleeps))
+
+
+def test_given_a_poll_throttled_throughout_when_retries_run_out_then_service_unavailable():
+    # Given a daemon function that stays at its cap, Then the call ends in ServiceUnavailable
+    # (which the Daemon's poll loop backs off on in turn) after max_attempts, not a tight loop
+    handler, calls = scripted(throttled_by_api_gateway())
+    sleeps: list[float] = []
+    with pytest.raises(ServiceUnavailable, match="Internal server error"):
+        session(handler, sleeps, retry=RetryPolicy(max_attempts=3)).request(
+            "POST", "/v1/daemon/poll", "poll"
+        )
+    assert len(calls) == 3 and len(sleeps) == 2
