@@ -90,7 +90,6 @@ def enqueue_batch(p: Principal, queue: str, body: dict, deps: Deps) -> BatchEnqu
     """Each item is validated and enqueued on its own: one bad item fails only itself. The whole
     request is refused (422/413) only when it is malformed or over the batch limits."""
     validate_queue_name(queue)
-    deps.queues.remember_namespace(p.namespace)
     s = deps.settings
     items = body.get("jobs") if isinstance(body, dict) else None
     if not isinstance(items, list) or not items:
@@ -139,6 +138,9 @@ def enqueue_batch(p: Principal, queue: str, body: dict, deps: Deps) -> BatchEnqu
         if isinstance(entry, BatchJobIn):
             answers[i] = _enqueue_one(p, queue, entry, inline[i], deps)
     refused = sum(isinstance(a, BatchItemError) for a in answers)
+    if refused < len(answers):
+        # Listed for the metrics function once it has a job: a refused batch writes nothing.
+        deps.queues.remember_namespace(p.namespace)
     logger.info("batch enqueued", extra={"queue": queue, "jobs": len(answers), "refused": refused})
     return BatchEnqueueResponse(jobs=answers)
 

@@ -64,12 +64,15 @@ def enqueue(
     deps: Deps,
 ) -> Enqueued:
     validate_queue_name(queue)
-    deps.queues.remember_namespace(p.namespace)
     if payload_inline is not None and payload_ref is None:
-        return _enqueue_inline(p, queue, payload_inline, idempotency_key, deps)
-    if payload_ref is not None and payload_inline is None:
-        return _enqueue_ref(p, queue, payload_ref, deps)
-    raise Unprocessable("give exactly one of payloadRef or payloadInline")
+        enqueued = _enqueue_inline(p, queue, payload_inline, idempotency_key, deps)
+    elif payload_ref is not None and payload_inline is None:
+        enqueued = _enqueue_ref(p, queue, payload_ref, deps)
+    else:
+        raise Unprocessable("give exactly one of payloadRef or payloadInline")
+    # Listed for the metrics function once it has a job: a refused enqueue writes nothing.
+    deps.queues.remember_namespace(p.namespace)
+    return enqueued
 
 
 def _crockford(value: int, chars: int) -> str:
