@@ -133,6 +133,19 @@ def main() -> None:
             role="daemon",
             body={"namespace": "dev", "queues": ["default"], "wait_s": 1, "daemon_id": "daemon-1"},
         ),
+        "daemon_poll_many": event(
+            "POST",
+            "/v1/daemon/poll",
+            None,
+            role="daemon",
+            body={
+                "namespace": "dev",
+                "queues": ["default"],
+                "wait_s": 1,
+                "daemon_id": "daemon-1",
+                "max_jobs": 8,
+            },
+        ),
         "result_post": event(
             "POST",
             "/v1/namespaces/{ns}/jobs/{job_id}/result",

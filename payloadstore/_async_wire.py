@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import httpx
 
@@ -175,9 +175,25 @@ class AsyncWire:
     async def queue_stats(self, queue: str) -> QueueInfo:
         return await self.send(_wire.queue_stats(self.namespace, queue))
 
-    async def poll(self, queues: list[str], *, wait_s: float, daemon_id: str) -> PolledJob | None:
+    @overload
+    async def poll(
+        self, queues: list[str], *, wait_s: float, daemon_id: str, max_jobs: None = None
+    ) -> PolledJob | None: ...
+    @overload
+    async def poll(
+        self, queues: list[str], *, wait_s: float, daemon_id: str, max_jobs: int
+    ) -> list[PolledJob]: ...
+    async def poll(
+        self, queues: list[str], *, wait_s: float, daemon_id: str, max_jobs: int | None = None
+    ) -> PolledJob | None | list[PolledJob]:
+        if max_jobs is None:
+            return await self.send(
+                _wire.poll(self.namespace, queues, wait_s=wait_s, daemon_id=daemon_id)
+            )
         return await self.send(
-            _wire.poll(self.namespace, queues, wait_s=wait_s, daemon_id=daemon_id)
+            _wire.poll(
+                self.namespace, queues, wait_s=wait_s, daemon_id=daemon_id, max_jobs=max_jobs
+            )
         )
 
     async def post_result(

@@ -44,7 +44,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, NoReturn, TypeVar
+from typing import Any, Generic, NoReturn, TypeVar, overload
 
 import httpx
 
@@ -629,6 +629,18 @@ def parse_polled(response: httpx.Response) -> PolledJob | None:
     return polled_job(_json(response))
 
 
+def parse_polled_many(response: httpx.Response) -> list[PolledJob]:
+    """A poll with max_jobs: `200 {"jobs": [...]}` (each a single poll's answer), [] on 204."""
+    if response.status_code == 204 or not response.content:
+        return []
+    jobs = _json(response).get("jobs")
+    if not isinstance(jobs, list):
+        raise ApiError(
+            "poll with max_jobs answered without a jobs list", status=response.status_code
+        )
+    return [polled_job(body) for body in jobs]
+
+
 def polled_job(body: Mapping[str, Any]) -> PolledJob:
     """A poll answer's body as a `PolledJob` (also for messages a caller kept as dicts)."""
     attempt = body.get("attempt")
@@ -864,21 +876,54 @@ def queue_stats(namespace: str, queue: str) -> Call[QueueInfo]:
     )
 
 
+# The most deliveries one poll may ask for (`max_jobs`, 1..16).
+MAX_POLL_JOBS = 16
+
+
+@overload
 def poll(
-    namespace: str, queues: list[str], *, wait_s: float, daemon_id: str
-) -> Call[PolledJob | None]:
+    namespace: str, queues: list[str], *, wait_s: float, daemon_id: str, max_jobs: None = None
+) -> Call[PolledJob | None]: ...
+@overload
+def poll(
+    namespace: str, queues: list[str], *, wait_s: float, daemon_id: str, max_jobs: int
+) -> Call[list[PolledJob]]: ...
+def poll(
+    namespace: str,
+    queues: list[str],
+    *,
+    wait_s: float,
+    daemon_id: str,
+    max_jobs: int | None = None,
+) -> Call[PolledJob | None] | Call[list[PolledJob]]:
+    """One long poll. Without max_jobs: the delivery or None. With max_jobs (1..16): up to that
+    many deliveries (a list, empty when idle); a control plane before max_jobs refuses it with
+    422 `InvalidRequest` naming the field."""
+    body: dict[str, Any] = {
+        "namespace": namespace,
+        "queues": list(queues),
+        "wait_s": wait_s,
+        "daemon_id": daemon_id,
+    }
+    if max_jobs is None:
+        return Call(
+            "POST",
+            "/v1/daemon/poll",
+            "poll",
+            parse_polled,
+            ok=frozenset({200, 204}),
+            json=body,
+            timeout_s=wait_s + 20.0,
+        )
+    if not 1 <= max_jobs <= MAX_POLL_JOBS:
+        raise ValueError(f"max_jobs must be 1..{MAX_POLL_JOBS} (got {max_jobs})")
     return Call(
         "POST",
         "/v1/daemon/poll",
         "poll",
-        parse_polled,
+        parse_polled_many,
         ok=frozenset({200, 204}),
-        json={
-            "namespace": namespace,
-            "queues": list(queues),
-            "wait_s": wait_s,
-            "daemon_id": daemon_id,
-        },
+        json={**body, "max_jobs": max_jobs},
         timeout_s=wait_s + 20.0,
     )
 
@@ -1109,8 +1154,22 @@ class Wire:
     def queue_stats(self, queue: str) -> QueueInfo:
         return self.send(queue_stats(self.namespace, queue))
 
-    def poll(self, queues: list[str], *, wait_s: float, daemon_id: str) -> PolledJob | None:
-        return self.send(poll(self.namespace, queues, wait_s=wait_s, daemon_id=daemon_id))
+    @overload
+    def poll(
+        self, queues: list[str], *, wait_s: float, daemon_id: str, max_jobs: None = None
+    ) -> PolledJob | None: ...
+    @overload
+    def poll(
+        self, queues: list[str], *, wait_s: float, daemon_id: str, max_jobs: int
+    ) -> list[PolledJob]: ...
+    def poll(
+        self, queues: list[str], *, wait_s: float, daemon_id: str, max_jobs: int | None = None
+    ) -> PolledJob | None | list[PolledJob]:
+        if max_jobs is None:
+            return self.send(poll(self.namespace, queues, wait_s=wait_s, daemon_id=daemon_id))
+        return self.send(
+            poll(self.namespace, queues, wait_s=wait_s, daemon_id=daemon_id, max_jobs=max_jobs)
+        )
 
     def post_result(
         self,

@@ -26,6 +26,7 @@ from __future__ import annotations
 import collections
 import logging
 import os
+import queue
 import signal
 import socket
 import sys
@@ -38,12 +39,13 @@ from enum import StrEnum
 from typing import Any
 
 from . import codec
-from ._wire import HeartbeatAnswer, PolledJob, polled_job
+from ._wire import MAX_POLL_JOBS, HeartbeatAnswer, PolledJob, polled_job
 from .client import Client
 from .errors import (
     AuthError,
     ConflictError,
     InlineUnavailable,
+    InvalidRequest,
     JobNotFound,
     LeaseMismatch,
     PayloadCorrupt,
@@ -302,6 +304,10 @@ class Daemon:
         self._stop_when_idle = False
         self._signals_seen = 0
         self._held = threading.local()  # the job this worker thread has in hand
+        # Whether the control plane takes `max_jobs` (one poll for several jobs); a control plane
+        # before it answers 422 to the unknown field, and the poller then polls one job at a time.
+        self._poll_many = True
+        self._in_hand = 0  # jobs handed to the workers and not done yet
 
     # -- registration and control ---------------------------------------------------------------
 
@@ -393,31 +399,7 @@ class Daemon:
             if self.concurrency == 1:
                 self._loop(self.daemon_id)
             else:
-                crashed: list[BaseException] = []
-
-                def work(worker_id: str) -> None:
-                    try:
-                        self._loop(worker_id)
-                    except BaseException as e:  # noqa: BLE001 - re-raised by run() below
-                        crashed.append(e)
-                        self.stop()
-
-                workers = [
-                    threading.Thread(
-                        target=work,
-                        args=(f"{self.daemon_id}-{i}",),
-                        name=f"payloadstore-worker-{i}",
-                        daemon=True,
-                    )
-                    for i in range(self.concurrency)
-                ]
-                for w in workers:
-                    w.start()
-                while any(w.is_alive() for w in workers):
-                    for w in workers:
-                        w.join(timeout=0.2)
-                if crashed:
-                    raise crashed[0]
+                self._run_pool()
         finally:
             restore()
         log.info(
@@ -425,6 +407,129 @@ class Daemon:
             self.daemon_id,
             " ".join(f"{k}={v}" for k, v in sorted(self.stats.items())),
         )
+
+    def _run_pool(self) -> None:
+        """`concurrency` workers fed by one poller (this thread): each poll asks for as many jobs
+        as there are free workers (`max_jobs`), so an idle daemon holds one long-poll, not one
+        per worker. Heartbeats stay per job, on each job's own thread."""
+        handed: queue.Queue[PolledJob | None] = queue.Queue()
+        free = threading.Semaphore(self.concurrency)
+        crashed: list[BaseException] = []
+        workers = [
+            threading.Thread(
+                target=self._work,
+                args=(handed, free, crashed),
+                name=f"payloadstore-worker-{i}",
+                daemon=True,
+            )
+            for i in range(self.concurrency)
+        ]
+        for w in workers:
+            w.start()
+        try:
+            self._poller(handed, free)
+        finally:
+            # The jobs already handed over are leased to this daemon: the workers finish them.
+            for _ in workers:
+                handed.put(None)
+            while any(w.is_alive() for w in workers):
+                for w in workers:
+                    w.join(timeout=0.2)
+        if crashed:
+            raise crashed[0]
+
+    def _work(
+        self,
+        handed: queue.Queue[PolledJob | None],
+        free: threading.Semaphore,
+        crashed: list[BaseException],
+    ) -> None:
+        while (job := handed.get()) is not None:
+            try:
+                if not crashed:
+                    self.process(job)
+            except BaseException as e:  # noqa: BLE001 - re-raised by run()
+                crashed.append(e)
+                self.stop()
+            finally:
+                with self._lock:
+                    self._in_hand -= 1
+                    if self._max_jobs is not None and self._done() >= self._max_jobs:
+                        self.stop()
+                free.release()
+
+    def _done(self) -> int:
+        return sum(self.stats.values())
+
+    def _take_slots(self, free: threading.Semaphore) -> int:
+        """Wait (briefly) for a free worker, then take every other free one without waiting,
+        up to 16 and to what `run(max_jobs=)` leaves; 0 when none."""
+        if not free.acquire(timeout=0.2):
+            return 0
+        slots = 1
+        while slots < min(self.concurrency, MAX_POLL_JOBS) and free.acquire(blocking=False):
+            slots += 1
+        if self._max_jobs is not None:
+            with self._lock:
+                left = max(self._max_jobs - self._done() - self._in_hand, 0)
+            if left < slots:
+                self._release(free, slots - left)
+                slots = left
+                if slots == 0:
+                    self._stop.wait(0.05)
+        return slots
+
+    def _poller(self, handed: queue.Queue[PolledJob | None], free: threading.Semaphore) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            slots = self._take_slots(free)
+            if slots == 0:
+                continue
+            try:
+                jobs = self._poll_jobs(slots)
+                failures = 0
+            except PayloadStoreError as e:
+                self._release(free, slots)
+                if isinstance(e, AuthError):
+                    self.stop()
+                    raise
+                failures += 1
+                delay = self.client.retry.backoff(min(failures, 6))
+                log.warning("poll failed error=%s delay_s=%.2f", e, delay)
+                self._stop.wait(delay)
+                continue
+            except BaseException:
+                self._release(free, slots)
+                raise
+            self._release(free, slots - len(jobs))
+            with self._lock:
+                self._in_hand += len(jobs)
+            for job in jobs:
+                handed.put(job)
+            if not jobs and self._stop_when_idle:
+                self.stop()
+
+    @staticmethod
+    def _release(free: threading.Semaphore, n: int) -> None:
+        for _ in range(n):
+            free.release()
+
+    def _poll_jobs(self, slots: int) -> list[PolledJob]:
+        """One poll for up to `slots` jobs: with `max_jobs` where the control plane takes it,
+        else (a control plane before it, or one slot) one job."""
+        wire = self.client.wire
+        if self._poll_many and slots > 1:
+            try:
+                return wire.poll(
+                    self.queues, wait_s=self.wait_s, daemon_id=self.daemon_id, max_jobs=slots
+                )
+            except InvalidRequest as e:
+                if "max_jobs" not in e.message:
+                    raise
+                log.info("control plane takes no max_jobs: polling one job at a time")
+                self._poll_many = False
+        job = wire.poll(self.queues, wait_s=self.wait_s, daemon_id=self.daemon_id)
+        return [] if job is None else [job]
 
     def _install_signals(self) -> Callable[[], None]:
         if (

@@ -166,7 +166,10 @@ POLL = Route(
     "daemon",
     (DAEMON,),
     "daemon_poll",
-    responses={200: ("PollResponse", "a job"), 204: (None, "nothing to do")},
+    responses={
+        200: ("PollResponse|PollManyResponse", 'a job; with max_jobs, {"jobs": [...]}'),
+        204: (None, "nothing to do"),
+    },
     body=JSON,
 )
 RESULT_POST = Route(

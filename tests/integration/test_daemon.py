@@ -70,6 +70,62 @@ def test_poll_other_namespace_is_403_and_bad_body_422(cp):
     )
 
 
+def poll_many(cp, max_jobs, wait_s=0, daemon_id="d1"):
+    body = {"namespace": cp.ns, "queues": [cp.queue], "wait_s": wait_s, "daemon_id": daemon_id}
+    if max_jobs is not None:
+        body["max_jobs"] = max_jobs
+    return cp.call("daemon", "POST", "/v1/daemon/poll", role="daemon", body=body)
+
+
+def test_poll_with_max_jobs_answers_up_to_that_many_each_with_its_own_lease(cp):
+    assert poll_many(cp, 4).status == 204
+    jobs = [cp.enqueue(raw=msgpack.packb([i])).json["job_id"] for i in range(6)]
+    got = poll_many(cp, 4)
+    assert got.status == 200 and set(got.json) == {"jobs"}
+    first = got.json["jobs"]
+    assert [d["job_id"] for d in first] == jobs[:4]
+    assert len({d["lease"] for d in first}) == 4
+    assert all(d["attempt"] == 1 and d["queue"] == cp.queue for d in first)
+    assert all(d["payloadInline"] and d["lease_expires_in_s"] > 0 for d in first)
+    rest = poll_many(cp, 16).json["jobs"]
+    assert [d["job_id"] for d in rest] == jobs[4:]
+    assert poll_many(cp, 16).status == 204
+    # Each lease is its own: a result with one job's lease is accepted, with another's refused.
+    for d in first + rest:
+        assert cp.status(d["job_id"]).json["state"] == "running"
+    posted = cp.post_result(
+        first[0]["job_id"], {"resultInline": b64(b"ok"), "lease": first[0]["lease"]}
+    )
+    assert posted.status == 204
+    wrong = cp.post_result(
+        first[1]["job_id"], {"resultInline": b64(b"x"), "lease": first[2]["lease"]}
+    )
+    assert wrong.status == 409
+
+
+def test_poll_with_max_jobs_blocks_only_while_nothing_is_found(cp):
+    cp.enqueue(raw=b"\x01")
+    started = time.monotonic()
+    got = poll_many(cp, 8, wait_s=5)
+    assert time.monotonic() - started < 2
+    assert len(got.json["jobs"]) == 1
+
+
+def test_poll_without_max_jobs_answers_one_delivery_as_before(cp):
+    job = cp.enqueue(raw=b"\x01").json["job_id"]
+    cp.enqueue(raw=b"\x02")
+    got = poll_many(cp, None)
+    assert got.status == 200 and "jobs" not in got.json
+    assert got.json["job_id"] == job and got.json["lease"]
+
+
+def test_poll_max_jobs_out_of_1_to_16_is_422(cp):
+    for bad in (0, 17, -1, "many"):
+        assert poll_many(cp, bad).status == 422, bad
+    assert poll_many(cp, 1).status == 204
+    assert poll_many(cp, 16).status == 204
+
+
 def test_job_not_acknowledged_is_redelivered_after_visibility_timeout(cp, settings_env):
     # Given a 1 s visibility timeout and a job taken by daemon A that then goes silent
     settings_env(VISIBILITY_TIMEOUT_S="1")

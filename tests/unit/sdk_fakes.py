@@ -47,6 +47,8 @@ class FakeWorld:
     # Poll and result answers carry `download: {url, expires_at}` beside an S3 reference.
     hand_out_downloads: bool = False
     download_expires_at: str = "2099-01-01T00:00:00Z"
+    # Polls take `max_jobs` (a control plane before it answers 422 to the unknown field).
+    takes_max_jobs: bool = True
 
     def new_job_id(self) -> str:
         self.counter += 1
@@ -107,6 +109,15 @@ class FakeWorld:
             )
         return httpx.Response(200, content=self.objects[key])
 
+    def _deliver(self) -> dict:
+        job_id = self.queue.popleft()
+        job = self.jobs[job_id]
+        job["state"] = "running"
+        message = {"job_id": job_id, "namespace": "ns", "queue": job["queue"], "attempt": 1}
+        message.update(job["payload"])
+        self._add_download(message, message.get("payloadRef"))
+        return message
+
     def _cp(self, request: httpx.Request, body: bytes) -> httpx.Response:
         path = request.url.path
         if path in ("/v1/health", "/v1/health/details"):
@@ -135,15 +146,23 @@ class FakeWorld:
         if path.endswith("/jobs") and request.method == "POST":
             return self._enqueue(request, body)
         if path == "/v1/daemon/poll":
+            max_jobs = json.loads(body).get("max_jobs")
+            if max_jobs is not None and not self.takes_max_jobs:
+                return httpx.Response(
+                    422,
+                    json={
+                        "error": {
+                            "code": "invalid_request",
+                            "message": "max_jobs: Extra inputs are not permitted",
+                        }
+                    },
+                )
             if not self.queue:
                 return httpx.Response(204)
-            job_id = self.queue.popleft()
-            job = self.jobs[job_id]
-            job["state"] = "running"
-            message = {"job_id": job_id, "namespace": "ns", "queue": job["queue"], "attempt": 1}
-            message.update(job["payload"])
-            self._add_download(message, message.get("payloadRef"))
-            return httpx.Response(200, json=message)
+            messages = [self._deliver() for _ in range(min(max_jobs or 1, len(self.queue)))]
+            if max_jobs is None:
+                return httpx.Response(200, json=messages[0])
+            return httpx.Response(200, json={"jobs": messages})
         parts = path.split("/")
         if len(parts) >= 6 and parts[4] == "jobs":
             job_id = parts[5]

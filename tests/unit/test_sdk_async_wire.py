@@ -98,3 +98,20 @@ def test_given_an_unreachable_control_plane_when_retries_run_out_async_then_serv
     with pytest.raises(ServiceUnavailable, match="cannot reach the control plane"):
         asyncio.run(async_wire(handler, sleeps, retry=RetryPolicy(max_attempts=3)).config())
     assert len(sleeps) == 2
+
+
+def test_given_max_jobs_when_polling_async_then_the_jobs_list_is_polled_jobs():
+    import json
+
+    bodies: list[dict] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        return httpx.Response(
+            200, json={"jobs": [{"job_id": "J1", "lease": "l1", "payloadInline": "AQ=="}]}
+        )
+
+    wire = async_wire(handler, [])
+    jobs = asyncio.run(wire.poll(["q"], wait_s=0, daemon_id="d", max_jobs=2))
+    assert [(j.job_id, j.lease, j.payload_inline) for j in jobs] == [("J1", "l1", b"\x01")]
+    assert bodies[0]["max_jobs"] == 2

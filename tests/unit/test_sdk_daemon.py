@@ -476,3 +476,102 @@ def test_given_an_older_control_plane_when_the_guess_is_far_off_then_interval_st
     new = HeartbeatAnswer(lease_expires_at=1_000.0, cancel_requested=False, lease_expires_in_s=3.0)
     assert _Heartbeat.interval(new, wall_now=-1e6) == pytest.approx(1.0)
     assert _Heartbeat.interval(new, wall_now=1e6) == pytest.approx(1.0)
+
+
+def poll_bodies(world: FakeWorld) -> list[dict]:
+    return [
+        json.loads(body)
+        for r, body in zip(world.requests, world.bodies, strict=True)
+        if r.method == "POST" and r.url.path == "/v1/daemon/poll"
+    ]
+
+
+def test_given_concurrency_when_running_then_one_poller_asks_for_the_free_workers_and_they_run_in_parallel():
+    import threading
+
+    # Given 4 workers, 10 jobs, and a function that holds each job until 4 run at once
+    world = FakeWorld()
+    client = make_client(world)
+    jobs = [client.queue("q").add(i) for i in range(10)]
+    running, most, lock = [0], [0], threading.Lock()
+    all_four = threading.Barrier(4, timeout=5)
+    in_flight, most_polls = [0], [0]
+    real_poll = client.wire.poll
+
+    def counted_poll(*a, **k):
+        with lock:
+            in_flight[0] += 1
+            most_polls[0] = max(most_polls[0], in_flight[0])
+        try:
+            return real_poll(*a, **k)
+        finally:
+            with lock:
+                in_flight[0] -= 1
+
+    client.wire.poll = counted_poll  # type: ignore[method-assign]
+
+    def fn(i):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        if i < 4:
+            all_four.wait()
+        with lock:
+            running[0] -= 1
+        return i + 1
+
+    # When
+    daemon = Daemon(client, ["q"], wait_s=0, concurrency=4, install_signal_handlers=False)
+    stats = daemon.run(fn, stop_when_idle=True)
+    # Then every job is done once, 4 at a time, by one poll at a time asking for the free slots
+    assert stats == {"succeeded": 10}
+    assert [job.result(timeout=1) for job in jobs] == list(range(1, 11))
+    assert most[0] == 4 and most_polls[0] == 1
+    bodies = poll_bodies(world)
+    assert bodies[0]["max_jobs"] == 4
+    assert all(1 <= b.get("max_jobs", 1) <= 4 for b in bodies)
+    assert {b["daemon_id"] for b in bodies} == {daemon.daemon_id}
+
+
+def test_given_a_control_plane_without_max_jobs_when_running_then_the_poller_falls_back_to_single_polls():
+    world = FakeWorld(takes_max_jobs=False)
+    client = make_client(world)
+    for i in range(6):
+        client.queue("q").add(i)
+    stats = Daemon(client, ["q"], wait_s=0, concurrency=3, install_signal_handlers=False).run(
+        lambda i: i, stop_when_idle=True
+    )
+    assert stats == {"succeeded": 6}
+    bodies = poll_bodies(world)
+    assert "max_jobs" in bodies[0]  # asked once, refused with 422
+    assert all("max_jobs" not in b for b in bodies[1:])
+
+
+def test_given_run_max_jobs_with_concurrency_when_running_then_no_more_than_that_are_taken():
+    world = FakeWorld()
+    client = make_client(world)
+    for i in range(10):
+        client.queue("q").add(i)
+    stats = Daemon(client, ["q"], wait_s=0, concurrency=4, install_signal_handlers=False).run(
+        lambda i: i, max_jobs=5
+    )
+    assert stats == {"succeeded": 5}
+    assert len(world.queue) == 5
+    assert sum(b.get("max_jobs", 1) for b in poll_bodies(world)) == 5
+
+
+def test_given_a_poll_error_with_concurrency_when_running_then_the_poller_backs_off_and_goes_on():
+    import httpx
+
+    world = FakeWorld()
+    client = make_client(world)
+    client.queue("q").add(1)
+    world.fail(
+        "POST",
+        "/v1/daemon/poll",
+        httpx.Response(500, json={"error": {"code": "internal_error", "message": "boom"}}),
+    )
+    stats = Daemon(client, ["q"], wait_s=0, concurrency=2, install_signal_handlers=False).run(
+        lambda i: i, stop_when_idle=True
+    )
+    assert stats == {"succeeded": 1}

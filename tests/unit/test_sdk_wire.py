@@ -238,6 +238,39 @@ def test_given_an_empty_queue_when_polling_then_none_and_a_delivery_is_a_polled_
     assert by_ref.payload_ref == REF and by_ref.payload_inline is None
 
 
+def test_given_max_jobs_when_polling_then_the_body_carries_it_and_the_jobs_list_is_polled_jobs():
+    call = _wire.poll("team", ["q"], wait_s=2, daemon_id="d", max_jobs=3)
+    assert call.json == {
+        "namespace": "team",
+        "queues": ["q"],
+        "wait_s": 2,
+        "daemon_id": "d",
+        "max_jobs": 3,
+    }
+    for bad in (0, 17):
+        with pytest.raises(ValueError, match="max_jobs"):
+            _wire.poll("team", ["q"], wait_s=2, daemon_id="d", max_jobs=bad)
+    delivery = {"namespace": "team", "queue": "q", "attempt": 1, "lease_expires_in_s": 30}
+    rec = Recorder(
+        httpx.Response(204),
+        httpx.Response(
+            200,
+            json={
+                "jobs": [
+                    {**delivery, "job_id": "J1", "lease": "l1", "payloadInline": "AQI="},
+                    {**delivery, "job_id": "J2", "lease": "l2", "payloadRef": REF.to_wire()},
+                ]
+            },
+        ),
+    )
+    wire = wire_with(rec)
+    assert wire.poll(["q"], wait_s=0, daemon_id="d", max_jobs=4) == []
+    jobs = wire.poll(["q"], wait_s=0, daemon_id="d", max_jobs=4)
+    assert [(j.job_id, j.lease) for j in jobs] == [("J1", "l1"), ("J2", "l2")]
+    assert jobs[0].payload_inline == b"\x01\x02" and jobs[1].payload_ref == REF
+    assert jobs[0].lease_expires_in_s == 30
+
+
 def test_given_a_result_long_poll_when_pending_then_not_done_and_when_done_then_typed_forms():
     rec = Recorder(
         httpx.Response(202, json={"job_id": "J1", "state": "running"}),

@@ -8,12 +8,13 @@ from aws_lambda_powertools.event_handler.openapi.params import Body
 
 from .. import routes
 from ..logic.context import Principal
-from ..logic.daemon import poll, post_result, report_failure
+from ..logic.daemon import poll, poll_many, post_result, report_failure
 from ..logic.lifecycle import heartbeat
 from ..models.api import (
     FailureReport,
     HeartbeatRequest,
     HeartbeatResponse,
+    PollManyResponse,
     PollRequest,
     PollResponse,
     ResultPost,
@@ -30,15 +31,26 @@ def register(app) -> None:
     @route(
         app,
         routes.POLL,
-        summary="Take the next job of the named queues (blocking up to wait_s); 204 when idle",
+        summary="Take the next job of the named queues (blocking up to wait_s), or with max_jobs "
+        "up to that many; 204 when idle",
         responses={
-            200: {"description": "a job", "content": {"application/json": {"model": PollResponse}}},
+            200: {
+                "description": 'a job; with max_jobs, {"jobs": [...]}',
+                "content": {"application/json": {"model": PollResponse | PollManyResponse}},
+            },
             204: {"description": "nothing to do"},
         },
     )
     def poll_job(p: Principal, body: Annotated[PollRequest, Body()]):
         # The wait ends in time to answer, whatever the cold start took (_budget.py).
         body = body.model_copy(update={"wait_s": capped_wait(app, body.wait_s)})
+        if body.max_jobs is not None:
+            jobs = poll_many(p, body, get_deps())
+            return (
+                empty_response(204)
+                if not jobs
+                else json_text_response(200, PollManyResponse(jobs=jobs))
+            )
         delivery = poll(p, body, get_deps())
         return empty_response(204) if delivery is None else json_text_response(200, delivery)
 

@@ -62,96 +62,124 @@ def _entry_ms(stream_id: str) -> int:
 
 
 def poll(p: Principal, req: PollRequest, deps: Deps) -> PollResponse | None:
+    """The next delivery (blocking up to wait_s while nothing is found), or None."""
+    found = poll_many(p, req, deps, max_jobs=1)
+    return found[0] if found else None
+
+
+def poll_many(
+    p: Principal, req: PollRequest, deps: Deps, max_jobs: int | None = None
+) -> list[PollResponse]:
+    """Up to `max_jobs` (default req.max_jobs, else 1) deliveries, each with its own lease: the
+    wait blocks only while nothing is found; once one is, up to max_jobs-1 more are taken without
+    blocking. At most MAX_SKIPPED_ENTRIES stale entries are skipped per poll, as for one job."""
     if req.namespace != p.namespace:
         raise Forbidden("token does not belong to this namespace")
     deps.queues.remember_namespace(p.namespace)
     s = deps.settings
+    want = max_jobs if max_jobs is not None else (req.max_jobs or 1)
     wait_s = min(req.wait_s, s.poll_max_wait_s)
     deadline = deps.clock() + wait_s
     min_idle_ms = s.visibility_timeout_s * 1000
-    for _ in range(MAX_SKIPPED_ENTRIES):
-        block_ms = max(int((deadline - deps.clock()) * 1000), 0)
+    found: list[PollResponse] = []
+    skipped = 0
+    while skipped < MAX_SKIPPED_ENTRIES and len(found) < want:
+        block_ms = 0 if found else max(int((deadline - deps.clock()) * 1000), 0)
         entry = deps.jobs.read_next(p.namespace, req.queues, req.daemon_id, block_ms, min_idle_ms)
         if entry is None:
-            every_s = min(PRUNE_EVERY_S, s.stale_consumer_idle_s)
-            deps.jobs.prune_consumers(
-                p.namespace, req.queues, s.stale_consumer_idle_s * 1000, every_s
-            )
-            # Queues left empty and unused that long go too (names included): a poll never
-            # creates a queue, and the ones it finds idle do not stay forever.
-            deps.jobs.collect_queues(
-                p.namespace,
-                req.queues,
-                int(deps.clock() * 1000),
-                s.stale_consumer_idle_s * 1000,
-                every_s,
-            )
-            return None
-        now = deps.clock()
-        now_ms = int(now * 1000)
-        # The lease's expiry in whole ms, as stored (and as short on the wire).
-        lease, lease_ms = new_lease(), int((now + s.visibility_timeout_s) * 1000)
-        lease_expires = lease_ms / 1000
-        if not entry.job_id or now_ms - _entry_ms(entry.stream_id) > s.retention_s * 1000:
-            delivery: object = EntryExpired()
+            if not found:
+                _idle(p, req, deps)
+            return found
+        delivery = _deliver(p, req, entry, deps)
+        if delivery is None:
+            skipped += 1
         else:
-            delivery = deps.jobs.start_delivery(
-                entry,
-                p.namespace,
-                now_ms,
-                lease=lease,
-                lease_expires_ms=lease_ms,
-                consumer=req.daemon_id,
-                max_deliveries=s.max_deliveries,
-                limit_error=delivery_limit_error(s.max_deliveries),
-                cancel_error=cancelled_error(),
-            )
-        match delivery:
-            case Leased():
-                # Its holder's heartbeats keep the lease alive: not ours, and not stale either.
-                continue
-            case DeliveryLimit(deliveries=deliveries):
-                bind_job(entry.job_id)
-                metrics_count("DeliveryLimitExceeded")
-                logger.error(
-                    "delivery limit exceeded, job failed",
-                    extra={"queue": entry.queue, "deliveries": deliveries},
-                )
-            case CancelledAtDelivery():
-                bind_job(entry.job_id)
-                logger.info("job with a cancel requested ended cancelled instead of running again")
-        if not isinstance(delivery, Delivered):
-            # The job expired, already ended, or this entry is a stale double of its entry:
-            # never hand it out.
-            deps.jobs.drop_entry(p.namespace, entry.queue, entry.stream_id)
-            logger.info(
-                "dropped stale entry",
-                extra={"job_id": entry.job_id, "reason": type(delivery).__name__},
-            )
-            continue
-        bind_job(entry.job_id)
-        logger.info(
-            "job delivered",
-            extra={"queue": entry.queue, "attempt": delivery.attempt, "daemon_id": req.daemon_id},
-        )
-        metrics_count("JobsDelivered", redelivery=str(delivery.attempt > 1).lower())
-        ref = payload_ref(entry.job_id, PayloadKind.ARGS, delivery.args, deps)
-        ref = ref if entry.inline is None else None
-        return PollResponse(
-            job_id=entry.job_id,
-            namespace=p.namespace,
-            queue=entry.queue,
-            attempt=delivery.attempt,
+            found.append(delivery)
+    return found
+
+
+def _idle(p: Principal, req: PollRequest, deps: Deps) -> None:
+    s = deps.settings
+    every_s = min(PRUNE_EVERY_S, s.stale_consumer_idle_s)
+    deps.jobs.prune_consumers(p.namespace, req.queues, s.stale_consumer_idle_s * 1000, every_s)
+    # Queues left empty and unused that long go too (names included): a poll never
+    # creates a queue, and the ones it finds idle do not stay forever.
+    deps.jobs.collect_queues(
+        p.namespace,
+        req.queues,
+        int(deps.clock() * 1000),
+        s.stale_consumer_idle_s * 1000,
+        every_s,
+    )
+
+
+def _deliver(p: Principal, req: PollRequest, entry, deps: Deps) -> PollResponse | None:
+    """One entry read for this consumer started as a delivery, or None when it was skipped."""
+    s = deps.settings
+    now = deps.clock()
+    now_ms = int(now * 1000)
+    # The lease's expiry in whole ms, as stored (and as short on the wire).
+    lease, lease_ms = new_lease(), int((now + s.visibility_timeout_s) * 1000)
+    lease_expires = lease_ms / 1000
+    if not entry.job_id or now_ms - _entry_ms(entry.stream_id) > s.retention_s * 1000:
+        delivery: object = EntryExpired()
+    else:
+        delivery = deps.jobs.start_delivery(
+            entry,
+            p.namespace,
+            now_ms,
             lease=lease,
-            lease_expires_at=lease_expires,
-            lease_expires_in_s=float(s.visibility_timeout_s),
-            payloadRef=ref,
-            payloadInline=(
-                base64.b64encode(entry.inline).decode("ascii") if entry.inline is not None else None
-            ),
-            download=download_for(ref, deps),
+            lease_expires_ms=lease_ms,
+            consumer=req.daemon_id,
+            max_deliveries=s.max_deliveries,
+            limit_error=delivery_limit_error(s.max_deliveries),
+            cancel_error=cancelled_error(),
         )
-    return None
+    match delivery:
+        case Leased():
+            # Its holder's heartbeats keep the lease alive: not ours, and not stale either.
+            return None
+        case DeliveryLimit(deliveries=deliveries):
+            bind_job(entry.job_id)
+            metrics_count("DeliveryLimitExceeded")
+            logger.error(
+                "delivery limit exceeded, job failed",
+                extra={"queue": entry.queue, "deliveries": deliveries},
+            )
+        case CancelledAtDelivery():
+            bind_job(entry.job_id)
+            logger.info("job with a cancel requested ended cancelled instead of running again")
+    if not isinstance(delivery, Delivered):
+        # The job expired, already ended, or this entry is a stale double of its entry:
+        # never hand it out.
+        deps.jobs.drop_entry(p.namespace, entry.queue, entry.stream_id)
+        logger.info(
+            "dropped stale entry",
+            extra={"job_id": entry.job_id, "reason": type(delivery).__name__},
+        )
+        return None
+    bind_job(entry.job_id)
+    logger.info(
+        "job delivered",
+        extra={"queue": entry.queue, "attempt": delivery.attempt, "daemon_id": req.daemon_id},
+    )
+    metrics_count("JobsDelivered", redelivery=str(delivery.attempt > 1).lower())
+    ref = payload_ref(entry.job_id, PayloadKind.ARGS, delivery.args, deps)
+    ref = ref if entry.inline is None else None
+    return PollResponse(
+        job_id=entry.job_id,
+        namespace=p.namespace,
+        queue=entry.queue,
+        attempt=delivery.attempt,
+        lease=lease,
+        lease_expires_at=lease_expires,
+        lease_expires_in_s=float(s.visibility_timeout_s),
+        payloadRef=ref,
+        payloadInline=(
+            base64.b64encode(entry.inline).decode("ascii") if entry.inline is not None else None
+        ),
+        download=download_for(ref, deps),
+    )
 
 
 def _result_form(

@@ -171,6 +171,13 @@ class PollRequest(_Strict):
     queues: list[Name] = Field(min_length=1, max_length=16)
     wait_s: float = Field(10.0, ge=0, le=60, description="capped by POLL_MAX_WAIT_S")
     daemon_id: str = Field(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
+    max_jobs: int | None = Field(
+        None,
+        ge=1,
+        le=16,
+        description='given: answer 200 {"jobs": [...]} with up to this many deliveries; '
+        "absent: one delivery, as before",
+    )
 
 
 class DownloadUrl(WireModel):
@@ -200,6 +207,12 @@ class PollResponse(OmitsNull):
     download: DownloadUrl | None = Field(
         None, description="presigned GET of payloadRef (S3 tier only)"
     )
+
+
+class PollManyResponse(WireModel):
+    """A poll with `max_jobs`: one to max_jobs deliveries, each with its own lease."""
+
+    jobs: list[PollResponse]
 
 
 class ResultErrorIn(_Strict):
