@@ -130,10 +130,12 @@ def instrument(client: Client, pause_file: Path | None) -> None:
     def paused_poll(*a, **kw):
         while pause_file is not None and pause_file.exists():
             time.sleep(0.05)
-        job = poll(*a, **kw)
-        if job is not None:
-            LEASE_EXPIRES[job.job_id] = _lease_expiry(job, job.raw, REAL_TIME()) or 0.0
-        return job
+        answer = poll(*a, **kw)
+        # One job, or (poll with max_jobs: a Daemon with several workers) a list of them.
+        for job in answer if isinstance(answer, list) else [answer]:
+            if job is not None:
+                LEASE_EXPIRES[job.job_id] = _lease_expiry(job, job.raw, REAL_TIME()) or 0.0
+        return answer
 
     def logged_heartbeat(job_id, lease, *a, **kw):
         sent = REAL_TIME()
