@@ -479,6 +479,16 @@ def check_api(fx: Fixture, prepared: Prepared, response: Any) -> str | None:
             body, "url", "method", "expires_at", *(("key", "headers") if op == "put" else ())
         )
     if route.path.endswith("/poll"):
+        if isinstance(body, dict) and "jobs" in body:
+            # A poll with max_jobs: {"jobs": [delivery, ...]}, each as the single answer.
+            deliveries = body["jobs"] if isinstance(body["jobs"], list) else []
+            if not deliveries:
+                return f"an empty jobs list with 200: {json.dumps(body)[:300]}"
+            for delivery in deliveries:
+                problem = _needs(delivery, "job_id", "queue", "attempt", "lease")
+                if problem:
+                    return problem
+            return None
         return _needs(body, "job_id", "queue", "attempt")
     if route.path == "/v1/openapi.json":
         if _needs(body, "openapi", "paths"):
