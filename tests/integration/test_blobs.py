@@ -43,9 +43,10 @@ def test_given_new_content_when_posted_then_upload_instructions_then_exists_once
     # Then it gets a presigned PUT with the size and sha256 signed in, at the namespace's key
     assert first.status == 200 and first.json["exists"] is False
     assert first.json["key"] == f"blobs/{cp.ns}/{sha}"
-    assert first.json["upload"]["headers"]["x-amz-checksum-sha256"] == base64.b64encode(
-        bytes.fromhex(sha)
-    ).decode()
+    assert (
+        first.json["upload"]["headers"]["x-amz-checksum-sha256"]
+        == base64.b64encode(bytes.fromhex(sha)).decode()
+    )
     # And the blob is not usable before its upload is verified
     assert enqueue_with(cp, [sha]).error["code"] == "unknown_blob"
     # When it uploads and asks again
