@@ -340,9 +340,20 @@ def test_s3_permissions_are_exactly_what_each_function_signs_or_checks(template)
         (("s3:GetObject", "s3:PutObject"), (objects,), "Allow"),
         list_bucket,
     ]
-    # The reference checkers and GET presigners: HEAD (s3:GetObject) on payloads/* only
-    assert summary("jobs") == [(("s3:GetObject",), (objects,), "Allow"), list_bucket]
-    assert summary("daemon") == [(("s3:GetObject",), (objects,), "Allow"), list_bucket]
+    # The reference checkers and GET presigners: HEAD (s3:GetObject) on payloads/* only, and
+    # the completion of a multipart reference (list its parts, complete it: s3:PutObject, abort)
+    completes = (
+        (
+            "s3:AbortMultipartUpload",
+            "s3:GetObject",
+            "s3:ListMultipartUploadParts",
+            "s3:PutObject",
+        ),
+        (objects,),
+        "Allow",
+    )
+    assert summary("jobs") == [completes, list_bucket]
+    assert summary("daemon") == [completes, list_bucket]
     # Health: bucket-level configuration reads on the bucket itself, no object access
     assert summary("public") == [
         (

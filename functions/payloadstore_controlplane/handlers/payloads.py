@@ -1,15 +1,27 @@
-"""Presign: presigned PUT (args/result) and GET URLs of payloads."""
+"""Presign: presigned PUT (args/result) and GET URLs of payloads, and the part URLs of a
+multipart upload."""
 
 from __future__ import annotations
 
+from typing import Annotated
+
+from aws_lambda_powertools.event_handler.openapi.params import Body
+
 from .. import routes
 from ..logic.context import Principal
-from ..logic.presign import presign_get, presign_put
-from ..models.api import PresignGetResponse, PresignPutResponse, PresignRequest
+from ..logic.presign import presign_get, presign_parts, presign_put
+from ..models.api import (
+    PartsRequest,
+    PartsResponse,
+    PresignGetResponse,
+    PresignPutResponse,
+    PresignRequest,
+)
 from ..observability import lambda_entry
 from ._deps import get_deps
 from ._requests import json_body
 from ._resolver import new_resolver
+from ._responses import json_response
 from ._routing import route
 
 
@@ -22,6 +34,15 @@ def register(app) -> None:
         if req.op == "put":
             return presign_put(p, req, get_deps())
         return presign_get(p, req, get_deps())
+
+    @route(
+        app,
+        routes.PARTS,
+        summary="Presigned UploadPart URLs (size and sha256 signed in) for up to 100 parts of a "
+        "multipart upload",
+    )
+    def parts(p: Principal, ns: str, body: Annotated[PartsRequest, Body()]) -> PartsResponse:
+        return json_response(200, presign_parts(p, body, get_deps()))
 
 
 app = new_resolver()
