@@ -92,9 +92,10 @@
     return el("span", state, "state state-" + String(state).replace(/[^a-z_]/g, ""));
   }
 
-  function sizeOf(ref, inlineSize) {
-    if (ref && typeof ref.size === "number") return bytes(ref.size) + " (s3)";
-    if (typeof inlineSize === "number") return bytes(inlineSize) + " (inline)";
+  // A size the control plane gives (args_size, result_size), else the S3 reference's.
+  function sizeOf(size, ref) {
+    if (typeof size === "number") return bytes(size);
+    if (ref && typeof ref.size === "number") return bytes(ref.size);
     return "-";
   }
 
@@ -220,8 +221,9 @@
     field(items, "Queue", job.queue);
     field(items, "Attempts", job.attempts);
     field(items, "Tier", job.tier);
-    field(items, "Payload size", sizeOf(job.payloadRef, job.payload_size));
-    field(items, "Result size", sizeOf(job.resultRef, job.result_size));
+    field(items, "Arguments size", sizeOf(job.args_size, job.payloadRef));
+    field(items, "Result size", sizeOf(job.result_size, job.resultRef));
+    field(items, "Retried", typeof job.retries === "number" ? job.retries + " times" : "never");
     field(items, "Created", when(job.created_at));
     field(items, "Updated", when(job.updated_at));
     if (job.cancel_requested) field(items, "Cancel", "requested");
@@ -270,7 +272,7 @@
     });
     $("redrive").addEventListener("click", () => {
       const queue = view.queue;
-      act("Retry every failed job of queue " + queue + " (up to 100)?", "/api/queues/" + encodeURIComponent(queue) + "/redrive", { limit: 100 }, (a) => "queue " + queue + " redriven: " + countsText(a));
+      act("Retry the failed jobs of queue " + queue + " (up to 100, newest first)?", "/api/queues/" + encodeURIComponent(queue) + "/redrive", {}, (a) => "queue " + queue + " redriven: " + countsText(a));
     });
     $("purge").addEventListener("click", () => {
       const queue = view.queue;
