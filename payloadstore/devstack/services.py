@@ -23,6 +23,8 @@ LOCAL_SECRET_ACCESS_KEY = "local-secret"
 
 # The lifecycle the CDK stack puts on the bucket (infra/ asserts the same values).
 PAYLOAD_PREFIX = "payloads/"
+BLOB_PREFIX = "blobs/"
+BLOB_LIFECYCLE_RULE_ID = "expire-blobs"
 PAYLOAD_EXPIRATION_DAYS = 2
 ABORT_MULTIPART_DAYS = 1
 LIFECYCLE_RULE_ID = "expire-payloads"
@@ -506,7 +508,14 @@ def create_payload_bucket(s3, bucket: str) -> None:
                     "Status": "Enabled",
                     "Expiration": {"Days": PAYLOAD_EXPIRATION_DAYS},
                     "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": ABORT_MULTIPART_DAYS},
-                }
+                },
+                {
+                    "ID": BLOB_LIFECYCLE_RULE_ID,
+                    "Filter": {"Prefix": BLOB_PREFIX},
+                    "Status": "Enabled",
+                    "Expiration": {"Days": PAYLOAD_EXPIRATION_DAYS},
+                    "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": ABORT_MULTIPART_DAYS},
+                },
             ]
         },
     )
