@@ -22,6 +22,29 @@
 
   const $ = (id) => document.getElementById(id);
 
+  // A table row that opens something: by click, or by Enter/Space when focused.
+  function activate(row, open) {
+    row.tabIndex = 0;
+    row.addEventListener("click", open);
+    row.addEventListener("keydown", (event) => {
+      if (event.key === "Enter" || event.key === " ") {
+        event.preventDefault();
+        open();
+      }
+    });
+  }
+
+  // Rows are redrawn at each refresh: keep the keyboard focus on the same queue or job.
+  function replaceRows(body, rows, key) {
+    const active = document.activeElement;
+    const focused = active && body.contains(active) ? active.dataset[key] : null;
+    body.replaceChildren(...rows);
+    if (focused) {
+      const again = rows.find((row) => row.dataset[key] === focused);
+      if (again) again.focus();
+    }
+  }
+
   function el(tag, text, className) {
     const node = document.createElement(tag);
     if (text !== undefined && text !== null) node.textContent = String(text);
@@ -110,10 +133,10 @@
       row.dataset.queue = q.name;
       if (q.name === view.queue) row.classList.add("selected");
       row.append(el("td", q.name, "wrap"), el("td", q.queued, "num"), el("td", q.in_flight, "num"), el("td", age(q.oldest_queued_age_s), "num"));
-      row.addEventListener("click", () => selectQueue(q.name));
+      activate(row, () => selectQueue(q.name));
       rows.push(row);
     }
-    body.replaceChildren(...rows);
+    replaceRows(body, rows, "queue");
     $("queues-empty").hidden = rows.length > 0;
   }
 
@@ -183,10 +206,10 @@
       const error = job.error ? job.error.type : "";
       const created = typeof job.created_at === "number" ? age(now - job.created_at) : "-";
       row.append(idCell, stateCell, el("td", job.attempts, "num"), el("td", job.tier || "-"), el("td", created), el("td", error, "wrap"));
-      row.addEventListener("click", () => selectJob(job.job_id));
+      activate(row, () => selectJob(job.job_id));
       return row;
     });
-    $("jobs").tBodies[0].replaceChildren(...rows);
+    replaceRows($("jobs").tBodies[0], rows, "jobId");
     $("jobs-empty").hidden = rows.length > 0;
     $("next-page").disabled = !view.nextCursor;
     $("first-page").disabled = !view.cursor;
