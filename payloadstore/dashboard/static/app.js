@@ -93,6 +93,18 @@
     return Math.floor(s / 86400) + "d" + String(Math.floor((s % 86400) / 3600)).padStart(2, "0") + "h";
   }
 
+  // A job id is a ULID: its first 10 characters are its creation time in ms (Crockford base32).
+  const CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+
+  function createdAt(job) {
+    if (typeof job.created_at === "number") return job.created_at;
+    const id = String(job.job_id || "");
+    if (!/^[0-9A-HJKMNP-TV-Z]{26}$/.test(id)) return null;
+    let ms = 0;
+    for (const c of id.slice(0, 10)) ms = ms * 32 + CROCKFORD.indexOf(c);
+    return ms / 1000;
+  }
+
   function when(epoch) {
     if (typeof epoch !== "number") return "-";
     const date = new Date(epoch * 1000);
@@ -109,6 +121,11 @@
       unit += 1;
     }
     return (unit ? value.toFixed(1) : String(value)) + " " + units[unit];
+  }
+
+  function retried(count) {
+    if (typeof count !== "number" || count < 1) return "never";
+    return count === 1 ? "once" : count + " times";
   }
 
   function stateBadge(state) {
@@ -204,8 +221,9 @@
       const stateCell = el("td");
       stateCell.append(stateBadge(job.state));
       const error = job.error ? job.error.type : "";
-      const created = typeof job.created_at === "number" ? age(now - job.created_at) : "-";
-      row.append(idCell, stateCell, el("td", job.attempts, "num"), el("td", job.tier || "-"), el("td", created), el("td", error, "wrap"));
+      const created = createdAt(job);
+      const shownAge = created === null ? "-" : age(now - created);
+      row.append(idCell, stateCell, el("td", job.attempts, "num"), el("td", job.tier || "-"), el("td", shownAge), el("td", error, "wrap"));
       activate(row, () => selectJob(job.job_id));
       return row;
     });
@@ -246,8 +264,8 @@
     field(items, "Tier", job.tier);
     field(items, "Arguments size", sizeOf(job.args_size, job.payloadRef));
     field(items, "Result size", sizeOf(job.result_size, job.resultRef));
-    field(items, "Retried", typeof job.retries === "number" ? job.retries + " times" : "never");
-    field(items, "Created", when(job.created_at));
+    field(items, "Retried", retried(job.retries));
+    field(items, "Created", when(createdAt(job)));
     field(items, "Updated", when(job.updated_at));
     if (job.cancel_requested) field(items, "Cancel", "requested");
     $("detail-fields").replaceChildren(...items);
