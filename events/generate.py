@@ -205,6 +205,12 @@ def main() -> None:
             role="daemon",
             body={"lease": LEASE},
         ),
+        "blob_create": event(
+            "POST",
+            "/v1/namespaces/{ns}/blobs",
+            {"ns": "dev"},
+            body={"sha256": "b" * 64, "size": 268435456},
+        ),
         "config": event("GET", "/v1/config", None),
         "health": event("GET", "/v1/health", None, role=None),
         "health_details": event("GET", "/v1/health/details", None),

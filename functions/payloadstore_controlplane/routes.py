@@ -320,6 +320,26 @@ QUEUE_STATS = Route(
     },
 )
 
+BLOBS = Route(
+    "POST",
+    "/v1/namespaces/{ns}/blobs",
+    "payloads",
+    (CLIENT, DAEMON),
+    "blob_create",
+    responses={
+        200: (
+            "BlobResponse",
+            (
+                "exists: true (the namespace has it, verified), or upload instructions (a "
+                "presigned PUT with size and sha256 signed in): upload, then POST again"
+            ),
+        ),
+        409: ("ErrorResponse", "the namespace's blob with this sha256 has another size"),
+    },
+    body=JSON,
+    request="BlobRequest",
+)
+
 # Every route, in this order (CDK, the local gateway, the OpenAPI document and the events).
 ROUTES: tuple[Route, ...] = (
     PRESIGN,
@@ -340,6 +360,7 @@ ROUTES: tuple[Route, ...] = (
     JOBS_STATUS,
     QUEUE_LIST,
     QUEUE_STATS,
+    BLOBS,
 )
 
 

@@ -1,5 +1,5 @@
-"""Presign: presigned PUT (args/result) and GET URLs of payloads, and the part URLs of a
-multipart upload."""
+"""Presign: presigned PUT (args/result) and GET URLs of payloads, the part URLs of a
+multipart upload; blobs (create, verify)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,12 @@ from typing import Annotated
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
 from .. import routes
+from ..logic.blobs import ensure_blob
 from ..logic.context import Principal
 from ..logic.presign import presign_get, presign_parts, presign_put
 from ..models.api import (
+    BlobRequest,
+    BlobResponse,
     PartsRequest,
     PartsResponse,
     PresignGetResponse,
@@ -34,6 +37,16 @@ def register(app) -> None:
         if req.op == "put":
             return presign_put(p, req, get_deps())
         return presign_get(p, req, get_deps())
+
+    @route(
+        app,
+        routes.BLOBS,
+        summary="A blob {sha256, size}: exists (verified) or where to upload it; POST again "
+        "after the upload to have it verified",
+    )
+    def blob(p: Principal, ns: str) -> BlobResponse:
+        req = BlobRequest.model_validate(json_body(app))
+        return ensure_blob(p, req, get_deps())
 
     @route(
         app,

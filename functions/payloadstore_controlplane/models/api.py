@@ -49,6 +49,18 @@ MimeType = Annotated[
     ),
 ]
 Name = Annotated[str, Field(pattern=NAME_RE.pattern, description="[A-Za-z0-9_.-], 1-63 chars")]
+# A blob is at most what one S3 PUT and one CopyObject (its renewal) take: 5 GiB.
+MAX_BLOB_BYTES = 5 * 1024**3
+# The most blobs one job (or one result) may reference.
+MAX_BLOBS_PER_JOB = 16
+BlobList = Annotated[
+    list[Sha256Hex],
+    Field(
+        max_length=MAX_BLOBS_PER_JOB,
+        description="sha256 (hex) of every blob the value references (the SDK fills it): "
+        "409 unknown_blob when the namespace has no such blob",
+    ),
+]
 
 
 class _Strict(WireModel):
@@ -186,6 +198,7 @@ class PresignGetResponse(WireModel):
 class EnqueueRequest(_Strict):
     payloadRef: PayloadRef | None = None
     payloadInline: Base64Bytes | None = None
+    blobs: BlobList = Field(default_factory=list)
 
     def inline_bytes(self) -> bytes | None:
         return None if self.payloadInline is None else b64_bytes(self.payloadInline)
@@ -251,6 +264,14 @@ class DownloadUrl(WireModel):
     expires_at: str
 
 
+class BlobDownload(WireModel):
+    """A presigned GET of one blob a job or a result references."""
+
+    sha256: str
+    url: str
+    expires_at: str
+
+
 class PollResponse(OmitsNull):
     job_id: str
     namespace: str
@@ -269,6 +290,9 @@ class PollResponse(OmitsNull):
     payloadInline: str | None = None
     download: DownloadUrl | None = Field(
         None, description="presigned GET of payloadRef (S3 tier only)"
+    )
+    blobs: list[BlobDownload] | None = Field(
+        None, description="a presigned GET of each blob the job references (none: absent)"
     )
 
 
@@ -289,6 +313,7 @@ class ResultPost(_Strict):
     resultRef: PayloadRef | None = None
     resultInline: Base64Bytes | None = None
     error: ResultErrorIn | None = None
+    blobs: BlobList = Field(default_factory=list)
 
     def inline_bytes(self) -> bytes | None:
         return None if self.resultInline is None else b64_bytes(self.resultInline)
@@ -326,6 +351,47 @@ class ResultResponse(OmitsNull):
     download: DownloadUrl | None = Field(
         None, description="presigned GET of resultRef (an S3 result only)"
     )
+    blobs: list[BlobDownload] | None = Field(
+        None, description="a presigned GET of each blob the result references (none: absent)"
+    )
+
+
+# -- blobs ---------------------------------------------------------------------------------
+
+
+class BlobRequest(_Strict):
+    """POST .../blobs: does the namespace have this content? If not, where to upload it."""
+
+    sha256: Sha256Hex
+    size: int = Field(ge=1, le=MAX_BLOB_BYTES, description="exact byte size (at most 5 GiB)")
+
+    @model_validator(mode="after")
+    def _lower(self):
+        self.sha256 = self.sha256.lower()
+        return self
+
+
+class BlobUpload(WireModel):
+    """A presigned PUT of the blob: size and sha256 are signed in (S3 refuses other bytes)."""
+
+    url: str
+    method: Literal["PUT"] = "PUT"
+    headers: dict[str, str] = Field(description="send exactly these headers with the PUT")
+    expires_at: str = Field(description="ISO 8601 UTC")
+
+
+class BlobResponse(OmitsNull):
+    sha256: str
+    size: int
+    exists: bool = Field(
+        description="true: the namespace has the blob, verified; jobs may reference it now. "
+        "false: upload it with `upload`, then POST again to have it verified"
+    )
+    key: str = Field(description="the blob's key: blobs/<namespace>/<sha256>")
+    expires_at: str | None = Field(
+        None, description="exists: when the blob expires unless a new job references it"
+    )
+    upload: BlobUpload | None = None
 
 
 # -- public --------------------------------------------------------------------------------
@@ -409,6 +475,7 @@ class BatchJobIn(_Strict):
     idempotency_key: str | None = Field(
         None, description="as the Idempotency-Key header of a single enqueue (inline jobs)"
     )
+    blobs: BlobList = Field(default_factory=list)
 
     def inline_bytes(self) -> bytes | None:
         return None if self.payloadInline is None else b64_bytes(self.payloadInline)

@@ -55,6 +55,8 @@ converts such a job to layout 2 the first time it touches it (`redis_jobs.RedisJ
 
 from __future__ import annotations
 
+import base64
+
 PREFIX = "ps"
 CONSUMER_GROUP = "daemons"
 # The inline index is split into hashes of one hour of job ids each, so whole hours expire.
@@ -95,6 +97,15 @@ def namespaces() -> str:
     metrics function's list of namespaces, so it never lists the token store. Added once per
     container per NAMESPACE_REMEMBER_S (redis_queues.RedisQueueStats.remember_namespace)."""
     return f"{PREFIX}:{{namespaces}}:set"
+
+
+def blob(namespace: str, sha256_hex: str) -> str:
+    """STRING: the blob's size, with a TTL of the retention, once its upload was verified (see
+    docs/design.md "Blobs"). The digest is in base64url (43 chars, not 64 hex) so the record
+    stays within 128 B (MEMORY USAGE) for namespaces up to 11 chars, ~140 B at 32. Its age is
+    the retention less its TTL: no timestamp is stored. In the namespace's slot."""
+    digest = base64.urlsafe_b64encode(bytes.fromhex(sha256_hex)).rstrip(b"=").decode("ascii")
+    return f"{PREFIX}:{{ns:{namespace}}}:b:{digest}"
 
 
 def inline_index(namespace: str, job_ms: int) -> str:

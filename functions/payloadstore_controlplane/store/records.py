@@ -67,6 +67,8 @@ class JobRecord:
     # The done list's element when it was read with the hash (`get_job(..., with_done=True)`).
     done: bytes | None = field(default=None, repr=False)
     done_read: bool = field(default=False, repr=False)
+    # The blobs the accepted result references (hash fields rb0, rb1, ...), hex.
+    result_blobs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,7 @@ class InlineJob:
     index_until_ms: int
     idempotency_key: str | None = None
     candidate_tail: str = ""
+    blobs: bytes = b""  # raw sha256s of the blobs it references, concatenated
 
 
 @dataclass(frozen=True)
@@ -91,12 +94,13 @@ class QueueEntry:
     stream_id: str
     job_id: str
     inline: bytes | None
+    blobs: bytes = b""  # raw sha256s of the blobs the job references (field `B`)
 
     @classmethod
     def parse(cls, queue: str, stream_id: str, fields: dict) -> QueueEntry:
         job = fields.get(b"j", fields.get(b"job", b""))
         inline = fields.get(b"b", fields.get(b"inline"))
-        return cls(queue, stream_id, text(job) or "", inline)
+        return cls(queue, stream_id, text(job) or "", inline, fields.get(b"B") or b"")
 
 
 @dataclass(frozen=True)

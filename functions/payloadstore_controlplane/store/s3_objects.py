@@ -16,6 +16,7 @@ import os
 import re
 import time
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -32,6 +33,7 @@ class ObjectInfo:
     size: int
     sha256_b64: str | None
     content_type: str | None
+    last_modified: float | None = None  # epoch seconds (HTTP date: whole seconds)
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,15 @@ class UploadedPart:
 class PresignedPut:
     url: str
     headers: dict[str, str]
+
+
+def _http_date(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError):
+        return None
 
 
 def sha256_b64_to_hex(b64_digest: str) -> str:
@@ -530,8 +541,34 @@ class S3Objects:
                     size=int(length),
                     sha256_b64=fields.get("x-amz-checksum-sha256"),
                     content_type=fields.get("content-type"),
+                    last_modified=_http_date(fields.get("last-modified")),
                 )
         return self._client_head(key)
+
+    def copy_onto_itself(self, key: str, content_type: str) -> bool:
+        """Copy an object onto itself (S3 CopyObject, no bytes through the caller): its
+        Last-Modified becomes now, so the bucket's lifecycle counts its days from now. S3 takes a
+        copy onto itself only when something changes: the metadata is replaced (x-amz-meta-
+        renewed-at), and the sha256 checksum is computed again for the new object. False when
+        the object is gone (404)."""
+        try:
+            self._s3.copy_object(
+                Bucket=self.bucket,
+                Key=key,
+                CopySource={"Bucket": self.bucket, "Key": key},
+                MetadataDirective="REPLACE",
+                Metadata={"renewed-at": str(int(time.time()))},
+                ContentType=content_type,
+                ChecksumAlgorithm="SHA256",
+            )
+        except ClientError as e:
+            code = e.response.get("Error", {}).get("Code")
+            if code in ("404", "NoSuchKey", "NotFound"):
+                return False
+            raise _storage_error(e, "copy") from e
+        except BotoCoreError as e:
+            raise _storage_error(e, "copy") from e
+        return True
 
     def _client_head(self, key: str) -> ObjectInfo | None:
         try:
@@ -545,10 +582,12 @@ class S3Objects:
             raise _storage_error(e, "head") from e
         except BotoCoreError as e:
             raise _storage_error(e, "head") from e
+        modified = r.get("LastModified")
         return ObjectInfo(
             size=int(r["ContentLength"]),
             sha256_b64=r.get("ChecksumSHA256"),
             content_type=r.get("ContentType"),
+            last_modified=modified.timestamp() if modified is not None else None,
         )
 
     # -- health checks: each returns (ok, detail) and never raises -----------------------
