@@ -411,9 +411,7 @@ def test_no_role_has_s3_wildcards_or_object_listing(template):
             # ListMultipartUploadParts lists the parts of one upload (a multipart completion),
             # not the bucket's objects.
             listing = ("s3:ListBucket", "s3:ListMultipartUploadParts")
-            assert not [a for a in actions if a.startswith("s3:List") and a not in listing], (
-                role_id
-            )
+            assert not [a for a in actions if a.startswith("s3:List") and a not in listing], role_id
 
 
 def test_token_store_permissions(template):
