@@ -9,7 +9,12 @@ a presigned URL) lacks s3:ListBucket on the bucket. So the local stack refuses w
 Object actions are granted on `<bucket>/payloads/*` and `<bucket>/blobs/*` only (one table
 each), bucket actions on the bucket itself. A presigned URL can do only what its signer may do:
 
-- payloads presigns PUT and GET (s3:PutObject, s3:GetObject) and HEADs references;
+- payloads presigns PUT and GET (s3:PutObject, s3:GetObject) and HEADs references; above
+  MULTIPART_THRESHOLD it creates the multipart upload and presigns its UploadPart URLs
+  (CreateMultipartUpload and UploadPart are authorised by s3:PutObject);
+- jobs and daemon complete a multipart reference at enqueue and result post: they list its parts
+  (s3:ListMultipartUploadParts), complete it (CompleteMultipartUpload: s3:PutObject) and abort
+  an upload whose parts do not match what was issued (s3:AbortMultipartUpload);
 - jobs and daemon HEAD the references they accept (HeadObject is authorised by s3:GetObject) and
   presign the GETs handed out with a poll or a result (`download`);
 - all three hold s3:ListBucket on the bucket, so a key that is not there answers 404
@@ -35,10 +40,15 @@ BLOB_PREFIX = "blobs/"
 LIST_BUCKET = "s3:ListBucket"
 
 # Function group -> S3 actions on `<bucket>/payloads/*`.
+MULTIPART_COMPLETION = (
+    "s3:PutObject",
+    "s3:ListMultipartUploadParts",
+    "s3:AbortMultipartUpload",
+)
 OBJECT_ACTIONS: dict[str, tuple[str, ...]] = {
     "payloads": ("s3:GetObject", "s3:PutObject"),
-    "jobs": ("s3:GetObject",),
-    "daemon": ("s3:GetObject",),
+    "jobs": ("s3:GetObject", *MULTIPART_COMPLETION),
+    "daemon": ("s3:GetObject", *MULTIPART_COMPLETION),
 }
 # Function group -> S3 actions on `<bucket>/blobs/*`.
 BLOB_OBJECT_ACTIONS: dict[str, tuple[str, ...]] = {

@@ -350,13 +350,20 @@ def test_s3_permissions_are_exactly_what_each_function_signs_or_checks(template)
         (("s3:GetObject", "s3:PutObject"), (blobs, objects), "Allow"),
         list_bucket,
     ]
-    # The reference checkers and GET presigners: HEAD (s3:GetObject) on payloads/* only
-    assert summary("jobs") == sorted(
-        [(("s3:GetObject",), (objects,), "Allow"), blob_grant, list_bucket]
+    # The reference checkers and GET presigners: HEAD (s3:GetObject) on payloads/* only, and
+    # the completion of a multipart reference (list its parts, complete it: s3:PutObject, abort)
+    completes = (
+        (
+            "s3:AbortMultipartUpload",
+            "s3:GetObject",
+            "s3:ListMultipartUploadParts",
+            "s3:PutObject",
+        ),
+        (objects,),
+        "Allow",
     )
-    assert summary("daemon") == sorted(
-        [(("s3:GetObject",), (objects,), "Allow"), blob_grant, list_bucket]
-    )
+    assert summary("jobs") == sorted([completes, blob_grant, list_bucket])
+    assert summary("daemon") == sorted([completes, blob_grant, list_bucket])
     # Health: bucket-level configuration reads on the bucket itself, no object access
     assert summary("public") == [
         (
@@ -401,9 +408,10 @@ def test_no_role_has_s3_wildcards_or_object_listing(template):
         for s in role_statements(template, role_id):
             actions = as_list(s["Action"])
             assert "s3:*" not in actions and "*" not in actions, role_id
-            assert not [a for a in actions if a.startswith("s3:List") and a != "s3:ListBucket"], (
-                role_id
-            )
+            # ListMultipartUploadParts lists the parts of one upload (a multipart completion),
+            # not the bucket's objects.
+            listing = ("s3:ListBucket", "s3:ListMultipartUploadParts")
+            assert not [a for a in actions if a.startswith("s3:List") and a not in listing], role_id
 
 
 def test_token_store_permissions(template):

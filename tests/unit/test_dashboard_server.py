@@ -6,7 +6,6 @@ The browser test (tests/e2e/test_dashboard_browser.py) runs the page against the
 
 from __future__ import annotations
 
-import http.client
 import json
 import re
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ import pytest
 from payloadstore import Client
 from payloadstore.dashboard import CSRF_HEADER, ClientBackend, Dashboard
 from payloadstore.dashboard.backend import without_urls
+from tests.support.dashboard import post, request
 
 TOKEN = "pst_dashboard-secret-token-0123456789"
 JOB = "01JD0000000000000000000000"
@@ -105,49 +105,6 @@ def dashboard(control_plane):
         server.start()
         yield server
     client.close()
-
-
-@dataclass
-class Answer:
-    status: int
-    headers: dict[str, str]
-    text: str
-
-    def json(self) -> dict:
-        return json.loads(self.text)
-
-
-def request(
-    server: Dashboard,
-    method: str,
-    path: str,
-    body: bytes | None = None,
-    *,
-    host: str | None = None,
-    headers: dict[str, str] | None = None,
-) -> Answer:
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
-    sent = {"Host": host or f"127.0.0.1:{server.port}", **(headers or {})}
-    conn.request(method, path, body=body, headers=sent)
-    response = conn.getresponse()
-    answer = Answer(
-        response.status,
-        {k.lower(): v for k, v in response.getheaders()},
-        response.read().decode(),
-    )
-    conn.close()
-    return answer
-
-
-def post(server: Dashboard, path: str, body: dict | None = None, **headers: str) -> Answer:
-    base = {
-        "Origin": f"http://127.0.0.1:{server.port}",
-        "Content-Type": "application/json",
-        CSRF_HEADER: server.csrf_token,
-    }
-    base.update({k.replace("_", "-"): v for k, v in headers.items()})
-    sent = {k: v for k, v in base.items() if v != ""}
-    return request(server, "POST", path, json.dumps(body or {}).encode(), headers=sent)
 
 
 def writes(control_plane: ControlPlane) -> list[tuple[str, str, dict]]:

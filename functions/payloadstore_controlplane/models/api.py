@@ -9,7 +9,15 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
-from .domain import NAME_RE, JobStatus, OmitsNull, PayloadKind, PayloadRef, Tier, WireModel
+from .domain import (
+    NAME_RE,
+    JobStatus,
+    OmitsNull,
+    PayloadKind,
+    PayloadRef,
+    Tier,
+    WireModel,
+)
 
 Sha256Hex = Annotated[
     str, Field(pattern=r"^[0-9a-fA-F]{64}$", description="sha256 of the bytes, hex")
@@ -90,8 +98,9 @@ class PresignRequest(_Strict):
     content_type: MimeType = "application/msgpack"
     sha256: Sha256Hex | None = Field(
         None,
-        description="hex sha256 of the upload (op=put, required): signed into the URL, so S3 "
-        "refuses other bytes, and checked again before the key is accepted",
+        description="hex sha256 of the upload (op=put, required up to MULTIPART_THRESHOLD): "
+        "signed into the URL, so S3 refuses other bytes, and checked again before the key is "
+        "accepted. Not used above the threshold: each part's sha256 is signed into its URL",
     )
     lease: Lease | None = Field(
         None, description="kind=result: the lease of the delivery whose result this is"
@@ -102,10 +111,7 @@ class PresignRequest(_Strict):
     def _fields_for_op(self):
         if self.op == "put" and self.size is None:
             raise ValueError("op=put needs size")
-        if self.op == "put" and not self.sha256:
-            # Without a checksum signed in, same-size bytes could replace the object after the
-            # CP checked it; with one, S3 itself refuses them.
-            raise ValueError("op=put needs sha256 (hex sha256 of the bytes to upload)")
+        # op=put without sha256 is refused by the logic up to MULTIPART_THRESHOLD (a setting).
         if self.op == "get" and not self.key:
             raise ValueError("op=get needs key")
         if self.sha256:
@@ -113,13 +119,70 @@ class PresignRequest(_Strict):
         return self
 
 
-class PresignPutResponse(WireModel):
-    url: str
+class PresignMultipart(WireModel):
+    """A multipart upload created at presign: ask `POST .../payloads/parts` for part URLs."""
+
+    upload_id: str
+    part_bytes: int = Field(description="every part but the last has exactly this many bytes")
+    part_count: int
+
+
+class PresignPutResponse(OmitsNull):
+    url: str | None = Field(None, description="the single PUT's URL (absent for a multipart)")
     method: Literal["PUT"] = "PUT"
     headers: dict[str, str] = Field(description="send exactly these headers with the PUT")
     bucket: str
     key: str
     job_id: str
+    expires_at: str = Field(description="ISO 8601 UTC")
+    multipart: PresignMultipart | None = Field(
+        None, description="above MULTIPART_THRESHOLD: the multipart upload, instead of `url`"
+    )
+
+
+# -- multipart parts -----------------------------------------------------------------------
+
+
+class PartSpec(_Strict):
+    number: int = Field(ge=1, le=10_000, description="part number, 1..part_count")
+    size: int = Field(ge=1, description="part_bytes, or what is left for the last part")
+    sha256: Sha256Hex
+
+    @model_validator(mode="after")
+    def _lower(self):
+        self.sha256 = self.sha256.lower()
+        return self
+
+
+class PartsRequest(_Strict):
+    """POST .../payloads/parts: presigned UploadPart URLs for parts of a multipart upload."""
+
+    job_id: str = Field(max_length=64)
+    kind: PayloadKind = PayloadKind.ARGS
+    lease: Lease | None = Field(
+        None, description="kind=result: the lease of the delivery (checked when given)"
+    )
+    parts: list[PartSpec] = Field(min_length=1, max_length=100, description="at most 100")
+
+    @model_validator(mode="after")
+    def _distinct(self):
+        numbers = [p.number for p in self.parts]
+        if len(set(numbers)) != len(numbers):
+            raise ValueError("each part number at most once per call")
+        return self
+
+
+class PartUrl(WireModel):
+    number: int
+    url: str
+    headers: dict[str, str] = Field(description="send exactly these headers with the part's PUT")
+
+
+class PartsResponse(WireModel):
+    job_id: str
+    key: str
+    upload_id: str
+    parts: list[PartUrl]
     expires_at: str = Field(description="ISO 8601 UTC")
 
 
@@ -340,6 +403,8 @@ class ConfigResponse(WireModel):
     presign_ttl_s: int
     result_ttl_s: int
     max_presigns_per_job: int
+    multipart_threshold: int = Field(description="uploads above this size are multipart")
+    multipart_part_bytes: int = Field(description="part size (grown for > 10,000 parts)")
     batch_max_jobs: int = Field(description="jobs per batch enqueue or status call")
     batch_max_bytes: int = Field(description="inline payload bytes per batch enqueue (decoded)")
 

@@ -29,6 +29,9 @@ live in the done list.
     pn  args presign count                rn  result presign count
                                           ri  result key issued at, ms since epoch
                                           ra  attempt whose delivery issued the result key
+    pb  args part size, multipart only    rb  result part size, multipart only
+    pm  args composite sha256 (32 raw     rm  result composite sha256, once completed
+        bytes), once completed
     rk  result form: i (inline bytes in the done list) | s (S3, ref from r*) | e (error JSON
         in the done list)
     g   digest of the accepted result post (kind letter + 15 bytes of sha256), for repeats
@@ -69,6 +72,14 @@ def done(job_id: str) -> str:
     """LIST holding one element once the job is terminal: the inline result bytes, the error JSON,
     or empty (S3 result). Result waiters block on it (BLMOVE to itself: nobody consumes it)."""
     return f"{PREFIX}:{{j:{job_id}}}:done"
+
+
+def parts(job_id: str, kind: str) -> str:
+    """HASH of a multipart upload in progress (kind `args` | `result`): `u` the S3 upload id,
+    and one field per issued part number holding the sha256 (32 raw bytes) signed into its URL.
+    Deleted once the upload is completed; it lives no longer than the job hash. (Upload ids
+    are longer than 64 bytes on S3: kept out of the job hash, which stays a listpack.)"""
+    return f"{PREFIX}:{{j:{job_id}}}:parts:{kind}"
 
 
 def queue(namespace: str, queue_name: str) -> str:

@@ -35,6 +35,9 @@ class IssuedKey:
     issued_ms: int | None
     # The delivery (attempt) that presigned a result key; None for args and older issues.
     attempt: int | None = None
+    # A multipart upload: its part size, and its composite sha256 (hex) once completed.
+    part_bytes: int | None = None
+    composite_sha256: str | None = None
 
 
 @dataclass(frozen=True)
@@ -243,6 +246,42 @@ class DeliveryLimit:
 @dataclass(frozen=True)
 class EntryExpired:
     """The entry is older than the retention, or names no job."""
+
+
+# Multipart parts.
+
+
+@dataclass(frozen=True)
+class PartsIssued:
+    """The parts' checksums are recorded; the upload to sign them for."""
+
+    upload_id: str
+
+
+@dataclass(frozen=True)
+class NotMultipart:
+    """The key was issued for a single PUT (or its multipart upload is gone)."""
+
+
+@dataclass(frozen=True)
+class PartDiffers:
+    """A part was issued before with another sha256."""
+
+    number: int
+
+
+@dataclass(frozen=True)
+class PresignCapReached:
+    """MAX_PRESIGNS_PER_JOB presigns of this key already."""
+
+
+@dataclass(frozen=True)
+class MultipartUpload:
+    """What the CP issued for a multipart upload in progress: the upload and each issued
+    part's sha256 (32 raw bytes) by part number."""
+
+    upload_id: str
+    parts: dict[int, bytes]
 
 
 # Completion.

@@ -68,6 +68,8 @@ def _issued(f: dict[str, Any], prefix: str, issued_ms: int | None) -> IssuedKey 
         presigns=number(f.get(prefix + "n"), 0),
         issued_ms=issued_ms,
         attempt=(number(f.get("ra"), 0) or None) if prefix == "r" else None,
+        part_bytes=number(f.get(prefix + "b"), 0) or None,
+        composite_sha256=sha_hex(f.get(prefix + "m")),
     )
 
 

@@ -22,6 +22,29 @@
 
   const $ = (id) => document.getElementById(id);
 
+  // A table row that opens something: by click, or by Enter/Space when focused.
+  function activate(row, open) {
+    row.tabIndex = 0;
+    row.addEventListener("click", open);
+    row.addEventListener("keydown", (event) => {
+      if (event.key === "Enter" || event.key === " ") {
+        event.preventDefault();
+        open();
+      }
+    });
+  }
+
+  // Rows are redrawn at each refresh: keep the keyboard focus on the same queue or job.
+  function replaceRows(body, rows, key) {
+    const active = document.activeElement;
+    const focused = active && body.contains(active) ? active.dataset[key] : null;
+    body.replaceChildren(...rows);
+    if (focused) {
+      const again = rows.find((row) => row.dataset[key] === focused);
+      if (again) again.focus();
+    }
+  }
+
   function el(tag, text, className) {
     const node = document.createElement(tag);
     if (text !== undefined && text !== null) node.textContent = String(text);
@@ -70,6 +93,18 @@
     return Math.floor(s / 86400) + "d" + String(Math.floor((s % 86400) / 3600)).padStart(2, "0") + "h";
   }
 
+  // A job id is a ULID: its first 10 characters are its creation time in ms (Crockford base32).
+  const CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+
+  function createdAt(job) {
+    if (typeof job.created_at === "number") return job.created_at;
+    const id = String(job.job_id || "");
+    if (!/^[0-9A-HJKMNP-TV-Z]{26}$/.test(id)) return null;
+    let ms = 0;
+    for (const c of id.slice(0, 10)) ms = ms * 32 + CROCKFORD.indexOf(c);
+    return ms / 1000;
+  }
+
   function when(epoch) {
     if (typeof epoch !== "number") return "-";
     const date = new Date(epoch * 1000);
@@ -88,13 +123,19 @@
     return (unit ? value.toFixed(1) : String(value)) + " " + units[unit];
   }
 
+  function retried(count) {
+    if (typeof count !== "number" || count < 1) return "never";
+    return count === 1 ? "once" : count + " times";
+  }
+
   function stateBadge(state) {
     return el("span", state, "state state-" + String(state).replace(/[^a-z_]/g, ""));
   }
 
-  function sizeOf(ref, inlineSize) {
-    if (ref && typeof ref.size === "number") return bytes(ref.size) + " (s3)";
-    if (typeof inlineSize === "number") return bytes(inlineSize) + " (inline)";
+  // A size the control plane gives (args_size, result_size), else the S3 reference's.
+  function sizeOf(size, ref) {
+    if (typeof size === "number") return bytes(size);
+    if (ref && typeof ref.size === "number") return bytes(ref.size);
     return "-";
   }
 
@@ -109,10 +150,10 @@
       row.dataset.queue = q.name;
       if (q.name === view.queue) row.classList.add("selected");
       row.append(el("td", q.name, "wrap"), el("td", q.queued, "num"), el("td", q.in_flight, "num"), el("td", age(q.oldest_queued_age_s), "num"));
-      row.addEventListener("click", () => selectQueue(q.name));
+      activate(row, () => selectQueue(q.name));
       rows.push(row);
     }
-    body.replaceChildren(...rows);
+    replaceRows(body, rows, "queue");
     $("queues-empty").hidden = rows.length > 0;
   }
 
@@ -180,12 +221,13 @@
       const stateCell = el("td");
       stateCell.append(stateBadge(job.state));
       const error = job.error ? job.error.type : "";
-      const created = typeof job.created_at === "number" ? age(now - job.created_at) : "-";
-      row.append(idCell, stateCell, el("td", job.attempts, "num"), el("td", job.tier || "-"), el("td", created), el("td", error, "wrap"));
-      row.addEventListener("click", () => selectJob(job.job_id));
+      const created = createdAt(job);
+      const shownAge = created === null ? "-" : age(now - created);
+      row.append(idCell, stateCell, el("td", job.attempts, "num"), el("td", job.tier || "-"), el("td", shownAge), el("td", error, "wrap"));
+      activate(row, () => selectJob(job.job_id));
       return row;
     });
-    $("jobs").tBodies[0].replaceChildren(...rows);
+    replaceRows($("jobs").tBodies[0], rows, "jobId");
     $("jobs-empty").hidden = rows.length > 0;
     $("next-page").disabled = !view.nextCursor;
     $("first-page").disabled = !view.cursor;
@@ -220,9 +262,10 @@
     field(items, "Queue", job.queue);
     field(items, "Attempts", job.attempts);
     field(items, "Tier", job.tier);
-    field(items, "Payload size", sizeOf(job.payloadRef, job.payload_size));
-    field(items, "Result size", sizeOf(job.resultRef, job.result_size));
-    field(items, "Created", when(job.created_at));
+    field(items, "Arguments size", sizeOf(job.args_size, job.payloadRef));
+    field(items, "Result size", sizeOf(job.result_size, job.resultRef));
+    field(items, "Retried", retried(job.retries));
+    field(items, "Created", when(createdAt(job)));
     field(items, "Updated", when(job.updated_at));
     if (job.cancel_requested) field(items, "Cancel", "requested");
     $("detail-fields").replaceChildren(...items);
@@ -270,7 +313,7 @@
     });
     $("redrive").addEventListener("click", () => {
       const queue = view.queue;
-      act("Retry every failed job of queue " + queue + " (up to 100)?", "/api/queues/" + encodeURIComponent(queue) + "/redrive", { limit: 100 }, (a) => "queue " + queue + " redriven: " + countsText(a));
+      act("Retry the failed jobs of queue " + queue + " (up to 100, newest first)?", "/api/queues/" + encodeURIComponent(queue) + "/redrive", {}, (a) => "queue " + queue + " redriven: " + countsText(a));
     });
     $("purge").addEventListener("click", () => {
       const queue = view.queue;
