@@ -126,7 +126,7 @@ def test_a_job_naming_a_blob_of_another_namespace_is_refused(local_gateway):
 
 
 def test_the_async_client_stores_and_sends_blobs(local_gateway, cache_dir):
-    client, daemon_client = clients(local_gateway)
+    _, daemon_client = clients(local_gateway)
     queue = unique_queue("blobs")
     data = os.urandom(MiB)
 
