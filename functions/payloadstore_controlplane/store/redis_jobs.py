@@ -47,6 +47,7 @@ from typing import Any
 from ..models.domain import JobStatus, Tier
 from . import keys
 from .jobs import layout1
+from .jobs.blobs import BlobSteps
 from .jobs.completion import CompletionSteps
 from .jobs.delivery import DeliverySteps
 from .jobs.enqueue import EnqueueSteps
@@ -68,6 +69,8 @@ def _issued(f: dict[str, Any], prefix: str, issued_ms: int | None) -> IssuedKey 
         presigns=number(f.get(prefix + "n"), 0),
         issued_ms=issued_ms,
         attempt=(number(f.get("ra"), 0) or None) if prefix == "r" else None,
+        part_bytes=number(f.get(prefix + "b"), 0) or None,
+        composite_sha256=sha_hex(f.get(prefix + "m")),
     )
 
 
@@ -98,11 +101,25 @@ def decode_job(
         done_read=done_read,
         retries=number(f.get("rt")),
         args_size=number(f.get("pz"), 0) or None,
+        result_blobs=_result_blobs(f),
     )
 
 
+def _result_blobs(f: dict[str, Any]) -> tuple[str, ...]:
+    out: list[str] = []
+    while (raw := f.get(f"rb{len(out)}")) is not None:
+        out.append(bytes(raw).hex())
+    return tuple(out)
+
+
 class RedisJobStore(
-    PresignSteps, EnqueueSteps, DeliverySteps, CompletionSteps, LifecycleSteps, OperateSteps
+    PresignSteps,
+    EnqueueSteps,
+    DeliverySteps,
+    CompletionSteps,
+    LifecycleSteps,
+    BlobSteps,
+    OperateSteps,
 ):
     # INFO memory is read at most this often per node.
     MEMORY_CACHE_S = 1.0
