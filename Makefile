@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 STAGE ?= dev
 CDK_ARGS ?=
 
-.PHONY: help dev demo smoke test reliability reliability-failover lint docs synth deploy venv node redis clean-devstack sam-local bench cost
+.PHONY: help dev demo smoke test reliability reliability-failover lint docs synth deploy venv node redis chromium clean-devstack sam-local bench cost
 
 help:
 	@echo "make dev     run the control plane locally (redis-server, S3 emulator, gateway on :8080)"
@@ -71,6 +71,11 @@ node: $(NODE_STAMP)
 redis: $(VENV)/.installed-stack
 	@$(PY) -m payloadstore.devstack.services find-redis
 
+# The dashboard's browser test: Debian's chromium package, installed with apt-get (its configured
+# sources) when missing and root; Playwright drives it, its own browser download is never used.
+chromium: $(VENV)/.installed-stack
+	@$(PY) -m payloadstore.devstack.services find-chromium
+
 dev: $(VENV)/.installed-stack redis
 	$(PY) -m payloadstore.devstack
 
@@ -85,7 +90,7 @@ smoke: $(VENV)/.installed-stack
 	@PAYLOADSTORE_SMOKE_TOKEN="$(TOKEN)" PAYLOADSTORE_SMOKE_DAEMON_TOKEN="$(DAEMON_TOKEN)" \
 	  $(PY) -m payloadstore.devstack.demo --endpoint "$(ENDPOINT)" --namespace "$(NAMESPACE)"
 
-test: $(VENV)/.installed-test node redis
+test: $(VENV)/.installed-test node redis chromium
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # Bounded (<= 10 min): first the Redis failover scenario (reliability-failover, ~1 min), then

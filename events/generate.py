@@ -90,6 +90,19 @@ def main() -> None:
             query={"op": "put", "size": "8388608"},
             body={"kind": "args", "sha256": "a" * 64},
         ),
+        "payloads_parts": event(
+            "POST",
+            "/v1/namespaces/{ns}/payloads/parts",
+            {"ns": "dev"},
+            body={
+                "job_id": JOB,
+                "kind": "args",
+                "parts": [
+                    {"number": 1, "size": 16777216, "sha256": "a" * 64},
+                    {"number": 2, "size": 16777216, "sha256": "b" * 64},
+                ],
+            },
+        ),
         "presign_get": event(
             "POST",
             "/v1/namespaces/{ns}/payloads/presign",
@@ -191,6 +204,12 @@ def main() -> None:
             {"ns": "dev", "job_id": JOB},
             role="daemon",
             body={"lease": LEASE},
+        ),
+        "blob_create": event(
+            "POST",
+            "/v1/namespaces/{ns}/blobs",
+            {"ns": "dev"},
+            body={"sha256": "b" * 64, "size": 268435456},
         ),
         "config": event("GET", "/v1/config", None),
         "health": event("GET", "/v1/health", None, role=None),

@@ -157,6 +157,8 @@ FUNCTION_TUNING: dict[str, FunctionTuning] = {
 # OBJECT_ACTIONS are on `<bucket>/payloads/*`, BUCKET_ACTIONS on the bucket (s3:ListBucket for
 # the functions that HEAD or presign GETs: a missing key then answers 404, not 403).
 OBJECT_ACTIONS: dict[str, tuple[str, ...]] = grants.OBJECT_ACTIONS
+# BLOB_OBJECT_ACTIONS are on `<bucket>/blobs/*` (presign, HEAD, renewal by CopyObject).
+BLOB_OBJECT_ACTIONS: dict[str, tuple[str, ...]] = grants.BLOB_OBJECT_ACTIONS
 BUCKET_ACTIONS: dict[str, tuple[str, ...]] = grants.BUCKET_ACTIONS
 HEALTH_FUNCTION = "public"
 # Groups that talk to Redis (and so read the AUTH secret). The authorizer and admin only use SSM.

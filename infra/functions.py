@@ -14,6 +14,7 @@ from infra.config import (
     ADMIN_FUNCTION,
     ARCHITECTURES,
     AUTHORIZER_FUNCTION,
+    BLOB_OBJECT_ACTIONS,
     BUCKET_ACTIONS,
     CTX_SETTINGS_PREFIX,
     FUNCTION_TUNING,
@@ -29,7 +30,7 @@ from infra.config import (
     memory_of,
     reserved_concurrency_of,
 )
-from infra.storage import PAYLOAD_PREFIX
+from infra.storage import BLOB_PREFIX, PAYLOAD_PREFIX
 from payloadstore_controlplane.models.settings import SETTINGS_ENV, Settings
 from payloadstore_controlplane.routes import (
     API_GATEWAY_TIMEOUT_S,
@@ -309,6 +310,12 @@ class ControlPlaneFunctions(Construct):
             self.roles[group].add_to_policy(
                 iam.PolicyStatement(
                     actions=list(actions), resources=[f"{bucket_arn}/{PAYLOAD_PREFIX}*"]
+                )
+            )
+        for group, actions in BLOB_OBJECT_ACTIONS.items():
+            self.roles[group].add_to_policy(
+                iam.PolicyStatement(
+                    actions=list(actions), resources=[f"{bucket_arn}/{BLOB_PREFIX}*"]
                 )
             )
         for group, actions in BUCKET_ACTIONS.items():

@@ -12,7 +12,12 @@ from typing import TYPE_CHECKING
 import aws_cdk as cdk
 from constructs import IConstruct
 
-from infra.config import ADMIN_FUNCTION, AUTHORIZER_FUNCTION, OBJECT_ACTIONS
+from infra.config import (
+    ADMIN_FUNCTION,
+    AUTHORIZER_FUNCTION,
+    BLOB_OBJECT_ACTIONS,
+    OBJECT_ACTIONS,
+)
 
 if TYPE_CHECKING:
     from infra.account import ApiGatewayAccountStack
@@ -72,6 +77,14 @@ def acknowledge_findings(stack: PayloadStoreStack) -> None:
             "Payload keys are minted per job (payloads/YYYY/MM/DD/<job_id>/<kind>), so the "
             "grant is the payloads/ prefix, and only s3:GetObject (HEAD verification) or "
             "s3:GetObject+s3:PutObject (presigning) on it.",
+        )
+    for group in BLOB_OBJECT_ACTIONS:
+        _ack(
+            fns.roles[group],
+            f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/blobs/*]",
+            "Blob keys are content-addressed per namespace (blobs/<namespace>/<sha256>), so the "
+            "grant is the blobs/ prefix: s3:GetObject+s3:PutObject to presign, HEAD and renew "
+            "(CopyObject onto itself).",
         )
     _ack(
         fns.roles[AUTHORIZER_FUNCTION],

@@ -1,4 +1,5 @@
-"""The payload bucket: SSE-S3, no public access, TLS only, `payloads/` expire after 2 days."""
+"""The payload bucket: SSE-S3, no public access, TLS only, `payloads/` and `blobs/` expire after
+2 days (a blob a new job references is renewed by the control plane: see docs/design.md)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,11 @@ PAYLOAD_PREFIX = "payloads/"
 PAYLOAD_EXPIRATION_DAYS = 2
 ABORT_MULTIPART_DAYS = 1
 LIFECYCLE_RULE_ID = "expire-payloads"
+# Blobs (`blobs/<namespace>/<sha256>`) expire by the same days, counted from their upload or
+# their last renewal (a copy onto itself, which the control plane makes when a job references a
+# blob older than half the retention).
+BLOB_PREFIX = "blobs/"
+BLOB_LIFECYCLE_RULE_ID = "expire-blobs"
 
 ACCESS_LOG_PREFIX = "payload-bucket/"
 ACCESS_LOG_RETENTION_DAYS = 90
@@ -64,7 +70,13 @@ class PayloadStorage(Construct):
                     # S3 counts whole days from midnight UTC; the CP itself refuses reads past 48 h.
                     expiration=cdk.Duration.days(PAYLOAD_EXPIRATION_DAYS),
                     abort_incomplete_multipart_upload_after=cdk.Duration.days(ABORT_MULTIPART_DAYS),
-                )
+                ),
+                s3.LifecycleRule(
+                    id=BLOB_LIFECYCLE_RULE_ID,
+                    prefix=BLOB_PREFIX,
+                    expiration=cdk.Duration.days(PAYLOAD_EXPIRATION_DAYS),
+                    abort_incomplete_multipart_upload_after=cdk.Duration.days(ABORT_MULTIPART_DAYS),
+                ),
             ],
             server_access_logs_bucket=self.access_logs,
             server_access_logs_prefix=ACCESS_LOG_PREFIX,

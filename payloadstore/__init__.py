@@ -15,6 +15,8 @@ _EXPORTS = {
     "ALL_COMPLETED": "._many",
     "FIRST_COMPLETED": "._many",
     "AsyncClient": ".aio",
+    "Blob": "._blobs",
+    "blob": "._blobs",
     "AsyncJob": ".aio",
     "AsyncQueue": ".aio",
     "BatchError": ".errors",
@@ -64,6 +66,7 @@ __all__ = [
     "AsyncQueue",
     "AuthError",
     "BatchError",
+    "Blob",
     "Client",
     "ConfigError",
     "ConflictError",
@@ -95,6 +98,7 @@ __all__ = [
     "TransferError",
     "WaitTimeout",
     "as_completed",
+    "blob",
     "current_job",
     "wait",
 ]
@@ -114,6 +118,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from ._blobs import Blob, blob
     from ._http import RetryPolicy
     from .client import Client, Job, JobInfo, JobStatus, Queue, ServerConfig
     from .daemon import CurrentJob, Daemon, current_job

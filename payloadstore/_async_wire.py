@@ -145,13 +145,22 @@ class AsyncWire:
     async def presign_get(self, key: str, *, job_id: str | None = None) -> DownloadGrant:
         return await self.send(_wire.presign_get(self.namespace, key, job_id=job_id))
 
-    async def enqueue_inline(self, queue: str, data: bytes, *, idempotency_key: str) -> Enqueued:
+    async def enqueue_inline(
+        self, queue: str, data: bytes, *, idempotency_key: str, blobs: tuple[str, ...] = ()
+    ) -> Enqueued:
         return await self.send(
-            _wire.enqueue_inline(self.namespace, queue, data, idempotency_key=idempotency_key)
+            _wire.enqueue_inline(
+                self.namespace, queue, data, idempotency_key=idempotency_key, blobs=blobs
+            )
         )
 
-    async def enqueue_ref(self, queue: str, ref: PayloadRef) -> Enqueued:
-        return await self.send(_wire.enqueue_ref(self.namespace, queue, ref))
+    async def enqueue_ref(
+        self, queue: str, ref: PayloadRef, *, blobs: tuple[str, ...] = ()
+    ) -> Enqueued:
+        return await self.send(_wire.enqueue_ref(self.namespace, queue, ref, blobs=blobs))
+
+    async def blob(self, sha256: str, size: int) -> dict[str, Any]:
+        return await self.send(_wire.blob(self.namespace, sha256, size))
 
     async def job_status(self, job_id: str) -> JobInfo:
         return await self.send(_wire.job_status(self.namespace, job_id))
@@ -204,10 +213,17 @@ class AsyncWire:
         ref: PayloadRef | None = None,
         error: Mapping[str, Any] | None = None,
         lease: str | None = None,
+        blobs: tuple[str, ...] = (),
     ) -> None:
         await self.send(
             _wire.post_result(
-                self.namespace, job_id, inline=inline, ref=ref, error=error, lease=lease
+                self.namespace,
+                job_id,
+                inline=inline,
+                ref=ref,
+                error=error,
+                lease=lease,
+                blobs=blobs,
             )
         )
 

@@ -270,6 +270,8 @@ class BatchItem:
     inline: bytes | None = None
     ref: PayloadRef | None = None
     idempotency_key: str | None = None
+    #: sha256 of each blob the payload references (the control plane checks them)
+    blobs: tuple[str, ...] = ()
 
     def to_wire(self) -> dict[str, Any]:
         out: dict[str, Any] = (
@@ -279,6 +281,8 @@ class BatchItem:
         )
         if self.idempotency_key:
             out["idempotency_key"] = self.idempotency_key
+        if self.blobs:
+            out["blobs"] = list(self.blobs)
         return out
 
 
@@ -786,9 +790,20 @@ def presign_get(namespace: str, key: str, *, job_id: str | None = None) -> Call[
 
 
 def enqueue_inline(
-    namespace: str, queue: str, data: bytes, *, idempotency_key: str
+    namespace: str, queue: str, data: bytes, *, idempotency_key: str, blobs: tuple[str, ...] = ()
 ) -> Call[Enqueued]:
-    """The raw msgpack bytes as the body; the key makes every retry give back the same job."""
+    """The raw msgpack bytes as the body; the key makes every retry give back the same job.
+    With blobs, the JSON form (`payloadInline` base64 + `blobs`): a raw body has no room."""
+    if blobs:
+        return Call(
+            "POST",
+            ns_path(namespace, f"/queues/{queue}/jobs"),
+            f"enqueue on queue {queue}",
+            parse_enqueued("inline"),
+            ok=frozenset({200, 201}),
+            json={"payloadInline": base64.b64encode(data).decode("ascii"), "blobs": list(blobs)},
+            headers={"Idempotency-Key": idempotency_key},
+        )
     return Call(
         "POST",
         ns_path(namespace, f"/queues/{queue}/jobs"),
@@ -800,15 +815,35 @@ def enqueue_inline(
     )
 
 
-def enqueue_ref(namespace: str, queue: str, ref: PayloadRef) -> Call[Enqueued]:
+def enqueue_ref(
+    namespace: str, queue: str, ref: PayloadRef, *, blobs: tuple[str, ...] = ()
+) -> Call[Enqueued]:
     """Enqueueing the same issued key again gives back the same job, so retries are safe."""
+    body: dict[str, Any] = {"payloadRef": ref.to_request()}
+    if blobs:
+        body["blobs"] = list(blobs)
     return Call(
         "POST",
         ns_path(namespace, f"/queues/{queue}/jobs"),
         f"enqueue on queue {queue}",
         parse_enqueued("s3"),
         ok=frozenset({200, 201}),
-        json={"payloadRef": ref.to_request()},
+        json=body,
+    )
+
+
+def parse_blob(response: httpx.Response) -> dict[str, Any]:
+    return _json(response)
+
+
+def blob(namespace: str, sha256: str, size: int) -> Call[dict[str, Any]]:
+    """POST .../blobs: `{exists: true, ...}`, or `{exists: false, upload: {url, headers}}`."""
+    return Call(
+        "POST",
+        ns_path(namespace, "/blobs"),
+        f"blob {sha256[:12]}",
+        parse_blob,
+        json={"sha256": sha256, "size": size},
     )
 
 
@@ -936,9 +971,11 @@ def post_result(
     ref: PayloadRef | None = None,
     error: Mapping[str, Any] | None = None,
     lease: str | None = None,
+    blobs: tuple[str, ...] = (),
 ) -> Call[None]:
     """Exactly one of: the inline result bytes, the S3 reference, or the error {type, message,
-    traceback?}; with the delivery's lease (409 `lease_mismatch` once it is not current)."""
+    traceback?}; with the delivery's lease (409 `lease_mismatch` once it is not current) and
+    the sha256 of each blob the result references."""
     given = [
         name for name, v in (("inline", inline), ("ref", ref), ("error", error)) if v is not None
     ]
@@ -952,6 +989,8 @@ def post_result(
         body = {"error": dict(error or {})}
     if lease is not None:
         body["lease"] = lease
+    if blobs:
+        body["blobs"] = list(blobs)
     return Call(
         "POST",
         ns_path(namespace, f"/jobs/{job_id}/result"),
@@ -1126,13 +1165,20 @@ class Wire:
     def presign_get(self, key: str, *, job_id: str | None = None) -> DownloadGrant:
         return self.send(presign_get(self.namespace, key, job_id=job_id))
 
-    def enqueue_inline(self, queue: str, data: bytes, *, idempotency_key: str) -> Enqueued:
+    def enqueue_inline(
+        self, queue: str, data: bytes, *, idempotency_key: str, blobs: tuple[str, ...] = ()
+    ) -> Enqueued:
         return self.send(
-            enqueue_inline(self.namespace, queue, data, idempotency_key=idempotency_key)
+            enqueue_inline(
+                self.namespace, queue, data, idempotency_key=idempotency_key, blobs=blobs
+            )
         )
 
-    def enqueue_ref(self, queue: str, ref: PayloadRef) -> Enqueued:
-        return self.send(enqueue_ref(self.namespace, queue, ref))
+    def enqueue_ref(self, queue: str, ref: PayloadRef, *, blobs: tuple[str, ...] = ()) -> Enqueued:
+        return self.send(enqueue_ref(self.namespace, queue, ref, blobs=blobs))
+
+    def blob(self, sha256: str, size: int) -> dict[str, Any]:
+        return self.send(blob(self.namespace, sha256, size))
 
     def job_status(self, job_id: str) -> JobStatus:
         return self.send(job_status(self.namespace, job_id))
@@ -1179,9 +1225,18 @@ class Wire:
         ref: PayloadRef | None = None,
         error: Mapping[str, Any] | None = None,
         lease: str | None = None,
+        blobs: tuple[str, ...] = (),
     ) -> None:
         self.send(
-            post_result(self.namespace, job_id, inline=inline, ref=ref, error=error, lease=lease)
+            post_result(
+                self.namespace,
+                job_id,
+                inline=inline,
+                ref=ref,
+                error=error,
+                lease=lease,
+                blobs=blobs,
+            )
         )
 
     def report_failure(

@@ -24,12 +24,14 @@ import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable
+from dataclasses import replace
 from typing import Any, Self
 
 import httpx
 
 from . import codec
 from ._async_wire import AsyncWire
+from ._blobs import Blob, BlobStore
 from ._http import RetryPolicy
 from ._many import (
     ALL_COMPLETED,
@@ -123,6 +125,7 @@ class AsyncClient:
         self._config: ServerConfig | None = None
         self._config_lock = asyncio.Lock()
         self._payloads: Payloads | None = None
+        self._blobs: BlobStore | None = None
 
     # -- construction -------------------------------------------------------------------------
 
@@ -197,6 +200,26 @@ class AsyncClient:
             )
         return self._payloads
 
+    def blob_store(self) -> BlobStore:
+        """The blob uploads, GETs and cache of this client, bound to its loop (call from it)."""
+        if self._blobs is None:
+            self._blobs = BlobStore(
+                _OnLoop(self.wire, asyncio.get_running_loop()),
+                self.s3_http,
+                retry=self.retry,
+            )
+        return self._blobs
+
+    async def blob(self, source: Any) -> Blob:
+        """As `Client.blob`: store content once in this namespace (hashing and uploading run in
+        a worker thread) and return its `Blob`."""
+        return await asyncio.to_thread(self.blob_store().put, source)
+
+    async def _send_blobs(self, encoded: Any) -> tuple[str, ...]:
+        if not getattr(encoded, "blobs", ()):
+            return ()
+        return await asyncio.to_thread(self.blob_store().send, encoded.blobs)
+
     def queue(self, name: str) -> AsyncQueue:
         return AsyncQueue(self, name)
 
@@ -269,26 +292,29 @@ class AsyncQueue:
         client = self.client
         config = await client.config()
         size = encoded.nbytes
+        blobs = await client._send_blobs(encoded)
         if size <= config.inline_threshold:
             key = idempotency_key or uuid.uuid4().hex
             try:
                 enqueued = await client.wire.enqueue_inline(
-                    self.name, encoded.tobytes(), idempotency_key=key
+                    self.name, encoded.tobytes(), idempotency_key=key, blobs=blobs
                 )
             except InlineUnavailable:
-                enqueued = await self._enqueue_through_s3(encoded, progress)
+                enqueued = await self._enqueue_through_s3(encoded, progress, blobs)
             except ServiceUnavailable as e:
                 raise enqueue_unconfirmed(self.name, e, idempotency_key=key) from e
         else:
             (await client.payloads()).check_size(size)
-            enqueued = await self._enqueue_through_s3(encoded, progress)
+            enqueued = await self._enqueue_through_s3(encoded, progress, blobs)
         return AsyncJob(client, enqueued.job_id, tier=enqueued.tier, queue=self.name)
 
-    async def _enqueue_through_s3(self, encoded: Any, progress: bool | None) -> Enqueued:
+    async def _enqueue_through_s3(
+        self, encoded: Any, progress: bool | None, blobs: tuple[str, ...] = ()
+    ) -> Enqueued:
         payloads = await self.client.payloads()
         ref, job_id = await asyncio.to_thread(payloads.store, encoded, "args", progress=progress)
         try:
-            return await self.client.wire.enqueue_ref(self.name, ref)
+            return await self.client.wire.enqueue_ref(self.name, ref, blobs=blobs)
         except ServiceUnavailable as e:
             raise enqueue_unconfirmed(self.name, e, job_id=job_id) from e
 
@@ -342,20 +368,27 @@ class AsyncQueue:
         config = await self.client.config()
         payloads = await self.client.payloads()
 
+        refs: dict[int, tuple[str, ...]] = {}
+
         async def upload(p: Planned) -> None:
             async with limit:
                 try:
                     ref, _ = await asyncio.to_thread(
                         payloads.store, p.encoded, "args", progress=progress
                     )
-                    p.item = BatchItem(ref=ref)
+                    p.item = BatchItem(ref=ref, blobs=refs.get(p.index, ()))
                 except PayloadStoreError as e:
                     errors[p.index] = e
 
         uploads = []
         for p in planned:
+            try:
+                refs[p.index] = await self.client._send_blobs(p.encoded)
+            except PayloadStoreError as e:
+                errors[p.index] = e
+                continue
             if not force_s3 and p.encoded.nbytes <= config.inline_threshold:
-                p.item = inline_item(p.encoded)
+                p.item = replace(inline_item(p.encoded), blobs=refs[p.index])
                 continue
             try:
                 payloads.check_size(p.encoded.nbytes)
@@ -424,8 +457,11 @@ class AsyncJob(JobHandle):
             answer = await self.client.wire.job_result(self.job_id, wait_s=wait)
             state = answer.state or state
             if answer.done:
+                store = self.client.blob_store()
+                store.grant(answer.raw.get("blobs"))
+                data: bytes | bytearray
                 if answer.result_inline is not None:
-                    value = codec.decode(answer.result_inline, copy=copy)
+                    data = answer.result_inline
                 elif answer.result_ref is not None:
                     payloads = await self.client.payloads()
                     data = await asyncio.to_thread(
@@ -435,9 +471,14 @@ class AsyncJob(JobHandle):
                         progress=progress,
                         grant=answer.download,
                     )
-                    value = codec.decode(data, copy=copy)
                 else:
                     raise job_error(self.job_id, answer.state, answer.error)
+                # Blobs in the result read through the GETs handed out with it.
+                reading = store.reading()
+                try:
+                    value = codec.decode(data, copy=copy)
+                finally:
+                    store.done_reading(reading)
                 self._result, self._has_result = value, True
                 return value
             if deadline is not None and time.monotonic() >= deadline:

@@ -654,6 +654,72 @@ def top(settings: Settings, interval: float) -> None:
         fail(e, settings.verbose)
 
 
+@cli.command()
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8765,
+    show_default=True,
+    help="port to serve on (0: any free port)",
+)
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="address to serve on: anyone who reaches it acts with this process's token",
+)
+@click.option(
+    "--refresh",
+    type=click.FloatRange(min=0.5),
+    default=3.0,
+    show_default=True,
+    help="seconds between the page's refreshes",
+)
+@click.pass_obj
+def dashboard(settings: Settings, port: int, host: str, refresh: float) -> None:
+    """Serve a web page of the namespace's queues and jobs (retry, cancel, redrive, purge) on
+    http://127.0.0.1:PORT/. The token stays in this process; Ctrl-C stops it."""
+    from .dashboard import ClientBackend, Dashboard
+
+    try:
+        client = settings.client("client", progress=False)
+    except PayloadStoreError as e:
+        fail(e, settings.verbose)
+    try:
+        server = Dashboard(
+            ClientBackend(client),
+            host,
+            port,
+            secrets_to_hide=ClientBackend.secrets(client),
+            refresh_s=refresh,
+        )
+    except (ValueError, OSError) as e:
+        client.close()
+        fail(ConfigError(f"cannot serve the dashboard on {host}:{port}: {e}"))
+    if not ipaddress_is_loopback(host):
+        click.echo(
+            f"warning: serving on {host}: anyone who reaches it acts with this token", err=True
+        )
+    click.echo(
+        f"dashboard url={server.url} namespace={client.namespace} "
+        f"endpoint={client.wire.endpoint} (Ctrl-C to stop)",
+        err=True,
+    )
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()
+        client.close()
+
+
+def ipaddress_is_loopback(host: str) -> bool:
+    import ipaddress
+
+    return ipaddress.ip_address(host).is_loopback
+
+
 def main(argv: list[str] | None = None) -> None:
     cli.main(args=argv, prog_name="payloadstore")
 

@@ -16,12 +16,14 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple, Self
 
 import httpx
 
 from . import codec
+from ._blobs import Blob, BlobStore
 from ._http import RetryPolicy
 from ._many import (
     ALL_COMPLETED,
@@ -180,6 +182,8 @@ class Client:
             progress=progress,
             sleep=sleep,
         )
+        #: blobs: uploads (once per namespace), presigned GETs handed out, the host's cache
+        self.blobs = BlobStore(self.wire, self.s3_http, retry=self.retry, sleep=sleep)
         self._config: ServerConfig | None = None
         self._config_lock = threading.Lock()
 
@@ -256,6 +260,13 @@ class Client:
             if self._config is None:
                 self._config = self.wire.config()
             return self._config
+
+    def blob(self, source: Any) -> Blob:
+        """Store content once in this namespace: `source` is bytes, a path (`str` or
+        `os.PathLike`) or a binary file object. Hashes it (streaming), uploads it only when the
+        namespace does not have it yet, and returns a `Blob` (`.sha256`, `.size`) to put in any
+        job's arguments (a reference of tens of bytes travels, not the bytes)."""
+        return self.blobs.put(source)
 
     def queue(self, name: str) -> Queue:
         return Queue(self, name)
@@ -376,9 +387,15 @@ class Queue:
         (uploads run `concurrency` at a time)."""
         threshold = self.client.config.inline_threshold
         uploads = {}
+        refs: dict[int, tuple[str, ...]] = {}
         for p in planned:
+            try:
+                refs[p.index] = self.client.blobs.send(p.encoded.blobs)
+            except PayloadStoreError as e:
+                errors[p.index] = e
+                continue
             if not force_s3 and p.encoded.nbytes <= threshold:
-                p.item = inline_item(p.encoded)
+                p.item = replace(inline_item(p.encoded), blobs=refs[p.index])
                 continue
             try:
                 self.client.payloads.check_size(p.encoded.nbytes)
@@ -394,7 +411,7 @@ class Queue:
                 continue
             try:
                 ref, _ = future.result()
-                p.item = BatchItem(ref=ref)
+                p.item = BatchItem(ref=ref, blobs=refs.get(p.index, ()))
             except PayloadStoreError as e:
                 errors[p.index] = e
 
@@ -460,13 +477,15 @@ class Queue:
     ) -> Job:
         client = self.client
         size = encoded.nbytes
+        # The blobs first (each uploaded once per namespace): the enqueue names them.
+        blobs = client.blobs.send(getattr(encoded, "blobs", ()))
         if size <= client.config.inline_threshold:
             # One key per call, sent on every retry: a lost 201 retried gives back the same job.
             key = idempotency_key or uuid.uuid4().hex
             try:
                 enqueued = self._confirm(
                     lambda: client.wire.enqueue_inline(
-                        self.name, encoded.tobytes(), idempotency_key=key
+                        self.name, encoded.tobytes(), idempotency_key=key, blobs=blobs
                     ),
                     idempotency_key=key,
                 )
@@ -478,10 +497,12 @@ class Queue:
                     size,
                     e.code,
                 )
-                enqueued = self._enqueue_through_s3(encoded, progress, idempotency_key=key)
+                enqueued = self._enqueue_through_s3(
+                    encoded, progress, idempotency_key=key, blobs=blobs
+                )
         else:
             client.payloads.check_size(size)
-            enqueued = self._enqueue_through_s3(encoded, progress)
+            enqueued = self._enqueue_through_s3(encoded, progress, blobs=blobs)
         job = Job(client, enqueued.job_id, tier=enqueued.tier, queue=self.name)
         log.info(
             "enqueued job_id=%s queue=%s tier=%s bytes=%d", job.job_id, self.name, job.tier, size
@@ -489,7 +510,12 @@ class Queue:
         return job
 
     def _enqueue_through_s3(
-        self, encoded: Any, progress: bool | None, *, idempotency_key: str | None = None
+        self,
+        encoded: Any,
+        progress: bool | None,
+        *,
+        idempotency_key: str | None = None,
+        blobs: tuple[str, ...] = (),
     ) -> Enqueued:
         try:
             ref, job_id = self.client.payloads.store(encoded, "args", progress=progress)
@@ -502,7 +528,7 @@ class Queue:
         # The upload is done once; enqueueing the same issued key again is idempotent on the
         # server, so the wire's retries never re-upload.
         return self._confirm(
-            lambda: self.client.wire.enqueue_ref(self.name, ref),
+            lambda: self.client.wire.enqueue_ref(self.name, ref, blobs=blobs),
             job_id=job_id,
             idempotency_key=idempotency_key,
         )
@@ -598,13 +624,20 @@ class Job(JobHandle):
                 raise ResultTimeout(self.job_id, timeout or 0.0, state)
 
     def _value_from(self, answer: ResultAnswer, *, progress: bool | None, copy: bool) -> Any:
-        if answer.result_inline is not None:
-            return codec.decode(answer.result_inline, copy=copy)
-        if answer.result_ref is not None:
-            data = self.client.payloads.fetch(
-                answer.result_ref, job_id=self.job_id, progress=progress, grant=answer.download
-            )
-            return codec.decode(data, copy=copy)
+        store = self.client.blobs
+        # Blobs in the result read through the GETs handed out with it (downloaded on use).
+        store.grant(answer.raw.get("blobs"))
+        token = store.reading()
+        try:
+            if answer.result_inline is not None:
+                return codec.decode(answer.result_inline, copy=copy)
+            if answer.result_ref is not None:
+                data = self.client.payloads.fetch(
+                    answer.result_ref, job_id=self.job_id, progress=progress, grant=answer.download
+                )
+                return codec.decode(data, copy=copy)
+        finally:
+            store.done_reading(token)
         raise job_error(self.job_id, answer.state, answer.error)
 
 

@@ -640,6 +640,12 @@ class Daemon:
                 return self._post_error(
                     job_id, "PayloadMissing", "the delivery carries no payload", None, lease=lease
                 )
+            # The blobs it references, into the host's cache before the function starts (a
+            # cached blob costs no download).
+            blobs = job.raw.get("blobs") or []
+            client.blobs.grant(blobs)
+            for d in blobs:
+                client.blobs.fetch(d["sha256"])
         except PayloadCorrupt as e:
             log.error(
                 "payload corrupt job_id=%s key=%s expected=%s actual=%s",
@@ -656,7 +662,8 @@ class Daemon:
             log.error("payload lost job_id=%s key=%s", job_id, e.key)
             self._report_failure(job_id, PAYLOAD_LOST, e.message, lease=lease)
             return PAYLOAD_LOST
-        # 2. decode and call
+        # 2. decode and call (blobs in the value read through this daemon's cache)
+        reading = client.blobs.reading()
         try:
             payload = codec.decode(data, copy=False)
         except Exception as e:  # noqa: BLE001 - any decode failure is the job's failure, reported
@@ -667,6 +674,8 @@ class Daemon:
                 traceback.format_exc(),
                 lease=lease,
             )
+        finally:
+            client.blobs.done_reading(reading)
         args, kwargs = call_arguments(payload)
         status, value, tb = self._call(fn, args, kwargs, current)
         if status == TAKEN:
@@ -687,10 +696,21 @@ class Daemon:
                 lease=lease,
             )
         try:
+            # Blobs the function made (payloadstore.blob(path)) are uploaded first, once.
+            blobs = client.blobs.send(encoded.blobs)
+        except PayloadStoreError as e:
+            return self._post_error(
+                job_id,
+                "BlobUploadFailed",
+                f"cannot store a blob of the result: {e}",
+                None,
+                lease=lease,
+            )
+        try:
             if encoded.nbytes <= client.config.inline_threshold:
                 try:
                     return self._post_result(
-                        job_id, SUCCEEDED, inline=encoded.tobytes(), lease=lease
+                        job_id, SUCCEEDED, inline=encoded.tobytes(), lease=lease, blobs=blobs
                     )
                 except InlineUnavailable as e:
                     # Redis is above its high-water mark: the result goes through S3 instead.
@@ -715,7 +735,7 @@ class Daemon:
             )
             if current.lease_lost:
                 return TAKEN
-            return self._post_result(job_id, SUCCEEDED, ref=ref, lease=lease)
+            return self._post_result(job_id, SUCCEEDED, ref=ref, lease=lease, blobs=blobs)
         except PayloadStoreError as e:
             log.error("result not stored job_id=%s error=%s", job_id, e)
             return ABANDONED

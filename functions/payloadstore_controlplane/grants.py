@@ -6,14 +6,23 @@ function's local credentials) by the same table: 403 AccessDenied for an action 
 lacks, and, as S3 does, 403 instead of 404 for a missing key when the caller (or the signer of
 a presigned URL) lacks s3:ListBucket on the bucket. So the local stack refuses what AWS would.
 
-Object actions are granted on `<bucket>/payloads/*` only, bucket actions on the bucket itself.
-A presigned URL can do only what its signer may do:
+Object actions are granted on `<bucket>/payloads/*` and `<bucket>/blobs/*` only (one table
+each), bucket actions on the bucket itself. A presigned URL can do only what its signer may do:
 
-- payloads presigns PUT and GET (s3:PutObject, s3:GetObject) and HEADs references;
+- payloads presigns PUT and GET (s3:PutObject, s3:GetObject) and HEADs references; above
+  MULTIPART_THRESHOLD it creates the multipart upload and presigns its UploadPart URLs
+  (CreateMultipartUpload and UploadPart are authorised by s3:PutObject);
+- jobs and daemon complete a multipart reference at enqueue and result post: they list its parts
+  (s3:ListMultipartUploadParts), complete it (CompleteMultipartUpload: s3:PutObject) and abort
+  an upload whose parts do not match what was issued (s3:AbortMultipartUpload);
 - jobs and daemon HEAD the references they accept (HeadObject is authorised by s3:GetObject) and
   presign the GETs handed out with a poll or a result (`download`);
 - all three hold s3:ListBucket on the bucket, so a key that is not there answers 404
   (`not_uploaded` at enqueue and result post, `payload_lost` at the daemon's download), not 403;
+- blobs (`blobs/<namespace>/<sha256>`): payloads presigns their PUT and HEADs the upload
+  (POST .../blobs); jobs and daemon presign the GETs of the blobs a job or result references and
+  renew an old blob a new job or result references by copying it onto itself (CopyObject takes
+  s3:GetObject on the source and s3:PutObject on the target), so all three hold both;
 - public (health) reads the bucket's configuration: HeadBucket (s3:ListBucket), its region,
   default encryption and lifecycle rules, and no object.
 
@@ -27,13 +36,25 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 PAYLOAD_PREFIX = "payloads/"
+BLOB_PREFIX = "blobs/"
 LIST_BUCKET = "s3:ListBucket"
 
 # Function group -> S3 actions on `<bucket>/payloads/*`.
+MULTIPART_COMPLETION = (
+    "s3:PutObject",
+    "s3:ListMultipartUploadParts",
+    "s3:AbortMultipartUpload",
+)
 OBJECT_ACTIONS: dict[str, tuple[str, ...]] = {
     "payloads": ("s3:GetObject", "s3:PutObject"),
-    "jobs": ("s3:GetObject",),
-    "daemon": ("s3:GetObject",),
+    "jobs": ("s3:GetObject", *MULTIPART_COMPLETION),
+    "daemon": ("s3:GetObject", *MULTIPART_COMPLETION),
+}
+# Function group -> S3 actions on `<bucket>/blobs/*`.
+BLOB_OBJECT_ACTIONS: dict[str, tuple[str, ...]] = {
+    "payloads": ("s3:GetObject", "s3:PutObject"),
+    "jobs": ("s3:GetObject", "s3:PutObject"),
+    "daemon": ("s3:GetObject", "s3:PutObject"),
 }
 # Function group -> S3 actions on the bucket itself.
 BUCKET_ACTIONS: dict[str, tuple[str, ...]] = {
@@ -51,15 +72,19 @@ BUCKET_ACTIONS: dict[str, tuple[str, ...]] = {
 
 @dataclass(frozen=True)
 class S3Grants:
-    """What one function may do: actions on the payload objects, actions on the bucket."""
+    """What one function may do: actions on the payload objects, on the blob objects, and on
+    the bucket."""
 
     objects: frozenset[str] = frozenset()
     bucket: frozenset[str] = frozenset()
+    blobs: frozenset[str] = frozenset()
 
     def allows(self, action: str, key: str | None) -> bool:
         """Whether `action` on `key` (None: the bucket itself) is granted."""
         if key is None:
             return action in self.bucket
+        if key.startswith(BLOB_PREFIX):
+            return action in self.blobs
         return action in self.objects and key.startswith(PAYLOAD_PREFIX)
 
     @property
@@ -70,26 +95,39 @@ class S3Grants:
 def grant_table(
     object_actions: Mapping[str, tuple[str, ...]] | None = None,
     bucket_actions: Mapping[str, tuple[str, ...]] | None = None,
+    blob_actions: Mapping[str, tuple[str, ...]] | None = None,
 ) -> dict[str, S3Grants]:
-    """Group -> S3Grants, from the two tables above (or others, for tests)."""
+    """Group -> S3Grants, from the tables above (or others, for tests)."""
     objects = OBJECT_ACTIONS if object_actions is None else object_actions
     bucket = BUCKET_ACTIONS if bucket_actions is None else bucket_actions
+    blobs = BLOB_OBJECT_ACTIONS if blob_actions is None else blob_actions
     return {
-        group: S3Grants(frozenset(objects.get(group, ())), frozenset(bucket.get(group, ())))
-        for group in sorted(set(objects) | set(bucket))
+        group: S3Grants(
+            frozenset(objects.get(group, ())),
+            frozenset(bucket.get(group, ())),
+            frozenset(blobs.get(group, ())),
+        )
+        for group in sorted(set(objects) | set(bucket) | set(blobs))
     }
 
 
 def table_to_json(table: Mapping[str, S3Grants]) -> str:
     """The form the emulator takes in PAYLOADSTORE_S3_GRANTS (a test's edited table)."""
     return json.dumps(
-        {g: {"objects": sorted(s.objects), "bucket": sorted(s.bucket)} for g, s in table.items()}
+        {
+            g: {"objects": sorted(s.objects), "bucket": sorted(s.bucket), "blobs": sorted(s.blobs)}
+            for g, s in table.items()
+        }
     )
 
 
 def table_from_json(text: str) -> dict[str, S3Grants]:
     raw = json.loads(text)
     return {
-        group: S3Grants(frozenset(v.get("objects", ())), frozenset(v.get("bucket", ())))
+        group: S3Grants(
+            frozenset(v.get("objects", ())),
+            frozenset(v.get("bucket", ())),
+            frozenset(v.get("blobs", ())),
+        )
         for group, v in raw.items()
     }

@@ -122,6 +122,9 @@ EMITTED_METRICS = frozenset(
         # the memory guard: inline bytes refused (and so rerouted through S3), enqueues refused
         "InlineRefused",
         "EnqueueRefused",
+        # blobs: uploads verified, old blobs renewed (copied onto themselves)
+        "BlobsVerified",
+        "BlobsRenewed",
         QUEUE_DEPTH,
         IN_FLIGHT,
         OLDEST_JOB_AGE,

@@ -111,6 +111,27 @@ PRESIGN = Route(
     request="PresignRequest",
     body_required=False,
 )
+PARTS = Route(
+    "POST",
+    "/v1/namespaces/{ns}/payloads/parts",
+    "payloads",
+    (CLIENT, DAEMON),
+    "payloads_parts",
+    responses={
+        200: ("PartsResponse", "one presigned UploadPart URL per part asked for"),
+        404: ("ErrorResponse", "no such job, or no key of this kind issued to this namespace"),
+        409: (
+            "ErrorResponse",
+            (
+                "not a multipart upload, or no longer open; a part asked for again with another "
+                "sha256; the job not awaiting its upload (args) or not running (result); "
+                "lease_mismatch"
+            ),
+        ),
+        429: ("ErrorResponse", "past MAX_PRESIGNS_PER_JOB for this job"),
+    },
+    body=JSON,
+)
 ENQUEUE = Route(
     "POST",
     "/v1/namespaces/{ns}/queues/{queue}/jobs",
@@ -299,9 +320,30 @@ QUEUE_STATS = Route(
     },
 )
 
+BLOBS = Route(
+    "POST",
+    "/v1/namespaces/{ns}/blobs",
+    "payloads",
+    (CLIENT, DAEMON),
+    "blob_create",
+    responses={
+        200: (
+            "BlobResponse",
+            (
+                "exists: true (the namespace has it, verified), or upload instructions (a "
+                "presigned PUT with size and sha256 signed in): upload, then POST again"
+            ),
+        ),
+        409: ("ErrorResponse", "the namespace's blob with this sha256 has another size"),
+    },
+    body=JSON,
+    request="BlobRequest",
+)
+
 # Every route, in this order (CDK, the local gateway, the OpenAPI document and the events).
 ROUTES: tuple[Route, ...] = (
     PRESIGN,
+    PARTS,
     ENQUEUE,
     JOB_STATUS,
     RESULT_GET,
@@ -318,6 +360,7 @@ ROUTES: tuple[Route, ...] = (
     JOBS_STATUS,
     QUEUE_LIST,
     QUEUE_STATS,
+    BLOBS,
 )
 
 

@@ -55,12 +55,14 @@ class Encoded:
     has been stored.
     """
 
-    __slots__ = ("chunks", "nbytes")
+    __slots__ = ("blobs", "chunks", "nbytes")
     content_type = fmt.CONTENT_TYPE
 
-    def __init__(self, chunks: list[bytes | memoryview]):
+    def __init__(self, chunks: list[bytes | memoryview], blobs: tuple = ()):
         self.chunks = chunks
         self.nbytes = sum(len(chunk) for chunk in chunks)
+        #: the `Blob`s the value references (each once, in the order met)
+        self.blobs = blobs
 
     def __len__(self) -> int:
         return self.nbytes
@@ -109,8 +111,15 @@ class _Encoder:
     def __init__(self) -> None:
         self.blocks: list[tuple[int, bytes | memoryview]] = []  # (offset in data section, bytes)
         self.data_len = 0
+        self.blobs: dict[str, Any] = {}
 
     def default(self, value: Any) -> Any:
+        blobs = sys.modules.get("payloadstore._blobs")
+        if blobs is not None and isinstance(value, blobs.Blob):
+            self.blobs.setdefault(value.sha256, value)
+            return msgpack.ExtType(
+                fmt.EXT_BLOB, fmt.BLOB_REF.pack(bytes.fromhex(value.sha256), value.size)
+            )
         numpy = sys.modules.get("numpy")
         if numpy is not None and isinstance(value, (numpy.ndarray, numpy.generic)):
             from . import _numpy
@@ -205,12 +214,12 @@ def encode(obj: Any) -> Encoded:
     if lifted:
         spliced = None if encoder.blocks else _splice(structure, lifted)
         if spliced is not None:
-            return Encoded(spliced)
+            return Encoded(spliced, tuple(encoder.blobs.values()))
         # Arrays too (an envelope), or a marker not found once: the plain way.
         encoder = _Encoder()
         structure = _pack(obj, encoder.default)
     if not encoder.blocks:
-        return Encoded([structure])
+        return Encoded([structure], tuple(encoder.blobs.values()))
     return _envelope(structure, encoder)
 
 
@@ -286,7 +295,7 @@ def _envelope(structure: bytes, encoder: _Encoder) -> Encoded:
         chunks.add(bytes(offset - position))
         chunks.add(raw)
         position = offset + len(raw)
-    return Encoded(chunks.finish())
+    return Encoded(chunks.finish(), tuple(encoder.blobs.values()))
 
 
 class _Chunks:
@@ -388,12 +397,23 @@ def _open_envelope(view: memoryview) -> tuple[memoryview, memoryview]:
     return body[fmt.ENVELOPE_PREFIX.size : structure_end], body[data_start:]
 
 
+def _blob(payload: bytes) -> Any:
+    if len(payload) != fmt.BLOB_REF.size:
+        raise CodecError("corrupt payload: a blob reference that is not 40 bytes")
+    from .._blobs import Blob
+
+    digest, size = fmt.BLOB_REF.unpack(payload)
+    return Blob(digest.hex(), size)
+
+
 class _ExtHook:
     def __init__(self, data_section: memoryview | None, copy: bool) -> None:
         self.data_section = data_section
         self.copy = copy
 
     def ext(self, code: int, payload: bytes) -> Any:
+        if code == fmt.EXT_BLOB:
+            return _blob(payload)
         if code not in _KIND_NAMES:
             if code == fmt.EXT_ENVELOPE:
                 raise CodecError(

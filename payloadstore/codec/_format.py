@@ -33,6 +33,9 @@ FORMAT_VERSION = 1
 EXT_NDARRAY = 1
 EXT_TORCH = 2
 EXT_IMAGE = 3
+# A blob reference (payloadstore.Blob): 32 raw bytes of sha256 then the size, u64 big-endian.
+EXT_BLOB = 4
+BLOB_REF = struct.Struct(">32sQ")
 EXT_ENVELOPE = 16
 
 # Values whose raw bytes are at most this size travel inline in the structure: for them a copy is

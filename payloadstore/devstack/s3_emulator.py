@@ -33,6 +33,22 @@ PAYLOADSTORE_S3_GRANTS (grants.table_to_json) replaces the table, for tests that
 missing grant does. Only path-style S3 requests are judged (the local stack's); every bucket
 stands for the payload bucket.
 
+Multipart uploads follow S3's checksum rules, which moto leaves out (`MultipartChecksums`, behind
+the checks above):
+
+- an UploadPart whose body's sha256 differs from its `x-amz-checksum-sha256` is 400 `BadDigest`
+  (presigned or header-signed); a part without one, to an upload created with
+  `ChecksumAlgorithm=SHA256`, is 400 `InvalidRequest` (checksum type mismatch);
+- ListParts answers each part's `ChecksumSHA256`;
+- CompleteMultipartUpload of a SHA256 upload must name each part's checksum as it was uploaded:
+  a missing or different one is 400 `InvalidPart`; its answer carries the object's composite
+  `ChecksumSHA256` ("<base64 of sha256 of the parts' binary sha256s>-<part count>"), which
+  HeadObject with checksum mode answers too (moto computes that one).
+
+A ranged GET (`Range: bytes=a-b`) of an object is answered from moto's stored bytes at that
+offset: moto itself reads the whole object for every range, which made a parallel ranged
+download of 1 GiB cost ~64 GiB of copying.
+
 Requests signed in the `Authorization` header otherwise go to moto as they are (their signature
 is not checked). The log line of each request carries its path only: query strings (signatures,
 credentials) never reach the log.
@@ -49,8 +65,10 @@ import hmac
 import io
 import os
 import re
+import threading
 from datetime import UTC, datetime, timedelta
 from urllib.parse import parse_qs, quote
+from xml.etree import ElementTree
 
 # The credentials the local stack hands its handlers (services.local_aws_env); more pairs may be
 # given as PAYLOADSTORE_S3_CREDENTIALS="KEYID:SECRET,KEYID2:SECRET2".
@@ -364,6 +382,240 @@ class PresignedUrlRules:
         )
 
 
+def _captured(app, environ) -> tuple[str, list[tuple[str, str]], bytes]:
+    """(status, headers, body) of `app`'s answer to `environ`."""
+    answer: dict = {}
+
+    def capture(status, headers, exc_info=None):
+        answer["status"], answer["headers"] = status, list(headers)
+        return lambda _data: None
+
+    chunks = app(environ, capture)
+    try:
+        body = b"".join(chunks)
+    finally:
+        getattr(chunks, "close", lambda: None)()
+    return answer["status"], answer["headers"], body
+
+
+def _answer(start_response, status: str, headers: list[tuple[str, str]], body: bytes):
+    kept = [(n, v) for n, v in headers if n.lower() != "content-length"]
+    start_response(status, [*kept, ("Content-Length", str(len(body)))])
+    return [body]
+
+
+def _read_body(environ) -> bytes:
+    length = int(environ.get("CONTENT_LENGTH") or 0)
+    body = environ["wsgi.input"].read(length) if length else b""
+    environ["wsgi.input"] = io.BytesIO(body)
+    return body
+
+
+def _local_tag(element) -> str:
+    return element.tag.rpartition("}")[2]
+
+
+_RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
+_PART_NUMBER = re.compile(rb"<Part>(\s*)<PartNumber>(\d+)</PartNumber>")
+
+
+def _stored(bucket: str, key: str):
+    """moto's stored object (a FakeKey), or None."""
+    try:
+        from moto.s3.models import s3_backends
+
+        partition, account = s3_backends.bucket_accounts[bucket]
+        return s3_backends[account][partition].get_object(bucket, key)
+    except Exception:  # noqa: BLE001 - whatever moto says, it answers itself
+        return None
+
+
+class MultipartChecksums:
+    """S3's checksum rules for multipart uploads, and ranged GETs served at their offset (see
+    the module's docstring). Sits between PresignedUrlRules and moto: every request reaching it
+    was allowed already."""
+
+    def __init__(self, app):
+        self.app = app
+        self._lock = threading.Lock()
+        # upload id -> (checksum algorithm or "", {part number: base64 sha256})
+        self._uploads: dict[str, tuple[str, dict[int, str]]] = {}
+
+    def __call__(self, environ, start_response):
+        method = environ.get("REQUEST_METHOD", "GET")
+        query = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)
+        bucket, _, key = environ.get("PATH_INFO", "").lstrip("/").partition("/")
+        upload = query.get("uploadId", [""])[0]
+        if not key:
+            return self.app(environ, start_response)
+        if method == "POST" and "uploads" in query:
+            return self._create(environ, start_response)
+        if method == "PUT" and upload and "partNumber" in query:
+            return self._upload_part(environ, start_response, upload, query)
+        if method == "GET" and upload:
+            return self._list_parts(environ, start_response, upload)
+        if method == "POST" and upload:
+            return self._complete(environ, start_response, upload)
+        if method == "DELETE" and upload:
+            with self._lock:
+                self._uploads.pop(upload, None)
+        if method == "HEAD" and environ.get("HTTP_X_AMZ_CHECKSUM_MODE") == "ENABLED":
+            return self._head(environ, start_response, bucket, key)
+        if (
+            method == "GET"
+            and environ.get("HTTP_RANGE")
+            and not any(not name.startswith("X-Amz-") for name in query)
+        ):
+            served = self._range(environ, start_response, bucket, key)
+            if served is not None:
+                return served
+        return self.app(environ, start_response)
+
+    def _create(self, environ, start_response):
+        status, headers, body = _captured(self.app, environ)
+        found = re.search(rb"<UploadId>([^<]+)</UploadId>", body)
+        if status.startswith("200") and found:
+            algorithm = (environ.get("HTTP_X_AMZ_CHECKSUM_ALGORITHM") or "").upper()
+            with self._lock:
+                self._uploads[found.group(1).decode()] = (algorithm, {})
+        return _answer(start_response, status, headers, body)
+
+    def _upload_part(self, environ, start_response, upload: str, query: dict):
+        streaming = (environ.get("HTTP_X_AMZ_CONTENT_SHA256") or "").startswith("STREAMING")
+        if streaming or "aws-chunked" in (environ.get("HTTP_CONTENT_ENCODING") or ""):
+            return self.app(environ, start_response)  # a chunked body: moto decodes it
+        body = _read_body(environ)
+        actual = base64.b64encode(hashlib.sha256(body).digest()).decode()
+        claimed = environ.get("HTTP_X_AMZ_CHECKSUM_SHA256")
+        with self._lock:
+            algorithm, parts = self._uploads.get(upload, ("", {}))
+        if claimed and claimed != actual:
+            return _error(
+                start_response,
+                "400 Bad Request",
+                "BadDigest",
+                "The SHA256 you specified did not match the calculated checksum.",
+            )
+        if algorithm == "SHA256" and not claimed:
+            return _error(
+                start_response,
+                "400 Bad Request",
+                "InvalidRequest",
+                "Checksum Type mismatch occurred, expected checksum Type: sha256, "
+                "actual checksum Type: null",
+            )
+        status, headers, answer = _captured(self.app, environ)
+        if status.startswith("200"):
+            number = int(query["partNumber"][0])
+            with self._lock:
+                self._uploads.setdefault(upload, (algorithm, parts))[1][number] = actual
+            headers = [*headers, ("x-amz-checksum-sha256", actual)]
+        return _answer(start_response, status, headers, answer)
+
+    def _list_parts(self, environ, start_response, upload: str):
+        status, headers, body = _captured(self.app, environ)
+        with self._lock:
+            algorithm, parts = self._uploads.get(upload, ("", {}))
+            known = dict(parts)
+
+        def with_checksum(m: re.Match) -> bytes:
+            digest = known.get(int(m.group(2)))
+            extra = f"<ChecksumSHA256>{digest}</ChecksumSHA256>".encode() if digest else b""
+            return m.group(0) + extra
+
+        if status.startswith("200"):
+            body = _PART_NUMBER.sub(with_checksum, body)
+            if algorithm:
+                body = body.replace(
+                    b"</UploadId>",
+                    f"</UploadId><ChecksumAlgorithm>{algorithm}</ChecksumAlgorithm>".encode(),
+                    1,
+                )
+        return _answer(start_response, status, headers, body)
+
+    def _complete(self, environ, start_response, upload: str):
+        request = _read_body(environ)
+        with self._lock:
+            algorithm, parts = self._uploads.get(upload, ("", {}))
+            known = dict(parts)
+        named: list[tuple[int, str | None]] = []
+        try:
+            for part in ElementTree.fromstring(request or b"<x/>"):
+                if _local_tag(part) != "Part":
+                    continue
+                fields = {_local_tag(e): (e.text or "").strip() for e in part}
+                named.append((int(fields.get("PartNumber", "0")), fields.get("ChecksumSHA256")))
+        except (ElementTree.ParseError, ValueError):
+            return _error(start_response, "400 Bad Request", "MalformedXML", "Malformed XML")
+        if algorithm == "SHA256" and any(
+            not digest or known.get(number) != digest for number, digest in named
+        ):
+            return _error(
+                start_response,
+                "400 Bad Request",
+                "InvalidPart",
+                "One or more of the specified parts could not be found. The part may not have "
+                "been uploaded, or the specified checksum may not have matched the part's.",
+            )
+        status, headers, body = _captured(self.app, environ)
+        if status.startswith("200") and algorithm == "SHA256":
+            raw = b"".join(base64.b64decode(known[n]) for n, _ in named)
+            composite = f"{base64.b64encode(hashlib.sha256(raw).digest()).decode()}-{len(named)}"
+            body = body.replace(
+                b"</ETag>", f"</ETag><ChecksumSHA256>{composite}</ChecksumSHA256>".encode(), 1
+            )
+            with self._lock:
+                self._uploads.pop(upload, None)
+        return _answer(start_response, status, headers, body)
+
+    def _head(self, environ, start_response, bucket: str, key: str):
+        """HeadObject answers a composite checksum as S3 does, "<b64>-<parts>" (moto leaves
+        the part count out of HEAD)."""
+        status, headers, body = _captured(self.app, environ)
+        stored = _stored(bucket, key) if status.startswith("200") else None
+        if stored is not None and getattr(stored, "checksum_type", None) == "COMPOSITE":
+            parts = stored.checksum_parts
+            headers = [
+                (
+                    n,
+                    f"{v}-{parts}"
+                    if n.lower().startswith("x-amz-checksum-")
+                    and "-" not in v
+                    and n.lower() != "x-amz-checksum-type"
+                    else v,
+                )
+                for n, v in headers
+            ]
+        start_response(status, headers)
+        return [body]
+
+    def _range(self, environ, start_response, bucket: str, key: str):
+        """A single byte range of a stored object read at its offset, or None (moto answers:
+        no such object, an unsatisfiable or other range, anything unexpected)."""
+        m = _RANGE.match(environ.get("HTTP_RANGE", "").strip())
+        if not m:
+            return None
+        stored = _stored(bucket, key)
+        if stored is None or not getattr(stored, "contentsize", 0):
+            return None
+        size = stored.contentsize
+        begin = int(m.group(1))
+        end = min(int(m.group(2)) if m.group(2) else size - 1, size - 1)
+        if begin > end:
+            return None
+        with stored.lock:
+            stored._value_buffer.seek(begin)
+            data = stored._value_buffer.read(end - begin + 1)
+        headers = [
+            ("Content-Type", stored.metadata.get("Content-Type") or "binary/octet-stream"),
+            ("Content-Range", f"bytes {begin}-{end}/{size}"),
+            ("Accept-Ranges", "bytes"),
+            ("ETag", stored.etag),
+            ("Last-Modified", stored.last_modified_RFC1123),
+        ]
+        return _answer(start_response, "206 Partial Content", headers, data)
+
+
 _QUERY = re.compile(r"\?[^\s\"']*")
 
 
@@ -419,7 +671,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("-p", "--port", type=int, default=5000)
     args = parser.parse_args(argv)
     os.environ.setdefault("MOTO_PORT", str(args.port))
-    app = PresignedUrlRules(_dispatcher())
+    app = PresignedUrlRules(MultipartChecksums(_dispatcher()))
     run_simple(args.host, args.port, app, threaded=True, request_handler=_request_handler())
 
 

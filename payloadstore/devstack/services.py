@@ -23,6 +23,8 @@ LOCAL_SECRET_ACCESS_KEY = "local-secret"
 
 # The lifecycle the CDK stack puts on the bucket (infra/ asserts the same values).
 PAYLOAD_PREFIX = "payloads/"
+BLOB_PREFIX = "blobs/"
+BLOB_LIFECYCLE_RULE_ID = "expire-blobs"
 PAYLOAD_EXPIRATION_DAYS = 2
 ABORT_MULTIPART_DAYS = 1
 LIFECYCLE_RULE_ID = "expire-payloads"
@@ -98,6 +100,29 @@ def find_redis_server(install: bool = True) -> str:
     raise ServiceError(
         "redis-server not found: install it (Debian/Ubuntu: apt-get install redis-server; "
         "macOS: brew install redis) and run again"
+    )
+
+
+# Debian's Chromium, for the dashboard's browser test (tests/e2e/test_dashboard_browser.py).
+CHROMIUM_PATHS = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
+
+
+def find_chromium(install: bool = True) -> str:
+    """Path of Debian's Chromium; installs the package (from apt's configured sources) when
+    missing and we are root. Never a browser download of Playwright's own."""
+    found = shutil.which("chromium") or next((p for p in CHROMIUM_PATHS if os.path.exists(p)), None)
+    if found:
+        return found
+    if install and hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get"):
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["apt-get", "update", "-qq"], check=False, env=env)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "chromium"], check=False, env=env)
+        found = shutil.which("chromium")
+        if found:
+            return found
+    raise ServiceError(
+        "chromium not found: the dashboard's browser test needs it "
+        "(Debian/Ubuntu, as root: apt-get install chromium)"
     )
 
 
@@ -483,19 +508,31 @@ def create_payload_bucket(s3, bucket: str) -> None:
                     "Status": "Enabled",
                     "Expiration": {"Days": PAYLOAD_EXPIRATION_DAYS},
                     "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": ABORT_MULTIPART_DAYS},
-                }
+                },
+                {
+                    "ID": BLOB_LIFECYCLE_RULE_ID,
+                    "Filter": {"Prefix": BLOB_PREFIX},
+                    "Status": "Enabled",
+                    "Expiration": {"Days": PAYLOAD_EXPIRATION_DAYS},
+                    "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": ABORT_MULTIPART_DAYS},
+                },
             ]
         },
     )
 
 
 def _main(argv: list[str]) -> int:
-    """`python -m payloadstore.devstack.services find-redis`: the Makefile's redis check."""
-    if argv[:1] != ["find-redis"]:
-        print("usage: python -m payloadstore.devstack.services find-redis", file=sys.stderr)
+    """`python -m payloadstore.devstack.services find-redis|find-chromium`: the Makefile's
+    checks (each installs Debian's package when missing and root)."""
+    finders = {"find-redis": find_redis_server, "find-chromium": find_chromium}
+    if len(argv) != 1 or argv[0] not in finders:
+        print(
+            "usage: python -m payloadstore.devstack.services find-redis|find-chromium",
+            file=sys.stderr,
+        )
         return 2
     try:
-        print(find_redis_server())
+        print(finders[argv[0]]())
     except ServiceError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

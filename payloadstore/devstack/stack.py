@@ -38,6 +38,7 @@ from payloadstore.devstack.gateway import (
     serve_in_thread,
 )
 from payloadstore.devstack.services import (
+    BLOB_PREFIX,
     LOOPBACK,
     PAYLOAD_EXPIRATION_DAYS,
     PAYLOAD_PREFIX,
@@ -212,7 +213,11 @@ def restore_bucket(s3: Any, bucket: str, source: Path, now: float | None = None)
     for key, meta in manifest.items():
         path = source / meta["file"]
         written_at = meta.get("written_at")
-        expired = key.startswith(PAYLOAD_PREFIX) and written_at is not None and written_at < cutoff
+        expired = (
+            key.startswith((PAYLOAD_PREFIX, BLOB_PREFIX))
+            and written_at is not None
+            and written_at < cutoff
+        )
         if expired or not path.exists():
             continue
         kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key, "Body": path.read_bytes()}

@@ -82,17 +82,19 @@ def test_every_bucket_policy_denies_requests_without_tls(template):
     assert len(resources(template, "AWS::S3::BucketPolicy")) == 2
 
 
-def test_lifecycle_expires_only_payloads_after_two_days_and_aborts_uploads_after_one(template):
+def test_lifecycle_expires_only_payloads_and_blobs_after_two_days_and_aborts_uploads_after_one(
+    template,
+):
     bucket = template["Resources"][_payload_bucket_id(template)]
     rules = bucket["Properties"]["LifecycleConfiguration"]["Rules"]
-    # Then there is exactly one rule, scoped to payloads/ (exec/ and others are untouched)
-    assert len(rules) == 1
-    (rule,) = rules
-    assert rule["Status"] == "Enabled"
-    prefix = rule.get("Prefix", rule.get("Filter", {}).get("Prefix"))
-    assert prefix == "payloads/"
-    assert rule["ExpirationInDays"] == 2
-    assert rule["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 1}
+    # Then there are exactly two rules, scoped to payloads/ and blobs/ (exec/ and others are
+    # untouched)
+    prefixes = sorted(rule.get("Prefix", rule.get("Filter", {}).get("Prefix")) for rule in rules)
+    assert prefixes == ["blobs/", "payloads/"]
+    for rule in rules:
+        assert rule["Status"] == "Enabled"
+        assert rule["ExpirationInDays"] == 2
+        assert rule["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 1}
 
 
 def test_lifecycle_matches_the_local_stack_bucket():
@@ -105,6 +107,10 @@ def test_lifecycle_matches_the_local_stack_bucket():
         storage.PAYLOAD_EXPIRATION_DAYS,
         storage.ABORT_MULTIPART_DAYS,
     ) == (services.PAYLOAD_PREFIX, services.PAYLOAD_EXPIRATION_DAYS, services.ABORT_MULTIPART_DAYS)
+    assert (storage.BLOB_PREFIX, storage.BLOB_LIFECYCLE_RULE_ID) == (
+        services.BLOB_PREFIX,
+        services.BLOB_LIFECYCLE_RULE_ID,
+    )
     assert storage.LIFECYCLE_RULE_ID == services.LIFECYCLE_RULE_ID
 
 
@@ -320,6 +326,9 @@ def _s3_statements(template, group):
 def test_s3_permissions_are_exactly_what_each_function_signs_or_checks(template):
     bucket_arn = f"<{_payload_bucket_id(template)}.Arn>"
     objects = f"{bucket_arn}/payloads/*"
+    blobs = f"{bucket_arn}/blobs/*"
+    # Blobs: presign, HEAD and renew (CopyObject onto itself: Get on the source, Put on the target)
+    blob_grant = (("s3:GetObject", "s3:PutObject"), (blobs,), "Allow")
 
     def summary(group):
         return sorted(
@@ -336,13 +345,25 @@ def test_s3_permissions_are_exactly_what_each_function_signs_or_checks(template)
     # need its 404) never happen on AWS.
     list_bucket = (("s3:ListBucket",), (bucket_arn,), "Allow")
     # The presigning function: Put and Get on payloads/* only (a URL can do what its signer can)
+    # (CDK merges its two statements with the same actions into one)
     assert summary("payloads") == [
-        (("s3:GetObject", "s3:PutObject"), (objects,), "Allow"),
+        (("s3:GetObject", "s3:PutObject"), (blobs, objects), "Allow"),
         list_bucket,
     ]
-    # The reference checkers and GET presigners: HEAD (s3:GetObject) on payloads/* only
-    assert summary("jobs") == [(("s3:GetObject",), (objects,), "Allow"), list_bucket]
-    assert summary("daemon") == [(("s3:GetObject",), (objects,), "Allow"), list_bucket]
+    # The reference checkers and GET presigners: HEAD (s3:GetObject) on payloads/* only, and
+    # the completion of a multipart reference (list its parts, complete it: s3:PutObject, abort)
+    completes = (
+        (
+            "s3:AbortMultipartUpload",
+            "s3:GetObject",
+            "s3:ListMultipartUploadParts",
+            "s3:PutObject",
+        ),
+        (objects,),
+        "Allow",
+    )
+    assert summary("jobs") == sorted([completes, blob_grant, list_bucket])
+    assert summary("daemon") == sorted([completes, blob_grant, list_bucket])
     # Health: bucket-level configuration reads on the bucket itself, no object access
     assert summary("public") == [
         (
@@ -366,13 +387,20 @@ def test_the_s3_statements_are_the_grant_table_the_local_emulator_enforces(templ
 
     bucket_arn = f"<{_payload_bucket_id(template)}.Arn>"
     for group, granted in grants.grant_table().items():
-        found: dict[str, set[str]] = {"objects": set(), "bucket": set()}
+        found: dict[str, set[str]] = {"objects": set(), "bucket": set(), "blobs": set()}
         for s in _s3_statements(template, group):
             for resource in as_list(render(s["Resource"])):
-                where = "bucket" if resource == bucket_arn else "objects"
-                assert where == "bucket" or resource == f"{bucket_arn}/payloads/*", resource
+                where = {
+                    bucket_arn: "bucket",
+                    f"{bucket_arn}/payloads/*": "objects",
+                    f"{bucket_arn}/blobs/*": "blobs",
+                }[resource]
                 found[where] |= set(as_list(s["Action"]))
-        assert found == {"objects": set(granted.objects), "bucket": set(granted.bucket)}, group
+        assert found == {
+            "objects": set(granted.objects),
+            "bucket": set(granted.bucket),
+            "blobs": set(granted.blobs),
+        }, group
 
 
 def test_no_role_has_s3_wildcards_or_object_listing(template):
@@ -380,9 +408,10 @@ def test_no_role_has_s3_wildcards_or_object_listing(template):
         for s in role_statements(template, role_id):
             actions = as_list(s["Action"])
             assert "s3:*" not in actions and "*" not in actions, role_id
-            assert not [a for a in actions if a.startswith("s3:List") and a != "s3:ListBucket"], (
-                role_id
-            )
+            # ListMultipartUploadParts lists the parts of one upload (a multipart completion),
+            # not the bucket's objects.
+            listing = ("s3:ListBucket", "s3:ListMultipartUploadParts")
+            assert not [a for a in actions if a.startswith("s3:List") and a not in listing], role_id
 
 
 def test_token_store_permissions(template):

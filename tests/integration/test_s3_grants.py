@@ -62,7 +62,12 @@ def test_the_functions_that_head_or_presign_gets_hold_list_bucket():
         assert table[group].lists_bucket, group
         assert not table[group].allows("s3:GetObject", "exec/log"), group
     assert table["payloads"].allows("s3:PutObject", "payloads/x")
-    assert not table["jobs"].allows("s3:PutObject", "payloads/x")
+    assert not table["payloads"].allows("s3:AbortMultipartUpload", "payloads/x")
+    # jobs and daemon complete multipart references (CompleteMultipartUpload is s3:PutObject)
+    for group in ("jobs", "daemon"):
+        for action in ("s3:PutObject", "s3:ListMultipartUploadParts", "s3:AbortMultipartUpload"):
+            assert table[group].allows(action, "payloads/x"), (group, action)
+            assert not table[group].allows(action, "exec/x"), (group, action)
     assert "authorizer" not in table and "admin" not in table
 
 
@@ -73,8 +78,8 @@ def test_actions_a_function_lacks_are_access_denied(moto_server, payload_bucket,
     endpoint = moto_server.endpoint
     key = f"payloads/grants/{uuid.uuid4().hex}"
     s3_client.put_object(Bucket=payload_bucket, Key=key, Body=b"x")
-    # jobs and daemon only read; the authorizer and admin have no S3 at all
-    for group in ("jobs", "daemon", "authorizer", "admin", "metrics"):
+    # the authorizer, admin and metrics have no S3 object actions at all
+    for group in ("authorizer", "admin", "metrics", "public"):
         s3 = client_as(group, endpoint)
         assert code_of(lambda s3=s3: s3.put_object(Bucket=payload_bucket, Key=key, Body=b"y")) == (
             "AccessDenied"

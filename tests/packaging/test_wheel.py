@@ -92,6 +92,9 @@ def test_the_sdk_wheel_holds_the_sdk_alone(wheels):
     # Then it has one top-level package: no control plane, no infra
     assert tops(sdk) == {"payloadstore"}
     assert "payloadstore/py.typed" in names and "payloadstore/client.py" in names
+    # And the dashboard's page travels with it (package data: no build step, no CDN)
+    for name in ("index.html", "app.js", "app.css"):
+        assert f"payloadstore/dashboard/static/{name}" in names
 
 
 def test_the_control_plane_wheel_holds_the_control_plane_under_its_own_name(wheels):
@@ -109,7 +112,7 @@ def test_the_cli_runs_from_the_installed_wheel(installed):
     # When `payloadstore --help` runs outside the checkout
     done = run(["payloadstore", "--help"], cwd=away, env=env)
     # Then it lists its commands
-    for command in ("dev", "enqueue", "result", "daemon", "token"):
+    for command in ("dev", "enqueue", "result", "daemon", "token", "dashboard"):
         assert command in done.stdout
 
 

@@ -216,6 +216,16 @@ class ControlPlane:
             body=body,
         )
 
+    def blob(self, sha256: str, size: int, *, role="client", namespace=None) -> Reply:
+        return self.call(
+            "payloads",
+            "POST",
+            "/v1/namespaces/{ns}/blobs",
+            {"ns": namespace or self.ns},
+            role=role,
+            body={"sha256": sha256, "size": size},
+        )
+
     def report(self, job_id, body) -> Reply:
         body = self._with_lease(job_id, body)
         return self.call(
@@ -239,6 +249,19 @@ def put_presigned(presign: dict, data: bytes):
     import requests
 
     return requests.put(presign["url"], data=data, headers=presign["headers"], timeout=30)
+
+
+def create_blob(cp: ControlPlane, data: bytes, *, role="client") -> str:
+    """POST .../blobs, PUT the bytes if asked to, POST again: the blob's sha256 (verified)."""
+    sha = sha256_hex(data)
+    first = cp.blob(sha, len(data), role=role)
+    assert first.status == 200, first.raw_body
+    if not first.json["exists"]:
+        up = put_presigned(first.json["upload"], data)
+        assert up.status_code == 200, up.text
+        again = cp.blob(sha, len(data), role=role)
+        assert again.status == 200 and again.json["exists"] is True, again.raw_body
+    return sha
 
 
 def upload(

@@ -84,3 +84,28 @@ def test_values_are_printed_as_json_and_bytes_raw(tmp_path, capsysbinary):
     out = capsysbinary.readouterr().out
     assert json.loads(out) == {"a": [0, 1, 2], "b": {"bytes": 3}}
     assert (tmp_path / "out.bin").read_bytes() == b"\x00\x01"
+
+
+@pytest.mark.parametrize(
+    ("host", "reason"),
+    [("0.0.0.0", "listens everywhere"), ("dashboard.example", "takes an IP address")],
+)
+def test_the_dashboard_refuses_to_serve_on_a_wildcard_or_a_name(host, reason):
+    # Given an endpoint and a token (nothing is called before serving)
+    result = CliRunner().invoke(
+        cli,
+        ["--endpoint", "http://127.0.0.1:9", "--token", "pst_x", "dashboard", "--host", host],
+    )
+    # Then it exits 2 (configuration) saying why, and serves nothing
+    assert result.exit_code == 2
+    assert reason in result.output
+    assert "pst_x" not in result.output
+
+
+def test_the_dashboard_without_an_endpoint_says_what_to_set(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for name in ("PAYLOADSTORE_ENDPOINT", "PAYLOADSTORE_TOKEN", "PAYLOADSTORE_DEVSTACK"):
+        monkeypatch.delenv(name, raising=False)
+    result = CliRunner().invoke(cli, ["dashboard", "--port", "0"])
+    assert result.exit_code == 2
+    assert "PAYLOADSTORE_ENDPOINT" in result.output

@@ -44,11 +44,12 @@ def register(app) -> None:
         headers = app.current_event.headers
         payload_ref: PayloadRef | None
         payload_inline: bytes | None
+        blobs: list[str] = []
         if media_type(headers) in RAW_BODY_TYPES:
             payload_ref, payload_inline = None, raw_body(app)
         else:
             req = EnqueueRequest.model_validate(json_body(app))
-            payload_ref, payload_inline = req.payloadRef, req.inline_bytes()
+            payload_ref, payload_inline, blobs = req.payloadRef, req.inline_bytes(), req.blobs
         result = enqueue(
             p,
             queue,
@@ -56,6 +57,7 @@ def register(app) -> None:
             payload_inline=payload_inline,
             idempotency_key=headers.get("idempotency-key") or headers.get("Idempotency-Key"),
             deps=get_deps(),
+            blobs=blobs,
         )
         return json_response(201 if result.created else 200, result.response)
 

@@ -19,6 +19,7 @@ from ..models.api import (
 )
 from ..models.errors import NotFound, PayloadStoreError, PayloadTooLarge, Unprocessable
 from ..observability import logger
+from .blobs import packed
 from .context import Deps, Principal
 from .enqueue import enqueue, enqueue_inline_batch, validate_queue_name
 from .results import job_status
@@ -65,7 +66,9 @@ def _enqueue_inline_run(
     p, queue, parsed: list, inline: list, run: list[int], answers: list, deps: Deps
 ) -> None:
     items = [(inline[i] or b"", parsed[i].idempotency_key) for i in run]
-    for i, result in zip(run, enqueue_inline_batch(p, queue, items, deps), strict=True):
+    refs = [packed(parsed[i].blobs) for i in run]
+    answered = enqueue_inline_batch(p, queue, items, deps, blobs=refs)
+    for i, result in zip(run, answered, strict=True):
         answers[i] = (
             _item_error(result) if isinstance(result, PayloadStoreError) else result.response
         )
@@ -80,6 +83,7 @@ def _enqueue_one(p: Principal, queue: str, job: BatchJobIn, data: bytes | None, 
             payload_inline=data,
             idempotency_key=job.idempotency_key,
             deps=deps,
+            blobs=job.blobs,
         ).response
     except PayloadStoreError as e:
         # Per item too: the SDK reroutes `inline_unavailable` items through S3.

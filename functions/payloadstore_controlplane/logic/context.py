@@ -10,6 +10,7 @@ from ..models.domain import (
     JOB_ID_RE,
     IssueRecord,
     JobStatus,
+    MultipartRef,
     PayloadKind,
     PayloadRef,
     Tier,
@@ -113,6 +114,8 @@ def issue_record(job: JobRecord, kind: PayloadKind, deps: Deps) -> IssueRecord |
         sha256=issued.sha256,
         presigns=issued.presigns,
         issued_at=issued_at,
+        part_bytes=issued.part_bytes,
+        composite_sha256=issued.composite_sha256,
     )
 
 
@@ -127,4 +130,14 @@ def payload_ref(job_id: str, kind: PayloadKind, issued: IssuedKey | None, deps: 
         size=issued.size,
         contentType=issued.content_type,
         sha256=issued.sha256,
+        multipart=multipart_ref(issued.size, issued.part_bytes, issued.composite_sha256),
+    )
+
+
+def multipart_ref(size: int, part_bytes: int | None, composite: str | None) -> MultipartRef | None:
+    """The reference's `multipart` facts (None for a single PUT)."""
+    if not part_bytes:
+        return None
+    return MultipartRef(
+        part_bytes=part_bytes, part_count=-(-size // part_bytes), composite_sha256=composite
     )

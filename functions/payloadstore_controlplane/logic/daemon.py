@@ -27,6 +27,8 @@ from ..store.records import (
     dumps,
     post_digest,
 )
+from .blobs import check_referenced, packed, unpacked
+from .blobs import downloads as blob_downloads
 from .context import Deps, Principal, issue_record, load_job, payload_ref
 from .downloads import download_for
 from .guard import memory_state, refuse_inline
@@ -179,6 +181,7 @@ def _deliver(p: Principal, req: PollRequest, entry, deps: Deps) -> PollResponse 
             base64.b64encode(entry.inline).decode("ascii") if entry.inline is not None else None
         ),
         download=download_for(ref, deps),
+        blobs=blob_downloads(p.namespace, unpacked(entry.blobs), deps),
     )
 
 
@@ -208,6 +211,8 @@ def post_result(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> None
     forms = [body.resultRef is not None, body.resultInline is not None, body.error is not None]
     if sum(forms) != 1:
         raise Unprocessable("give exactly one of resultRef, resultInline or error")
+    # 409 unknown_blob before anything is written; old blobs are renewed here.
+    check_referenced(p.namespace, body.blobs, deps)
     if _post_at_once(p, job_id, body, deps):
         return
     job = load_job(p, job_id, deps)
@@ -285,6 +290,7 @@ def _complete(
         lease=body.lease,
         cancel_ack=cancel_ack,
         namespace=namespace,
+        result_blobs=unpacked(packed(body.blobs)),
     )
 
 
@@ -373,7 +379,12 @@ def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps)
         # entries a daemon takes first becomes the job's (a daemon blocked on this queue may
         # take the new one at once), and a later delivery of the other one is dropped as stale.
         deps.jobs.append(
-            p.namespace, queue, job_id, inline=entry.inline if entry else None, min_id_ms=min_id
+            p.namespace,
+            queue,
+            job_id,
+            inline=entry.inline if entry else None,
+            min_id_ms=min_id,
+            blobs=entry.blobs if entry else b"",
         )
         deps.jobs.drop_entry(p.namespace, queue, old_stream_id)
         logger.warning("payload lost, job requeued", extra={"queue": queue})

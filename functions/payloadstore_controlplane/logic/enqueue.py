@@ -29,6 +29,7 @@ from ..store.records import (
     RefQueued,
     inline_index_expiry_ms,
 )
+from .blobs import check_referenced, packed, referenced, unknown_blob, unpacked
 from .context import Deps, Principal, issue_record
 from .guard import refuse_enqueue, refuse_inline
 from .payload_keys import parse_key
@@ -62,14 +63,19 @@ def enqueue(
     payload_inline: bytes | None,
     idempotency_key: str | None,
     deps: Deps,
+    blobs: list[str] | None = None,
 ) -> Enqueued:
     validate_queue_name(queue)
-    if payload_inline is not None and payload_ref is None:
-        enqueued = _enqueue_inline(p, queue, payload_inline, idempotency_key, deps)
-    elif payload_ref is not None and payload_inline is None:
-        enqueued = _enqueue_ref(p, queue, payload_ref, deps)
-    else:
+    if (payload_inline is None) == (payload_ref is None):
         raise Unprocessable("give exactly one of payloadRef or payloadInline")
+    # 409 unknown_blob before anything is written; old blobs are renewed here.
+    check_referenced(p.namespace, blobs or (), deps)
+    refs = packed(blobs or ())
+    if payload_inline is not None:
+        enqueued = _enqueue_inline(p, queue, payload_inline, idempotency_key, deps, refs)
+    else:
+        assert payload_ref is not None
+        enqueued = _enqueue_ref(p, queue, payload_ref, deps, refs)
     # Listed for the metrics function once it has a job: a refused enqueue writes nothing.
     deps.queues.remember_namespace(p.namespace)
     return enqueued
@@ -119,6 +125,7 @@ def _inline_job(
     now_ms: int,
     minutes: tuple[tuple[str, int], ...],
     settings: Settings,
+    blobs: bytes = b"",
 ) -> InlineJob:
     """The job an inline enqueue appends now: with a key, its id is this minute's candidate."""
     if idem:
@@ -133,14 +140,19 @@ def _inline_job(
         index_until_ms=inline_index_expiry_ms(job_ms, settings.retention_s),
         idempotency_key=idem,
         candidate_tail=tail,
+        blobs=blobs,
     )
 
 
+def _all_blobs(refs: list[bytes]) -> set[str]:
+    return {sha for raw in refs for sha in unpacked(raw)}
+
+
 def _enqueue_inline(
-    p: Principal, queue: str, data: bytes, idem: str | None, deps: Deps
+    p: Principal, queue: str, data: bytes, idem: str | None, deps: Deps, blobs: bytes = b""
 ) -> Enqueued:
     """A single inline enqueue is a batch of one: the same checks, script and answers."""
-    answer = enqueue_inline_batch(p, queue, [(data, idem)], deps)[0]
+    answer = enqueue_inline_batch(p, queue, [(data, idem)], deps, blobs=[blobs], checked=True)[0]
     if isinstance(answer, PayloadStoreError):
         raise answer
     bind_job(answer.response.job_id)
@@ -182,7 +194,9 @@ def _legacy_repeat(
     return Enqueued(EnqueueResponse(job_id=job_id, tier=Tier.INLINE), created=False)
 
 
-def _enqueue_ref(p: Principal, queue: str, ref: PayloadRef, deps: Deps) -> Enqueued:
+def _enqueue_ref(
+    p: Principal, queue: str, ref: PayloadRef, deps: Deps, blobs: bytes = b""
+) -> Enqueued:
     parsed = parse_key(ref.key)
     if parsed is None or parsed[1] is not PayloadKind.ARGS:
         raise Conflict("payloadRef.key was not issued to this namespace as an args key")
@@ -212,7 +226,9 @@ def _enqueue_ref(p: Principal, queue: str, ref: PayloadRef, deps: Deps) -> Enque
     # Queued now, or resumed (an earlier request set the state but never recorded its entry):
     # append now, and answer only once the entry exists.
     min_id = max(now_ms - deps.settings.retention_s * 1000, 0)
-    stream_id = deps.jobs.append(p.namespace, queue, job_id, inline=None, min_id_ms=min_id)
+    stream_id = deps.jobs.append(
+        p.namespace, queue, job_id, inline=None, min_id_ms=min_id, blobs=blobs
+    )
     deps.jobs.record_entry(job_id, stream_id)
     metrics_count("JobsEnqueued", tier=Tier.S3.value)
     metrics_bytes("PayloadBytes", issued.size, tier=Tier.S3.value, kind="args")
@@ -235,13 +251,23 @@ def _refused_item(
 
 
 def enqueue_inline_batch(  # noqa: C901 - each item's refusal is answered in place, in request order, as a single enqueue would
-    p: Principal, queue: str, items: list[tuple[bytes, str | None]], deps: Deps
+    p: Principal,
+    queue: str,
+    items: list[tuple[bytes, str | None]],
+    deps: Deps,
+    *,
+    blobs: list[bytes] | None = None,
+    checked: bool = False,
 ) -> list[Enqueued | PayloadStoreError]:
     """Many inline jobs (bytes, Idempotency-Key) in one Redis round trip: each answer is the job
     or the error of that item alone, exactly as `enqueue` would have answered it. The memory
-    guard is read once for the batch; metrics and the log line are one per batch."""
+    guard is read once for the batch; metrics and the log line are one per batch. `blobs`: per
+    item, the raw sha256s of the blobs it references (checked here, all items' blobs in one
+    round trip, unless `checked`)."""
     s = deps.settings
     answers: list[Enqueued | PayloadStoreError | None] = [None] * len(items)
+    refs = blobs or [b""] * len(items)
+    missing = set() if checked else referenced(p.namespace, _all_blobs(refs), deps)
     now_ms = int(deps.clock() * 1000)
     try:
         refuse_inline(deps, "payload", namespace=p.namespace)
@@ -265,7 +291,11 @@ def enqueue_inline_batch(  # noqa: C901 - each item's refusal is answered in pla
                 "invalid Idempotency-Key (idempotency_key): use [A-Za-z0-9_.:-], 1-128 chars"
             )
             continue
-        jobs.append(_inline_job(p.namespace, data, idem, now_ms, minutes, s))
+        lacking = missing.intersection(unpacked(refs[i]))
+        if lacking:
+            answers[i] = unknown_blob(lacking)
+            continue
+        jobs.append(_inline_job(p.namespace, data, idem, now_ms, minutes, s, refs[i]))
         positions.append(i)
     created_bytes = created = 0
     outcomes = (

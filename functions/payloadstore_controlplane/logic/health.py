@@ -100,6 +100,8 @@ def client_config(deps: Deps) -> ConfigResponse:
         presign_ttl_s=s.presign_ttl_s,
         result_ttl_s=s.result_ttl_s,
         max_presigns_per_job=s.max_presigns_per_job,
+        multipart_threshold=s.multipart_threshold,
+        multipart_part_bytes=s.multipart_part_bytes,
         batch_max_jobs=s.batch_max_jobs,
         batch_max_bytes=s.batch_max_bytes,
     )

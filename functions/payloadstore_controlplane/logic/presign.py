@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import time
 
-from ..models.api import PresignGetResponse, PresignPutResponse, PresignRequest
+from ..models.api import (
+    PartsRequest,
+    PartsResponse,
+    PartUrl,
+    PresignGetResponse,
+    PresignMultipart,
+    PresignPutResponse,
+    PresignRequest,
+)
 from ..models.domain import JOB_ID_RE, IssueRecord, PayloadKind, job_id_time_s, new_job_id
 from ..models.errors import (
     Conflict,
@@ -17,7 +25,16 @@ from ..models.errors import (
 )
 from ..observability import logger, metrics_count
 from ..routes import CLIENT
-from ..store.records import LeaseMismatch, NotRunning, ResultIssued, ResultIssuedBefore
+from ..store.records import (
+    LeaseMismatch,
+    NotMultipart,
+    NotRunning,
+    PartDiffers,
+    PartsIssued,
+    PresignCapReached,
+    ResultIssued,
+    ResultIssuedBefore,
+)
 from .context import Deps, Principal, find_job, issue_record
 from .guard import refuse_enqueue
 from .lifecycle import lease_mismatch
@@ -41,10 +58,16 @@ def presign_put(p: Principal, req: PresignRequest, deps: Deps) -> PresignPutResp
     wanted = PayloadKind.ARGS if p.role == CLIENT else PayloadKind.RESULT
     if req.kind != wanted:
         raise Forbidden(f"a {p.role} token presigns kind={wanted.value} only")
+    part_bytes = s.multipart_part_bytes_for(size) if s.multipart(size) else None
+    if part_bytes is None and not req.sha256:
+        # Without a checksum signed in, same-size bytes could replace the object after the
+        # CP checked it; with one, S3 itself refuses them.
+        raise Unprocessable("op=put needs sha256 (hex sha256 of the bytes to upload)")
+    sha256 = None if part_bytes else req.sha256
     now = deps.clock()
     attempt: int | None = None
     if req.kind is PayloadKind.RESULT:
-        issued_result = _issue_result(p, req, size, now, deps)
+        issued_result = _issue_result(p, req, size, part_bytes, now, deps)
         if isinstance(issued_result, PresignPutResponse):
             return issued_result
         job_id, attempt = req.job_id or "", issued_result
@@ -63,9 +86,19 @@ def presign_put(p: Principal, req: PresignRequest, deps: Deps) -> PresignPutResp
         # A presigned args key is the first half of an S3-tier enqueue: the hard mark applies.
         refuse_enqueue(deps, job_id=job_id)
         # The job is born here, awaiting its upload; it holds what was issued for its key.
-        deps.jobs.create_args_issue(job_id, p.namespace, size, req.content_type, req.sha256)
+        deps.jobs.create_args_issue(job_id, p.namespace, size, req.content_type, sha256, part_bytes)
 
     key = key_for(job_id, req.kind, attempt)
+    if part_bytes:
+        upload_id = deps.objects.create_multipart(key, req.content_type)
+        if not deps.jobs.record_upload(job_id, req.kind.value, upload_id):
+            raise NotFound(f"job {job_id} not found")
+        metrics_count("Presigns", op="multipart")
+        logger.info(
+            "multipart upload created",
+            extra={"job_id": job_id, "kind": req.kind.value, "size": size, "parts": part_bytes},
+        )
+        return _multipart_answer(key, job_id, upload_id, size, part_bytes, now, deps)
     signed = deps.objects.presign_put(key, size, req.content_type, req.sha256)
     metrics_count("Presigns", op="put")
     logger.info("presigned put", extra={"job_id": job_id, "kind": req.kind.value, "size": size})
@@ -79,8 +112,24 @@ def presign_put(p: Principal, req: PresignRequest, deps: Deps) -> PresignPutResp
     )
 
 
+def _multipart_answer(
+    key: str, job_id: str, upload_id: str, size: int, part_bytes: int, now: float, deps: Deps
+) -> PresignPutResponse:
+    return PresignPutResponse(
+        url=None,
+        headers={},
+        bucket=deps.objects.bucket,
+        key=key,
+        job_id=job_id,
+        expires_at=iso_utc(now + deps.settings.presign_ttl_s),
+        multipart=PresignMultipart(
+            upload_id=upload_id, part_bytes=part_bytes, part_count=-(-size // part_bytes)
+        ),
+    )
+
+
 def _issue_result(
-    p: Principal, req: PresignRequest, size: int, now: float, deps: Deps
+    p: Principal, req: PresignRequest, size: int, part_bytes: int | None, now: float, deps: Deps
 ) -> int | PresignPutResponse:
     """Record the result key of the delivery holding `req.lease`: the attempt whose key it is,
     or the answer to a re-presign of this delivery's key.
@@ -94,7 +143,14 @@ def _issue_result(
     if not JOB_ID_RE.match(job_id):
         raise NotFound(f"job {job_id} not found")
     outcome = deps.jobs.create_result_issue(
-        job_id, p.namespace, size, req.content_type, req.sha256, int(now * 1000), lease=req.lease
+        job_id,
+        p.namespace,
+        size,
+        req.content_type,
+        None if part_bytes else req.sha256,
+        int(now * 1000),
+        lease=req.lease,
+        part_bytes=part_bytes,
     )
     match outcome:
         case ResultIssued(attempt=attempt):
@@ -123,9 +179,11 @@ def _represign(
 ) -> PresignPutResponse:
     if issued.namespace != p.namespace:
         raise NotFound(f"no {req.kind.value} key was issued for job {issued.job_id}")
+    # A multipart issue has no whole-object sha256: only the size and content type repeat.
+    asked_sha = req.sha256 if not issued.part_bytes else None
     if (issued.size, issued.sha256, issued.content_type) != (
         req.size,
-        req.sha256,
+        asked_sha,
         req.content_type,
     ):
         # The issued sha256 is not echoed: the answer says what differs, never the value.
@@ -133,7 +191,7 @@ def _represign(
             name
             for name, mine, theirs in (
                 ("size", req.size, issued.size),
-                ("sha256", req.sha256, issued.sha256),
+                ("sha256", asked_sha, issued.sha256),
                 ("content_type", req.content_type, issued.content_type),
             )
             if mine != theirs
@@ -151,8 +209,16 @@ def _represign(
         raise TooManyPresigns(
             f"job {issued.job_id} reached MAX_PRESIGNS_PER_JOB={deps.settings.max_presigns_per_job}"
         )
-    signed = deps.objects.presign_put(issued.key, issued.size, issued.content_type, issued.sha256)
     now = deps.clock()
+    if issued.part_bytes:
+        upload = deps.jobs.multipart_upload(issued.job_id, issued.kind.value)
+        if upload is None:
+            raise Conflict(f"the multipart upload of job {issued.job_id} was completed already")
+        metrics_count("Presigns", op="multipart")
+        return _multipart_answer(
+            issued.key, issued.job_id, upload.upload_id, issued.size, issued.part_bytes, now, deps
+        )
+    signed = deps.objects.presign_put(issued.key, issued.size, issued.content_type, issued.sha256)
     metrics_count("Presigns", op="put")
     logger.info("re-presigned put", extra={"job_id": issued.job_id, "presigns": count})
     return PresignPutResponse(
@@ -188,3 +254,88 @@ def presign_get(p: Principal, req: PresignRequest, deps: Deps) -> PresignGetResp
     url = deps.objects.presign_get(issued.key)
     metrics_count("Presigns", op="get")
     return PresignGetResponse(url=url, expires_at=iso_utc(now + deps.settings.presign_ttl_s))
+
+
+def presign_parts(p: Principal, req: PartsRequest, deps: Deps) -> PartsResponse:
+    """UploadPart URLs for parts of the multipart upload of `req.job_id`'s key, each with its
+    size and sha256 signed in. A part asked for again must repeat its sha256 (an expired URL);
+    a call that asks for any part again counts one presign against MAX_PRESIGNS_PER_JOB."""
+    wanted = PayloadKind.ARGS if p.role == CLIENT else PayloadKind.RESULT
+    if req.kind != wanted:
+        raise Forbidden(f"a {p.role} token presigns kind={wanted.value} only")
+    job = deps.jobs.get_job(req.job_id) if JOB_ID_RE.match(req.job_id) else None
+    issued = (
+        issue_record(job, req.kind, deps)
+        if job is not None and job.namespace == p.namespace
+        else None
+    )
+    if issued is None:
+        raise NotFound(f"no {req.kind.value} key was issued for job {req.job_id}")
+    if not issued.part_bytes:
+        raise Conflict(
+            f"the {req.kind.value} key of job {req.job_id} is a single PUT upload, not multipart"
+        )
+    _check_part_sizes(req, issued.size, issued.part_bytes)
+    outcome = deps.jobs.issue_parts(
+        req.job_id,
+        p.namespace,
+        req.kind.value,
+        [(part.number, part.sha256) for part in req.parts],
+        deps.settings.max_presigns_per_job,
+        lease=req.lease,
+    )
+    upload_id = _parts_outcome(req, outcome)
+    now = deps.clock()
+    urls = []
+    for part in req.parts:
+        signed = deps.objects.presign_part(
+            issued.key, upload_id, part.number, part.size, part.sha256
+        )
+        urls.append(PartUrl(number=part.number, url=signed.url, headers=signed.headers))
+    metrics_count("Presigns", len(urls), op="part")
+    logger.info("presigned parts", extra={"job_id": req.job_id, "parts": len(urls)})
+    return PartsResponse(
+        job_id=req.job_id,
+        key=issued.key,
+        upload_id=upload_id,
+        parts=urls,
+        expires_at=iso_utc(now + deps.settings.presign_ttl_s),
+    )
+
+
+def _check_part_sizes(req: PartsRequest, size: int, part_bytes: int) -> None:
+    count = -(-size // part_bytes)
+    for part in req.parts:
+        if part.number > count:
+            raise Unprocessable(f"part {part.number} does not exist: the upload has {count} parts")
+        expected = part_bytes if part.number < count else size - part_bytes * (count - 1)
+        if part.size != expected:
+            raise Unprocessable(
+                f"part {part.number} must be {expected} bytes (part_bytes={part_bytes}), "
+                f"not {part.size}"
+            )
+
+
+def _parts_outcome(req: PartsRequest, outcome: object) -> str:
+    """The upload id to sign for, or the refusal of the parts call."""
+    match outcome:
+        case PartsIssued(upload_id=upload_id):
+            return upload_id
+        case NotMultipart():
+            raise Conflict(
+                f"the multipart upload of job {req.job_id} is not open (completed already?)"
+            )
+        case PartDiffers(number=number):
+            raise Conflict(
+                f"part {number} was presigned before with another sha256: a part asked for "
+                "again must repeat its size and sha256"
+            )
+        case PresignCapReached():
+            raise TooManyPresigns(f"job {req.job_id} reached MAX_PRESIGNS_PER_JOB")
+        case LeaseMismatch(state=state):
+            raise lease_mismatch(req.job_id, state)
+        case NotRunning(state=state):
+            if req.kind is PayloadKind.ARGS:
+                raise Conflict(f"job {req.job_id} is {state}: its args were enqueued already")
+            raise Conflict(f"job {req.job_id} is {state or 'not started'}, not running")
+    raise NotFound(f"no {req.kind.value} key was issued for job {req.job_id}")

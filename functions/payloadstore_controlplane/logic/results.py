@@ -8,6 +8,7 @@ import json
 from ..models.api import JobError, JobStatusResponse, ResultResponse
 from ..models.domain import JobStatus, PayloadKind, Tier
 from ..store.records import JobRecord
+from .blobs import downloads
 from .context import Deps, Principal, load_job, payload_ref
 from .downloads import download_for
 
@@ -65,4 +66,5 @@ def get_result(p: Principal, job_id: str, wait_s: float, deps: Deps) -> ResultRe
         resultInline=base64.b64encode(inline).decode("ascii") if inline is not None else None,
         error=_error(job, deps),
         download=download_for(ref, deps),
+        blobs=downloads(job.namespace, job.result_blobs, deps),
     )

@@ -1,10 +1,21 @@
-"""Before a reference is accepted, the object must exist with the issued size and checksum."""
+"""Before a reference is accepted, the object must exist with the issued size and checksum.
+
+A multipart reference is completed here first (enqueue, result post): the parts S3 holds are
+listed and checked against the parts the CP issued (every part there, of its size, with the
+sha256 signed into its URL), the upload is completed with exactly those parts, and the object's
+composite SHA-256 (sha256 of the parts' binary sha256s, S3's COMPOSITE checksum) is checked
+against the one computed from what was signed. The job then keeps that composite (32 bytes)."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+
 from ..models.domain import IssueRecord, PayloadRef
 from ..models.errors import Conflict
-from ..store.records import sha256_hex_to_b64
+from ..observability import logger
+from ..store.records import MultipartUpload, sha256_hex_to_b64
+from ..store.s3_objects import UploadedPart
 from .context import Deps
 
 
@@ -21,23 +32,120 @@ def check_ref_matches_issue(ref: PayloadRef, issued: IssueRecord, deps: Deps) ->
         raise Conflict("payloadRef.sha256 differs from the sha256 the key was issued with")
     if ref.sha256 and not issued.sha256:
         raise Conflict("payloadRef.sha256 was not part of the presign; presign with it")
+    if ref.multipart is not None and (
+        not issued.part_bytes or ref.multipart.part_bytes != issued.part_bytes
+    ):
+        raise Conflict("payloadRef.multipart differs from the multipart upload issued")
 
 
 def verify_uploaded(ref: PayloadRef, issued: IssueRecord, deps: Deps) -> None:
-    """HEAD the object; refuse with 409 saying which check failed. Writes nothing."""
+    """HEAD the object; refuse with 409 saying which check failed. Writes nothing, except the
+    composite checksum of a multipart upload this call completed."""
     check_ref_matches_issue(ref, issued, deps)
+    if issued.part_bytes:
+        _verify_multipart(ref, issued, deps)
+        return
     info = deps.objects.head(issued.key)
     if info is None:
         raise Conflict("payload not uploaded: no object at the issued key", reason="not_uploaded")
-    if info.size != issued.size:
-        raise Conflict(
-            f"size mismatch: object has {info.size} bytes, issued for {issued.size}",
-            reason="size_mismatch",
-        )
+    _check_size(info.size, issued)
     if issued.sha256:
         expected = sha256_hex_to_b64(issued.sha256)
         if info.sha256_b64 != expected:
+            raise _checksum_mismatch("the object's sha256 is not the one signed at presign")
+
+
+def _check_size(size: int, issued: IssueRecord) -> None:
+    if size != issued.size:
+        raise Conflict(
+            f"size mismatch: object has {size} bytes, issued for {issued.size}",
+            reason="size_mismatch",
+        )
+
+
+def _checksum_mismatch(detail: str) -> Conflict:
+    return Conflict(f"checksum mismatch: {detail}", reason="checksum_mismatch")
+
+
+def composite_checksum(part_digests: list[bytes]) -> bytes:
+    """S3's COMPOSITE SHA-256 of an object uploaded in parts: sha256 of their binary sha256s."""
+    return hashlib.sha256(b"".join(part_digests)).digest()
+
+
+def _verify_multipart(ref: PayloadRef, issued: IssueRecord, deps: Deps) -> None:
+    kind = issued.kind.value
+    completed_now = False
+    composite = bytes.fromhex(issued.composite_sha256) if issued.composite_sha256 else None
+    if composite is None:
+        upload = deps.jobs.multipart_upload(issued.job_id, kind)
+        if upload is None:
             raise Conflict(
-                "checksum mismatch: the object's sha256 is not the one signed at presign",
-                reason="checksum_mismatch",
+                "payload not uploaded: the multipart upload is not open (aborted or expired)",
+                reason="not_uploaded",
             )
+        composite = _complete(issued, upload, deps)
+        completed_now = True
+    info = deps.objects.head(issued.key)
+    if info is None:
+        raise Conflict("payload not uploaded: no object at the issued key", reason="not_uploaded")
+    _check_size(info.size, issued)
+    expected = f"{base64.b64encode(composite).decode()}-{issued.part_count}"
+    if info.sha256_b64 != expected:
+        raise _checksum_mismatch(
+            "the object's composite sha256 is not the parts' signed at presign"
+        )
+    claimed = ref.multipart.composite_sha256 if ref.multipart else None
+    if claimed and claimed.lower() != composite.hex():
+        raise _checksum_mismatch("payloadRef.multipart.composite_sha256 is not the object's")
+    if completed_now:
+        deps.jobs.finish_multipart(issued.job_id, kind, composite)
+        logger.info(
+            "multipart completed",
+            extra={"job_id": issued.job_id, "kind": kind, "parts": issued.part_count},
+        )
+
+
+def _complete(issued: IssueRecord, upload: MultipartUpload, deps: Deps) -> bytes:
+    """Check the uploaded parts against the issued ones, complete the upload with them, and
+    answer the composite sha256 of what was signed. 409 parts_mismatch, naming the parts."""
+    assert issued.part_bytes  # a multipart issue
+    count = issued.part_count
+    listed = deps.objects.list_parts(issued.key, upload.upload_id)
+    if listed is None:
+        # Completed by a concurrent enqueue (or retry) a moment ago: the HEAD decides.
+        return composite_checksum([upload.parts.get(n, b"") for n in range(1, count + 1)])
+    by_number = {p.number: p for p in listed}
+    problems = _part_problems(issued, upload, by_number)
+    if problems:
+        shown = "; ".join(problems[:5]) + (
+            f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
+        )
+        raise Conflict(
+            f"parts mismatch: the uploaded parts are not the {count} issued: {shown}",
+            reason="parts_mismatch",
+        )
+    ordered = [by_number[n] for n in range(1, count + 1)]
+    deps.objects.complete_multipart(issued.key, upload.upload_id, ordered)
+    return composite_checksum([upload.parts[n] for n in range(1, count + 1)])
+
+
+def _part_problems(
+    issued: IssueRecord, upload: MultipartUpload, by_number: dict[int, UploadedPart]
+) -> list[str]:
+    assert issued.part_bytes
+    count = issued.part_count
+    last = issued.size - issued.part_bytes * (count - 1)
+    problems = []
+    for n in range(1, count + 1):
+        signed, part = upload.parts.get(n), by_number.get(n)
+        size = issued.part_bytes if n < count else last
+        if signed is None:
+            problems.append(f"part {n} was never presigned")
+        elif part is None:
+            problems.append(f"part {n} is missing")
+        elif part.size != size:
+            problems.append(f"part {n} has {part.size} bytes, not {size}")
+        elif part.sha256_b64 != base64.b64encode(signed).decode():
+            problems.append(f"part {n} has another sha256 than the one signed")
+    problems += [f"part {n} was not issued" for n in sorted(by_number) if n > count]
+    return problems

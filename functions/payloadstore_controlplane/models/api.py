@@ -9,7 +9,15 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
-from .domain import NAME_RE, JobStatus, OmitsNull, PayloadKind, PayloadRef, Tier, WireModel
+from .domain import (
+    NAME_RE,
+    JobStatus,
+    OmitsNull,
+    PayloadKind,
+    PayloadRef,
+    Tier,
+    WireModel,
+)
 
 Sha256Hex = Annotated[
     str, Field(pattern=r"^[0-9a-fA-F]{64}$", description="sha256 of the bytes, hex")
@@ -41,6 +49,18 @@ MimeType = Annotated[
     ),
 ]
 Name = Annotated[str, Field(pattern=NAME_RE.pattern, description="[A-Za-z0-9_.-], 1-63 chars")]
+# A blob is at most what one S3 PUT and one CopyObject (its renewal) take: 5 GiB.
+MAX_BLOB_BYTES = 5 * 1024**3
+# The most blobs one job (or one result) may reference.
+MAX_BLOBS_PER_JOB = 16
+BlobList = Annotated[
+    list[Sha256Hex],
+    Field(
+        max_length=MAX_BLOBS_PER_JOB,
+        description="sha256 (hex) of every blob the value references (the SDK fills it): "
+        "409 unknown_blob when the namespace has no such blob",
+    ),
+]
 
 
 class _Strict(WireModel):
@@ -78,8 +98,9 @@ class PresignRequest(_Strict):
     content_type: MimeType = "application/msgpack"
     sha256: Sha256Hex | None = Field(
         None,
-        description="hex sha256 of the upload (op=put, required): signed into the URL, so S3 "
-        "refuses other bytes, and checked again before the key is accepted",
+        description="hex sha256 of the upload (op=put, required up to MULTIPART_THRESHOLD): "
+        "signed into the URL, so S3 refuses other bytes, and checked again before the key is "
+        "accepted. Not used above the threshold: each part's sha256 is signed into its URL",
     )
     lease: Lease | None = Field(
         None, description="kind=result: the lease of the delivery whose result this is"
@@ -90,10 +111,7 @@ class PresignRequest(_Strict):
     def _fields_for_op(self):
         if self.op == "put" and self.size is None:
             raise ValueError("op=put needs size")
-        if self.op == "put" and not self.sha256:
-            # Without a checksum signed in, same-size bytes could replace the object after the
-            # CP checked it; with one, S3 itself refuses them.
-            raise ValueError("op=put needs sha256 (hex sha256 of the bytes to upload)")
+        # op=put without sha256 is refused by the logic up to MULTIPART_THRESHOLD (a setting).
         if self.op == "get" and not self.key:
             raise ValueError("op=get needs key")
         if self.sha256:
@@ -101,13 +119,70 @@ class PresignRequest(_Strict):
         return self
 
 
-class PresignPutResponse(WireModel):
-    url: str
+class PresignMultipart(WireModel):
+    """A multipart upload created at presign: ask `POST .../payloads/parts` for part URLs."""
+
+    upload_id: str
+    part_bytes: int = Field(description="every part but the last has exactly this many bytes")
+    part_count: int
+
+
+class PresignPutResponse(OmitsNull):
+    url: str | None = Field(None, description="the single PUT's URL (absent for a multipart)")
     method: Literal["PUT"] = "PUT"
     headers: dict[str, str] = Field(description="send exactly these headers with the PUT")
     bucket: str
     key: str
     job_id: str
+    expires_at: str = Field(description="ISO 8601 UTC")
+    multipart: PresignMultipart | None = Field(
+        None, description="above MULTIPART_THRESHOLD: the multipart upload, instead of `url`"
+    )
+
+
+# -- multipart parts -----------------------------------------------------------------------
+
+
+class PartSpec(_Strict):
+    number: int = Field(ge=1, le=10_000, description="part number, 1..part_count")
+    size: int = Field(ge=1, description="part_bytes, or what is left for the last part")
+    sha256: Sha256Hex
+
+    @model_validator(mode="after")
+    def _lower(self):
+        self.sha256 = self.sha256.lower()
+        return self
+
+
+class PartsRequest(_Strict):
+    """POST .../payloads/parts: presigned UploadPart URLs for parts of a multipart upload."""
+
+    job_id: str = Field(max_length=64)
+    kind: PayloadKind = PayloadKind.ARGS
+    lease: Lease | None = Field(
+        None, description="kind=result: the lease of the delivery (checked when given)"
+    )
+    parts: list[PartSpec] = Field(min_length=1, max_length=100, description="at most 100")
+
+    @model_validator(mode="after")
+    def _distinct(self):
+        numbers = [p.number for p in self.parts]
+        if len(set(numbers)) != len(numbers):
+            raise ValueError("each part number at most once per call")
+        return self
+
+
+class PartUrl(WireModel):
+    number: int
+    url: str
+    headers: dict[str, str] = Field(description="send exactly these headers with the part's PUT")
+
+
+class PartsResponse(WireModel):
+    job_id: str
+    key: str
+    upload_id: str
+    parts: list[PartUrl]
     expires_at: str = Field(description="ISO 8601 UTC")
 
 
@@ -123,6 +198,7 @@ class PresignGetResponse(WireModel):
 class EnqueueRequest(_Strict):
     payloadRef: PayloadRef | None = None
     payloadInline: Base64Bytes | None = None
+    blobs: BlobList = Field(default_factory=list)
 
     def inline_bytes(self) -> bytes | None:
         return None if self.payloadInline is None else b64_bytes(self.payloadInline)
@@ -188,6 +264,14 @@ class DownloadUrl(WireModel):
     expires_at: str
 
 
+class BlobDownload(WireModel):
+    """A presigned GET of one blob a job or a result references."""
+
+    sha256: str
+    url: str
+    expires_at: str
+
+
 class PollResponse(OmitsNull):
     job_id: str
     namespace: str
@@ -206,6 +290,9 @@ class PollResponse(OmitsNull):
     payloadInline: str | None = None
     download: DownloadUrl | None = Field(
         None, description="presigned GET of payloadRef (S3 tier only)"
+    )
+    blobs: list[BlobDownload] | None = Field(
+        None, description="a presigned GET of each blob the job references (none: absent)"
     )
 
 
@@ -226,6 +313,7 @@ class ResultPost(_Strict):
     resultRef: PayloadRef | None = None
     resultInline: Base64Bytes | None = None
     error: ResultErrorIn | None = None
+    blobs: BlobList = Field(default_factory=list)
 
     def inline_bytes(self) -> bytes | None:
         return None if self.resultInline is None else b64_bytes(self.resultInline)
@@ -263,6 +351,47 @@ class ResultResponse(OmitsNull):
     download: DownloadUrl | None = Field(
         None, description="presigned GET of resultRef (an S3 result only)"
     )
+    blobs: list[BlobDownload] | None = Field(
+        None, description="a presigned GET of each blob the result references (none: absent)"
+    )
+
+
+# -- blobs ---------------------------------------------------------------------------------
+
+
+class BlobRequest(_Strict):
+    """POST .../blobs: does the namespace have this content? If not, where to upload it."""
+
+    sha256: Sha256Hex
+    size: int = Field(ge=1, le=MAX_BLOB_BYTES, description="exact byte size (at most 5 GiB)")
+
+    @model_validator(mode="after")
+    def _lower(self):
+        self.sha256 = self.sha256.lower()
+        return self
+
+
+class BlobUpload(WireModel):
+    """A presigned PUT of the blob: size and sha256 are signed in (S3 refuses other bytes)."""
+
+    url: str
+    method: Literal["PUT"] = "PUT"
+    headers: dict[str, str] = Field(description="send exactly these headers with the PUT")
+    expires_at: str = Field(description="ISO 8601 UTC")
+
+
+class BlobResponse(OmitsNull):
+    sha256: str
+    size: int
+    exists: bool = Field(
+        description="true: the namespace has the blob, verified; jobs may reference it now. "
+        "false: upload it with `upload`, then POST again to have it verified"
+    )
+    key: str = Field(description="the blob's key: blobs/<namespace>/<sha256>")
+    expires_at: str | None = Field(
+        None, description="exists: when the blob expires unless a new job references it"
+    )
+    upload: BlobUpload | None = None
 
 
 # -- public --------------------------------------------------------------------------------
@@ -274,6 +403,8 @@ class ConfigResponse(WireModel):
     presign_ttl_s: int
     result_ttl_s: int
     max_presigns_per_job: int
+    multipart_threshold: int = Field(description="uploads above this size are multipart")
+    multipart_part_bytes: int = Field(description="part size (grown for > 10,000 parts)")
     batch_max_jobs: int = Field(description="jobs per batch enqueue or status call")
     batch_max_bytes: int = Field(description="inline payload bytes per batch enqueue (decoded)")
 
@@ -344,6 +475,7 @@ class BatchJobIn(_Strict):
     idempotency_key: str | None = Field(
         None, description="as the Idempotency-Key header of a single enqueue (inline jobs)"
     )
+    blobs: BlobList = Field(default_factory=list)
 
     def inline_bytes(self) -> bytes | None:
         return None if self.payloadInline is None else b64_bytes(self.payloadInline)

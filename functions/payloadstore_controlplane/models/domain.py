@@ -95,6 +95,18 @@ class OmitsNull(WireModel):
         return data
 
 
+class MultipartRef(OmitsNull):
+    """How a multipart object was uploaded: its part size and count, and its composite SHA-256
+    (sha256 of the concatenated binary sha256 of each part, S3's COMPOSITE checksum "<b64>-N"
+    as hex), which readers check range by range."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    part_bytes: int
+    part_count: int
+    composite_sha256: str | None = None
+
+
 class PayloadRef(OmitsNull):
     """Where a large payload lives. Field names follow the wire (camelCase contentType)."""
 
@@ -106,6 +118,7 @@ class PayloadRef(OmitsNull):
     size: int
     contentType: str | None = None
     sha256: str | None = None
+    multipart: MultipartRef | None = None
 
 
 class IssueRecord(WireModel):
@@ -121,3 +134,10 @@ class IssueRecord(WireModel):
     sha256: str | None = None
     presigns: int = 1
     issued_at: float
+    # Multipart uploads: the part size, and the composite sha256 (hex) once completed.
+    part_bytes: int | None = None
+    composite_sha256: str | None = None
+
+    @property
+    def part_count(self) -> int:
+        return -(-self.size // self.part_bytes) if self.part_bytes else 1

@@ -41,6 +41,13 @@ class LeaseMismatch(Conflict):
     code = "lease_mismatch"
 
 
+class UnknownBlob(Conflict):
+    """A job or a result names a blob its namespace does not have (never created, not yet
+    verified, or expired)."""
+
+    code = "unknown_blob"
+
+
 class Gone(PayloadStoreError):
     status, code = 410, "gone"
 

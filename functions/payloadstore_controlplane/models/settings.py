@@ -15,6 +15,10 @@ class PayloadLostPolicy(StrEnum):
     FAIL = "fail"  # fail at the first report
 
 
+# S3's most parts per multipart upload.
+MULTIPART_MAX_PARTS = 10_000
+
+
 class SettingsError(RuntimeError):
     """A setting is missing or malformed: the function cannot start."""
 
@@ -24,7 +28,13 @@ class Settings(BaseModel):
 
     # env var name -> field: the names are part of the deployment contract (CDK sets them).
     inline_threshold: int = Field(262_144, ge=1)
-    max_payload_bytes: int = Field(104_857_600, ge=1, le=5 * 1024**3)  # single PUT cap: 5 GiB
+    # Up to S3's largest object (5 TiB): sizes above MULTIPART_THRESHOLD upload in parts.
+    max_payload_bytes: int = Field(104_857_600, ge=1, le=5 * 1024**4)
+    # Uploads above this size are multipart (a single PUT stays at most 5 GiB, S3's limit).
+    multipart_threshold: int = Field(64 * 1024**2, ge=1, le=5 * 1024**3)
+    # Part size of a multipart upload (S3: 5 MiB..5 GiB), grown for an upload that would need
+    # more than MULTIPART_MAX_PARTS parts (multipart_part_bytes_for).
+    multipart_part_bytes: int = Field(16 * 1024**2, ge=5 * 1024**2, le=5 * 1024**3)
     presign_ttl_s: int = Field(900, ge=1, le=7 * 24 * 3600)
     # The bucket lifecycle deletes payloads after 2 days, so nothing may be promised for longer.
     result_ttl_s: int = Field(172_800, ge=60, le=172_800)
@@ -75,6 +85,19 @@ class Settings(BaseModel):
     @property
     def retention_s(self) -> int:
         return self.queue_retention_s or self.result_ttl_s
+
+    def multipart(self, size: int) -> bool:
+        """Whether an upload of `size` bytes is a multipart upload."""
+        return size > self.multipart_threshold
+
+    def multipart_part_bytes_for(self, size: int) -> int:
+        """The part size of an upload of `size` bytes: MULTIPART_PART_BYTES, grown (in whole
+        MiB) so the upload needs at most MULTIPART_MAX_PARTS parts (S3's limit)."""
+        least = -(-size // MULTIPART_MAX_PARTS)
+        if least <= self.multipart_part_bytes:
+            return self.multipart_part_bytes
+        mib = 1024**2
+        return -(-least // mib) * mib
 
     @model_validator(mode="after")
     def _consistent(self) -> Settings:
@@ -133,6 +156,8 @@ class Settings(BaseModel):
 SETTINGS_ENV: dict[str, str] = {
     "inline_threshold": "INLINE_THRESHOLD",
     "max_payload_bytes": "MAX_PAYLOAD_BYTES",
+    "multipart_threshold": "MULTIPART_THRESHOLD",
+    "multipart_part_bytes": "MULTIPART_PART_BYTES",
     "presign_ttl_s": "PRESIGN_TTL_S",
     "result_ttl_s": "RESULT_TTL_S",
     "max_presigns_per_job": "MAX_PRESIGNS_PER_JOB",

@@ -29,6 +29,9 @@ live in the done list.
     pn  args presign count                rn  result presign count
                                           ri  result key issued at, ms since epoch
                                           ra  attempt whose delivery issued the result key
+    pb  args part size, multipart only    rb  result part size, multipart only
+    pm  args composite sha256 (32 raw     rm  result composite sha256, once completed
+        bytes), once completed
     rk  result form: i (inline bytes in the done list) | s (S3, ref from r*) | e (error JSON
         in the done list)
     g   digest of the accepted result post (kind letter + 15 bytes of sha256), for repeats
@@ -52,6 +55,8 @@ converts such a job to layout 2 the first time it touches it (`redis_jobs.RedisJ
 
 from __future__ import annotations
 
+import base64
+
 PREFIX = "ps"
 CONSUMER_GROUP = "daemons"
 # The inline index is split into hashes of one hour of job ids each, so whole hours expire.
@@ -69,6 +74,14 @@ def done(job_id: str) -> str:
     return f"{PREFIX}:{{j:{job_id}}}:done"
 
 
+def parts(job_id: str, kind: str) -> str:
+    """HASH of a multipart upload in progress (kind `args` | `result`): `u` the S3 upload id,
+    and one field per issued part number holding the sha256 (32 raw bytes) signed into its URL.
+    Deleted once the upload is completed; it lives no longer than the job hash. (Upload ids
+    are longer than 64 bytes on S3: kept out of the job hash, which stays a listpack.)"""
+    return f"{PREFIX}:{{j:{job_id}}}:parts:{kind}"
+
+
 def queue(namespace: str, queue_name: str) -> str:
     """STREAM of queued jobs; entries carry `j` (job id) and, for the inline tier, `b` (bytes)."""
     return f"{PREFIX}:{{ns:{namespace}}}:q:{queue_name}"
@@ -84,6 +97,15 @@ def namespaces() -> str:
     metrics function's list of namespaces, so it never lists the token store. Added once per
     container per NAMESPACE_REMEMBER_S (redis_queues.RedisQueueStats.remember_namespace)."""
     return f"{PREFIX}:{{namespaces}}:set"
+
+
+def blob(namespace: str, sha256_hex: str) -> str:
+    """STRING: the blob's size, with a TTL of the retention, once its upload was verified (see
+    docs/design.md "Blobs"). The digest is in base64url (43 chars, not 64 hex) so the record
+    stays within 128 B (MEMORY USAGE) for namespaces up to 11 chars, ~140 B at 32. Its age is
+    the retention less its TTL: no timestamp is stored. In the namespace's slot."""
+    digest = base64.urlsafe_b64encode(bytes.fromhex(sha256_hex)).rstrip(b"=").decode("ascii")
+    return f"{PREFIX}:{{ns:{namespace}}}:b:{digest}"
 
 
 def inline_index(namespace: str, job_ms: int) -> str:

@@ -35,6 +35,9 @@ class IssuedKey:
     issued_ms: int | None
     # The delivery (attempt) that presigned a result key; None for args and older issues.
     attempt: int | None = None
+    # A multipart upload: its part size, and its composite sha256 (hex) once completed.
+    part_bytes: int | None = None
+    composite_sha256: str | None = None
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,8 @@ class JobRecord:
     # The done list's element when it was read with the hash (`get_job(..., with_done=True)`).
     done: bytes | None = field(default=None, repr=False)
     done_read: bool = field(default=False, repr=False)
+    # The blobs the accepted result references (hash fields rb0, rb1, ...), hex.
+    result_blobs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,7 @@ class InlineJob:
     index_until_ms: int
     idempotency_key: str | None = None
     candidate_tail: str = ""
+    blobs: bytes = b""  # raw sha256s of the blobs it references, concatenated
 
 
 @dataclass(frozen=True)
@@ -88,12 +94,13 @@ class QueueEntry:
     stream_id: str
     job_id: str
     inline: bytes | None
+    blobs: bytes = b""  # raw sha256s of the blobs the job references (field `B`)
 
     @classmethod
     def parse(cls, queue: str, stream_id: str, fields: dict) -> QueueEntry:
         job = fields.get(b"j", fields.get(b"job", b""))
         inline = fields.get(b"b", fields.get(b"inline"))
-        return cls(queue, stream_id, text(job) or "", inline)
+        return cls(queue, stream_id, text(job) or "", inline, fields.get(b"B") or b"")
 
 
 @dataclass(frozen=True)
@@ -239,6 +246,42 @@ class DeliveryLimit:
 @dataclass(frozen=True)
 class EntryExpired:
     """The entry is older than the retention, or names no job."""
+
+
+# Multipart parts.
+
+
+@dataclass(frozen=True)
+class PartsIssued:
+    """The parts' checksums are recorded; the upload to sign them for."""
+
+    upload_id: str
+
+
+@dataclass(frozen=True)
+class NotMultipart:
+    """The key was issued for a single PUT (or its multipart upload is gone)."""
+
+
+@dataclass(frozen=True)
+class PartDiffers:
+    """A part was issued before with another sha256."""
+
+    number: int
+
+
+@dataclass(frozen=True)
+class PresignCapReached:
+    """MAX_PRESIGNS_PER_JOB presigns of this key already."""
+
+
+@dataclass(frozen=True)
+class MultipartUpload:
+    """What the CP issued for a multipart upload in progress: the upload and each issued
+    part's sha256 (32 raw bytes) by part number."""
+
+    upload_id: str
+    parts: dict[int, bytes]
 
 
 # Completion.

@@ -47,6 +47,7 @@ from typing import Any
 from ..models.domain import JobStatus, Tier
 from . import keys
 from .jobs import layout1
+from .jobs.blobs import BlobSteps
 from .jobs.completion import CompletionSteps
 from .jobs.delivery import DeliverySteps
 from .jobs.enqueue import EnqueueSteps
@@ -67,6 +68,8 @@ def _issued(f: dict[str, Any], prefix: str, issued_ms: int | None) -> IssuedKey 
         presigns=number(f.get(prefix + "n"), 0),
         issued_ms=issued_ms,
         attempt=(number(f.get("ra"), 0) or None) if prefix == "r" else None,
+        part_bytes=number(f.get(prefix + "b"), 0) or None,
+        composite_sha256=sha_hex(f.get(prefix + "m")),
     )
 
 
@@ -95,10 +98,20 @@ def decode_job(
         cancel_requested=f.get("cr") == b"1",
         done=done,
         done_read=done_read,
+        result_blobs=_result_blobs(f),
     )
 
 
-class RedisJobStore(PresignSteps, EnqueueSteps, DeliverySteps, CompletionSteps, LifecycleSteps):
+def _result_blobs(f: dict[str, Any]) -> tuple[str, ...]:
+    out: list[str] = []
+    while (raw := f.get(f"rb{len(out)}")) is not None:
+        out.append(bytes(raw).hex())
+    return tuple(out)
+
+
+class RedisJobStore(
+    PresignSteps, EnqueueSteps, DeliverySteps, CompletionSteps, LifecycleSteps, BlobSteps
+):
     # INFO memory is read at most this often per node.
     MEMORY_CACHE_S = 1.0
 

@@ -16,6 +16,7 @@ import os
 import re
 import time
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -32,12 +33,30 @@ class ObjectInfo:
     size: int
     sha256_b64: str | None
     content_type: str | None
+    last_modified: float | None = None  # epoch seconds (HTTP date: whole seconds)
+
+
+@dataclass(frozen=True)
+class UploadedPart:
+    number: int
+    size: int
+    etag: str
+    sha256_b64: str | None
 
 
 @dataclass(frozen=True)
 class PresignedPut:
     url: str
     headers: dict[str, str]
+
+
+def _http_date(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError):
+        return None
 
 
 def sha256_b64_to_hex(b64_digest: str) -> str:
@@ -130,9 +149,10 @@ class SigV4Presigner:
         expires_s: int,
         headers: dict[str, str] | None = None,
         now: float | None = None,
+        query: dict[str, str] | None = None,
     ) -> str:
         """A presigned URL for `method` on bucket/key that also signs `headers` (the uploader
-        must send exactly those)."""
+        must send exactly those) and the sub-resource `query` (partNumber, uploadId)."""
         access_key, secret, token = self._current_credentials()
         scheme, netloc, path = self.target(bucket, key)
         stamp = sigv4.amz_date(now)
@@ -146,14 +166,15 @@ class SigV4Presigner:
         ]
         if token:
             params.append(("X-Amz-Security-Token", token))
+        params = list((query or {}).items()) + params
         encoded = [(quote(k, safe=_UNRESERVED), quote(v, safe=_UNRESERVED)) for k, v in params]
-        query = "&".join(f"{k}={v}" for k, v in encoded)
+        query_string = "&".join(f"{k}={v}" for k, v in encoded)
         canonical_query = "&".join(f"{k}={v}" for k, v in sorted(encoded))
         canonical_request = (
             f"{method}\n{path}\n{canonical_query}\n{block}\n{signed_headers}\nUNSIGNED-PAYLOAD"
         )
         signature = sigv4.signature(secret, stamp, self.region, "s3", canonical_request)
-        return f"{scheme}://{netloc}{path}?{query}&X-Amz-Signature={signature}"
+        return f"{scheme}://{netloc}{path}?{query_string}&X-Amz-Signature={signature}"
 
     def target(self, bucket: str, key: str) -> tuple[str, str, str]:
         """(scheme, host as signed, path) of bucket/key: path style on a configured endpoint,
@@ -395,6 +416,102 @@ class S3Objects:
             )
         return PresignedPut(url=url, headers=headers)
 
+    # -- multipart ------------------------------------------------------------------------
+
+    def create_multipart(self, key: str, content_type: str) -> str:
+        """CreateMultipartUpload with SHA-256 checksums (S3 keeps a COMPOSITE checksum): the
+        upload id."""
+        try:
+            r = self._s3.create_multipart_upload(
+                Bucket=self.bucket, Key=key, ContentType=content_type, ChecksumAlgorithm="SHA256"
+            )
+        except (ClientError, BotoCoreError) as e:
+            raise _storage_error(e, "create multipart upload") from e
+        return str(r["UploadId"])
+
+    def presign_part(
+        self, key: str, upload_id: str, number: int, size: int, sha256_hex: str
+    ) -> PresignedPut:
+        """An UploadPart URL signing the part's content-length and sha256 checksum, so S3
+        refuses a part of other bytes."""
+        b64 = sha256_hex_to_b64(sha256_hex)
+        headers = {"Content-Length": str(size), "x-amz-checksum-sha256": b64}
+        if self._presigner is not None:
+            query = {"partNumber": str(number), "uploadId": upload_id}
+            url = self._presigner.url("PUT", self.bucket, key, self._ttl, headers, query=query)
+        else:
+            params = {
+                "Bucket": self.bucket,
+                "Key": key,
+                "UploadId": upload_id,
+                "PartNumber": number,
+                "ContentLength": size,
+                "ChecksumSHA256": b64,
+            }
+            url = self._s3.generate_presigned_url(
+                "upload_part", Params=params, ExpiresIn=self._ttl, HttpMethod="PUT"
+            )
+        return PresignedPut(url=url, headers=headers)
+
+    def list_parts(self, key: str, upload_id: str) -> list[UploadedPart] | None:
+        """Every part uploaded so far (number, size, ETag, sha256 b64), or None when the upload
+        does not exist (completed or aborted)."""
+        found: list[UploadedPart] = []
+        marker = 0
+        while True:
+            try:
+                r = self._s3.list_parts(
+                    Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumberMarker=marker
+                )
+            except ClientError as e:
+                if e.response.get("Error", {}).get("Code") == "NoSuchUpload":
+                    return None
+                raise _storage_error(e, "list parts") from e
+            except BotoCoreError as e:
+                raise _storage_error(e, "list parts") from e
+            for part in r.get("Parts", []):
+                found.append(
+                    UploadedPart(
+                        number=int(part["PartNumber"]),
+                        size=int(part["Size"]),
+                        etag=str(part["ETag"]),
+                        sha256_b64=part.get("ChecksumSHA256"),
+                    )
+                )
+            if not r.get("IsTruncated") or not r.get("Parts"):
+                return found
+            marker = int(r["NextPartNumberMarker"])
+
+    def complete_multipart(self, key: str, upload_id: str, parts: list[UploadedPart]) -> bool:
+        """CompleteMultipartUpload naming each part's ETag and sha256; False when the upload
+        is gone (completed by a concurrent request, or aborted)."""
+        body = {
+            "Parts": [
+                {"PartNumber": p.number, "ETag": p.etag, "ChecksumSHA256": p.sha256_b64 or ""}
+                for p in parts
+            ]
+        }
+        try:
+            self._s3.complete_multipart_upload(
+                Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload=body
+            )
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") == "NoSuchUpload":
+                return False
+            raise _storage_error(e, "complete multipart upload") from e
+        except BotoCoreError as e:
+            raise _storage_error(e, "complete multipart upload") from e
+        return True
+
+    def abort_multipart(self, key: str, upload_id: str) -> str | None:
+        """AbortMultipartUpload, best effort (the bucket's lifecycle aborts what remains): None,
+        or why it failed."""
+        try:
+            self._s3.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
+        except (ClientError, BotoCoreError) as e:
+            return _brief(e)
+        return None
+
     def presign_get(self, key: str) -> str:
         if self._presigner is not None:
             return self._presigner.url("GET", self.bucket, key, self._ttl)
@@ -424,8 +541,34 @@ class S3Objects:
                     size=int(length),
                     sha256_b64=fields.get("x-amz-checksum-sha256"),
                     content_type=fields.get("content-type"),
+                    last_modified=_http_date(fields.get("last-modified")),
                 )
         return self._client_head(key)
+
+    def copy_onto_itself(self, key: str, content_type: str) -> bool:
+        """Copy an object onto itself (S3 CopyObject, no bytes through the caller): its
+        Last-Modified becomes now, so the bucket's lifecycle counts its days from now. S3 takes a
+        copy onto itself only when something changes: the metadata is replaced (x-amz-meta-
+        renewed-at), and the sha256 checksum is computed again for the new object. False when
+        the object is gone (404)."""
+        try:
+            self._s3.copy_object(
+                Bucket=self.bucket,
+                Key=key,
+                CopySource={"Bucket": self.bucket, "Key": key},
+                MetadataDirective="REPLACE",
+                Metadata={"renewed-at": str(int(time.time()))},
+                ContentType=content_type,
+                ChecksumAlgorithm="SHA256",
+            )
+        except ClientError as e:
+            code = e.response.get("Error", {}).get("Code")
+            if code in ("404", "NoSuchKey", "NotFound"):
+                return False
+            raise _storage_error(e, "copy") from e
+        except BotoCoreError as e:
+            raise _storage_error(e, "copy") from e
+        return True
 
     def _client_head(self, key: str) -> ObjectInfo | None:
         try:
@@ -439,10 +582,12 @@ class S3Objects:
             raise _storage_error(e, "head") from e
         except BotoCoreError as e:
             raise _storage_error(e, "head") from e
+        modified = r.get("LastModified")
         return ObjectInfo(
             size=int(r["ContentLength"]),
             sha256_b64=r.get("ChecksumSHA256"),
             content_type=r.get("ContentType"),
+            last_modified=modified.timestamp() if modified is not None else None,
         )
 
     # -- health checks: each returns (ok, detail) and never raises -----------------------

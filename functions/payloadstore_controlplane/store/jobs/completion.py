@@ -39,6 +39,7 @@ class CompletionSteps(StoreBase):
         lease: str,
         cancel_ack: bool = False,
         namespace: str = "",
+        result_blobs: list[str] | None = None,
     ) -> Completed | SamePost | OtherResult | NotRunning | LeaseMismatch | Missing:
         """Finish a running job (job slot). With `namespace`, a job of another namespace is
         Missing (callers that have not loaded the job first)."""
@@ -54,6 +55,10 @@ class CompletionSteps(StoreBase):
             "rk",
             _RESULT_KIND[form],
         ]
+        # The result's blobs, one field of 32 raw bytes each (values <= 64 B keep the hash a
+        # listpack): about 37 B per blob in the hash.
+        for i, sha in enumerate(result_blobs or ()):
+            flat += [f"rb{i}", bytes.fromhex(sha)]
         reply = self._run_on_job(
             "completion_complete", job_id, [keys.job(job_id), keys.done(job_id)], flat
         )

@@ -149,6 +149,7 @@ class DeliverySteps(StoreBase):
         match reply[0]:
             case "ok":
                 attempt, tier_code, args_size, content_type, sha256 = reply[1:6]
+                part_bytes, composite = (reply[6:8] + ["", ""])[:2]
                 tier = Tier.INLINE if tier_code == "i" else Tier.S3
                 args = None
                 if tier is Tier.S3 and args_size:
@@ -158,6 +159,8 @@ class DeliverySteps(StoreBase):
                         sha256=sha256 or None,
                         presigns=0,
                         issued_ms=None,
+                        part_bytes=int(part_bytes) if part_bytes else None,
+                        composite_sha256=composite or None,
                     )
                 return Delivered(attempt=int(attempt), tier=tier, args=args)
             case "stale":

@@ -17,12 +17,15 @@
 -- queue does not vanish while it runs (heartbeats move this on).
 -- Re-sent with the same lease (a reply lost to a timeout): answered as the first time.
 -- Returns {'missing'} | {'legacy'} | {'terminal', state} | {'stale'} | {'leased'}
---       | {'cancelled'} | {'limit', deliveries} | {'ok', attempt, tier, pz, pc, ph hex}
+--       | {'cancelled'} | {'limit', deliveries}
+--       | {'ok', attempt, tier, pz, pc, ph hex, pb, pm hex}
 local keep_until = tonumber(ARGV[8]) + tonumber(ARGV[6]) * 1000
+local function hex(raw)
+  return raw and raw:gsub('.', function(c) return string.format('%02x', c:byte()) end) or false
+end
 local function args_facts(attempt)
-  local f = redis.call('HMGET', KEYS[1], 't', 'pz', 'pc', 'ph')
-  local ph = f[4] and f[4]:gsub('.', function(c) return string.format('%02x', c:byte()) end) or false
-  return {'ok', attempt, f[1], f[2], f[3], ph}
+  local f = redis.call('HMGET', KEYS[1], 't', 'pz', 'pc', 'ph', 'pb', 'pm')
+  return {'ok', attempt, f[1], f[2], f[3], hex(f[4]), f[5], hex(f[6])}
 end
 if redis.call('EXISTS', KEYS[1]) == 0 then
   if ARGV[5] == '' then return {'missing'} end

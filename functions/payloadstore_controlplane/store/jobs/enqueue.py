@@ -77,9 +77,10 @@ class EnqueueSteps(StoreBase):
                 job.index_until_ms,
                 job.candidate_tail,
                 legacy,
+                job.blobs,
             ]
         legacy_base = 2 + len(index_keys)  # legacy_keys[n] is KEYS[legacy_base + n + 1]
-        for i in range(5 + 5, len(args), 6):
+        for i in range(5 + 5, len(args), 7):
             if args[i] < 0:
                 args[i] = legacy_base - args[i]
         keys_ = [keys.queue(namespace, queue), keys.queue_names(namespace), *index_keys]
@@ -139,10 +140,18 @@ class EnqueueSteps(StoreBase):
         return Missing()
 
     def append(
-        self, namespace: str, queue: str, job_id: str, *, inline: bytes | None, min_id_ms: int
+        self,
+        namespace: str,
+        queue: str,
+        job_id: str,
+        *,
+        inline: bytes | None,
+        min_id_ms: int,
+        blobs: bytes = b"",
     ) -> str:
-        """XADD the job's entry (creating the queue and its group at its first job)."""
-        args: list[Any] = [f"{min_id_ms}-0", queue, keys.CONSUMER_GROUP, job_id]
+        """XADD the job's entry (creating the queue and its group at its first job); `blobs`:
+        the raw sha256s of the blobs it references, concatenated."""
+        args: list[Any] = [f"{min_id_ms}-0", queue, keys.CONSUMER_GROUP, job_id, blobs]
         if inline is not None:
             args.append(inline)
         # MINID ~ drops entries older than the retention (their jobs have expired anyway);

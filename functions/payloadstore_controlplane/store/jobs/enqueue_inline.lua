@@ -13,9 +13,10 @@
 -- ARGV[4]    their runs: per run of consecutive minutes in one index hash, its KEYS number and
 --            the run's length (two digits each)
 -- ARGV[5]    consumer group (created with the stream, as enqueue_append does)
--- ARGV[6…]   per job, 6 values: job_id, bytes, KEYS number of its index hash, index expire-at
+-- ARGV[6…]   per job, 7 values: job_id, bytes, KEYS number of its index hash, index expire-at
 --            (ms), its key's 16-char tail ('' without a key: no lookup), KEYS number of its
---            layout-1 idempotency key (0: none)
+--            layout-1 idempotency key (0: none), the raw sha256s (32 bytes each) of the blobs
+--            it references ('' none: the entry gets no `B` field)
 --
 -- (none) -> queued (an inline job has no hash until its first delivery; the index answers).
 -- Default flags: refused before it starts when Redis is full.
@@ -44,7 +45,7 @@ local function indexed(tail)
 end
 local fresh = redis.call('EXISTS', KEYS[1]) == 0
 local out, created = {}, false
-for i = 6, #ARGV, 6 do
+for i = 6, #ARGV, 7 do
   local job_id, tail, legacy = ARGV[i], ARGV[i + 4], tonumber(ARGV[i + 5])
   local ix = KEYS[tonumber(ARGV[i + 2])]
   local answer = nil
@@ -55,8 +56,14 @@ for i = 6, #ARGV, 6 do
     if old then answer = {'legacy', old} end
   end
   if not answer then
-    local id = redis.call('XADD', KEYS[1], 'MINID', '~', ARGV[1], '*', 'j', job_id,
-                          'b', ARGV[i + 1])
+    local id
+    if ARGV[i + 6] ~= '' then
+      id = redis.call('XADD', KEYS[1], 'MINID', '~', ARGV[1], '*', 'j', job_id,
+                      'b', ARGV[i + 1], 'B', ARGV[i + 6])
+    else
+      id = redis.call('XADD', KEYS[1], 'MINID', '~', ARGV[1], '*', 'j', job_id,
+                      'b', ARGV[i + 1])
+    end
     redis.call('HSET', ix, job_id, queue)
     redis.call('PEXPIREAT', ix, ARGV[i + 3])
     created = true

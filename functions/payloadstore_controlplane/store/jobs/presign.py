@@ -1,6 +1,9 @@
 """Presign: a job is born at its args presign (awaiting_upload), and what the CP issued for a
 key (size, content type, sha256, presign count) lives in the job hash.
-Scripts: presign_args.lua, presign_result.lua, presign_count.lua."""
+A multipart upload's id and the sha256 of each part issued live in a parts hash of their own
+(keys.parts) until the upload is completed; the job hash then keeps its composite sha256.
+Scripts: presign_args.lua, presign_result.lua, presign_count.lua, presign_upload.lua,
+presign_parts.lua, completion_multipart.lua."""
 
 from __future__ import annotations
 
@@ -12,30 +15,50 @@ from ..records import (
     DEFAULT_CONTENT_TYPE,
     LeaseMismatch,
     Missing,
+    MultipartUpload,
+    NotMultipart,
     NotRunning,
+    PartDiffers,
+    PartsIssued,
+    PresignCapReached,
     ResultIssued,
     ResultIssuedBefore,
     sha_raw,
+    text,
 )
 from ._base import StoreBase
 
 
-def issue_fields(prefix: str, size: int, content_type: str, sha256: str | None) -> list[Any]:
+def issue_fields(
+    prefix: str, size: int, content_type: str, sha256: str | None, part_bytes: int | None = None
+) -> list[Any]:
     flat: list[Any] = [prefix + "z", size, prefix + "n", 1]
     if content_type != DEFAULT_CONTENT_TYPE:
         flat += [prefix + "c", content_type]
     if sha256:
         flat += [prefix + "h", sha_raw(sha256)]
+    if part_bytes:
+        flat += [prefix + "b", part_bytes]
     return flat
+
+
+def _prefix(kind: str) -> str:
+    return "p" if kind == "args" else "r"
 
 
 class PresignSteps(StoreBase):
     def create_args_issue(
-        self, job_id: str, namespace: str, size: int, content_type: str, sha256: str | None
+        self,
+        job_id: str,
+        namespace: str,
+        size: int,
+        content_type: str,
+        sha256: str | None,
+        part_bytes: int | None = None,
     ) -> bool:
         """A new job in state awaiting_upload holding what was issued for its args key."""
         flat = [self._ttl, "n", namespace, "s", JobStatus.AWAITING_UPLOAD.value]
-        flat += issue_fields("p", size, content_type, sha256)
+        flat += issue_fields("p", size, content_type, sha256, part_bytes)
         return bool(self._run("presign_args", [keys.job(job_id)], flat))
 
     def create_result_issue(
@@ -48,9 +71,11 @@ class PresignSteps(StoreBase):
         now_ms: int,
         *,
         lease: str,
+        part_bytes: int | None = None,
     ) -> ResultIssued | ResultIssuedBefore | LeaseMismatch | NotRunning | Missing:
         """Record the result the delivery holding `lease` will upload."""
-        flat = [namespace, lease, *issue_fields("r", size, content_type, sha256), "ri", now_ms]
+        fields = issue_fields("r", size, content_type, sha256, part_bytes)
+        flat = [namespace, lease, *fields, "ri", now_ms]
         reply = self._run_on_job("presign_result", job_id, [keys.job(job_id)], flat)
         match reply[0]:
             case "ok":
@@ -67,3 +92,65 @@ class PresignSteps(StoreBase):
         """New presign count; -1 past the cap; 0 when no such key was issued."""
         count_field = "pn" if kind == "args" else "rn"
         return int(self._run("presign_count", [keys.job(job_id)], [count_field, max_presigns]))
+
+    # -- multipart ---------------------------------------------------------------------------
+
+    def record_upload(self, job_id: str, kind: str, upload_id: str) -> bool:
+        """Remember the multipart upload created for the job's `kind` key; False: no job."""
+        keys_ = [keys.job(job_id), keys.parts(job_id, kind)]
+        return bool(self._run("presign_upload", keys_, [upload_id]))
+
+    def issue_parts(
+        self,
+        job_id: str,
+        namespace: str,
+        kind: str,
+        parts: list[tuple[int, str]],
+        max_presigns: int,
+        *,
+        lease: str | None = None,
+    ) -> (
+        PartsIssued
+        | NotMultipart
+        | PartDiffers
+        | PresignCapReached
+        | LeaseMismatch
+        | NotRunning
+        | Missing
+    ):
+        """Record (part number, hex sha256) of parts about to be presigned."""
+        flat: list[Any] = [namespace, _prefix(kind), lease or "", max_presigns]
+        for number, sha256 in parts:
+            flat += [number, sha_raw(sha256)]
+        keys_ = [keys.job(job_id), keys.parts(job_id, kind)]
+        reply = self._run_on_job("presign_parts", job_id, keys_, flat)
+        match reply[0]:
+            case "ok":
+                return PartsIssued(reply[1])
+            case "single":
+                return NotMultipart()
+            case "differs":
+                return PartDiffers(int(reply[1]))
+            case "cap":
+                return PresignCapReached()
+            case "lease_mismatch":
+                return LeaseMismatch(reply[1])
+            case "not_running" | "not_awaiting":
+                return NotRunning(reply[1])
+        return Missing()
+
+    def multipart_upload(self, job_id: str, kind: str) -> MultipartUpload | None:
+        """The upload in progress for the job's `kind` key, or None (none, or completed)."""
+        raw = self._r.hgetall(keys.parts(job_id, kind))
+        fields = {text(k): v for k, v in raw.items()}
+        upload = fields.pop("u", None)
+        if not upload:
+            return None
+        return MultipartUpload(
+            upload_id=text(upload), parts={int(n): bytes(v) for n, v in fields.items()}
+        )
+
+    def finish_multipart(self, job_id: str, kind: str, composite: bytes) -> bool:
+        """Keep the completed upload's composite sha256 (32 bytes) and drop its parts hash."""
+        keys_ = [keys.job(job_id), keys.parts(job_id, kind)]
+        return bool(self._run("completion_multipart", keys_, [_prefix(kind), composite]))

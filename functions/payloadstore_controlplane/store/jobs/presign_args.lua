@@ -3,7 +3,7 @@
 --
 -- KEYS[1]  job hash
 -- ARGV[1]  ttl_s of the hash
--- ARGV[2…] field, value, … (n, s=awaiting_upload, pz, pn, pc?, ph)
+-- ARGV[2…] field, value, … (n, s=awaiting_upload, pz, pn, pc?, ph?, pb?)
 --
 -- (none) -> awaiting_upload.  Default flags: refused before it starts when Redis is full.
 -- Returns 1 created | 0 a hash with this id exists (nothing changed).

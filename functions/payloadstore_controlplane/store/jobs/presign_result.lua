@@ -4,7 +4,7 @@
 -- KEYS[1]  job hash
 -- ARGV[1]  namespace of the caller
 -- ARGV[2]  lease of the caller's delivery
--- ARGV[3…] field, value, … of the issue (rz, rn=1, rc?, rh, ri)
+-- ARGV[3…] field, value, … of the issue (rz, rn=1, rc?, rh?, rb?, ri)
 --
 -- A result issue belongs to one delivery (`ra` = the attempt that issued it). The current
 -- delivery may replace an issue an earlier delivery left (its daemon died after presigning):
@@ -21,6 +21,6 @@ if f[2] ~= 'running' then return {'not_running', f[2] or ''} end
 -- A job delivered before leases existed (no `lt`) takes any lease.
 if f[3] and f[3] ~= ARGV[2] then return {'lease_mismatch', f[2]} end
 if f[6] and f[5] == f[4] then return {'exists'} end
-redis.call('HDEL', KEYS[1], 'rc', 'rh')
+redis.call('HDEL', KEYS[1], 'rc', 'rh', 'rb', 'rm')
 redis.call('HSET', KEYS[1], 'ra', f[4] or '0', unpack(ARGV, 3))
 return {'ok', f[4] or '0'}

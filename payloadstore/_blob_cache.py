@@ -1,0 +1,206 @@
+"""The host's blob cache: each blob downloaded once per host, verified by sha256 on arrival.
+
+`PAYLOADSTORE_BLOB_CACHE` names the directory (default: `$XDG_CACHE_HOME/payloadstore/blobs`, else
+`~/.cache/payloadstore/blobs`), `PAYLOADSTORE_BLOB_CACHE_MAX_BYTES` its size bound (default
+20 GiB; the least recently used blobs go first). Several daemon processes on one host share it:
+
+- a blob is downloaded into `tmp/` and renamed into place (atomic: a reader never sees half a
+  file), under an exclusive `flock` of `locks/<sha256>` so two processes wanting the same blob
+  download it once (the second waits, then finds it);
+- beside each file, `<sha256>.ok` records its size, mtime and inode as they were when its sha256
+  was verified: a file changed since (a corruption, an edit) no longer matches and is
+  downloaded again;
+- a use sets the file's access time (not its mtime), which orders the eviction; a blob whose lock
+  another process holds (it is downloading it) is not evicted.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import logging
+import os
+import secrets
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+from ._transfer import s3_error
+from .errors import PayloadCorrupt, PayloadLost, ServiceUnavailable, TransferError
+
+log = logging.getLogger("payloadstore.blobs")
+
+ENV_BLOB_CACHE = "PAYLOADSTORE_BLOB_CACHE"
+ENV_BLOB_CACHE_MAX_BYTES = "PAYLOADSTORE_BLOB_CACHE_MAX_BYTES"
+DEFAULT_MAX_BYTES = 20 * 1024**3
+READ_BYTES = 4 * 1024 * 1024
+ATTEMPTS = 3
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "payloadstore" / "blobs"
+
+
+class BlobCache:
+    def __init__(self, root: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES):
+        self.root = Path(root)
+        self.max_bytes = max_bytes
+        for sub in ("tmp", "locks"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        #: per process: uses answered from the cache, and downloads made
+        self.hits = 0
+        self.downloads = 0
+        self.bytes_downloaded = 0
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> BlobCache:
+        env = os.environ if environ is None else environ
+        root = env.get(ENV_BLOB_CACHE) or default_cache_dir()
+        limit = env.get(ENV_BLOB_CACHE_MAX_BYTES)
+        return cls(root, int(limit) if limit else DEFAULT_MAX_BYTES)
+
+    def file(self, sha: str) -> Path:
+        return self.root / sha[:2] / sha
+
+    def _mark(self, sha: str) -> Path:
+        return self.root / sha[:2] / f"{sha}.ok"
+
+    def cached(self, sha: str) -> bool:
+        """The file is there and unchanged since its sha256 was verified."""
+        try:
+            st = self.file(sha).stat()
+            recorded = self._mark(sha).read_text().split()
+        except OSError:
+            return False
+        return recorded == [str(st.st_size), str(st.st_mtime_ns), str(st.st_ino)]
+
+    def get(self, sha: str, url: str | None, *, size: int | None, http: httpx.Client) -> Path:
+        """The verified file of a blob: from the cache, else downloaded (once per host)."""
+        path = self.file(sha)
+        if self._hit(sha):
+            return path
+        with self._locked(sha):
+            if self._hit(sha):
+                return path
+            if not url:
+                raise PayloadLost(
+                    f"blob {sha} is not in the cache and no download URL was handed out for it "
+                    "(only blobs a job or its result references are)",
+                    key=sha,
+                )
+            self._download(sha, url, size, http)
+        self.evict(keep=sha)
+        return path
+
+    def _hit(self, sha: str) -> bool:
+        if not self.cached(sha):
+            return False
+        path = self.file(sha)
+        try:
+            st = path.stat()
+            # The access time orders eviction; the mtime stays as verified.
+            os.utime(path, ns=(time.time_ns(), st.st_mtime_ns))
+        except OSError:
+            return False
+        with self._lock:
+            self.hits += 1
+        return True
+
+    @contextmanager
+    def _locked(self, sha: str, *, blocking: bool = True) -> Iterator[bool]:
+        fd = os.open(self.root / "locks" / f"{sha}.lock", os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+            except BlockingIOError:
+                yield False
+                return
+            yield True
+        finally:
+            os.close(fd)
+
+    def _download(self, sha: str, url: str, size: int | None, http: httpx.Client) -> None:
+        for attempt in range(ATTEMPTS):
+            try:
+                self._download_once(sha, url, size, http)
+                return
+            except (httpx.TransportError, OSError) as e:
+                if attempt == ATTEMPTS - 1:
+                    raise ServiceUnavailable(f"blob download failed: {e!r}") from e
+                time.sleep(0.5 * (attempt + 1))
+
+    def _download_once(self, sha: str, url: str, size: int | None, http: httpx.Client) -> None:
+        tmp = self.root / "tmp" / f"{sha}.{os.getpid()}.{secrets.token_hex(4)}"
+        h = hashlib.sha256()
+        got = 0
+        try:
+            with http.stream("GET", url) as response:
+                if response.status_code != 200:
+                    response.read()
+                    code, message = s3_error(response)
+                    if response.status_code == 404:
+                        raise PayloadLost(f"blob {sha} is gone from S3 ({code})", key=sha)
+                    raise TransferError(
+                        f"blob download refused: {response.status_code} {code} {message}",
+                        status=response.status_code,
+                        code=code,
+                    )
+                with open(tmp, "wb") as f:
+                    for chunk in response.iter_bytes(READ_BYTES):
+                        h.update(chunk)
+                        f.write(chunk)
+                        got += len(chunk)
+            actual = h.hexdigest()
+            if actual != sha or (size is not None and got != size):
+                raise PayloadCorrupt(
+                    f"blob {sha} downloaded with sha256 {actual} ({got} bytes)",
+                    key=sha,
+                    expected_sha256=sha,
+                    actual_sha256=actual,
+                )
+            final = self.file(sha)
+            final.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(tmp, final)
+            st = final.stat()
+            mark_tmp = tmp.with_suffix(".ok")
+            mark_tmp.write_text(f"{st.st_size} {st.st_mtime_ns} {st.st_ino}\n")
+            os.replace(mark_tmp, self._mark(sha))
+        finally:
+            tmp.unlink(missing_ok=True)
+        with self._lock:
+            self.downloads += 1
+            self.bytes_downloaded += got
+        log.info("blob downloaded sha256=%s bytes=%d", sha[:16], got)
+
+    def evict(self, keep: str | None = None) -> int:
+        """Remove least recently used blobs until the cache is within its bound: bytes freed."""
+        files = []
+        total = 0
+        for mark in self.root.glob("??/*.ok"):
+            data = mark.with_suffix("")
+            try:
+                st = data.stat()
+            except OSError:
+                continue
+            files.append((st.st_atime_ns, st.st_size, data.name))
+            total += st.st_size
+        freed = 0
+        for _, nbytes, sha in sorted(files):
+            if total - freed <= self.max_bytes:
+                break
+            if sha == keep:
+                continue
+            with self._locked(sha, blocking=False) as held:
+                if not held:
+                    continue
+                self._mark(sha).unlink(missing_ok=True)
+                self.file(sha).unlink(missing_ok=True)
+            freed += nbytes
+            log.info("blob evicted sha256=%s bytes=%d", sha[:16], nbytes)
+        return freed

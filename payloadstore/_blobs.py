@@ -1,0 +1,287 @@
+"""Blobs: content uploaded once per namespace, referenced by any number of jobs and results.
+
+`client.blob(source)` hashes the source (streaming), asks the control plane whether the namespace
+has that content (`POST .../blobs`), uploads it only when it does not (one streamed PUT with the
+size and sha256 signed in), and returns a `Blob`. The codec writes a `Blob` as a 40-byte
+reference (sha256 + size); the sender lists the blobs of each value in its enqueue or result
+post. `payloadstore.blob(path)` makes a `Blob` of a local file without uploading it yet: the
+client or the daemon that sends it uploads it first (a function may return one as its result).
+
+Reading a received `Blob` (`.path`, `.open()`, `.read()`) goes through the host's blob cache
+(`payloadstore._blob_cache`): downloaded once per host, verified by sha256 on arrival.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import io
+import logging
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import httpx
+
+from ._http import RetryPolicy
+from ._transfer import s3_error
+from .errors import ConfigError, PayloadStoreError, ServiceUnavailable, TransferError
+
+log = logging.getLogger("payloadstore.blobs")
+
+# Reads of a source (hashing, uploading): bounded memory whatever the size.
+CHUNK_BYTES = 8 * 1024 * 1024
+# A blob is at most what one S3 PUT takes (and one CopyObject renews).
+MAX_BLOB_BYTES = 5 * 1024**3
+
+# The store a decoded `Blob` reads through: set around a decode by the daemon and by
+# `Job.result` (the answer's presigned GETs), so blobs found in a value can be read.
+_current_store: contextvars.ContextVar[BlobStore | None] = contextvars.ContextVar(
+    "payloadstore_blob_store", default=None
+)
+
+
+class Blob:
+    """A reference to content stored once per namespace: `sha256` (hex) and `size` (bytes).
+
+    Put one anywhere in a job's arguments or a function's return value; it travels as a small
+    reference. Received in a daemon's function (or a job's result): `path` is a verified file in
+    the host's blob cache, `open()` a binary file of it, `read()` its bytes."""
+
+    __slots__ = ("_local", "_store", "sha256", "size")
+
+    def __init__(
+        self,
+        sha256: str,
+        size: int,
+        *,
+        local: Path | bytes | None = None,
+        store: BlobStore | None = None,
+    ):
+        self.sha256 = sha256
+        self.size = size
+        self._local = local
+        self._store = store if store is not None else _current_store.get()
+
+    def __repr__(self) -> str:
+        return f"Blob(sha256={self.sha256[:16]}..., size={self.size})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Blob) and other.sha256 == self.sha256
+
+    def __hash__(self) -> int:
+        return hash(self.sha256)
+
+    def __reduce__(self):
+        return (Blob, (self.sha256, self.size))
+
+    @property
+    def path(self) -> Path:
+        """A local file holding the blob's bytes (verified): the source file of a blob made here,
+        else the host's cached copy (downloaded once, on first use)."""
+        if isinstance(self._local, Path):
+            return self._local
+        if self._store is None:
+            raise PayloadStoreError(
+                f"blob {self.sha256} has no local copy and no client to download it with: read "
+                "it inside a daemon's function or from a job's result"
+            )
+        return self._store.path(self)
+
+    def open(self) -> IO[bytes]:
+        if isinstance(self._local, bytes):
+            return io.BytesIO(self._local)
+        return open(self.path, "rb")
+
+    def read(self) -> bytes:
+        if isinstance(self._local, bytes):
+            return self._local
+        return self.path.read_bytes()
+
+
+def blob(source: Any) -> Blob:
+    """A `Blob` of a local file (`str` or `os.PathLike`), bytes, or a binary file object, not
+    uploaded yet: the client or daemon that sends it (in a job's arguments, or as a function's
+    result) uploads it first, once per namespace. Hashing streams the source."""
+    sha, size, local = digest(source)
+    return Blob(sha, size, local=local)
+
+
+def digest(source: Any) -> tuple[str, int, Path | bytes]:
+    """(sha256 hex, size, what to upload from) of a source, reading it in CHUNK_BYTES pieces. A
+    file object that cannot seek is spooled to a temporary file on the way."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        data = bytes(source)
+        return hashlib.sha256(data).hexdigest(), len(data), data
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        with open(path, "rb") as f:
+            sha, size = _hash_stream(f, None)
+        return sha, size, path
+    if hasattr(source, "read"):
+        if getattr(source, "seekable", lambda: False)() and getattr(source, "name", None):
+            name = source.name
+            if isinstance(name, (str, os.PathLike)) and Path(name).is_file():
+                start = source.tell()
+                if start == 0:
+                    return digest(Path(name))
+        spool = tempfile.NamedTemporaryFile(prefix="payloadstore-blob-", delete=False)  # noqa: SIM115 - kept: the upload reads it
+        with spool:
+            sha, size = _hash_stream(source, spool)
+        return sha, size, Path(spool.name)
+    raise TypeError(
+        f"a blob's source is bytes, a path or a binary file object, not {type(source).__name__}"
+    )
+
+
+def _hash_stream(f: Any, copy_to: Any) -> tuple[str, int]:
+    h = hashlib.sha256()
+    size = 0
+    while chunk := f.read(CHUNK_BYTES):
+        h.update(chunk)
+        size += len(chunk)
+        if copy_to is not None:
+            copy_to.write(chunk)
+    return h.hexdigest(), size
+
+
+def _chunks(local: Path | bytes) -> Iterator[bytes]:
+    if isinstance(local, bytes):
+        view = memoryview(local)
+        for start in range(0, len(view), CHUNK_BYTES):
+            yield bytes(view[start : start + CHUNK_BYTES])
+        return
+    with open(local, "rb") as f:
+        while chunk := f.read(CHUNK_BYTES):
+            yield chunk
+
+
+class BlobStore:
+    """One client's (or daemon's) blobs: uploads (once per namespace and process: the shas the
+    control plane confirmed are remembered), the presigned GETs it was handed, and the cache."""
+
+    def __init__(
+        self,
+        wire: Any,
+        s3_http: httpx.Client,
+        *,
+        retry: RetryPolicy,
+        cache: Any = None,
+        sleep: Any = time.sleep,
+    ):
+        self.wire = wire
+        self.s3_http = s3_http
+        self.retry = retry
+        self._cache = cache
+        self._sleep = sleep
+        self._known: set[str] = set()
+        self._urls: dict[str, str] = {}
+        self._lock = threading.Lock()
+        #: bytes this store sent to S3 (uploads), and control-plane calls it made for blobs
+        self.bytes_uploaded = 0
+        self.uploads = 0
+
+    @property
+    def cache(self):
+        if self._cache is None:
+            from ._blob_cache import BlobCache
+
+            self._cache = BlobCache.from_env()
+        return self._cache
+
+    # -- sending ------------------------------------------------------------------------------
+
+    def put(self, source: Any) -> Blob:
+        """Hash, ask, upload if the namespace lacks it: a `Blob` the namespace has."""
+        sha, size, local = digest(source)
+        self.ensure(sha, size, local)
+        return Blob(sha, size, local=local, store=self)
+
+    def send(self, blobs: Any) -> tuple[str, ...]:
+        """The sha256 of each blob a value references, uploading the local ones the namespace
+        does not have yet (in order, each once)."""
+        shas: dict[str, None] = {}
+        for b in blobs or ():
+            if b._local is not None:
+                self.ensure(b.sha256, b.size, b._local)
+            shas[b.sha256] = None
+        return tuple(shas)
+
+    def ensure(self, sha: str, size: int, local: Path | bytes) -> None:
+        if sha in self._known:
+            return
+        if size < 1 or size > MAX_BLOB_BYTES:
+            raise ConfigError(f"a blob is 1 byte to 5 GiB; this one is {size} bytes")
+        answer = self.wire.blob(sha, size)
+        for _ in range(self.retry.max_attempts):
+            if answer.get("exists"):
+                break
+            self._upload(answer["upload"], local, size, sha)
+            answer = self.wire.blob(sha, size)
+        if not answer.get("exists"):
+            raise ServiceUnavailable(f"blob {sha} was uploaded but not verified; retry")
+        with self._lock:
+            self._known.add(sha)
+
+    def _upload(self, grant: dict, local: Path | bytes, size: int, sha: str) -> None:
+        """One streamed PUT with exactly the signed headers; a failed attempt is sent again
+        from the start (a 403, an expired URL, goes back to ask for a new one)."""
+        for attempt in range(self.retry.max_attempts):
+            last = attempt == self.retry.max_attempts - 1
+            try:
+                response = self.s3_http.request(
+                    grant.get("method", "PUT"),
+                    grant["url"],
+                    content=_chunks(local),
+                    headers=grant["headers"],
+                )
+            except (httpx.TransportError, OSError) as e:
+                if last:
+                    raise ServiceUnavailable(f"blob upload failed: {e!r}") from e
+                self._sleep(self.retry.backoff(attempt))
+                continue
+            if response.status_code == 200:
+                with self._lock:
+                    self.bytes_uploaded += size
+                    self.uploads += 1
+                log.info("blob uploaded sha256=%s bytes=%d", sha[:16], size)
+                return
+            code, message = s3_error(response)
+            if response.status_code == 403:
+                return  # the caller asks again: a fresh URL, or `exists` if another uploaded it
+            if response.status_code < 500 or last:
+                raise TransferError(
+                    f"blob upload refused: {response.status_code} {code} {message}",
+                    status=response.status_code,
+                    code=code,
+                )
+            self._sleep(self.retry.backoff(attempt))
+
+    # -- receiving ----------------------------------------------------------------------------
+
+    def grant(self, downloads: Any) -> None:
+        """Remember the presigned GETs a poll or a result answer handed out (`blobs`)."""
+        for d in downloads or ():
+            if isinstance(d, dict) and d.get("sha256") and d.get("url"):
+                with self._lock:
+                    self._urls[d["sha256"]] = d["url"]
+
+    def fetch(self, sha: str, size: int | None = None) -> Path:
+        """The cached, verified file of a blob this store holds a GET for."""
+        url = self._urls.get(sha)
+        return self.cache.get(sha, url, size=size, http=self.s3_http)
+
+    def path(self, b: Blob) -> Path:
+        return self.fetch(b.sha256, b.size)
+
+    def reading(self) -> contextvars.Token:
+        """Make this store the one decoded blobs read through (undo with `done_reading`)."""
+        return _current_store.set(self)
+
+    @staticmethod
+    def done_reading(token: contextvars.Token) -> None:
+        _current_store.reset(token)

@@ -1,0 +1,366 @@
+// payloadstore dashboard: plain DOM, no framework, no build step.
+// Every value from a job (error messages, tracebacks, ids) is attacker-controlled text: it is
+// only ever put in the page with textContent, never as HTML.
+"use strict";
+
+(function () {
+  const csrfToken = document.querySelector('meta[name="csrf-token"]').content;
+  const refreshMs = Number(document.querySelector('meta[name="refresh-ms"]').content) || 3000;
+  const STATES = ["queued", "running", "failed", "cancelled", "succeeded"];
+  const RETRYABLE = new Set(["failed", "payload_lost", "payload_corrupt", "cancelled"]);
+  const CANCELLABLE = new Set(["queued", "running"]);
+  const PAGE = 50;
+
+  const view = {
+    queue: null,
+    state: "failed",
+    cursor: null,   // the cursor of the page shown (null: the first page)
+    nextCursor: null,
+    jobId: null,
+    job: null,
+  };
+
+  const $ = (id) => document.getElementById(id);
+
+  // A table row that opens something: by click, or by Enter/Space when focused.
+  function activate(row, open) {
+    row.tabIndex = 0;
+    row.addEventListener("click", open);
+    row.addEventListener("keydown", (event) => {
+      if (event.key === "Enter" || event.key === " ") {
+        event.preventDefault();
+        open();
+      }
+    });
+  }
+
+  // Rows are redrawn at each refresh: keep the keyboard focus on the same queue or job.
+  function replaceRows(body, rows, key) {
+    const active = document.activeElement;
+    const focused = active && body.contains(active) ? active.dataset[key] : null;
+    body.replaceChildren(...rows);
+    if (focused) {
+      const again = rows.find((row) => row.dataset[key] === focused);
+      if (again) again.focus();
+    }
+  }
+
+  function el(tag, text, className) {
+    const node = document.createElement(tag);
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    if (className) node.className = className;
+    return node;
+  }
+
+  // -- talking to the dashboard server (never to the control plane directly) -------------
+
+  async function api(path, method, body) {
+    const init = { method: method || "GET", headers: { Accept: "application/json" }, credentials: "same-origin" };
+    if (init.method === "POST") {
+      init.headers["Content-Type"] = "application/json";
+      init.headers["X-CSRF-Token"] = csrfToken;
+      init.body = JSON.stringify(body || {});
+    }
+    const response = await fetch(path, init);
+    let answer = null;
+    try {
+      answer = await response.json();
+    } catch (e) {
+      answer = null;
+    }
+    if (!response.ok) {
+      const error = (answer && answer.error) || {};
+      throw new Error(error.message || ("HTTP " + response.status));
+    }
+    return answer;
+  }
+
+  function notify(text, bad) {
+    const box = $("notice");
+    box.textContent = text;
+    box.classList.toggle("bad", Boolean(bad));
+    box.hidden = false;
+  }
+
+  // -- formatting -------------------------------------------------------------------------
+
+  function age(seconds) {
+    if (seconds === null || seconds === undefined) return "-";
+    const s = Math.max(0, seconds);
+    if (s < 60) return s.toFixed(0) + "s";
+    if (s < 3600) return Math.floor(s / 60) + "m" + String(Math.floor(s % 60)).padStart(2, "0") + "s";
+    if (s < 86400) return Math.floor(s / 3600) + "h" + String(Math.floor((s % 3600) / 60)).padStart(2, "0") + "m";
+    return Math.floor(s / 86400) + "d" + String(Math.floor((s % 86400) / 3600)).padStart(2, "0") + "h";
+  }
+
+  // A job id is a ULID: its first 10 characters are its creation time in ms (Crockford base32).
+  const CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+
+  function createdAt(job) {
+    if (typeof job.created_at === "number") return job.created_at;
+    const id = String(job.job_id || "");
+    if (!/^[0-9A-HJKMNP-TV-Z]{26}$/.test(id)) return null;
+    let ms = 0;
+    for (const c of id.slice(0, 10)) ms = ms * 32 + CROCKFORD.indexOf(c);
+    return ms / 1000;
+  }
+
+  function when(epoch) {
+    if (typeof epoch !== "number") return "-";
+    const date = new Date(epoch * 1000);
+    return date.toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC") + " (" + age(Date.now() / 1000 - epoch) + " ago)";
+  }
+
+  function bytes(n) {
+    if (typeof n !== "number") return "-";
+    const units = ["B", "KiB", "MiB", "GiB"];
+    let value = n;
+    let unit = 0;
+    while (value >= 1024 && unit < units.length - 1) {
+      value /= 1024;
+      unit += 1;
+    }
+    return (unit ? value.toFixed(1) : String(value)) + " " + units[unit];
+  }
+
+  function retried(count) {
+    if (typeof count !== "number" || count < 1) return "never";
+    return count === 1 ? "once" : count + " times";
+  }
+
+  function stateBadge(state) {
+    return el("span", state, "state state-" + String(state).replace(/[^a-z_]/g, ""));
+  }
+
+  // A size the control plane gives (args_size, result_size), else the S3 reference's.
+  function sizeOf(size, ref) {
+    if (typeof size === "number") return bytes(size);
+    if (ref && typeof ref.size === "number") return bytes(ref.size);
+    return "-";
+  }
+
+  // -- queues -----------------------------------------------------------------------------
+
+  async function refreshQueues() {
+    const answer = await api("/api/queues");
+    const body = $("queues").tBodies[0];
+    const rows = [];
+    for (const q of answer.queues) {
+      const row = el("tr");
+      row.dataset.queue = q.name;
+      if (q.name === view.queue) row.classList.add("selected");
+      row.append(el("td", q.name, "wrap"), el("td", q.queued, "num"), el("td", q.in_flight, "num"), el("td", age(q.oldest_queued_age_s), "num"));
+      activate(row, () => selectQueue(q.name));
+      rows.push(row);
+    }
+    replaceRows(body, rows, "queue");
+    $("queues-empty").hidden = rows.length > 0;
+  }
+
+  // The view is in the address (#/QUEUE/STATE[/JOB]): a link to a job can be shared.
+  function saveView() {
+    const parts = [view.queue, view.state, view.jobId].filter(Boolean).map(encodeURIComponent);
+    history.replaceState(null, "", parts.length ? "#/" + parts.join("/") : "#");
+  }
+
+  function loadView() {
+    const parts = location.hash.replace(/^#\/?/, "").split("/").filter(Boolean).map(decodeURIComponent);
+    if (parts[1] && STATES.includes(parts[1])) view.state = parts[1];
+    renderTabs();
+    if (parts[0]) selectQueue(parts[0]);
+    if (parts[2]) selectJob(parts[2]);
+  }
+
+  function selectQueue(name) {
+    view.queue = name;
+    view.cursor = null;
+    view.jobId = null;
+    saveView();
+    $("detail-panel").hidden = true;
+    for (const row of $("queues").tBodies[0].rows) row.classList.toggle("selected", row.dataset.queue === name);
+    $("queue-name").textContent = name;
+    $("jobs-panel").hidden = false;
+    refreshJobs().catch((e) => notify(e.message, true));
+  }
+
+  // -- jobs of a queue --------------------------------------------------------------------
+
+  function renderTabs() {
+    const tabs = STATES.map((state) => {
+      const tab = el("button", state);
+      tab.type = "button";
+      tab.setAttribute("role", "tab");
+      tab.dataset.state = state;
+      tab.setAttribute("aria-selected", String(state === view.state));
+      tab.addEventListener("click", () => {
+        view.state = state;
+        view.cursor = null;
+        saveView();
+        renderTabs();
+        refreshJobs().catch((e) => notify(e.message, true));
+      });
+      return tab;
+    });
+    $("state-tabs").replaceChildren(...tabs);
+  }
+
+  async function refreshJobs() {
+    if (!view.queue) return;
+    const params = new URLSearchParams({ state: view.state, limit: String(PAGE) });
+    if (view.cursor) params.set("cursor", view.cursor);
+    const shown = { queue: view.queue, state: view.state, cursor: view.cursor };
+    const answer = await api("/api/queues/" + encodeURIComponent(view.queue) + "/jobs?" + params);
+    if (shown.queue !== view.queue || shown.state !== view.state || shown.cursor !== view.cursor) return;
+    view.nextCursor = answer.next_cursor || null;
+    const now = Date.now() / 1000;
+    const rows = answer.jobs.map((job) => {
+      const row = el("tr");
+      row.dataset.jobId = job.job_id;
+      if (job.job_id === view.jobId) row.classList.add("selected");
+      const idCell = el("td", job.job_id, "mono");
+      const stateCell = el("td");
+      stateCell.append(stateBadge(job.state));
+      const error = job.error ? job.error.type : "";
+      const created = createdAt(job);
+      const shownAge = created === null ? "-" : age(now - created);
+      row.append(idCell, stateCell, el("td", job.attempts, "num"), el("td", job.tier || "-"), el("td", shownAge), el("td", error, "wrap"));
+      activate(row, () => selectJob(job.job_id));
+      return row;
+    });
+    replaceRows($("jobs").tBodies[0], rows, "jobId");
+    $("jobs-empty").hidden = rows.length > 0;
+    $("next-page").disabled = !view.nextCursor;
+    $("first-page").disabled = !view.cursor;
+  }
+
+  // -- one job ----------------------------------------------------------------------------
+
+  function selectJob(jobId) {
+    view.jobId = jobId;
+    saveView();
+    for (const row of $("jobs").tBodies[0].rows) row.classList.toggle("selected", row.dataset.jobId === jobId);
+    refreshJob().catch((e) => notify(e.message, true));
+  }
+
+  function field(list, name, value) {
+    list.push(el("dt", name));
+    const dd = el("dd");
+    if (value instanceof Node) dd.append(value);
+    else dd.textContent = value === undefined || value === null ? "-" : String(value);
+    list.push(dd);
+  }
+
+  async function refreshJob() {
+    if (!view.jobId) return;
+    const jobId = view.jobId;
+    const job = await api("/api/jobs/" + encodeURIComponent(jobId));
+    if (jobId !== view.jobId) return;
+    view.job = job;
+    $("detail-id").textContent = job.job_id;
+    const items = [];
+    field(items, "State", stateBadge(job.state));
+    field(items, "Queue", job.queue);
+    field(items, "Attempts", job.attempts);
+    field(items, "Tier", job.tier);
+    field(items, "Arguments size", sizeOf(job.args_size, job.payloadRef));
+    field(items, "Result size", sizeOf(job.result_size, job.resultRef));
+    field(items, "Retried", retried(job.retries));
+    field(items, "Created", when(createdAt(job)));
+    field(items, "Updated", when(job.updated_at));
+    if (job.cancel_requested) field(items, "Cancel", "requested");
+    $("detail-fields").replaceChildren(...items);
+    const error = job.error;
+    $("detail-error").hidden = !error;
+    $("error-type").textContent = error ? error.type || "" : "";
+    $("error-message").textContent = error ? error.message || "" : "";
+    $("traceback").textContent = error && error.traceback ? error.traceback : "(no traceback)";
+    $("retry").disabled = !RETRYABLE.has(job.state);
+    $("cancel").disabled = !CANCELLABLE.has(job.state);
+    $("detail-panel").hidden = false;
+  }
+
+  // -- actions, each after a confirmation --------------------------------------------------
+
+  function confirmAction(text) {
+    const dialog = $("confirm");
+    $("confirm-text").textContent = text;
+    return new Promise((resolve) => {
+      dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok"), { once: true });
+      dialog.returnValue = "";
+      dialog.showModal();
+    });
+  }
+
+  async function act(question, path, body, done) {
+    if (!(await confirmAction(question))) return;
+    try {
+      const answer = await api(path, "POST", body);
+      notify(done(answer), false);
+    } catch (e) {
+      notify(e.message, true);
+    }
+    await refreshAll();
+  }
+
+  function wireButtons() {
+    $("retry").addEventListener("click", () => {
+      const id = view.jobId;
+      act("Retry job " + id + "? It is queued again with its stored arguments.", "/api/jobs/" + encodeURIComponent(id) + "/retry", {}, (a) => "job " + id + " queued again (attempt " + (a.attempt ?? "?") + ")");
+    });
+    $("cancel").addEventListener("click", () => {
+      const id = view.jobId;
+      act("Cancel job " + id + "?", "/api/jobs/" + encodeURIComponent(id) + "/cancel", {}, (a) => a.cancel_requested ? "job " + id + " running: cancel requested" : "job " + id + " " + a.state);
+    });
+    $("redrive").addEventListener("click", () => {
+      const queue = view.queue;
+      act("Retry the failed jobs of queue " + queue + " (up to 100, newest first)?", "/api/queues/" + encodeURIComponent(queue) + "/redrive", {}, (a) => "queue " + queue + " redriven: " + countsText(a));
+    });
+    $("purge").addEventListener("click", () => {
+      const queue = view.queue;
+      act("Cancel every queued job of queue " + queue + "? They will never run.", "/api/queues/" + encodeURIComponent(queue) + "/purge", {}, (a) => "queue " + queue + " purged: " + countsText(a));
+    });
+    $("next-page").addEventListener("click", () => {
+      if (!view.nextCursor) return;
+      view.cursor = view.nextCursor;
+      refreshJobs().catch((e) => notify(e.message, true));
+    });
+    $("first-page").addEventListener("click", () => {
+      view.cursor = null;
+      refreshJobs().catch((e) => notify(e.message, true));
+    });
+  }
+
+  function countsText(answer) {
+    return Object.entries(answer || {})
+      .filter(([, v]) => typeof v === "number")
+      .map(([k, v]) => k + "=" + v)
+      .join(" ") || "done";
+  }
+
+  // -- refresh loop -----------------------------------------------------------------------
+
+  async function refreshAll() {
+    try {
+      await Promise.all([refreshQueues(), refreshJobs(), refreshJob()]);
+      $("refreshed").textContent = "updated " + new Date().toLocaleTimeString();
+    } catch (e) {
+      $("refreshed").textContent = "refresh failed: " + e.message;
+    }
+  }
+
+  async function start() {
+    try {
+      const info = await api("/api/info");
+      $("namespace").textContent = info.namespace;
+      $("endpoint").textContent = info.endpoint;
+    } catch (e) {
+      notify(e.message, true);
+    }
+    wireButtons();
+    loadView();
+    await refreshAll();
+    setInterval(refreshAll, refreshMs);
+  }
+
+  start();
+})();

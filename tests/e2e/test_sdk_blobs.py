@@ -1,0 +1,158 @@
+"""Blobs through the SDK over the local gateway (issue 25): uploaded once per namespace whatever
+the number of calls, clients or jobs; read by daemons through the host's cache; returned as
+results; with the async client too."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+import payloadstore as ps
+from payloadstore import AsyncClient, Client
+from payloadstore._blob_cache import ENV_BLOB_CACHE
+from tests.e2e.sdk_helpers import clients, daemon_thread, unique_queue
+
+pytestmark = pytest.mark.e2e
+
+MiB = 1 << 20
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch) -> Path:
+    path = tmp_path / "blob-cache"
+    monkeypatch.setenv(ENV_BLOB_CACHE, str(path))
+    return path
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_a_blob_is_uploaded_once_across_calls_and_clients_of_a_namespace(local_gateway):
+    # Given 3 MiB of content, and two clients of one namespace
+    data = os.urandom(3 * MiB)
+    first, _ = clients(local_gateway)
+    second, _ = clients(local_gateway)
+    # When the first stores it twice (bytes, then a file object) and the second once (a path)
+    b1 = first.blob(data)
+    b2 = first.blob(data)
+    path = Path(os.environ.get("TMPDIR", "/tmp")) / f"blob-{os.getpid()}.bin"
+    path.write_bytes(data)
+    try:
+        with open(path, "rb") as f:
+            b3 = second.blob(f)
+        b4 = second.blob(path)
+    finally:
+        path.unlink()
+    # Then every call names the same content, and its bytes went to S3 once
+    assert {b.sha256 for b in (b1, b2, b3, b4)} == {sha(data)}
+    assert b1.size == len(data)
+    assert first.blobs.uploads == 1 and first.blobs.bytes_uploaded == len(data)
+    assert second.blobs.uploads == 0
+
+
+def test_jobs_sharing_a_blob_download_it_once_and_read_it_every_way(local_gateway, cache_dir):
+    # Given a blob and a daemon whose function reads it by path, file and bytes
+    client, daemon_client = clients(local_gateway)
+    queue = unique_queue("blobs")
+    data = os.urandom(2 * MiB)
+    model = client.blob(data)
+
+    def use(model, n):
+        with model.open() as f:
+            head = f.read(16)
+        return [n, sha(model.path.read_bytes()), head == model.read()[:16], str(model.path)]
+
+    with daemon_thread(daemon_client, queue, use) as daemon:
+        jobs = client.queue(queue).starmap([(model, n) for n in range(5)], progress=False)
+        results = [job.result(timeout=60) for job in jobs]
+    # Then each job saw the content, from one verified file of the cache
+    assert [r[0] for r in results] == list(range(5))
+    assert {r[1] for r in results} == {model.sha256}
+    assert all(r[2] for r in results)
+    assert {r[3] for r in results} == {str(cache_dir / model.sha256[:2] / model.sha256)}
+    # And it was downloaded once, the other jobs starting from the cache
+    cache = daemon.client.blobs.cache
+    assert cache.downloads == 1 and cache.hits >= 4
+
+
+def test_a_corrupted_cached_blob_is_downloaded_again(local_gateway, cache_dir):
+    client, daemon_client = clients(local_gateway)
+    queue = unique_queue("blobs")
+    data = os.urandom(MiB)
+    b = client.blob(data)
+    with daemon_thread(daemon_client, queue, lambda b: sha(b.read())) as daemon:
+        assert client.queue(queue).add(b).result(timeout=60) == b.sha256
+        # When the cached file is changed behind the cache's back
+        cached = cache_dir / b.sha256[:2] / b.sha256
+        with open(cached, "r+b") as f:
+            f.write(b"corrupt!")
+        # Then the next job gets the true content, downloaded again
+        assert client.queue(queue).add(b).result(timeout=60) == b.sha256
+        assert daemon.client.blobs.cache.downloads == 2
+    assert cached.read_bytes() == data
+
+
+def test_a_function_returns_a_blob_of_a_file_and_the_client_reads_it(
+    local_gateway, cache_dir, tmp_path
+):
+    client, daemon_client = clients(local_gateway)
+    queue = unique_queue("blobs")
+    out = tmp_path / "made.bin"
+
+    def make(n):
+        out.write_bytes(bytes(range(256)) * 4096 * n)
+        return {"file": ps.blob(out), "n": n}
+
+    with daemon_thread(daemon_client, queue, make):
+        value = client.queue(queue).add(3).result(timeout=60)
+    result = value["file"]
+    assert isinstance(result, ps.Blob) and value["n"] == 3
+    assert result.size == 3 * MiB
+    assert result.read() == bytes(range(256)) * 4096 * 3
+    assert result.path.is_file()
+
+
+def test_a_job_naming_a_blob_of_another_namespace_is_refused(local_gateway):
+    client, _ = clients(local_gateway)
+    stranger = ps.Blob("ab" * 32, 10)
+    with pytest.raises(ps.ConflictError) as e:
+        client.queue(unique_queue("blobs")).add(stranger)
+    assert e.value.code == "unknown_blob"
+
+
+def test_the_async_client_stores_and_sends_blobs(local_gateway, cache_dir):
+    _, daemon_client = clients(local_gateway)
+    queue = unique_queue("blobs")
+    data = os.urandom(MiB)
+
+    async def go():
+        async with AsyncClient(
+            local_gateway.url, local_gateway.token("dev", "client"), "dev"
+        ) as aclient:
+            b = await aclient.blob(data)
+            again = await aclient.blob(data)
+            job = await aclient.queue(queue).add(b)
+            digest, back = await job.result(timeout=60)
+            returned = await asyncio.to_thread(back.read)
+            return b, again, digest, returned, aclient.blob_store().uploads
+
+    with daemon_thread(daemon_client, queue, lambda b: [sha(b.read()), ps.blob(b.read()[:10])]):
+        b, again, digest, returned, uploads = asyncio.run(go())
+    # Then the content went up once, the daemon read it, and its returned blob reads back
+    assert b.sha256 == again.sha256 == sha(data) == digest
+    assert uploads == 1
+    assert returned == data[:10]
+
+
+def test_client_blob_takes_a_path_like(local_gateway, tmp_path):
+    client = Client(local_gateway.url, local_gateway.token("dev", "client"), "dev")
+    path = tmp_path / "x.bin"
+    path.write_bytes(b"payloadstore blob")
+    b = client.blob(path)
+    assert (b.sha256, b.size) == (sha(b"payloadstore blob"), 17)
+    assert b.path == path
