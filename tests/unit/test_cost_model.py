@@ -81,7 +81,10 @@ def test_100_mib_payloads_are_stored_until_the_lifecycle_expires_them():
     lines = model.workload(SHAPE, {}, {}, 1_000_000, 100 << 20)
     # 1 M x 100 MiB kept 2.5 days: 8,138 GB-month at $0.023
     assert item(lines, "S3 storage") == pytest.approx(1e6 * 100 / 1024 * 2.5 / 30 * 0.023)
-    assert item(lines, "S3 PUT") == pytest.approx(5.00)
+    assert item(lines, "S3 PUT-class: 1 per job") == pytest.approx(5.00)
+    # And a multipart upload (create, 7 parts, complete) is 9 PUT-class requests
+    multipart = model.workload(SHAPE, {}, {}, 1_000_000, 100 << 20, {"put": 9, "head": 1, "get": 1})
+    assert item(multipart, "S3 PUT-class: 9 per job") == pytest.approx(45.00)
     assert item(lines, "S3 HEAD + GET") == pytest.approx(0.80)
 
 

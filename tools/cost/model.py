@@ -12,7 +12,7 @@ Each figure below is a list of (item, dollars) lines so the document can show it
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from tools.cost.prices import price
 
@@ -108,9 +108,6 @@ class Usage:
     s3_calls: dict[str, float]
     idle_polls_per_min: dict[int, float]  # concurrency -> polls per minute
     idle_in_flight: dict[int, float]  # concurrency -> share of the time a poll is held
-    s3_requests: dict[str, float] = field(
-        default_factory=lambda: {"put": 1.0, "head": 1.0, "get": 1.0}
-    )
 
 
 Lines = list[tuple[str, float]]
@@ -251,7 +248,7 @@ def workload(
         req = s3_requests or {"put": 1.0, "head": 1.0, "get": 1.0}
         gb_month = jobs * payload_bytes / GIB * S3_TIER_DAYS / 30
         lines += [
-            ("S3 PUT", jobs * req["put"] * price("s3_put")),
+            (f"S3 PUT-class: {req['put']:g} per job", jobs * req["put"] * price("s3_put")),
             ("S3 HEAD + GET", jobs * (req["head"] + req["get"]) * price("s3_get")),
             (
                 f"S3 storage: {gb_month:,.0f} GB-month ({S3_TIER_DAYS} days each)",
