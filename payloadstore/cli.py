@@ -19,6 +19,7 @@ from typing import Any
 
 import click
 
+from ._blobs import Blob
 from .client import (
     DEFAULT_NAMESPACE,
     ENV_ENDPOINT,
@@ -114,6 +115,8 @@ def fail(error: BaseException, verbose: bool = False) -> None:
 def json_default(value: Any) -> Any:
     if isinstance(value, (bytes, bytearray, memoryview)):
         return {"bytes": len(value)}
+    if isinstance(value, Blob):
+        return {"blob": value.sha256, "size": value.size}
     tolist = getattr(value, "tolist", None)
     if callable(tolist):
         return tolist()
@@ -390,6 +393,14 @@ def token_list(settings: Settings, param_path, ssm_endpoint, region, admin_funct
     help="one job per line of this JSON Lines file ('-' for stdin), through the batch route",
 )
 @click.option(
+    "--blob",
+    "blob_args",
+    multiple=True,
+    metavar="NAME=PATH",
+    help="store the file once in the namespace (uploaded only if new) and pass it as the "
+    "keyword argument NAME (a Blob); repeatable",
+)
+@click.option(
     "--wait", type=float, default=None, help="then wait up to S seconds and print the result"
 )
 @click.option("--out", type=click.Path(dir_okay=False), help="with --wait: write the result here")
@@ -400,37 +411,80 @@ def token_list(settings: Settings, param_path, ssm_endpoint, region, admin_funct
 )
 @click.pass_obj
 def enqueue(
-    settings: Settings, queue, file_path, json_text, jsonl_path, wait, out, progress
+    settings: Settings, queue, file_path, json_text, jsonl_path, blob_args, wait, out, progress
 ) -> None:
     """Enqueue a job on QUEUE; prints the job id. The daemon's function is called with one
-    argument: the file's bytes or the JSON value. With --jsonl, one job per line (printed one
-    job id per line, in order), sent BATCH_MAX_JOBS at a time."""
+    argument: the file's bytes or the JSON value, and with each --blob NAME=PATH as a keyword
+    argument (a Blob). With --jsonl, one job per line (printed one job id per line, in order),
+    sent BATCH_MAX_JOBS at a time."""
     given = [x for x in (file_path, json_text, jsonl_path) if x is not None]
-    if len(given) != 1:
-        raise click.UsageError("give exactly one of --file, --json or --jsonl")
+    if len(given) > 1 or (not given and not blob_args):
+        raise click.UsageError("give exactly one of --file, --json or --jsonl (or --blob)")
+    blob_paths = parse_blob_args(blob_args)
     if jsonl_path is not None:
-        if wait is not None or out is not None:
-            raise click.UsageError("--wait and --out take one job: not with --jsonl")
+        if wait is not None or out is not None or blob_paths:
+            raise click.UsageError("--wait, --out and --blob take one job: not with --jsonl")
         enqueue_lines(settings, queue, read_jsonl(jsonl_path), progress)
         return
-    if json_text is not None:
-        try:
-            value: Any = json.loads(json_text)
-        except ValueError as e:
-            raise click.BadParameter(f"not JSON: {e}", param_hint="--json") from e
-    elif file_path == "-":
-        value = sys.stdin.buffer.read()
-    else:
-        value = Path(file_path).read_bytes()
+    args = one_value(file_path, json_text)
     try:
         with settings.client("client", progress=progress) as client:
-            job = client.queue(queue).submit((value,), progress=progress)
+            kwargs = {name: client.blob(path) for name, path in blob_paths.items()}
+            job = client.queue(queue).submit(args, kwargs, progress=progress)
             click.echo(job.job_id)
             click.echo(f"enqueued job_id={job.job_id} queue={queue} tier={job.tier}", err=True)
             if wait is not None:
                 emit_value(job.result(timeout=wait, progress=progress), out)
     except PayloadStoreError as e:
         fail(e, settings.verbose)
+
+
+def one_value(file_path: str | None, json_text: str | None) -> tuple:
+    """The job's one positional argument: the JSON value or the file's bytes (none: ())."""
+    if json_text is not None:
+        try:
+            return (json.loads(json_text),)
+        except ValueError as e:
+            raise click.BadParameter(f"not JSON: {e}", param_hint="--json") from e
+    if file_path == "-":
+        return (sys.stdin.buffer.read(),)
+    if file_path is not None:
+        return (Path(file_path).read_bytes(),)
+    return ()
+
+
+def parse_blob_args(values: tuple[str, ...]) -> dict[str, Path]:
+    out: dict[str, Path] = {}
+    for item in values:
+        name, sep, path = item.partition("=")
+        if not sep or not name.isidentifier() or not path:
+            raise click.BadParameter(f"{item!r} is not NAME=PATH", param_hint="--blob")
+        if not Path(path).is_file():
+            raise click.BadParameter(f"{path}: no such file", param_hint="--blob")
+        out[name] = Path(path)
+    return out
+
+
+@cli.group()
+def blob() -> None:
+    """Blobs: content stored once per namespace, referenced by any number of jobs."""
+
+
+@blob.command("put")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False))
+@click.pass_obj
+def blob_put(settings: Settings, path) -> None:
+    """Store the file PATH once in the namespace (uploaded only if the namespace does not have
+    it yet); prints its sha256."""
+    try:
+        with settings.client("client") as client:
+            b = client.blob(Path(path))
+            uploaded = client.blobs.bytes_uploaded
+    except PayloadStoreError as e:
+        fail(e, settings.verbose)
+        return
+    click.echo(b.sha256)
+    click.echo(f"blob sha256={b.sha256} size={b.size} uploaded_bytes={uploaded}", err=True)
 
 
 def read_jsonl(path: str) -> list[Any]:
