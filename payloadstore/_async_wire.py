@@ -145,6 +145,13 @@ class AsyncWire:
     async def presign_get(self, key: str, *, job_id: str | None = None) -> DownloadGrant:
         return await self.send(_wire.presign_get(self.namespace, key, job_id=job_id))
 
+    async def presign_parts(
+        self, job_id: str, kind: str, parts: list[dict], *, lease: str | None = None
+    ) -> dict:
+        return await self.send(
+            _wire.presign_parts(self.namespace, job_id, kind, parts, lease=lease)
+        )
+
     async def enqueue_inline(
         self, queue: str, data: bytes, *, idempotency_key: str, blobs: tuple[str, ...] = ()
     ) -> Enqueued:

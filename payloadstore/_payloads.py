@@ -6,6 +6,7 @@ builds presign requests or S3 references of its own.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -14,9 +15,10 @@ import httpx
 
 from . import codec
 from ._http import RetryPolicy
+from ._multipart import download_parts, upload_parts
 from ._transfer import download, expiry_epoch, upload
 from ._wire import DownloadGrant, PayloadRef, ServerConfig, UploadGrant, Wire
-from .errors import PayloadTooLarge
+from .errors import ApiError, PayloadTooLarge
 
 # A URL handed out with a reference is used only with this much life left (clock skew, a queue
 # wait between the answer and the download); otherwise one presign-get call replaces it.
@@ -71,6 +73,14 @@ class Payloads:
         URL expires), and return (reference, job id the key belongs to). A result is presigned
         with the delivery's `lease`."""
         size = encoded.nbytes
+        threshold = self._config().multipart_threshold
+        if threshold is not None and size > threshold:
+            try:
+                return self._store_parts(
+                    encoded, kind, job_id=job_id, lease=lease, progress=progress
+                )
+            except _SinglePut:
+                pass
         sha256 = encoded.sha256()
         grant = self.wire.presign_put(
             size=size,
@@ -117,6 +127,59 @@ class Payloads:
         )
         return ref, granted_job
 
+    def _store_parts(
+        self,
+        encoded: Any,
+        kind: str,
+        *,
+        job_id: str | None,
+        lease: str | None,
+        progress: bool | None,
+    ) -> tuple[PayloadRef, str | None]:
+        """A multipart upload: presign (no whole-payload hash first), then the parts, hashed
+        one after another while the earlier ones upload, their URLs asked for in batches."""
+        size = encoded.nbytes
+        try:
+            grant = self.wire.presign_put(
+                size=size,
+                kind=kind,
+                sha256=None,
+                content_type=codec.CONTENT_TYPE,
+                job_id=job_id,
+                lease=lease,
+            )
+        except ApiError as e:
+            if e.status == 422:
+                # MULTIPART_THRESHOLD was raised since the config was read: a single PUT.
+                raise _SinglePut() from e
+            raise
+        granted_job = grant.job_id or job_id or ""
+        if grant.multipart is None:
+            raise _SinglePut()
+        composite = upload_parts(
+            self.s3_http,
+            grant.multipart,
+            encoded.chunks,
+            size,
+            ask_parts=lambda parts: self.wire.presign_parts(granted_job, kind, parts, lease=lease),
+            retry=self.retry,
+            progress=self.progress if progress is None else progress,
+            sleep=self._sleep,
+            desc=f"upload {kind}",
+        )
+        ref = PayloadRef(
+            bucket=grant.bucket,
+            key=grant.key,
+            size=size,
+            content_type=codec.CONTENT_TYPE,
+            multipart={
+                "part_bytes": int(grant.multipart["part_bytes"]),
+                "part_count": int(grant.multipart["part_count"]),
+                "composite_sha256": composite,
+            },
+        )
+        return ref, granted_job
+
     def fetch(
         self,
         ref: PayloadRef,
@@ -124,6 +187,7 @@ class Payloads:
         job_id: str | None = None,
         progress: bool | None = None,
         grant: DownloadGrant | None = None,
+        into: Any = None,
     ) -> bytearray:
         """Download a reference and verify its sha256 (PayloadCorrupt / PayloadLost).
 
@@ -132,7 +196,22 @@ class Payloads:
         A URL that S3 refuses as expired is replaced the same way."""
         if grant is None or not usable(grant):
             grant = self.wire.presign_get(ref.key, job_id=job_id)
-        return download(
+        if ref.multipart and ref.size:
+            got = download_parts(
+                self.s3_http,
+                {"url": grant.url, "method": "GET", "expires_at": grant.expires_at},
+                size=ref.size,
+                multipart=ref.multipart,
+                presign_again=lambda: self.wire.presign_get(ref.key, job_id=job_id).raw,
+                retry=self.retry,
+                job_id=job_id,
+                key=ref.key,
+                progress=self.progress if progress is None else progress,
+                sleep=self._sleep,
+                into=into,
+            )
+            return got if got is not None else bytearray()
+        data = download(
             self.s3_http,
             {"url": grant.url, "method": grant.method or "GET", "expires_at": grant.expires_at},
             size=ref.size,
@@ -145,3 +224,21 @@ class Payloads:
             sleep=self._sleep,
             desc="download",
         )
+        if into is not None:
+            _write_into(into, data)
+        return data
+
+
+class _SinglePut(Exception):
+    """The control plane wants a single PUT for this size after all."""
+
+
+def _write_into(into: Any, data: bytearray) -> None:
+    """A single-PUT payload's bytes into the caller's target (a path, a file, a buffer)."""
+    if isinstance(into, (bytearray, memoryview)):
+        memoryview(into).cast("B")[: len(data)] = data
+    elif isinstance(into, (str, os.PathLike)):
+        with open(into, "wb") as f:
+            f.write(data)
+    else:
+        into.write(data)

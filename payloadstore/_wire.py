@@ -87,6 +87,8 @@ class ServerConfig:
     # Many jobs per call (jobs:batch, jobs:status); older servers do not say: the defaults.
     batch_max_jobs: int = 100
     batch_max_bytes: int = 4 * 1024 * 1024
+    # Uploads above this size are multipart; None: a server before multipart (single PUTs).
+    multipart_threshold: int | None = None
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,8 @@ class PayloadRef:
     content_type: str | None = None
     sha256: str | None = None
     kind: str = "s3"
+    #: a multipart object: {part_bytes, part_count, composite_sha256 (hex)}
+    multipart: dict | None = None
 
     def to_wire(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind, "bucket": self.bucket, "key": self.key}
@@ -108,6 +112,8 @@ class PayloadRef:
             out["contentType"] = self.content_type
         if self.sha256 is not None:
             out["sha256"] = self.sha256
+        if self.multipart is not None:
+            out["multipart"] = dict(self.multipart)
         return out
 
     def to_request(self) -> dict[str, Any]:
@@ -120,6 +126,9 @@ class PayloadRef:
             out["kind"] = self.kind
         if self.size is not None:
             out["size"] = self.size
+        if self.multipart is not None:
+            # The control plane checks the composite the uploader computed against the object's.
+            out["multipart"] = dict(self.multipart)
         return out
 
     @classmethod
@@ -132,6 +141,7 @@ class PayloadRef:
             content_type=body.get("contentType"),
             sha256=body.get("sha256"),
             kind=str(body.get("kind") or "s3"),
+            multipart=dict(body["multipart"]) if body.get("multipart") else None,
         )
 
 
@@ -147,6 +157,8 @@ class UploadGrant:
     job_id: str | None
     expires_at: str | None
     raw: dict = field(default_factory=dict, repr=False)
+    #: above MULTIPART_THRESHOLD: {upload_id, part_bytes, part_count} (and no url)
+    multipart: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -484,6 +496,9 @@ def parse_config(response: httpx.Response) -> ServerConfig:
         max_presigns_per_job=None if cap is None else int(cap),
         batch_max_jobs=int(body.get("batch_max_jobs") or 100),
         batch_max_bytes=int(body.get("batch_max_bytes") or 4 * 1024 * 1024),
+        multipart_threshold=(
+            int(body["multipart_threshold"]) if body.get("multipart_threshold") else None
+        ),
     )
 
 
@@ -501,7 +516,7 @@ def parse_health(response: httpx.Response) -> Health:
 def parse_upload_grant(response: httpx.Response) -> UploadGrant:
     body = _json(response)
     return UploadGrant(
-        url=body["url"],
+        url=str(body.get("url") or ""),
         method=body.get("method", "PUT"),
         headers={str(k): str(v) for k, v in (body.get("headers") or {}).items()},
         bucket=body.get("bucket", ""),
@@ -509,7 +524,12 @@ def parse_upload_grant(response: httpx.Response) -> UploadGrant:
         job_id=body.get("job_id"),
         expires_at=body.get("expires_at"),
         raw=body,
+        multipart=dict(body["multipart"]) if body.get("multipart") else None,
     )
+
+
+def parse_json_object(response: httpx.Response) -> dict:
+    return dict(_json(response))
 
 
 def parse_download_grant(response: httpx.Response) -> DownloadGrant:
@@ -768,6 +788,26 @@ def presign_put(
         json=body,
         # A re-presign names a job: its 404 means the job (or its key) is unknown.
         errors=_job_errors() if job_id else {},
+    )
+
+
+def presign_parts(
+    namespace: str, job_id: str, kind: str, parts: list[dict], *, lease: str | None = None
+) -> Call[dict]:
+    """`POST .../payloads/parts`: UploadPart URLs ({job_id, key, upload_id, parts:[{number,
+    url, headers}], expires_at}) for at most 100 parts ({number, size, sha256})."""
+    body: dict[str, Any] = {"job_id": job_id, "parts": parts}
+    if kind != "args":
+        body["kind"] = kind
+    if lease:
+        body["lease"] = lease
+    return Call(
+        "POST",
+        ns_path(namespace, "/payloads/parts"),
+        f"presign {kind} parts",
+        parse_json_object,
+        json=body,
+        errors=_job_errors(),
     )
 
 
@@ -1164,6 +1204,11 @@ class Wire:
 
     def presign_get(self, key: str, *, job_id: str | None = None) -> DownloadGrant:
         return self.send(presign_get(self.namespace, key, job_id=job_id))
+
+    def presign_parts(
+        self, job_id: str, kind: str, parts: list[dict], *, lease: str | None = None
+    ) -> dict:
+        return self.send(presign_parts(self.namespace, job_id, kind, parts, lease=lease))
 
     def enqueue_inline(
         self, queue: str, data: bytes, *, idempotency_key: str, blobs: tuple[str, ...] = ()

@@ -458,7 +458,6 @@ class AsyncJob(JobHandle):
             state = answer.state or state
             if answer.done:
                 store = self.client.blob_store()
-                store.grant(answer.raw.get("blobs"))
                 data: bytes | bytearray
                 if answer.result_inline is not None:
                     data = answer.result_inline
@@ -474,7 +473,7 @@ class AsyncJob(JobHandle):
                 else:
                     raise job_error(self.job_id, answer.state, answer.error)
                 # Blobs in the result read through the GETs handed out with it.
-                reading = store.reading()
+                reading = store.reading(answer.raw.get("blobs"))
                 try:
                     value = codec.decode(data, copy=copy)
                 finally:

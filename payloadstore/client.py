@@ -626,8 +626,7 @@ class Job(JobHandle):
     def _value_from(self, answer: ResultAnswer, *, progress: bool | None, copy: bool) -> Any:
         store = self.client.blobs
         # Blobs in the result read through the GETs handed out with it (downloaded on use).
-        store.grant(answer.raw.get("blobs"))
-        token = store.reading()
+        token = store.reading(answer.raw.get("blobs"))
         try:
             if answer.result_inline is not None:
                 return codec.decode(answer.result_inline, copy=copy)
