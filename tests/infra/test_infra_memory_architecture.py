@@ -109,3 +109,26 @@ def test_bad_architecture_or_memory_flags_are_refused_at_synth():
         memory_of(flags({"payloadstore:memory:daemon": "64"}), "daemon")
     with pytest.raises(ValueError, match="integer"):
         memory_of(flags({"payloadstore:memory:jobs": "lots"}), "jobs")
+
+
+def test_the_arm64_layer_build_asks_pip_for_aarch64_wheels(monkeypatch, tmp_path):
+    # Given the layer bundling of an arm64 stage, When it builds (pip stubbed out)
+    import subprocess
+
+    from infra import bundling
+
+    seen: list[list[str]] = []
+
+    def fake_run(cmd, **kwargs):
+        seen.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(bundling.subprocess, "run", fake_run)
+    layer = LayerBundling(REQUIREMENTS_FILE, platform="manylinux2014_aarch64")
+    layer.compiler = None
+    layer.build(tmp_path)
+    # Then pip installs binary wheels for aarch64 and CPython 3.13 only
+    (pip,) = [c for c in seen if "pip" in c]
+    assert pip[pip.index("--platform") + 1] == "manylinux2014_aarch64"
+    assert "--only-binary=:all:" in pip
+    assert pip[pip.index("--python-version") + 1] == "3.13"

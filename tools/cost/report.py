@@ -236,6 +236,19 @@ def render(shape: Shape, usage: Usage, bench: dict, measured: dict, f: Figures) 
         )
         chosen = " (as synthesized)" if variant.functions["daemon"] == daemon else ""
         doc.append(f"| {memory_mb} MB {arch}{chosen} | {usd(total(idle))} |")
+    # A Daemon asking for the server's longest wait (POLL_MAX_WAIT_S, 20 s) polls half as often.
+    longer = dataclasses.replace(usage, idle_polls_per_min={8: usage.idle_polls_per_min[8] / 2})
+    idle = model.idle_daemon(
+        shape,
+        longer,
+        8,
+        bench_route(bench, "poll empty (wait)"),
+        bench_route(bench, "authorizer (cached token)"),
+    )
+    doc.append(
+        f"| {daemon.memory_mb} MB {daemon.architecture}, `Daemon(wait_s=20)` (modeled: half "
+        f"the polls) | {usd(total(idle))} |"
+    )
     doc += [
         "",
         (
