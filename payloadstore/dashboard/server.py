@@ -120,6 +120,19 @@ def api_status(error: PayloadStoreError) -> tuple[int, str]:
     return 502, "control_plane_error"
 
 
+def error_reason(error: BaseException) -> str | None:
+    """The control plane's `error.reason` (e.g. a retry's `queued`, `arguments_expired`), read
+    from the response the SDK's error is chained from."""
+    response = getattr(error.__cause__, "response", None)
+    try:
+        body = response.json() if response is not None else None
+    except ValueError:
+        return None
+    detail = body.get("error") if isinstance(body, dict) else None
+    reason = detail.get("reason") if isinstance(detail, dict) else None
+    return reason if isinstance(reason, str) else None
+
+
 def _one(query: dict[str, list[str]], name: str) -> str | None:
     values = query.get(name)
     if not values:
@@ -253,8 +266,13 @@ class DashboardHandler(BaseHTTPRequestHandler):
         text = self.dashboard.scrub(json.dumps(value, ensure_ascii=False))
         self._send(status, text.encode(), "application/json; charset=utf-8", **headers)
 
-    def send_refusal(self, status: int, code: str, message: str, **headers: str) -> None:
-        self.send_json(status, {"error": {"code": code, "message": message}}, **headers)
+    def send_refusal(
+        self, status: int, code: str, message: str, reason: str | None = None, **headers: str
+    ) -> None:
+        error = {"code": code, "message": message}
+        if reason:
+            error["reason"] = reason
+        self.send_json(status, {"error": error}, **headers)
 
     # -- checks -----------------------------------------------------------------------------
 
@@ -330,7 +348,7 @@ class DashboardHandler(BaseHTTPRequestHandler):
             status, code = api_status(e)
             message = getattr(e, "message", None) or str(e)
             log.info("control plane refused path=%s status=%d code=%s", parts.path, status, code)
-            self.send_refusal(status, code, message)
+            self.send_refusal(status, code, message, error_reason(e))
         except Exception:  # the page gets a 500, the log the reason
             log.exception("dashboard error path=%s", parts.path)
             self.send_refusal(500, "internal_error", "the dashboard failed: see its log")

@@ -47,7 +47,8 @@ class ControlPlane:
                 },
             )
         if path == f"{base}/queues/q/jobs":
-            return httpx.Response(200, json={"jobs": [self.status(JOB)], "next_cursor": None})
+            more = "next-page" if request.url.params.get("cursor") else None
+            return httpx.Response(200, json={"jobs": [self.status(JOB)], "next_cursor": more})
         if path == f"{base}/jobs/{JOB}" and request.method == "GET":
             return httpx.Response(200, json=self.status(JOB))
         if path == f"{base}/jobs/{JOB}/retry":
@@ -56,7 +57,11 @@ class ControlPlane:
             return httpx.Response(
                 409,
                 json={
-                    "error": {"code": "not_retryable", "message": "job succeeded: nothing to retry"}
+                    "error": {
+                        "code": "not_retryable",
+                        "message": "job succeeded: nothing to retry",
+                        "reason": "succeeded",
+                    }
                 },
             )
         if path == f"{base}/queues/q/purge":
@@ -233,6 +238,14 @@ def test_a_refused_retry_is_a_409_with_the_control_planes_reason(dashboard):
     assert answer.status == 409
     assert answer.json()["error"]["code"] == "not_retryable"
     assert "succeeded" in answer.json()["error"]["message"]
+    assert answer.json()["error"]["reason"] == "succeeded"
+
+
+def test_a_page_of_jobs_passes_the_cursor_on_and_answers_the_next_one(dashboard, control_plane):
+    answer = request(dashboard, "GET", "/api/queues/q/jobs?state=queued&cursor=abc-123&limit=2")
+    assert answer.status == 200
+    assert answer.json()["next_cursor"] == "next-page"
+    assert control_plane.calls[-1][2] == {"state": "queued", "limit": "2", "cursor": "abc-123"}
 
 
 # -- cross-site requests: refused, nothing sent on --------------------------------------------
