@@ -198,7 +198,10 @@ def render(shape: Shape, usage: Usage, bench: dict, measured: dict, f: Figures) 
             "jobs (API Gateway at $3.50 per million requests, a Lambda invocation per call, against "
             "$0.40 per million SQS requests). For 100 MiB jobs the S3 storage dominates: we keep "
             f"payloads until the 2-day lifecycle expires them (~{model.S3_TIER_DAYS:g} days), while "
-            "the Extended Client deletes the object with its message."
+            "the Extended Client deletes the object with its message; and a payload above "
+            "MULTIPART_THRESHOLD is a multipart upload "
+            f"({s3_requests(S3_PAYLOAD)['put']:g} PUT-class requests for 100 MiB) where the "
+            "Extended Client makes one PUT."
         ),
         "",
         (
@@ -214,7 +217,7 @@ def render(shape: Shape, usage: Usage, bench: dict, measured: dict, f: Figures) 
             f"An idle daemon holds one waiting poll at a time, so its cost is the daemon function's "
             f"memory x the month: at {daemon.memory_mb} MB {daemon.architecture} that is "
             f"{usd(total(f.idle[8][:1]))} of the {usd(idle8)}. The memory comes from the measured peak "
-            "(table below) plus Lambda's runtime; `-c payloadstore:memory:daemon=MB` overrides it "
+            "(table below: Lambda's runtime interface client included) with room to spare; `-c payloadstore:memory:daemon=MB` overrides it "
             "and `-c payloadstore:architecture=arm64` prices GB-seconds 20 % lower "
             "([Memory and architecture](deploying.md#memory-and-architecture) has the "
             "cold-start trade-off)."
