@@ -174,6 +174,32 @@ def peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def current_rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class RssSampler:
+    """The process's resident set, sampled every 10 ms: its peak above the RSS at start."""
+
+    def __init__(self):
+        self.base = current_rss()
+        self.peak = self.base
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while not self._stop.wait(0.01):
+            self.peak = max(self.peak, current_rss())
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, current_rss())
+        return self.peak - self.base
+
+
 def child(mode: str, stack_file: str, path: str, queue: str) -> None:
     """One measurement, printed as JSON: peak RSS above the baseline taken after set-up."""
     stack = json.loads(Path(stack_file).read_text())
@@ -181,7 +207,7 @@ def child(mode: str, stack_file: str, path: str, queue: str) -> None:
     if mode == "put":
         with Client(endpoint, tokens["client_token"], "dev") as c:
             c.config  # noqa: B018
-            base = peak_rss()
+            sampler = RssSampler()
             t = time.perf_counter()
             b = c.blob(path)
             out = {"sha256": b.sha256, "seconds": time.perf_counter() - t}
@@ -190,7 +216,7 @@ def child(mode: str, stack_file: str, path: str, queue: str) -> None:
             d.blobs._cache = BlobCache(Path(path).parent / f"cache-{mode}")
             daemon = Daemon(d, [queue], wait_s=1, install_signal_handlers=False)
             d.config  # noqa: B018
-            base = peak_rss()
+            sampler = RssSampler()
 
             def read_path(model):
                 h = hashlib.sha256()
@@ -205,7 +231,9 @@ def child(mode: str, stack_file: str, path: str, queue: str) -> None:
             t = time.perf_counter()
             daemon.run(read_path if mode == "read" else make, max_jobs=1)
             out = {"seconds": time.perf_counter() - t}
-    out["rss_above_baseline"] = peak_rss() - base
+    out["rss_above_baseline"] = sampler.stop()
+    out["baseline"] = sampler.base
+    out["ru_maxrss"] = peak_rss()
     print(json.dumps(out))
 
 
@@ -227,7 +255,7 @@ def bench_rss(stack: dict, stack_file: Path, gib: int, tmp: Path) -> list[str]:
     put = run_child("put", stack_file, path)
     lines.append(
         f"client.blob(path) of {gib} GiB: peak RSS +{put['rss_above_baseline'] / MiB:.0f} MiB "
-        f"above baseline, {put['seconds']:.1f} s"
+        f"above baseline ({put['baseline'] / MiB:.0f} MiB), {put['seconds']:.1f} s"
     )
     queue = f"bench-rss-{os.getpid()}"
     with Client(endpoint, tokens["client_token"], "dev") as c:

@@ -121,15 +121,9 @@ def api_status(error: PayloadStoreError) -> tuple[int, str]:
 
 
 def error_reason(error: BaseException) -> str | None:
-    """The control plane's `error.reason` (e.g. a retry's `queued`, `arguments_expired`), read
-    from the response the SDK's error is chained from."""
-    response = getattr(error.__cause__, "response", None)
-    try:
-        body = response.json() if response is not None else None
-    except ValueError:
-        return None
-    detail = body.get("error") if isinstance(body, dict) else None
-    reason = detail.get("reason") if isinstance(detail, dict) else None
+    """The control plane's `error.reason` (e.g. a retry's `queued`, `arguments_expired`)."""
+    details = getattr(error, "details", None)
+    reason = details.get("reason") if isinstance(details, dict) else None
     return reason if isinstance(reason, str) else None
 
 

@@ -52,7 +52,9 @@ class ControlPlane:
         if path == f"{base}/jobs/{JOB}" and request.method == "GET":
             return httpx.Response(200, json=self.status(JOB))
         if path == f"{base}/jobs/{JOB}/retry":
-            return httpx.Response(200, json={"job_id": JOB, "state": "queued", "attempt": 2})
+            return httpx.Response(
+                200, json={"job_id": JOB, "state": "queued", "attempt": 2, "retries": 1}
+            )
         if path == f"{base}/jobs/{OTHER_JOB}/retry":
             return httpx.Response(
                 409,
@@ -65,9 +67,9 @@ class ControlPlane:
                 },
             )
         if path == f"{base}/queues/q/purge":
-            return httpx.Response(200, json={"cancelled": 2})
+            return httpx.Response(200, json={"cancelled": 2, "remaining": 0})
         if path == f"{base}/queues/q/redrive":
-            return httpx.Response(200, json={"retried": 1})
+            return httpx.Response(200, json={"retried": 1, "skipped": 0})
         if path == f"{base}/jobs/{OTHER_JOB}":
             # An error whose text quotes the token: it must still never reach the browser.
             return httpx.Response(
@@ -218,14 +220,14 @@ def test_given_the_token_and_the_origin_when_retrying_then_the_control_plane_ret
 ):
     answer = post(dashboard, f"/api/jobs/{JOB}/retry")
     assert answer.status == 200, answer.text
-    assert answer.json() == {"job_id": JOB, "state": "queued", "attempt": 2}
+    assert answer.json() == {"job_id": JOB, "state": "queued", "attempt": 2, "retries": 1}
     assert writes(control_plane) == [("POST", f"/v1/namespaces/dev/jobs/{JOB}/retry", {})]
 
 
 def test_redrive_and_purge_answer_the_control_planes_counts(dashboard, control_plane):
-    assert post(dashboard, "/api/queues/q/purge").json() == {"cancelled": 2}
+    assert post(dashboard, "/api/queues/q/purge").json() == {"cancelled": 2, "remaining": 0}
     redrive = post(dashboard, "/api/queues/q/redrive", {"states": ["failed"], "limit": 5})
-    assert redrive.json() == {"retried": 1}
+    assert redrive.json() == {"retried": 1, "skipped": 0}
     assert writes(control_plane)[-1] == (
         "POST",
         "/v1/namespaces/dev/queues/q/redrive",
