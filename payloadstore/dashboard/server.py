@@ -25,6 +25,7 @@ import json
 import logging
 import re
 import secrets
+import socket
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -160,6 +161,10 @@ def check_job_id(job_id: str) -> str:
     return job_id
 
 
+class IPv6Server(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
 class Dashboard:
     """The server: `Dashboard(backend).start()` serves in a thread; `.url`; `.close()`."""
 
@@ -177,7 +182,10 @@ class Dashboard:
         self.csrf_token = secrets.token_urlsafe(32)
         self.refresh_s = refresh_s
         self._hide = tuple(s for s in secrets_to_hide if s)
-        self.httpd = ThreadingHTTPServer((host, port), DashboardHandler)
+        server_class = (
+            IPv6Server if ipaddress.ip_address(host).version == 6 else ThreadingHTTPServer
+        )
+        self.httpd = server_class((host, port), DashboardHandler)
         self.httpd.daemon_threads = True
         self.httpd.dashboard = self  # type: ignore[attr-defined]
         self.host = host

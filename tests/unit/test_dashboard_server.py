@@ -379,3 +379,11 @@ def test_the_dashboard_serves_on_one_address_only(control_plane, host):
     client = Client("http://cp.invalid", TOKEN, "dev", http=http)
     with pytest.raises(ValueError, match="--host"):
         Dashboard(ClientBackend(client), host, 0)
+
+
+def test_the_host_names_accepted_are_the_served_address_and_localhost_on_loopback():
+    from payloadstore.dashboard.server import allowed_hosts
+
+    assert allowed_hosts("127.0.0.1", 8765) == {"127.0.0.1:8765", "localhost:8765"}
+    assert allowed_hosts("::1", 8765) == {"[::1]:8765", "localhost:8765"}
+    assert allowed_hosts("10.1.2.3", 80) == {"10.1.2.3:80"}
