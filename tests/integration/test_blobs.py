@@ -18,8 +18,13 @@ RETENTION_S = 172_800
 
 
 @pytest.fixture
-def r(redis_server) -> redis.Redis:
-    return redis.Redis.from_url(redis_server.url)
+def r(redis_target):
+    """The Redis the control plane uses (a cluster with PAYLOADSTORE_REDIS=cluster)."""
+    from redis.cluster import RedisCluster
+
+    if redis_target.get("REDIS_CLUSTER") == "true":
+        return RedisCluster.from_url(redis_target["REDIS_URL"])
+    return redis.Redis.from_url(redis_target["REDIS_URL"])
 
 
 def blob_bytes(n: int = 300_000) -> bytes:
@@ -91,7 +96,7 @@ def test_unknown_blob_refuses_the_job_and_writes_nothing(cp, r):
     sha = "ab" * 32
     reply = enqueue_with(cp, [sha])
     assert reply.status == 409 and reply.error["code"] == "unknown_blob"
-    assert not list(r.scan_iter(match=f"ps:{{ns:{cp.ns}}}:q:*"))
+    assert not r.exists(f"ps:{{ns:{cp.ns}}}:q:{cp.queue}")
     assert cp.poll().status == 204
 
 
