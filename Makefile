@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 STAGE ?= dev
 CDK_ARGS ?=
 
-.PHONY: help dev demo smoke test reliability reliability-failover lint docs synth deploy venv node redis chromium clean-devstack sam-local bench
+.PHONY: help dev demo smoke test reliability reliability-failover lint docs synth deploy venv node redis chromium clean-devstack sam-local bench cost
 
 help:
 	@echo "make dev     run the control plane locally (redis-server, S3 emulator, gateway on :8080)"
@@ -34,6 +34,7 @@ help:
 	@echo "             after either, npx cdk ... works directly (the venv has aws_cdk)"
 	@echo "make sam-local  every function of the template, every events/ fixture, in Lambda containers"
 	@echo "make bench   every speed figure against its baseline, one run: bench/RESULTS.md + bench/plots/"
+	@echo "make cost    what a stage, an idle daemon and 1M jobs cost on AWS (us-east-1), beside SQS: docs/cost.md"
 
 # One stamp per set of extras: `make dev` installs only [stack]; the targets that need more
 # (test, lint, docs; synth and deploy: [infra]) install their own set on top. A stamp is redone
@@ -132,6 +133,15 @@ deploy: $(VENV)/.installed-infra node
 SAM_LOCAL_ARGS ?=
 sam-local: $(VENV)/.installed-test node redis
 	$(PY) -m tools.sam_local $(SAM_LOCAL_ARGS)
+
+# Issue 23, bounded (~1.5 min): control-plane calls measured on a local stack of its own (an idle
+# daemon for 60 s, then inline and 100 MiB jobs; COST_ARGS="--idle-s 30" for less), CPU and memory per call from
+# bench/function_cpu.json (bench/bench_function_cpu.py), the stack's shape from an in-process
+# synth, us-east-1 list prices (tools/cost/prices.py): writes docs/cost.md; the last line is
+# `cost: idle daemon (concurrency 8) $X/month, 1M inline jobs $Y, 1M 100 MiB jobs $Z, fixed $F/month`.
+COST_ARGS ?=
+cost: $(VENV)/.installed-test redis
+	$(PY) -m tools.cost $(COST_ARGS)
 
 clean-devstack:
 	rm -rf .devstack .devstack.json

@@ -191,6 +191,24 @@ def main() -> None:
         "queue_stats": event(
             "GET", "/v1/namespaces/{ns}/queues/{queue}", {"ns": "dev", "queue": "default"}
         ),
+        "jobs_list": event(
+            "GET",
+            "/v1/namespaces/{ns}/queues/{queue}/jobs",
+            {"ns": "dev", "queue": "default"},
+            query={"state": "failed", "limit": "20"},
+        ),
+        "job_retry": event(
+            "POST", "/v1/namespaces/{ns}/jobs/{job_id}/retry", {"ns": "dev", "job_id": JOB}
+        ),
+        "queue_redrive": event(
+            "POST",
+            "/v1/namespaces/{ns}/queues/{queue}/redrive",
+            {"ns": "dev", "queue": "default"},
+            body={"states": ["failed", "payload_lost", "payload_corrupt"], "limit": 100},
+        ),
+        "queue_purge": event(
+            "POST", "/v1/namespaces/{ns}/queues/{queue}/purge", {"ns": "dev", "queue": "default"}
+        ),
         "failure_report": event(
             "POST",
             "/v1/namespaces/{ns}/jobs/{job_id}/failure",

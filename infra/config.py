@@ -33,6 +33,13 @@ API_GATEWAY_ACCOUNT_STACK = "PayloadStoreApiGatewayAccount"
 # here and whose interpreter is available to compile bytecode for the layer.
 PYTHON_VERSION = "3.13"
 PIP_PLATFORM = "manylinux2014_x86_64"
+# `-c payloadstore:architecture=arm64` builds the layer for Graviton and runs every function on
+# ARM_64 (20 % less per GB-second than x86_64; docs/deploying.md). Lambda's name -> pip's wheel tag.
+ARCHITECTURES: dict[str, str] = {
+    "x86_64": "manylinux2014_x86_64",
+    "arm64": "manylinux2014_aarch64",
+}
+DEFAULT_ARCHITECTURE = "x86_64"
 
 # Powertools: the custom-metric alarms watch the stage's namespace and this `service` dimension.
 SERVICE_NAME = "payloadstore"
@@ -62,6 +69,10 @@ CTX_SNAP_START = "payloadstore:snapStart"
 CTX_ACCOUNT_CONCURRENCY = "payloadstore:accountConcurrency"  # default 1000
 CTX_DAEMON_CONCURRENCY = "payloadstore:daemonConcurrency"
 CTX_JOBS_CONCURRENCY = "payloadstore:jobsConcurrency"
+CTX_ARCHITECTURE = "payloadstore:architecture"  # "x86_64" (default) | "arm64"
+# Memory of one function group in MB, e.g. -c payloadstore:memory:daemon=256 (FUNCTION_TUNING
+# holds the defaults and why).
+CTX_MEMORY_PREFIX = "payloadstore:memory:"
 CTX_SETTINGS_PREFIX = (
     "payloadstore:setting:"  # e.g. -c payloadstore:setting:INLINE_THRESHOLD=131072
 )
@@ -116,6 +127,15 @@ class FunctionTuning:
     timeout_s: int
 
 
+# Memory: Lambda bills GB-seconds, and a waiting long-poll is billed for its whole wait, so the
+# long-poll groups get the least memory their measured peak allows (bench/bench_function_cpu.py,
+# bench/RESULTS.md "Function CPU and memory"): the daemon function peaks at ~91 MB RSS with the
+# runtime client, serving a poll of 16 x 256 KiB inline jobs (~70 MB otherwise), so 128 MB; an
+# idle daemon then costs ~$5.40 a month of GB-seconds instead of ~$21.60 at 512 MB (docs/cost.md).
+# jobs peaks at ~96 MB on a 4 MiB batch enqueue and serves the clients' enqueues, so 256 MB: twice
+# the CPU share of 128 MB (Lambda's CPU scales with memory, 1,769 MB = 1 vCPU) for the calls a
+# user waits on, and room for the batch. A smaller share means a slower cold start: the trade-off
+# is in docs/deploying.md ("Memory and architecture").
 # Long-poll groups wait up to POLL_MAX_WAIT_S / RESULT_MAX_WAIT_S (20 s by default; synth refuses
 # more than 29 - COLD_START_ALLOWANCE_S - LONG_POLL_ANSWER_MARGIN_S = 24.5 s, functions.check_wait_caps;
 # each wait is also cut to the invocation's remaining time, handlers/_budget.py)
@@ -123,8 +143,8 @@ class FunctionTuning:
 # milliseconds and get a short timeout so a stuck dependency fails fast.
 FUNCTION_TUNING: dict[str, FunctionTuning] = {
     "payloads": FunctionTuning(memory_mb=512, timeout_s=10),
-    "jobs": FunctionTuning(memory_mb=512, timeout_s=28),
-    "daemon": FunctionTuning(memory_mb=512, timeout_s=28),
+    "jobs": FunctionTuning(memory_mb=256, timeout_s=28),
+    "daemon": FunctionTuning(memory_mb=128, timeout_s=28),
     "public": FunctionTuning(memory_mb=512, timeout_s=10),
     "authorizer": FunctionTuning(memory_mb=512, timeout_s=10),
     "admin": FunctionTuning(memory_mb=256, timeout_s=30),
@@ -168,6 +188,30 @@ def context_bool(scope: Construct, key: str, default: bool = False) -> bool:
     if raw not in ("true", "false"):
         raise ValueError(f"context {key} must be true or false, got {raw!r}")
     return raw == "true"
+
+
+LAMBDA_MIN_MEMORY_MB, LAMBDA_MAX_MEMORY_MB = 128, 10_240
+
+
+def memory_of(scope: Construct, group: str) -> int:
+    """MemorySize of a function group: FUNCTION_TUNING, or -c payloadstore:memory:<group>=MB."""
+    memory = context_int(scope, CTX_MEMORY_PREFIX + group, FUNCTION_TUNING[group].memory_mb)
+    if not LAMBDA_MIN_MEMORY_MB <= memory <= LAMBDA_MAX_MEMORY_MB:
+        raise ValueError(
+            f"context {CTX_MEMORY_PREFIX}{group} must be {LAMBDA_MIN_MEMORY_MB}.."
+            f"{LAMBDA_MAX_MEMORY_MB} (MB), got {memory}"
+        )
+    return memory
+
+
+def architecture_of(scope: Construct) -> str:
+    """Lambda's architecture name from -c payloadstore:architecture (x86_64 or arm64)."""
+    value = context_str(scope, CTX_ARCHITECTURE, DEFAULT_ARCHITECTURE).lower()
+    if value not in ARCHITECTURES:
+        raise ValueError(
+            f"context {CTX_ARCHITECTURE} must be one of {', '.join(ARCHITECTURES)}, got {value!r}"
+        )
+    return value
 
 
 def reserved_concurrency_of(scope: Construct) -> dict[str, int]:

@@ -12,6 +12,7 @@ from constructs import Construct
 from infra.bundling import CodeBundling, LayerBundling, bundling_image
 from infra.config import (
     ADMIN_FUNCTION,
+    ARCHITECTURES,
     AUTHORIZER_FUNCTION,
     BLOB_OBJECT_ACTIONS,
     BUCKET_ACTIONS,
@@ -25,6 +26,8 @@ from infra.config import (
     REQUIREMENTS_FILE,
     SERVICE_NAME,
     StageNames,
+    architecture_of,
+    memory_of,
     reserved_concurrency_of,
 )
 from infra.storage import BLOB_PREFIX, PAYLOAD_PREFIX
@@ -38,6 +41,12 @@ from payloadstore_controlplane.routes import (
 
 RUNTIME = lambda_.Runtime.PYTHON_3_13
 assert RUNTIME.name == f"python{PYTHON_VERSION}", "runtime and layer python version must agree"
+
+LAMBDA_ARCHITECTURES = {
+    "x86_64": lambda_.Architecture.X86_64,
+    "arm64": lambda_.Architecture.ARM_64,
+}
+assert set(LAMBDA_ARCHITECTURES) == set(ARCHITECTURES)
 
 # Set on AWS by Lambda itself (AWS_REGION) or only meaningful against a local emulator.
 NOT_ON_AWS = frozenset({"AWS_REGION", "S3_ENDPOINT_URL"})
@@ -154,13 +163,19 @@ class ControlPlaneFunctions(Construct):
         removal = cdk.RemovalPolicy.DESTROY if destroy_on_removal else cdk.RemovalPolicy.RETAIN
         self.names = names
 
-        layer_bundling = LayerBundling(REQUIREMENTS_FILE)
+        self.architecture_name = architecture_of(self)
+        architecture = LAMBDA_ARCHITECTURES[self.architecture_name]
+        layer_bundling = LayerBundling(
+            REQUIREMENTS_FILE, platform=ARCHITECTURES[self.architecture_name]
+        )
+        self.layer_bundling = layer_bundling
         self.layer = lambda_.LayerVersion(
             self,
             "Dependencies",
-            description=f"payloadstore control-plane dependencies (python {PYTHON_VERSION}, x86_64)",
+            description=f"payloadstore control-plane dependencies (python {PYTHON_VERSION}, "
+            f"{self.architecture_name})",
             compatible_runtimes=[RUNTIME],
-            compatible_architectures=[lambda_.Architecture.X86_64],
+            compatible_architectures=[architecture],
             # The layer source is requirements.txt alone; hashing the inputs ourselves means an
             # unchanged requirements file reuses the staged build instead of running pip again.
             code=lambda_.Code.from_asset(
@@ -258,11 +273,11 @@ class ControlPlaneFunctions(Construct):
                 f"{group.capitalize()}Function",
                 description=f"payloadstore control plane: {group} ({handler})",
                 runtime=RUNTIME,
-                architecture=lambda_.Architecture.X86_64,
+                architecture=architecture,
                 handler=handler,
                 code=code,
                 layers=[self.layer],
-                memory_size=tuning.memory_mb,
+                memory_size=memory_of(self, group),
                 timeout=cdk.Duration.seconds(tuning.timeout_s),
                 tracing=lambda_.Tracing.ACTIVE,
                 role=role,

@@ -27,10 +27,14 @@ from ._wire import (
     Health,
     HeartbeatAnswer,
     JobInfo,
+    JobPage,
     PayloadRef,
     PolledJob,
+    PurgeAnswer,
     QueueInfo,
+    RedriveAnswer,
     ResultAnswer,
+    RetryAnswer,
     ServerConfig,
     UploadGrant,
     http_kwargs,
@@ -261,3 +265,21 @@ class AsyncWire:
 
     async def cancel_job(self, job_id: str) -> CancelAnswer:
         return await self.send(_wire.cancel_job(self.namespace, job_id))
+
+    async def list_jobs(
+        self, queue: str, *, state: str = "queued", limit: int = 50, cursor: str | None = None
+    ) -> JobPage:
+        return await self.send(
+            _wire.list_jobs(self.namespace, queue, state=state, limit=limit, cursor=cursor)
+        )
+
+    async def retry_job(self, job_id: str) -> RetryAnswer:
+        return await self.send(_wire.retry_job(self.namespace, job_id))
+
+    async def redrive(
+        self, queue: str, *, states: list[str] | None = None, limit: int | None = None
+    ) -> RedriveAnswer:
+        return await self.send(_wire.redrive(self.namespace, queue, states=states, limit=limit))
+
+    async def purge(self, queue: str) -> PurgeAnswer:
+        return await self.send(_wire.purge(self.namespace, queue))

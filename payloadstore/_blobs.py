@@ -38,11 +38,24 @@ CHUNK_BYTES = 8 * 1024 * 1024
 # A blob is at most what one S3 PUT takes (and one CopyObject renews).
 MAX_BLOB_BYTES = 5 * 1024**3
 
-# The store a decoded `Blob` reads through: set around a decode by the daemon and by
-# `Job.result` (the answer's presigned GETs), so blobs found in a value can be read.
+# The store a decoded `Blob` reads through, and the value's blob list (the sha256s its job or
+# result carries, in order: the codec's references point into it): set around a decode by the
+# daemon and by `Job.result`.
 _current_store: contextvars.ContextVar[BlobStore | None] = contextvars.ContextVar(
     "payloadstore_blob_store", default=None
 )
+_current_list: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
+    "payloadstore_blob_list", default=()
+)
+
+
+def current_blob_list() -> tuple[str, ...]:
+    return _current_list.get()
+
+
+def blob_list(downloads: Any) -> tuple[str, ...]:
+    """The sha256s of a poll or result answer's `blobs`, in order."""
+    return tuple(d["sha256"] for d in downloads or () if isinstance(d, dict) and d.get("sha256"))
 
 
 class Blob:
@@ -278,10 +291,13 @@ class BlobStore:
     def path(self, b: Blob) -> Path:
         return self.fetch(b.sha256, b.size)
 
-    def reading(self) -> contextvars.Token:
-        """Make this store the one decoded blobs read through (undo with `done_reading`)."""
-        return _current_store.set(self)
+    def reading(self, downloads: Any = ()) -> tuple[contextvars.Token, contextvars.Token]:
+        """Remember an answer's `blobs` GETs and make this store, and their list, what a decode
+        resolves blob references with (undo with `done_reading`)."""
+        self.grant(downloads)
+        return _current_store.set(self), _current_list.set(blob_list(downloads))
 
     @staticmethod
-    def done_reading(token: contextvars.Token) -> None:
-        _current_store.reset(token)
+    def done_reading(tokens: tuple[contextvars.Token, contextvars.Token]) -> None:
+        _current_store.reset(tokens[0])
+        _current_list.reset(tokens[1])

@@ -72,6 +72,18 @@ def error_body(response: httpx.Response) -> tuple[str | None, str]:
     return None, response.reason_phrase
 
 
+def error_details(response: httpx.Response) -> dict:
+    """The error body's fields beyond code and message (e.g. `reason`, `state`), or {}."""
+    try:
+        body = response.json()
+    except (ValueError, json.JSONDecodeError):
+        return {}
+    err = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(err, dict):
+        return {}
+    return {k: v for k, v in err.items() if k not in ("code", "message")}
+
+
 def retry_delay(
     policy: RetryPolicy,
     attempt: int,

@@ -42,13 +42,13 @@ from __future__ import annotations
 import base64
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, NoReturn, TypeVar, overload
 
 import httpx
 
-from ._http import RetryPolicy, error_body, retry_delay
+from ._http import RetryPolicy, error_body, error_details, retry_delay
 from .errors import (
     ApiError,
     AuthError,
@@ -57,6 +57,7 @@ from .errors import (
     InvalidRequest,
     JobNotFound,
     LeaseMismatch,
+    NotRetryable,
     PayloadLost,
     PayloadTooLarge,
     QueueNotFound,
@@ -188,10 +189,75 @@ class JobInfo:
     error: dict | None = None
     raw: dict = field(default_factory=dict, repr=False)
     cancel_requested: bool = False
+    #: epoch seconds: enqueued, and last changed
+    created_at: float | None = None
+    updated_at: float | None = None
+    #: times retried (Job.retry, Queue.redrive)
+    retries: int = 0
+    args_size: int | None = None
+    result_size: int | None = None
 
     @property
     def done(self) -> bool:
         return self.state in TERMINAL_STATES
+
+    @classmethod
+    def from_wire(cls, body: Mapping[str, Any], job_id: str | None = None) -> JobInfo:
+        return cls(
+            job_id=str(body.get("job_id") or job_id),
+            state=body.get("state", "unknown"),
+            queue=body.get("queue"),
+            attempts=body.get("attempts"),
+            tier=body.get("tier"),
+            payload_ref=body.get("payloadRef"),
+            result_ref=body.get("resultRef"),
+            error=body.get("error"),
+            raw=dict(body),
+            cancel_requested=bool(body.get("cancel_requested")),
+            created_at=body.get("created_at"),
+            updated_at=body.get("updated_at"),
+            retries=int(body.get("retries") or 0),
+            args_size=body.get("args_size"),
+            result_size=body.get("result_size"),
+        )
+
+
+@dataclass(frozen=True)
+class JobPage:
+    """One page of `GET .../queues/{queue}/jobs`: jobs newest first, and the next page's cursor
+    (None at the end). Iterating a page iterates its jobs."""
+
+    jobs: list[JobInfo]
+    next_cursor: str | None
+
+    def __iter__(self) -> Iterator[JobInfo]:
+        return iter(self.jobs)
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+
+@dataclass(frozen=True)
+class RetryAnswer:
+    """`POST .../jobs/{job_id}/retry`: queued again, same id; `attempt` is the number its next
+    delivery carries, `retries` how often it was retried, this time included."""
+
+    job_id: str
+    state: str
+    attempt: int
+    retries: int
+
+
+@dataclass(frozen=True)
+class RedriveAnswer:
+    retried: int
+    skipped: int
+
+
+@dataclass(frozen=True)
+class PurgeAnswer:
+    cancelled: int
+    remaining: int
 
 
 # The name before JobInfo (the control plane's JobStatus is the enum of job states).
@@ -405,7 +471,10 @@ def error_for(call: Call[Any], response: httpx.Response) -> Exception:
         or call.errors.get(status)
         or status_error(status)
     )
-    return factory(text, status=status, code=code)
+    error = factory(text, status=status, code=code)
+    if isinstance(error, ApiError):
+        error.details = error_details(response)
+    return error
 
 
 def raise_error(call: Call[Any], response: httpx.Response) -> NoReturn:
@@ -562,19 +631,7 @@ def parse_enqueued(default_tier: str) -> Callable[[httpx.Response], Enqueued]:
 
 def parse_job_status(job_id: str) -> Callable[[httpx.Response], JobStatus]:
     def parse(response: httpx.Response) -> JobStatus:
-        body = _json(response)
-        return JobStatus(
-            job_id=body.get("job_id", job_id),
-            state=body.get("state", "unknown"),
-            queue=body.get("queue"),
-            attempts=body.get("attempts"),
-            tier=body.get("tier"),
-            payload_ref=body.get("payloadRef"),
-            result_ref=body.get("resultRef"),
-            error=body.get("error"),
-            raw=body,
-            cancel_requested=bool(body.get("cancel_requested")),
-        )
+        return JobInfo.from_wire(_json(response), job_id)
 
     return parse
 
@@ -631,20 +688,36 @@ def parse_statuses(response: httpx.Response) -> list[JobStatus | ItemRefused]:
         if "error" in answer and "state" not in answer:
             out.append(_refused(answer))
             continue
-        out.append(
-            JobStatus(
-                job_id=answer["job_id"],
-                state=answer.get("state", "unknown"),
-                queue=answer.get("queue"),
-                attempts=answer.get("attempts"),
-                tier=answer.get("tier"),
-                payload_ref=answer.get("payloadRef"),
-                result_ref=answer.get("resultRef"),
-                error=answer.get("error"),
-                raw=dict(answer),
-            )
-        )
+        out.append(JobInfo.from_wire(answer))
     return out
+
+
+def parse_job_page(response: httpx.Response) -> JobPage:
+    body = _json(response)
+    return JobPage(
+        jobs=[JobInfo.from_wire(j) for j in body.get("jobs") or []],
+        next_cursor=body.get("next_cursor") or None,
+    )
+
+
+def parse_retry(response: httpx.Response) -> RetryAnswer:
+    body = _json(response)
+    return RetryAnswer(
+        job_id=str(body["job_id"]),
+        state=str(body.get("state") or "queued"),
+        attempt=int(body.get("attempt") or 0),
+        retries=int(body.get("retries") or 0),
+    )
+
+
+def parse_redrive(response: httpx.Response) -> RedriveAnswer:
+    body = _json(response)
+    return RedriveAnswer(retried=int(body["retried"]), skipped=int(body.get("skipped") or 0))
+
+
+def parse_purge(response: httpx.Response) -> PurgeAnswer:
+    body = _json(response)
+    return PurgeAnswer(cancelled=int(body["cancelled"]), remaining=int(body.get("remaining") or 0))
 
 
 def parse_polled(response: httpx.Response) -> PolledJob | None:
@@ -1082,6 +1155,68 @@ def heartbeat(namespace: str, job_id: str, lease: str) -> Call[HeartbeatAnswer]:
     )
 
 
+# The states a queue's jobs are listed by (`failed`: every terminal state but succeeded and
+# cancelled), and the most jobs one page holds.
+LIST_STATES = ("queued", "running", "failed", "cancelled", "succeeded")
+MAX_LIST_JOBS = 100
+
+
+def list_jobs(
+    namespace: str, queue: str, *, state: str = "queued", limit: int = 50, cursor: str | None = None
+) -> Call[JobPage]:
+    """One page of the queue's jobs in `state`, newest first."""
+    if not 1 <= limit <= MAX_LIST_JOBS:
+        raise ValueError(f"limit must be 1..{MAX_LIST_JOBS} (got {limit})")
+    params: dict[str, Any] = {"state": state, "limit": limit}
+    if cursor:
+        params["cursor"] = cursor
+    return Call(
+        "GET",
+        ns_path(namespace, f"/queues/{queue}/jobs"),
+        f"list {state} jobs of queue {queue}",
+        parse_job_page,
+        params=params,
+    )
+
+
+def retry_job(namespace: str, job_id: str) -> Call[RetryAnswer]:
+    """Queue a failed or cancelled job again; `NotRetryable` (with `.reason`) otherwise. Safe
+    to retry: a retry of a job still queued from a retry answers the same."""
+    return Call(
+        "POST",
+        ns_path(namespace, f"/jobs/{job_id}/retry"),
+        f"retry job {job_id}",
+        parse_retry,
+        errors={**_job_errors(), "not_retryable": NotRetryable},
+    )
+
+
+def redrive(
+    namespace: str, queue: str, *, states: list[str] | None = None, limit: int | None = None
+) -> Call[RedriveAnswer]:
+    body: dict[str, Any] = {}
+    if states:
+        body["states"] = list(states)
+    if limit is not None:
+        body["limit"] = limit
+    return Call(
+        "POST",
+        ns_path(namespace, f"/queues/{queue}/redrive"),
+        f"redrive queue {queue}",
+        parse_redrive,
+        json=body,
+    )
+
+
+def purge(namespace: str, queue: str) -> Call[PurgeAnswer]:
+    return Call(
+        "POST",
+        ns_path(namespace, f"/queues/{queue}/purge"),
+        f"purge queue {queue}",
+        parse_purge,
+    )
+
+
 def cancel_job(namespace: str, job_id: str) -> Call[CancelAnswer]:
     """Cancel a queued job (200) or ask its daemon to stop a running one (202); a finished job
     is `ConflictError`, except that a retry's 409 for a job now `cancelled` is the cancel done
@@ -1311,3 +1446,19 @@ class Wire:
 
     def cancel_job(self, job_id: str) -> CancelAnswer:
         return self.send(cancel_job(self.namespace, job_id))
+
+    def list_jobs(
+        self, queue: str, *, state: str = "queued", limit: int = 50, cursor: str | None = None
+    ) -> JobPage:
+        return self.send(list_jobs(self.namespace, queue, state=state, limit=limit, cursor=cursor))
+
+    def retry_job(self, job_id: str) -> RetryAnswer:
+        return self.send(retry_job(self.namespace, job_id))
+
+    def redrive(
+        self, queue: str, *, states: list[str] | None = None, limit: int | None = None
+    ) -> RedriveAnswer:
+        return self.send(redrive(self.namespace, queue, states=states, limit=limit))
+
+    def purge(self, queue: str) -> PurgeAnswer:
+        return self.send(purge(self.namespace, queue))

@@ -45,14 +45,30 @@ from ._many import (
     split_batches,
     windows,
 )
+<<<<<<< HEAD
 from ._payloads import Payloads, write_into
 from ._wire import BatchItem, Enqueued, JobInfo, QueueInfo, ServerConfig
+=======
+from ._payloads import Payloads
+from ._wire import (
+    BatchItem,
+    Enqueued,
+    JobInfo,
+    JobPage,
+    PurgeAnswer,
+    QueueInfo,
+    RedriveAnswer,
+    RetryAnswer,
+    ServerConfig,
+)
+>>>>>>> main
 from .client import (
     DEFAULT_MAP_CONCURRENCY,
     DEFAULT_NAMESPACE,
     ENV_ENDPOINT,
     ENV_NAMESPACE,
     ENV_TOKEN,
+    MAX_PURGE_CALLS,
     RESULT_WAIT_SLICE_S,
     DoneAndPending,
     JobHandle,
@@ -273,6 +289,37 @@ class AsyncQueue:
     def __repr__(self) -> str:
         return f"AsyncQueue({self.name!r}, namespace={self.client.namespace!r})"
 
+    async def jobs(
+        self, state: str = "queued", limit: int = 50, *, cursor: str | None = None
+    ) -> AsyncIterator[JobPage]:
+        """As `Queue.jobs`: an async iterator over pages (`async for page in queue.jobs(...)`)."""
+        wire = self.client.wire
+        while True:
+            page = await wire.list_jobs(self.name, state=state, limit=limit, cursor=cursor)
+            if page.jobs or page.next_cursor is None:
+                yield page
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    async def redrive(
+        self, states: Iterable[str] | None = None, limit: int | None = None
+    ) -> RedriveAnswer:
+        """As `Queue.redrive`."""
+        return await self.client.wire.redrive(
+            self.name, states=list(states) if states else None, limit=limit
+        )
+
+    async def purge(self) -> PurgeAnswer:
+        """As `Queue.purge`."""
+        cancelled = 0
+        for _ in range(MAX_PURGE_CALLS):
+            answer = await self.client.wire.purge(self.name)
+            cancelled += answer.cancelled
+            if not answer.remaining or not answer.cancelled:
+                break
+        return PurgeAnswer(cancelled=cancelled, remaining=answer.remaining)
+
     async def stats(self) -> QueueInfo:
         return await self.client.wire.queue_stats(self.name)
 
@@ -436,6 +483,12 @@ class AsyncQueue:
 class AsyncJob(JobHandle):
     client: AsyncClient
 
+    async def retry(self) -> RetryAnswer:
+        """As `Job.retry`."""
+        answer = await self.client.wire.retry_job(self.job_id)
+        self._result, self._has_result, self._last = None, False, None
+        return answer
+
     async def status(self) -> JobInfo:
         status = await self.client.wire.job_status(self.job_id)
         self._last = status
@@ -489,7 +542,6 @@ class AsyncJob(JobHandle):
             state = answer.state or state
             if answer.done:
                 store = self.client.blob_store()
-                store.grant(answer.raw.get("blobs"))
                 data: bytes | bytearray
                 if answer.result_inline is not None:
                     data = answer.result_inline
@@ -505,7 +557,7 @@ class AsyncJob(JobHandle):
                 else:
                     raise job_error(self.job_id, answer.state, answer.error)
                 # Blobs in the result read through the GETs handed out with it.
-                reading = store.reading()
+                reading = store.reading(answer.raw.get("blobs"))
                 try:
                     value = codec.decode(data, copy=copy)
                 finally:

@@ -583,6 +583,108 @@ def cancel(settings: Settings, job_id) -> None:
         fail(e, settings.verbose)
 
 
+LIST_STATES = ("queued", "running", "failed", "cancelled", "succeeded")
+REDRIVE_STATES = ("failed", "payload_lost", "payload_corrupt", "cancelled")
+
+
+@cli.command()
+@click.argument("queue")
+@click.option(
+    "--state",
+    type=click.Choice(LIST_STATES),
+    default="queued",
+    show_default=True,
+    help="failed: every terminal state but succeeded and cancelled",
+)
+@click.option(
+    "--limit", type=click.IntRange(1, 100), default=50, show_default=True, help="jobs per page"
+)
+@click.option("--cursor", help="start after this page (the `next` a previous listing printed)")
+@click.option("--all", "every_page", is_flag=True, help="every page, not only the first")
+@click.option("--json", "as_json", is_flag=True, help="one job status per line (JSON)")
+@click.pass_obj
+def jobs(settings: Settings, queue, state, limit, cursor, every_page, as_json) -> None:
+    """A queue's jobs in one state, newest first: id, state, attempts, tier, age, error type.
+    `payloadstore status JOB_ID` shows one job whole, with its remote traceback."""
+    from ._jobs_table import jobs_table
+
+    listed = []
+    next_cursor = None
+    try:
+        with settings.client() as client:
+            for page in client.queue(queue).jobs(state=state, limit=limit, cursor=cursor):
+                listed.extend(page.jobs)
+                next_cursor = page.next_cursor
+                if not every_page:
+                    break
+    except PayloadStoreError as e:
+        fail(e, settings.verbose)
+    if as_json:
+        for job in listed:
+            click.echo(json.dumps(job.raw))
+    else:
+        click.echo(jobs_table(listed))
+    if next_cursor and not every_page:
+        click.echo(f"more: --cursor {next_cursor} (or --all)", err=True)
+
+
+@cli.command()
+@click.argument("job_id")
+@click.pass_obj
+def retry(settings: Settings, job_id) -> None:
+    """Queue a failed or cancelled job again, with the same id. A job that succeeded, is queued
+    or running, or whose arguments are past the retention exits 1 saying why."""
+    try:
+        with settings.client() as client:
+            answer = client.job(job_id).retry()
+    except PayloadStoreError as e:
+        fail(e, settings.verbose)
+    click.echo(f"{answer.job_id} {answer.state} (next attempt {answer.attempt})")
+
+
+@cli.command()
+@click.argument("queue")
+@click.option(
+    "--state",
+    "states",
+    type=click.Choice(REDRIVE_STATES),
+    multiple=True,
+    help="retry jobs in this state (repeatable; default: failed, payload_lost, payload_corrupt)",
+)
+@click.option("--limit", type=click.IntRange(1, 1000), default=None, help="at most this many [100]")
+@click.pass_obj
+def redrive(settings: Settings, queue, states, limit) -> None:
+    """Retry the queue's failed jobs (newest first), e.g. once the bug that failed them is
+    fixed. Prints how many were retried and skipped (arguments past the retention)."""
+    try:
+        with settings.client() as client:
+            answer = client.queue(queue).redrive(states=states or None, limit=limit)
+    except PayloadStoreError as e:
+        fail(e, settings.verbose)
+    click.echo(f"{queue}: retried {answer.retried}, skipped {answer.skipped}")
+
+
+@cli.command()
+@click.argument("queue")
+@click.option("--yes", "-y", is_flag=True, help="do not ask for confirmation")
+@click.pass_obj
+def purge(settings: Settings, queue, yes) -> None:
+    """Cancel every queued job of QUEUE (running jobs go on). Asks first unless --yes."""
+    if not yes:
+        click.confirm(
+            f"cancel every queued job of queue {queue} in namespace "
+            f"{settings.namespace or DEFAULT_NAMESPACE}?",
+            abort=True,
+            err=True,
+        )
+    try:
+        with settings.client() as client:
+            answer = client.queue(queue).purge()
+    except PayloadStoreError as e:
+        fail(e, settings.verbose)
+    click.echo(f"{queue}: cancelled {answer.cancelled}, {answer.remaining} still queued")
+
+
 def load_function(spec: str):
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:

@@ -45,9 +45,13 @@ from ._wire import (
     Enqueued,
     ItemRefused,
     JobInfo,
+    JobPage,
     JobStatus,
+    PurgeAnswer,
     QueueInfo,
+    RedriveAnswer,
     ResultAnswer,
+    RetryAnswer,
     ServerConfig,
     Wire,
 )
@@ -74,9 +78,13 @@ __all__ = [
     "DoneAndPending",
     "Job",
     "JobInfo",
+    "JobPage",
     "JobStatus",
+    "PurgeAnswer",
     "Queue",
     "QueueInfo",
+    "RedriveAnswer",
+    "RetryAnswer",
     "ServerConfig",
     "find_devstack_file",
     "job_error",
@@ -327,6 +335,34 @@ class Queue:
     def stats(self) -> QueueInfo:
         """Queued, in flight and oldest queued age of this queue; QueueNotFound if never used."""
         return self.client.wire.queue_stats(self.name)
+
+    def jobs(
+        self, state: str = "queued", limit: int = 50, *, cursor: str | None = None
+    ) -> Iterator[JobPage]:
+        """The queue's jobs in `state` (queued, running, failed, cancelled, succeeded), newest
+        first, as pages of up to `limit` (1..100) jobs: one call per page, made as the iterator
+        is read, until the last. A page is iterable (its JobInfo) and has `next_cursor`, to
+        resume later with `cursor=`. `failed` is every terminal state but succeeded and
+        cancelled (failed, DeliveryLimitExceeded, payload_lost, payload_corrupt)."""
+        return job_pages(
+            lambda c: self.client.wire.list_jobs(self.name, state=state, limit=limit, cursor=c),
+            cursor,
+        )
+
+    def redrive(
+        self, states: Iterable[str] | None = None, limit: int | None = None
+    ) -> RedriveAnswer:
+        """Retry up to `limit` (default 100, at most 1000) jobs of the queue that ended in
+        `states` (default failed, payload_lost, payload_corrupt; cancelled may be named),
+        newest first: answers how many were retried and skipped (arguments expired)."""
+        return self.client.wire.redrive(
+            self.name, states=list(states) if states else None, limit=limit
+        )
+
+    def purge(self) -> PurgeAnswer:
+        """Cancel every queued job of the queue (running ones are left alone); calls again
+        while the control plane says some remain and the last call cancelled any."""
+        return purge_all(lambda: self.client.wire.purge(self.name))
 
     def map(
         self,
@@ -589,6 +625,16 @@ class Job(JobHandle):
         self.queue = self.queue or status.queue
         return status
 
+    def retry(self) -> RetryAnswer:
+        """Queue the job again, with the same id, when it failed (failed, payload_lost,
+        payload_corrupt, DeliveryLimitExceeded) or was cancelled and its arguments are still
+        stored; NotRetryable (`.reason`: succeeded, queued, running, arguments_expired)
+        otherwise. Its next delivery's attempt number goes on from the last; the delivery cap
+        counts again from the retry."""
+        answer = self.client.wire.retry_job(self.job_id)
+        self._result, self._has_result, self._last = None, False, None
+        return answer
+
     def cancel(self) -> CancelAnswer:
         """Cancel the job: a queued job ends `cancelled` and never runs (state `cancelled`); a
         running one is asked to stop (state `running`, `cancel_requested` True): its daemon
@@ -661,8 +707,7 @@ class Job(JobHandle):
     def _value_from(self, answer: ResultAnswer, *, progress: bool | None, copy: bool) -> Any:
         store = self.client.blobs
         # Blobs in the result read through the GETs handed out with it (downloaded on use).
-        store.grant(answer.raw.get("blobs"))
-        token = store.reading()
+        token = store.reading(answer.raw.get("blobs"))
         try:
             if answer.result_inline is not None:
                 return codec.decode(answer.result_inline, copy=copy)
@@ -674,6 +719,34 @@ class Job(JobHandle):
         finally:
             store.done_reading(token)
         raise job_error(self.job_id, answer.state, answer.error)
+
+
+# Purge calls a queue may take (each works up to ~10 s on the control plane).
+MAX_PURGE_CALLS = 100
+
+
+def job_pages(
+    fetch: Callable[[str | None], JobPage], cursor: str | None = None
+) -> Iterator[JobPage]:
+    """Pages from `fetch(cursor)` until one has no next_cursor; empty pages in between (the
+    control plane skipped jobs retried since) are not yielded."""
+    while True:
+        page = fetch(cursor)
+        if page.jobs or page.next_cursor is None:
+            yield page
+        if page.next_cursor is None:
+            return
+        cursor = page.next_cursor
+
+
+def purge_all(call: Callable[[], PurgeAnswer]) -> PurgeAnswer:
+    cancelled = 0
+    for _ in range(MAX_PURGE_CALLS):
+        answer = call()
+        cancelled += answer.cancelled
+        if not answer.remaining or not answer.cancelled:
+            break
+    return PurgeAnswer(cancelled=cancelled, remaining=answer.remaining)
 
 
 def enqueue_unconfirmed(

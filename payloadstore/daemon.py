@@ -663,7 +663,7 @@ class Daemon:
             self._report_failure(job_id, PAYLOAD_LOST, e.message, lease=lease)
             return PAYLOAD_LOST
         # 2. decode and call (blobs in the value read through this daemon's cache)
-        reading = client.blobs.reading()
+        reading = client.blobs.reading(job.raw.get("blobs"))
         try:
             payload = codec.decode(data, copy=False)
         except Exception as e:  # noqa: BLE001 - any decode failure is the job's failure, reported

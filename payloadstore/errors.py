@@ -28,6 +28,8 @@ class ApiError(PayloadStoreError):
         self.message = message
         self.status = status
         self.code = code
+        #: the error body's fields beyond code and message (e.g. `reason`, `state`)
+        self.details: dict = {}
 
 
 class AuthError(ApiError):
@@ -67,6 +69,19 @@ class ConflictError(ApiError):
 class LeaseMismatch(ConflictError):
     """409 `lease_mismatch`: the delivery's lease is no longer current (the job was delivered
     again after its lease ran out, finished, or cancelled): the job was taken from this daemon."""
+
+
+class NotRetryable(ConflictError):
+    """409 `not_retryable`: a retry of a job that is not failed or cancelled, or whose arguments
+    are past the retention. `reason`: succeeded, queued, running or arguments_expired."""
+
+    @property
+    def reason(self) -> str | None:
+        return self.details.get("reason")
+
+    @property
+    def state(self) -> str | None:
+        return self.details.get("state")
 
 
 class InvalidRequest(ApiError):

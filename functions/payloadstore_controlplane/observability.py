@@ -119,6 +119,8 @@ EMITTED_METRICS = frozenset(
         # the job life cycle: deliveries past MAX_DELIVERIES, cancelled jobs
         "DeliveryLimitExceeded",
         "JobsCancelled",
+        # operating the queues: jobs queued again by retry or redrive
+        "JobsRetried",
         # the memory guard: inline bytes refused (and so rerouted through S3), enqueues refused
         "InlineRefused",
         "EnqueueRefused",

@@ -319,6 +319,48 @@ QUEUE_STATS = Route(
         404: ("ErrorResponse", "a queue this namespace never used"),
     },
 )
+JOBS_LIST = Route(
+    "GET",
+    "/v1/namespaces/{ns}/queues/{queue}/jobs",
+    "jobs",
+    (CLIENT,),
+    "jobs_list",
+    responses={200: ("JobListResponse", "a page of the queue's jobs in that state, newest first")},
+)
+JOB_RETRY = Route(
+    "POST",
+    "/v1/namespaces/{ns}/jobs/{job_id}/retry",
+    "jobs",
+    (CLIENT,),
+    "job_retry",
+    responses={
+        200: ("RetryResponse", "queued again, same id"),
+        404: ERROR,
+        409: (
+            "ErrorResponse",
+            "not_retryable: `reason` succeeded, queued, running or arguments_expired",
+        ),
+    },
+)
+QUEUE_REDRIVE = Route(
+    "POST",
+    "/v1/namespaces/{ns}/queues/{queue}/redrive",
+    "jobs",
+    (CLIENT,),
+    "queue_redrive",
+    responses={200: ("RedriveResponse", "how many jobs were retried, and skipped")},
+    body=JSON,
+    request="RedriveRequest",
+    body_required=False,
+)
+QUEUE_PURGE = Route(
+    "POST",
+    "/v1/namespaces/{ns}/queues/{queue}/purge",
+    "jobs",
+    (CLIENT,),
+    "queue_purge",
+    responses={200: ("PurgeResponse", "how many queued jobs were cancelled, and remain")},
+)
 
 BLOBS = Route(
     "POST",
@@ -360,6 +402,10 @@ ROUTES: tuple[Route, ...] = (
     JOBS_STATUS,
     QUEUE_LIST,
     QUEUE_STATS,
+    JOBS_LIST,
+    JOB_RETRY,
+    QUEUE_REDRIVE,
+    QUEUE_PURGE,
     BLOBS,
 )
 

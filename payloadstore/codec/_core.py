@@ -116,10 +116,14 @@ class _Encoder:
     def default(self, value: Any) -> Any:
         blobs = sys.modules.get("payloadstore._blobs")
         if blobs is not None and isinstance(value, blobs.Blob):
-            self.blobs.setdefault(value.sha256, value)
-            return msgpack.ExtType(
-                fmt.EXT_BLOB, fmt.BLOB_REF.pack(bytes.fromhex(value.sha256), value.size)
-            )
+            index = list(self.blobs).index(value.sha256) if value.sha256 in self.blobs else None
+            if index is None:
+                index = len(self.blobs)
+                if index > 255:
+                    raise CodecError("a value references at most 256 distinct blobs")
+                self.blobs[value.sha256] = value
+            digest = bytes.fromhex(value.sha256)
+            return msgpack.ExtType(fmt.EXT_BLOB, fmt.BLOB_REF.pack(index, digest[:7], value.size))
         numpy = sys.modules.get("numpy")
         if numpy is not None and isinstance(value, (numpy.ndarray, numpy.generic)):
             from . import _numpy
@@ -399,11 +403,20 @@ def _open_envelope(view: memoryview) -> tuple[memoryview, memoryview]:
 
 def _blob(payload: bytes) -> Any:
     if len(payload) != fmt.BLOB_REF.size:
-        raise CodecError("corrupt payload: a blob reference that is not 40 bytes")
-    from .._blobs import Blob
+        raise CodecError("corrupt payload: a blob reference that is not 16 bytes")
+    from .._blobs import Blob, current_blob_list
 
-    digest, size = fmt.BLOB_REF.unpack(payload)
-    return Blob(digest.hex(), size)
+    index, prefix, size = fmt.BLOB_REF.unpack(payload)
+    shas = current_blob_list()
+    if index >= len(shas):
+        raise CodecError(
+            f"the value references blob #{index} of its blob list, which has {len(shas)}: decode "
+            "it where its job's (or result's) `blobs` are known (the SDK does)"
+        )
+    sha = shas[index]
+    if not sha.startswith(prefix.hex()):
+        raise CodecError(f"blob #{index} of the value is not {sha} of its blob list")
+    return Blob(sha, size)
 
 
 class _ExtHook:

@@ -33,9 +33,12 @@ FORMAT_VERSION = 1
 EXT_NDARRAY = 1
 EXT_TORCH = 2
 EXT_IMAGE = 3
-# A blob reference (payloadstore.Blob): 32 raw bytes of sha256 then the size, u64 big-endian.
+# A blob reference (payloadstore.Blob), a fixext 16 (18 bytes in all): the blob's place in the
+# value's blob list (the `blobs` the job or result carries, in the order the encoder met them),
+# the first 7 bytes of its sha256 (checked against that list), its size (u64 big-endian). The
+# full sha256 travels once per job in that list, not again in the payload.
 EXT_BLOB = 4
-BLOB_REF = struct.Struct(">32sQ")
+BLOB_REF = struct.Struct(">B7sQ")
 EXT_ENVELOPE = 16
 
 # Values whose raw bytes are at most this size travel inline in the structure: for them a copy is

@@ -25,6 +25,7 @@ import json
 import logging
 import re
 import secrets
+import socket
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -120,6 +121,13 @@ def api_status(error: PayloadStoreError) -> tuple[int, str]:
     return 502, "control_plane_error"
 
 
+def error_reason(error: BaseException) -> str | None:
+    """The control plane's `error.reason` (e.g. a retry's `queued`, `arguments_expired`)."""
+    details = getattr(error, "details", None)
+    reason = details.get("reason") if isinstance(details, dict) else None
+    return reason if isinstance(reason, str) else None
+
+
 def _one(query: dict[str, list[str]], name: str) -> str | None:
     values = query.get(name)
     if not values:
@@ -153,6 +161,10 @@ def check_job_id(job_id: str) -> str:
     return job_id
 
 
+class IPv6Server(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
 class Dashboard:
     """The server: `Dashboard(backend).start()` serves in a thread; `.url`; `.close()`."""
 
@@ -170,7 +182,10 @@ class Dashboard:
         self.csrf_token = secrets.token_urlsafe(32)
         self.refresh_s = refresh_s
         self._hide = tuple(s for s in secrets_to_hide if s)
-        self.httpd = ThreadingHTTPServer((host, port), DashboardHandler)
+        server_class = (
+            IPv6Server if ipaddress.ip_address(host).version == 6 else ThreadingHTTPServer
+        )
+        self.httpd = server_class((host, port), DashboardHandler)
         self.httpd.daemon_threads = True
         self.httpd.dashboard = self  # type: ignore[attr-defined]
         self.host = host
@@ -253,8 +268,13 @@ class DashboardHandler(BaseHTTPRequestHandler):
         text = self.dashboard.scrub(json.dumps(value, ensure_ascii=False))
         self._send(status, text.encode(), "application/json; charset=utf-8", **headers)
 
-    def send_refusal(self, status: int, code: str, message: str, **headers: str) -> None:
-        self.send_json(status, {"error": {"code": code, "message": message}}, **headers)
+    def send_refusal(
+        self, status: int, code: str, message: str, reason: str | None = None, **headers: str
+    ) -> None:
+        error = {"code": code, "message": message}
+        if reason:
+            error["reason"] = reason
+        self.send_json(status, {"error": error}, **headers)
 
     # -- checks -----------------------------------------------------------------------------
 
@@ -330,7 +350,7 @@ class DashboardHandler(BaseHTTPRequestHandler):
             status, code = api_status(e)
             message = getattr(e, "message", None) or str(e)
             log.info("control plane refused path=%s status=%d code=%s", parts.path, status, code)
-            self.send_refusal(status, code, message)
+            self.send_refusal(status, code, message, error_reason(e))
         except Exception:  # the page gets a 500, the log the reason
             log.exception("dashboard error path=%s", parts.path)
             self.send_refusal(500, "internal_error", "the dashboard failed: see its log")

@@ -65,6 +65,7 @@ import hmac
 import io
 import os
 import re
+import tempfile
 import threading
 from datetime import UTC, datetime, timedelta
 from urllib.parse import parse_qs, quote
@@ -262,16 +263,29 @@ class PresignedUrlRules:
         claimed = environ.get("HTTP_X_AMZ_CHECKSUM_SHA256")
         if environ.get("REQUEST_METHOD") == "PUT" and claimed:
             length = int(environ.get("CONTENT_LENGTH") or 0)
-            body = environ["wsgi.input"].read(length) if length else b""
-            actual = base64.b64encode(hashlib.sha256(body).digest()).decode()
+            # Hashed as it is read, and kept in a spooled file: a multi-GiB blob's PUT is not
+            # held in this process's memory twice.
+            body = tempfile.SpooledTemporaryFile(max_size=64 * 1024 * 1024)  # noqa: SIM115 - handed to moto as its input
+            digest = hashlib.sha256()
+            left = length
+            while left > 0:
+                chunk = environ["wsgi.input"].read(min(left, 8 * 1024 * 1024))
+                if not chunk:
+                    break
+                digest.update(chunk)
+                body.write(chunk)
+                left -= len(chunk)
+            actual = base64.b64encode(digest.digest()).decode()
             if actual != claimed:
+                body.close()
                 return _error(
                     start_response,
                     "400 Bad Request",
                     "BadDigest",
                     "The SHA256 you specified did not match the calculated checksum.",
                 )
-            environ["wsgi.input"] = io.BytesIO(body)
+            body.seek(0)
+            environ["wsgi.input"] = body
             environ[VERIFIED_SHA256] = actual
         signer = query["X-Amz-Credential"][0].split("/", 1)[0]
         return self._as_granted(signer, query, environ, start_response)

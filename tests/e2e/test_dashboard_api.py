@@ -68,3 +68,14 @@ def test_a_cross_site_cancel_never_reaches_the_control_plane(served):
     )
     assert refused.status == 403
     assert client.job(job.job_id).status().state == "queued"
+
+
+def test_a_retry_of_a_queued_job_is_a_409_saying_why(served):
+    dashboard, client = served
+    job = client.queue(unique_queue("dashboard-api")).add(1)
+    refused = post(dashboard, f"/api/jobs/{job.job_id}/retry")
+    assert refused.status == 409
+    error = refused.json()["error"]
+    assert error["code"] == "not_retryable"
+    assert error["reason"] == "queued"
+    assert "only a failed or cancelled job is retried" in error["message"]

@@ -47,22 +47,29 @@ class ControlPlane:
                 },
             )
         if path == f"{base}/queues/q/jobs":
-            return httpx.Response(200, json={"jobs": [self.status(JOB)], "next_cursor": None})
+            more = "next-page" if request.url.params.get("cursor") else None
+            return httpx.Response(200, json={"jobs": [self.status(JOB)], "next_cursor": more})
         if path == f"{base}/jobs/{JOB}" and request.method == "GET":
             return httpx.Response(200, json=self.status(JOB))
         if path == f"{base}/jobs/{JOB}/retry":
-            return httpx.Response(200, json={"job_id": JOB, "state": "queued", "attempt": 2})
+            return httpx.Response(
+                200, json={"job_id": JOB, "state": "queued", "attempt": 2, "retries": 1}
+            )
         if path == f"{base}/jobs/{OTHER_JOB}/retry":
             return httpx.Response(
                 409,
                 json={
-                    "error": {"code": "not_retryable", "message": "job succeeded: nothing to retry"}
+                    "error": {
+                        "code": "not_retryable",
+                        "message": "job succeeded: nothing to retry",
+                        "reason": "succeeded",
+                    }
                 },
             )
         if path == f"{base}/queues/q/purge":
-            return httpx.Response(200, json={"cancelled": 2})
+            return httpx.Response(200, json={"cancelled": 2, "remaining": 0})
         if path == f"{base}/queues/q/redrive":
-            return httpx.Response(200, json={"retried": 1})
+            return httpx.Response(200, json={"retried": 1, "skipped": 0})
         if path == f"{base}/jobs/{OTHER_JOB}":
             # An error whose text quotes the token: it must still never reach the browser.
             return httpx.Response(
@@ -213,14 +220,14 @@ def test_given_the_token_and_the_origin_when_retrying_then_the_control_plane_ret
 ):
     answer = post(dashboard, f"/api/jobs/{JOB}/retry")
     assert answer.status == 200, answer.text
-    assert answer.json() == {"job_id": JOB, "state": "queued", "attempt": 2}
+    assert answer.json() == {"job_id": JOB, "state": "queued", "attempt": 2, "retries": 1}
     assert writes(control_plane) == [("POST", f"/v1/namespaces/dev/jobs/{JOB}/retry", {})]
 
 
 def test_redrive_and_purge_answer_the_control_planes_counts(dashboard, control_plane):
-    assert post(dashboard, "/api/queues/q/purge").json() == {"cancelled": 2}
+    assert post(dashboard, "/api/queues/q/purge").json() == {"cancelled": 2, "remaining": 0}
     redrive = post(dashboard, "/api/queues/q/redrive", {"states": ["failed"], "limit": 5})
-    assert redrive.json() == {"retried": 1}
+    assert redrive.json() == {"retried": 1, "skipped": 0}
     assert writes(control_plane)[-1] == (
         "POST",
         "/v1/namespaces/dev/queues/q/redrive",
@@ -233,6 +240,14 @@ def test_a_refused_retry_is_a_409_with_the_control_planes_reason(dashboard):
     assert answer.status == 409
     assert answer.json()["error"]["code"] == "not_retryable"
     assert "succeeded" in answer.json()["error"]["message"]
+    assert answer.json()["error"]["reason"] == "succeeded"
+
+
+def test_a_page_of_jobs_passes_the_cursor_on_and_answers_the_next_one(dashboard, control_plane):
+    answer = request(dashboard, "GET", "/api/queues/q/jobs?state=queued&cursor=abc-123&limit=2")
+    assert answer.status == 200
+    assert answer.json()["next_cursor"] == "next-page"
+    assert control_plane.calls[-1][2] == {"state": "queued", "limit": "2", "cursor": "abc-123"}
 
 
 # -- cross-site requests: refused, nothing sent on --------------------------------------------
@@ -364,3 +379,11 @@ def test_the_dashboard_serves_on_one_address_only(control_plane, host):
     client = Client("http://cp.invalid", TOKEN, "dev", http=http)
     with pytest.raises(ValueError, match="--host"):
         Dashboard(ClientBackend(client), host, 0)
+
+
+def test_the_host_names_accepted_are_the_served_address_and_localhost_on_loopback():
+    from payloadstore.dashboard.server import allowed_hosts
+
+    assert allowed_hosts("127.0.0.1", 8765) == {"127.0.0.1:8765", "localhost:8765"}
+    assert allowed_hosts("::1", 8765) == {"[::1]:8765", "localhost:8765"}
+    assert allowed_hosts("10.1.2.3", 80) == {"10.1.2.3:80"}

@@ -25,6 +25,7 @@ JOB_SLOT = {
     "completion_payload_lost",
     "lifecycle_heartbeat",
     "lifecycle_cancel",
+    "operate_retry",
 }
 
 

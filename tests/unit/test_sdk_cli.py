@@ -109,3 +109,29 @@ def test_the_dashboard_without_an_endpoint_says_what_to_set(tmp_path, monkeypatc
     result = CliRunner().invoke(cli, ["dashboard", "--port", "0"])
     assert result.exit_code == 2
     assert "PAYLOADSTORE_ENDPOINT" in result.output
+
+
+def test_the_dashboard_on_a_port_in_use_says_so_and_exits_2():
+    import socket
+
+    # Given a port another process listens on
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        # When the dashboard is asked to serve there
+        result = CliRunner().invoke(
+            cli,
+            [
+                "--endpoint",
+                "http://127.0.0.1:9",
+                "--token",
+                "pst_x",
+                "dashboard",
+                "--port",
+                str(port),
+            ],
+        )
+    # Then it says which address it could not take
+    assert result.exit_code == 2
+    assert f"cannot serve the dashboard on 127.0.0.1:{port}" in result.output

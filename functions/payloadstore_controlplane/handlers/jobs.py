@@ -20,7 +20,7 @@ from ..models.api import (
 )
 from ..models.domain import PayloadRef
 from ..observability import lambda_entry
-from . import batch, queues
+from . import batch, operate, queues
 from ._budget import capped_wait
 from ._deps import get_deps
 from ._requests import json_body, media_type, raw_body
@@ -90,6 +90,7 @@ def register(app) -> None:
 
     queues.register(app)
     batch.register(app)
+    operate.register(app)
 
 
 app = new_resolver()

@@ -16,6 +16,7 @@ from ..store.records import (
     Completed,
     Delivered,
     DeliveryLimit,
+    Ended,
     EntryExpired,
     Leased,
     LeaseMismatch,
@@ -41,6 +42,10 @@ MAX_SKIPPED_ENTRIES = 32
 # A poll looks for stale consumers of its queues at most this often (per container and queue).
 PRUNE_EVERY_S = 60.0
 DELIVERY_LIMIT_ERROR_TYPE = "DeliveryLimitExceeded"
+# The states a retry takes a job out of (their inline args are kept when the job ends).
+RETRYABLE_STATES = frozenset(
+    {JobStatus.FAILED, JobStatus.PAYLOAD_LOST, JobStatus.PAYLOAD_CORRUPT, JobStatus.CANCELLED}
+)
 
 
 def new_lease() -> str:
@@ -154,7 +159,7 @@ def _deliver(p: Principal, req: PollRequest, entry, deps: Deps) -> PollResponse 
     if not isinstance(delivery, Delivered):
         # The job expired, already ended, or this entry is a stale double of its entry:
         # never hand it out.
-        deps.jobs.drop_entry(p.namespace, entry.queue, entry.stream_id)
+        _drop_undelivered(p, entry, delivery, now_ms, deps)
         logger.info(
             "dropped stale entry",
             extra={"job_id": entry.job_id, "reason": type(delivery).__name__},
@@ -182,6 +187,30 @@ def _deliver(p: Principal, req: PollRequest, entry, deps: Deps) -> PollResponse 
         ),
         download=download_for(ref, deps),
         blobs=blob_downloads(p.namespace, unpacked(entry.blobs), deps),
+    )
+
+
+def _drop_undelivered(p: Principal, entry, delivery, now_ms: int, deps: Deps) -> None:
+    """Drop an entry that was not handed out; a job that ended here (delivery cap, cancel) is
+    indexed, and a failed or cancelled job's inline args are kept for a retry."""
+    state: JobStatus | None = None
+    if isinstance(delivery, DeliveryLimit):
+        state = JobStatus.FAILED
+    elif isinstance(delivery, CancelledAtDelivery):
+        state = JobStatus.CANCELLED
+    ended = state or (JobStatus(delivery.state) if isinstance(delivery, Ended) else None)
+    if ended is None or not ended.terminal:
+        deps.jobs.drop_entry(p.namespace, entry.queue, entry.stream_id)
+        return
+    deps.jobs.settle(
+        p.namespace,
+        entry.queue,
+        entry.job_id,
+        entry.stream_id,
+        state=state,
+        retries=getattr(delivery, "retries", 0),
+        now_ms=now_ms,
+        keep_args=ended in RETRYABLE_STATES,
     )
 
 
@@ -306,15 +335,25 @@ def _settle(p: Principal, job_id: str, outcome, deps: Deps) -> None:
     """Finish a state change in the namespace slot (drop the job's queue entry), or explain why
     it did not happen."""
     match outcome:
-        case (
-            Completed(entry_id=entry_id, queue=queue)
-            | LostForGood(entry_id=entry_id, queue=queue)
-            | SamePost(entry_id=entry_id, queue=queue)
-        ):
+        case Completed() | LostForGood() | SamePost():
             # SamePost (a repeat of the accepted post, or the script re-sent after a lost
-            # reply) names the entry again: the first answer may never have reached us.
-            if entry_id:
-                deps.jobs.drop_entry(p.namespace, queue, entry_id)
+            # reply) names the entry again: the first answer may never have reached us. It is
+            # indexed only if this call drops the entry (the first one's settle never ran).
+            repeat = isinstance(outcome, SamePost)
+            if repeat and not outcome.entry_id:
+                return
+            state = JobStatus.PAYLOAD_LOST if isinstance(outcome, LostForGood) else outcome.state
+            deps.jobs.settle(
+                p.namespace,
+                outcome.queue,
+                job_id,
+                outcome.entry_id,
+                state=state or None,
+                retries=outcome.retries,
+                now_ms=int(deps.clock() * 1000),
+                index_once=repeat,
+                keep_args=bool(state) and JobStatus(state) in RETRYABLE_STATES,
+            )
         case Missing():
             raise NotFound(f"job {job_id} not found")
         case LeaseMismatch(state=state):

@@ -76,8 +76,20 @@ def cancel(p: Principal, job_id: str, deps: Deps) -> CancelResponse:
         state = outcome.state
         raise Conflict(f"job {job_id} is {state}; it cannot be cancelled", state=state)
     if isinstance(outcome, CancelledQueued):
-        if outcome.entry_id and outcome.queue:
-            deps.jobs.drop_entry(p.namespace, outcome.queue, outcome.entry_id)
+        if outcome.queue:
+            # The entry goes (its inline args kept for a retry) and the job is indexed among
+            # the queue's cancelled jobs. A queued inline job that had no hash names no entry:
+            # its entry goes at its delivery, which finds it cancelled.
+            deps.jobs.settle(
+                p.namespace,
+                outcome.queue,
+                job_id,
+                outcome.entry_id,
+                state=JobStatus.CANCELLED,
+                retries=outcome.retries,
+                now_ms=int(deps.clock() * 1000),
+                keep_args=True,
+            )
         metrics_count("JobsCancelled", was="queued")
         logger.info("job cancelled while queued")
         return CancelResponse(job_id=job_id, state=JobStatus.CANCELLED)

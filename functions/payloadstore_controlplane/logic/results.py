@@ -6,7 +6,7 @@ import base64
 import json
 
 from ..models.api import JobError, JobStatusResponse, ResultResponse
-from ..models.domain import JobStatus, PayloadKind, Tier
+from ..models.domain import JobStatus, PayloadKind, Tier, job_id_time_s
 from ..store.records import JobRecord
 from .blobs import downloads
 from .context import Deps, Principal, load_job, payload_ref
@@ -31,19 +31,31 @@ def _result_ref(job: JobRecord, deps: Deps):
 
 
 def job_status(p: Principal, job_id: str, deps: Deps) -> JobStatusResponse:
-    job = load_job(p, job_id, deps)
+    return status_of(load_job(p, job_id, deps), deps)
+
+
+def status_of(job: JobRecord, deps: Deps, *, traceback: bool = True) -> JobStatusResponse:
+    """The job status answer of a job record (a listing leaves the traceback out)."""
+    error = _error(job, deps)
+    if error is not None and not traceback:
+        error = error.model_copy(update={"traceback": None})
+    result = job.result_issue if job.result_kind == "s" else None
     return JobStatusResponse(
-        job_id=job_id,
+        job_id=job.job_id,
         queue=job.queue or "",
         state=JobStatus(job.state),
         attempts=job.attempts,
         tier=Tier(job.tier),
-        payloadRef=payload_ref(job_id, PayloadKind.ARGS, job.args, deps),
+        payloadRef=payload_ref(job.job_id, PayloadKind.ARGS, job.args, deps),
         resultRef=_result_ref(job, deps),
-        error=_error(job, deps),
-        created_at=job.created_ms / 1000 if job.created_ms else None,
+        error=error,
+        # An inline job's hash has no enqueue time: its id carries it.
+        created_at=job.created_ms / 1000 if job.created_ms else job_id_time_s(job.job_id),
         updated_at=job.updated_ms / 1000 if job.updated_ms else None,
         cancel_requested=job.cancel_requested,
+        retries=job.retries or None,
+        args_size=job.args_size,
+        result_size=result.size if result else None,
     )
 
 

@@ -229,6 +229,13 @@ class JobStatusResponse(OmitsNull):
     created_at: float | None = None
     updated_at: float | None = None
     cancel_requested: bool = False
+    retries: int | None = Field(
+        None, description="times retried (POST .../retry, redrive); absent: never"
+    )
+    args_size: int | None = Field(
+        None, description="the arguments' size in bytes (absent when not known)"
+    )
+    result_size: int | None = Field(None, description="an S3 result's size in bytes")
 
 
 class CancelResponse(WireModel):
@@ -462,6 +469,68 @@ class QueueStats(WireModel):
 
 class QueueListResponse(WireModel):
     queues: list[QueueStats]
+
+
+# -- operating the queues: list, retry, redrive, purge ---------------------------------------
+
+# The states a queue's jobs are listed by; `failed` is every terminal state but succeeded and
+# cancelled (failed, DeliveryLimitExceeded, payload_lost, payload_corrupt).
+ListState = Literal["queued", "running", "failed", "cancelled", "succeeded"]
+# The states a redrive retries.
+RedriveState = Literal["failed", "payload_lost", "payload_corrupt", "cancelled"]
+LIST_MAX_JOBS = 100
+REDRIVE_MAX_JOBS = 1000
+
+
+class JobListResponse(WireModel):
+    """GET .../queues/{queue}/jobs: a page of a queue's jobs in one state, newest first."""
+
+    jobs: list[JobStatusResponse] = Field(
+        description="each as the job status answer, its error without the traceback (the job's "
+        "own status has it); a page may hold fewer than `limit` jobs while next_cursor is set"
+    )
+    next_cursor: str | None = Field(
+        description="pass as `cursor` for the next page; null when there is no more"
+    )
+
+
+class RetryResponse(WireModel):
+    """POST .../jobs/{job_id}/retry: the job is queued again, with the same id."""
+
+    job_id: str
+    state: JobStatus
+    attempt: int = Field(description="the attempt number its next delivery will carry")
+    retries: int = Field(description="times the job has been retried, this one included")
+
+
+def _failed_states() -> list[RedriveState]:
+    return ["failed", "payload_lost", "payload_corrupt"]
+
+
+class RedriveRequest(_Strict):
+    states: list[RedriveState] = Field(
+        default_factory=_failed_states,
+        min_length=1,
+        description="retry the jobs that ended in these states (default: every failed state)",
+    )
+    limit: int = Field(
+        100, ge=1, le=REDRIVE_MAX_JOBS, description="retry at most this many jobs, newest first"
+    )
+
+
+class RedriveResponse(WireModel):
+    retried: int = Field(description="jobs queued again")
+    skipped: int = Field(
+        description="jobs found in those states whose arguments are no longer stored"
+    )
+
+
+class PurgeResponse(WireModel):
+    cancelled: int = Field(description="queued jobs cancelled by this call")
+    remaining: int = Field(
+        description="jobs still queued when the call stopped (it works for at most "
+        "PURGE_BUDGET_S seconds): call again while this is above 0"
+    )
 
 
 # -- many jobs per call --------------------------------------------------------------------

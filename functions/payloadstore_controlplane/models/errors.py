@@ -97,3 +97,10 @@ class ReplicationLag(ServiceUnavailable):
     failover now could lose it. The write may have happened; every write is safe to re-send."""
 
     code = "redis_replication_lag"
+
+
+class NotRetryable(Conflict):
+    """A retry of a job that is not failed or cancelled, or whose arguments are no longer
+    stored; `reason` says which (succeeded, queued, running, arguments_expired)."""
+
+    code = "not_retryable"

@@ -36,6 +36,9 @@ live in the done list.
         in the done list)
     g   digest of the accepted result post (kind letter + 15 bytes of sha256), for repeats
     l   payload_lost requeues so far
+    rt  retries so far (POST .../retry, redrive; absent: 0)
+    ab  deliveries before the last retry (the delivery cap counts `a` - `ab` of them)
+    rq  1 from a retry until the job's next delivery (a repeated retry appends again)
 
 Leases and cancel: `lt` lease token of the current delivery (kept after a payload_lost requeue,
 so a re-sent report is answered as the first), `lx` lease expiry (ms), `d` the consumer holding
@@ -114,6 +117,20 @@ def inline_index(namespace: str, job_ms: int) -> str:
     It answers status for an inline job that has no hash yet (still queued) and finds the job of
     a repeated Idempotency-Key; the whole hour expires after the retention."""
     return f"{PREFIX}:{{ns:{namespace}}}:ix:{job_ms // INLINE_INDEX_SPAN_MS}"
+
+
+def ended(namespace: str, queue_name: str, group: str) -> str:
+    """STREAM of a queue's jobs that ended in one group of states (`succeeded`, `failed`:
+    failed, payload_lost and payload_corrupt, `cancelled`), newest last: one small entry per
+    job (`j` = the job id as 16 raw bytes, `r` = its retries when it ended), trimmed by age
+    (MINID ~) and expiring with its newest job. A job retried since is told by its `rt`."""
+    return f"{PREFIX}:{{ns:{namespace}}}:e:{queue_name}:{group}"
+
+
+def kept_args(namespace: str, job_id: str) -> str:
+    """STRING: the inline args of a failed or cancelled job, moved out of its queue entry when
+    the entry is dropped, so the job can be retried until its retention ends (same TTL)."""
+    return f"{PREFIX}:{{ns:{namespace}}}:a:{job_id}"
 
 
 # -- layout 1 (read only, for jobs written before the upgrade) ------------------------------

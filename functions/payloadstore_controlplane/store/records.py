@@ -67,6 +67,11 @@ class JobRecord:
     # The done list's element when it was read with the hash (`get_job(..., with_done=True)`).
     done: bytes | None = field(default=None, repr=False)
     done_read: bool = field(default=False, repr=False)
+    # Times retried (POST .../retry, redrive).
+    retries: int = 0
+    # The args' size in bytes (both tiers; unknown for an inline job cancelled before its
+    # first delivery).
+    args_size: int | None = None
     # The blobs the accepted result references (hash fields rb0, rb1, ...), hex.
     result_blobs: tuple[str, ...] = ()
 
@@ -147,10 +152,13 @@ class Ended:
 @dataclass(frozen=True)
 class SamePost:
     """A repeat of the post the job ended with (an SDK retry or a re-sent script): nothing
-    changed; its queue entry, if named, is still to be dropped."""
+    changed; its queue entry, if named, is still to be dropped (and the job indexed, if the
+    first post's namespace step never ran)."""
 
     entry_id: str
     queue: str
+    state: str = ""
+    retries: int = 0
 
 
 # Presign.
@@ -235,12 +243,15 @@ class Leased:
 class CancelledAtDelivery:
     """A cancel was requested: the job ended cancelled instead of running again."""
 
+    retries: int = 0
+
 
 @dataclass(frozen=True)
 class DeliveryLimit:
     """Delivered max_deliveries times already: the job ended failed."""
 
     deliveries: int
+    retries: int = 0
 
 
 @dataclass(frozen=True)
@@ -292,6 +303,7 @@ class Completed:
     entry_id: str
     queue: str
     state: JobStatus
+    retries: int = 0
 
 
 @dataclass(frozen=True)
@@ -315,6 +327,7 @@ class LostForGood:
 
     entry_id: str
     queue: str
+    retries: int = 0
 
 
 # Life cycle.
@@ -334,6 +347,47 @@ class CancelledQueued:
 
     entry_id: str
     queue: str
+    retries: int = 0
+
+
+# Operating the queues (listing, retry).
+
+
+@dataclass(frozen=True)
+class RetryStarted:
+    """A failed or cancelled job is queued again (or was already, by a retry not yet
+    delivered: `resumed`): append its entry."""
+
+    attempts: int
+    retries: int
+    tier: Tier
+    queue: str
+    resumed: bool = False
+
+
+@dataclass(frozen=True)
+class RetryRefused:
+    """The job is in a state a retry does not leave."""
+
+    state: str
+
+
+@dataclass(frozen=True)
+class ScannedEntry:
+    """A queue entry listed by operate_scan.lua: its id, job, and inline size (None: S3)."""
+
+    stream_id: str
+    job_id: str
+    inline_size: int | None
+
+
+@dataclass(frozen=True)
+class EndedEntry:
+    """An entry of a queue's ended-jobs index: the job and its retries when it ended."""
+
+    stream_id: str
+    job_id: str
+    retries: int
 
 
 @dataclass(frozen=True)
@@ -342,6 +396,31 @@ class CancelRequested:
 
 
 # -- encoding helpers shared by the store's modules ---------------------------------------
+
+# The ended-jobs index groups the terminal states as a listing asks for them.
+STATE_GROUPS: dict[str, tuple[JobStatus, ...]] = {
+    "succeeded": (JobStatus.SUCCEEDED,),
+    "failed": (JobStatus.FAILED, JobStatus.PAYLOAD_LOST, JobStatus.PAYLOAD_CORRUPT),
+    "cancelled": (JobStatus.CANCELLED,),
+}
+GROUP_OF_STATE = {state: group for group, states in STATE_GROUPS.items() for state in states}
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_CROCKFORD_VALUE = {c: i for i, c in enumerate(_CROCKFORD)}
+
+
+def job_id_bytes(job_id: str) -> bytes:
+    """A job id (26 Crockford base32 characters, 128 bits) as 16 raw bytes: the ended-jobs
+    index stores these, 10 bytes less per entry than the text."""
+    value = 0
+    for c in job_id:
+        value = (value << 5) | _CROCKFORD_VALUE[c]
+    return value.to_bytes(16, "big")
+
+
+def job_id_from_bytes(raw: bytes) -> str:
+    value = int.from_bytes(raw, "big")
+    return "".join(_CROCKFORD[(value >> (5 * i)) & 31] for i in reversed(range(26)))
 
 
 # Only a missing value decodes to None: a reply's ids, keys and statuses are never None.

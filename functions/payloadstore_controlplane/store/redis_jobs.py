@@ -52,6 +52,7 @@ from .jobs.completion import CompletionSteps
 from .jobs.delivery import DeliverySteps
 from .jobs.enqueue import EnqueueSteps
 from .jobs.lifecycle import LifecycleSteps
+from .jobs.operate import OperateSteps
 from .jobs.presign import PresignSteps
 from .records import DEFAULT_CONTENT_TYPE, IssuedKey, JobRecord, number, sha_hex, text
 
@@ -98,6 +99,8 @@ def decode_job(
         cancel_requested=f.get("cr") == b"1",
         done=done,
         done_read=done_read,
+        retries=number(f.get("rt")),
+        args_size=number(f.get("pz"), 0) or None,
         result_blobs=_result_blobs(f),
     )
 
@@ -110,7 +113,13 @@ def _result_blobs(f: dict[str, Any]) -> tuple[str, ...]:
 
 
 class RedisJobStore(
-    PresignSteps, EnqueueSteps, DeliverySteps, CompletionSteps, LifecycleSteps, BlobSteps
+    PresignSteps,
+    EnqueueSteps,
+    DeliverySteps,
+    CompletionSteps,
+    LifecycleSteps,
+    BlobSteps,
+    OperateSteps,
 ):
     # INFO memory is read at most this often per node.
     MEMORY_CACHE_S = 1.0

@@ -317,7 +317,7 @@
     });
     $("purge").addEventListener("click", () => {
       const queue = view.queue;
-      act("Cancel every queued job of queue " + queue + "? They will never run.", "/api/queues/" + encodeURIComponent(queue) + "/purge", {}, (a) => "queue " + queue + " purged: " + countsText(a));
+      act("Cancel every queued job of queue " + queue + "? They will never run.", "/api/queues/" + encodeURIComponent(queue) + "/purge", {}, (a) => "queue " + queue + " purged: " + countsText(a) + (a.remaining > 0 ? " (some are still queued: purge again)" : ""));
     });
     $("next-page").addEventListener("click", () => {
       if (!view.nextCursor) return;

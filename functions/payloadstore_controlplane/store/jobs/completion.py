@@ -10,6 +10,7 @@ from typing import Any
 from ...models.domain import JobStatus
 from .. import keys
 from ..records import (
+    GROUP_OF_STATE,
     Completed,
     LeaseMismatch,
     LostForGood,
@@ -19,6 +20,8 @@ from ..records import (
     Requeued,
     ResultForm,
     SamePost,
+    job_id_bytes,
+    number,
 )
 from ._base import StoreBase
 
@@ -64,9 +67,16 @@ class CompletionSteps(StoreBase):
         )
         match reply[0]:
             case "ok":
-                return Completed(entry_id=reply[1], queue=reply[2], state=JobStatus(reply[3]))
+                return Completed(
+                    entry_id=reply[1],
+                    queue=reply[2],
+                    state=JobStatus(reply[3]),
+                    retries=number(reply[4]),
+                )
             case "same":
-                return SamePost(entry_id=reply[1], queue=reply[2])
+                return SamePost(
+                    entry_id=reply[1], queue=reply[2], state=reply[3], retries=number(reply[4])
+                )
             case "conflict":
                 return OtherResult(reply[1])
             case "not_running":
@@ -95,14 +105,57 @@ class CompletionSteps(StoreBase):
             case "requeue":
                 return Requeued(entry_id=reply[1], queue=reply[2])
             case "terminal":
-                return LostForGood(entry_id=reply[1], queue=reply[2])
+                return LostForGood(entry_id=reply[1], queue=reply[2], retries=number(reply[3]))
             case "same":
-                return SamePost(entry_id=reply[1], queue=reply[2])
+                return SamePost(
+                    entry_id=reply[1], queue=reply[2], state=reply[3], retries=number(reply[4])
+                )
             case "not_running":
                 return NotRunning(reply[1])
             case "lease_mismatch":
                 return LeaseMismatch(reply[1])
         return Missing()
+
+    def settle(
+        self,
+        namespace: str,
+        queue: str,
+        job_id: str,
+        entry_id: str,
+        *,
+        state: str | None,
+        retries: int,
+        now_ms: int,
+        index_once: bool = False,
+        keep_args: bool = False,
+    ) -> bool:
+        """The namespace-slot half of a job's end (completion_settle.lua): drop its queue entry
+        (if named), index it among the queue's ended jobs under `state`'s group (None: no index
+        entry; `index_once`: only if this call dropped the entry, for a repeated post), and with
+        `keep_args` keep the entry's inline bytes for a retry. True when this call dropped it."""
+        group = GROUP_OF_STATE.get(JobStatus(state)) if state else None
+        ttl_ms = self._ttl * 1000
+        index = "" if group is None else ("if_dropped" if index_once else "add")
+        return bool(
+            self._run(
+                "completion_settle",
+                [
+                    keys.queue(namespace, queue),
+                    keys.ended(namespace, queue, group or "failed"),
+                    keys.kept_args(namespace, job_id),
+                ],
+                [
+                    keys.CONSUMER_GROUP,
+                    entry_id,
+                    job_id_bytes(job_id),
+                    index,
+                    retries,
+                    f"{max(now_ms - ttl_ms, 0)}-0",
+                    ttl_ms,
+                    "1" if keep_args else "0",
+                ],
+            )
+        )
 
     def done_value(self, job_id: str) -> bytes | None:
         """The done list's element: inline result bytes, error JSON, or b'' (S3 result)."""

@@ -12,18 +12,19 @@
 -- Only the current delivery's lease may finish the job; a job delivered before leases existed
 -- (no `lt`) takes any lease. A repeat of the accepted post (same digest: an SDK retry, or this
 -- script re-sent after a lost reply) is 'same' and names the entry again so it is dropped.
--- Returns {'missing'} | {'legacy'} | {'same', entry_id, queue} | {'conflict', state}
---       | {'not_running', state} | {'lease_mismatch', state} | {'ok', entry_id, queue, state}
+-- Returns {'missing'} | {'legacy'} | {'same', entry_id, queue, state, retries}
+--       | {'conflict', state} | {'not_running', state} | {'lease_mismatch', state}
+--       | {'ok', entry_id, queue, state, retries}   (retries: `rt`, for the ended-jobs index)
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing'} end
 if redis.call('HEXISTS', KEYS[1], 'state') == 1 then return {'legacy'} end
 if ARGV[8] ~= '' and redis.call('HGET', KEYS[1], 'n') ~= ARGV[8] then return {'missing'} end
-local f = redis.call('HMGET', KEYS[1], 's', 'lt', 'x', 'q', 'g', 'cr')
+local f = redis.call('HMGET', KEYS[1], 's', 'lt', 'x', 'q', 'g', 'cr', 'rt')
 local s, entry = f[1], f[3] or ''
 if entry == '*' then entry = '' end
 if f[2] and f[2] ~= ARGV[6] then return {'lease_mismatch', s or ''} end
 if s ~= 'running' then
   if s == 'queued' or s == 'awaiting_upload' then return {'not_running', s} end
-  if f[5] == ARGV[2] then return {'same', entry, f[4] or ''} end
+  if f[5] == ARGV[2] then return {'same', entry, f[4] or '', s, f[7] or '0'} end
   return {'conflict', s}
 end
 local state = ARGV[1]
@@ -34,4 +35,4 @@ redis.call('EXPIRE', KEYS[1], ARGV[4])
 redis.call('DEL', KEYS[2])
 redis.call('RPUSH', KEYS[2], ARGV[5])
 redis.call('EXPIRE', KEYS[2], ARGV[4])
-return {'ok', entry, f[4], state}
+return {'ok', entry, f[4], state, f[7] or '0'}

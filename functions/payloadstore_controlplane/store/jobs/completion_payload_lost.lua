@@ -12,18 +12,19 @@
 -- (it is never taken for a stale double). The requeueing lease stays in `lt` (the job is not
 -- running, so it finishes nothing) so that this script re-sent after a lost reply answers
 -- 'requeue' again: the caller's append is then done, and a doubled entry is dropped as stale.
--- Returns {'missing'} | {'legacy'} | {'same', entry_id, queue} | {'not_running', state}
---       | {'lease_mismatch', state} | {'requeue', entry_id, queue} | {'terminal', entry_id, queue}
+-- Returns {'missing'} | {'legacy'} | {'same', entry_id, queue, state, retries}
+--       | {'not_running', state} | {'lease_mismatch', state} | {'requeue', entry_id, queue}
+--       | {'terminal', entry_id, queue, retries}   (retries: `rt`, for the ended-jobs index)
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing'} end
 if redis.call('HEXISTS', KEYS[1], 'state') == 1 then return {'legacy'} end
-local f = redis.call('HMGET', KEYS[1], 's', 'lt', 'x', 'q', 'l', 'g')
+local f = redis.call('HMGET', KEYS[1], 's', 'lt', 'x', 'q', 'l', 'g', 'rt')
 local s, entry, queue, lost = f[1], f[3] or '', f[4], tonumber(f[5] or '0')
 if entry == '*' then entry = '' end
 if f[2] and f[2] ~= ARGV[6] then return {'lease_mismatch', s or ''} end
 if s ~= 'running' then
   if s == 'queued' and f[2] == ARGV[6] and lost > 0 then return {'requeue', '', queue} end
   if s ~= 'queued' and s ~= 'awaiting_upload' and f[6] == ARGV[2] then
-    return {'same', entry, queue or ''}
+    return {'same', entry, queue or '', s, f[7] or '0'}
   end
   return {'not_running', s}
 end
@@ -38,4 +39,4 @@ redis.call('EXPIRE', KEYS[1], ARGV[4])
 redis.call('DEL', KEYS[2])
 redis.call('RPUSH', KEYS[2], ARGV[5])
 redis.call('EXPIRE', KEYS[2], ARGV[4])
-return {'terminal', entry, queue}
+return {'terminal', entry, queue, f[7] or '0'}

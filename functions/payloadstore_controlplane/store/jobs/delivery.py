@@ -21,6 +21,7 @@ from ..records import (
     QueueEntry,
     StaleEntry,
     fixed_error_digest,
+    number,
     text,
 )
 from ._base import StoreBase
@@ -170,9 +171,9 @@ class DeliverySteps(StoreBase):
             case "terminal":
                 return Ended(reply[1])
             case "cancelled":
-                return CancelledAtDelivery()
+                return CancelledAtDelivery(retries=number(reply[1]))
             case "limit":
-                return DeliveryLimit(int(reply[1]))
+                return DeliveryLimit(int(reply[1]), retries=number(reply[2]))
         return Missing()
 
     def drop_entry(self, namespace: str, queue: str, stream_id: str) -> None:

@@ -10,15 +10,17 @@
 --
 -- queued -> running, or running (lease expired) -> running: a new lease (`lt`), its expiry
 -- (`lx`) and the consumer holding the entry (`d`); the attempt count `a` goes up by one.
--- queued|running -> cancelled when a cancel was requested (`cr`); -> failed past max_deliveries.
+-- queued|running -> cancelled when a cancel was requested (`cr`); -> failed past max_deliveries
+-- deliveries since the last retry (`a` - `ab`). A delivery ends a retry's `rq`.
 -- The entry must be the job's current one (`x`), or `x` is '*' (requeued after payload_lost:
 -- whichever of its entries is delivered first becomes the job's).
 -- The hash lives at least RESULT_TTL_S past the lease's expiry: a job that waited long in its
 -- queue does not vanish while it runs (heartbeats move this on).
 -- Re-sent with the same lease (a reply lost to a timeout): answered as the first time.
 -- Returns {'missing'} | {'legacy'} | {'terminal', state} | {'stale'} | {'leased'}
---       | {'cancelled'} | {'limit', deliveries}
---       | {'ok', attempt, tier, pz, pc, ph hex, pb, pm hex}
+--       | {'cancelled', retries} | {'limit', deliveries, retries}
+--       | {'ok', attempt, tier, pz, pc, ph hex, pb, pm hex}   (retries: `rt`, for the ended-jobs
+--         index)
 local keep_until = tonumber(ARGV[8]) + tonumber(ARGV[6]) * 1000
 local function hex(raw)
   return raw and raw:gsub('.', function(c) return string.format('%02x', c:byte()) end) or false
@@ -55,16 +57,19 @@ local function finish(state, done_value, digest)
   redis.call('RPUSH', KEYS[2], done_value)
   redis.call('EXPIRE', KEYS[2], ARGV[6])
 end
+local retries = redis.call('HGET', KEYS[1], 'rt') or '0'
 if redis.call('HGET', KEYS[1], 'cr') == '1' then
   finish('cancelled', ARGV[13], ARGV[14])
-  return {'cancelled'}
+  return {'cancelled', retries}
 end
 local done = tonumber(redis.call('HGET', KEYS[1], 'a') or '0')
+done = done - tonumber(redis.call('HGET', KEYS[1], 'ab') or '0')
 if done >= tonumber(ARGV[10]) then
   finish('failed', ARGV[11], ARGV[12])
-  return {'limit', done}
+  return {'limit', done, retries}
 end
 redis.call('HSET', KEYS[1], 's', 'running', 'x', ARGV[1], 'ua', ARGV[2], 'lt', ARGV[7],
            'lx', ARGV[8], 'd', ARGV[9])
+redis.call('HDEL', KEYS[1], 'rq')
 redis.call('PEXPIREAT', KEYS[1], keep_until, 'GT')
 return args_facts(redis.call('HINCRBY', KEYS[1], 'a', 1))

@@ -16,6 +16,7 @@ from ..records import (
     HeartbeatTaken,
     LeaseMismatch,
     Missing,
+    number,
     post_digest,
     text,
 )
@@ -89,7 +90,7 @@ class LifecycleSteps(StoreBase):
         )
         match reply[0]:
             case "cancelled":
-                return CancelledQueued(entry_id=reply[1], queue=reply[2])
+                return CancelledQueued(entry_id=reply[1], queue=reply[2], retries=number(reply[3]))
             case "requested":
                 return CancelRequested()
             case "terminal":

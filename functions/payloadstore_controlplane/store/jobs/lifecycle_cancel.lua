@@ -10,7 +10,7 @@
 -- daemon learns it from the next heartbeat; a redelivery ends it cancelled instead).
 -- Re-sent after a lost reply (same now_ms, the job cancelled by it): answered as the first time.
 -- Returns {'missing'} | {'legacy'} | {'terminal', state} | {'requested'}
---       | {'cancelled', entry_id, queue}
+--       | {'cancelled', entry_id, queue, retries}   (retries: `rt`, for the ended-jobs index)
 local function finish()
   redis.call('HSET', KEYS[1], 's', 'cancelled', 'cr', '1', 'g', ARGV[6], 'rk', 'e', 'ua', ARGV[3])
   redis.call('EXPIRE', KEYS[1], ARGV[4])
@@ -24,10 +24,10 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
   -- find it terminal and drop the entry.
   redis.call('HSET', KEYS[1], 'n', ARGV[1], 'q', ARGV[2], 't', 'i', 'a', 0, 'ca', ARGV[7])
   finish()
-  return {'cancelled', '', ARGV[2]}
+  return {'cancelled', '', ARGV[2], '0'}
 end
 if redis.call('HEXISTS', KEYS[1], 'state') == 1 then return {'legacy'} end
-local f = redis.call('HMGET', KEYS[1], 'n', 's', 'x', 'q', 'ua')
+local f = redis.call('HMGET', KEYS[1], 'n', 's', 'x', 'q', 'ua', 'rt')
 if f[1] ~= ARGV[1] or f[2] == 'awaiting_upload' then return {'missing'} end
 local entry = f[3] or ''
 if entry == '*' then entry = '' end
@@ -35,7 +35,7 @@ if f[2] == 'running' then
   redis.call('HSET', KEYS[1], 'cr', '1', 'ua', ARGV[3])
   return {'requested'}
 end
-if f[2] == 'cancelled' and f[5] == ARGV[3] then return {'cancelled', entry, f[4] or ''} end
+if f[2] == 'cancelled' and f[5] == ARGV[3] then return {'cancelled', entry, f[4] or '', f[6] or '0'} end
 if f[2] ~= 'queued' then return {'terminal', f[2] or ''} end
 finish()
-return {'cancelled', entry, f[4] or ''}
+return {'cancelled', entry, f[4] or '', f[6] or '0'}

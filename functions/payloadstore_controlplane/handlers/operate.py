@@ -1,0 +1,72 @@
+"""Operating the queues (client): list a queue's jobs by state, retry a job, redrive a queue's
+failed jobs, purge its queued jobs; served by the jobs function."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from aws_lambda_powertools.event_handler.openapi.params import Query
+
+from .. import routes
+from ..logic.context import Principal
+from ..logic.operate import list_jobs, purge, redrive, retry_job
+from ..models.api import (
+    LIST_MAX_JOBS,
+    JobListResponse,
+    ListState,
+    PurgeResponse,
+    RedriveRequest,
+    RedriveResponse,
+    RetryResponse,
+)
+from ._deps import get_deps
+from ._requests import json_body
+from ._responses import json_response
+from ._routing import route
+
+DEFAULT_LIST_LIMIT = 50
+
+
+def register(app) -> None:
+    @route(
+        app,
+        routes.JOBS_LIST,
+        summary="A page of the queue's jobs in one state, newest first (failed: every terminal "
+        "state but succeeded and cancelled); follow next_cursor for the next page",
+    )
+    def get_jobs(
+        p: Principal,
+        ns: str,
+        queue: str,
+        state: Annotated[ListState, Query()] = "queued",
+        limit: Annotated[int, Query(ge=1, le=LIST_MAX_JOBS)] = DEFAULT_LIST_LIMIT,
+        cursor: Annotated[str | None, Query(max_length=64)] = None,
+    ) -> JobListResponse:
+        return json_response(200, list_jobs(p, queue, state, limit, cursor, get_deps()))
+
+    @route(
+        app,
+        routes.JOB_RETRY,
+        summary="Queue a failed or cancelled job again (same id); 409 not_retryable with the "
+        "reason otherwise",
+    )
+    def post_retry(p: Principal, ns: str, job_id: str) -> RetryResponse:
+        return json_response(200, retry_job(p, job_id, get_deps()))
+
+    @route(
+        app,
+        routes.QUEUE_REDRIVE,
+        summary="Retry up to `limit` jobs of the queue that ended in `states` (default: every "
+        "failed state)",
+    )
+    def post_redrive(p: Principal, ns: str, queue: str) -> RedriveResponse:
+        body = RedriveRequest.model_validate(json_body(app))
+        return json_response(200, redrive(p, queue, body, get_deps()))
+
+    @route(
+        app,
+        routes.QUEUE_PURGE,
+        summary="Cancel every queued job of the queue; answers how many, and how many remain",
+    )
+    def post_purge(p: Principal, ns: str, queue: str) -> PurgeResponse:
+        return json_response(200, purge(p, queue, get_deps()))

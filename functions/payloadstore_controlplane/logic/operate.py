@@ -1,0 +1,300 @@
+"""Operating the queues (client role): list a queue's jobs by state, retry a job that failed or
+was cancelled, redrive a queue's failed jobs, purge its queued jobs.
+
+Listing costs no copy of a job: queued and running jobs are read from the queue stream and its
+consumer group, jobs that ended from the queue's ended-jobs index (a few tens of bytes per job,
+see docs/design.md, "The ended-jobs index"); each listed job is then read from its own hash.
+
+A retry keeps the job's id, its created time and its attempt count (the next delivery's
+`attempt` goes on from there), and starts the delivery cap again (MAX_DELIVERIES counts the
+deliveries since the retry). Its inline args were kept when it ended; an S3-tier job's args
+object lives for the retention, counted from the job's creation."""
+
+from __future__ import annotations
+
+import re
+
+from ..models.api import (
+    LIST_MAX_JOBS,
+    JobListResponse,
+    JobStatusResponse,
+    PurgeResponse,
+    RedriveRequest,
+    RedriveResponse,
+    RetryResponse,
+)
+from ..models.domain import JobStatus, Tier, job_id_time_s
+from ..models.errors import NotFound, NotRetryable, Unprocessable
+from ..observability import bind_job, logger, metrics_count
+from ..store.records import (
+    GROUP_OF_STATE,
+    STATE_GROUPS,
+    CancelledQueued,
+    JobRecord,
+    Missing,
+    RetryRefused,
+    ScannedEntry,
+)
+from .context import Deps, Principal, find_job
+from .daemon import RETRYABLE_STATES
+from .enqueue import validate_queue_name
+from .lifecycle import cancelled_error
+from .results import status_of
+
+CURSOR_RE = re.compile(r"^\d{1,20}-\d{1,20}$")
+# A listing of ended jobs reads at most this many pages of the index to fill its page (entries
+# of jobs retried since are skipped).
+ENDED_READS = 3
+# Redrive and purge work at most this long per call (API Gateway answers within 29 s); purge
+# answers what remains, redrive is called again for the rest.
+PURGE_BUDGET_S = 10.0
+REDRIVE_BUDGET_S = 10.0
+
+
+def list_jobs(
+    p: Principal, queue: str, state: str, limit: int, cursor: str | None, deps: Deps
+) -> JobListResponse:
+    validate_queue_name(queue)
+    if not 1 <= limit <= LIST_MAX_JOBS:
+        raise Unprocessable(f"limit must be 1..{LIST_MAX_JOBS}")
+    if cursor and not CURSOR_RE.match(cursor):
+        raise Unprocessable("cursor is not one this API handed out (next_cursor)")
+    if state in ("queued", "running"):
+        jobs, next_cursor = _live(p.namespace, queue, state, limit, cursor or "", deps)
+    elif state in STATE_GROUPS:
+        jobs, next_cursor = _ended(p.namespace, queue, state, limit, cursor or "", deps)
+    else:
+        raise Unprocessable(f"state must be one of queued, running, {', '.join(STATE_GROUPS)}")
+    return JobListResponse(jobs=jobs, next_cursor=next_cursor or None)
+
+
+def _live_record(
+    namespace: str, queue: str, entry: ScannedEntry, job: JobRecord | None
+) -> JobRecord | None:
+    """The job an entry of the queue stream stands for, if the entry is the job's own."""
+    if job is None:
+        if entry.inline_size is None:
+            return None
+        # A queued inline job has no hash before its first delivery: its entry says it all.
+        created_ms = round(job_id_time_s(entry.job_id) * 1000)
+        return JobRecord(
+            job_id=entry.job_id,
+            namespace=namespace,
+            state=JobStatus.QUEUED,
+            queue=queue,
+            tier=Tier.INLINE,
+            attempts=0,
+            stream_id=entry.stream_id,
+            created_ms=created_ms,
+            updated_ms=created_ms,
+            args=None,
+            result_issue=None,
+            result_kind=None,
+            stored=False,
+            args_size=entry.inline_size,
+        )
+    if job.namespace != namespace or job.stream_id not in (entry.stream_id, "*"):
+        return None  # a stale double of the job's entry, or not this namespace's
+    return job
+
+
+def _live(
+    namespace: str, queue: str, state: str, limit: int, cursor: str, deps: Deps
+) -> tuple[list[JobStatusResponse], str]:
+    entries, next_cursor = deps.jobs.scan_queue(namespace, queue, state, cursor, limit)
+    records = deps.jobs.read_jobs([e.job_id for e in entries if e.job_id], errors=False)
+    out: list[JobStatusResponse] = []
+    seen: set[str] = set()
+    for entry in entries:
+        job = _live_record(namespace, queue, entry, records.get(entry.job_id))
+        if job is None or job.state != state or job.job_id in seen:
+            continue
+        seen.add(job.job_id)
+        out.append(status_of(job, deps, traceback=False))
+    return out, next_cursor
+
+
+def _ended(
+    namespace: str, queue: str, group: str, limit: int, cursor: str, deps: Deps
+) -> tuple[list[JobStatusResponse], str]:
+    out: list[JobStatusResponse] = []
+    seen: set[str] = set()
+    for _ in range(ENDED_READS):
+        entries, cursor = deps.jobs.ended_entries(namespace, queue, group, cursor, limit - len(out))
+        records = deps.jobs.read_jobs([e.job_id for e in entries], errors=True)
+        for entry in entries:
+            job = records.get(entry.job_id)
+            # An entry of a job retried since (its retries moved on), or gone: skipped.
+            if (
+                job is None
+                or job.namespace != namespace
+                or GROUP_OF_STATE.get(job.state) != group
+                or job.retries != entry.retries
+                or job.job_id in seen
+            ):
+                continue
+            seen.add(job.job_id)
+            out.append(status_of(job, deps, traceback=False))
+        if not cursor or len(out) >= limit:
+            break
+    return out, cursor
+
+
+# -- retry ---------------------------------------------------------------------------------
+
+
+def _refusal(job_id: str, state: str) -> NotRetryable:
+    reason = state if state in ("succeeded", "queued", "running") else "state"
+    return NotRetryable(
+        f"job {job_id} is {state}: only a failed or cancelled job is retried",
+        reason=reason,
+        state=state,
+    )
+
+
+def _args_stored(namespace: str, job: JobRecord, deps: Deps) -> bool:
+    """Whether the job's arguments are still there to run it again."""
+    age_s = deps.clock() - job_id_time_s(job.job_id)
+    if job.tier is Tier.S3:
+        # The args object lives for the retention from the job's creation (S3's lifecycle).
+        return age_s < deps.settings.retention_s
+    if deps.jobs.args_kept(namespace, job.job_id):
+        return True
+    # Cancelled while queued, before any delivery: its first entry is still in the stream
+    # (it is dropped, and its args kept, when a poll finds the job cancelled).
+    return (
+        job.state is JobStatus.CANCELLED and not job.attempts and age_s < deps.settings.retention_s
+    )
+
+
+def retry_job(p: Principal, job_id: str, deps: Deps) -> RetryResponse:
+    job = find_job(p.namespace, job_id, deps)
+    if job is None:
+        raise NotFound(f"job {job_id} not found")
+    bind_job(job_id)
+    return _retry(p.namespace, job, RETRYABLE_STATES, deps)
+
+
+def _retry(
+    namespace: str, job: JobRecord, states: frozenset[JobStatus], deps: Deps
+) -> RetryResponse:
+    job_id = job.job_id
+    if job.state not in states and not (job.state is JobStatus.QUEUED and job.stored):
+        raise _refusal(job_id, job.state)
+    if job.state in states and not _args_stored(namespace, job, deps):
+        raise NotRetryable(
+            f"job {job_id} can no longer be retried: its arguments are past the retention",
+            reason="arguments_expired",
+            state=job.state.value,
+        )
+    now_ms = int(deps.clock() * 1000)
+    started = deps.jobs.retry(job_id, namespace, now_ms, tuple(s.value for s in states))
+    if isinstance(started, Missing):
+        raise NotFound(f"job {job_id} not found")
+    if isinstance(started, RetryRefused):
+        raise _refusal(job_id, started.state)
+    min_id = max(now_ms - deps.settings.retention_s * 1000, 0)
+    deps.jobs.requeue(namespace, started.queue, job_id, started.tier, min_id_ms=min_id)
+    if not started.resumed:
+        metrics_count("JobsRetried", previous=job.state.value)
+    logger.info(
+        "job retried",
+        extra={"queue": started.queue, "retries": started.retries, "was": job.state.value},
+    )
+    return RetryResponse(
+        job_id=job_id,
+        state=JobStatus.QUEUED,
+        attempt=started.attempts + 1,
+        retries=started.retries,
+    )
+
+
+def redrive(p: Principal, queue: str, body: RedriveRequest, deps: Deps) -> RedriveResponse:
+    """Retry up to body.limit jobs of the queue that ended in body.states, newest first."""
+    validate_queue_name(queue)
+    states = frozenset(JobStatus(s) for s in body.states)
+    deadline = deps.clock() + REDRIVE_BUDGET_S
+    retried = skipped = 0
+    for group in dict.fromkeys(GROUP_OF_STATE[s] for s in states):
+        cursor = ""
+        while retried < body.limit and deps.clock() < deadline:
+            entries, cursor = deps.jobs.ended_entries(p.namespace, queue, group, cursor, 100)
+            records = deps.jobs.read_jobs([e.job_id for e in entries], errors=False)
+            for entry in entries:
+                job = records.get(entry.job_id)
+                if (
+                    job is None
+                    or job.namespace != p.namespace
+                    or job.state not in states
+                    or job.retries != entry.retries
+                ):
+                    continue
+                if retried >= body.limit or deps.clock() >= deadline:
+                    break
+                try:
+                    _retry(p.namespace, job, states, deps)
+                    retried += 1
+                except NotRetryable:
+                    skipped += 1
+            if not cursor:
+                break
+    logger.info("queue redriven", extra={"queue": queue, "retried": retried, "skipped": skipped})
+    return RedriveResponse(retried=retried, skipped=skipped)
+
+
+# -- purge ---------------------------------------------------------------------------------
+
+
+def purge(p: Principal, queue: str, deps: Deps) -> PurgeResponse:
+    """Cancel every queued job of the queue (as DELETE .../jobs/{job_id} would: each ends
+    `cancelled`, its args kept for a retry), for at most PURGE_BUDGET_S."""
+    validate_queue_name(queue)
+    deadline = deps.clock() + PURGE_BUDGET_S
+    cancelled = 0
+    cursor = ""
+    while deps.clock() < deadline:
+        entries, cursor = deps.jobs.scan_queue(p.namespace, queue, "queued", cursor, 100)
+        records = deps.jobs.read_jobs([e.job_id for e in entries if e.job_id], errors=False)
+        for entry in entries:
+            if deps.clock() >= deadline:
+                break
+            cancelled += _purge_entry(p.namespace, queue, entry, records.get(entry.job_id), deps)
+        if not cursor:
+            break
+    [counts] = deps.queues.counts(p.namespace, [queue])
+    if cancelled:
+        metrics_count("JobsCancelled", was="queued")
+    logger.info("queue purged", extra={"queue": queue, "cancelled": cancelled})
+    return PurgeResponse(cancelled=cancelled, remaining=counts.queued)
+
+
+def _purge_entry(
+    namespace: str, queue: str, entry: ScannedEntry, job: JobRecord | None, deps: Deps
+) -> int:
+    now_ms = int(deps.clock() * 1000)
+    own = _live_record(namespace, queue, entry, job)
+    if own is None or own.state is not JobStatus.QUEUED:
+        # Not a queued job's own entry (a stale double, or a job that ended): it goes too.
+        deps.jobs.drop_entry(namespace, queue, entry.stream_id)
+        return 0
+    outcome = deps.jobs.cancel(
+        own.job_id,
+        namespace,
+        queue if not own.stored else "",
+        now_ms,
+        cancelled_error(),
+        own.created_ms or now_ms,
+    )
+    if not isinstance(outcome, CancelledQueued):
+        return 0
+    deps.jobs.settle(
+        namespace,
+        queue,
+        own.job_id,
+        entry.stream_id,
+        state=JobStatus.CANCELLED,
+        retries=outcome.retries,
+        now_ms=now_ms,
+        keep_args=True,
+    )
+    return 1

@@ -1,0 +1,161 @@
+"""Operating the queues: listing a queue's jobs by state, and retrying a job that ended.
+
+Queued and running jobs are listed from the queue stream itself (operate_scan.lua: the entries
+after the consumer group's last-delivered id were never handed out; the ones up to it are in
+the pending list, since a finished job's entry is deleted). Jobs that ended are listed from the
+queue's ended-jobs streams (`keys.ended`, one per group of states, written by
+completion_settle.lua when the job's entry is dropped): one small entry per job, no copy of
+the job. Each listed job is then read from its own hash, which says its current state: an
+index entry of a job retried since (its `rt` moved on) is skipped.
+
+A retry is the job slot first (operate_retry.lua: the job is `queued` with `x` = '*'), then the
+namespace slot (operate_requeue.lua: its entry is appended, with the inline args kept when it
+ended). A crash in between leaves the job queued with `rq` set and no entry: the client's
+retry of the retry is answered 'resume' and appends it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...models.domain import Tier
+from .. import keys
+from ..records import (
+    EndedEntry,
+    JobRecord,
+    Missing,
+    RetryRefused,
+    RetryStarted,
+    ScannedEntry,
+    job_id_from_bytes,
+    number,
+    text,
+)
+from . import layout1
+from ._base import StoreBase, decoded
+
+
+class OperateSteps(StoreBase):
+    def scan_queue(
+        self, namespace: str, queue: str, mode: str, cursor: str, count: int
+    ) -> tuple[list[ScannedEntry], str]:
+        """Up to `count` entries of the queue stream, newest first, below `cursor`: `mode`
+        'queued' (never delivered) or 'running' (delivered, not acknowledged); and the cursor
+        of the next page ('' at the end)."""
+        reply = self._script("operate_scan")(
+            keys=[keys.queue(namespace, queue)],
+            args=[keys.CONSUMER_GROUP, mode, cursor, count],
+        )
+        entries = [
+            ScannedEntry(
+                stream_id=text(reply[i]),
+                job_id=text(reply[i + 1]),
+                inline_size=None if int(reply[i + 2]) < 0 else int(reply[i + 2]),
+            )
+            for i in range(1, len(reply), 3)
+        ]
+        return entries, text(reply[0])
+
+    def ended_entries(
+        self, namespace: str, queue: str, group: str, cursor: str, count: int
+    ) -> tuple[list[EndedEntry], str]:
+        """Up to `count` entries of the queue's ended-jobs index of `group`, newest first, below
+        `cursor`; and the cursor of the next page ('' at the end)."""
+        rows = self._r.xrevrange(
+            keys.ended(namespace, queue, group),
+            max=f"({cursor}" if cursor else "+",
+            min="-",
+            count=count,
+        )
+        entries = []
+        for stream_id, fields in rows:
+            raw = fields.get(b"j")
+            if not raw or len(raw) != 16:
+                continue
+            entries.append(
+                EndedEntry(
+                    stream_id=text(stream_id),
+                    job_id=job_id_from_bytes(raw),
+                    retries=number(fields.get(b"r")),
+                )
+            )
+        next_cursor = text(rows[-1][0]) if len(rows) == count else ""
+        return entries, next_cursor
+
+    def read_jobs(self, job_ids: list[str], *, errors: bool) -> dict[str, JobRecord]:
+        """The hashes of many jobs (one pipeline; in cluster mode, one per node), and with
+        `errors` the done list's element of those that ended with an error (a second one: an
+        inline result is never read for a listing)."""
+        from ..redis_jobs import decode_job
+
+        if not job_ids:
+            return {}
+        pipe = self._r.pipeline(transaction=False)
+        for job_id in job_ids:
+            pipe.hgetall(keys.job(job_id))
+        raws = dict(zip(job_ids, pipe.execute(), strict=True))
+        for job_id, raw in raws.items():
+            if layout1.is_legacy(raw):
+                layout1.migrate(self, job_id)
+                raws[job_id] = self._r.hgetall(keys.job(job_id))
+        failed = [j for j, raw in raws.items() if raw and raw.get(b"rk") == b"e"]
+        done: dict[str, Any] = {}
+        if errors and failed:
+            pipe = self._r.pipeline(transaction=False)
+            for job_id in failed:
+                pipe.lindex(keys.done(job_id), 0)
+            done = dict(zip(failed, pipe.execute(), strict=True))
+        return {
+            job_id: decode_job(job_id, raw, done.get(job_id), done_read=job_id in done)
+            for job_id, raw in raws.items()
+            if raw
+        }
+
+    def args_kept(self, namespace: str, job_id: str) -> bool:
+        """Whether the inline args of an ended job are kept (completion_settle.lua)."""
+        return bool(self._r.exists(keys.kept_args(namespace, job_id)))
+
+    def retry(
+        self, job_id: str, namespace: str, now_ms: int, states: tuple[str, ...]
+    ) -> RetryStarted | RetryRefused | Missing:
+        """Queue a job in one of `states` again (operate_retry.lua); the caller appends its
+        entry (`requeue`)."""
+        reply = self._run_on_job(
+            "operate_retry",
+            job_id,
+            [keys.job(job_id), keys.done(job_id)],
+            [namespace, now_ms, self._ttl, ",".join(states)],
+        )
+        match reply[0]:
+            case "ok" | "resume":
+                return RetryStarted(
+                    attempts=number(reply[1]),
+                    retries=number(reply[2]),
+                    tier=Tier.INLINE if reply[3] == "i" else Tier.S3,
+                    queue=reply[4],
+                    resumed=reply[0] == "resume",
+                )
+            case "refused":
+                return RetryRefused(reply[1])
+        return Missing()
+
+    def requeue(
+        self, namespace: str, queue: str, job_id: str, tier: Tier, *, min_id_ms: int
+    ) -> str:
+        """Append a retried job's entry (operate_requeue.lua): '' when an inline job's args
+        are not kept because its first entry is still in the stream."""
+        reply = self._run(
+            "operate_requeue",
+            [
+                keys.queue(namespace, queue),
+                keys.queue_names(namespace),
+                keys.kept_args(namespace, job_id),
+            ],
+            [
+                f"{min_id_ms}-0",
+                queue,
+                keys.CONSUMER_GROUP,
+                job_id,
+                "i" if tier is Tier.INLINE else "s",
+            ],
+        )
+        return decoded([reply])[0]

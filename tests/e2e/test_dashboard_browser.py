@@ -1,0 +1,219 @@
+"""`payloadstore dashboard` in a real headless browser: Debian's Chromium driven by Playwright.
+
+The dashboard runs as a user starts it (`payloadstore dashboard --port 0` in a directory with
+the local stack's .devstack.json), in front of the local gateway; a daemon's function fails on
+its first run and succeeds after. The browser finds the failed job, reads its remote traceback,
+retries it (confirming) and sees it succeed.
+
+Chromium is Debian's package (`make test` installs it when missing, as root); Playwright's own
+browser download is never used. Without Chromium this test fails: it does not skip.
+"""
+
+from __future__ import annotations
+
+import os
+import queue as queue_module
+import re
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from payloadstore.devstack.services import ServiceError, find_chromium
+from payloadstore.errors import JobFailed
+from tests.e2e.sdk_helpers import clients, daemon_thread, unique_queue
+from tests.e2e.test_cli import Shell
+
+pytestmark = pytest.mark.e2e
+
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+# Where the screenshot of the failed job's page goes (default: the test's tmp_path).
+SCREENSHOT_ENV = "PAYLOADSTORE_DASHBOARD_SCREENSHOT"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    try:
+        executable = find_chromium(install=False)
+    except ServiceError as e:
+        pytest.fail(f"{e}; `make test` installs it")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+def read_lines(stream, lines: queue_module.Queue) -> None:
+    for line in stream:
+        lines.put(line)
+
+
+@pytest.fixture
+def shell(tmp_path, local_gateway) -> Shell:
+    return Shell(tmp_path, local_gateway)
+
+
+@pytest.fixture
+def dashboard_url(shell) -> Iterator[str]:
+    """`payloadstore dashboard --port 0` started from the local stack's directory; its URL."""
+    proc = shell.start("dashboard", "--port", "0", "--refresh", "1")
+    lines: queue_module.Queue = queue_module.Queue()
+    threading.Thread(target=read_lines, args=(proc.stderr, lines), daemon=True).start()
+    seen: list[str] = []
+    try:
+        while True:
+            try:
+                line = lines.get(timeout=30)
+            except queue_module.Empty:
+                pytest.fail(f"the dashboard printed no url within 30 s: {seen}")
+            seen.append(line)
+            found = re.search(r"dashboard url=(\S+)", line)
+            if found:
+                break
+        yield found.group(1)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def test_given_a_failed_job_when_retried_in_the_dashboard_then_its_traceback_shows_and_it_succeeds(
+    local_gateway, dashboard_url, browser, tmp_path
+):
+    from playwright.sync_api import expect
+
+    # Given: a daemon whose function fails on its first run only, and a job that failed on it
+    client, daemon_client = clients(local_gateway)
+    queue = unique_queue("dashboard")
+    runs: list[int] = []
+
+    def flaky(value):
+        runs.append(value)
+        if len(runs) == 1:
+            raise RuntimeError("disk full on the first run <b>not bold</b>")
+        return value * 2
+
+    with daemon_thread(daemon_client, queue, flaky):
+        job = client.queue(queue).add(21)
+        with pytest.raises(JobFailed):
+            job.result(timeout=60)
+
+        # When: the operator opens the dashboard, picks the queue, its failed jobs, the job
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(dashboard_url)
+        expect(page.locator("#namespace")).to_have_text("dev")
+        page.locator("#queues tbody tr", has_text=queue).click()
+        page.get_by_role("tab", name="failed").click()
+        row = page.locator(f'#jobs tbody tr[data-job-id="{job.job_id}"]')
+        expect(row).to_contain_text("RuntimeError")
+        row.click()
+
+        # Then: the job's detail shows its state, attempts and the remote traceback, as text
+        expect(page.locator("#detail-id")).to_have_text(job.job_id)
+        expect(page.locator("#detail-fields")).to_contain_text("failed")
+        expect(page.locator("#error-type")).to_have_text("RuntimeError")
+        traceback = page.locator("#traceback")
+        expect(traceback).to_contain_text("Traceback (most recent call last)")
+        expect(traceback).to_contain_text("disk full on the first run <b>not bold</b>")
+        assert page.locator("#traceback b, #error-message b").count() == 0
+        shot = Path(os.environ.get(SCREENSHOT_ENV) or tmp_path / "dashboard.png")
+        page.screenshot(path=str(shot), full_page=True)
+        assert shot.stat().st_size > 10_000
+
+        # When: they retry it, confirming in the dialog
+        page.locator("#retry").click()
+        expect(page.locator("#confirm")).to_be_visible()
+        expect(page.locator("#confirm-text")).to_contain_text(job.job_id)
+        page.locator("#confirm-yes").click()
+
+        # Then: the page says it is queued again, and shows it succeed
+        expect(page.locator("#notice")).to_contain_text("queued again")
+        expect(page.locator("#detail-fields")).to_contain_text("succeeded", timeout=60_000)
+        expect(page.locator("#retry")).to_be_disabled()
+        page.screenshot(path=str(shot.with_name(shot.stem + "-retried.png")), full_page=True)
+        assert job.result(timeout=30) == 42
+        assert runs == [21, 21]
+        assert errors == []
+        page.close()
+
+
+def test_given_failed_and_queued_jobs_when_purged_and_redriven_in_the_dashboard_then_cancelled_and_run_again(
+    local_gateway, dashboard_url, browser
+):
+    from playwright.sync_api import expect
+
+    # Given: two jobs that failed on a broken function, and two queued with no daemon running
+    client, daemon_client = clients(local_gateway)
+    queue = unique_queue("dashboard-ops")
+    broken = [True]
+
+    def work(value):
+        if broken[0]:
+            raise ValueError(f"bad input {value}")
+        return value + 1
+
+    with daemon_thread(daemon_client, queue, work):
+        failed = [client.queue(queue).add(n) for n in (1, 2)]
+        for job in failed:
+            with pytest.raises(JobFailed):
+                job.result(timeout=60)
+    waiting = [client.queue(queue).add(n) for n in (3, 4)]
+
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(dashboard_url)
+    page.locator("#queues tbody tr", has_text=queue).click()
+    page.get_by_role("tab", name="queued").click()
+    expect(page.locator("#jobs tbody tr")).to_have_count(2)
+
+    # When: purge is asked for, then called off at the confirmation
+    page.locator("#purge").click()
+    expect(page.locator("#confirm-text")).to_contain_text(queue)
+    page.locator("#confirm-no").click()
+    # Then: nothing changed
+    expect(page.locator("#confirm")).to_be_hidden()
+    assert [client.job(j.job_id).status().state for j in waiting] == ["queued", "queued"]
+
+    # When: purge is confirmed
+    page.locator("#purge").click()
+    page.locator("#confirm-yes").click()
+    # Then: both queued jobs are cancelled, and listed as such
+    expect(page.locator("#notice")).to_contain_text("cancelled=2")
+    expect(page.locator("#jobs tbody tr")).to_have_count(0)
+    page.get_by_role("tab", name="cancelled").click()
+    expect(page.locator("#jobs tbody tr")).to_have_count(2)
+    assert [client.job(j.job_id).status().state for j in waiting] == ["cancelled", "cancelled"]
+
+    # When: the function is fixed and the failed jobs are redriven
+    broken[0] = False
+    with daemon_thread(daemon_client, queue, work):
+        page.get_by_role("tab", name="failed").click()
+        expect(page.locator("#jobs tbody tr")).to_have_count(2)
+        expect(page.locator("#jobs tbody")).to_contain_text("ValueError")
+        page.locator("#redrive").click()
+        page.locator("#confirm-yes").click()
+        # Then: both run again and succeed; the failed tab empties, the succeeded tab has them
+        expect(page.locator("#notice")).to_contain_text("retried=2")
+        assert [j.result(timeout=60) for j in failed] == [2, 3]
+        expect(page.locator("#jobs tbody tr")).to_have_count(0)
+        page.get_by_role("tab", name="succeeded").click()
+        for job in failed:
+            expect(page.locator(f'#jobs tbody tr[data-job-id="{job.job_id}"]')).to_be_visible()
+    page.close()

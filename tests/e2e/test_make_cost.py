@@ -1,0 +1,44 @@
+"""`make cost` end to end (tools/cost): on a local stack of its own, a short idle window and a few
+jobs, it writes the cost document and prints exactly one line, the cost line, on stdout."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+LINE = re.compile(
+    r"cost: idle daemon \(concurrency 8\) \$(?P<idle>[\d.]+)/month, 1M inline jobs \$[\d.]+, "
+    r"1M 100 MiB jobs \$[\d.]+, fixed \$[\d.]+/month"
+)
+
+
+def test_make_cost_writes_the_document_and_prints_the_cost_line(tmp_path):
+    out = tmp_path / "cost.md"
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'functions'}{os.pathsep}{REPO}"}
+    # When the cost command runs with a 12 s idle window, 2 inline jobs and 1 S3-tier job
+    result = subprocess.run(
+        [sys.executable, "-m", "tools.cost", "--idle-s", "12", "--jobs", "2", "--s3-jobs", "1",
+         "--out", str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    # Then stdout is the cost line alone, and the document ends with the same line
+    assert LINE.fullmatch(result.stdout.strip()), result.stdout[-2000:]
+    text = out.read_text()
+    assert text.strip().splitlines()[-1] == result.stdout.strip()
+    # And an idle daemon polls about six times a minute (wait_s 10), one poll at a time
+    assert re.search(r"\| 8 \| [56]\.\d+ \| (0\.9\d\d|1\.000) \| none \|", text), text
+    # And it meets the goal of issue 23 (at most $8 a month)
+    assert float(LINE.fullmatch(result.stdout.strip())["idle"]) <= 8
+    # And the inline job's enqueue and result read were counted, once each
+    assert "| `POST /v1/namespaces/{ns}/queues/{queue}/jobs` | 1 |" in text
+    assert "| `GET /v1/namespaces/{ns}/jobs/{job_id}/result` | 1 |" in text

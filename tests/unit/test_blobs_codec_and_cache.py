@@ -1,0 +1,156 @@
+"""Blob references in the codec, and the host's blob cache (issue 25)."""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing
+import os
+import time
+
+import httpx
+import pytest
+
+import payloadstore as ps
+from payloadstore import codec
+from payloadstore._blob_cache import BlobCache
+from payloadstore._blobs import BlobStore, blob_list, digest
+from payloadstore._http import RetryPolicy
+from payloadstore.errors import PayloadCorrupt, PayloadLost
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_a_blob_in_a_value_is_an_18_byte_reference_into_its_blob_list():
+    a, b = ps.blob(b"a" * 1000), ps.blob(b"b" * 5000)
+    encoded = codec.encode({"args": [a, b, a], "kwargs": {}})
+    # Each reference is a fixext 16; the blobs are listed once each, in the order met
+    assert len(codec.encode(a).tobytes()) == 18
+    assert [x.sha256 for x in encoded.blobs] == [a.sha256, b.sha256]
+    store = BlobStore(None, httpx.Client(), retry=RetryPolicy())
+    tokens = store.reading([{"sha256": a.sha256, "url": "u1"}, {"sha256": b.sha256, "url": "u2"}])
+    try:
+        value = codec.decode(encoded.tobytes())
+    finally:
+        store.done_reading(tokens)
+    assert value["args"] == [a, b, a]
+    assert [x.size for x in value["args"]] == [1000, 5000, 1000]
+
+
+def test_a_blob_reference_does_not_decode_without_its_blob_list():
+    encoded = codec.encode([ps.blob(b"x")])
+    with pytest.raises(codec.CodecError, match="blob list"):
+        codec.decode(encoded.tobytes())
+
+
+def test_a_blob_reference_must_match_its_list_entry():
+    encoded = codec.encode([ps.blob(b"x")])
+    store = BlobStore(None, httpx.Client(), retry=RetryPolicy())
+    tokens = store.reading([{"sha256": sha(b"y"), "url": "u"}])
+    try:
+        with pytest.raises(codec.CodecError):
+            codec.decode(encoded.tobytes())
+    finally:
+        store.done_reading(tokens)
+    assert blob_list([{"sha256": "s1"}, {"url": "x"}]) == ("s1",)
+
+
+def test_digest_streams_paths_and_file_objects(tmp_path):
+    data = os.urandom(3 * 1024 * 1024 + 5)
+    path = tmp_path / "f.bin"
+    path.write_bytes(data)
+    assert digest(path)[:2] == digest(str(path))[:2] == (sha(data), len(data))
+    with open(path, "rb") as f:
+        assert digest(f)[:2] == (sha(data), len(data))
+    pipe_like = type("R", (), {"read": lambda self, n=-1, _b=[data]: _b.pop() if _b else b""})()
+    assert digest(pipe_like)[:2] == (sha(data), len(data))
+
+
+def serve(blobs: dict[str, bytes], counter: list[int]) -> httpx.Client:
+    def handler(request: httpx.Request) -> httpx.Response:
+        counter.append(1)
+        data = blobs.get(request.url.path.strip("/"))
+        return httpx.Response(200, content=data) if data is not None else httpx.Response(404)
+
+    return httpx.Client(transport=httpx.MockTransport(handler))
+
+
+def test_the_cache_downloads_once_verifies_and_serves_hits(tmp_path):
+    data = os.urandom(10_000)
+    gets: list[int] = []
+    http = serve({"k": data}, gets)
+    cache = BlobCache(tmp_path)
+    path = cache.get(sha(data), "http://s3/k", size=len(data), http=http)
+    again = cache.get(sha(data), "http://s3/k", size=len(data), http=http)
+    assert path == again and path.read_bytes() == data
+    assert (cache.downloads, cache.hits, len(gets)) == (1, 1, 1)
+
+
+def test_bytes_that_do_not_hash_to_the_sha256_are_refused_and_not_cached(tmp_path):
+    cache = BlobCache(tmp_path)
+    with pytest.raises(PayloadCorrupt):
+        cache.get(sha(b"right"), "http://s3/k", size=None, http=serve({"k": b"wrong"}, []))
+    assert not cache.cached(sha(b"right"))
+    assert not list((tmp_path / "tmp").iterdir())
+
+
+def test_a_missing_object_is_payload_lost(tmp_path):
+    with pytest.raises(PayloadLost):
+        BlobCache(tmp_path).get(sha(b"x"), "http://s3/none", size=1, http=serve({}, []))
+
+
+def test_the_least_recently_used_blobs_go_past_the_bound(tmp_path):
+    blobs = {f"k{i}": os.urandom(4000) for i in range(3)}
+    http = serve(blobs, [])
+    cache = BlobCache(tmp_path, max_bytes=9000)
+    for i in range(2):
+        cache.get(sha(blobs[f"k{i}"]), f"http://s3/k{i}", size=4000, http=http)
+        time.sleep(0.01)
+    cache.get(sha(blobs["k0"]), "http://s3/k0", size=4000, http=http)  # k0 used last
+    time.sleep(0.01)
+    cache.get(sha(blobs["k2"]), "http://s3/k2", size=4000, http=http)
+    assert cache.cached(sha(blobs["k0"])) and cache.cached(sha(blobs["k2"]))
+    assert not cache.cached(sha(blobs["k1"]))
+
+
+def _fetch_in_process(root, data, url_port_queue):
+    import http.server
+
+    cache = BlobCache(root)
+    with httpx.Client() as http:
+        cache.get(sha(data), url_port_queue, size=len(data), http=http)
+    return cache.downloads
+
+
+def test_several_processes_share_one_download(tmp_path):
+    # Given a slow server counting its GETs, and four processes wanting one blob at once
+    import http.server
+    import threading
+
+    data = os.urandom(200_000)
+    served = []
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            served.append(1)
+            time.sleep(0.3)
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/blob"
+    try:
+        with multiprocessing.get_context("fork").Pool(4) as pool:
+            downloads = pool.starmap(_fetch_in_process, [(tmp_path, data, url)] * 4)
+    finally:
+        server.shutdown()
+    # Then the blob was downloaded once, by one of them, and is whole
+    assert sorted(downloads) == [0, 0, 0, 1] and len(served) == 1
+    assert BlobCache(tmp_path).file(sha(data)).read_bytes() == data

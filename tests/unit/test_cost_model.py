@@ -1,0 +1,123 @@
+"""The cost model (tools/cost/model.py): known inputs give known dollars, so the figures in
+docs/cost.md can be checked by hand."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tools.cost import model
+from tools.cost.model import Function, Route, Shape, Usage, total
+
+FUNCTIONS = {
+    "daemon": Function(128),
+    "jobs": Function(256),
+    "payloads": Function(512),
+    "public": Function(512),
+    "authorizer": Function(512),
+    "admin": Function(256),
+    "metrics": Function(256),
+}
+SHAPE = Shape(functions=FUNCTIONS)
+POLL = Route("daemon", cpu_ms=1.0)
+AUTH = Route("authorizer", cpu_ms=0.3)
+IDLE = Usage({}, {}, idle_polls_per_min={8: 6.0}, idle_in_flight={8: 1.0})
+
+
+def item(lines, prefix: str) -> float:
+    (value,) = [v for name, v in lines if name.startswith(prefix)]
+    return value
+
+
+def test_an_idle_daemon_holding_one_128_mb_poll_all_month_costs_its_gb_seconds_plus_requests():
+    # Given one poll in flight all the time, 6 polls a minute, 128 MB x86_64
+    lines = model.idle_daemon(SHAPE, IDLE, 8, POLL, AUTH)
+    # Then the GB-seconds are 2,592,000 s x 0.125 GB x $0.0000166667
+    assert item(lines, "Lambda GB-s") == pytest.approx(5.40, abs=0.005)
+    # And 259,200 polls a month are API Gateway requests ($3.50/M), Lambda requests ($0.20/M)
+    # and X-Ray traces ($5/M, all sampled)
+    assert item(lines, "API Gateway") == pytest.approx(0.9072)
+    assert item(lines, "Lambda requests") == pytest.approx(0.05184)
+    assert item(lines, "X-Ray") == pytest.approx(1.296)
+    # And logs: 680 B a poll (access log + Lambda's lines) at $0.50/GB
+    assert item(lines, "CloudWatch Logs") == pytest.approx(259_200 * 680 / 2**30 * 0.5)
+    # And the authorizer runs once a minute (API Gateway caches it 60 s): 22 ms at 512 MB
+    assert item(lines, "authorizer") == pytest.approx(
+        43_200 * (0.2e-6 + 0.5 * 0.022 * 0.0000166667) + 43_200 * 420 / 2**30 * 0.5
+    )
+    # So the goal (at most $8 a month for an idle daemon) holds at 128 MB
+    assert total(lines) == pytest.approx(7.76, abs=0.01)
+    assert total(lines) <= 8
+
+
+def test_twice_the_memory_doubles_the_gb_seconds_and_arm64_takes_a_fifth_off():
+    big = Shape(functions={**FUNCTIONS, "daemon": Function(256)})
+    arm = Shape(functions={**FUNCTIONS, "daemon": Function(128, "arm64")})
+    assert item(model.idle_daemon(big, IDLE, 8, POLL, AUTH), "Lambda GB-s") == pytest.approx(
+        10.80, abs=0.005
+    )
+    assert item(model.idle_daemon(arm, IDLE, 8, POLL, AUTH), "Lambda GB-s") == pytest.approx(
+        4.32, abs=0.005
+    )
+
+
+def test_billed_duration_stretches_cpu_by_the_memory_share_plus_io_rounded_up():
+    # 1 ms of CPU at 256 MB (256/1769 of a vCPU) is 6.91 ms, + 2 ms of Redis -> 9 ms
+    assert model.billed_ms(Route("jobs", 1.0), FUNCTIONS["jobs"]) == 9
+    # At 1,769 MB or more the CPU share is one vCPU: no stretch
+    assert model.billed_ms(Route("x", 1.0, io_ms=0.0), Function(3008)) == 1
+
+
+def test_a_million_calls_of_one_route_cost_the_request_lambda_logs_and_5_percent_traces():
+    lines = model.workload(SHAPE, {"R": 1.0}, {"R": Route("jobs", 1.0)}, 1_000_000)
+    assert item(lines, "API Gateway") == pytest.approx(3.50)
+    assert item(lines, "Lambda (jobs)") == pytest.approx(0.2 + 0.25 * 0.009 * 0.0000166667 * 1e6)
+    assert item(lines, "X-Ray") == pytest.approx(0.25)
+    assert total(lines) == pytest.approx(4.30, abs=0.01)
+
+
+def test_100_mib_payloads_are_stored_until_the_lifecycle_expires_them():
+    lines = model.workload(SHAPE, {}, {}, 1_000_000, 100 << 20)
+    # 1 M x 100 MiB kept 2.5 days: 8,138 GB-month at $0.023
+    assert item(lines, "S3 storage") == pytest.approx(1e6 * 100 / 1024 * 2.5 / 30 * 0.023)
+    assert item(lines, "S3 PUT-class: 1 per job") == pytest.approx(5.00)
+    # And a multipart upload (create, 7 parts, complete) is 9 PUT-class requests
+    multipart = model.workload(SHAPE, {}, {}, 1_000_000, 100 << 20, {"put": 9, "head": 1, "get": 1})
+    assert item(multipart, "S3 PUT-class: 9 per job") == pytest.approx(45.00)
+    assert item(lines, "S3 HEAD + GET") == pytest.approx(0.80)
+
+
+def test_sqs_with_the_extended_client_costs_six_requests_a_job_and_an_hour_of_storage():
+    assert total(model.sqs_workload(1_000_000, 100)) == pytest.approx(2.40)
+    big = model.sqs_workload(1_000_000, 100 << 20)
+    assert total(big) == pytest.approx(2.40 + 5.00 + 0.40 + 1e6 * 100 / 1024 / 720 * 0.023)
+    # An idle consumer long-polls 20 s: 129,600 empty receives a month
+    assert total(model.sqs_idle_consumer(1)) == pytest.approx(0.05184)
+
+
+def test_the_fixed_cost_prices_what_the_stack_creates():
+    lines = model.fixed_monthly(SHAPE, Route("metrics", 1.0))
+    assert item(lines, "ElastiCache: 2 x cache.t4g.small") == pytest.approx(46.08)
+    assert item(lines, "VPC interface endpoints") == pytest.approx(28.80)
+    assert item(lines, "NAT gateways: 0") == 0
+    assert item(lines, "CloudWatch dashboards") == pytest.approx(3.00)
+    no_metrics = Shape(functions=FUNCTIONS, api_methods=17, method_metrics=False)
+    with_metrics = Shape(functions=FUNCTIONS, api_methods=17)
+    assert item(model.fixed_monthly(with_metrics, Route("metrics", 1.0)), "API Gateway") == (
+        pytest.approx(25.50)
+    )
+    assert item(model.fixed_monthly(no_metrics, Route("metrics", 1.0)), "API Gateway") == 0
+
+
+def test_the_cost_line_has_the_four_figures_in_dollars():
+    line = model.cost_line(7.756, 17.651, 216.43, 116.04)
+    assert line == (
+        "cost: idle daemon (concurrency 8) $7.76/month, 1M inline jobs $17.65, "
+        "1M 100 MiB jobs $216.43, fixed $116.04/month"
+    )
+    assert re.fullmatch(
+        r"cost: idle daemon \(concurrency 8\) \$[\d.]+/month, 1M inline jobs \$[\d.]+, "
+        r"1M 100 MiB jobs \$[\d.]+, fixed \$[\d.]+/month",
+        line,
+    )

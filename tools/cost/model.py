@@ -1,0 +1,292 @@
+"""The cost model: measured inputs x list prices -> dollars. Pure arithmetic, no I/O.
+
+Inputs (all measured on the local stack, see tools/cost/measure.py and bench/bench_function_cpu.py):
+- CPU ms per call of each route, and the log bytes a call prints, per function;
+- control-plane calls per job (by route, per tier) and per idle minute of a daemon process, and
+  the share of an idle minute a poll is in flight (the daemon function is held for its wait);
+- the stack's shape as synthesized (tools/cost/shape.py): functions' memory and architecture,
+  cache nodes, interface endpoints, NAT gateways, alarms, dashboards, API methods, secrets.
+Each figure below is a list of (item, dollars) lines so the document can show its arithmetic.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tools.cost.prices import price
+
+MONTH_S = 30 * 86_400  # a 30-day month: 2,592,000 s, 720 h, 43,200 min
+MONTH_H = MONTH_S / 3600
+MONTH_MIN = MONTH_S / 60
+VCPU_MB = 1769  # Lambda: 1,769 MB of memory = one vCPU; CPU share scales with memory
+GIB = 1024**3
+
+# What a call waits on besides its own CPU, on AWS (not measurable here): one Redis round trip in
+# the VPC with the replica's WAIT (REDIS_MIN_REPLICA_ACKS=1), and an S3 HEAD where the call checks
+# an upload (enqueue of a reference, result post of a reference).
+REDIS_CALL_MS = 2.0
+S3_HEAD_MS = 15.0
+# A cache miss at API Gateway runs the authorizer, which may list the token path (SSM) first.
+AUTHORIZER_IO_MS = 20.0
+AUTHORIZER_CACHE_S = 60  # infra/api.py AUTHORIZER_CACHE_TTL
+# Log bytes per call that the local stack cannot print: Lambda's START/END/REPORT lines (REPORT
+# with the X-Ray trace id), and API Gateway's access log line (infra/api.py's JSON fields).
+LAMBDA_PLATFORM_LOG_BYTES = 420
+ACCESS_LOG_BYTES = 260
+# X-Ray's default sampling rule: the first request each second, then 5 %. An idle daemon's polls
+# (one every few seconds) all fall in that reservoir; a workload's calls are charged at 5 % (the
+# reservoir is worth at most 2.59 M traces, $12.96, a month whatever the workload).
+XRAY_BUSY_FRACTION = 0.05
+XRAY_IDLE_FRACTION = 1.0
+# API Gateway's per-method CloudWatch metrics (metricsEnabled): Count, 4XXError, 5XXError,
+# Latency, IntegrationLatency, each a custom metric (no cache: no CacheHit/MissCount).
+METRICS_PER_METHOD = 5
+# EMF series the functions emit (observability.py): event counters by their dimension values,
+# ColdStart per function, the stack-wide queue figures, and three per queue.
+EMF_EVENT_SERIES = 17
+EMF_STACK_SERIES = 3
+EMF_SERIES_PER_QUEUE = 3
+# S3 lifecycle: payloads expire 2 whole days after the midnight following their upload, so an
+# object lives 2-3 days (2.5 on average); the CP never deletes one earlier.
+S3_TIER_DAYS = 2.5
+# SQS + Extended Client: the payload object is deleted with the message (its default), so it is
+# stored while the job waits and runs; assumed 1 hour.
+SQS_S3_HOURS = 1.0
+SQS_LONG_POLL_S = 20  # ReceiveMessage's longest wait
+SQS_CHUNK_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Function:
+    memory_mb: int
+    architecture: str = "x86_64"
+
+    @property
+    def gb(self) -> float:
+        return self.memory_mb / 1024
+
+    @property
+    def gb_s_price(self) -> float:
+        return price(f"lambda_gb_s_{self.architecture}")
+
+
+@dataclass(frozen=True)
+class Route:
+    """One measured call: its function, CPU ms (warm, median), log bytes it prints, and what it
+    waits on besides CPU on AWS."""
+
+    function: str
+    cpu_ms: float
+    log_bytes: int = 0
+    io_ms: float = REDIS_CALL_MS
+
+
+@dataclass(frozen=True)
+class Shape:
+    functions: dict[str, Function]
+    cache_node_type: str = "cache.t4g.small"
+    cache_nodes: int = 2
+    interface_endpoints: int = 2
+    availability_zones: int = 2
+    nat_gateways: int = 0
+    alarm_metrics: int = 0
+    dashboards: int = 1
+    api_methods: int = 0
+    method_metrics: bool = True
+    secrets: int = 1
+    schedule_per_minute: int = 1  # the metrics function
+    queues: int = 1
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Measured control-plane usage: calls per job per tier ({route key: calls}), and an idle
+    daemon process's polls per minute and the share of time a poll is in flight."""
+
+    inline_calls: dict[str, float]
+    s3_calls: dict[str, float]
+    idle_polls_per_min: dict[int, float]  # concurrency -> polls per minute
+    idle_in_flight: dict[int, float]  # concurrency -> share of the time a poll is held
+
+
+Lines = list[tuple[str, float]]
+
+
+def total(lines: Lines) -> float:
+    return sum(v for _, v in lines)
+
+
+def billed_ms(route: Route, fn: Function) -> float:
+    """Lambda's billed duration: CPU ms stretched by the memory's CPU share, plus the I/O wait,
+    rounded up to 1 ms."""
+    share = min(1.0, fn.memory_mb / VCPU_MB)
+    return float(math.ceil(route.cpu_ms / share + route.io_ms))
+
+
+def lambda_cost(fn: Function, ms: float, invocations: float) -> float:
+    return invocations * (price("lambda_request") + fn.gb * ms / 1000 * fn.gb_s_price)
+
+
+def log_cost(nbytes: float) -> float:
+    return nbytes / GIB * price("logs_ingest_gb")
+
+
+def api_call_cost(route: Route, shape: Shape, xray_fraction: float = XRAY_BUSY_FRACTION) -> Lines:
+    """One API call: the REST request, its Lambda invocation, its logs and traces."""
+    fn = shape.functions[route.function]
+    log_bytes = ACCESS_LOG_BYTES + LAMBDA_PLATFORM_LOG_BYTES + route.log_bytes
+    return [
+        ("API Gateway request", price("apigw_rest_request")),
+        (f"Lambda ({route.function})", lambda_cost(fn, billed_ms(route, fn), 1)),
+        ("CloudWatch Logs", log_cost(log_bytes)),
+        ("X-Ray", xray_fraction * price("xray_trace")),
+    ]
+
+
+def fixed_monthly(shape: Shape, metrics_route: Route) -> Lines:
+    """What a stage costs a month with no traffic at all."""
+    hours = MONTH_H
+    emf = EMF_EVENT_SERIES + len(shape.functions) - 1 + EMF_STACK_SERIES
+    emf += EMF_SERIES_PER_QUEUE * shape.queues
+    runs = shape.schedule_per_minute * MONTH_MIN
+    metrics_fn = shape.functions[metrics_route.function]
+    lines: Lines = [
+        (
+            f"ElastiCache: {shape.cache_nodes} x {shape.cache_node_type}",
+            shape.cache_nodes * price(shape.cache_node_type) * hours,
+        ),
+        (
+            f"VPC interface endpoints: {shape.interface_endpoints} x {shape.availability_zones} AZ",
+            shape.interface_endpoints
+            * shape.availability_zones
+            * price("interface_endpoint_hour")
+            * hours,
+        ),
+        (
+            f"NAT gateways: {shape.nat_gateways}",
+            shape.nat_gateways * price("nat_gateway_hour") * hours,
+        ),
+        (
+            f"CloudWatch alarms: {shape.alarm_metrics} metrics",
+            shape.alarm_metrics * price("alarm_metric"),
+        ),
+        (f"CloudWatch dashboards: {shape.dashboards}", shape.dashboards * price("dashboard")),
+        (
+            f"API Gateway per-method metrics: {shape.api_methods} methods x {METRICS_PER_METHOD}",
+            (shape.api_methods * METRICS_PER_METHOD * price("custom_metric"))
+            if shape.method_metrics
+            else 0.0,
+        ),
+        (f"EMF custom metrics: {emf} series ({shape.queues} queue)", emf * price("custom_metric")),
+        (f"Secrets Manager: {shape.secrets} secret", shape.secrets * price("secret_month")),
+        (
+            f"metrics function: {runs:,.0f} runs (Lambda, logs, X-Ray)",
+            lambda_cost(metrics_fn, billed_ms(metrics_route, metrics_fn), runs)
+            + log_cost(runs * (LAMBDA_PLATFORM_LOG_BYTES + metrics_route.log_bytes))
+            + runs * XRAY_IDLE_FRACTION * price("xray_trace"),
+        ),
+    ]
+    return lines
+
+
+def idle_daemon(
+    shape: Shape, usage: Usage, concurrency: int, poll: Route, authorizer: Route
+) -> Lines:
+    """One idle daemon process for a month: its one waiting poll at a time holds the daemon
+    function for the whole wait; each poll is an API request; the authorizer runs once per
+    cache period of its token."""
+    fn = shape.functions[poll.function]
+    polls = usage.idle_polls_per_min[concurrency] * MONTH_MIN
+    held_s = usage.idle_in_flight[concurrency] * MONTH_S
+    auth_fn = shape.functions[authorizer.function]
+    auth_calls = min(usage.idle_polls_per_min[concurrency], 60 / AUTHORIZER_CACHE_S) * MONTH_MIN
+    auth_route = Route(
+        authorizer.function, authorizer.cpu_ms, authorizer.log_bytes, AUTHORIZER_IO_MS
+    )
+    per_poll = api_call_cost(poll, shape, XRAY_IDLE_FRACTION)
+    return [
+        (
+            f"Lambda GB-s: {fn.memory_mb} MB {fn.architecture} held {held_s / 1e6:.2f} M s",
+            held_s * fn.gb * fn.gb_s_price,
+        ),
+        (f"Lambda requests: {polls:,.0f} polls", polls * price("lambda_request")),
+        (f"API Gateway: {polls:,.0f} requests", polls * price("apigw_rest_request")),
+        (
+            f"authorizer: {auth_calls:,.0f} calls (API Gateway caches {AUTHORIZER_CACHE_S} s)",
+            lambda_cost(auth_fn, billed_ms(auth_route, auth_fn), auth_calls)
+            + log_cost(auth_calls * LAMBDA_PLATFORM_LOG_BYTES),
+        ),
+        (
+            f"X-Ray: {polls:,.0f} traces (all sampled)",
+            polls * XRAY_IDLE_FRACTION * price("xray_trace"),
+        ),
+        ("CloudWatch Logs", polls * dict(per_poll)["CloudWatch Logs"]),
+    ]
+
+
+def workload(
+    shape: Shape,
+    calls: dict[str, float],
+    routes: dict[str, Route],
+    jobs: float,
+    payload_bytes: int = 0,
+    s3_requests: dict[str, float] | None = None,
+) -> Lines:
+    """`jobs` jobs through the control plane: each measured call priced (by route), plus S3 for
+    S3-tier payloads (requests and the storage until the lifecycle expires them)."""
+    by_item: dict[str, float] = {}
+    for key, n in sorted(calls.items()):
+        for item, usd in api_call_cost(routes[key], shape):
+            by_item[item] = by_item.get(item, 0.0) + usd * n * jobs
+    per_job = sum(calls.values())
+    lines: Lines = [
+        (f"API Gateway: {per_job:g} calls per job" if item == "API Gateway request" else item, usd)
+        for item, usd in by_item.items()
+    ]
+    if payload_bytes:
+        req = s3_requests or {"put": 1.0, "head": 1.0, "get": 1.0}
+        gb_month = jobs * payload_bytes / GIB * S3_TIER_DAYS / 30
+        lines += [
+            (f"S3 PUT-class: {req['put']:g} per job", jobs * req["put"] * price("s3_put")),
+            ("S3 HEAD + GET", jobs * (req["head"] + req["get"]) * price("s3_get")),
+            (
+                f"S3 storage: {gb_month:,.0f} GB-month ({S3_TIER_DAYS} days each)",
+                gb_month * price("s3_gb_month"),
+            ),
+        ]
+    return lines
+
+
+def sqs_workload(jobs: float, payload_bytes: int = 0) -> Lines:
+    """The same jobs on SQS with the Extended Client Library: a job message (send, receive,
+    delete) and a result message on a reply queue (send, receive, delete); a payload over SQS's
+    inline limit goes to S3 (PUT, GET) and is deleted with its message."""
+    chunks = 1 if payload_bytes > 256 * 1024 else max(1, math.ceil(payload_bytes / SQS_CHUNK_BYTES))
+    requests = (chunks + 2) + 3
+    lines: Lines = [(f"SQS: {requests} requests per job", jobs * requests * price("sqs_request"))]
+    if payload_bytes > 256 * 1024:
+        gb_month = jobs * payload_bytes / GIB * SQS_S3_HOURS / MONTH_H
+        lines += [
+            ("S3 PUT", jobs * price("s3_put")),
+            ("S3 GET", jobs * price("s3_get")),
+            (
+                f"S3 storage: {gb_month:,.0f} GB-month ({SQS_S3_HOURS:g} h each)",
+                gb_month * price("s3_gb_month"),
+            ),
+        ]
+    return lines
+
+
+def sqs_idle_consumer(pollers: int = 1) -> Lines:
+    receives = pollers * 60 / SQS_LONG_POLL_S * MONTH_MIN
+    return [
+        (f"SQS: {receives:,.0f} empty receives (20 s long polls)", receives * price("sqs_request"))
+    ]
+
+
+def cost_line(idle8: float, inline: float, s3: float, fixed: float) -> str:
+    return (
+        f"cost: idle daemon (concurrency 8) ${idle8:.2f}/month, 1M inline jobs ${inline:.2f}, "
+        f"1M 100 MiB jobs ${s3:.2f}, fixed ${fixed:.2f}/month"
+    )

@@ -1,0 +1,81 @@
+"""What a stage creates, read from its synthesized CloudFormation template (the default flags
+unless told otherwise): the figures the fixed cost and the functions' prices depend on."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from payloadstore_controlplane.routes import FUNCTIONS
+from tools.cost.model import Function, Shape
+
+
+def _of_type(template: dict, type_: str) -> list[dict]:
+    return [r for r in template["Resources"].values() if r["Type"] == type_]
+
+
+def alarm_metrics(alarm: dict) -> int:
+    """CloudWatch bills an alarm per metric it reads: a metric-math alarm per metric in it."""
+    metrics = alarm["Properties"].get("Metrics")
+    if not metrics:
+        return 1
+    return sum(1 for m in metrics if "MetricStat" in m)
+
+
+def shape_of(template: dict) -> Shape:
+    functions: dict[str, Function] = {}
+    for res in _of_type(template, "AWS::Lambda::Function"):
+        props = res["Properties"]
+        group = next((g for g, h in FUNCTIONS.items() if h == props.get("Handler")), None)
+        if group is not None:
+            functions[group] = Function(props["MemorySize"], props["Architectures"][0])
+    (cache,) = _of_type(template, "AWS::ElastiCache::ReplicationGroup")
+    cache_props = cache["Properties"]
+    nodes = cache_props.get("NumNodeGroups", 1) * (1 + cache_props.get("ReplicasPerNodeGroup", 0))
+    endpoints = [
+        r
+        for r in _of_type(template, "AWS::EC2::VPCEndpoint")
+        if r["Properties"].get("VpcEndpointType") == "Interface"
+    ]
+    azs = max((len(r["Properties"].get("SubnetIds", [])) for r in endpoints), default=0)
+    stages = _of_type(template, "AWS::ApiGateway::Stage")
+    method_metrics = any(
+        s.get("MetricsEnabled") for st in stages for s in st["Properties"].get("MethodSettings", [])
+    )
+    return Shape(
+        functions=functions,
+        cache_node_type=cache_props["CacheNodeType"],
+        cache_nodes=nodes,
+        interface_endpoints=len(endpoints),
+        availability_zones=azs,
+        nat_gateways=len(_of_type(template, "AWS::EC2::NatGateway")),
+        alarm_metrics=sum(alarm_metrics(a) for a in _of_type(template, "AWS::CloudWatch::Alarm")),
+        dashboards=len(_of_type(template, "AWS::CloudWatch::Dashboard")),
+        api_methods=len(_of_type(template, "AWS::ApiGateway::Method")),
+        method_metrics=method_metrics,
+        secrets=len(_of_type(template, "AWS::SecretsManager::Secret")),
+        schedule_per_minute=len(_of_type(template, "AWS::Events::Rule")),
+    )
+
+
+def synthesize(context: dict[str, Any] | None = None) -> dict:
+    """The default stage's template, synthesized in-process without bundling (no pip, no copies)."""
+    os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+    os.environ.setdefault("JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION", "1")
+    os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
+    os.environ.setdefault("CDK_DISABLE_CLI_TELEMETRY", "true")
+    from infra.app_factory import build_app, cdk_json_context
+
+    with tempfile.TemporaryDirectory(prefix="cost-synth-") as tmp:
+        full = {
+            **cdk_json_context(),
+            "aws:cdk:bundling-stacks": [],
+            "aws:cdk:disable-asset-staging": True,
+            **(context or {}),
+        }
+        app, stack = build_app(context=full, outdir=tmp, nag=False, builtin_validation=False)
+        app.synth()
+        return json.loads((Path(tmp) / f"{stack.stack_name}.template.json").read_text())
