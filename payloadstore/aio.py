@@ -45,11 +45,7 @@ from ._many import (
     split_batches,
     windows,
 )
-<<<<<<< HEAD
 from ._payloads import Payloads, write_into
-from ._wire import BatchItem, Enqueued, JobInfo, QueueInfo, ServerConfig
-=======
-from ._payloads import Payloads
 from ._wire import (
     BatchItem,
     Enqueued,
@@ -61,7 +57,6 @@ from ._wire import (
     RetryAnswer,
     ServerConfig,
 )
->>>>>>> main
 from .client import (
     DEFAULT_MAP_CONCURRENCY,
     DEFAULT_NAMESPACE,
