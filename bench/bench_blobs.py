@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -279,7 +280,26 @@ def bench_rss(stack: dict, stack_file: Path, gib: int, tmp: Path) -> list[str]:
             f"{made['seconds']:.1f} s"
         )
     path.unlink()
+    drop_objects(stack, "blobs/")
     return lines
+
+
+def drop_objects(stack: dict, prefix: str) -> None:
+    """Delete the bench's objects before the stack stops (it would save them to its state dir)."""
+    import boto3
+
+    from payloadstore.devstack.s3_emulator import LOCAL_ACCESS_KEY_ID, LOCAL_SECRET_ACCESS_KEY
+
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=stack["s3_endpoint"],
+        region_name="us-east-1",
+        aws_access_key_id=LOCAL_ACCESS_KEY_ID,
+        aws_secret_access_key=LOCAL_SECRET_ACCESS_KEY,
+    )
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=stack["bucket"], Prefix=prefix):
+        for obj in page.get("Contents", []):
+            s3.delete_object(Bucket=stack["bucket"], Key=obj["Key"])
 
 
 def main() -> None:
@@ -299,12 +319,17 @@ def main() -> None:
     try:
         if not args.skip_map:
             lines += bench_map(stack, args.n, args.blob_mib, tmp)
+            drop_objects(stack, "blobs/")
         if args.rss:
             lines += bench_rss(stack, tmp / "devstack.json", args.rss_gib, tmp)
+        print("\n".join(lines), flush=True)
     finally:
         proc.send_signal(signal.SIGINT)
-        proc.wait(60)
-    print("\n".join(lines))
+        try:
+            proc.wait(300)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

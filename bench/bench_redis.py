@@ -16,7 +16,9 @@ answer the parts as issued and their composite checksum).
 Goals (issue 8): S3-tier queued <= 512 B and flat in payload size (a multipart job too, issue
 24); S3-tier finished <= 1,024 B;
 1 KiB inline queued <= payload + 400 B; 1 KiB inline finished with a 1 KiB result <=
-payload + result + 600 B.
+payload + result + 600 B. Issue 26: the ended-jobs index (what lists a queue's failed,
+cancelled and succeeded jobs) <= 64 B per job: `MEMORY USAGE` of the queue's ended-jobs stream
+(every node, SAMPLES 0) over the N jobs that ended.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from payloadstore_controlplane.models.api import (
 )
 from payloadstore_controlplane.models.domain import PayloadRef
 from payloadstore_controlplane.models.settings import Settings
+from payloadstore_controlplane.store import keys
 from payloadstore_controlplane.store.redis_client import make_redis
 from payloadstore_controlplane.store.redis_jobs import RedisJobStore
 from payloadstore_controlplane.store.redis_queues import RedisQueueStats
@@ -76,6 +79,7 @@ GOALS = {
     "s3_finished": 1024,
     "inline_queued_over_payload": 400,
     "inline_finished_over_payload_and_result": 600,
+    "ended_index": 64,
 }
 
 
@@ -133,7 +137,8 @@ def used(r) -> int:
 
 
 def make_deps(client) -> Deps:
-    # Payloads up to 1 GiB (a multipart job of 64 parts); the other settings are the defaults.
+    # Payloads up to 1 GiB: above MULTIPART_THRESHOLD (the default, 64 MiB) a job is multipart
+    # (64 parts at 1 GiB), with S3's multipart calls stubbed (UploadedObjects).
     settings = Settings(
         payload_bucket=BUCKET, redis_url="redis://unused", max_payload_bytes=1024**3
     )
@@ -195,6 +200,26 @@ def finish(deps: Deps, result: bytes | None, result_size: int = 0, queue: str = 
             lease=got.lease,
         )
     post_result(DAEMON, got.job_id, body, deps)
+
+
+def fail_job(deps: Deps, queue: str) -> None:
+    got = poll(DAEMON, PollRequest(namespace=NS, queues=[queue], wait_s=0, daemon_id="d1"), deps)
+    error = {"type": "ValueError", "message": "bad input", "traceback": "Traceback: ..."}
+    post_result(
+        DAEMON, got.job_id, ResultPost.model_validate({"error": error, "lease": got.lease}), deps
+    )
+
+
+def index_per_job(raw, deps: Deps, n: int, group: str, make, then) -> float:
+    """Bytes of the queue's ended-jobs stream of `group` per job, after N jobs ended there."""
+    raw.flushall()
+    for _ in range(n):
+        make()
+    for _ in range(n):
+        then()
+    key = keys.ended(NS, "ix", group)
+    assert raw.xlen(key) == n, (raw.xlen(key), n)
+    return raw.memory_usage(key, samples=0) / n
 
 
 def per_job(raw, n: int, make, then=None) -> float:
@@ -281,6 +306,21 @@ def main() -> None:
                 f"1 KiB inline job, finished with a 1 KiB result: {b:,.0f} B = payload + result "
                 f"+ {b - 2048:,.0f} (goal <= +600)"
             )
+            for group, make, then in (
+                (
+                    "failed",
+                    lambda: inline_job(deps, kib, queue="ix"),
+                    lambda: fail_job(deps, "ix"),
+                ),
+                (
+                    "succeeded",
+                    lambda: s3_job(deps, 8 * 1024 * 1024, queue="ix"),
+                    lambda: finish(deps, None, 65_536, queue="ix"),
+                ),
+            ):
+                b = index_per_job(raw, deps, n, group, make, then)
+                figures.setdefault("ended_index", []).append(b)
+                print(f"ended-jobs index ({group}), per job: {b:,.1f} B (goal <= 64)")
             b = naive_inline(raw, n, kib)
             print(f"naive inline baseline, XADD of the same 1 KiB: {b:,.0f} B")
             b = per_job(raw, n, lambda: inline_job(deps, b"\x01" * 262_144))
@@ -288,7 +328,7 @@ def main() -> None:
             for op, us in latencies_us(deps, raw).items():
                 print(f"{op} (logic + store) median: {us:,.0f} us")
             met = all(max(v) <= GOALS[k] for k, v in figures.items())
-            print("all four goals met" if met else "GOALS NOT MET")
+            print("all five goals met" if met else "GOALS NOT MET")
         finally:
             server.stop()
 

@@ -212,3 +212,42 @@ def test_an_expired_blob_is_unknown(cp, r):
     # (the object lingers until the lifecycle's midnight; an upload found again is re-verified
     # by the next POST, but a job naming it is refused)
     assert enqueue_with(cp, [sha]).error["code"] == "unknown_blob"
+
+
+def test_an_old_upload_found_without_its_record_is_renewed_before_it_is_recorded(
+    cp, r, s3_client, payload_bucket, monkeypatch
+):
+    # Given a blob whose record expired while its object lingers (S3's lifecycle rounds up to
+    # midnight), uploaded 30 h ago by the control plane's clock
+    from payloadstore_controlplane.runtime import clock
+
+    data = blob_bytes()
+    sha = create_blob(cp, data)
+    r.delete(keys.blob(cp.ns, sha))
+    real_now = clock.now()
+    monkeypatch.setattr(clock, "now", lambda: real_now + 30 * 3600)
+    # When a client asks for it again
+    again = cp.blob(sha, len(data))
+    # Then the object is renewed (copied onto itself) before the blob is usable again, so the
+    # lifecycle cannot delete it under the jobs about to reference it
+    assert again.json["exists"] is True
+    head = s3_client.head_object(Bucket=payload_bucket, Key=f"blobs/{cp.ns}/{sha}")
+    assert head["Metadata"].get("renewed-at")
+    assert r.ttl(keys.blob(cp.ns, sha)) > RETENTION_S - 60
+
+
+def test_a_recent_upload_found_without_its_record_is_recorded_for_what_is_left(
+    cp, r, s3_client, payload_bucket, monkeypatch
+):
+    from payloadstore_controlplane.runtime import clock
+
+    data = blob_bytes()
+    sha = create_blob(cp, data)
+    r.delete(keys.blob(cp.ns, sha))
+    real_now = clock.now()
+    monkeypatch.setattr(clock, "now", lambda: real_now + 10 * 3600)
+    assert cp.blob(sha, len(data)).json["exists"] is True
+    head = s3_client.head_object(Bucket=payload_bucket, Key=f"blobs/{cp.ns}/{sha}")
+    assert "renewed-at" not in head["Metadata"]
+    # (its record lives for what is left of the retention since the upload: ~38 h)
+    assert RETENTION_S - 10 * 3600 - 120 <= r.ttl(keys.blob(cp.ns, sha)) <= RETENTION_S - 10 * 3600

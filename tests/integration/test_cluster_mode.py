@@ -149,3 +149,23 @@ def test_a_batch_enqueues_in_one_script_on_a_cluster(cp, on_cluster):
     assert answers[0]["job_id"] == first
     polled = [cp.poll().json["job_id"] for _ in range(3)]
     assert polled == [first, answers[1]["job_id"], answers[2]["job_id"]]
+
+
+def test_listing_retry_redrive_and_purge_run_on_a_cluster(cp, on_cluster):
+    from tests.integration.test_operate import fail, ids, list_jobs, purge, redrive, retry, take
+
+    # Given two inline jobs that failed (their hashes on other nodes than the queue)
+    jobs = [cp.enqueue(raw=bytes([i])).json["job_id"] for i in range(2)]
+    for job in jobs:
+        take(cp, job)
+        fail(cp, job)
+    # Then they list as failed (the index in the namespace slot, each hash read on its node)
+    assert ids(list_jobs(cp, "failed")) == jobs[::-1]
+    # When one is retried and the other redriven, both run again with their bytes
+    assert retry(cp, jobs[0]).status == 200
+    assert redrive(cp).json == {"retried": 1, "skipped": 0}
+    assert {cp.poll().json["job_id"] for _ in range(2)} == set(jobs)
+    # When a queued job is purged, it is cancelled
+    waiting = cp.enqueue(raw=b"\x09").json["job_id"]
+    assert purge(cp).json == {"cancelled": 1, "remaining": 0}
+    assert ids(list_jobs(cp, "cancelled")) == [waiting]

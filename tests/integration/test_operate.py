@@ -12,6 +12,16 @@ import pytest
 from tests.support.control_plane import cancel, upload
 
 
+def direct_redis(redis_target):
+    """A client of the Redis the handlers use (a cluster's, in cluster mode)."""
+    import redis
+    from redis.cluster import RedisCluster
+
+    if redis_target.get("REDIS_CLUSTER") == "true":
+        return RedisCluster.from_url(redis_target["REDIS_URL"])
+    return redis.Redis.from_url(redis_target["REDIS_URL"])
+
+
 def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
@@ -302,15 +312,13 @@ def test_a_retry_is_refused_with_its_reason(cp, monkeypatch):
 
 
 def test_an_inline_job_whose_kept_arguments_expired_is_not_retried(cp, redis_target):
-    import redis
-
     from payloadstore_controlplane.store import keys
 
     # Given a failed inline job whose kept arguments are gone (their TTL ran out)
     job = cp.enqueue(raw=b"\x01").json["job_id"]
     take(cp, job)
     fail(cp, job)
-    client = redis.Redis.from_url(redis_target["REDIS_URL"])
+    client = direct_redis(redis_target)
     assert client.delete(keys.kept_args(cp.ns, job)) == 1
     # When it is retried
     reply = retry(cp, job)
@@ -406,3 +414,23 @@ def test_purge_cancels_every_queued_job_and_leaves_the_running_one(cp):
     # and a purged job can still be retried
     assert retry(cp, queued[0]).status == 200
     assert take(cp, queued[0])["attempt"] == 1
+
+
+# -- memory ------------------------------------------------------------------------------------
+
+
+def test_the_index_of_ended_jobs_costs_under_64_bytes_a_job_and_expires(cp, redis_target):
+    from payloadstore_controlplane.store import keys
+
+    # Given 200 jobs that failed
+    for i in range(200):
+        job = cp.enqueue(raw=msgpack.packb(i)).json["job_id"]
+        take(cp, job)
+        fail(cp, job)
+    # Then the queue's failed-jobs index holds one entry each, in under 64 B a job
+    client = direct_redis(redis_target)
+    key = keys.ended(cp.ns, cp.queue, "failed")
+    assert client.xlen(key) == 200
+    assert client.memory_usage(key, samples=0) / 200 <= 64
+    # and it expires with the jobs (RESULT_TTL_S)
+    assert 0 < client.ttl(key) <= 172_800

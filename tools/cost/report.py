@@ -394,6 +394,10 @@ def render(shape: Shape, usage: Usage, bench: dict, measured: dict, f: Figures) 
             f"Client's objects {model.SQS_S3_HOURS:g} h (deleted with the message)."
         ),
         (
+            "- Cold starts are not priced: Lambda bills a container's Init (~0.5 s of CPU here) "
+            "once per new container; idle daemons keep theirs warm."
+        ),
+        (
             "- SQS: a job message (send, receive, delete) and a result message on a reply queue "
             "(send, receive, delete); a 100-byte payload is one 64 KiB chunk."
         ),
