@@ -131,6 +131,13 @@ def kept_args(namespace: str, job_id: str) -> str:
     return f"{PREFIX}:{{ns:{namespace}}}:a:{job_id}"
 
 
+def kept_blobs(namespace: str, job_id: str) -> str:
+    """STRING: the blob list (`B`: 32 raw bytes per blob) of a failed or cancelled job's queue
+    entry, kept beside its args when the entry is dropped, so a retry's entry names its blobs
+    again (same TTL)."""
+    return f"{PREFIX}:{{ns:{namespace}}}:a:{job_id}:B"
+
+
 # -- layout 1 (read only, for jobs written before the upgrade) ------------------------------
 
 
