@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import hashlib
 import importlib.util
 import json
 import os
@@ -176,8 +177,37 @@ def cp_post(stack, token: str, path: str, **kwargs):
     return r.json()
 
 
+def single_put(stack, tokens: dict, size: int, sha: str) -> dict:
+    """curl's baseline: one presigned PUT of the whole body. Up to MULTIPART_THRESHOLD the
+    control plane's own; above it (the SDK goes multipart there) one signed the same way (size,
+    type and sha256 signed in) with the local operator key, to the same emulator."""
+    grant = cp_post(
+        stack,
+        tokens["client_token"],
+        f"/v1/namespaces/{NS}/payloads/presign",
+        json={"op": "put", "size": size, "kind": "args", "sha256": sha},
+    )
+    if grant.get("url"):
+        return grant
+    from payloadstore.devstack.s3_emulator import LOCAL_ACCESS_KEY_ID, LOCAL_SECRET_ACCESS_KEY
+    from payloadstore_controlplane.store import sigv4
+    from payloadstore_controlplane.store.s3_objects import SigV4Presigner, sha256_hex_to_b64
+
+    headers = {
+        "Content-Length": str(size),
+        "Content-Type": "application/msgpack",
+        "x-amz-checksum-sha256": sha256_hex_to_b64(sha),
+        "x-amz-sdk-checksum-algorithm": "SHA256",
+    }
+    key = f"payloads/bench-curl/{uuid.uuid4().hex}"
+    with sigv4.invocation_running_as((LOCAL_ACCESS_KEY_ID, LOCAL_SECRET_ACCESS_KEY, None)):
+        url = SigV4Presigner(stack.region, stack.moto.endpoint).url(
+            "PUT", stack.bucket, key, 900, headers
+        )
+    return {"url": url, "headers": headers}
+
+
 def sdk_vs_curl(stack, sizes_mib: list[int], repeat: int) -> dict:
-    import hashlib
 
     from payloadstore import codec
     from payloadstore.daemon import Daemon
@@ -214,7 +244,7 @@ def sdk_vs_curl(stack, sizes_mib: list[int], repeat: int) -> dict:
         return t_add, t_result, counter_c.take(), counter_d.take(), job
 
     one_job(b"warm-up" * 40_000)  # config fetch, connections, imports: not part of a job
-    rows, per_job = [], None
+    rows, per_job, per_job_multipart = [], None, None
     try:
         for mib in sizes_mib:
             payload = random_bytes(payload_size(mib))
@@ -225,12 +255,7 @@ def sdk_vs_curl(stack, sizes_mib: list[int], repeat: int) -> dict:
             path.write_bytes(body)
             samples = {"sdk_add": [], "curl_put": [], "sdk_result": [], "curl_get": []}
             for _ in range(repeat):
-                grant = cp_post(
-                    stack,
-                    tokens["client_token"],
-                    f"/v1/namespaces/{NS}/payloads/presign",
-                    json={"op": "put", "size": len(body), "kind": "args", "sha256": sha},
-                )
+                grant = single_put(stack, tokens, len(body), sha)
                 headers = [a for k, v in grant["headers"].items() for a in ("-H", f"{k}: {v}")]
                 samples["curl_put"].append(curl("-T", str(path), *headers, grant["url"]))
                 t_add, t_result, calls_c, calls_d, job = one_job(payload)
@@ -246,12 +271,17 @@ def sdk_vs_curl(stack, sizes_mib: list[int], repeat: int) -> dict:
                     params={"op": "get", "key": key},
                 )
                 samples["curl_get"].append(curl("-o", "/dev/null", got["url"]))
-                if mib == max(sizes_mib):
-                    per_job = {
-                        "mib": mib,
-                        "client": summarize_calls(calls_c),
-                        "daemon": summarize_calls(calls_d),
-                    }
+                # The call goals are of a single-PUT job: the largest one measured. A multipart
+                # job (above MULTIPART_THRESHOLD) asks for its part URLs too: shown apart.
+                calls = {
+                    "mib": mib,
+                    "client": summarize_calls(calls_c),
+                    "daemon": summarize_calls(calls_d),
+                }
+                if len(body) <= (client.config.multipart_threshold or len(body)):
+                    per_job = calls
+                else:
+                    per_job_multipart = calls
             path.unlink()
             med = {k: statistics.median(v) for k, v in samples.items()}
             rows.append(
@@ -267,7 +297,7 @@ def sdk_vs_curl(stack, sizes_mib: list[int], repeat: int) -> dict:
         shutil.rmtree(scratch, ignore_errors=True)
         client.close()
         daemon_client.close()
-    return {"by_size": rows, "per_job": per_job}
+    return {"by_size": rows, "per_job": per_job, "per_job_multipart": per_job_multipart}
 
 
 # -- S3-tier add() rate, one client -------------------------------------------------------------------
@@ -528,15 +558,54 @@ def redis_bytes(stack, sizes: list[int]) -> list[dict]:
     # This stack is the bench's own: no append-only file to write 100 MiB entries into.
     r.config_set("appendonly", "no")
     issued: dict[str, tuple[int, str]] = {}
-    real_head = s3_objects.S3Objects.head
+    uploaded_parts: dict[str, list] = {}
+    stubbed = ("head", "create_multipart", "list_parts", "complete_multipart")
+    real = {name: getattr(s3_objects.S3Objects, name) for name in stubbed}
 
     def head(self, key):
         size, sha = issued[key]
         return s3_objects.ObjectInfo(
             size=size,
-            sha256_b64=s3_objects.sha256_hex_to_b64(sha),
+            sha256_b64=sha if "-" in sha else s3_objects.sha256_hex_to_b64(sha),
             content_type="application/msgpack",
         )
+
+    # Above MULTIPART_THRESHOLD a job is multipart: S3 answers its parts as issued.
+    def create_multipart(self, key, content_type):
+        return "upload-" + uuid.uuid4().hex * 3
+
+    def list_parts(self, key, upload_id):
+        return uploaded_parts[key]
+
+    def complete_multipart(self, key, upload_id, parts):
+        return True
+
+    def presign_all_parts(grant: dict, size: int) -> None:
+        mp = grant["multipart"]
+        specs, parts, digests = [], [], []
+        for n in range(1, mp["part_count"] + 1):
+            length = min(mp["part_bytes"], size - mp["part_bytes"] * (n - 1))
+            digest = hashlib.sha256(os.urandom(8)).digest()
+            digests.append(digest)
+            specs.append({"number": n, "size": length, "sha256": digest.hex()})
+            parts.append(
+                s3_objects.UploadedPart(n, length, f'"{n}"', base64.b64encode(digest).decode())
+            )
+        for i in range(0, len(specs), 100):
+            out = payloads_fn.lambda_handler(
+                ev.event(
+                    "POST",
+                    "/v1/namespaces/{ns}/payloads/parts",
+                    {"ns": NS},
+                    body={"job_id": grant["job_id"], "parts": specs[i : i + 100]},
+                ),
+                ctx,
+            )
+            if out["statusCode"] != 200:
+                raise SystemExit(f"parts answered {out['statusCode']}: {out.get('body')}")
+        composite = base64.b64encode(hashlib.sha256(b"".join(digests)).digest()).decode()
+        uploaded_parts[grant["key"]] = parts
+        issued[grant["key"]] = (size, f"{composite}-{len(parts)}")
 
     def used() -> int:
         """What the data set holds: used_memory without the connections' own buffers. A
@@ -608,15 +677,18 @@ def redis_bytes(stack, sizes: list[int]) -> list[dict]:
             grant = json.loads(answer["body"])
             if answer["statusCode"] != 200:
                 raise SystemExit(f"presign answered {answer['statusCode']}: {grant}")
-            issued[grant["key"]] = (encoded_len, sha)
             ref = {
                 "kind": "s3",
                 "bucket": grant["bucket"],
                 "key": grant["key"],
                 "size": encoded_len,
                 "contentType": "application/msgpack",
-                "sha256": sha,
             }
+            if grant.get("multipart"):
+                presign_all_parts(grant, encoded_len)
+            else:
+                issued[grant["key"]] = (encoded_len, sha)
+                ref["sha256"] = sha
             out = jobs_fn.lambda_handler(
                 ev.event(
                     "POST",
@@ -631,6 +703,9 @@ def redis_bytes(stack, sizes: list[int]) -> list[dict]:
 
     rows = []
     s3_objects.S3Objects.head = head
+    s3_objects.S3Objects.create_multipart = create_multipart
+    s3_objects.S3Objects.list_parts = list_parts
+    s3_objects.S3Objects.complete_multipart = complete_multipart
     try:
         # Once per kind before measuring: script loads and other one-time structures are not
         # part of any size's figure.
@@ -669,7 +744,8 @@ def redis_bytes(stack, sizes: list[int]) -> list[dict]:
                 }
             )
     finally:
-        s3_objects.S3Objects.head = real_head
+        for name, method in real.items():
+            setattr(s3_objects.S3Objects, name, method)
     return rows
 
 
@@ -695,6 +771,15 @@ MEM_SIZES = [1024, 16 << 10, 200 << 10, 1 << 20, 8 << 20, 64 << 20, MAX_PAYLOAD]
 def report(out: dict) -> str:
     lines = []
     per_job = out["transfers"]["per_job"]
+    multipart = out["transfers"].get("per_job_multipart")
+    if multipart:
+        for side in ("client", "daemon"):
+            s = multipart[side]
+            lines.append(
+                f"CP per {multipart['mib']} MiB multipart job, {side}: {s['calls']} calls, "
+                f"{s['body_bytes']:,} B bodies on the wire ({s['decoded_body_bytes']:,} B "
+                "decoded): " + "; ".join(s["routes"])
+            )
     if per_job:
         for side in ("client", "daemon"):
             s = per_job[side]

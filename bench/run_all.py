@@ -9,12 +9,16 @@ Sections (each module runs alone too; see its docstring):
 - on a local stack: CP calls and bytes per S3-tier job, queue.add()/job.result() vs curl by size,
   S3-tier queue.add() of 1 MiB in jobs/s (one client), a small job's round trip through the handlers vs raw redis-py, Redis bytes per job vs payload
   size, ours vs naive inline (bench_e2e.py);
+- multipart (issue 24): queue.add()/job.result() of 256 MiB and 1 GiB vs curl single PUT/GET
+  on the same emulator, and the peak RSS of result_into(file) of 1 GiB (bench_multipart.py, in
+  a process of its own: its stack takes payloads up to 2 GiB);
 - bench_redis.py (Redis bytes per job against its goals), when present, as it prints.
 
 Bounded in time: small repeat counts by default (BENCH_REPEAT, BENCH_COLD_N, BENCH_RT_N, BENCH_ADD_N,
 BENCH_MIB override them); a section that fails is reported as failed and the others still run.
 
-    .venv/bin/python bench/run_all.py [--no-write] [--sections cold,presign,transfer,e2e,redis]
+    .venv/bin/python bench/run_all.py [--no-write]
+        [--sections cold,presign,transfer,e2e,multipart,redis]
 """
 
 from __future__ import annotations
@@ -49,6 +53,8 @@ GOALS = {
     "presign_ratio": 2.0,
     # a throughput: at least this many times the baseline
     "add_rate_ratio": 2.0,
+    # peak RSS of result_into(file) of 1 GiB above the process's baseline (issue 24)
+    "result_rss_mib": 256,
 }
 
 
@@ -75,6 +81,34 @@ def run_section(name: str, fn, results: dict, timings: dict) -> None:
     # --reuse).
     PARTIAL.parent.mkdir(exist_ok=True)
     PARTIAL.write_text(json.dumps({**PREVIOUS, **results}, indent=2, default=str))
+
+
+def multipart_bench() -> dict:
+    """bench_multipart.py in a process of its own (its stack's settings are not this one's)."""
+    import tempfile
+
+    sizes = os.environ.get("BENCH_MP_MIB", "256 1024").split()
+    with tempfile.TemporaryDirectory() as tmp:
+        out_json = Path(tmp) / "mp.json"
+        out = subprocess.run(
+            [
+                sys.executable,
+                str(HERE / "bench_multipart.py"),
+                "--mib",
+                *sizes,
+                "--repeat",
+                str(env_int("BENCH_MP_REPEAT", 2)),
+                "--json",
+                str(out_json),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=3600,
+            check=False,
+        )
+        if out.returncode != 0:
+            return {"error": out.stderr[-2000:]}
+        return json.loads(out_json.read_text())
 
 
 def redis_footprint_bench() -> dict:
@@ -236,6 +270,27 @@ def summary_table(results: dict) -> list[str]:
             f"| {r['curl_get_s']:.3f} s | {r['result_ratio']:.2f}x | ≤ {GOALS['result_ratio']}x "
             f"| {verdict(r['result_ratio'], GOALS['result_ratio'])} |"
         )
+    multipart = results.get("multipart") if isinstance(results.get("multipart"), dict) else {}
+    for r in multipart.get("by_size") or []:
+        size = f"{r['mib'] // 1024} GiB" if r["mib"] % 1024 == 0 else f"{r['mib']} MiB"
+        rows.append(
+            f"| SDK queue.add() {size} (multipart) vs curl -T | {r['sdk_add_s']:.3f} s "
+            f"| {r['curl_put_s']:.3f} s | {r['add_ratio']:.2f}x | ≤ {GOALS['add_ratio']}x "
+            f"| {verdict(r['add_ratio'], GOALS['add_ratio'])} |"
+        )
+        rows.append(
+            f"| SDK job.result() {size} (multipart) vs curl GET | {r['sdk_result_s']:.3f} s "
+            f"| {r['curl_get_s']:.3f} s | {r['result_ratio']:.2f}x | ≤ {GOALS['result_ratio']}x "
+            f"| {verdict(r['result_ratio'], GOALS['result_ratio'])} |"
+        )
+    rss = multipart.get("rss")
+    if rss:
+        above = rss["above_baseline"] / 2**20
+        rows.append(
+            f"| peak RSS of job.result_into(file), {rss['mib']} MiB result, above baseline "
+            f"| {above:.0f} MiB | {rss['baseline'] / 2**20:.0f} MiB before | – "
+            f"| ≤ {GOALS['result_rss_mib']} MiB | {verdict(above, GOALS['result_rss_mib'])} |"
+        )
     transfer = results.get("transfer") if isinstance(results.get("transfer"), list) else []
     for r in transfer:
         rows.append(
@@ -285,6 +340,7 @@ def summary_table(results: dict) -> list[str]:
 def render(results: dict, timings: dict, made: list[str], started_at: str) -> str:
     from bench_e2e import report as e2e_report
     from bench_layer_cold_import import report as cold_report
+    from bench_multipart import report as multipart_report
     from bench_presign import report as presign_report
     from bench_sdk_transfer import report as transfer_report
 
@@ -314,6 +370,11 @@ def render(results: dict, timings: dict, made: list[str], started_at: str) -> st
             "e2e",
             "Local stack: CP traffic per job, SDK vs curl, round trip, Redis bytes",
             e2e_report,
+        ),
+        (
+            "multipart",
+            "Multipart: queue.add()/job.result() vs curl single PUT/GET, memory of result_into",
+            multipart_report,
         ),
         ("transfer", "SDK transfer functions vs curl (same presigned URLs)", transfer_report),
         ("cold", "Cold start per function", cold_report),
@@ -349,7 +410,7 @@ def write_results(block: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--sections", default="presign,transfer,e2e,cold,redis")
+    parser.add_argument("--sections", default="presign,transfer,e2e,multipart,cold,redis")
     parser.add_argument("--no-write", action="store_true", help="print, leave RESULTS.md alone")
     parser.add_argument("--json", type=Path, default=HERE / "plots" / "results.json")
     parser.add_argument(
@@ -406,6 +467,8 @@ def main() -> None:
             results,
             timings,
         )
+    if "multipart" in wanted:
+        run_section("multipart", multipart_bench, results, timings)
     if "cold" in wanted:
         import bench_layer_cold_import
 

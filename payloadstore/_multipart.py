@@ -2,7 +2,7 @@
 
 Upload: part n+1 is hashed while the parts before it upload (several at once, on a small
 thread pool: hashlib and the sockets release the GIL), and part URLs are asked for in batches
-(2, 4, 8, ... up to 100 parts a call) as their sha256s are known, so no whole-payload hash
+(4, 8, 16, ... up to 100 parts a call) as their sha256s are known, so no whole-payload hash
 stands in front of the first byte. Each part's URL signs its length and sha256: S3 refuses
 other bytes. A part that fails is retried alone; URLs that expired are re-presigned in one call
 for every part still to upload (the control plane's presign cap counts calls, not parts).
@@ -49,7 +49,7 @@ log = logging.getLogger("payloadstore")
 # Parts in flight at once (each a connection): PAYLOADSTORE_PART_WORKERS overrides.
 DEFAULT_WORKERS = 8
 URL_BATCH_MAX = 100
-FIRST_URL_BATCH = 2
+FIRST_URL_BATCH = 4
 
 
 def workers() -> int:

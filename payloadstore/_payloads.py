@@ -225,7 +225,7 @@ class Payloads:
             desc="download",
         )
         if into is not None:
-            _write_into(into, data)
+            write_into(into, data)
         return data
 
 
@@ -233,8 +233,8 @@ class _SinglePut(Exception):
     """The control plane wants a single PUT for this size after all."""
 
 
-def _write_into(into: Any, data: bytearray) -> None:
-    """A single-PUT payload's bytes into the caller's target (a path, a file, a buffer)."""
+def write_into(into: Any, data: bytes | bytearray | memoryview) -> None:
+    """Bytes held in memory into the caller's target (a path, a binary file, a buffer)."""
     if isinstance(into, (bytearray, memoryview)):
         memoryview(into).cast("B")[: len(data)] = data
     elif isinstance(into, (str, os.PathLike)):

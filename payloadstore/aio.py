@@ -45,7 +45,7 @@ from ._many import (
     split_batches,
     windows,
 )
-from ._payloads import Payloads
+from ._payloads import Payloads, write_into
 from ._wire import (
     BatchItem,
     Enqueued,
@@ -490,6 +490,37 @@ class AsyncJob(JobHandle):
         self.tier = self.tier or status.tier
         self.queue = self.queue or status.queue
         return status
+
+    async def result_into(
+        self, into: Any, timeout: float | None = None, *, progress: bool | None = None
+    ) -> int:
+        """As `Job.result_into`: the result's bytes as stored into a path, a binary file or a
+        writable buffer, in bounded memory; the number of bytes written."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        state: str | None = None
+        while True:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            wait = RESULT_WAIT_SLICE_S if remaining is None else min(RESULT_WAIT_SLICE_S, remaining)
+            answer = await self.client.wire.job_result(self.job_id, wait_s=wait)
+            state = answer.state or state
+            if answer.done:
+                if answer.result_inline is not None:
+                    await asyncio.to_thread(write_into, into, answer.result_inline)
+                    return len(answer.result_inline)
+                if answer.result_ref is None:
+                    raise job_error(self.job_id, answer.state, answer.error)
+                payloads = await self.client.payloads()
+                await asyncio.to_thread(
+                    payloads.fetch,
+                    answer.result_ref,
+                    job_id=self.job_id,
+                    progress=progress,
+                    grant=answer.download,
+                    into=into,
+                )
+                return int(answer.result_ref.size or 0)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise ResultTimeout(self.job_id, timeout or 0.0, state)
 
     async def result(
         self, timeout: float | None = None, *, progress: bool | None = None, copy: bool = False

@@ -37,7 +37,7 @@ from ._many import (
     split_batches,
     windows,
 )
-from ._payloads import Payloads
+from ._payloads import Payloads, write_into
 from ._wire import (
     TERMINAL_STATES,
     BatchItem,
@@ -668,6 +668,41 @@ class Job(JobHandle):
                 return value
             if remaining is not None and deadline is not None and time.monotonic() >= deadline:
                 raise ResultTimeout(self.job_id, timeout or 0.0, state)
+
+    def result_into(
+        self, into: Any, timeout: float | None = None, *, progress: bool | None = None
+    ) -> int:
+        """Wait for the job and write its result's bytes as stored (the msgpack encoding
+        `result()` decodes) into `into`: a path, a binary file opened for writing, or a
+        writable buffer of at least that many bytes. A multipart result is read in parallel
+        part-aligned ranges and verified part by part, holding a few parts in memory whatever
+        its size. Returns the number of bytes written. Raises as `result()`."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        state: str | None = None
+        while True:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            wait = RESULT_WAIT_SLICE_S if remaining is None else min(RESULT_WAIT_SLICE_S, remaining)
+            answer = self.client.wire.job_result(self.job_id, wait_s=wait)
+            state = answer.state or state
+            if answer.done:
+                return self._bytes_into(answer, into, progress=progress)
+            if remaining is not None and deadline is not None and time.monotonic() >= deadline:
+                raise ResultTimeout(self.job_id, timeout or 0.0, state)
+
+    def _bytes_into(self, answer: ResultAnswer, into: Any, *, progress: bool | None) -> int:
+        if answer.result_inline is not None:
+            write_into(into, answer.result_inline)
+            return len(answer.result_inline)
+        if answer.result_ref is not None:
+            self.client.payloads.fetch(
+                answer.result_ref,
+                job_id=self.job_id,
+                progress=progress,
+                grant=answer.download,
+                into=into,
+            )
+            return int(answer.result_ref.size or 0)
+        raise job_error(self.job_id, answer.state, answer.error)
 
     def _value_from(self, answer: ResultAnswer, *, progress: bool | None, copy: bool) -> Any:
         store = self.client.blobs

@@ -55,23 +55,28 @@ def test_a_multipart_payload_and_result_round_trip_through_the_daemon(small_part
 
 
 def test_a_result_is_read_into_a_file_and_a_buffer(small_parts_gateway, tmp_path):
+    # Given a job whose 17 MiB result is a multipart object
     client, daemon_client = clients(small_parts_gateway)
     queue = unique_queue("multipart-into")
     data = random.randbytes(17 * MiB)
     with client, daemon_client, daemon_thread(daemon_client, queue, echo):
         job = client.queue(queue).add(data)
-        job.result(timeout=120)
-        answer = client.wire.job_result(job.job_id, wait_s=0)
-        ref = answer.result_ref
-        # When the result's bytes (the msgpack encoding) are read into a file
+        value = job.result(timeout=120)
+        size = job.status().result_ref["size"]
+        # When its bytes (the msgpack encoding result() decodes) are read into a file
         out = tmp_path / "result.bin"
-        client.payloads.fetch(ref, job_id=job.job_id, into=out)
-        # And into a buffer of the caller's
-        buffer = bytearray(ref.size)
-        client.payloads.fetch(ref, job_id=job.job_id, into=buffer)
-        # Then both hold the object's bytes
-        whole = client.payloads.fetch(ref, job_id=job.job_id)
-        assert out.read_bytes() == bytes(whole) == bytes(buffer)
+        assert job.result_into(out, timeout=60) == size
+        # And into a buffer of the caller's, and into an open file
+        buffer = bytearray(size)
+        assert job.result_into(buffer) == size
+        with open(tmp_path / "again.bin", "wb") as f:
+            f.write(b"head")
+            assert job.result_into(f) == size
+        # Then each holds the object's bytes, which decode to the value
+        from payloadstore import codec
+
+        assert out.read_bytes() == bytes(buffer) == (tmp_path / "again.bin").read_bytes()[4:]
+        assert bytes(codec.decode(out.read_bytes())) == bytes(value) == data
 
 
 def test_a_corrupted_part_is_caught_at_read_and_the_job_ends_payload_corrupt(
