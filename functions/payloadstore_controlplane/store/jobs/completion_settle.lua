@@ -38,6 +38,8 @@ if ARGV[2] ~= '' then
 end
 if ARGV[4] == 'add' or (ARGV[4] == 'if_dropped' and dropped == 1) then
   redis.call('XADD', KEYS[2], 'MINID', '~', ARGV[6], '*', 'j', ARGV[3], 'r', ARGV[5])
-  redis.call('PEXPIRE', KEYS[2], ARGV[7])
 end
+-- Also on a repeat that adds nothing: a write, so the caller's WAIT covers the first run's
+-- index entry and kept args (replication is in order), which a retry of the job needs.
+if ARGV[4] ~= '' then redis.call('PEXPIRE', KEYS[2], ARGV[7]) end
 return dropped
