@@ -18,8 +18,13 @@ RETENTION_S = 172_800
 
 
 @pytest.fixture
-def r(redis_server) -> redis.Redis:
-    return redis.Redis.from_url(redis_server.url)
+def r(redis_target):
+    """The Redis the control plane uses (a cluster with PAYLOADSTORE_REDIS=cluster)."""
+    from redis.cluster import RedisCluster
+
+    if redis_target.get("REDIS_CLUSTER") == "true":
+        return RedisCluster.from_url(redis_target["REDIS_URL"])
+    return redis.Redis.from_url(redis_target["REDIS_URL"])
 
 
 def blob_bytes(n: int = 300_000) -> bytes:
@@ -91,7 +96,7 @@ def test_unknown_blob_refuses_the_job_and_writes_nothing(cp, r):
     sha = "ab" * 32
     reply = enqueue_with(cp, [sha])
     assert reply.status == 409 and reply.error["code"] == "unknown_blob"
-    assert not list(r.scan_iter(match=f"ps:{{ns:{cp.ns}}}:q:*"))
+    assert not r.exists(f"ps:{{ns:{cp.ns}}}:q:{cp.queue}")
     assert cp.poll().status == 204
 
 
@@ -251,3 +256,30 @@ def test_a_recent_upload_found_without_its_record_is_recorded_for_what_is_left(
     assert "renewed-at" not in head["Metadata"]
     # (its record lives for what is left of the retention since the upload: ~38 h)
     assert RETENTION_S - 10 * 3600 - 120 <= r.ttl(keys.blob(cp.ns, sha)) <= RETENTION_S - 10 * 3600
+
+
+@pytest.mark.parametrize("tier", ["inline", "s3"])
+def test_a_retried_job_names_its_blobs_again(cp, tier):
+    # Given a job referencing a blob that failed
+    sha = create_blob(cp, blob_bytes())
+    if tier == "s3":
+        job_id = enqueue_with(cp, [sha], ref=upload(cp, msgpack.packb([b"a" * 300_000]))).json[
+            "job_id"
+        ]
+    else:
+        job_id = enqueue_with(cp, [sha]).json["job_id"]
+    assert cp.poll().status == 200
+    failed = cp.post_result(job_id, {"error": {"type": "Boom", "message": "x"}})
+    assert failed.status == 204
+    # When a client retries it
+    retried = cp.call(
+        "jobs",
+        "POST",
+        "/v1/namespaces/{ns}/jobs/{job_id}/retry",
+        {"ns": cp.ns, "job_id": job_id},
+    )
+    assert retried.status == 200, retried.raw_body
+    # Then its new delivery carries the GET of its blob again
+    got = cp.poll()
+    assert got.json["job_id"] == job_id
+    assert [b["sha256"] for b in got.json["blobs"]] == [sha]

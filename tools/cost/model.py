@@ -181,7 +181,7 @@ def fixed_monthly(shape: Shape, metrics_route: Route) -> Lines:
         (f"EMF custom metrics: {emf} series ({shape.queues} queue)", emf * price("custom_metric")),
         (f"Secrets Manager: {shape.secrets} secret", shape.secrets * price("secret_month")),
         (
-            f"metrics function: {runs:,.0f} runs (Lambda, logs, X-Ray)",
+            f"metrics function: {runs:,.0f} runs (Lambda, the log ingestion baseline, X-Ray)",
             lambda_cost(metrics_fn, billed_ms(metrics_route, metrics_fn), runs)
             + log_cost(runs * (LAMBDA_PLATFORM_LOG_BYTES + metrics_route.log_bytes))
             + runs * XRAY_IDLE_FRACTION * price("xray_trace"),

@@ -58,8 +58,6 @@ converts such a job to layout 2 the first time it touches it (`redis_jobs.RedisJ
 
 from __future__ import annotations
 
-import base64
-
 PREFIX = "ps"
 CONSUMER_GROUP = "daemons"
 # The inline index is split into hashes of one hour of job ids each, so whole hours expire.
@@ -102,13 +100,13 @@ def namespaces() -> str:
     return f"{PREFIX}:{{namespaces}}:set"
 
 
-def blob(namespace: str, sha256_hex: str) -> str:
+def blob(namespace: str, sha256_hex: str) -> bytes:
     """STRING: the blob's size, with a TTL of the retention, once its upload was verified (see
-    docs/design.md "Blobs"). The digest is in base64url (43 chars, not 64 hex) so the record
-    stays within 128 B (MEMORY USAGE) for namespaces up to 11 chars, ~140 B at 32. Its age is
-    the retention less its TTL: no timestamp is stored. In the namespace's slot."""
-    digest = base64.urlsafe_b64encode(bytes.fromhex(sha256_hex)).rstrip(b"=").decode("ascii")
-    return f"{PREFIX}:{{ns:{namespace}}}:b:{digest}"
+    docs/design.md "Blobs"). The key ends with the 32 raw bytes of the sha256 (not 64 hex
+    characters, nor 43 of base64) so the record stays within 128 B (MEMORY USAGE, cluster mode
+    included) for namespaces up to 11 characters. Its age is the retention less its TTL: no
+    timestamp is stored. In the namespace's slot."""
+    return f"{PREFIX}:{{ns:{namespace}}}:b:".encode() + bytes.fromhex(sha256_hex)
 
 
 def inline_index(namespace: str, job_ms: int) -> str:
@@ -131,6 +129,13 @@ def kept_args(namespace: str, job_id: str) -> str:
     """STRING: the inline args of a failed or cancelled job, moved out of its queue entry when
     the entry is dropped, so the job can be retried until its retention ends (same TTL)."""
     return f"{PREFIX}:{{ns:{namespace}}}:a:{job_id}"
+
+
+def kept_blobs(namespace: str, job_id: str) -> str:
+    """STRING: the blob list (`B`: 32 raw bytes per blob) of a failed or cancelled job's queue
+    entry, kept beside its args when the entry is dropped, so a retry's entry names its blobs
+    again (same TTL)."""
+    return f"{PREFIX}:{{ns:{namespace}}}:a:{job_id}:B"
 
 
 # -- layout 1 (read only, for jobs written before the upgrade) ------------------------------

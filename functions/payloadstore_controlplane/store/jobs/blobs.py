@@ -8,6 +8,7 @@ entry (`B`) and, for a result, in its hash (`rb0`, `rb1`, ...), 32 raw bytes eac
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 from .. import keys
 from ._base import StoreBase
@@ -40,4 +41,6 @@ class BlobSteps(StoreBase):
     def record_blob(self, namespace: str, sha256: str, size: int, ttl_s: int) -> None:
         """Remember (or renew) a verified blob for `ttl_s`; acknowledged by replicas as every
         reported write is (REDIS_MIN_REPLICA_ACKS)."""
-        self._run("blobs_record", [keys.blob(namespace, sha256)], [size, ttl_s])
+        # (a binary key: redis-py sends bytes keys as they are)
+        key = cast(str, keys.blob(namespace, sha256))
+        self._run("blobs_record", [key], [size, ttl_s])

@@ -143,6 +143,7 @@ class CompletionSteps(StoreBase):
                     keys.queue(namespace, queue),
                     keys.ended(namespace, queue, group or "failed"),
                     keys.kept_args(namespace, job_id),
+                    keys.kept_blobs(namespace, job_id),
                 ],
                 [
                     keys.CONSUMER_GROUP,

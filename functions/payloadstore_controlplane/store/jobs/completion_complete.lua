@@ -24,7 +24,13 @@ if entry == '*' then entry = '' end
 if f[2] and f[2] ~= ARGV[6] then return {'lease_mismatch', s or ''} end
 if s ~= 'running' then
   if s == 'queued' or s == 'awaiting_upload' then return {'not_running', s} end
-  if f[5] == ARGV[2] then return {'same', entry, f[4] or '', s, f[7] or '0'} end
+  if f[5] == ARGV[2] then
+    -- Written again (same value): a write, so the caller's WAIT on this connection covers the
+    -- first run's too (replication is in order). A first run answered 503 because its WAIT
+    -- timed out is then reported done only once a replica holds it.
+    redis.call('HSET', KEYS[1], 'g', ARGV[2])
+    return {'same', entry, f[4] or '', s, f[7] or '0'}
+  end
   return {'conflict', s}
 end
 local state = ARGV[1]

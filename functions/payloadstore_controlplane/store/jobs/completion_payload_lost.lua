@@ -24,6 +24,8 @@ if f[2] and f[2] ~= ARGV[6] then return {'lease_mismatch', s or ''} end
 if s ~= 'running' then
   if s == 'queued' and f[2] == ARGV[6] and lost > 0 then return {'requeue', '', queue} end
   if s ~= 'queued' and s ~= 'awaiting_upload' and f[6] == ARGV[2] then
+    -- Written again: the caller's WAIT then covers the first run (see completion_complete).
+    redis.call('HSET', KEYS[1], 'g', ARGV[2])
     return {'same', entry, queue or '', s, f[7] or '0'}
   end
   return {'not_running', s}

@@ -149,6 +149,7 @@ class OperateSteps(StoreBase):
                 keys.queue(namespace, queue),
                 keys.queue_names(namespace),
                 keys.kept_args(namespace, job_id),
+                keys.kept_blobs(namespace, job_id),
             ],
             [
                 f"{min_id_ms}-0",
