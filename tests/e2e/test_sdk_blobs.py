@@ -138,6 +138,8 @@ def test_the_async_client_stores_and_sends_blobs(local_gateway, cache_dir):
             again = await aclient.blob(data)
             job = await aclient.queue(queue).add(b)
             digest, back = await job.result(timeout=60)
+            mapped = await aclient.queue(queue).map([b, b], progress=False)
+            assert [(await j.result(timeout=60))[0] for j in mapped] == [b.sha256] * 2
             returned = await asyncio.to_thread(back.read)
             return b, again, digest, returned, aclient.blob_store().uploads
 

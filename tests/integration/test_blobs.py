@@ -283,3 +283,14 @@ def test_a_retried_job_names_its_blobs_again(cp, tier):
     got = cp.poll()
     assert got.json["job_id"] == job_id
     assert [b["sha256"] for b in got.json["blobs"]] == [sha]
+
+
+def test_no_route_but_a_jobs_answer_hands_out_a_blobs_url(cp):
+    # Given a blob of this namespace
+    sha = create_blob(cp, blob_bytes())
+    # When a token of the namespace asks presign-get for its key directly
+    direct = cp.presign_get(f"blobs/{cp.ns}/{sha}")
+    # Then it is refused as a key never issued: only a job's poll or result answer carries one
+    assert direct.status == 404
+    # (and the blobs route, for a blob the namespace has, answers no URL at all)
+    assert "url" not in cp.blob(sha, 300_000).raw_body

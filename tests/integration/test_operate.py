@@ -266,6 +266,17 @@ def test_a_job_cancelled_while_queued_is_retried(cp):
     assert cp.result(job).json["state"] == "succeeded"
 
 
+def test_a_purge_after_a_cancel_keeps_the_cancelled_jobs_arguments(cp):
+    # Given an inline job cancelled before any delivery, its entry still in the queue
+    job = cp.enqueue(raw=b"\x06").json["job_id"]
+    assert cancel(cp, job).status == 200
+    # When the queue is purged, the entry goes (nothing queued to cancel)
+    assert purge(cp).json == {"cancelled": 0, "remaining": 0}
+    # Then the job can still be retried, and runs with its bytes
+    assert retry(cp, job).status == 200
+    assert base64.b64decode(take(cp, job)["payloadInline"]) == b"\x06"
+
+
 def test_the_delivery_cap_counts_again_after_a_retry(cp, settings_env):
     # Given a job that ended failed at MAX_DELIVERIES=1 (its daemon died)
     settings_env(MAX_DELIVERIES="1", VISIBILITY_TIMEOUT_S="1")

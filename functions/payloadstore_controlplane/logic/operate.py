@@ -274,8 +274,21 @@ def _purge_entry(
     now_ms = int(deps.clock() * 1000)
     own = _live_record(namespace, queue, entry, job)
     if own is None or own.state is not JobStatus.QUEUED:
-        # Not a queued job's own entry (a stale double, or a job that ended): it goes too.
-        deps.jobs.drop_entry(namespace, queue, entry.stream_id)
+        # Not a queued job's own entry (a stale double, or a job that ended): it goes too, its
+        # inline bytes kept if the job may be retried (cancelled before any delivery).
+        if job is not None and job.namespace == namespace and job.state in RETRYABLE_STATES:
+            deps.jobs.settle(
+                namespace,
+                queue,
+                job.job_id,
+                entry.stream_id,
+                state=None,
+                retries=job.retries,
+                now_ms=now_ms,
+                keep_args=True,
+            )
+        else:
+            deps.jobs.drop_entry(namespace, queue, entry.stream_id)
         return 0
     outcome = deps.jobs.cancel(
         own.job_id,
