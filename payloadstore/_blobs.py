@@ -193,6 +193,9 @@ class BlobStore:
         self._sleep = sleep
         self._known: set[str] = set()
         self._urls: dict[str, str] = {}
+        # sha256 -> how to ask for fresh GETs (a result read long after its answer: the URLs
+        # live PRESIGN_TTL_S)
+        self._renew: dict[str, Any] = {}
         self._lock = threading.Lock()
         #: bytes this store sent to S3 (uploads), and control-plane calls it made for blobs
         self.bytes_uploaded = 0
@@ -284,9 +287,23 @@ class BlobStore:
                     self._urls[d["sha256"]] = d["url"]
 
     def fetch(self, sha: str, size: int | None = None) -> Path:
-        """The cached, verified file of a blob this store holds a GET for."""
-        url = self._urls.get(sha)
-        return self.cache.get(sha, url, size=size, http=self.s3_http)
+        """The cached, verified file of a blob this store holds a GET for; a GET that S3
+        refuses (403: expired) is asked for again once, where the answer can be re-read."""
+        try:
+            return self.cache.get(sha, self._urls.get(sha), size=size, http=self.s3_http)
+        except TransferError as e:
+            renew = self._renew.get(sha)
+            if e.status != 403 or renew is None:
+                raise
+            log.info("blob GET refused, asking for new URLs sha256=%s", sha[:16])
+            self.grant(renew())
+            return self.cache.get(sha, self._urls.get(sha), size=size, http=self.s3_http)
+
+    def renewable(self, downloads: Any, renew: Any) -> None:
+        """Remember how to get fresh GETs of these blobs (`renew()` answers a new `blobs`)."""
+        for sha in blob_list(downloads):
+            with self._lock:
+                self._renew[sha] = renew
 
     def path(self, b: Blob) -> Path:
         return self.fetch(b.sha256, b.size)

@@ -707,7 +707,11 @@ class Job(JobHandle):
     def _value_from(self, answer: ResultAnswer, *, progress: bool | None, copy: bool) -> Any:
         store = self.client.blobs
         # Blobs in the result read through the GETs handed out with it (downloaded on use).
-        token = store.reading(answer.raw.get("blobs"))
+        downloads = answer.raw.get("blobs")
+        if downloads:
+            job_id, wire = self.job_id, self.client.wire
+            store.renewable(downloads, lambda: wire.job_result(job_id, wait_s=0).raw.get("blobs"))
+        token = store.reading(downloads)
         try:
             if answer.result_inline is not None:
                 return codec.decode(answer.result_inline, copy=copy)

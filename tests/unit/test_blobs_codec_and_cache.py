@@ -154,3 +154,28 @@ def test_several_processes_share_one_download(tmp_path):
     # Then the blob was downloaded once, by one of them, and is whole
     assert sorted(downloads) == [0, 0, 0, 1] and len(served) == 1
     assert BlobCache(tmp_path).file(sha(data)).read_bytes() == data
+
+
+def test_an_expired_get_is_asked_for_again_where_the_answer_can_be_re_read(tmp_path):
+    # Given a result's blob whose handed-out GET has expired (S3 answers 403)
+    data = os.urandom(1000)
+    gets: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        gets.append(request.url.path)
+        if request.url.path == "/old":
+            return httpx.Response(403, content=b"<Error><Code>AccessDenied</Code></Error>")
+        return httpx.Response(200, content=data)
+
+    store = BlobStore(
+        None,
+        httpx.Client(transport=httpx.MockTransport(handler)),
+        retry=RetryPolicy(),
+        cache=BlobCache(tmp_path),
+    )
+    old = [{"sha256": sha(data), "url": "http://s3/old"}]
+    store.renewable(old, lambda: [{"sha256": sha(data), "url": "http://s3/new"}])
+    store.grant(old)
+    # When it is read, then the store asks for fresh URLs once and downloads
+    assert store.fetch(sha(data), len(data)).read_bytes() == data
+    assert gets == ["/old", "/new"]
