@@ -352,6 +352,23 @@ def test_another_namespaces_job_is_not_found_and_its_path_forbidden(cp, other_cp
     assert other_cp.status(job).json["state"] == "failed"
 
 
+def test_the_routes_are_for_client_tokens_and_take_only_valid_queue_names(cp):
+    # A daemon token is refused on every route of this kind
+    job = cp.enqueue(raw=b"\x01").json["job_id"]
+    for method, resource, params in (
+        ("GET", "/v1/namespaces/{ns}/queues/{queue}/jobs", {"queue": cp.queue}),
+        ("POST", "/v1/namespaces/{ns}/jobs/{job_id}/retry", {"job_id": job}),
+        ("POST", "/v1/namespaces/{ns}/queues/{queue}/redrive", {"queue": cp.queue}),
+        ("POST", "/v1/namespaces/{ns}/queues/{queue}/purge", {"queue": cp.queue}),
+    ):
+        reply = cp.call("jobs", method, resource, {"ns": cp.ns, **params}, role="daemon")
+        assert reply.status == 403, (resource, reply.raw_body)
+    # and a queue name the API does not take is 422, with nothing purged
+    assert purge(cp, queue="bad name!").status == 422
+    assert list_jobs(cp, queue="x" * 64).status == 422
+    assert cp.status(job).json["state"] == "queued"
+
+
 def test_an_unknown_job_is_404(cp):
     assert retry(cp, "01KB7Z6Q3N4V8W2X5Y9Z0A1B2C").status == 404
 
