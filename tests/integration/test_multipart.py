@@ -498,3 +498,28 @@ def test_a_queued_multipart_job_costs_redis_at_most_512_bytes(cp, small_multipar
     used = r_.memory_usage(keys.job(job_id)) or 0
     assert 0 < used <= 512
     assert r_.object("encoding", keys.job(job_id)) == b"listpack"
+
+
+def test_a_re_presign_answers_the_same_upload_and_counts(cp, settings_env):
+    # Given MAX_PRESIGNS_PER_JOB=2 and a multipart upload presigned once
+    settings_env(
+        MULTIPART_THRESHOLD=str(6 * MiB), MULTIPART_PART_BYTES=str(PART), MAX_PRESIGNS_PER_JOB="2"
+    )
+    first = cp.presign_put(12 * MiB, sha256=None)
+    job_id = first.json["job_id"]
+    # When the client presigns the same job again (its answer was lost)
+    again = cp.presign_put(12 * MiB, sha256=None, job_id=job_id)
+    # Then it gets the same upload, and the next re-presign is past the cap
+    assert again.status == 200, again.raw_body
+    assert again.json["multipart"] == first.json["multipart"]
+    assert cp.presign_put(12 * MiB, sha256=None, job_id=job_id).status == 429
+    # And another size for the same job is refused
+    assert cp.presign_put(13 * MiB, sha256=None, job_id=job_id).status == 409
+
+
+def test_parts_of_an_enqueued_job_are_409(cp, small_multipart):
+    data = payload(12 * MiB)
+    presigned = upload_all(cp, data)
+    assert cp.enqueue(ref=ref_of({**presigned, "size": len(data)})).status == 201
+    out = ask_parts(cp, presigned["job_id"], part_specs(data, PART, [1]))
+    assert out.status == 409
