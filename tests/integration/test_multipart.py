@@ -523,3 +523,26 @@ def test_parts_of_an_enqueued_job_are_409(cp, small_multipart):
     assert cp.enqueue(ref=ref_of({**presigned, "size": len(data)})).status == 201
     out = ask_parts(cp, presigned["job_id"], part_specs(data, PART, [1]))
     assert out.status == 409
+
+
+def test_a_completion_s3_refuses_aborts_the_upload(cp, small_multipart, monkeypatch, s3_client):
+    # Given an upload whose parts match what was issued, but S3 refuses to complete them
+    from payloadstore_controlplane.store import s3_objects
+
+    data = payload(12 * MiB)
+    presigned = upload_all(cp, data)
+    upload_id = presigned["multipart"]["upload_id"]
+
+    def refuse(self, key, upload, parts):
+        raise s3_objects.CompletionRefused("InvalidPart")
+
+    monkeypatch.setattr(s3_objects.S3Objects, "complete_multipart", refuse)
+    # When the client enqueues it
+    out = cp.enqueue(ref=ref_of({**presigned, "size": len(data)}))
+    # Then 409 parts_mismatch, the upload is aborted in S3, and its parts are no longer presigned
+    assert out.status == 409 and out.error["reason"] == "parts_mismatch"
+    assert "aborted" in out.error["message"]
+    uploads = s3_client.list_multipart_uploads(Bucket=presigned["bucket"]).get("Uploads", [])
+    assert upload_id not in [u["UploadId"] for u in uploads]
+    again = ask_parts(cp, presigned["job_id"], part_specs(data, PART, [1]))
+    assert again.status == 409
