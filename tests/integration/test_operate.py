@@ -266,6 +266,24 @@ def test_a_job_cancelled_while_queued_is_retried(cp):
     assert cp.result(job).json["state"] == "succeeded"
 
 
+def test_a_retried_job_cancelled_while_queued_is_retried_again(cp):
+    # Given an inline job that failed, was retried, and was cancelled before it ran again
+    job = cp.enqueue(raw=b"\x08").json["job_id"]
+    take(cp, job)
+    fail(cp, job)
+    assert retry(cp, job).status == 200
+    assert cancel(cp, job).status == 200
+    # When it is retried once more
+    reply = retry(cp, job)
+    # Then it runs, with its bytes, as its second attempt
+    assert reply.status == 200, reply.raw_body
+    assert reply.json["retries"] == 2
+    delivery = take(cp, job)
+    assert (base64.b64decode(delivery["payloadInline"]), delivery["attempt"]) == (b"\x08", 2)
+    succeed(cp, job)
+    assert cp.poll().status == 204
+
+
 def test_a_purge_after_a_cancel_keeps_the_cancelled_jobs_arguments(cp):
     # Given an inline job cancelled before any delivery, its entry still in the queue
     job = cp.enqueue(raw=b"\x06").json["job_id"]
