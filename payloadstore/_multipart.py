@@ -21,6 +21,7 @@ import hashlib
 import http.client
 import logging
 import os
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -343,6 +344,9 @@ class _Ranges:
         self._direct = _plain(s3)
         self._local = threading.local()
         self._timeout = s3.timeout.read if s3.timeout.read is not None else 300.0
+        # The client's own TLS settings (verify=, cert=), as its transport would use them.
+        pool = getattr(getattr(s3, "_transport", None), "_pool", None)
+        self._ssl = getattr(pool, "_ssl_context", None)
         self._connections: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
 
@@ -353,7 +357,8 @@ class _Ranges:
             return conn
         self.discard()
         if scheme == "https":
-            conn = http.client.HTTPSConnection(host, port, timeout=self._timeout)
+            context = self._ssl or ssl.create_default_context()
+            conn = http.client.HTTPSConnection(host, port, timeout=self._timeout, context=context)
         elif scheme == "http":
             conn = http.client.HTTPConnection(host, port, timeout=self._timeout)
         else:

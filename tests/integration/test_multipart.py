@@ -284,10 +284,22 @@ def _b64sha(data: bytes) -> str:
     return base64.b64encode(hashlib.sha256(data).digest()).decode()
 
 
-def test_emulator_refuses_a_part_whose_checksum_differs(s3_client, payload_bucket, sha_upload):
+def test_emulator_refuses_a_part_whose_checksum_differs(
+    s3_client, payload_bucket, sha_upload, moto_server
+):
+    import boto3
+    from botocore.config import Config
+
     key, upload_id = sha_upload
+    # botocore retries a BadDigest (the body may have been damaged in transit): once is enough
+    once = boto3.client(
+        "s3",
+        endpoint_url=moto_server.endpoint,
+        region_name=s3_client.meta.region_name,
+        config=Config(signature_version="s3v4", retries={"max_attempts": 1, "mode": "standard"}),
+    )
     with pytest.raises(ClientError) as e:
-        s3_client.upload_part(
+        once.upload_part(
             Bucket=payload_bucket,
             Key=key,
             UploadId=upload_id,
@@ -498,3 +510,51 @@ def test_a_queued_multipart_job_costs_redis_at_most_512_bytes(cp, small_multipar
     used = r_.memory_usage(keys.job(job_id)) or 0
     assert 0 < used <= 512
     assert r_.object("encoding", keys.job(job_id)) == b"listpack"
+
+
+def test_a_re_presign_answers_the_same_upload_and_counts(cp, settings_env):
+    # Given MAX_PRESIGNS_PER_JOB=2 and a multipart upload presigned once
+    settings_env(
+        MULTIPART_THRESHOLD=str(6 * MiB), MULTIPART_PART_BYTES=str(PART), MAX_PRESIGNS_PER_JOB="2"
+    )
+    first = cp.presign_put(12 * MiB, sha256=None)
+    job_id = first.json["job_id"]
+    # When the client presigns the same job again (its answer was lost)
+    again = cp.presign_put(12 * MiB, sha256=None, job_id=job_id)
+    # Then it gets the same upload, and the next re-presign is past the cap
+    assert again.status == 200, again.raw_body
+    assert again.json["multipart"] == first.json["multipart"]
+    assert cp.presign_put(12 * MiB, sha256=None, job_id=job_id).status == 429
+    # And another size for the same job is refused
+    assert cp.presign_put(13 * MiB, sha256=None, job_id=job_id).status == 409
+
+
+def test_parts_of_an_enqueued_job_are_409(cp, small_multipart):
+    data = payload(12 * MiB)
+    presigned = upload_all(cp, data)
+    assert cp.enqueue(ref=ref_of({**presigned, "size": len(data)})).status == 201
+    out = ask_parts(cp, presigned["job_id"], part_specs(data, PART, [1]))
+    assert out.status == 409
+
+
+def test_a_completion_s3_refuses_aborts_the_upload(cp, small_multipart, monkeypatch, s3_client):
+    # Given an upload whose parts match what was issued, but S3 refuses to complete them
+    from payloadstore_controlplane.store import s3_objects
+
+    data = payload(12 * MiB)
+    presigned = upload_all(cp, data)
+    upload_id = presigned["multipart"]["upload_id"]
+
+    def refuse(self, key, upload, parts):
+        raise s3_objects.CompletionRefused("InvalidPart")
+
+    monkeypatch.setattr(s3_objects.S3Objects, "complete_multipart", refuse)
+    # When the client enqueues it
+    out = cp.enqueue(ref=ref_of({**presigned, "size": len(data)}))
+    # Then 409 parts_mismatch, the upload is aborted in S3, and its parts are no longer presigned
+    assert out.status == 409 and out.error["reason"] == "parts_mismatch"
+    assert "aborted" in out.error["message"]
+    uploads = s3_client.list_multipart_uploads(Bucket=presigned["bucket"]).get("Uploads", [])
+    assert upload_id not in [u["UploadId"] for u in uploads]
+    again = ask_parts(cp, presigned["job_id"], part_specs(data, PART, [1]))
+    assert again.status == 409

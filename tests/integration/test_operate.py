@@ -266,6 +266,24 @@ def test_a_job_cancelled_while_queued_is_retried(cp):
     assert cp.result(job).json["state"] == "succeeded"
 
 
+def test_a_retried_job_cancelled_while_queued_is_retried_again(cp):
+    # Given an inline job that failed, was retried, and was cancelled before it ran again
+    job = cp.enqueue(raw=b"\x08").json["job_id"]
+    take(cp, job)
+    fail(cp, job)
+    assert retry(cp, job).status == 200
+    assert cancel(cp, job).status == 200
+    # When it is retried once more
+    reply = retry(cp, job)
+    # Then it runs, with its bytes, as its second attempt
+    assert reply.status == 200, reply.raw_body
+    assert reply.json["retries"] == 2
+    delivery = take(cp, job)
+    assert (base64.b64decode(delivery["payloadInline"]), delivery["attempt"]) == (b"\x08", 2)
+    succeed(cp, job)
+    assert cp.poll().status == 204
+
+
 def test_a_purge_after_a_cancel_keeps_the_cancelled_jobs_arguments(cp):
     # Given an inline job cancelled before any delivery, its entry still in the queue
     job = cp.enqueue(raw=b"\x06").json["job_id"]
@@ -350,6 +368,23 @@ def test_another_namespaces_job_is_not_found_and_its_path_forbidden(cp, other_cp
     assert list_jobs(cp, "failed", namespace=other_cp.ns).status == 403
     # and the job stays failed
     assert other_cp.status(job).json["state"] == "failed"
+
+
+def test_the_routes_are_for_client_tokens_and_take_only_valid_queue_names(cp):
+    # A daemon token is refused on every route of this kind
+    job = cp.enqueue(raw=b"\x01").json["job_id"]
+    for method, resource, params in (
+        ("GET", "/v1/namespaces/{ns}/queues/{queue}/jobs", {"queue": cp.queue}),
+        ("POST", "/v1/namespaces/{ns}/jobs/{job_id}/retry", {"job_id": job}),
+        ("POST", "/v1/namespaces/{ns}/queues/{queue}/redrive", {"queue": cp.queue}),
+        ("POST", "/v1/namespaces/{ns}/queues/{queue}/purge", {"queue": cp.queue}),
+    ):
+        reply = cp.call("jobs", method, resource, {"ns": cp.ns, **params}, role="daemon")
+        assert reply.status == 403, (resource, reply.raw_body)
+    # and a queue name the API does not take is 422, with nothing purged
+    assert purge(cp, queue="bad name!").status == 422
+    assert list_jobs(cp, queue="x" * 64).status == 422
+    assert cp.status(job).json["state"] == "queued"
 
 
 def test_an_unknown_job_is_404(cp):

@@ -82,8 +82,8 @@ class FakeWorld:
     def token(self, ns, role):
         return f"pst_{ns}_{role}"
 
-    def finished_job(self, ns):
-        self.asked.append("finished")
+    def finished_job(self, ns, *, failed=False):
+        self.asked.append("failed" if failed else "finished")
         return "01JFINISHED000000000000000"
 
     def queued_job(self, ns, queue=plan.QUEUED_QUEUE):
@@ -124,6 +124,13 @@ def test_a_job_route_gets_a_real_job_in_the_state_its_method_needs():
     assert prepared.event["path"].endswith("/jobs/01JFINISHED000000000000000")
     # And the bearer token is one minted for the fixture's namespace and role
     assert prepared.event["headers"]["Authorization"] == "Bearer pst_dev_client"
+
+
+def test_the_retry_fixture_gets_a_job_that_failed():
+    world = FakeWorld()
+    prepared = plan.prepare_api(world, _fixtures()["job_retry"])
+    assert world.asked == ["failed"]
+    assert prepared.event["path"].endswith("/jobs/01JFINISHED000000000000000/retry")
 
 
 def test_a_daemon_post_gets_a_delivered_job_and_a_reference_an_issued_key():

@@ -221,9 +221,12 @@ class World:
             raise StateError(f"poll of {queue} gave {answer.get('job_id')}, not {job_id}")
         return answer
 
-    def finished_job(self, ns: str) -> str:
+    def finished_job(self, ns: str, *, failed: bool = False) -> str:
+        """A job that succeeded, or with `failed` ended with an error (one a retry takes)."""
         delivered = self.delivered_job(ns)
-        body = {"resultInline": base64.b64encode(b"\x03").decode()}
+        body: dict[str, Any] = {"resultInline": base64.b64encode(b"\x03").decode()}
+        if failed:
+            body = {"error": {"type": "ValueError", "message": "sam-local"}}
         if delivered.get("lease"):
             body["lease"] = delivered["lease"]
         self._expect(
@@ -373,6 +376,8 @@ def prepare_api(world: World, fx: Fixture) -> Prepared:
         daemon_only = route.roles is not None and "client" not in route.roles
         if route.method == "GET":
             job_id, state = world.finished_job(ns), "finished"
+        elif route.path.endswith("/retry"):
+            job_id, state = world.finished_job(ns, failed=True), "failed"
         elif route.method == "DELETE":
             job_id, state = world.queued_job(ns), "queued"
         elif daemon_only:

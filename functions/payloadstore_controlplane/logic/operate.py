@@ -160,10 +160,13 @@ def _args_stored(namespace: str, job: JobRecord, deps: Deps) -> bool:
         return age_s < deps.settings.retention_s
     if deps.jobs.args_kept(namespace, job.job_id):
         return True
-    # Cancelled while queued, before any delivery: its first entry is still in the stream
-    # (it is dropped, and its args kept, when a poll finds the job cancelled).
+    # Cancelled while queued with no entry id of its own (before any delivery, or after a
+    # retry): its entry is still in the stream (it is dropped, and its args kept, when a poll
+    # finds the job cancelled).
     return (
-        job.state is JobStatus.CANCELLED and not job.attempts and age_s < deps.settings.retention_s
+        job.state is JobStatus.CANCELLED
+        and job.stream_id in (None, "*")
+        and age_s < deps.settings.retention_s
     )
 
 

@@ -15,7 +15,7 @@ from ..models.domain import IssueRecord, PayloadRef
 from ..models.errors import Conflict
 from ..observability import logger
 from ..store.records import MultipartUpload, sha256_hex_to_b64
-from ..store.s3_objects import UploadedPart
+from ..store.s3_objects import CompletionRefused, UploadedPart
 from .context import Deps
 
 
@@ -125,7 +125,23 @@ def _complete(issued: IssueRecord, upload: MultipartUpload, deps: Deps) -> bytes
             reason="parts_mismatch",
         )
     ordered = [by_number[n] for n in range(1, count + 1)]
-    deps.objects.complete_multipart(issued.key, upload.upload_id, ordered)
+    try:
+        deps.objects.complete_multipart(issued.key, upload.upload_id, ordered)
+    except CompletionRefused as e:
+        # The parts matched what was issued, yet S3 will not make them an object: the upload
+        # cannot be finished. Aborted (its parts' storage freed now, not after the lifecycle's
+        # day); the key takes a new presign of the job (re-presign answers 409 then).
+        failed = deps.objects.abort_multipart(issued.key, upload.upload_id)
+        deps.jobs.drop_upload(issued.job_id, issued.kind.value)
+        logger.warning(
+            "multipart completion refused",
+            extra={"job_id": issued.job_id, "code": e.code, "abort_error": failed},
+        )
+        raise Conflict(
+            f"parts mismatch: object storage refused to complete the upload ({e.code}); "
+            "the upload was aborted: upload the payload again with a new presign",
+            reason="parts_mismatch",
+        ) from e
     return composite_checksum([upload.parts[n] for n in range(1, count + 1)])
 
 

@@ -36,6 +36,20 @@ class ObjectInfo:
     last_modified: float | None = None  # epoch seconds (HTTP date: whole seconds)
 
 
+class CompletionRefused(Exception):
+    """S3 refused to complete a multipart upload with the parts named (InvalidPart, ...)."""
+
+    def __init__(self, code: str):
+        super().__init__(code)
+        self.code = code
+
+
+# S3's answers to a CompleteMultipartUpload whose parts cannot make the object.
+_COMPLETION_REFUSALS = frozenset(
+    {"InvalidPart", "InvalidPartOrder", "EntityTooSmall", "InvalidRequest", "BadDigest"}
+)
+
+
 @dataclass(frozen=True)
 class UploadedPart:
     number: int
@@ -496,8 +510,11 @@ class S3Objects:
                 Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload=body
             )
         except ClientError as e:
-            if e.response.get("Error", {}).get("Code") == "NoSuchUpload":
+            code = e.response.get("Error", {}).get("Code") or ""
+            if code == "NoSuchUpload":
                 return False
+            if code in _COMPLETION_REFUSALS:
+                raise CompletionRefused(code) from e
             raise _storage_error(e, "complete multipart upload") from e
         except BotoCoreError as e:
             raise _storage_error(e, "complete multipart upload") from e

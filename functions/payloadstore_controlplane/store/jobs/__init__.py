@@ -1,5 +1,5 @@
 """The job store's Lua scripts, one file each, named by the life-cycle step they belong to
-(`presign_*`, `enqueue_*`, `delivery_*`, `completion_*`, `lifecycle_*`, `queues_*`,
+(`presign_*`, `enqueue_*`, `delivery_*`, `completion_*`, `lifecycle_*`, `operate_*`, `queues_*`,
 `layout1_*`). Each file opens with its KEYS/ARGV contract, the state transitions it performs
 and what it answers; `redis_jobs.RedisJobStore` registers them and parses their answers.
 

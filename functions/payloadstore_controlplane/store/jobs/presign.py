@@ -150,6 +150,10 @@ class PresignSteps(StoreBase):
             upload_id=text(upload), parts={int(n): bytes(v) for n, v in fields.items()}
         )
 
+    def drop_upload(self, job_id: str, kind: str) -> None:
+        """Forget the job's upload in progress (it was aborted): parts calls answer 409."""
+        self._r.delete(keys.parts(job_id, kind))
+
     def finish_multipart(self, job_id: str, kind: str, composite: bytes) -> bool:
         """Keep the completed upload's composite sha256 (32 bytes) and drop its parts hash."""
         keys_ = [keys.job(job_id), keys.parts(job_id, kind)]
