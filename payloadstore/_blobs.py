@@ -21,6 +21,7 @@ import os
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -65,7 +66,7 @@ class Blob:
     reference. Received in a daemon's function (or a job's result): `path` is a verified file in
     the host's blob cache, `open()` a binary file of it, `read()` its bytes."""
 
-    __slots__ = ("_local", "_store", "sha256", "size")
+    __slots__ = ("__weakref__", "_local", "_store", "sha256", "size")
 
     def __init__(
         self,
@@ -121,7 +122,7 @@ def blob(source: Any) -> Blob:
     uploaded yet: the client or daemon that sends it (in a job's arguments, or as a function's
     result) uploads it first, once per namespace. Hashing streams the source."""
     sha, size, local = digest(source)
-    return Blob(sha, size, local=local)
+    return _owning(Blob(sha, size, local=local))
 
 
 def digest(source: Any) -> tuple[str, int, Path | bytes]:
@@ -142,13 +143,32 @@ def digest(source: Any) -> tuple[str, int, Path | bytes]:
                 start = source.tell()
                 if start == 0:
                     return digest(Path(name))
-        spool = tempfile.NamedTemporaryFile(prefix="payloadstore-blob-", delete=False)  # noqa: SIM115 - kept: the upload reads it
+        spool = tempfile.NamedTemporaryFile(prefix=SPOOL_PREFIX, delete=False)  # noqa: SIM115 - kept: the upload reads it
         with spool:
             sha, size = _hash_stream(source, spool)
         return sha, size, Path(spool.name)
     raise TypeError(
         f"a blob's source is bytes, a path or a binary file object, not {type(source).__name__}"
     )
+
+
+SPOOL_PREFIX = "payloadstore-blob-"
+
+
+def _is_spool(local: Any) -> bool:
+    return isinstance(local, Path) and local.name.startswith(SPOOL_PREFIX)
+
+
+def _drop_spool(local: Any) -> None:
+    if _is_spool(local):
+        local.unlink(missing_ok=True)
+
+
+def _owning(b: Blob) -> Blob:
+    """A blob read from a stream was spooled to a temporary file: it goes with the Blob."""
+    if _is_spool(b._local):
+        weakref.finalize(b, _drop_spool, b._local)
+    return b
 
 
 def _hash_stream(f: Any, copy_to: Any) -> tuple[str, int]:
@@ -214,8 +234,12 @@ class BlobStore:
     def put(self, source: Any) -> Blob:
         """Hash, ask, upload if the namespace lacks it: a `Blob` the namespace has."""
         sha, size, local = digest(source)
-        self.ensure(sha, size, local)
-        return Blob(sha, size, local=local, store=self)
+        try:
+            self.ensure(sha, size, local)
+        except BaseException:
+            _drop_spool(local)
+            raise
+        return _owning(Blob(sha, size, local=local, store=self))
 
     def send(self, blobs: Any) -> tuple[str, ...]:
         """The sha256 of each blob a value references, uploading the local ones the namespace

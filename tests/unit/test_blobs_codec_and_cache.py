@@ -64,7 +64,15 @@ def test_digest_streams_paths_and_file_objects(tmp_path):
     with open(path, "rb") as f:
         assert digest(f)[:2] == (sha(data), len(data))
     pipe_like = type("R", (), {"read": lambda self, n=-1, _b=[data]: _b.pop() if _b else b""})()
-    assert digest(pipe_like)[:2] == (sha(data), len(data))
+    # A stream that cannot seek is spooled to a temporary file, which goes with its Blob
+    b = ps.blob(pipe_like)
+    spool = b.path
+    assert (b.sha256, b.size, spool.read_bytes()) == (sha(data), len(data), data)
+    del b
+    import gc
+
+    gc.collect()
+    assert not spool.exists()
 
 
 def serve(blobs: dict[str, bytes], counter: list[int]) -> httpx.Client:
