@@ -20,7 +20,10 @@ each), bucket actions on the bucket itself. A presigned URL can do only what its
 - all three hold s3:ListBucket on the bucket, so a key that is not there answers 404
   (`not_uploaded` at enqueue and result post, `payload_lost` at the daemon's download), not 403;
 - blobs (`blobs/<namespace>/<sha256>`): payloads presigns their PUT and HEADs the upload
-  (POST .../blobs); jobs and daemon presign the GETs of the blobs a job or result references and
+  (POST .../blobs); above MULTIPART_THRESHOLD it creates the blob's multipart upload, presigns
+  its parts and completes it at the second POST .../blobs, so it also lists the parts
+  (s3:ListMultipartUploadParts) and aborts an upload S3 refuses to complete
+  (s3:AbortMultipartUpload); jobs and daemon presign the GETs of the blobs a job or result references and
   renew an old blob a new job or result references by copying it onto itself (CopyObject takes
   s3:GetObject on the source and s3:PutObject on the target), so all three hold both;
 - public (health) reads the bucket's configuration: HeadBucket (s3:ListBucket), its region,
@@ -52,7 +55,7 @@ OBJECT_ACTIONS: dict[str, tuple[str, ...]] = {
 }
 # Function group -> S3 actions on `<bucket>/blobs/*`.
 BLOB_OBJECT_ACTIONS: dict[str, tuple[str, ...]] = {
-    "payloads": ("s3:GetObject", "s3:PutObject"),
+    "payloads": ("s3:GetObject", *MULTIPART_COMPLETION),
     "jobs": ("s3:GetObject", "s3:PutObject"),
     "daemon": ("s3:GetObject", "s3:PutObject"),
 }

@@ -294,3 +294,177 @@ def test_no_route_but_a_jobs_answer_hands_out_a_blobs_url(cp):
     assert direct.status == 404
     # (and the blobs route, for a blob the namespace has, answers no URL at all)
     assert "url" not in cp.blob(sha, 300_000).raw_body
+
+
+# -- multipart blobs (above MULTIPART_THRESHOLD) ------------------------------------------------
+
+MiB = 1024 * 1024
+PART = 5 * MiB  # S3's smallest part
+
+
+@pytest.fixture
+def small_multipart(settings_env):
+    """Multipart from 6 MiB on, in 5 MiB parts: a 12 MiB blob is parts of 5, 5 and 2 MiB."""
+    settings_env(MULTIPART_THRESHOLD=str(6 * MiB), MULTIPART_PART_BYTES=str(PART))
+
+
+def chunks_of(data: bytes) -> list[bytes]:
+    return [data[i : i + PART] for i in range(0, len(data), PART)]
+
+
+def blob_parts(cp, body: dict, *, role="client"):
+    return cp.call(
+        "payloads",
+        "POST",
+        "/v1/namespaces/{ns}/payloads/parts",
+        {"ns": cp.ns},
+        role=role,
+        body=body,
+    )
+
+
+def specs(data: bytes, numbers=None) -> list[dict]:
+    chunks = chunks_of(data)
+    return [
+        {"number": n, "size": len(chunks[n - 1]), "sha256": sha256_hex(chunks[n - 1])}
+        for n in numbers or range(1, len(chunks) + 1)
+    ]
+
+
+def put_parts(urls: list[dict], data: bytes, numbers) -> None:
+    chunks = chunks_of(data)
+    by_number = {u["number"]: u for u in urls}
+    for n in numbers:
+        got = requests.put(
+            by_number[n]["url"], data=chunks[n - 1], headers=by_number[n]["headers"], timeout=60
+        )
+        assert got.status_code == 200, got.text
+
+
+def test_a_blob_above_the_threshold_is_uploaded_in_parts_and_verified_at_the_second_post(
+    cp, small_multipart, s3_client, r
+):
+    # Given 12 MiB of content the namespace does not have
+    data = blob_bytes(12 * MiB)
+    sha = sha256_hex(data)
+    # When the client asks for it
+    first = cp.blob(sha, len(data))
+    # Then it gets a multipart upload (as a presign above the threshold answers), no single PUT
+    assert first.status == 200 and first.json["exists"] is False, first.raw_body
+    assert "upload" not in first.json
+    mp = first.json["multipart"]
+    assert mp["part_bytes"] == PART and mp["part_count"] == 3 and mp["upload_id"]
+    # And asking again before any part is presigned answers the same upload
+    assert cp.blob(sha, len(data)).json["multipart"] == mp
+    # When it asks the parts route for the blob's part URLs (checksums signed in) and PUTs each
+    urls = blob_parts(cp, {"blob": sha, "parts": specs(data)})
+    assert urls.status == 200, urls.raw_body
+    assert urls.json["blob"] == sha and "job_id" not in urls.json
+    assert urls.json["key"] == f"blobs/{cp.ns}/{sha}" and urls.json["upload_id"] == mp["upload_id"]
+    first_part = chunks_of(data)[0]
+    assert urls.json["parts"][0]["headers"]["x-amz-checksum-sha256"] == (
+        base64.b64encode(bytes.fromhex(sha256_hex(first_part))).decode()
+    )
+    put_parts(urls.json["parts"], data, [1, 2, 3])
+    # And the blob is not usable before the control plane completed and verified the upload
+    assert enqueue_with(cp, [sha]).error["code"] == "unknown_blob"
+    # When it POSTs the blob again
+    done = cp.blob(sha, len(data))
+    # Then the upload is completed with its parts' composite checksum and the blob exists
+    assert done.status == 200 and done.json["exists"] is True, done.raw_body
+    head = s3_client.head_object(Bucket=os.environ["PAYLOAD_BUCKET"], Key=done.json["key"])
+    assert head["ContentLength"] == len(data)
+    assert r.exists(keys.blob(cp.ns, sha)) and not r.exists(keys.blob_upload(cp.ns, sha))
+    # And jobs reference it, and a poll hands out a GET of its whole content
+    assert enqueue_with(cp, [sha]).status == 201
+    polled = cp.poll()
+    got = requests.get(polled.json["blobs"][0]["url"], timeout=60)
+    assert got.status_code == 200 and sha256_hex(got.content) == sha
+
+
+def test_a_missing_blob_part_is_409_parts_mismatch_and_no_blob_is_recorded(cp, small_multipart, r):
+    # Given a blob's multipart upload whose part 2 was presigned but never uploaded
+    data = blob_bytes(12 * MiB)
+    sha = sha256_hex(data)
+    cp.blob(sha, len(data))
+    urls = blob_parts(cp, {"blob": sha, "parts": specs(data)}).json["parts"]
+    put_parts(urls, data, [1, 3])
+    # When the client POSTs the blob to have it completed
+    out = cp.blob(sha, len(data))
+    # Then 409 parts_mismatch names the part, no record exists, and jobs cannot reference it
+    assert out.status == 409 and out.error["reason"] == "parts_mismatch", out.raw_body
+    assert "part 2 is missing" in out.error["message"]
+    assert not r.exists(keys.blob(cp.ns, sha))
+    assert enqueue_with(cp, [sha]).error["code"] == "unknown_blob"
+    # And once the part is uploaded, the next POST completes it
+    put_parts(urls, data, [2])
+    assert cp.blob(sha, len(data)).json["exists"] is True
+    assert enqueue_with(cp, [sha]).status == 201
+
+
+def test_a_blob_part_never_presigned_is_409_parts_mismatch(cp, small_multipart, r):
+    data = blob_bytes(12 * MiB)
+    sha = sha256_hex(data)
+    cp.blob(sha, len(data))
+    urls = blob_parts(cp, {"blob": sha, "parts": specs(data, [1, 2])}).json["parts"]
+    put_parts(urls, data, [1, 2])
+    out = cp.blob(sha, len(data))
+    assert out.status == 409 and out.error["reason"] == "parts_mismatch"
+    assert "part 3 was never presigned" in out.error["message"]
+    assert not r.exists(keys.blob(cp.ns, sha))
+
+
+def test_a_blob_part_with_other_bytes_is_refused_and_asked_again_with_another_sha_is_409(
+    cp, small_multipart
+):
+    data = blob_bytes(12 * MiB)
+    sha = sha256_hex(data)
+    cp.blob(sha, len(data))
+    urls = blob_parts(cp, {"blob": sha, "parts": specs(data, [1])}).json["parts"]
+    # S3 refuses a part of other bytes than the sha256 signed into its URL
+    other = requests.put(urls[0]["url"], data=b"x" * PART, headers=urls[0]["headers"], timeout=60)
+    assert other.status_code == 400 and "BadDigest" in other.text
+    # And the part cannot be asked for again with another sha256
+    again = blob_parts(
+        cp, {"blob": sha, "parts": [{"number": 1, "size": PART, "sha256": "ab" * 32}]}
+    )
+    assert again.status == 409
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        ({"job_id": "01KB7Z6Q3N4V8W2X5Y9Z0A1B2C", "blob": "ab" * 32}, 422),
+        ({}, 422),
+        ({"blob": "ab" * 32, "lease": "x" * 20}, 422),
+        ({"blob": "ab" * 32}, 404),  # no upload open for that blob
+    ],
+)
+def test_blob_parts_need_exactly_one_of_job_id_and_an_open_blob_upload(
+    cp, small_multipart, body, status
+):
+    part = {"number": 1, "size": PART, "sha256": "cd" * 32}
+    out = blob_parts(cp, {**body, "parts": [part]})
+    assert out.status == status, out.raw_body
+
+
+def test_blob_parts_of_wrong_size_are_422_and_another_namespace_sees_no_upload(
+    cp, other_cp, small_multipart
+):
+    data = blob_bytes(12 * MiB)
+    sha = sha256_hex(data)
+    cp.blob(sha, len(data))
+    wrong = blob_parts(cp, {"blob": sha, "parts": [{"number": 3, "size": PART, "sha256": sha}]})
+    assert wrong.status == 422
+    # Another namespace has no upload of that sha256: its parts call is 404
+    assert blob_parts(other_cp, {"blob": sha, "parts": specs(data, [1])}).status == 404
+
+
+def test_a_daemon_uploads_a_blob_in_parts(cp, small_multipart):
+    data = blob_bytes(7 * MiB)
+    sha = sha256_hex(data)
+    first = cp.blob(sha, len(data), role="daemon")
+    assert first.json["multipart"]["part_count"] == 2
+    urls = blob_parts(cp, {"blob": sha, "parts": specs(data)}, role="daemon").json["parts"]
+    put_parts(urls, data, [1, 2])
+    assert cp.blob(sha, len(data), role="daemon").json["exists"] is True

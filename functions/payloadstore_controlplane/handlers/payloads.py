@@ -8,7 +8,7 @@ from typing import Annotated
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
 from .. import routes
-from ..logic.blobs import ensure_blob
+from ..logic.blobs import ensure_blob, presign_blob_parts
 from ..logic.context import Principal
 from ..logic.presign import presign_get, presign_parts, presign_put
 from ..models.api import (
@@ -52,9 +52,11 @@ def register(app) -> None:
         app,
         routes.PARTS,
         summary="Presigned UploadPart URLs (size and sha256 signed in) for up to 100 parts of a "
-        "multipart upload",
+        "multipart upload: a job's payload (job_id) or a blob (blob)",
     )
     def parts(p: Principal, ns: str, body: Annotated[PartsRequest, Body()]) -> PartsResponse:
+        if body.blob is not None:
+            return json_response(200, presign_blob_parts(p, body, get_deps()))
         return json_response(200, presign_parts(p, body, get_deps()))
 
 

@@ -8,21 +8,46 @@ size and the sha256 checksum S3 computed, which was signed into the PUT), and re
 long as the newest job that references it, within the retention: when a job references a blob
 older than half the retention, the object is copied onto itself (S3 CopyObject: no bytes
 through the control plane) so the bucket's lifecycle counts from then, and its record is
-renewed."""
+renewed.
+
+A blob above MULTIPART_THRESHOLD is uploaded in parts with the payloads' multipart code: POST
+.../blobs opens the upload (`multipart`), POST .../payloads/parts {"blob": sha256, ...} signs
+each part's sha256 into its URL, and the next POST .../blobs completes the upload as an enqueue
+completes a payload's (logic/verify.py: every issued part there with its signed checksum, then
+the composite) before the blob is recorded. S3 cannot check a multipart object's whole sha256,
+so every reader does (the SDK's blob cache): see docs/design.md "Blobs"."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..models.api import BlobDownload, BlobRequest, BlobResponse, BlobUpload
-from ..models.errors import Conflict, UnknownBlob
+from ..models.api import (
+    BlobDownload,
+    BlobRequest,
+    BlobResponse,
+    BlobUpload,
+    PartsRequest,
+    PartsResponse,
+)
+from ..models.errors import Conflict, NotFound, TooManyPresigns, UnknownBlob
 from ..observability import logger, metrics_count
-from ..store.records import sha256_hex_to_b64
+from ..store.records import (
+    BlobUploadRecord,
+    MultipartUpload,
+    PartDiffers,
+    PartsIssued,
+    PresignCapReached,
+    sha256_hex_to_b64,
+)
 from .context import Deps, Principal
-from .presign import iso_utc
+from .presign import check_part_sizes, iso_utc, multipart_spec, sign_parts
+from .verify import PartsPlan, check_composite, complete_upload
 
 BLOB_PREFIX = "blobs/"
 BLOB_CONTENT_TYPE = "application/octet-stream"
+# The bucket's lifecycle aborts an incomplete multipart upload after a day: the CP forgets it
+# by then too.
+BLOB_UPLOAD_TTL_S = 86_400
 
 
 def blob_key(namespace: str, sha256: str) -> str:
@@ -39,8 +64,10 @@ def unknown_blob(missing: Iterable[str]) -> UnknownBlob:
 
 
 def ensure_blob(p: Principal, req: BlobRequest, deps: Deps) -> BlobResponse:
-    """The blob as the namespace has it (`exists`), else a presigned PUT of it. An object found
-    at the key (an upload just done) is verified and recorded here: POST again after the upload."""
+    """The blob as the namespace has it (`exists`), else a presigned PUT of it (above
+    MULTIPART_THRESHOLD: a multipart upload). An object found at the key (an upload just done)
+    is verified and recorded here, a multipart upload completed and verified: POST again after
+    the upload."""
     sha, size, now = req.sha256, req.size, deps.clock()
     key = blob_key(p.namespace, sha)
     retention = deps.settings.retention_s
@@ -53,27 +80,40 @@ def ensure_blob(p: Principal, req: BlobRequest, deps: Deps) -> BlobResponse:
             )
         expires = renew_old(p.namespace, {sha: record}, deps).get(sha, now + record.ttl_ms / 1000)
         return _exists(sha, size, key, expires)
+    upload = deps.jobs.blob_upload(p.namespace, sha)
+    if upload is not None:
+        return _continue_upload(p, req, upload, deps)
     info = deps.objects.head(key)
-    if info is not None and info.size == size and info.sha256_b64 == sha256_hex_to_b64(sha):
+    if info is not None and info.size == size and _is_the_blob(info.sha256_b64, sha):
         age = max(now - (info.last_modified or now), 0.0)
         ttl = int(retention - age)
         if age > retention / 2 or ttl <= 0:
             # Uploaded long ago and never recorded (or its record expired): renew it first.
             if not deps.objects.copy_onto_itself(key, BLOB_CONTENT_TYPE):
-                return _upload(sha, size, key, now, deps)
+                return _upload(p, sha, size, now, deps)
             ttl = retention
         deps.jobs.record_blob(p.namespace, sha, size, ttl)
         metrics_count("BlobsVerified")
         logger.info("blob verified", extra={"sha256": sha, "size": size})
         return _exists(sha, size, key, now + ttl)
-    return _upload(sha, size, key, now, deps)
+    return _upload(p, sha, size, now, deps)
+
+
+def _is_the_blob(checksum: str | None, sha: str) -> bool:
+    """S3's checksum of an object at a blob's key is the blob's: its sha256 (a single PUT, or a
+    copy) or the COMPOSITE of a multipart upload (`<base64>-<parts>`), which only the CP
+    completes at that key after checking each part against the checksum it signed."""
+    return checksum == sha256_hex_to_b64(sha) or (checksum is not None and "-" in checksum)
 
 
 def _exists(sha: str, size: int, key: str, expires: float) -> BlobResponse:
     return BlobResponse(sha256=sha, size=size, exists=True, key=key, expires_at=iso_utc(expires))
 
 
-def _upload(sha: str, size: int, key: str, now: float, deps: Deps) -> BlobResponse:
+def _upload(p: Principal, sha: str, size: int, now: float, deps: Deps) -> BlobResponse:
+    key = blob_key(p.namespace, sha)
+    if deps.settings.multipart(size):
+        return _open_upload(p, sha, size, deps)
     signed = deps.objects.presign_put(key, size, BLOB_CONTENT_TYPE, sha)
     metrics_count("Presigns", op="blob")
     logger.info("presigned blob put", extra={"sha256": sha, "size": size})
@@ -87,6 +127,116 @@ def _upload(sha: str, size: int, key: str, now: float, deps: Deps) -> BlobRespon
             headers=signed.headers,
             expires_at=iso_utc(now + deps.settings.presign_ttl_s),
         ),
+    )
+
+
+def _open_upload(p: Principal, sha: str, size: int, deps: Deps) -> BlobResponse:
+    """Create the blob's multipart upload (an upload a concurrent caller opened first wins: its
+    instructions are answered and ours is aborted)."""
+    key = blob_key(p.namespace, sha)
+    part_bytes = deps.settings.multipart_part_bytes_for(size)
+    created = deps.objects.create_multipart(key, BLOB_CONTENT_TYPE)
+    upload_id, _, part_bytes = deps.jobs.open_blob_upload(
+        p.namespace, sha, created, size, part_bytes, BLOB_UPLOAD_TTL_S
+    )
+    if upload_id != created:
+        deps.objects.abort_multipart(key, created)
+    metrics_count("Presigns", op="multipart")
+    logger.info("blob multipart upload created", extra={"sha256": sha, "size": size})
+    return _multipart_answer(key, sha, size, upload_id, part_bytes)
+
+
+def _multipart_answer(
+    key: str, sha: str, size: int, upload_id: str, part_bytes: int
+) -> BlobResponse:
+    return BlobResponse(
+        sha256=sha,
+        size=size,
+        exists=False,
+        key=key,
+        multipart=multipart_spec(upload_id, size, part_bytes),
+    )
+
+
+def _continue_upload(
+    p: Principal, req: BlobRequest, upload: BlobUploadRecord, deps: Deps
+) -> BlobResponse:
+    """A POST while the blob's multipart upload is open: its instructions again while no part
+    was presigned yet, else its completion, verified (409 parts_mismatch: upload what is
+    missing and POST again), and the blob recorded."""
+    sha, now = req.sha256, deps.clock()
+    key = blob_key(p.namespace, sha)
+    if upload.size != req.size:
+        raise Conflict(
+            f"the blob {sha} is being uploaded with {upload.size} bytes, not {req.size}",
+            reason="size_mismatch",
+        )
+    if not upload.parts:
+        return _multipart_answer(key, sha, upload.size, upload.upload_id, upload.part_bytes)
+    plan = PartsPlan(key, upload.size, upload.part_bytes)
+    composite = complete_upload(
+        plan,
+        MultipartUpload(upload_id=upload.upload_id, parts=upload.parts),
+        deps,
+        forget=lambda: deps.jobs.drop_blob_upload(p.namespace, sha),
+        log_extra={"sha256": sha},
+    )
+    info = deps.objects.head(key)
+    if info is None:
+        # The upload is gone from S3 (aborted by the lifecycle) and left no object.
+        deps.jobs.drop_blob_upload(p.namespace, sha)
+        raise Conflict(
+            "blob not uploaded: its multipart upload is gone; POST again to start a new one",
+            reason="not_uploaded",
+        )
+    check_composite(info, plan, composite)
+    retention = deps.settings.retention_s
+    deps.jobs.record_blob(p.namespace, sha, upload.size, retention, uploaded=True)
+    metrics_count("BlobsVerified")
+    logger.info(
+        "blob multipart completed",
+        extra={"sha256": sha, "size": upload.size, "parts": plan.part_count},
+    )
+    return _exists(sha, upload.size, key, now + retention)
+
+
+def presign_blob_parts(p: Principal, req: PartsRequest, deps: Deps) -> PartsResponse:
+    """POST .../payloads/parts {"blob": sha256, "parts": [...]}: UploadPart URLs for parts of
+    the blob's multipart upload (opened by POST .../blobs), as for a job's payload."""
+    sha = req.blob or ""
+    upload = deps.jobs.blob_upload(p.namespace, sha)
+    if upload is None:
+        raise NotFound(
+            f"the namespace has no multipart upload open for blob {sha}: POST .../blobs first"
+        )
+    check_part_sizes(req, upload.size, upload.part_bytes)
+    outcome = deps.jobs.issue_blob_parts(
+        p.namespace,
+        sha,
+        [(part.number, part.sha256) for part in req.parts],
+        deps.settings.max_presigns_per_job,
+    )
+    match outcome:
+        case PartsIssued(upload_id=upload_id):
+            pass
+        case PartDiffers(number=number):
+            raise Conflict(
+                f"part {number} was presigned before with another sha256: a part asked for "
+                "again must repeat its size and sha256"
+            )
+        case PresignCapReached():
+            raise TooManyPresigns(f"blob {sha} reached MAX_PRESIGNS_PER_JOB")
+        case _:
+            raise NotFound(f"the namespace has no multipart upload open for blob {sha}")
+    key = blob_key(p.namespace, sha)
+    urls = sign_parts(key, upload_id, req, deps)
+    logger.info("presigned blob parts", extra={"sha256": sha, "parts": len(urls)})
+    return PartsResponse(
+        blob=sha,
+        key=key,
+        upload_id=upload_id,
+        parts=urls,
+        expires_at=iso_utc(deps.clock() + deps.settings.presign_ttl_s),
     )
 
 

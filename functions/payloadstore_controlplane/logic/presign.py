@@ -122,9 +122,14 @@ def _multipart_answer(
         key=key,
         job_id=job_id,
         expires_at=iso_utc(now + deps.settings.presign_ttl_s),
-        multipart=PresignMultipart(
-            upload_id=upload_id, part_bytes=part_bytes, part_count=-(-size // part_bytes)
-        ),
+        multipart=multipart_spec(upload_id, size, part_bytes),
+    )
+
+
+def multipart_spec(upload_id: str, size: int, part_bytes: int) -> PresignMultipart:
+    """The `multipart` of an answer that opened (or reopened) a multipart upload."""
+    return PresignMultipart(
+        upload_id=upload_id, part_bytes=part_bytes, part_count=-(-size // part_bytes)
     )
 
 
@@ -259,25 +264,27 @@ def presign_get(p: Principal, req: PresignRequest, deps: Deps) -> PresignGetResp
 def presign_parts(p: Principal, req: PartsRequest, deps: Deps) -> PartsResponse:
     """UploadPart URLs for parts of the multipart upload of `req.job_id`'s key, each with its
     size and sha256 signed in. A part asked for again must repeat its sha256 (an expired URL);
-    a call that asks for any part again counts one presign against MAX_PRESIGNS_PER_JOB."""
+    a call that asks for any part again counts one presign against MAX_PRESIGNS_PER_JOB.
+    (A blob's parts, `req.blob`, are logic/blobs.py's `presign_blob_parts`.)"""
+    job_id = req.job_id or ""
     wanted = PayloadKind.ARGS if p.role == CLIENT else PayloadKind.RESULT
     if req.kind != wanted:
         raise Forbidden(f"a {p.role} token presigns kind={wanted.value} only")
-    job = deps.jobs.get_job(req.job_id) if JOB_ID_RE.match(req.job_id) else None
+    job = deps.jobs.get_job(job_id) if JOB_ID_RE.match(job_id) else None
     issued = (
         issue_record(job, req.kind, deps)
         if job is not None and job.namespace == p.namespace
         else None
     )
     if issued is None:
-        raise NotFound(f"no {req.kind.value} key was issued for job {req.job_id}")
+        raise NotFound(f"no {req.kind.value} key was issued for job {job_id}")
     if not issued.part_bytes:
         raise Conflict(
-            f"the {req.kind.value} key of job {req.job_id} is a single PUT upload, not multipart"
+            f"the {req.kind.value} key of job {job_id} is a single PUT upload, not multipart"
         )
-    _check_part_sizes(req, issued.size, issued.part_bytes)
+    check_part_sizes(req, issued.size, issued.part_bytes)
     outcome = deps.jobs.issue_parts(
-        req.job_id,
+        job_id,
         p.namespace,
         req.kind.value,
         [(part.number, part.sha256) for part in req.parts],
@@ -285,25 +292,29 @@ def presign_parts(p: Principal, req: PartsRequest, deps: Deps) -> PartsResponse:
         lease=req.lease,
     )
     upload_id = _parts_outcome(req, outcome)
-    now = deps.clock()
-    urls = []
-    for part in req.parts:
-        signed = deps.objects.presign_part(
-            issued.key, upload_id, part.number, part.size, part.sha256
-        )
-        urls.append(PartUrl(number=part.number, url=signed.url, headers=signed.headers))
-    metrics_count("Presigns", len(urls), op="part")
-    logger.info("presigned parts", extra={"job_id": req.job_id, "parts": len(urls)})
+    urls = sign_parts(issued.key, upload_id, req, deps)
+    logger.info("presigned parts", extra={"job_id": job_id, "parts": len(urls)})
     return PartsResponse(
-        job_id=req.job_id,
+        job_id=job_id,
         key=issued.key,
         upload_id=upload_id,
         parts=urls,
-        expires_at=iso_utc(now + deps.settings.presign_ttl_s),
+        expires_at=iso_utc(deps.clock() + deps.settings.presign_ttl_s),
     )
 
 
-def _check_part_sizes(req: PartsRequest, size: int, part_bytes: int) -> None:
+def sign_parts(key: str, upload_id: str, req: PartsRequest, deps: Deps) -> list[PartUrl]:
+    """One presigned UploadPart URL per part asked for, its size and sha256 signed in."""
+    urls = []
+    for part in req.parts:
+        signed = deps.objects.presign_part(key, upload_id, part.number, part.size, part.sha256)
+        urls.append(PartUrl(number=part.number, url=signed.url, headers=signed.headers))
+    metrics_count("Presigns", len(urls), op="part")
+    return urls
+
+
+def check_part_sizes(req: PartsRequest, size: int, part_bytes: int) -> None:
+    """422 for a part number past the upload's last, or a part of another size."""
     count = -(-size // part_bytes)
     for part in req.parts:
         if part.number > count:
@@ -318,12 +329,13 @@ def _check_part_sizes(req: PartsRequest, size: int, part_bytes: int) -> None:
 
 def _parts_outcome(req: PartsRequest, outcome: object) -> str:
     """The upload id to sign for, or the refusal of the parts call."""
+    job_id = req.job_id or ""
     match outcome:
         case PartsIssued(upload_id=upload_id):
             return upload_id
         case NotMultipart():
             raise Conflict(
-                f"the multipart upload of job {req.job_id} is not open (completed already?)"
+                f"the multipart upload of job {job_id} is not open (completed already?)"
             )
         case PartDiffers(number=number):
             raise Conflict(
@@ -331,11 +343,11 @@ def _parts_outcome(req: PartsRequest, outcome: object) -> str:
                 "again must repeat its size and sha256"
             )
         case PresignCapReached():
-            raise TooManyPresigns(f"job {req.job_id} reached MAX_PRESIGNS_PER_JOB")
+            raise TooManyPresigns(f"job {job_id} reached MAX_PRESIGNS_PER_JOB")
         case LeaseMismatch(state=state):
-            raise lease_mismatch(req.job_id, state)
+            raise lease_mismatch(job_id, state)
         case NotRunning(state=state):
             if req.kind is PayloadKind.ARGS:
-                raise Conflict(f"job {req.job_id} is {state}: its args were enqueued already")
-            raise Conflict(f"job {req.job_id} is {state or 'not started'}, not running")
-    raise NotFound(f"no {req.kind.value} key was issued for job {req.job_id}")
+                raise Conflict(f"job {job_id} is {state}: its args were enqueued already")
+            raise Conflict(f"job {job_id} is {state or 'not started'}, not running")
+    raise NotFound(f"no {req.kind.value} key was issued for job {job_id}")

@@ -4,19 +4,41 @@ A multipart reference is completed here first (enqueue, result post): the parts 
 listed and checked against the parts the CP issued (every part there, of its size, with the
 sha256 signed into its URL), the upload is completed with exactly those parts, and the object's
 composite SHA-256 (sha256 of the parts' binary sha256s, S3's COMPOSITE checksum) is checked
-against the one computed from what was signed. The job then keeps that composite (32 bytes)."""
+against the one computed from what was signed. The job then keeps that composite (32 bytes).
+A blob uploaded in parts is completed by the same code (`complete_upload`, `check_composite`:
+logic/blobs.py), keyed by its namespace and sha256 instead of a job."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from ..models.domain import IssueRecord, PayloadRef
 from ..models.errors import Conflict
 from ..observability import logger
 from ..store.records import MultipartUpload, sha256_hex_to_b64
-from ..store.s3_objects import CompletionRefused, UploadedPart
+from ..store.s3_objects import CompletionRefused, ObjectInfo, UploadedPart
 from .context import Deps
+
+
+@dataclass(frozen=True)
+class PartsPlan:
+    """What the CP issued for a multipart upload: the key, the object's size, the part size."""
+
+    key: str
+    size: int
+    part_bytes: int
+
+    @property
+    def part_count(self) -> int:
+        return -(-self.size // self.part_bytes)
+
+    @classmethod
+    def of(cls, issued: IssueRecord) -> PartsPlan:
+        assert issued.part_bytes  # a multipart issue
+        return cls(issued.key, issued.size, issued.part_bytes)
 
 
 def check_ref_matches_issue(ref: PayloadRef, issued: IssueRecord, deps: Deps) -> None:
@@ -74,6 +96,7 @@ def composite_checksum(part_digests: list[bytes]) -> bytes:
 
 def _verify_multipart(ref: PayloadRef, issued: IssueRecord, deps: Deps) -> None:
     kind = issued.kind.value
+    plan = PartsPlan.of(issued)
     completed_now = False
     composite = bytes.fromhex(issued.composite_sha256) if issued.composite_sha256 else None
     if composite is None:
@@ -83,17 +106,18 @@ def _verify_multipart(ref: PayloadRef, issued: IssueRecord, deps: Deps) -> None:
                 "payload not uploaded: the multipart upload is not open (aborted or expired)",
                 reason="not_uploaded",
             )
-        composite = _complete(issued, upload, deps)
+        composite = complete_upload(
+            plan,
+            upload,
+            deps,
+            forget=lambda: deps.jobs.drop_upload(issued.job_id, kind),
+            log_extra={"job_id": issued.job_id},
+        )
         completed_now = True
     info = deps.objects.head(issued.key)
     if info is None:
         raise Conflict("payload not uploaded: no object at the issued key", reason="not_uploaded")
-    _check_size(info.size, issued)
-    expected = f"{base64.b64encode(composite).decode()}-{issued.part_count}"
-    if info.sha256_b64 != expected:
-        raise _checksum_mismatch(
-            "the object's composite sha256 is not the parts' signed at presign"
-        )
+    check_composite(info, plan, composite)
     claimed = ref.multipart.composite_sha256 if ref.multipart else None
     if claimed and claimed.lower() != composite.hex():
         raise _checksum_mismatch("payloadRef.multipart.composite_sha256 is not the object's")
@@ -105,17 +129,39 @@ def _verify_multipart(ref: PayloadRef, issued: IssueRecord, deps: Deps) -> None:
         )
 
 
-def _complete(issued: IssueRecord, upload: MultipartUpload, deps: Deps) -> bytes:
+def check_composite(info: ObjectInfo, plan: PartsPlan, composite: bytes) -> None:
+    """The object HEAD found has the plan's size and S3's COMPOSITE checksum of `composite`
+    (`<base64>-<part count>`); 409 size_mismatch / checksum_mismatch otherwise."""
+    if info.size != plan.size:
+        raise Conflict(
+            f"size mismatch: object has {info.size} bytes, issued for {plan.size}",
+            reason="size_mismatch",
+        )
+    expected = f"{base64.b64encode(composite).decode()}-{plan.part_count}"
+    if info.sha256_b64 != expected:
+        raise _checksum_mismatch(
+            "the object's composite sha256 is not the parts' signed at presign"
+        )
+
+
+def complete_upload(
+    plan: PartsPlan,
+    upload: MultipartUpload,
+    deps: Deps,
+    *,
+    forget: Callable[[], None],
+    log_extra: dict,
+) -> bytes:
     """Check the uploaded parts against the issued ones, complete the upload with them, and
-    answer the composite sha256 of what was signed. 409 parts_mismatch, naming the parts."""
-    assert issued.part_bytes  # a multipart issue
-    count = issued.part_count
-    listed = deps.objects.list_parts(issued.key, upload.upload_id)
+    answer the composite sha256 of what was signed. 409 parts_mismatch, naming the parts. An
+    upload S3 refuses to complete is aborted and `forget()` drops what the CP kept of it."""
+    count = plan.part_count
+    listed = deps.objects.list_parts(plan.key, upload.upload_id)
     if listed is None:
-        # Completed by a concurrent enqueue (or retry) a moment ago: the HEAD decides.
+        # Completed by a concurrent caller (or retry) a moment ago: the HEAD decides.
         return composite_checksum([upload.parts.get(n, b"") for n in range(1, count + 1)])
     by_number = {p.number: p for p in listed}
-    problems = _part_problems(issued, upload, by_number)
+    problems = _part_problems(plan, upload, by_number)
     if problems:
         shown = "; ".join(problems[:5]) + (
             f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
@@ -126,35 +172,34 @@ def _complete(issued: IssueRecord, upload: MultipartUpload, deps: Deps) -> bytes
         )
     ordered = [by_number[n] for n in range(1, count + 1)]
     try:
-        deps.objects.complete_multipart(issued.key, upload.upload_id, ordered)
+        deps.objects.complete_multipart(plan.key, upload.upload_id, ordered)
     except CompletionRefused as e:
         # The parts matched what was issued, yet S3 will not make them an object: the upload
         # cannot be finished. Aborted (its parts' storage freed now, not after the lifecycle's
-        # day); the key takes a new presign of the job (re-presign answers 409 then).
-        failed = deps.objects.abort_multipart(issued.key, upload.upload_id)
-        deps.jobs.drop_upload(issued.job_id, issued.kind.value)
+        # day); the key takes a new presign (a re-presign or a parts call answers 409 then).
+        failed = deps.objects.abort_multipart(plan.key, upload.upload_id)
+        forget()
         logger.warning(
             "multipart completion refused",
-            extra={"job_id": issued.job_id, "code": e.code, "abort_error": failed},
+            extra={**log_extra, "code": e.code, "abort_error": failed},
         )
         raise Conflict(
             f"parts mismatch: object storage refused to complete the upload ({e.code}); "
-            "the upload was aborted: upload the payload again with a new presign",
+            "the upload was aborted: upload the content again with a new presign",
             reason="parts_mismatch",
         ) from e
     return composite_checksum([upload.parts[n] for n in range(1, count + 1)])
 
 
 def _part_problems(
-    issued: IssueRecord, upload: MultipartUpload, by_number: dict[int, UploadedPart]
+    plan: PartsPlan, upload: MultipartUpload, by_number: dict[int, UploadedPart]
 ) -> list[str]:
-    assert issued.part_bytes
-    count = issued.part_count
-    last = issued.size - issued.part_bytes * (count - 1)
+    count = plan.part_count
+    last = plan.size - plan.part_bytes * (count - 1)
     problems = []
     for n in range(1, count + 1):
         signed, part = upload.parts.get(n), by_number.get(n)
-        size = issued.part_bytes if n < count else last
+        size = plan.part_bytes if n < count else last
         if signed is None:
             problems.append(f"part {n} was never presigned")
         elif part is None:

@@ -155,9 +155,15 @@ class PartSpec(_Strict):
 
 
 class PartsRequest(_Strict):
-    """POST .../payloads/parts: presigned UploadPart URLs for parts of a multipart upload."""
+    """POST .../payloads/parts: presigned UploadPart URLs for parts of a multipart upload: of a
+    job's payload (`job_id`, `kind`, `lease`) or of a blob (`blob`: its sha256); exactly one."""
 
-    job_id: str = Field(max_length=64)
+    job_id: str | None = Field(None, max_length=64, description="the job whose payload this is")
+    blob: Sha256Hex | None = Field(
+        None,
+        description="instead of job_id: the sha256 of a blob whose multipart upload POST "
+        ".../blobs opened (kind and lease are not read)",
+    )
     kind: PayloadKind = PayloadKind.ARGS
     lease: Lease | None = Field(
         None, description="kind=result: the lease of the delivery (checked when given)"
@@ -166,6 +172,12 @@ class PartsRequest(_Strict):
 
     @model_validator(mode="after")
     def _distinct(self):
+        if (self.job_id is None) == (self.blob is None):
+            raise ValueError("exactly one of job_id and blob")
+        if self.blob is not None:
+            if self.lease is not None:
+                raise ValueError("a blob's parts take no lease")
+            self.blob = self.blob.lower()
         numbers = [p.number for p in self.parts]
         if len(set(numbers)) != len(numbers):
             raise ValueError("each part number at most once per call")
@@ -178,8 +190,9 @@ class PartUrl(WireModel):
     headers: dict[str, str] = Field(description="send exactly these headers with the part's PUT")
 
 
-class PartsResponse(WireModel):
-    job_id: str
+class PartsResponse(OmitsNull):
+    job_id: str | None = Field(None, description="the job asked for (absent for a blob)")
+    blob: str | None = Field(None, description="the blob asked for (absent for a job)")
     key: str
     upload_id: str
     parts: list[PartUrl]
@@ -398,7 +411,13 @@ class BlobResponse(OmitsNull):
     expires_at: str | None = Field(
         None, description="exists: when the blob expires unless a new job references it"
     )
-    upload: BlobUpload | None = None
+    upload: BlobUpload | None = Field(None, description="a single PUT (up to MULTIPART_THRESHOLD)")
+    multipart: PresignMultipart | None = Field(
+        None,
+        description="above MULTIPART_THRESHOLD, instead of upload: ask POST .../payloads/parts "
+        '{"blob": sha256, "parts": [...]} for part URLs, upload them, then POST again to have '
+        "the upload completed and verified",
+    )
 
 
 # -- public --------------------------------------------------------------------------------

@@ -295,6 +295,16 @@ class MultipartUpload:
     parts: dict[int, bytes]
 
 
+@dataclass(frozen=True)
+class BlobUploadRecord:
+    """A blob's multipart upload in progress (keys.blob_upload): what the CP issued for it."""
+
+    upload_id: str
+    size: int
+    part_bytes: int
+    parts: dict[int, bytes]  # part number -> the sha256 (32 raw bytes) signed into its URL
+
+
 # Completion.
 
 

@@ -2,10 +2,12 @@
 -- blobs_record: remember a verified blob of a namespace, or renew it (namespace slot).
 --
 -- KEYS[1]  the blob's record (keys.blob: namespace + sha256)
+-- KEYS[2]  optional: the blob's upload hash (keys.blob_upload), deleted (its upload completed)
 -- ARGV[1]  size (bytes)   ARGV[2] ttl_s (the retention: the record lives as long as the object)
 --
 -- Sets the record's value to the size and its TTL to the retention: a renewal (the object was
 -- copied onto itself, so the bucket's lifecycle counts from now) is the same write. Default
 -- flags: refused before it starts when Redis is full. Returns 'ok'.
 redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+if KEYS[2] then redis.call('DEL', KEYS[2]) end
 return 'ok'
