@@ -119,7 +119,13 @@ PARTS = Route(
     "payloads_parts",
     responses={
         200: ("PartsResponse", "one presigned UploadPart URL per part asked for"),
-        404: ("ErrorResponse", "no such job, or no key of this kind issued to this namespace"),
+        404: (
+            "ErrorResponse",
+            (
+                "no such job, or no key of this kind issued to this namespace; no multipart "
+                "upload open for that blob in this namespace"
+            ),
+        ),
         409: (
             "ErrorResponse",
             (
@@ -128,7 +134,7 @@ PARTS = Route(
                 "lease_mismatch"
             ),
         ),
-        429: ("ErrorResponse", "past MAX_PRESIGNS_PER_JOB for this job"),
+        429: ("ErrorResponse", "past MAX_PRESIGNS_PER_JOB for this job (or blob upload)"),
     },
     body=JSON,
 )
@@ -373,10 +379,18 @@ BLOBS = Route(
             "BlobResponse",
             (
                 "exists: true (the namespace has it, verified), or upload instructions (a "
-                "presigned PUT with size and sha256 signed in): upload, then POST again"
+                "presigned PUT with size and sha256 signed in; above MULTIPART_THRESHOLD a "
+                "multipart upload): upload, then POST again"
             ),
         ),
-        409: ("ErrorResponse", "the namespace's blob with this sha256 has another size"),
+        409: (
+            "ErrorResponse",
+            (
+                "the namespace's blob with this sha256 has another size (size_mismatch); its "
+                "multipart upload's parts are not the ones issued (parts_mismatch), or it is "
+                "gone (not_uploaded)"
+            ),
+        ),
     },
     body=JSON,
     request="BlobRequest",

@@ -344,12 +344,25 @@ def test_s3_permissions_are_exactly_what_each_function_signs_or_checks(template)
     # without it S3 answers a missing key with 403, and `not_uploaded` / `payload_lost` (which
     # need its 404) never happen on AWS.
     list_bucket = (("s3:ListBucket",), (bucket_arn,), "Allow")
-    # The presigning function: Put and Get on payloads/* only (a URL can do what its signer can)
-    # (CDK merges its two statements with the same actions into one)
-    assert summary("payloads") == [
-        (("s3:GetObject", "s3:PutObject"), (blobs, objects), "Allow"),
-        list_bucket,
-    ]
+    # The presigning function: Put and Get on payloads/* (a URL can do what its signer can);
+    # on blobs/* also the completion of a blob's multipart upload (list its parts, abort)
+    blob_completes = (
+        (
+            "s3:AbortMultipartUpload",
+            "s3:GetObject",
+            "s3:ListMultipartUploadParts",
+            "s3:PutObject",
+        ),
+        (blobs,),
+        "Allow",
+    )
+    assert summary("payloads") == sorted(
+        [
+            blob_completes,
+            (("s3:GetObject", "s3:PutObject"), (objects,), "Allow"),
+            list_bucket,
+        ]
+    )
     # The reference checkers and GET presigners: HEAD (s3:GetObject) on payloads/* only, and
     # the completion of a multipart reference (list its parts, complete it: s3:PutObject, abort)
     completes = (
