@@ -334,9 +334,7 @@ def _parts_outcome(req: PartsRequest, outcome: object) -> str:
         case PartsIssued(upload_id=upload_id):
             return upload_id
         case NotMultipart():
-            raise Conflict(
-                f"the multipart upload of job {job_id} is not open (completed already?)"
-            )
+            raise Conflict(f"the multipart upload of job {job_id} is not open (completed already?)")
         case PartDiffers(number=number):
             raise Conflict(
                 f"part {number} was presigned before with another sha256: a part asked for "
