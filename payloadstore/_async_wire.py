@@ -173,6 +173,9 @@ class AsyncWire:
     async def blob(self, sha256: str, size: int) -> dict[str, Any]:
         return await self.send(_wire.blob(self.namespace, sha256, size))
 
+    async def blob_parts(self, sha256: str, parts: list[dict]) -> dict:
+        return await self.send(_wire.blob_parts(self.namespace, sha256, parts))
+
     async def job_status(self, job_id: str) -> JobInfo:
         return await self.send(_wire.job_status(self.namespace, job_id))
 

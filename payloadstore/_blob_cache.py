@@ -10,6 +10,12 @@
 - beside each file, `<sha256>.ok` records its size, mtime and inode as they were when its sha256
   was verified: a file changed since (a corruption, an edit) no longer matches and is
   downloaded again;
+- a blob larger than `PARALLEL_ABOVE_BYTES` (64 MiB) is downloaded in ranges of `RANGE_BYTES`
+  (16 MiB), several at once (the payloads' multipart download), then hashed whole: the sha256
+  names the blob and is checked for every blob, whatever its size or how it was uploaded (the
+  control plane cannot check a blob uploaded in parts; docs/design.md "Blobs"). A blob whose
+  sha256 differs is refused (PayloadCorrupt: the Daemon reports the job `payload_corrupt`) and
+  never enters the cache;
 - a use sets the file's access time (not its mtime), which orders the eviction; a blob whose lock
   another process holds (it is downloading it) is not evicted.
 """
@@ -39,6 +45,9 @@ ENV_BLOB_CACHE_MAX_BYTES = "PAYLOADSTORE_BLOB_CACHE_MAX_BYTES"
 DEFAULT_MAX_BYTES = 20 * 1024**3
 READ_BYTES = 4 * 1024 * 1024
 ATTEMPTS = 3
+# Blobs above this are downloaded in ranges of RANGE_BYTES, several at once.
+PARALLEL_ABOVE_BYTES = 64 * 1024 * 1024
+RANGE_BYTES = 16 * 1024 * 1024
 
 
 def default_cache_dir() -> Path:
@@ -137,27 +146,17 @@ class BlobCache:
 
     def _download_once(self, sha: str, url: str, size: int | None, http: httpx.Client) -> None:
         tmp = self.root / "tmp" / f"{sha}.{os.getpid()}.{secrets.token_hex(4)}"
-        h = hashlib.sha256()
-        got = 0
         try:
-            with http.stream("GET", url) as response:
-                if response.status_code != 200:
-                    response.read()
-                    code, message = s3_error(response)
-                    if response.status_code == 404:
-                        raise PayloadLost(f"blob {sha} is gone from S3 ({code})", key=sha)
-                    raise TransferError(
-                        f"blob download refused: {response.status_code} {code} {message}",
-                        status=response.status_code,
-                        code=code,
-                    )
-                with open(tmp, "wb") as f:
-                    for chunk in response.iter_bytes(READ_BYTES):
-                        h.update(chunk)
-                        f.write(chunk)
-                        got += len(chunk)
-            actual = h.hexdigest()
+            whole = None
+            if size is None or size <= PARALLEL_ABOVE_BYTES:
+                whole = self._get_whole(sha, url, http, tmp)
+            if isinstance(whole, tuple):
+                got, actual = whole
+            else:
+                # Large (its size known, or told by the GET's Content-Length): in ranges.
+                got, actual = self._get_ranges(sha, url, size or int(whole or 0), http, tmp)
             if actual != sha or (size is not None and got != size):
+                log.warning("blob refused sha256=%s actual=%s bytes=%d", sha[:16], actual, got)
                 raise PayloadCorrupt(
                     f"blob {sha} downloaded with sha256 {actual} ({got} bytes)",
                     key=sha,
@@ -177,6 +176,58 @@ class BlobCache:
             self.downloads += 1
             self.bytes_downloaded += got
         log.info("blob downloaded sha256=%s bytes=%d", sha[:16], got)
+
+    def _get_whole(
+        self, sha: str, url: str, http: httpx.Client, tmp: Path
+    ) -> tuple[int, str] | int:
+        """One streamed GET into `tmp`, hashed on the way: (bytes, sha256 hex); or, for a blob
+        above PARALLEL_ABOVE_BYTES (by the answer's Content-Length), its size, unread."""
+        h = hashlib.sha256()
+        got = 0
+        with http.stream("GET", url) as response:
+            if response.status_code != 200:
+                response.read()
+                raise _refused(sha, response)
+            length = int(response.headers.get("content-length") or 0)
+            if length > PARALLEL_ABOVE_BYTES:
+                return length
+            with open(tmp, "wb") as f:
+                for chunk in response.iter_bytes(READ_BYTES):
+                    h.update(chunk)
+                    f.write(chunk)
+                    got += len(chunk)
+        return got, h.hexdigest()
+
+    def _get_ranges(
+        self, sha: str, url: str, size: int, http: httpx.Client, tmp: Path
+    ) -> tuple[int, str]:
+        """Ranges of RANGE_BYTES, several at once, into `tmp`; then the whole file hashed."""
+        from ._http import RetryPolicy
+        from ._multipart import download_parts
+
+        def refused_again() -> dict:
+            # The URL expired: the caller asks the control plane for a new one.
+            raise TransferError(f"blob {sha} GET refused (403)", status=403, code="AccessDenied")
+
+        download_parts(
+            http,
+            {"url": url},
+            size=size,
+            multipart={"part_bytes": RANGE_BYTES},
+            presign_again=refused_again,
+            retry=RetryPolicy(max_attempts=ATTEMPTS),
+            key=sha,
+            progress=False,
+            desc="blob",
+            into=tmp,
+        )
+        h = hashlib.sha256()
+        got = 0
+        with open(tmp, "rb") as f:
+            while chunk := f.read(READ_BYTES):
+                h.update(chunk)
+                got += len(chunk)
+        return got, h.hexdigest()
 
     def evict(self, keep: str | None = None) -> int:
         """Remove least recently used blobs until the cache is within its bound: bytes freed."""
@@ -204,3 +255,14 @@ class BlobCache:
             freed += nbytes
             log.info("blob evicted sha256=%s bytes=%d", sha[:16], nbytes)
         return freed
+
+
+def _refused(sha: str, response: httpx.Response) -> Exception:
+    code, message = s3_error(response)
+    if response.status_code == 404:
+        return PayloadLost(f"blob {sha} is gone from S3 ({code})", key=sha)
+    return TransferError(
+        f"blob download refused: {response.status_code} {code} {message}",
+        status=response.status_code,
+        code=code,
+    )

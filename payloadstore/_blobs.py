@@ -2,7 +2,10 @@
 
 `client.blob(source)` hashes the source (streaming), asks the control plane whether the namespace
 has that content (`POST .../blobs`), uploads it only when it does not (one streamed PUT with the
-size and sha256 signed in), and returns a `Blob`. The codec writes a `Blob` as a 40-byte
+size and sha256 signed in; above the control plane's MULTIPART_THRESHOLD, in parts, each part
+hashed while the ones before it upload and its sha256 signed into its URL, with the payloads'
+multipart code), and returns a `Blob`. The whole sha256 is computed first, streaming: it names
+the blob. The codec writes a `Blob` as a 40-byte
 reference (sha256 + size); the sender lists the blobs of each value in its enqueue or result
 post. `payloadstore.blob(path)` makes a `Blob` of a local file without uploading it yet: the
 client or the daemon that sends it uploads it first (a function may return one as its result).
@@ -260,12 +263,49 @@ class BlobStore:
         for _ in range(self.retry.max_attempts):
             if answer.get("exists"):
                 break
-            self._upload(answer["upload"], local, size, sha)
+            if answer.get("multipart"):
+                self._upload_parts(answer["multipart"], local, size, sha)
+            else:
+                self._upload(answer["upload"], local, size, sha)
+            # (after parts: the control plane completes the upload and verifies it)
             answer = self.wire.blob(sha, size)
         if not answer.get("exists"):
             raise ServiceUnavailable(f"blob {sha} was uploaded but not verified; retry")
         with self._lock:
             self._known.add(sha)
+
+    def _upload_parts(self, multipart: dict, local: Path | bytes, size: int, sha: str) -> None:
+        """Every part of the blob's multipart upload, several at once (the payloads' code); a
+        file is read by part, so memory stays a few parts whatever its size."""
+        from ._multipart import FileParts, upload_parts
+
+        def ask(parts: list[dict]) -> dict:
+            return self.wire.blob_parts(sha, parts)
+
+        common: dict[str, Any] = {
+            "ask_parts": ask,
+            "retry": self.retry,
+            "progress": False,
+            "sleep": self._sleep,
+            "desc": "blob",
+        }
+        if isinstance(local, bytes):
+            upload_parts(self.s3_http, multipart, [local], size, **common)
+        else:
+            parts = FileParts(local)
+            try:
+                upload_parts(self.s3_http, multipart, (), size, read_part=parts.read, **common)
+            finally:
+                parts.close()
+        with self._lock:
+            self.bytes_uploaded += size
+            self.uploads += 1
+        log.info(
+            "blob uploaded in parts sha256=%s bytes=%d parts=%s",
+            sha[:16],
+            size,
+            multipart.get("part_count"),
+        )
 
     def _upload(self, grant: dict, local: Path | bytes, size: int, sha: str) -> None:
         """One streamed PUT with exactly the signed headers; a failed attempt is sent again

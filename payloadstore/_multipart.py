@@ -7,6 +7,10 @@ stands in front of the first byte. Each part's URL signs its length and sha256: 
 other bytes. A part that fails is retried alone; URLs that expired are re-presigned in one call
 for every part still to upload (the control plane's presign cap counts calls, not parts).
 
+A file (a blob's) is read by part instead (`read_part`): each part is read and hashed, dropped,
+and read again by the worker that uploads it, with at most two parts per worker read ahead, so
+the memory held is a few parts whatever the file's size.
+
 Download: part-aligned ranges of the presigned GET, several at once, each hashed as it lands;
 the composite sha256 (sha256 of the parts' binary sha256s, S3's COMPOSITE checksum) is checked
 against the reference's: PayloadCorrupt on a mismatch. Into a buffer, each range is read straight
@@ -25,7 +29,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import Any, BinaryIO
 from urllib.parse import urlsplit
 
@@ -176,6 +180,48 @@ class _PartUrls:
                     self._generation[n] = self._generation.get(n, 0) + 1
 
 
+class FileParts:
+    """The parts of a file, read when asked for (os.pread: the workers share the descriptor)."""
+
+    def __init__(self, path: str | os.PathLike):
+        self._fd = os.open(path, os.O_RDONLY)
+
+    def read(self, start: int, length: int) -> bytes:
+        pieces, got = [], 0
+        while got < length:
+            piece = os.pread(self._fd, length - got, start + got)
+            if not piece:
+                raise ServiceUnavailable(
+                    f"the file is shorter than its hashed size ({start + got})"
+                )
+            pieces.append(piece)
+            got += len(piece)
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+class _Later:
+    """A part of a file, read by the worker that uploads it."""
+
+    def __init__(self, read: Callable[[int, int], bytes], start: int, length: int):
+        self.read, self.start, self.length = read, start, length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __call__(self) -> bytes:
+        return self.read(self.start, self.length)
+
+
+def _wait_for_room(futures: list[Future], most: int) -> None:
+    pending = [f for f in futures if not f.done()]
+    while len(pending) >= most:
+        wait(pending, return_when=FIRST_COMPLETED)
+        pending = [f for f in pending if not f.done()]
+
+
 def upload_parts(
     s3: httpx.Client,
     multipart: dict,
@@ -187,24 +233,32 @@ def upload_parts(
     progress: bool | None = None,
     sleep: Callable[[float], None] = time.sleep,
     desc: str = "upload",
+    read_part: Callable[[int, int], bytes] | None = None,
 ) -> str:
-    """Upload every part of a multipart upload (presign answer's `multipart`); the composite
-    sha256 (hex) of what was uploaded."""
+    """Upload every part of a multipart upload (presign answer's `multipart`) from `chunks`, or
+    read by `read_part(start, length)` (a file: `FileParts.read`); the composite sha256 (hex)
+    of what was uploaded."""
     part_bytes = int(multipart["part_bytes"])
-    source = _Source(chunks)
+    source = _Source(() if read_part is not None else chunks)
     urls = _PartUrls(ask_parts)
     bar = _Bar(size, desc, progress)
     digests: list[bytes] = []
     futures: list[Future] = []
-    batch: list[tuple[int, memoryview | bytes]] = []
+    batch: list[tuple[int, memoryview | bytes | _Later]] = []
     batch_size = FIRST_URL_BATCH
     ranges = part_ranges(size, part_bytes)
     try:
         with ThreadPoolExecutor(workers(), thread_name_prefix="payload-part") as pool:
             try:
                 for number, start, length in ranges:
-                    data = source.part(start, length)
-                    digests.append(hashlib.sha256(data).digest())
+                    data: memoryview | bytes | _Later
+                    if read_part is not None:
+                        _wait_for_room(futures, 2 * workers())
+                        digests.append(hashlib.sha256(read_part(start, length)).digest())
+                        data = _Later(read_part, start, length)
+                    else:
+                        data = source.part(start, length)
+                        digests.append(hashlib.sha256(data).digest())
                     batch.append((number, data))
                     if len(batch) < batch_size and number < len(ranges):
                         continue
@@ -241,7 +295,7 @@ def _put_part(
     s3: httpx.Client,
     urls: _PartUrls,
     number: int,
-    data: memoryview | bytes,
+    part: memoryview | bytes | _Later,
     *,
     retry: RetryPolicy,
     sleep: Callable[[float], None],
@@ -249,6 +303,7 @@ def _put_part(
 ) -> None:
     """PUT one part with exactly its signed headers; retried alone (transport errors, 5xx), its
     URL renewed on an expiry."""
+    data = part() if isinstance(part, _Later) else part
     renewed_once = False
     for attempt in range(retry.max_attempts):
         last = attempt == retry.max_attempts - 1

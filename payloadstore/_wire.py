@@ -884,6 +884,19 @@ def presign_parts(
     )
 
 
+def blob_parts(namespace: str, sha256: str, parts: list[dict]) -> Call[dict]:
+    """`POST .../payloads/parts {blob, parts}`: UploadPart URLs ({blob, key, upload_id,
+    parts:[{number, url, headers}], expires_at}) for at most 100 parts of a blob's multipart
+    upload (opened by POST .../blobs)."""
+    return Call(
+        "POST",
+        ns_path(namespace, "/payloads/parts"),
+        f"presign blob {sha256[:12]} parts",
+        parse_json_object,
+        json={"blob": sha256, "parts": parts},
+    )
+
+
 def presign_get(namespace: str, key: str, *, job_id: str | None = None) -> Call[DownloadGrant]:
     def lost(reason: str) -> ErrorFactory:
         def factory(text: str, **_: Any) -> Exception:
@@ -950,7 +963,9 @@ def parse_blob(response: httpx.Response) -> dict[str, Any]:
 
 
 def blob(namespace: str, sha256: str, size: int) -> Call[dict[str, Any]]:
-    """POST .../blobs: `{exists: true, ...}`, or `{exists: false, upload: {url, headers}}`."""
+    """POST .../blobs: `{exists: true, ...}`, or `{exists: false, upload: {url, headers}}`, or
+    above MULTIPART_THRESHOLD `{exists: false, multipart: {upload_id, part_bytes, part_count}}`
+    (a POST after the parts are uploaded completes it)."""
     return Call(
         "POST",
         ns_path(namespace, "/blobs"),
@@ -1359,6 +1374,9 @@ class Wire:
 
     def blob(self, sha256: str, size: int) -> dict[str, Any]:
         return self.send(blob(self.namespace, sha256, size))
+
+    def blob_parts(self, sha256: str, parts: list[dict]) -> dict:
+        return self.send(blob_parts(self.namespace, sha256, parts))
 
     def job_status(self, job_id: str) -> JobStatus:
         return self.send(job_status(self.namespace, job_id))

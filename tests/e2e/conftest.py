@@ -112,6 +112,20 @@ def local_gateway(_gateway_services) -> LocalGatewayInfo:
     proc.stop()
 
 
+@pytest.fixture(scope="module")
+def small_parts_gateway(_gateway_services):
+    """A gateway that uploads above 6 MiB in parts of 5 MiB (S3's smallest): payloads and
+    blobs (test_sdk_multipart.py, test_sdk_blobs.py)."""
+    mib = 1 << 20
+    proc, info = _start(
+        _gateway_services,
+        "gateway-multipart",
+        {"MULTIPART_THRESHOLD": str(6 * mib), "MULTIPART_PART_BYTES": str(5 * mib)},
+    )
+    yield info
+    proc.stop()
+
+
 @pytest.fixture
 def start_local_gateway(_gateway_services):
     started: list[GatewayProcess] = []

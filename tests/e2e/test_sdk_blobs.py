@@ -158,3 +158,100 @@ def test_client_blob_takes_a_path_like(local_gateway, tmp_path):
     b = client.blob(path)
     assert (b.sha256, b.size) == (sha(b"payloadstore blob"), 17)
     assert b.path == path
+
+
+# -- blobs above MULTIPART_THRESHOLD (small_parts_gateway: parts of 5 MiB above 6 MiB) ----------
+
+
+@pytest.fixture
+def ranged_cache(monkeypatch):
+    """The cache downloads blobs above 6 MiB in 4 MiB ranges; counts the ranged downloads."""
+    from payloadstore import _blob_cache
+
+    monkeypatch.setattr(_blob_cache, "PARALLEL_ABOVE_BYTES", 6 * MiB)
+    monkeypatch.setattr(_blob_cache, "RANGE_BYTES", 4 * MiB)
+    ranged: list[str] = []
+    original = _blob_cache.BlobCache._get_ranges
+
+    def counting(self, sha, *args, **kwargs):
+        ranged.append(sha)
+        return original(self, sha, *args, **kwargs)
+
+    monkeypatch.setattr(_blob_cache.BlobCache, "_get_ranges", counting)
+    return ranged
+
+
+def test_a_blob_in_parts_is_used_by_two_jobs_and_downloaded_once_in_ranges(
+    small_parts_gateway, cache_dir, ranged_cache, tmp_path, s3_client, payload_bucket
+):
+    # Given a 13 MiB file (3 parts of 5, 5 and 3 MiB on this stack) and a daemon reading it
+    client, daemon_client = clients(small_parts_gateway)
+    queue = unique_queue("blob-parts")
+    path = tmp_path / "model.bin"
+    path.write_bytes(os.urandom(13 * MiB))
+    # When the client stores it
+    model = client.blob(path)
+    # Then its sha256 names the whole file, and it went up once, as a multipart upload
+    assert model.sha256 == sha(path.read_bytes()) and model.size == 13 * MiB
+    assert client.blobs.uploads == 1 and client.blobs.bytes_uploaded == 13 * MiB
+    head = s3_client.head_object(
+        Bucket=payload_bucket, Key=f"blobs/dev/{model.sha256}", ChecksumMode="ENABLED"
+    )
+    assert head["ChecksumSHA256"].endswith("-3")
+    # And storing it again uploads nothing
+    assert client.blob(path) == model and client.blobs.uploads == 1
+    # When two jobs reference it
+    with daemon_thread(daemon_client, queue, lambda m, n: [n, sha(m.read())]) as daemon:
+        jobs = client.queue(queue).starmap([(model, 1), (model, 2)], progress=False)
+        results = [job.result(timeout=120) for job in jobs]
+    # Then both read the whole content, downloaded once (in ranges), the second from the cache
+    assert results == [[1, model.sha256], [2, model.sha256]]
+    cache = daemon.client.blobs.cache
+    assert cache.downloads == 1 and cache.hits >= 1
+    assert ranged_cache == [model.sha256]
+
+
+def test_the_async_client_uploads_a_large_blob_in_parts(
+    small_parts_gateway, s3_client, payload_bucket
+):
+    data = os.urandom(7 * MiB)
+
+    async def go():
+        async with AsyncClient(
+            small_parts_gateway.url, small_parts_gateway.token("dev", "client"), "dev"
+        ) as aclient:
+            b = await aclient.blob(data)
+            return b, aclient.blob_store().uploads
+
+    b, uploads = asyncio.run(go())
+    assert b.sha256 == sha(data) and uploads == 1
+    head = s3_client.head_object(
+        Bucket=payload_bucket, Key=f"blobs/dev/{b.sha256}", ChecksumMode="ENABLED"
+    )
+    assert head["ChecksumSHA256"].endswith("-2")
+
+
+def test_a_multipart_blob_with_other_bytes_is_refused_by_the_cache_and_the_job_is_corrupt(
+    small_parts_gateway, cache_dir, ranged_cache, s3_client, payload_bucket
+):
+    # Given a blob stored in parts whose object then holds other bytes of the same size (what an
+    # uploader of the namespace that hashed other bytes than it named would leave)
+    client, daemon_client = clients(small_parts_gateway)
+    queue = unique_queue("blob-parts-corrupt")
+    data = os.urandom(12 * MiB)
+    b = client.blob(data)
+    key = f"blobs/dev/{b.sha256}"
+    damaged = data[: 6 * MiB] + bytes(x ^ 0xFF for x in data[6 * MiB : 6 * MiB + 8])
+    s3_client.put_object(Bucket=payload_bucket, Key=key, Body=damaged + data[6 * MiB + 8 :])
+    # When a job referencing it is run
+    with daemon_thread(daemon_client, queue, lambda b: sha(b.read())) as daemon:
+        job = client.queue(queue).add(b)
+        # Then the daemon refuses the blob: the job ends payload_corrupt, result() says so
+        with pytest.raises(ps.PayloadCorrupt):
+            job.result(timeout=120)
+    assert job.status().state == "payload_corrupt"
+    # And the file never entered the cache (nor stays half-written in it)
+    cache = daemon.client.blobs.cache
+    assert not cache.cached(b.sha256) and not cache.file(b.sha256).exists()
+    assert cache.downloads == 0 and list((cache_dir / "tmp").iterdir()) == []
+    assert ranged_cache == [b.sha256]

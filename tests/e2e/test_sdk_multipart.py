@@ -23,20 +23,6 @@ def echo(data):
     return data
 
 
-@pytest.fixture(scope="module")
-def small_parts_gateway(_gateway_services):
-    """A gateway that uploads above 6 MiB in parts of 5 MiB (S3's smallest)."""
-    from tests.e2e.conftest import _start
-
-    proc, info = _start(
-        _gateway_services,
-        "gateway-multipart",
-        {"MULTIPART_THRESHOLD": str(6 * MiB), "MULTIPART_PART_BYTES": str(5 * MiB)},
-    )
-    yield info
-    proc.stop()
-
-
 def test_a_multipart_payload_and_result_round_trip_through_the_daemon(small_parts_gateway):
     # Given a daemon echoing its args, on a stack that uploads above 6 MiB in 5 MiB parts
     client, daemon_client = clients(small_parts_gateway)
