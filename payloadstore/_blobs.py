@@ -33,7 +33,13 @@ import httpx
 
 from ._http import RetryPolicy
 from ._transfer import s3_error
-from .errors import ConfigError, PayloadStoreError, ServiceUnavailable, TransferError
+from .errors import (
+    ConfigError,
+    ConflictError,
+    PayloadStoreError,
+    ServiceUnavailable,
+    TransferError,
+)
 
 log = logging.getLogger("payloadstore.blobs")
 
@@ -259,7 +265,7 @@ class BlobStore:
             return
         if size < 1 or size > MAX_BLOB_BYTES:
             raise ConfigError(f"a blob is 1 byte to 5 GiB; this one is {size} bytes")
-        answer = self.wire.blob(sha, size)
+        answer = self._ask(sha, size)
         for _ in range(self.retry.max_attempts):
             if answer.get("exists"):
                 break
@@ -273,6 +279,19 @@ class BlobStore:
             raise ServiceUnavailable(f"blob {sha} was uploaded but not verified; retry")
         with self._lock:
             self._known.add(sha)
+
+    def _ask(self, sha: str, size: int) -> dict:
+        """The first POST .../blobs. Another uploader's multipart upload of the same content may
+        be open and missing parts (in progress, or its uploader crashed): the 409 parts_mismatch
+        names the upload, and this one uploads every part itself (same content, same parts)."""
+        try:
+            return self.wire.blob(sha, size)
+        except ConflictError as e:
+            multipart = e.details.get("multipart")
+            if e.details.get("reason") != "parts_mismatch" or not isinstance(multipart, dict):
+                raise
+            log.info("blob upload open elsewhere, uploading its parts sha256=%s", sha[:16])
+            return {"exists": False, "multipart": multipart}
 
     def _upload_parts(self, multipart: dict, local: Path | bytes, size: int, sha: str) -> None:
         """Every part of the blob's multipart upload, several at once (the payloads' code); a

@@ -255,3 +255,19 @@ def test_a_multipart_blob_with_other_bytes_is_refused_by_the_cache_and_the_job_i
     assert not cache.cached(b.sha256) and not cache.file(b.sha256).exists()
     assert cache.downloads == 0 and list((cache_dir / "tmp").iterdir()) == []
     assert ranged_cache == [b.sha256]
+
+
+def test_an_upload_a_crashed_uploader_left_open_is_taken_over(small_parts_gateway):
+    # Given an uploader that opened a blob's multipart upload, presigned its first part and died
+    data = os.urandom(11 * MiB)
+    digest = sha(data)
+    crashed, _ = clients(small_parts_gateway)
+    opened = crashed.wire.blob(digest, len(data))["multipart"]
+    first = data[: opened["part_bytes"]]
+    crashed.wire.blob_parts(digest, [{"number": 1, "size": len(first), "sha256": sha(first)}])
+    # When another client stores the same content
+    client, _ = clients(small_parts_gateway)
+    b = client.blob(data)
+    # Then it uploads the parts of that upload itself and the blob exists
+    assert b.sha256 == digest and client.blobs.uploads == 1
+    assert client.wire.blob(digest, len(data))["exists"] is True

@@ -386,7 +386,7 @@ def test_a_missing_blob_part_is_409_parts_mismatch_and_no_blob_is_recorded(cp, s
     # Given a blob's multipart upload whose part 2 was presigned but never uploaded
     data = blob_bytes(12 * MiB)
     sha = sha256_hex(data)
-    cp.blob(sha, len(data))
+    opened = cp.blob(sha, len(data)).json["multipart"]["upload_id"]
     urls = blob_parts(cp, {"blob": sha, "parts": specs(data)}).json["parts"]
     put_parts(urls, data, [1, 3])
     # When the client POSTs the blob to have it completed
@@ -394,6 +394,8 @@ def test_a_missing_blob_part_is_409_parts_mismatch_and_no_blob_is_recorded(cp, s
     # Then 409 parts_mismatch names the part, no record exists, and jobs cannot reference it
     assert out.status == 409 and out.error["reason"] == "parts_mismatch", out.raw_body
     assert "part 2 is missing" in out.error["message"]
+    # And the answer names the upload, still open (whoever POSTed may upload the parts)
+    assert out.error["multipart"] == {"upload_id": opened, "part_bytes": PART, "part_count": 3}
     assert not r.exists(keys.blob(cp.ns, sha))
     assert enqueue_with(cp, [sha]).error["code"] == "unknown_blob"
     # And once the part is uploaded, the next POST completes it

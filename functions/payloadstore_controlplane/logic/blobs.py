@@ -29,14 +29,13 @@ from ..models.api import (
     PartsRequest,
     PartsResponse,
 )
-from ..models.errors import Conflict, NotFound, TooManyPresigns, UnknownBlob
+from ..models.errors import Conflict, NotFound, UnknownBlob
 from ..observability import logger, metrics_count
 from ..store.records import (
     BlobUploadRecord,
     MultipartUpload,
     PartDiffers,
     PartsIssued,
-    PresignCapReached,
     sha256_hex_to_b64,
 )
 from .context import Deps, Principal
@@ -174,13 +173,27 @@ def _continue_upload(
     if not upload.parts:
         return _multipart_answer(key, sha, upload.size, upload.upload_id, upload.part_bytes)
     plan = PartsPlan(key, upload.size, upload.part_bytes)
-    composite = complete_upload(
-        plan,
-        MultipartUpload(upload_id=upload.upload_id, parts=upload.parts),
-        deps,
-        forget=lambda: deps.jobs.drop_blob_upload(p.namespace, sha),
-        log_extra={"sha256": sha},
-    )
+    aborted: list[bool] = []
+
+    def forget() -> None:
+        aborted.append(True)
+        deps.jobs.drop_blob_upload(p.namespace, sha)
+
+    try:
+        composite = complete_upload(
+            plan,
+            MultipartUpload(upload_id=upload.upload_id, parts=upload.parts),
+            deps,
+            forget=forget,
+            log_extra={"sha256": sha},
+        )
+    except Conflict as e:
+        if not aborted:
+            # Still open: whoever POSTed (the uploader missing a part, or another uploader of
+            # the same content, e.g. after the first crashed) may upload the parts and POST again.
+            spec = multipart_spec(upload.upload_id, upload.size, upload.part_bytes)
+            e.details["multipart"] = spec.model_dump()
+        raise
     info = deps.objects.head(key)
     if info is None:
         # The upload is gone from S3 (aborted by the lifecycle) and left no object.
@@ -211,10 +224,7 @@ def presign_blob_parts(p: Principal, req: PartsRequest, deps: Deps) -> PartsResp
         )
     check_part_sizes(req, upload.size, upload.part_bytes)
     outcome = deps.jobs.issue_blob_parts(
-        p.namespace,
-        sha,
-        [(part.number, part.sha256) for part in req.parts],
-        deps.settings.max_presigns_per_job,
+        p.namespace, sha, [(part.number, part.sha256) for part in req.parts]
     )
     match outcome:
         case PartsIssued(upload_id=upload_id):
@@ -224,8 +234,6 @@ def presign_blob_parts(p: Principal, req: PartsRequest, deps: Deps) -> PartsResp
                 f"part {number} was presigned before with another sha256: a part asked for "
                 "again must repeat its size and sha256"
             )
-        case PresignCapReached():
-            raise TooManyPresigns(f"blob {sha} reached MAX_PRESIGNS_PER_JOB")
         case _:
             raise NotFound(f"the namespace has no multipart upload open for blob {sha}")
     key = blob_key(p.namespace, sha)

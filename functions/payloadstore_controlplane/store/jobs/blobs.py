@@ -20,7 +20,6 @@ from ..records import (
     NotMultipart,
     PartDiffers,
     PartsIssued,
-    PresignCapReached,
     sha_raw,
     text,
 )
@@ -82,7 +81,6 @@ class BlobSteps(StoreBase):
         if not upload:
             return None
         size, part_bytes = int(fields.pop("z", 0)), int(fields.pop("b", 0))
-        fields.pop("n", None)
         return BlobUploadRecord(
             upload_id=text(upload),
             size=size,
@@ -91,10 +89,10 @@ class BlobSteps(StoreBase):
         )
 
     def issue_blob_parts(
-        self, namespace: str, sha256: str, parts: list[tuple[int, str]], max_presigns: int
-    ) -> PartsIssued | NotMultipart | PartDiffers | PresignCapReached:
+        self, namespace: str, sha256: str, parts: list[tuple[int, str]]
+    ) -> PartsIssued | NotMultipart | PartDiffers:
         """Record (part number, hex sha256) of a blob's parts about to be presigned."""
-        flat: list[Any] = [max_presigns]
+        flat: list[Any] = []
         for number, sha in parts:
             flat += [number, sha_raw(sha)]
         key = cast(str, keys.blob_upload(namespace, sha256))
@@ -104,8 +102,6 @@ class BlobSteps(StoreBase):
                 return PartsIssued(reply[1])
             case "differs":
                 return PartDiffers(int(reply[1]))
-            case "cap":
-                return PresignCapReached()
         return NotMultipart()
 
     def drop_blob_upload(self, namespace: str, sha256: str) -> None:
