@@ -470,3 +470,39 @@ def test_a_daemon_uploads_a_blob_in_parts(cp, small_multipart):
     urls = blob_parts(cp, {"blob": sha, "parts": specs(data)}, role="daemon").json["parts"]
     put_parts(urls, data, [1, 2])
     assert cp.blob(sha, len(data), role="daemon").json["exists"] is True
+
+
+def upload_in_parts(cp, data: bytes) -> str:
+    sha = sha256_hex(data)
+    assert cp.blob(sha, len(data)).json["multipart"]
+    urls = blob_parts(cp, {"blob": sha, "parts": specs(data)}).json["parts"]
+    put_parts(urls, data, range(1, len(urls) + 1))
+    assert cp.blob(sha, len(data)).json["exists"] is True
+    return sha
+
+
+def test_an_old_multipart_blob_is_renewed_by_a_copy_onto_itself(
+    cp, small_multipart, r, s3_client, payload_bucket
+):
+    # Given a blob uploaded in parts, verified 25 h ago
+    data = blob_bytes(12 * MiB)
+    sha = upload_in_parts(cp, data)
+    r.expire(keys.blob(cp.ns, sha), RETENTION_S - 25 * 3600)
+    # When a new job references it
+    assert enqueue_with(cp, [sha]).status == 201
+    # Then the object was copied onto itself (same bytes) and its record renewed
+    after = s3_client.get_object(Bucket=payload_bucket, Key=f"blobs/{cp.ns}/{sha}")
+    assert after["Metadata"].get("renewed-at")
+    assert sha256_hex(after["Body"].read()) == sha
+    assert r.ttl(keys.blob(cp.ns, sha)) > RETENTION_S - 60
+
+
+def test_a_multipart_blob_found_without_its_record_is_recorded_again(cp, small_multipart, r):
+    # Given a blob uploaded in parts whose record is gone (the object lingers)
+    data = blob_bytes(12 * MiB)
+    sha = upload_in_parts(cp, data)
+    r.delete(keys.blob(cp.ns, sha))
+    # When a client asks for it, then it exists again without another upload
+    again = cp.blob(sha, len(data))
+    assert again.json["exists"] is True and "multipart" not in again.json
+    assert r.exists(keys.blob(cp.ns, sha))
