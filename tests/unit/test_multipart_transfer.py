@@ -239,3 +239,54 @@ def test_a_range_with_other_bytes_fails_the_composite_check():
         )
     assert e.value.expected_sha256 == composite_of(data)
     assert e.value.actual_sha256 == composite_of(damaged)
+
+
+def test_a_file_is_read_by_part_with_few_parts_held_at_once(tmp_path, monkeypatch):
+    # Given a 40-part file, 2 part workers, and a reader that counts the parts read and not yet
+    # uploaded
+    monkeypatch.setenv("PAYLOADSTORE_PART_WORKERS", "2")
+    from payloadstore._multipart import FileParts
+
+    data = body(40 * PART - 11)
+    path = tmp_path / "blob.bin"
+    path.write_bytes(data)
+    s3 = FakeS3()
+    reads: list[int] = []
+    parts = FileParts(path)
+    pending = {"now": 0, "most": 0}
+    lock = threading.Lock()
+
+    hashed: list[int] = []
+
+    def read(start: int, length: int) -> bytes:
+        with lock:
+            reads.append(start)
+            if not threading.current_thread().name.startswith("payload-part"):
+                hashed.append(start)  # the hashing pass (the caller's thread)
+                pending["most"] = max(pending["most"], len(hashed) - len(s3.parts))
+        return parts.read(start, length)
+
+    handler = s3.handler
+
+    try:
+        with httpx.Client(transport=httpx.MockTransport(handler)) as client:
+            # When it is uploaded in parts read from the file
+            composite = upload_parts(
+                client,
+                {"part_bytes": PART, "part_count": 40},
+                (),
+                len(data),
+                ask_parts=PartsAsked(),
+                retry=RETRY,
+                progress=False,
+                read_part=read,
+            )
+    finally:
+        parts.close()
+    # Then S3 has the file's bytes, each part read twice (hashed, then uploaded)
+    assert b"".join(s3.parts[n] for n in range(1, 41)) == data
+    assert composite == composite_of(data)
+    assert sorted(reads) == sorted(list(range(0, len(data), PART)) * 2)
+    # And the hashing waited for the uploads (at most 2 parts in flight per worker beyond the
+    # batch of URLs being asked for: 4, 8, 16, ... parts), not reading the whole file ahead
+    assert pending["most"] <= 2 * 2 + 16 + 4
