@@ -271,3 +271,26 @@ def test_an_upload_a_crashed_uploader_left_open_is_taken_over(small_parts_gatewa
     # Then it uploads the parts of that upload itself and the blob exists
     assert b.sha256 == digest and client.blobs.uploads == 1
     assert client.wire.blob(digest, len(data))["exists"] is True
+
+
+def test_a_function_returns_a_large_blob_uploaded_in_parts_and_the_client_reads_it_in_ranges(
+    small_parts_gateway, cache_dir, ranged_cache, tmp_path
+):
+    # Given a function that returns a 9 MiB file as a blob (2 parts on this stack)
+    client, daemon_client = clients(small_parts_gateway)
+    queue = unique_queue("blob-parts-result")
+    out = tmp_path / "made.bin"
+    content = os.urandom(9 * MiB)
+
+    def make():
+        out.write_bytes(content)
+        return ps.blob(out)
+
+    with daemon_thread(daemon_client, queue, make) as daemon:
+        result = client.queue(queue).add().result(timeout=120)
+    # Then the daemon uploaded it in parts, and the client reads it, downloaded in ranges and
+    # verified into its cache
+    assert daemon.client.blobs.uploads == 1
+    assert isinstance(result, ps.Blob) and result.size == 9 * MiB
+    assert result.read() == content
+    assert ranged_cache == [result.sha256]
