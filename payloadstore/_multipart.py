@@ -25,7 +25,6 @@ import hashlib
 import http.client
 import logging
 import os
-import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -37,13 +36,15 @@ import httpx
 
 from ._http import RetryPolicy
 from ._transfer import (
-    PROXY_ENV,
     S3_RETRY_STATUSES,
     SLICE_BYTES,
     Progress,
+    ThreadConnections,
     _raise_refused,
+    client_ssl_context,
     fresh_buffer,
     looks_expired,
+    plain_client,
     s3_error,
     want_progress,
 )
@@ -380,54 +381,22 @@ class _Grant:
                 self._generation += 1
 
 
-def _plain(client: httpx.Client) -> bool:
-    transport = getattr(client, "_transport", None)
-    return (
-        os.environ.get("PAYLOADSTORE_DIRECT_GET", "1") != "0"
-        and type(transport) is httpx.HTTPTransport
-        and not getattr(client, "_mounts", None)
-        and not (getattr(client, "trust_env", True) and any(os.environ.get(v) for v in PROXY_ENV))
-    )
-
-
-class _Ranges:
+class _Ranges(ThreadConnections):
     """Ranged GETs read into the caller's memory: http.client readinto on a kept-alive
     connection per thread (a plain httpx client), else httpx's stream (an injected client)."""
 
     def __init__(self, s3: httpx.Client):
+        timeout = s3.timeout.read if s3.timeout.read is not None else 300.0
+        super().__init__(client_ssl_context(s3), timeout)
         self._s3 = s3
-        self._direct = _plain(s3)
-        self._local = threading.local()
-        self._timeout = s3.timeout.read if s3.timeout.read is not None else 300.0
-        # The client's own TLS settings (verify=, cert=), as its transport would use them.
-        pool = getattr(getattr(s3, "_transport", None), "_pool", None)
-        self._ssl = getattr(pool, "_ssl_context", None)
+        self._direct = plain_client(s3)
         self._connections: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
 
-    def _connection(self, scheme: str, host: str, port: int | None) -> http.client.HTTPConnection:
-        wanted = (scheme, host, port)
-        conn = getattr(self._local, "conn", None)
-        if conn is not None and self._local.target == wanted:
-            return conn
-        self.discard()
-        if scheme == "https":
-            context = self._ssl or ssl.create_default_context()
-            conn = http.client.HTTPSConnection(host, port, timeout=self._timeout, context=context)
-        elif scheme == "http":
-            conn = http.client.HTTPConnection(host, port, timeout=self._timeout)
-        else:
-            raise httpx.UnsupportedProtocol(f"unsupported URL scheme {scheme!r}")
-        self._local.conn, self._local.target = conn, wanted
+    def _opened(self, conn: http.client.HTTPConnection) -> None:
+        # Kept so that close() reaches the workers' connections too.
         with self._lock:
             self._connections.append(conn)
-        return conn
-
-    def discard(self) -> None:
-        conn = getattr(self._local, "conn", None)
-        self._local.conn = None
-        if conn is not None:
-            conn.close()
 
     def close(self) -> None:
         with self._lock:

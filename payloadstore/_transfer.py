@@ -533,6 +533,24 @@ _DIRECT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _DIRECT_LOCK = threading.Lock()
 
 
+def plain_client(client: httpx.Client) -> bool:
+    """A plain httpx client (default transport, no mounts, no proxy) whose GETs may take the
+    readinto path; PAYLOADSTORE_DIRECT_GET=0 turns that path off."""
+    transport = getattr(client, "_transport", None)
+    return (
+        os.environ.get("PAYLOADSTORE_DIRECT_GET", "1") != "0"
+        and type(transport) is httpx.HTTPTransport
+        and not getattr(client, "_mounts", None)
+        and not (getattr(client, "trust_env", True) and any(os.environ.get(v) for v in PROXY_ENV))
+    )
+
+
+def client_ssl_context(client: httpx.Client) -> ssl.SSLContext | None:
+    """The client's own TLS settings (verify=, cert=), as its transport would use them."""
+    pool = getattr(getattr(client, "_transport", None), "_pool", None)
+    return getattr(pool, "_ssl_context", None)
+
+
 def direct_getter(client: httpx.Client) -> DirectGetter | None:
     """The readinto path for a plain httpx client (default transport, no mounts, no proxy);
     None for anything else, which then goes through httpx as given."""
@@ -542,31 +560,20 @@ def direct_getter(client: httpx.Client) -> DirectGetter | None:
         if client in _DIRECT:
             return _DIRECT[client]
         getter = None
-        transport = getattr(client, "_transport", None)
-        plain = (
-            type(transport) is httpx.HTTPTransport
-            and not getattr(client, "_mounts", None)
-            and not (
-                getattr(client, "trust_env", True) and any(os.environ.get(v) for v in PROXY_ENV)
-            )
-        )
-        if plain:
-            pool = getattr(transport, "_pool", None)
-            context = getattr(pool, "_ssl_context", None)
+        if plain_client(client):
             timeout = client.timeout.read if client.timeout.read is not None else 300.0
             connect = client.timeout.connect if client.timeout.connect is not None else 10.0
-            getter = DirectGetter(context, timeout, connect)
+            getter = DirectGetter(client_ssl_context(client), timeout, connect)
         _DIRECT[client] = getter
         return getter
 
 
-class DirectGetter:
-    """GETs a URL with http.client and reads the body into the caller's buffer (readinto: the
-    socket writes into it, no chunk objects). One kept-alive connection per thread and host."""
+class ThreadConnections:
+    """One kept-alive http.client connection per thread, to one (scheme, host, port) at a
+    time: a connection is not thread-safe, and a worker reuses its own across requests."""
 
-    def __init__(self, ssl_context: ssl.SSLContext | None, timeout_s: float, connect_s: float):
+    def __init__(self, ssl_context: ssl.SSLContext | None, connect_s: float):
         self._ssl = ssl_context
-        self._timeout = timeout_s
         self._connect = connect_s
         self._local = threading.local()
 
@@ -584,13 +591,27 @@ class DirectGetter:
         else:
             raise httpx.UnsupportedProtocol(f"unsupported URL scheme {scheme!r}")
         self._local.conn, self._local.target = conn, wanted
+        self._opened(conn)
         return conn
 
+    def _opened(self, conn: http.client.HTTPConnection) -> None:
+        """A subclass's hook for each connection made."""
+
     def discard(self) -> None:
+        """Close this thread's connection (after an error or a server's close)."""
         conn = getattr(self._local, "conn", None)
         self._local.conn = None
         if conn is not None:
             conn.close()
+
+
+class DirectGetter(ThreadConnections):
+    """GETs a URL with http.client and reads the body into the caller's buffer (readinto: the
+    socket writes into it, no chunk objects). One kept-alive connection per thread and host."""
+
+    def __init__(self, ssl_context: ssl.SSLContext | None, timeout_s: float, connect_s: float):
+        super().__init__(ssl_context, connect_s)
+        self._timeout = timeout_s
 
     def get_into(self, grant: dict, size: int | None, bar: Progress) -> Filled | httpx.Response:
         """The body in a fresh buffer (status 200), or the error answer as an httpx.Response."""
