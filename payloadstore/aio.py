@@ -25,6 +25,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import replace
+from functools import partial
 from typing import Any, Self
 
 import httpx
@@ -82,6 +83,11 @@ from .errors import (
 )
 
 __all__ = ["AsyncClient", "AsyncJob", "AsyncQueue"]
+
+
+def _result_blobs(wire: Any, job_id: str) -> Any:
+    """A job's result's `blobs` (fresh GETs), read again through a blocking wire."""
+    return wire.job_result(job_id, wait_s=0).raw.get("blobs")
 
 
 class _OnLoop:
@@ -536,6 +542,11 @@ class AsyncJob(JobHandle):
             return self._result
         answer = await self._done_answer(timeout)
         store = self.client.blob_store()
+        downloads = answer.raw.get("blobs")
+        if downloads:
+            # As Job.result: a GET refused later (expired) is asked for again, once
+            # (the store's wire blocks on this loop: read blobs from a worker thread).
+            store.renewable(downloads, partial(_result_blobs, store.wire, self.job_id))
         data: bytes | bytearray
         if answer.result_inline is not None:
             data = answer.result_inline
@@ -551,7 +562,7 @@ class AsyncJob(JobHandle):
         else:
             raise job_error(self.job_id, answer.state, answer.error)
         # Blobs in the result read through the GETs handed out with it.
-        reading = store.reading(answer.raw.get("blobs"))
+        reading = store.reading(downloads)
         try:
             value = codec.decode(data, copy=copy)
         finally:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -294,3 +295,32 @@ def test_a_function_returns_a_large_blob_uploaded_in_parts_and_the_client_reads_
     assert isinstance(result, ps.Blob) and result.size == 9 * MiB
     assert result.read() == content
     assert ranged_cache == [result.sha256]
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_result_blob_read_after_its_get_expired_is_asked_for_again(
+    start_local_gateway, cache_dir, flavour
+):
+    # Given GETs valid for 2 s and a function that returns a blob
+    gateway = start_local_gateway(PRESIGN_TTL_S="2")
+    client, daemon_client = clients(gateway)
+    queue = unique_queue("blob-expired-get")
+    content = os.urandom(64 * 1024)
+
+    async def read_async() -> bytes:
+        async with AsyncClient(gateway.url, gateway.token("dev", "client"), "dev") as aclient:
+            job = await aclient.queue(queue).add()
+            result = await job.result(timeout=60)
+            await asyncio.sleep(3)  # its GET expired meanwhile
+            return await asyncio.to_thread(result.read)
+
+    def read_sync() -> bytes:
+        result = client.queue(queue).add().result(timeout=60)
+        time.sleep(3)
+        return result.read()
+
+    with daemon_thread(daemon_client, queue, lambda: ps.blob(content)):
+        # When the client reads the result's blob after its GET expired
+        got = asyncio.run(read_async()) if flavour == "async" else read_sync()
+    # Then it was asked for again (one new result read) and read, sync and async alike
+    assert got == content
