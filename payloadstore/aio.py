@@ -55,6 +55,7 @@ from ._wire import (
     PurgeAnswer,
     QueueInfo,
     RedriveAnswer,
+    ResultAnswer,
     RetryAnswer,
     ServerConfig,
 )
@@ -497,11 +498,8 @@ class AsyncJob(JobHandle):
         self.queue = self.queue or status.queue
         return status
 
-    async def result_into(
-        self, into: Any, timeout: float | None = None, *, progress: bool | None = None
-    ) -> int:
-        """As `Job.result_into`: the result's bytes as stored into a path, a binary file or a
-        writable buffer, in bounded memory; the number of bytes written."""
+    async def _done_answer(self, timeout: float | None) -> ResultAnswer:
+        """As `Job._done_answer`: the job's result long-polled in slices until it is done."""
         deadline = None if timeout is None else time.monotonic() + timeout
         state: str | None = None
         while True:
@@ -510,23 +508,31 @@ class AsyncJob(JobHandle):
             answer = await self.client.wire.job_result(self.job_id, wait_s=wait)
             state = answer.state or state
             if answer.done:
-                if answer.result_inline is not None:
-                    await asyncio.to_thread(write_into, into, answer.result_inline)
-                    return len(answer.result_inline)
-                if answer.result_ref is None:
-                    raise job_error(self.job_id, answer.state, answer.error)
-                payloads = await self.client.payloads()
-                await asyncio.to_thread(
-                    payloads.fetch,
-                    answer.result_ref,
-                    job_id=self.job_id,
-                    progress=progress,
-                    grant=answer.download,
-                    into=into,
-                )
-                return int(answer.result_ref.size or 0)
+                return answer
             if deadline is not None and time.monotonic() >= deadline:
                 raise ResultTimeout(self.job_id, timeout or 0.0, state)
+
+    async def result_into(
+        self, into: Any, timeout: float | None = None, *, progress: bool | None = None
+    ) -> int:
+        """As `Job.result_into`: the result's bytes as stored into a path, a binary file or a
+        writable buffer, in bounded memory; the number of bytes written."""
+        answer = await self._done_answer(timeout)
+        if answer.result_inline is not None:
+            await asyncio.to_thread(write_into, into, answer.result_inline)
+            return len(answer.result_inline)
+        if answer.result_ref is None:
+            raise job_error(self.job_id, answer.state, answer.error)
+        payloads = await self.client.payloads()
+        await asyncio.to_thread(
+            payloads.fetch,
+            answer.result_ref,
+            job_id=self.job_id,
+            progress=progress,
+            grant=answer.download,
+            into=into,
+        )
+        return int(answer.result_ref.size or 0)
 
     async def result(
         self, timeout: float | None = None, *, progress: bool | None = None, copy: bool = False
@@ -534,41 +540,32 @@ class AsyncJob(JobHandle):
         """As `Job.result`. Cancelling the awaiting task cancels the long-poll at once."""
         if self._has_result:
             return self._result
-        deadline = None if timeout is None else time.monotonic() + timeout
-        state: str | None = None
-        while True:
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            wait = RESULT_WAIT_SLICE_S if remaining is None else min(RESULT_WAIT_SLICE_S, remaining)
-            answer = await self.client.wire.job_result(self.job_id, wait_s=wait)
-            state = answer.state or state
-            if answer.done:
-                store = self.client.blob_store()
-                downloads = answer.raw.get("blobs")
-                if downloads:
-                    # As Job.result: a GET refused later (expired) is asked for again, once
-                    # (the store's wire blocks on this loop: read blobs from a worker thread).
-                    store.renewable(downloads, partial(_result_blobs, store.wire, self.job_id))
-                data: bytes | bytearray
-                if answer.result_inline is not None:
-                    data = answer.result_inline
-                elif answer.result_ref is not None:
-                    payloads = await self.client.payloads()
-                    data = await asyncio.to_thread(
-                        payloads.fetch,
-                        answer.result_ref,
-                        job_id=self.job_id,
-                        progress=progress,
-                        grant=answer.download,
-                    )
-                else:
-                    raise job_error(self.job_id, answer.state, answer.error)
-                # Blobs in the result read through the GETs handed out with it.
-                reading = store.reading(downloads)
-                try:
-                    value = codec.decode(data, copy=copy)
-                finally:
-                    store.done_reading(reading)
-                self._result, self._has_result = value, True
-                return value
-            if deadline is not None and time.monotonic() >= deadline:
-                raise ResultTimeout(self.job_id, timeout or 0.0, state)
+        answer = await self._done_answer(timeout)
+        store = self.client.blob_store()
+        downloads = answer.raw.get("blobs")
+        if downloads:
+            # As Job.result: a GET refused later (expired) is asked for again, once
+            # (the store's wire blocks on this loop: read blobs from a worker thread).
+            store.renewable(downloads, partial(_result_blobs, store.wire, self.job_id))
+        data: bytes | bytearray
+        if answer.result_inline is not None:
+            data = answer.result_inline
+        elif answer.result_ref is not None:
+            payloads = await self.client.payloads()
+            data = await asyncio.to_thread(
+                payloads.fetch,
+                answer.result_ref,
+                job_id=self.job_id,
+                progress=progress,
+                grant=answer.download,
+            )
+        else:
+            raise job_error(self.job_id, answer.state, answer.error)
+        # Blobs in the result read through the GETs handed out with it.
+        reading = store.reading(downloads)
+        try:
+            value = codec.decode(data, copy=copy)
+        finally:
+            store.done_reading(reading)
+        self._result, self._has_result = value, True
+        return value

@@ -655,19 +655,10 @@ class Job(JobHandle):
         """
         if self._has_result:
             return self._result
-        deadline = None if timeout is None else time.monotonic() + timeout
-        state: str | None = None
-        while True:
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            wait = RESULT_WAIT_SLICE_S if remaining is None else min(RESULT_WAIT_SLICE_S, remaining)
-            answer = self.client.wire.job_result(self.job_id, wait_s=wait)
-            state = answer.state or state
-            if answer.done:
-                value = self._value_from(answer, progress=progress, copy=copy)
-                self._result, self._has_result = value, True
-                return value
-            if remaining is not None and deadline is not None and time.monotonic() >= deadline:
-                raise ResultTimeout(self.job_id, timeout or 0.0, state)
+        answer = self._done_answer(timeout)
+        value = self._value_from(answer, progress=progress, copy=copy)
+        self._result, self._has_result = value, True
+        return value
 
     def result_into(
         self, into: Any, timeout: float | None = None, *, progress: bool | None = None
@@ -677,6 +668,11 @@ class Job(JobHandle):
         writable buffer of at least that many bytes. A multipart result is read in parallel
         part-aligned ranges and verified part by part, holding a few parts in memory whatever
         its size. Returns the number of bytes written. Raises as `result()`."""
+        return self._bytes_into(self._done_answer(timeout), into, progress=progress)
+
+    def _done_answer(self, timeout: float | None) -> ResultAnswer:
+        """Long-poll the job's result in slices until it is done; ResultTimeout after
+        `timeout` seconds (None: as long as it takes)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         state: str | None = None
         while True:
@@ -685,8 +681,8 @@ class Job(JobHandle):
             answer = self.client.wire.job_result(self.job_id, wait_s=wait)
             state = answer.state or state
             if answer.done:
-                return self._bytes_into(answer, into, progress=progress)
-            if remaining is not None and deadline is not None and time.monotonic() >= deadline:
+                return answer
+            if deadline is not None and time.monotonic() >= deadline:
                 raise ResultTimeout(self.job_id, timeout or 0.0, state)
 
     def _bytes_into(self, answer: ResultAnswer, into: Any, *, progress: bool | None) -> int:
