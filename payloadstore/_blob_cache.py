@@ -17,7 +17,12 @@
   sha256 differs is refused (PayloadCorrupt: the Daemon reports the job `payload_corrupt`) and
   never enters the cache;
 - a use sets the file's access time (not its mtime), which orders the eviction; a blob whose lock
-  another process holds (it is downloading it) is not evicted.
+  another process holds (it is downloading it) is not evicted;
+- a blob in use is pinned: its user holds a shared `flock` of `locks/<sha256>.pin` (the Daemon,
+  from before it fetches a job's blobs until the job's result is posted); eviction takes that
+  lock exclusive without waiting and skips a blob it cannot take, so it never removes a file a
+  running function reads (in this process or another). Pinned blobs may hold the cache above
+  its bound for as long as they are in use.
 """
 
 from __future__ import annotations
@@ -29,8 +34,8 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import httpx
@@ -121,18 +126,27 @@ class BlobCache:
             self.hits += 1
         return True
 
+    def _locked(self, sha: str, *, blocking: bool = True) -> AbstractContextManager[bool]:
+        return _flock(self.root / "locks" / f"{sha}.lock", blocking=blocking)
+
     @contextmanager
-    def _locked(self, sha: str, *, blocking: bool = True) -> Iterator[bool]:
-        fd = os.open(self.root / "locks" / f"{sha}.lock", os.O_CREAT | os.O_RDWR, 0o644)
+    def pinned(self, shas: Iterable[str]) -> Iterator[None]:
+        """Hold these blobs in the cache (no eviction, by any process) until the block ends.
+        Pin before `get`: a blob evicted before its pin is downloaded again by `get`."""
+        fds: list[int] = []
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-            except BlockingIOError:
-                yield False
-                return
-            yield True
+            for sha in dict.fromkeys(shas):
+                fd = os.open(self._pin_file(sha), os.O_CREAT | os.O_RDWR, 0o644)
+                fds.append(fd)
+                # Waits only while an eviction holds it (the unlink of one file).
+                fcntl.flock(fd, fcntl.LOCK_SH)
+            yield
         finally:
-            os.close(fd)
+            for fd in fds:
+                os.close(fd)
+
+    def _pin_file(self, sha: str) -> Path:
+        return self.root / "locks" / f"{sha}.pin"
 
     def _download(self, sha: str, url: str, size: int | None, http: httpx.Client) -> None:
         for attempt in range(ATTEMPTS):
@@ -247,14 +261,32 @@ class BlobCache:
                 break
             if sha == keep:
                 continue
-            with self._locked(sha, blocking=False) as held:
-                if not held:
+            unpinned = _flock(self._pin_file(sha), blocking=False)
+            with unpinned as free, self._locked(sha, blocking=False) as held:
+                if not (free and held):
+                    log.info("blob in use, not evicted sha256=%s", sha[:16])
                     continue
                 self._mark(sha).unlink(missing_ok=True)
                 self.file(sha).unlink(missing_ok=True)
             freed += nbytes
             log.info("blob evicted sha256=%s bytes=%d", sha[:16], nbytes)
         return freed
+
+
+@contextmanager
+def _flock(path: Path, *, blocking: bool = True) -> Iterator[bool]:
+    """An exclusive `flock` of `path`: True once held; False at once when another holds it and
+    `blocking` is off."""
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
 
 
 def _refused(sha: str, response: httpx.Response) -> Exception:

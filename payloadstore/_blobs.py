@@ -26,6 +26,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import IO, Any
 
@@ -387,6 +388,12 @@ class BlobStore:
         for sha in blob_list(downloads):
             with self._lock:
                 self._renew[sha] = renew
+
+    def pinned(self, downloads: Any) -> AbstractContextManager[None]:
+        """The blobs of a poll answer's `blobs` held in the host's cache (no process evicts
+        them) until the block ends; nothing to hold without blobs."""
+        shas = blob_list(downloads)
+        return self.cache.pinned(shas) if shas else nullcontext()
 
     def path(self, b: Blob) -> Path:
         return self.fetch(b.sha256, b.size)

@@ -620,7 +620,10 @@ class Daemon:
         self._held.job = current
         heartbeat = _Heartbeat(self, job, current).start()
         try:
-            return self._process_held(job, fn, current)
+            # Its blobs stay in the host's cache (another process's eviction skips them) from
+            # before they are fetched until the result is posted.
+            with self.client.blobs.pinned(job.raw.get("blobs")):
+                return self._process_held(job, fn, current)
         finally:
             heartbeat.stop()
             self._held.job = None

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -324,3 +326,36 @@ def test_a_result_blob_read_after_its_get_expired_is_asked_for_again(
         got = asyncio.run(read_async()) if flavour == "async" else read_sync()
     # Then it was asked for again (one new result read) and read, sync and async alike
     assert got == content
+
+
+def test_a_blob_a_running_function_uses_is_not_evicted_by_another_process(local_gateway, cache_dir):
+    # Given a function holding its blob's cached path while another daemon process on the host
+    # evicts past the cache's bound (0 bytes: everything it may)
+    client, daemon_client = clients(local_gateway)
+    queue = unique_queue("blob-pinned")
+    data = os.urandom(MiB)
+    b = client.blob(data)
+    evict = (
+        "import sys; from payloadstore._blob_cache import BlobCache; "
+        "print(BlobCache(sys.argv[1], max_bytes=0).evict())"
+    )
+
+    def use(b):
+        path = b.path
+        other = subprocess.run(
+            [sys.executable, "-c", evict, str(cache_dir)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return [int(other.stdout), sha(path.read_bytes())]
+
+    with daemon_thread(daemon_client, queue, use):
+        # When the job runs
+        freed, digest = client.queue(queue).add(b).result(timeout=60)
+    # Then the other process evicted nothing and the function read its whole file
+    assert (freed, digest) == (0, b.sha256)
+    # And once the job is done the blob is no longer pinned
+    from payloadstore._blob_cache import BlobCache
+
+    assert BlobCache(cache_dir, max_bytes=0).evict() == MiB

@@ -187,3 +187,47 @@ def test_an_expired_get_is_asked_for_again_where_the_answer_can_be_re_read(tmp_p
     # When it is read, then the store asks for fresh URLs once and downloads
     assert store.fetch(sha(data), len(data)).read_bytes() == data
     assert gets == ["/old", "/new"]
+
+
+def _pin_in_process(root, shas, pinned, release):
+    cache = BlobCache(root)
+    with cache.pinned(shas):
+        pinned.set()
+        release.wait(30)
+
+
+def test_a_blob_pinned_by_another_process_is_not_evicted_until_it_is_released(tmp_path):
+    # Given two cached blobs and another process (a daemon running a job) pinning the older one
+    blobs = {f"k{i}": os.urandom(4000) for i in range(2)}
+    http = serve(blobs, [])
+    cache = BlobCache(tmp_path)
+    for i in range(2):
+        cache.get(sha(blobs[f"k{i}"]), f"http://s3/k{i}", size=4000, http=http)
+        time.sleep(0.01)
+    in_use, other = sha(blobs["k0"]), sha(blobs["k1"])
+    ctx = multiprocessing.get_context("fork")
+    pinned, release = ctx.Event(), ctx.Event()
+    holder = ctx.Process(target=_pin_in_process, args=(tmp_path, [in_use], pinned, release))
+    holder.start()
+    try:
+        assert pinned.wait(10)
+        # When this process's cache (another instance, a bound of 0) evicts
+        freed = BlobCache(tmp_path, max_bytes=0).evict()
+        # Then the pinned file is still whole and the other one is gone
+        assert cache.cached(in_use) and cache.file(in_use).read_bytes() == blobs["k0"]
+        assert not cache.cached(other) and freed == 4000
+    finally:
+        release.set()
+        holder.join(10)
+    # And once released, it can be evicted
+    assert BlobCache(tmp_path, max_bytes=0).evict() == 4000
+    assert not cache.cached(in_use)
+
+
+def test_a_pin_in_this_process_also_holds_against_its_own_eviction(tmp_path):
+    data = os.urandom(4000)
+    cache = BlobCache(tmp_path, max_bytes=0)
+    with cache.pinned([sha(data)]):
+        path = cache.get(sha(data), "http://s3/k", size=4000, http=serve({"k": data}, []))
+        assert cache.evict() == 0 and path.read_bytes() == data
+    assert cache.evict() == 4000
