@@ -34,7 +34,10 @@ import redis
 import payloadstore as ps
 from payloadstore import Client, Daemon
 from payloadstore._blob_cache import BlobCache
-from payloadstore.devstack.services import free_port
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tools/
+
+from tools.localstack import start_stack
 
 MiB = 1 << 20
 
@@ -51,29 +54,6 @@ class CountingS3(httpx.HTTPTransport):
         self.requests += 1
         self.sent += int(request.headers.get("content-length") or 0)
         return super().handle_request(request)
-
-
-def start_stack(tmp: Path) -> tuple[subprocess.Popen, dict]:
-    env = {
-        **os.environ,
-        "PAYLOADSTORE_PORT": str(free_port()),
-        "PAYLOADSTORE_STATE_DIR": str(tmp / "state"),
-        "PAYLOADSTORE_STATE_FILE": str(tmp / "devstack.json"),
-        "PAYLOADSTORE_GATEWAY_LOG_LEVEL": "WARNING",
-        "POWERTOOLS_LOG_LEVEL": "WARNING",
-    }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "payloadstore.devstack"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 120
-    while not (tmp / "devstack.json").exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit("the local stack did not start")
-        time.sleep(0.1)
-    return proc, json.loads((tmp / "devstack.json").read_text())
 
 
 def use_model(model, i):

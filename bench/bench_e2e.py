@@ -38,7 +38,6 @@ import tempfile
 import threading
 import time
 import uuid
-from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,6 +53,8 @@ def random_bytes(n: int) -> bytes:
 sys.path[:0] = [str(REPO), str(REPO / "functions")]
 os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
 os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")
+
+from tools.localstack import local_stack
 
 NS = "dev"
 QUEUE = "bench"
@@ -115,20 +116,6 @@ def summarize_calls(calls: list[dict]) -> dict:
 
 
 # -- the stack --------------------------------------------------------------------------------------
-
-
-@contextmanager
-def local_stack(tmp: Path):
-    from payloadstore.devstack.services import free_port
-    from payloadstore.devstack.stack import DevStack
-
-    stack = DevStack(
-        state_dir=tmp / "stack", state_file=tmp / "stack.json", port=free_port()
-    ).start()
-    try:
-        yield stack
-    finally:
-        stack.stop(snapshot=False)
 
 
 def clients(stack, counter_c: Counter, counter_d: Counter):

@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -25,7 +22,10 @@ import httpx
 
 import payloadstore
 from payloadstore import AsyncClient, Client, Daemon
-from payloadstore.devstack.services import free_port
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tools/
+
+from tools.localstack import start_stack
 
 
 class Counting(httpx.HTTPTransport):
@@ -46,29 +46,6 @@ class AsyncCounting(httpx.AsyncHTTPTransport):
     async def handle_async_request(self, request):
         self.count += 1
         return await super().handle_async_request(request)
-
-
-def start_stack(tmp: Path) -> tuple[subprocess.Popen, dict]:
-    env = {
-        **os.environ,
-        "PAYLOADSTORE_PORT": str(free_port()),
-        "PAYLOADSTORE_STATE_DIR": str(tmp / "state"),
-        "PAYLOADSTORE_STATE_FILE": str(tmp / "devstack.json"),
-        "PAYLOADSTORE_GATEWAY_LOG_LEVEL": "WARNING",
-        "POWERTOOLS_LOG_LEVEL": "WARNING",
-    }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "payloadstore.devstack"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 120
-    while not (tmp / "devstack.json").exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit("the local stack did not start")
-        time.sleep(0.1)
-    return proc, json.loads((tmp / "devstack.json").read_text())
 
 
 def square(x):

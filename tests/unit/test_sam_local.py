@@ -94,6 +94,10 @@ class FakeWorld:
         self.asked.append("delivered")
         return {"job_id": "01JDELIVERED00000000000000", "lease": "lease-1"}
 
+    def multipart_job(self, ns, parts):
+        self.asked.append(f"multipart:{len(parts)}")
+        return "01JMULTIPART00000000000000"
+
     def issued_key(self, ns, size, kind="args", job_id=None, content_type=None, lease=None):
         self.asked.append(f"key:{kind}")
         return {
@@ -188,3 +192,14 @@ def test_the_final_line_counts_invocations(monkeypatch, capsys, tmp_path):
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert code == 1
     assert last == "sam-local: 0 invocations, 0 ok, 1 failed"
+
+
+def test_the_parts_fixture_gets_a_job_whose_multipart_upload_is_open():
+    # Given the parts fixture (part URLs for a job's multipart upload)
+    world = FakeWorld()
+    # When it is prepared
+    prepared = plan.prepare_api(world, _fixtures()["payloads_parts"])
+    # Then its job is one presigned in parts for as many parts as the fixture names
+    body = json.loads(prepared.event["body"])
+    assert world.asked == [f"multipart:{len(body['parts'])}"]
+    assert body["job_id"] == "01JMULTIPART00000000000000"

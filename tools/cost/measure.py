@@ -13,12 +13,11 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from payloadstore_controlplane.routes import ROUTES
+from tools.localstack import local_stack
 
 NS = "dev"
 MIB = 1 << 20
@@ -67,20 +66,6 @@ class CallLog:
     def snapshot(self) -> list[tuple[str, int, float, float]]:
         with self.lock:
             return list(self.calls)
-
-
-@contextmanager
-def local_stack(tmp: Path) -> Iterator:
-    from payloadstore.devstack.services import free_port
-    from payloadstore.devstack.stack import DevStack
-
-    stack = DevStack(
-        state_dir=tmp / "stack", state_file=tmp / "stack.json", port=free_port()
-    ).start()
-    try:
-        yield stack
-    finally:
-        stack.stop(snapshot=False)
 
 
 def make_client(stack, role: str, log: CallLog):

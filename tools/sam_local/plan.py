@@ -239,6 +239,31 @@ class World:
         )
         return delivered["job_id"]
 
+    def multipart_job(self, ns: str, parts: list[dict]) -> str:
+        """A job whose arguments' multipart upload is open (presigned, nothing uploaded), sized
+        so that every part the fixture names exists with its size: the parts route's state."""
+        config = self._expect("config", self.call("GET", "/v1/config", ns, "client"), 200)
+        part_bytes = int(config["multipart_part_bytes"])
+        last = max(int(p["number"]) for p in parts) if parts else 1
+        # One byte more than the named parts, and above the threshold: a multipart upload.
+        size = max(last * part_bytes, int(config["multipart_threshold"])) + 1
+        body = {"kind": "args"}
+        answer = self._expect(
+            "presign put (multipart)",
+            self.call(
+                "POST",
+                f"/v1/namespaces/{ns}/payloads/presign",
+                ns,
+                "client",
+                body,
+                query=f"op=put&size={size}",
+            ),
+            200,
+        )
+        if not answer.get("multipart"):
+            raise StateError(f"a presign of {size} B gave no multipart upload: {answer}")
+        return answer["job_id"]
+
     def issued_key(
         self,
         ns: str,
@@ -378,6 +403,9 @@ def prepare_api(world: World, fx: Fixture) -> Prepared:
             job_id, state = world.finished_job(ns), "finished"
         elif route.path.endswith("/retry"):
             job_id, state = world.finished_job(ns, failed=True), "failed"
+        elif route.path.endswith("/payloads/parts"):
+            parts = (json_body(event) or {}).get("parts") or []
+            job_id, state = world.multipart_job(ns, parts), "multipart upload open for"
         elif route.method == "DELETE":
             job_id, state = world.queued_job(ns), "queued"
         elif daemon_only:
