@@ -2,8 +2,8 @@
 
 A job's payload is its call, encoded once: `{"args": [...], "kwargs": {...}}` (see the codec for
 the value types). Encoded sizes up to the control plane's `inline_threshold` travel inline as a
-raw msgpack body; larger ones go straight to S3 through a presigned PUT and the job carries only
-the reference.
+raw msgpack body; larger ones go straight to S3 through a presigned PUT (in parts above its
+`multipart_threshold`) and the job carries only the reference.
 """
 
 from __future__ import annotations
