@@ -4,10 +4,14 @@ their errors, retry one, redrive the rest, purge a queue (sync and asyncio)."""
 from __future__ import annotations
 
 import asyncio
+import os
 
 import pytest
+import redis
 
 from payloadstore import AsyncClient, JobFailed, NotRetryable
+from payloadstore._blob_cache import ENV_BLOB_CACHE
+from payloadstore_controlplane.store import keys
 from tests.e2e.sdk_helpers import clients, daemon_thread, unique_queue
 
 pytestmark = pytest.mark.e2e
@@ -139,3 +143,49 @@ def test_the_async_client_lists_retries_redrives_and_purges(local_gateway):
 
     purged = asyncio.run(purge_one())
     assert (purged.cancelled, purged.remaining) == (1, 0)
+
+
+def test_a_job_whose_blob_expired_is_not_retried_and_one_whose_blob_is_intact_is(
+    local_gateway, tmp_path, monkeypatch
+):
+    monkeypatch.setenv(ENV_BLOB_CACHE, str(tmp_path / "blob-cache"))
+    # Given two jobs that failed, each referencing its own blob
+    client, daemon_client = clients(local_gateway)
+    queue = client.queue(unique_queue("ops-blob-retry"))
+    gone, kept = client.blob(os.urandom(50_000)), client.blob(os.urandom(50_000))
+    broken = {"on": True}
+
+    def fn(b):
+        if broken["on"]:
+            raise ValueError("not yet")
+        return b.sha256 if b.read() else None
+
+    with daemon_thread(daemon_client, queue.name, fn):
+        lost, intact = queue.add(gone), queue.add(kept)
+        for job in (lost, intact):
+            with pytest.raises(JobFailed):
+                job.result(timeout=30)
+        # and the first job's blob then expired from the namespace
+        redis.Redis.from_url(local_gateway.redis_url).delete(keys.blob("dev", gone.sha256))
+        broken["on"] = False
+        # When each is retried (sync and async)
+        with pytest.raises(NotRetryable) as refused:
+            lost.retry()
+
+        async def retry_async():
+            async with AsyncClient(
+                local_gateway.url, local_gateway.token("dev", "client"), "dev"
+            ) as aclient:
+                await aclient.job(lost.job_id).retry()
+
+        with pytest.raises(NotRetryable) as refused_async:
+            asyncio.run(retry_async())
+        answer = intact.retry()
+        # Then the one whose blob expired is refused up front, naming the blob, and stays failed
+        for e in (refused.value, refused_async.value):
+            assert (e.status, e.reason, e.state) == (409, "blob_expired", "failed")
+            assert e.details["blobs"] == [gone.sha256]
+        assert lost.status().state == "failed"
+        # and the other runs again and reads its blob
+        assert answer.state == "queued"
+        assert intact.result(timeout=30) == kept.sha256
