@@ -628,8 +628,8 @@ class Job(JobHandle):
     def retry(self) -> RetryAnswer:
         """Queue the job again, with the same id, when it failed (failed, payload_lost,
         payload_corrupt, DeliveryLimitExceeded) or was cancelled and its arguments are still
-        stored; NotRetryable (`.reason`: succeeded, queued, running, arguments_expired)
-        otherwise. Its next delivery's attempt number goes on from the last; the delivery cap
+        stored; NotRetryable (`.reason`: succeeded, queued, running, arguments_expired,
+        blob_expired) otherwise. Its next delivery's attempt number goes on from the last; the delivery cap
         counts again from the retry."""
         answer = self.client.wire.retry_job(self.job_id)
         self._result, self._has_result, self._last = None, False, None

@@ -73,7 +73,8 @@ class LeaseMismatch(ConflictError):
 
 class NotRetryable(ConflictError):
     """409 `not_retryable`: a retry of a job that is not failed or cancelled, or whose arguments
-    are past the retention. `reason`: succeeded, queued, running or arguments_expired."""
+    are past the retention, or that references a blob expired from the namespace. `reason`:
+    succeeded, queued, running, arguments_expired or blob_expired (`blobs` names them)."""
 
     @property
     def reason(self) -> str | None:

@@ -344,7 +344,7 @@ JOB_RETRY = Route(
         404: ERROR,
         409: (
             "ErrorResponse",
-            "not_retryable: `reason` succeeded, queued, running or arguments_expired",
+            "not_retryable: `reason` succeeded, queued, running, arguments_expired, blob_expired",
         ),
     },
 )

@@ -506,3 +506,85 @@ def test_a_multipart_blob_found_without_its_record_is_recorded_again(cp, small_m
     again = cp.blob(sha, len(data))
     assert again.json["exists"] is True and "multipart" not in again.json
     assert r.exists(keys.blob(cp.ns, sha))
+
+
+def failed_job_with(cp, sha: str, tier: str) -> str:
+    """A job referencing the blob `sha` that ran and failed (retryable)."""
+    if tier == "s3":
+        ref = upload(cp, msgpack.packb([b"a" * 300_000]))
+        job_id = enqueue_with(cp, [sha], ref=ref).json["job_id"]
+    else:
+        job_id = enqueue_with(cp, [sha]).json["job_id"]
+    assert cp.poll().json["job_id"] == job_id
+    assert cp.post_result(job_id, {"error": {"type": "Boom", "message": "x"}}).status == 204
+    return job_id
+
+
+def retry(cp, job_id: str):
+    return cp.call(
+        "jobs", "POST", "/v1/namespaces/{ns}/jobs/{job_id}/retry", {"ns": cp.ns, "job_id": job_id}
+    )
+
+
+@pytest.mark.parametrize("tier", ["inline", "s3"])
+def test_a_retry_of_a_job_whose_blob_expired_is_refused_blob_expired_and_nothing_changes(
+    cp, r, tier
+):
+    # Given a failed job whose blob has since expired from the namespace
+    sha = create_blob(cp, blob_bytes())
+    job_id = failed_job_with(cp, sha, tier)
+    r.delete(keys.blob(cp.ns, sha))  # its record expired with the retention
+    # When a client retries it
+    refused = retry(cp, job_id)
+    # Then it is refused up front, naming the blob, instead of failing payload_lost at a daemon
+    assert refused.status == 409, refused.raw_body
+    assert refused.error["code"] == "not_retryable"
+    assert refused.error["reason"] == "blob_expired"
+    assert refused.error["state"] == "failed"
+    assert refused.error["blobs"] == [sha]
+    # And the job stays failed, nothing queued
+    status = cp.status(job_id)
+    assert status.json["state"] == "failed" and status.json.get("retries", 0) == 0
+    assert cp.poll(wait_s=0).status == 204
+
+
+def test_a_redrive_skips_the_jobs_whose_blobs_expired(cp, r):
+    # Given two failed jobs of one queue, one referencing a blob that then expired
+    gone = create_blob(cp, blob_bytes())
+    kept = create_blob(cp, blob_bytes())
+    lost_job = failed_job_with(cp, gone, "inline")
+    good_job = failed_job_with(cp, kept, "inline")
+    r.delete(keys.blob(cp.ns, gone))
+    # When the queue is redriven
+    answer = cp.call(
+        "jobs",
+        "POST",
+        "/v1/namespaces/{ns}/queues/{queue}/redrive",
+        {"ns": cp.ns, "queue": cp.queue},
+        body={},
+    )
+    # Then the intact one is retried and the other skipped
+    assert answer.status == 200, answer.raw_body
+    assert (answer.json["retried"], answer.json["skipped"]) == (1, 1)
+    got = cp.poll()
+    assert got.json["job_id"] == good_job != lost_job
+
+
+def test_a_retry_of_a_job_whose_blob_is_old_renews_it_as_an_enqueue_does(
+    cp, r, s3_client, payload_bucket
+):
+    # Given a failed job whose blob is now older than half the retention (record: 23 h left)
+    sha = create_blob(cp, blob_bytes())
+    job_id = failed_job_with(cp, sha, "inline")
+    key = keys.blob(cp.ns, sha)
+    r.expire(key, RETENTION_S - 25 * 3600)
+    # When a client retries it
+    assert retry(cp, job_id).status == 200
+    # Then the blob was renewed (copied onto itself, its record for the whole retention) and the
+    # new delivery hands out its GET
+    head = s3_client.head_object(Bucket=payload_bucket, Key=f"blobs/{cp.ns}/{sha}")
+    assert head["Metadata"].get("renewed-at")
+    assert r.ttl(key) > RETENTION_S - 60
+    got = cp.poll()
+    assert got.json["job_id"] == job_id
+    assert [b["sha256"] for b in got.json["blobs"]] == [sha]

@@ -8,7 +8,9 @@ see docs/design.md, "The ended-jobs index"); each listed job is then read from i
 A retry keeps the job's id, its created time and its attempt count (the next delivery's
 `attempt` goes on from there), and starts the delivery cap again (MAX_DELIVERIES counts the
 deliveries since the retry). Its inline args were kept when it ended; an S3-tier job's args
-object lives for the retention, counted from the job's creation."""
+object lives for the retention, counted from the job's creation. The blobs it references (its
+blob list, kept with its args) must still be in the namespace: a retry renews the old ones, as
+an enqueue does, and is refused (`blob_expired`) when one has expired."""
 
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ from ..store.records import (
     RetryRefused,
     ScannedEntry,
 )
+from .blobs import referenced, unpacked
 from .context import Deps, Principal, find_job
 from .daemon import RETRYABLE_STATES
 from .enqueue import validate_queue_name
@@ -170,6 +173,22 @@ def _args_stored(namespace: str, job: JobRecord, deps: Deps) -> bool:
     )
 
 
+def _check_blobs(namespace: str, job: JobRecord, deps: Deps) -> None:
+    """409 blob_expired when a blob the job references is gone from the namespace (its record
+    expired: the daemon would end the job payload_lost); the others older than half the
+    retention are renewed, as an enqueue renews them."""
+    missing = referenced(namespace, unpacked(deps.jobs.kept_blob_list(namespace, job.job_id)), deps)
+    if missing:
+        names = sorted(missing)
+        raise NotRetryable(
+            f"job {job.job_id} can no longer be retried: its blob {', '.join(names)} expired "
+            "from the namespace (enqueue it again with the blob uploaded again)",
+            reason="blob_expired",
+            state=job.state.value,
+            blobs=names,
+        )
+
+
 def retry_job(p: Principal, job_id: str, deps: Deps) -> RetryResponse:
     job = find_job(p.namespace, job_id, deps)
     if job is None:
@@ -190,6 +209,8 @@ def _retry(
             reason="arguments_expired",
             state=job.state.value,
         )
+    if job.state in states:
+        _check_blobs(namespace, job, deps)
     now_ms = int(deps.clock() * 1000)
     started = deps.jobs.retry(job_id, namespace, now_ms, tuple(s.value for s in states))
     if isinstance(started, Missing):

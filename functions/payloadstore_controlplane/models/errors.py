@@ -101,6 +101,7 @@ class ReplicationLag(ServiceUnavailable):
 
 class NotRetryable(Conflict):
     """A retry of a job that is not failed or cancelled, or whose arguments are no longer
-    stored; `reason` says which (succeeded, queued, running, arguments_expired)."""
+    stored, or that references a blob its namespace no longer has; `reason` says which
+    (succeeded, queued, running, arguments_expired, blob_expired with `blobs`)."""
 
     code = "not_retryable"

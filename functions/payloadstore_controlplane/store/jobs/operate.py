@@ -114,6 +114,11 @@ class OperateSteps(StoreBase):
         """Whether the inline args of an ended job are kept (completion_settle.lua)."""
         return bool(self._r.exists(keys.kept_args(namespace, job_id)))
 
+    def kept_blob_list(self, namespace: str, job_id: str) -> bytes:
+        """The blob list (32 raw bytes per blob) kept beside an ended job's args
+        (completion_settle.lua): b'' for a job that references none."""
+        return self._r.get(keys.kept_blobs(namespace, job_id)) or b""
+
     def retry(
         self, job_id: str, namespace: str, now_ms: int, states: tuple[str, ...]
     ) -> RetryStarted | RetryRefused | Missing:
