@@ -1,4 +1,5 @@
-"""S3: presigned URLs, HEAD checks and the bucket's configuration. The only module calling S3.
+"""S3: presigned URLs (PUT, UploadPart, GET), HEAD checks, multipart uploads (create, list
+parts, complete, abort), CopyObject and the bucket's configuration. The only module calling S3.
 
 Presigned URLs are signed here, in-process, with SigV4 query signing (the same bytes botocore's
 `generate_presigned_url` produces; tests/unit/test_presign_signer.py holds the two equal): no
@@ -6,7 +7,8 @@ network call, no botocore client, ~5x faster per URL than the client path and no
 at cold start. The HEAD that verifies an uploaded reference is signed here too (SigV4 header
 signing, tests/unit/test_s3_head.py checks it with botocore's signer) and sent over a kept-alive
 connection; any answer it does not settle goes to the client. The botocore client (that fallback,
-health checks) is created on first use, once per container; boto3 is not needed at all.
+the multipart calls, CopyObject, health checks) is created on first use, once per container; boto3
+is not needed at all.
 """
 
 from __future__ import annotations
