@@ -126,11 +126,15 @@ def known_credentials(environ: dict[str, str] | None = None) -> dict[str, str]:
     return creds
 
 
-def _error(start_response, status: str, code: str, message: str):
-    body = (
+def _error_body(code: str, message: str) -> bytes:
+    return (
         '<?xml version="1.0" encoding="UTF-8"?>\n'
         f"<Error><Code>{code}</Code><Message>{message}</Message></Error>"
     ).encode()
+
+
+def _error(start_response, status: str, code: str, message: str):
+    body = _error_body(code, message)
     start_response(
         status, [("Content-Type", "application/xml"), ("Content-Length", str(len(body)))]
     )
@@ -433,6 +437,12 @@ def _local_tag(element) -> str:
 
 
 _RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
+_XML_DECLARATION = re.compile(rb"^\s*<\?xml[^>]*\?>\s*")
+# A completion answers at once when moto is done this soon; otherwise it keeps the connection
+# alive with a space this often (S3 does the same for a CompleteMultipartUpload that takes long).
+KEEPALIVE_S = 1.0
+# How long a HEAD/GET/ListParts waits for a completion in progress before answering anyway.
+COMPLETION_WAIT_S = 300.0
 _PART_NUMBER = re.compile(rb"<Part>(\s*)<PartNumber>(\d+)</PartNumber>")
 
 
@@ -509,6 +519,8 @@ class MultipartChecksums:
         self._lock = threading.Lock()
         # upload id -> (checksum algorithm or "", {part number: base64 sha256})
         self._uploads: dict[str, tuple[str, dict[int, str]]] = {}
+        # "bucket/key" and upload id -> set when a completion in progress is stored
+        self._completing: dict[str, threading.Event] = {}
 
     def __call__(self, environ, start_response):
         method = environ.get("REQUEST_METHOD", "GET")
@@ -521,6 +533,8 @@ class MultipartChecksums:
             return self._create(environ, start_response)
         if method == "PUT" and upload and "partNumber" in query:
             return self._upload_part(environ, start_response, upload, query)
+        # Any request on a key or upload being completed waits for it (S3 completes atomically).
+        self.wait_for_completion(environ.get("PATH_INFO", "").lstrip("/"), upload)
         if method == "GET" and upload:
             return self._list_parts(environ, start_response, upload)
         if method == "POST" and upload:
@@ -630,7 +644,58 @@ class MultipartChecksums:
                 "One or more of the specified parts could not be found. The part may not have "
                 "been uploaded, or the specified checksum may not have matched the part's.",
             )
-        status, headers, body = _captured(self.app, environ)
+        return self._complete_in_background(environ, start_response, upload, named, known)
+
+    def _complete_in_background(self, environ, start_response, upload, named, known):
+        """moto assembles the object (seconds for a GiB) while the answer keeps the connection
+        alive as S3 does: a 200 at once, then a space every KEEPALIVE_S, then the result or an
+        <Error> (botocore reads a 200 with an error body as the error). Until it is stored,
+        HEAD/GET of the key and ListParts of the upload wait, so no reader sees the upload gone
+        and the object not yet there (S3 completes atomically)."""
+        path = environ.get("PATH_INFO", "").lstrip("/")
+        done = threading.Event()
+        outcome: dict = {}
+        with self._lock:
+            self._completing[path] = self._completing[upload] = done
+
+        def work() -> None:
+            try:
+                outcome["answer"] = _captured(self.app, environ)
+            except Exception as e:  # noqa: BLE001 - answered as S3's InternalError
+                outcome["answer"] = (
+                    "500 Internal Server Error",
+                    [],
+                    _error_body("InternalError", str(e)),
+                )
+            finally:
+                status, headers, body = outcome["answer"]
+                outcome["answer"] = (
+                    status,
+                    headers,
+                    self._completed(upload, named, known, status, body),
+                )
+                with self._lock:
+                    self._completing.pop(path, None)
+                    self._completing.pop(upload, None)
+                done.set()
+
+        threading.Thread(target=work, name=f"complete-{upload[:8]}", daemon=True).start()
+        if done.wait(KEEPALIVE_S):
+            return _answer(start_response, *outcome["answer"])
+        start_response("200 OK", [("Content-Type", "application/xml")])
+
+        def kept_alive():
+            yield b'<?xml version="1.0" encoding="UTF-8"?>\n'
+            while not done.wait(KEEPALIVE_S):
+                yield b" "
+            yield _XML_DECLARATION.sub(b"", outcome["answer"][2], count=1)
+
+        return kept_alive()
+
+    def _completed(self, upload, named, known, status: str, body: bytes) -> bytes:
+        """The completion's answer with S3's composite checksum; the upload forgotten."""
+        with self._lock:
+            algorithm = self._uploads.get(upload, ("", {}))[0]
         if status.startswith("200") and algorithm == "SHA256":
             raw = b"".join(base64.b64decode(known[n]) for n, _ in named)
             composite = f"{base64.b64encode(hashlib.sha256(raw).digest()).decode()}-{len(named)}"
@@ -639,7 +704,14 @@ class MultipartChecksums:
             )
             with self._lock:
                 self._uploads.pop(upload, None)
-        return _answer(start_response, status, headers, body)
+        return body
+
+    def wait_for_completion(self, *names: str) -> None:
+        """Block while a completion of this key or upload is being assembled."""
+        with self._lock:
+            pending = [self._completing[n] for n in names if n in self._completing]
+        for event in pending:
+            event.wait(COMPLETION_WAIT_S)
 
     def _head(self, environ, start_response, bucket: str, key: str):
         """HeadObject answers a composite checksum as S3 does, "<b64>-<parts>" (moto leaves
