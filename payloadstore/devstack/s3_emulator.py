@@ -43,7 +43,11 @@ the checks above):
 - CompleteMultipartUpload of a SHA256 upload must name each part's checksum as it was uploaded:
   a missing or different one is 400 `InvalidPart`; its answer carries the object's composite
   `ChecksumSHA256` ("<base64 of sha256 of the parts' binary sha256s>-<part count>"), which
-  HeadObject with checksum mode answers too (moto computes that one).
+  HeadObject with checksum mode answers too (moto computes that one);
+- a completion moto takes longer than a second to assemble answers as S3 does: 200 at once, a
+  space every second to keep the connection alive, then the result (or an `<Error>`, which
+  botocore reads as the error); requests on that key or upload wait until the object is stored,
+  as S3's completion is atomic (moto drops the upload before it stores the object).
 
 A ranged GET (`Range: bytes=a-b`) of an object is answered from moto's stored bytes at that
 offset: moto itself reads the whole object for every range, which made a parallel ranged
