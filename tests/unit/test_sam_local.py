@@ -203,3 +203,22 @@ def test_the_parts_fixture_gets_a_job_whose_multipart_upload_is_open():
     body = json.loads(prepared.event["body"])
     assert world.asked == [f"multipart:{len(body['parts'])}"]
     assert body["job_id"] == "01JMULTIPART00000000000000"
+
+
+def test_a_new_blob_answer_passes_with_a_single_put_or_a_multipart_upload():
+    fixture = _fixtures()["blob_create"]
+    prepared = plan.Prepared(event=fixture.event, notes=[])
+    new = {"sha256": "b" * 64, "size": 268435456, "exists": False, "key": "blobs/dev/b"}
+
+    def answer(body):
+        return {"statusCode": 200, "headers": {}, "body": json.dumps(body)}
+
+    single = {"upload": {"url": "u", "headers": {}, "expires_at": 1}}
+    multipart = {"multipart": {"upload_id": "x", "part_bytes": 16777216, "part_count": 16}}
+    assert plan.check_api(fixture, prepared, answer({**new, **single})) is None
+    assert plan.check_api(fixture, prepared, answer({**new, **multipart})) is None
+    # Neither is a failure that names what is missing
+    assert "not an object" in plan.check_api(fixture, prepared, answer(new))
+    assert "part_count" in plan.check_api(
+        fixture, prepared, answer({**new, "multipart": {"upload_id": "x", "part_bytes": 1}})
+    )

@@ -536,10 +536,13 @@ def check_api(fx: Fixture, prepared: Prepared, response: Any) -> str | None:
     if route.path == "/v1/config":
         return _needs(body, "inline_threshold", "max_payload_bytes", "presign_ttl_s")
     if route.method == "POST" and route.path.endswith("/blobs"):
-        # A new blob: upload instructions; one the namespace has: exists.
+        # A new blob: upload instructions (a single PUT, or above MULTIPART_THRESHOLD a
+        # multipart upload); one the namespace has: exists.
         problem = _needs(body, "sha256", "size", "exists", "key")
         if problem or body["exists"]:
             return problem
+        if body.get("multipart") is not None:
+            return _needs(body["multipart"], "upload_id", "part_bytes", "part_count")
         return _needs(body.get("upload"), "url", "headers", "expires_at")
     if route.method == "POST" and route.path.endswith("/jobs"):
         return _needs(body, "job_id", "tier")
