@@ -83,6 +83,17 @@ def open_private_log(path: Path):
     return os.fdopen(fd, "ab")
 
 
+def _apt_installed(package: str, binary: str) -> str | None:
+    """Install Debian's `package` (apt's configured sources) when we are root on a machine with
+    apt-get; the path of `binary` afterwards, or None."""
+    if not (hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get")):
+        return None
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-qq"], check=False, env=env)
+    subprocess.run(["apt-get", "install", "-y", "-qq", package], check=False, env=env)
+    return shutil.which(binary)
+
+
 def find_redis_server(install: bool = True) -> str:
     """Path of a redis-server binary; installs Debian's package when missing and we are root."""
     found = shutil.which("redis-server") or (
@@ -90,13 +101,9 @@ def find_redis_server(install: bool = True) -> str:
     )
     if found:
         return found
-    if install and hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get"):
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update", "-qq"], check=False, env=env)
-        subprocess.run(["apt-get", "install", "-y", "-qq", "redis-server"], check=False, env=env)
-        found = shutil.which("redis-server")
-        if found:
-            return found
+    found = _apt_installed("redis-server", "redis-server") if install else None
+    if found:
+        return found
     raise ServiceError(
         "redis-server not found: install it (Debian/Ubuntu: apt-get install redis-server; "
         "macOS: brew install redis) and run again"
@@ -113,13 +120,9 @@ def find_chromium(install: bool = True) -> str:
     found = shutil.which("chromium") or next((p for p in CHROMIUM_PATHS if os.path.exists(p)), None)
     if found:
         return found
-    if install and hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get"):
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update", "-qq"], check=False, env=env)
-        subprocess.run(["apt-get", "install", "-y", "-qq", "chromium"], check=False, env=env)
-        found = shutil.which("chromium")
-        if found:
-            return found
+    found = _apt_installed("chromium", "chromium") if install else None
+    if found:
+        return found
     raise ServiceError(
         "chromium not found: the dashboard's browser test needs it "
         "(Debian/Ubuntu, as root: apt-get install chromium)"
