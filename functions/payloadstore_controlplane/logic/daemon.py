@@ -92,12 +92,25 @@ def poll_many(
     skipped = 0
     while skipped < MAX_SKIPPED_ENTRIES and len(found) < want:
         block_ms = 0 if found else max(int((deadline - deps.clock()) * 1000), 0)
-        entry = deps.jobs.read_next(p.namespace, req.queues, req.daemon_id, block_ms, min_idle_ms)
-        if entry is None:
+        try:
+            entry = deps.jobs.read_next(
+                p.namespace, req.queues, req.daemon_id, block_ms, min_idle_ms
+            )
+            if entry is None:
+                if not found:
+                    _idle(p, req, deps)
+                return found
+            delivery = _deliver(p, req, entry, deps)
+        except Exception as e:
             if not found:
-                _idle(p, req, deps)
+                raise
+            # The deliveries already taken are leased to this daemon: answer them. Refusing
+            # the whole poll would hold each of them for VISIBILITY_TIMEOUT_S.
+            logger.warning(
+                "poll answers the deliveries taken before an error",
+                extra={"delivered": len(found), "error": type(e).__name__},
+            )
             return found
-        delivery = _deliver(p, req, entry, deps)
         if delivery is None:
             skipped += 1
         else:
