@@ -17,15 +17,15 @@ import requests
 
 from payloadstore_controlplane.store import s3_objects
 from tests.integration.test_multipart import (
-    MiB,
     PART,
+    MiB,
     ask_parts,
     payload,
     put_part,
     split,
     upload_all,
 )
-from tests.support.control_plane import ControlPlane, Reply
+from tests.support.control_plane import ControlPlane, Reply, sha256_hex
 
 
 class Paused:
@@ -36,13 +36,13 @@ class Paused:
         self.reached = threading.Event()
         self._go = threading.Event()
         self.reply: list[Reply] = []
-        self.errors: list[BaseException] = []
+        self.errors: list[Exception] = []
         self._thread = threading.Thread(target=self._run, args=(call,), daemon=True)
 
     def _run(self, call):
         try:
             self.reply.append(call())
-        except BaseException as e:  # the assertion reports it
+        except Exception as e:  # noqa: BLE001 - reported by start() and go()
             self.errors.append(e)
             self.reached.set()
 
@@ -112,7 +112,7 @@ def test_given_a_lapsed_delivery_completing_its_multipart_result_when_a_redelive
         cp,
         job,
         [
-            {"number": n, "size": len(c), "sha256": _sha(c)}
+            {"number": n, "size": len(c), "sha256": sha256_hex(c)}
             for n, c in enumerate(split(second, PART), 1)
         ][:2],
         role="daemon",
@@ -131,7 +131,7 @@ def test_given_a_lapsed_delivery_completing_its_multipart_result_when_a_redelive
     more = ask_parts(
         cp,
         job,
-        [{"number": 3, "size": len(last), "sha256": _sha(last)}],
+        [{"number": 3, "size": len(last), "sha256": sha256_hex(last)}],
         role="daemon",
         kind="result",
         lease=lease_2,
@@ -147,9 +147,3 @@ def test_given_a_lapsed_delivery_completing_its_multipart_result_when_a_redelive
     assert res["state"] == "succeeded"
     assert res["resultRef"]["key"] == presign_2.json["key"]
     assert requests.get(res["download"]["url"], timeout=30).content == second
-
-
-def _sha(data: bytes) -> str:
-    import hashlib
-
-    return hashlib.sha256(data).hexdigest()
