@@ -42,7 +42,7 @@ help:
 # the full log is in $(VENV)/pip-install.log.
 # The extras that include the control plane (`payloadstore-controlplane`, its own distribution in
 # functions/): pip takes it from there, beside the SDK, in the same install.
-CONTROLPLANE_EXTRAS := controlplane bench stack lint test dev
+CONTROLPLANE_EXTRAS := controlplane infra bench stack lint test dev
 $(VENV)/.installed-%: pyproject.toml functions/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
 	  echo "error: payloadstore needs python3 3.11 or newer (found: $$($(PYTHON) --version 2>&1)); set PYTHON=/path/to/python3.11" >&2; exit 1; }

@@ -96,6 +96,16 @@ def test_make_synth_builds_the_dev_stage_by_default_with_only_the_infra_extra():
     assert installed_extras(lines) == {"infra"}
 
 
+@pytest.mark.parametrize("target", ["synth", "deploy"])
+def test_make_synth_and_deploy_install_the_control_plane_the_app_imports(target):
+    # Given a fresh clone (issue 32: ModuleNotFoundError payloadstore_controlplane), When the
+    # target installs its extra, Then the same pip command installs functions/ beside it
+    (install,) = [line for line in dry_run(target) if "-m pip install" in line]
+    assert "-e ./functions" in install and "-e '.[infra]'" in install
+    # And the extra asks for the control plane's distribution, so pip cannot skip it
+    assert "payloadstore-controlplane" in extra_closure("infra")
+
+
 def test_the_infra_extra_is_cdk_and_what_the_app_imports_no_torch_no_test_tools():
     # What `make synth` / `make deploy` install (the extra named by their install line)
     names = extra_closure("infra")
