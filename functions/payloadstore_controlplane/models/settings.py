@@ -10,6 +10,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from ..runtime.once import built_once
 
 
+class ReplicaAckPolicy(StrEnum):
+    # min(REDIS_MIN_REPLICA_ACKS, the node's online replicas): a shard that lost its replica
+    # keeps taking writes (alarmed), a connected but lagging replica is still waited for.
+    CONNECTED = "connected"
+    # always REDIS_MIN_REPLICA_ACKS: a shard without that many replicas answers 503.
+    STRICT = "strict"
+
+
 class PayloadLostPolicy(StrEnum):
     RETRY_ONCE = "retry_once"  # requeue once (attempt + 1), then fail
     FAIL = "fail"  # fail at the first report
@@ -70,10 +78,14 @@ class Settings(BaseModel):
     redis_max_connections: int = Field(64, ge=1, le=10_000)
     # Durability through a failover: every write the control plane reports done is followed by
     # WAIT for this many replicas of the node that took it (0: no WAIT, a single node), up to
-    # REDIS_REPLICA_ACK_TIMEOUT_MS; fewer acks in time -> 503 redis_replication_lag. The timeout
+    # REDIS_REPLICA_ACK_TIMEOUT_MS (fewer online: REDIS_REPLICA_ACK_POLICY); fewer acks in time
+    # -> 503 redis_replication_lag. The timeout
     # stays under the fast client's reply timeout (store/redis_client.py, 1.5 s).
     redis_min_replica_acks: int = Field(0, ge=0, le=5)
     redis_replica_ack_timeout_ms: int = Field(100, ge=1, le=1000)
+    # Whether a shard with fewer online replicas than REDIS_MIN_REPLICA_ACKS (its replica was
+    # promoted, died or is still syncing) waits for the ones it has or refuses every write.
+    redis_replica_ack_policy: ReplicaAckPolicy = ReplicaAckPolicy.CONNECTED
     # Secrets Manager ARN/name holding the ElastiCache AUTH token (deployed stacks only).
     redis_auth_secret: str | None = None
     aws_region: str = "us-east-1"
@@ -179,6 +191,7 @@ SETTINGS_ENV: dict[str, str] = {
     "redis_max_connections": "REDIS_MAX_CONNECTIONS",
     "redis_min_replica_acks": "REDIS_MIN_REPLICA_ACKS",
     "redis_replica_ack_timeout_ms": "REDIS_REPLICA_ACK_TIMEOUT_MS",
+    "redis_replica_ack_policy": "REDIS_REPLICA_ACK_POLICY",
     "redis_auth_secret": "REDIS_AUTH_SECRET",
     "aws_region": "AWS_REGION",
     "s3_endpoint_url": "S3_ENDPOINT_URL",
