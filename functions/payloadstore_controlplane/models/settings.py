@@ -8,6 +8,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..runtime.once import built_once
+from .limits import DELIVERIES_BUDGET, LAMBDA_RESPONSE_LIMIT, largest_inline_threshold
 
 
 class ReplicaAckPolicy(StrEnum):
@@ -22,6 +23,11 @@ class PayloadLostPolicy(StrEnum):
     RETRY_ONCE = "retry_once"  # requeue once (attempt + 1), then fail
     FAIL = "fail"  # fail at the first report
 
+
+# The longest presigned URL lifetime: a URL signed with the function role's temporary
+# credentials stops working when that session ends, whatever its own expiry says, and Lambda
+# does not promise a role session longer than an hour (docs/settings.md).
+PRESIGN_TTL_MAX_S = 3600
 
 # S3's most parts per multipart upload.
 MULTIPART_MAX_PARTS = 10_000
@@ -43,7 +49,8 @@ class Settings(BaseModel):
     # Part size of a multipart upload (S3: 5 MiB..5 GiB), grown for an upload that would need
     # more than MULTIPART_MAX_PARTS parts (multipart_part_bytes_for).
     multipart_part_bytes: int = Field(16 * 1024**2, ge=5 * 1024**2, le=5 * 1024**3)
-    presign_ttl_s: int = Field(900, ge=1, le=7 * 24 * 3600)
+    # At most PRESIGN_TTL_MAX_S (see _consistent: a URL dies with its signer's session).
+    presign_ttl_s: int = Field(900, ge=1)
     # The bucket lifecycle deletes payloads after 2 days, so nothing may be promised for longer.
     result_ttl_s: int = Field(172_800, ge=60, le=172_800)
     max_presigns_per_job: int = Field(5, ge=1)
@@ -145,6 +152,22 @@ class Settings(BaseModel):
                 f"REDIS_MEMORY_HARD_PCT={self.redis_memory_hard_pct}: new jobs would be "
                 "refused (redis_memory_full) before inline bytes are sent through S3 "
                 "(inline_unavailable); set the high-water mark <= the hard mark"
+            )
+        if self.inline_threshold > largest_inline_threshold():
+            problems.append(
+                f"INLINE_THRESHOLD={self.inline_threshold} is above "
+                f"{largest_inline_threshold()}: one inline job that large, base64 in a poll's "
+                f"answer with its URLs, would not fit the {DELIVERIES_BUDGET} bytes a poll may "
+                f"carry (Lambda's answer limit of {LAMBDA_RESPONSE_LIMIT} bytes less headroom), "
+                "so a poll could never deliver it; send larger payloads through S3 (lower "
+                "INLINE_THRESHOLD)"
+            )
+        if self.presign_ttl_s > PRESIGN_TTL_MAX_S:
+            problems.append(
+                f"PRESIGN_TTL_S={self.presign_ttl_s} is above {PRESIGN_TTL_MAX_S}: a presigned "
+                "URL signed with the function role's temporary credentials stops working when "
+                "that session ends, which Lambda does not promise beyond an hour, so clients "
+                "would be told an expiry the URL does not keep; set PRESIGN_TTL_S <= 3600"
             )
         if problems:
             raise ValueError("; ".join(problems))
