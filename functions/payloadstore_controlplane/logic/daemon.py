@@ -9,6 +9,7 @@ from functools import lru_cache
 from ..models.api import FailureReport, NextPoll, PollRequest, PollResponse, ResultPost
 from ..models.domain import JOB_ID_RE, JobStatus, PayloadKind
 from ..models.errors import Conflict, Forbidden, NotFound, PayloadTooLarge, Unprocessable
+from ..models.limits import AnswerBudget
 from ..models.settings import PayloadLostPolicy
 from ..observability import bind_job, logger, metrics_bytes, metrics_count
 from ..store.records import (
@@ -80,12 +81,16 @@ def poll_many(
     deps: Deps,
     max_jobs: int | None = None,
     found: list[PollResponse] | None = None,
+    budget: AnswerBudget | None = None,
 ) -> list[PollResponse]:
     """Up to `max_jobs` (default req.max_jobs, else 1) deliveries, each with its own lease: the
     wait blocks only while nothing is found; once one is, up to max_jobs-1 more are taken without
     blocking. At most MAX_SKIPPED_ENTRIES stale entries are skipped per poll, as for one job.
     `found`: the list the deliveries are appended to as each is taken (a caller that must not
-    lose them when a later step fails passes its own)."""
+    lose them when a later step fails passes its own).
+    `budget`: the answer's byte budget (models/limits.py; a new poll answer's by default): no
+    entry is taken unless the heaviest delivery there can be still fits, so the answer stays
+    under Lambda's 6 MB and what does not fit stays queued, never leased."""
     if req.namespace != p.namespace:
         raise Forbidden("token does not belong to this namespace")
     deps.queues.remember_namespace(p.namespace)
@@ -95,19 +100,39 @@ def poll_many(
     deadline = deps.clock() + wait_s
     min_idle_ms = s.visibility_timeout_s * 1000
     found = [] if found is None else found
+    budget = budget or AnswerBudget(s.inline_threshold)
     skipped = 0
-    while skipped < MAX_SKIPPED_ENTRIES and len(found) < want:
+    while skipped < MAX_SKIPPED_ENTRIES and len(found) < want and budget.room_for_another():
         block_ms = 0 if found else max(int((deadline - deps.clock()) * 1000), 0)
-        entry = deps.jobs.read_next(p.namespace, req.queues, req.daemon_id, block_ms, min_idle_ms)
-        if entry is None:
+        try:
+            entry = deps.jobs.read_next(
+                p.namespace, req.queues, req.daemon_id, block_ms, min_idle_ms
+            )
+            if entry is None:
+                if not found:
+                    _idle(p, req, deps)
+                return found
+            delivery = _deliver(p, req, entry, deps)
+        except Exception as e:
             if not found:
-                _idle(p, req, deps)
+                raise
+            # The deliveries already taken are leased to this daemon: answer them. Refusing
+            # the whole poll would hold each of them for VISIBILITY_TIMEOUT_S.
+            logger.warning(
+                "poll answers the deliveries taken before an error",
+                extra={"delivered": len(found), "error": type(e).__name__},
+            )
             return found
-        delivery = _deliver(p, req, entry, deps)
         if delivery is None:
             skipped += 1
         else:
+            budget.charge(delivery)
             found.append(delivery)
+    if len(found) < want and not budget.room_for_another():
+        logger.info(
+            "poll answer full",
+            extra={"delivered": len(found), "answer_bytes": budget.used, "max_jobs": want},
+        )
     return found
 
 
