@@ -272,9 +272,12 @@ def test_given_a_cancelled_inline_job_when_a_retry_races_the_poll_dropping_its_e
     # When: the client retries the job (answered queued), and then the poll goes on
     retried = retry(cp, job)
     assert (retried.status, (retried.json or {}).get("state")) == (200, "queued"), retried.raw_body
-    assert poll.go().status == 204
-    # Then: the job is delivered, with its arguments (before: queued for ever, with no entry)
-    got = delivered(cp, job, daemon_id="b")
+    answer = poll.go()
+    # Then: the job is delivered with its arguments (the poll, going on past the entry it
+    # dropped, takes the one the retry needs); before, the job stayed queued with no entry
+    assert answer.status == 200, f"the job was stranded: {answer.status} {answer.raw_body}"
+    got = answer.json
+    assert (got["job_id"], got["attempt"]) == (job, 1)
     assert base64.b64decode(got["payloadInline"]) == b"\x0a\x0b"
     assert cp.status(job).json["state"] == "running"
     assert cp.poll(daemon_id="c").status == 204
