@@ -177,7 +177,10 @@ def fixed_monthly(shape: Shape, metrics_route: Route) -> Lines:
             shape.api_methods * METRICS_PER_METHOD * price("custom_metric"),
         )
         if shape.method_metrics
-        else ("API Gateway per-method metrics: off (payloadstore:detailedMetrics=on adds them)", 0.0),
+        else (
+            "API Gateway per-method metrics: off (payloadstore:detailedMetrics=on adds them)",
+            0.0,
+        ),
         (f"EMF custom metrics: {emf} series ({shape.queues} queue)", emf * price("custom_metric")),
         (f"Secrets Manager: {shape.secrets} secret", shape.secrets * price("secret_month")),
         (
