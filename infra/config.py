@@ -71,6 +71,10 @@ CTX_RESERVED_CONCURRENCY = concurrency.FLAG_MODE
 CTX_DAEMON_CONCURRENCY = concurrency.FLAG_OVERRIDES["daemon"]
 CTX_JOBS_CONCURRENCY = concurrency.FLAG_OVERRIDES["jobs"]
 CTX_ARCHITECTURE = "payloadstore:architecture"  # "x86_64" (default) | "arm64"
+# "off" (default) | "on": API Gateway's per-method CloudWatch metrics (Count, 4XXError, 5XXError,
+# Latency, IntegrationLatency for each of the ~23 methods: 5 custom metrics each, ~$34.50 a
+# month; docs/cost.md). Off, the API still publishes the same five for the stage as a whole, free.
+CTX_DETAILED_METRICS = "payloadstore:detailedMetrics"
 # Memory of one function group in MB, e.g. -c payloadstore:memory:daemon=256 (FUNCTION_TUNING
 # holds the defaults and why).
 CTX_MEMORY_PREFIX = "payloadstore:memory:"
@@ -224,6 +228,14 @@ def reserved_concurrency_of(scope: Construct) -> dict[str, int]:
         for group, flag in concurrency.FLAG_OVERRIDES.items()
     }
     return concurrency.caps_for(mode, overrides)
+
+
+def detailed_metrics_of(scope: Construct) -> bool:
+    """-c payloadstore:detailedMetrics=on|off (default off)."""
+    value = context_str(scope, CTX_DETAILED_METRICS, "off").lower()
+    if value not in ("on", "off", "true", "false"):
+        raise ValueError(f"context {CTX_DETAILED_METRICS} must be on or off, got {value!r}")
+    return value in ("on", "true")
 
 
 def api_gateway_account_mode(scope: Construct) -> str:

@@ -28,6 +28,7 @@ from infra.config import (
     context_int,
     context_str,
     destroy_on_removal,
+    detailed_metrics_of,
 )
 from infra.dashboard import OperationsDashboard
 from infra.functions import ControlPlaneFunctions, snap_start_entrypoints
@@ -113,6 +114,7 @@ class PayloadStoreStack(cdk.Stack):
             throttle_rate=context_int(self, CTX_THROTTLE_RATE, DEFAULT_THROTTLE_RATE),
             throttle_burst=context_int(self, CTX_THROTTLE_BURST, DEFAULT_THROTTLE_BURST),
             destroy_on_removal=destroy,
+            detailed_metrics=detailed_metrics_of(self),
         )
         self.alarms = Alarms(
             self,
@@ -134,6 +136,7 @@ class PayloadStoreStack(cdk.Stack):
             metrics_namespace=names.metrics_namespace,
             service=SERVICE_NAME,
             redis_node_ids=self.cache.node_ids,
+            detailed_metrics=detailed_metrics_of(self),
             topic=self.alarms.topic,
             rerouted_metric="InlineRefused",
             oldest_job_age_alarm_s=context_int(
