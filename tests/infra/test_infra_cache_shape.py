@@ -53,7 +53,7 @@ def test_maintenance_and_snapshots_happen_in_set_windows_apart(template):
 def stack_with(context: dict, stage: str = "dev") -> dict:
     from infra.app_factory import build_app, cdk_json_context
 
-    app, stack = build_app(
+    _app, stack = build_app(
         context={
             **cdk_json_context(),
             "aws:cdk:bundling-stacks": [],
