@@ -21,4 +21,20 @@ started=$(date +%s)
 test -s cdk.out/PayloadStore-dev.template.json || { echo "error: make synth wrote no template" >&2; exit 1; }
 synth_s=$(( $(date +%s) - started ))
 
-echo "fresh clone: make synth ok in ${synth_s} s"
+# make deploy with no AWS credentials anywhere: it must get as far as asking for them (the
+# preflight's message, exit status 2 from make) and fail in no other way first.
+noaws="$work/no-aws"
+mkdir -p "$noaws"
+set +e
+"${clean_env[@]}" -u AWS_PROFILE -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY -u AWS_SESSION_TOKEN \
+  AWS_CONFIG_FILE="$noaws/config" AWS_SHARED_CREDENTIALS_FILE="$noaws/credentials" \
+  AWS_EC2_METADATA_DISABLED=true make deploy > "$work/deploy.log" 2>&1
+deploy_rc=$?
+set -e
+if [ "$deploy_rc" -eq 0 ] || ! grep -q "^error: no AWS credentials found" "$work/deploy.log"; then
+  cat "$work/deploy.log" >&2
+  echo "error: make deploy without credentials should stop at the credentials (exit $deploy_rc)" >&2
+  exit 1
+fi
+
+echo "fresh clone: make synth ok in ${synth_s} s; make deploy stops at the missing credentials"

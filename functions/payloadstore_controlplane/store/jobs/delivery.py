@@ -182,7 +182,7 @@ class DeliverySteps(StoreBase):
             case "leased":
                 return Leased()
             case "terminal":
-                return Ended(reply[1])
+                return Ended(reply[1], retries=number(reply[2]) if len(reply) > 2 else 0)
             case "cancelled":
                 return CancelledAtDelivery(retries=number(reply[1]))
             case "limit":
