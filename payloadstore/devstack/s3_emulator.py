@@ -429,15 +429,15 @@ def verify_put_body(environ) -> tuple[str, str, str] | None:
     algorithm, value = claimed
     length = int(environ.get("CONTENT_LENGTH") or 0)
     body = tempfile.SpooledTemporaryFile(max_size=64 * 1024 * 1024)  # noqa: SIM115 - handed to moto as its input
-    if algorithm == "SHA256":
-        digest = hashlib.sha256()
-        feed = digest.update
-    else:
-        from awscrt import checksums
+    digest = hashlib.sha256()
+    crc = [0]
 
-        crc = [0]
+    def feed(chunk: bytes) -> None:
+        if algorithm == "SHA256":
+            digest.update(chunk)
+        else:
+            from awscrt import checksums
 
-        def feed(chunk: bytes) -> None:
             crc[0] = checksums.crc64nvme(chunk, crc[0])
 
     left = length
