@@ -133,6 +133,8 @@ class AsyncWire:
         content_type: str = MSGPACK,
         job_id: str | None = None,
         lease: str | None = None,
+        crc64nvme: str | None = None,
+        checksum_algorithm: str | None = None,
     ) -> UploadGrant:
         return await self.send(
             _wire.presign_put(
@@ -143,6 +145,8 @@ class AsyncWire:
                 content_type=content_type,
                 job_id=job_id,
                 lease=lease,
+                crc64nvme=crc64nvme,
+                checksum_algorithm=checksum_algorithm,
             )
         )
 
@@ -250,6 +254,8 @@ class AsyncWire:
         expected_sha256: str | None = None,
         actual_sha256: str | None = None,
         lease: str | None = None,
+        expected_crc64nvme: str | None = None,
+        actual_crc64nvme: str | None = None,
     ) -> None:
         await self.send(
             _wire.report_failure(
@@ -260,6 +266,8 @@ class AsyncWire:
                 expected_sha256=expected_sha256,
                 actual_sha256=actual_sha256,
                 lease=lease,
+                expected_crc64nvme=expected_crc64nvme,
+                actual_crc64nvme=actual_crc64nvme,
             )
         )
 

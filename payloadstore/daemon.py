@@ -654,11 +654,17 @@ class Daemon:
                 "payload corrupt job_id=%s key=%s expected=%s actual=%s",
                 job_id,
                 e.key,
-                e.expected_sha256,
-                e.actual_sha256,
+                e.expected_crc64nvme or e.expected_sha256,
+                e.actual_crc64nvme or e.actual_sha256,
             )
             self._report_failure(
-                job_id, PAYLOAD_CORRUPT, e.message, e.expected_sha256, e.actual_sha256, lease=lease
+                job_id,
+                PAYLOAD_CORRUPT,
+                e.message,
+                e.expected_sha256,
+                e.actual_sha256,
+                lease=lease,
+                crc64nvme=(e.expected_crc64nvme, e.actual_crc64nvme),
             )
             return PAYLOAD_CORRUPT
         except PayloadLost as e:
@@ -844,6 +850,7 @@ class Daemon:
         actual: str | None = None,
         *,
         lease: str | None = None,
+        crc64nvme: tuple[str | None, str | None] = (None, None),
     ) -> None:
         self._mark_finishing()
         try:
@@ -854,6 +861,8 @@ class Daemon:
                 expected_sha256=expected,
                 actual_sha256=actual,
                 lease=lease,
+                expected_crc64nvme=crc64nvme[0],
+                actual_crc64nvme=crc64nvme[1],
             )
         except ConflictError as e:
             log.warning("failure report refused job_id=%s reason=%s", job_id, e.message)

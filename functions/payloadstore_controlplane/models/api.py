@@ -481,6 +481,10 @@ class BlobResponse(OmitsNull):
 # -- public --------------------------------------------------------------------------------
 
 
+def _both_algorithms() -> list[ChecksumAlgorithm]:
+    return ["CRC64NVME", "SHA256"]
+
+
 class ConfigResponse(WireModel):
     inline_threshold: int
     max_payload_bytes: int
@@ -491,6 +495,10 @@ class ConfigResponse(WireModel):
     multipart_part_bytes: int = Field(description="part size (grown for > 10,000 parts)")
     batch_max_jobs: int = Field(description="jobs per batch enqueue or status call")
     batch_max_bytes: int = Field(description="inline payload bytes per batch enqueue (decoded)")
+    checksum_algorithms: list[ChecksumAlgorithm] = Field(
+        default_factory=_both_algorithms,
+        description="the upload checksums this control plane takes (presign `checksum_algorithm`)",
+    )
 
 
 class HealthCheck(WireModel):
