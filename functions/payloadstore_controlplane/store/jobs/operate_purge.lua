@@ -11,8 +11,10 @@
 -- queued inline job with no hash is born cancelled. A job a daemon took since purge scanned
 -- (running, on this entry) is left alone: no cancel is requested, purge only cancels queued
 -- jobs. The caller then drops the entry if no daemon took it (completion_settle.lua, purge's
--- mode). Re-sent after a lost reply (same now_ms, the job cancelled by it): answered as the
--- first time. allow-oom: ending a job frees memory (a born-cancelled hash is ~100 B).
+-- mode). Re-sent after a lost reply, it answers 'ended' (the job is cancelled; the caller drops
+-- the entry all the same, uncounted: telling a re-send by its time would take a cancel made the
+-- same millisecond for purge's own). allow-oom: ending a job frees memory (a born-cancelled
+-- hash is ~100 B).
 -- Returns {'missing'} | {'legacy'} | {'stale'} the entry is not the job's (drop it)
 --       | {'started'} running or uploading: left alone | {'ended', state, retries}
 --       | {'cancelled', retries}
@@ -30,7 +32,7 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
   return {'cancelled', '0'}
 end
 if redis.call('HEXISTS', KEYS[1], 'state') == 1 then return {'legacy'} end
-local f = redis.call('HMGET', KEYS[1], 'n', 's', 'x', 'rt', 'ua')
+local f = redis.call('HMGET', KEYS[1], 'n', 's', 'x', 'rt')
 if f[1] ~= ARGV[1] then return {'missing'} end
 local s, x, retries = f[2] or '', f[3], f[4] or '0'
 if x and x ~= '*' and x ~= ARGV[2] then return {'stale'} end
@@ -39,5 +41,4 @@ if s == 'queued' then
   return {'cancelled', retries}
 end
 if s == 'running' or s == 'awaiting_upload' then return {'started'} end
-if s == 'cancelled' and f[5] == ARGV[5] then return {'cancelled', retries} end
 return {'ended', s, retries}
