@@ -38,7 +38,8 @@ live in the done list.
     l   payload_lost requeues so far
     rt  retries so far (POST .../retry, redrive; absent: 0)
     ab  deliveries before the last retry (the delivery cap counts `a` - `ab` of them)
-    rq  1 from a retry until the job's next delivery (a repeated retry appends again)
+    rq  from a retry until the job's next delivery: the job's entry id before the retry, or 1
+        when it had none of its own (a repeated retry is answered 'resume')
 
 Leases and cancel: `lt` lease token of the current delivery (kept after a payload_lost requeue,
 so a re-sent report is answered as the first), `lx` lease expiry (ms), `d` the consumer holding
@@ -143,8 +144,19 @@ def kept_args(namespace: str, job_id: str) -> str:
 def kept_blobs(namespace: str, job_id: str) -> str:
     """STRING: the blob list (`B`: 32 raw bytes per blob) of a failed or cancelled job's queue
     entry, kept beside its args when the entry is dropped, so a retry's entry names its blobs
-    again (same TTL)."""
+    again (same TTL). An S3-tier job's end keeps it even when empty: its existence says the
+    job's entry was settled (operate_requeue.lua reads it so)."""
     return f"{PREFIX}:{{ns:{namespace}}}:a:{job_id}:B"
+
+
+def requeued(namespace: str, job_id: str) -> str:
+    """STRING: what the namespace slot did for the job's latest retry (operate_requeue.lua),
+    `<retries> <entry id>` (the entry it appended) or `<retries> =<entry id>` (it relied on the
+    job's entry still in the stream; `=` alone: an entry whose id the job slot does not know),
+    so a retry sent again appends nothing more, and the settle step that drops a relied-on
+    entry a daemon took appends the retry's entry from it (completion_settle.lua). Spent (and
+    deleted) at the job's next end; expires with the job (RESULT_TTL_S)."""
+    return f"{PREFIX}:{{ns:{namespace}}}:a:{job_id}:R"
 
 
 # -- layout 1 (read only, for jobs written before the upgrade) ------------------------------

@@ -147,6 +147,7 @@ class Ended:
     """The job is in a terminal state already; nothing changed."""
 
     state: str
+    retries: int = 0
 
 
 @dataclass(frozen=True)
@@ -232,6 +233,11 @@ class Delivered:
 @dataclass(frozen=True)
 class StaleEntry:
     """The entry is not the job's current one: drop it."""
+
+
+@dataclass(frozen=True)
+class Started:
+    """The job is running (a daemon took it) or its args are being uploaded: left alone."""
 
 
 @dataclass(frozen=True)
@@ -373,6 +379,8 @@ class RetryStarted:
     tier: Tier
     queue: str
     resumed: bool = False
+    # The job's entry before the retry ('' none known): it may still be in the stream.
+    previous_entry: str = ""
 
 
 @dataclass(frozen=True)
