@@ -20,7 +20,14 @@ from tests.races.world import race_stack
 FOUND = sorted((Path(__file__).parent / "found").glob("*.json"))
 # Defects of issue 33 whose fix has not landed yet: their replays are expected to fail, each
 # for the named defect (the lead's list; remove an entry when its fix lands).
-NOT_FIXED_YET: dict[str, str] = {}
+NOT_FIXED_YET: dict[str, str] = {
+    "new-a-payload-lost-racing-a-redelivery": "race A of tests/races/FOUND.md (not fixed yet): a "
+    "lapsed delivery's payload_lost report racing the redelivery of the same entry",
+    "new-c-heartbeat-500-after-queue-collected": "race C of tests/races/FOUND.md (not fixed yet): "
+    "a heartbeat answers 500 when the queue was collected before its XCLAIM",
+    "new-d-retry-between-complete-and-settle": "race D of tests/races/FOUND.md (not fixed yet): a "
+    "retry between a result post's complete and settle, and a poll taking the old entry back",
+}
 
 
 @pytest.fixture(scope="module")
@@ -37,11 +44,18 @@ def _namespace() -> str:
     return f"t{next(_runs)}"
 
 
-@pytest.mark.parametrize("path", FOUND, ids=[p.stem for p in FOUND])
+@pytest.mark.parametrize(
+    "path",
+    [
+        pytest.param(p, marks=pytest.mark.xfail(reason=NOT_FIXED_YET[p.stem], strict=False))
+        if p.stem in NOT_FIXED_YET
+        else p
+        for p in FOUND
+    ],
+    ids=[p.stem for p in FOUND],
+)
 def test_a_found_sequence_replays_without_a_violation(world, path):
     saved = json.loads(path.read_text())
-    if path.stem in NOT_FIXED_YET:
-        pytest.xfail(NOT_FIXED_YET[path.stem])
     # Given the shrunk sequence that once broke an invariant (its defect: saved["defect"])
     # When it is replayed step by step
     out = Runner(world, _namespace()).run(saved["decisions"])
