@@ -861,6 +861,8 @@ def job_error(job_id: str, state: str | None, error: Any) -> Exception:
             key=err.get("key"),
             expected_sha256=err.get("expected_sha256"),
             actual_sha256=err.get("actual_sha256"),
+            expected_crc64nvme=err.get("expected_crc64nvme"),
+            actual_crc64nvme=err.get("actual_crc64nvme"),
         )
     if state == "cancelled":
         return JobCancelled(job_id, message)

@@ -687,11 +687,17 @@ class Daemon:
                 "payload corrupt job_id=%s key=%s expected=%s actual=%s",
                 job_id,
                 e.key,
-                e.expected_sha256,
-                e.actual_sha256,
+                e.expected_crc64nvme or e.expected_sha256,
+                e.actual_crc64nvme or e.actual_sha256,
             )
             self._report_failure(
-                job_id, PAYLOAD_CORRUPT, e.message, e.expected_sha256, e.actual_sha256, lease=lease
+                job_id,
+                PAYLOAD_CORRUPT,
+                e.message,
+                e.expected_sha256,
+                e.actual_sha256,
+                lease=lease,
+                crc64nvme=(e.expected_crc64nvme, e.actual_crc64nvme),
             )
             return PAYLOAD_CORRUPT
         except PayloadLost as e:
@@ -930,6 +936,7 @@ class Daemon:
         actual: str | None = None,
         *,
         lease: str | None = None,
+        crc64nvme: tuple[str | None, str | None] = (None, None),
     ) -> None:
         self._mark_finishing()
         wire = self.client.wire
@@ -943,6 +950,8 @@ class Daemon:
                     actual_sha256=actual,
                     lease=lease,
                     next=nxt,
+                    expected_crc64nvme=crc64nvme[0],
+                    actual_crc64nvme=crc64nvme[1],
                 )
             )
         except ConflictError as e:

@@ -221,7 +221,7 @@ def _deliver(p: Principal, req: PollRequest, entry, deps: Deps) -> PollResponse 
     if not isinstance(delivery, Delivered):
         # The job expired, already ended, or this entry is a stale double of its entry:
         # never hand it out.
-        _drop_undelivered(p, entry, delivery, now_ms, deps)
+        _drop_undelivered(p, entry, delivery, now_ms, deps, consumer=req.daemon_id)
         logger.info(
             "dropped stale entry",
             extra={"job_id": entry.job_id, "reason": type(delivery).__name__},
@@ -252,7 +252,9 @@ def _deliver(p: Principal, req: PollRequest, entry, deps: Deps) -> PollResponse 
     )
 
 
-def _drop_undelivered(p: Principal, entry, delivery, now_ms: int, deps: Deps) -> None:
+def _drop_undelivered(
+    p: Principal, entry, delivery, now_ms: int, deps: Deps, consumer: str = ""
+) -> None:
     """Drop an entry that was not handed out; a job that ended here (delivery cap, cancel) is
     indexed, and a failed or cancelled job's inline args are kept for a retry."""
     state: JobStatus | None = None
@@ -273,6 +275,7 @@ def _drop_undelivered(p: Principal, entry, delivery, now_ms: int, deps: Deps) ->
         retries=getattr(delivery, "retries", 0),
         now_ms=now_ms,
         keep_args=ended in RETRYABLE_STATES,
+        consumer=consumer,
     )
 
 
@@ -415,6 +418,7 @@ def _settle(p: Principal, job_id: str, outcome, deps: Deps) -> None:
                 now_ms=int(deps.clock() * 1000),
                 index_once=repeat,
                 keep_args=bool(state) and JobStatus(state) in RETRYABLE_STATES,
+                consumer=getattr(outcome, "consumer", ""),
             )
         case Missing():
             raise NotFound(f"job {job_id} not found")
@@ -431,11 +435,17 @@ def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps)
     job = load_job(p, job_id, deps)
     now_ms = int(deps.clock() * 1000)
     if report.state == "payload_corrupt":
+        # The checksum the reader verified: CRC64NVME (the transfer checksum) or sha256.
+        crc = report.expected_crc64nvme or report.actual_crc64nvme
         error = {
             "type": "PayloadCorrupt",
-            "message": report.detail or "payload sha256 mismatch on download",
-            "expected_sha256": report.expected_sha256 or (job.args.sha256 if job.args else None),
+            "message": report.detail or "payload checksum mismatch on download",
+            "expected_sha256": report.expected_sha256
+            or (job.args.sha256 if job.args and not crc else None),
             "actual_sha256": report.actual_sha256,
+            "expected_crc64nvme": report.expected_crc64nvme
+            or (job.args.crc64nvme if job.args and crc else None),
+            "actual_crc64nvme": report.actual_crc64nvme,
         }
         error_json = dumps({k: v for k, v in error.items() if v is not None})
         outcome = deps.jobs.complete(
@@ -454,6 +464,8 @@ def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps)
                 extra={
                     "expected_sha256": error["expected_sha256"],
                     "actual_sha256": report.actual_sha256,
+                    "expected_crc64nvme": error["expected_crc64nvme"],
+                    "actual_crc64nvme": report.actual_crc64nvme,
                 },
             )
         _settle(p, job_id, outcome, deps)
