@@ -94,7 +94,7 @@ smoke: $(VENV)/.installed-stack
 test: $(VENV)/.installed-test node redis chromium
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# Bounded (<= 10 min): first the Redis failover scenario (reliability-failover, ~1 min), then
+# Bounded (<= 10 min): first the Redis failover scenarios (reliability-failover, ~3 min), then
 # 2,000 jobs under faults on a stack of its own (redis-server, S3 emulator, gateway and daemon
 # processes on free ports); the last line is `reliability: N jobs, N ok, 0 lost, 0 wrong, 0 phantom`.
 RELIABILITY_ARGS ?=
@@ -115,8 +115,10 @@ STEPS ?= 20000
 races: venv redis
 	$(PY) -m tests.races --topology both --steps $(STEPS) $(if $(SEED),--seed $(SEED)) $(RACES_ARGS)
 
-# Issue 22, bounded (~1 min): a Redis failover under load on a local cluster of 3 primaries with
-# a replica each; REDIS_MIN_REPLICA_ACKS=1; FAILOVER_ARGS="--acks 0" for the counterfactual.
+# Issues 22 and 32, bounded (~1 min a run): a Redis failover under load on a local cluster of 3
+# primaries, REDIS_MIN_REPLICA_ACKS=1: the old primary restarted (a replica each), then never
+# returning (a replica each, and two each: the production shape). FAILOVER_ARGS="--acks 0" or
+# "--scenario never-returns --ack-policy strict" for the counterfactuals.
 FAILOVER_ARGS ?=
 reliability-failover: venv redis
 	$(PY) -m tests.reliability.failover $(FAILOVER_ARGS)
