@@ -10,8 +10,14 @@ from __future__ import annotations
 
 import time
 
-from ..models.api import ConfigResponse, HealthCheck, HealthResponse, PublicHealthResponse
-from .context import Deps
+from ..models.api import (
+    ConfigResponse,
+    HealthCheck,
+    HealthResponse,
+    PolicyModel,
+    PublicHealthResponse,
+)
+from .context import Deps, Principal
 from .guard import memory_state
 from .payload_keys import PAYLOAD_PREFIX
 
@@ -92,9 +98,12 @@ def redis_memory_check(deps: Deps) -> HealthCheck:
     )
 
 
-def client_config(deps: Deps) -> ConfigResponse:
+def client_config(p: Principal, deps: Deps) -> ConfigResponse:
+    """The settings clients need, and the caller's namespace policy (an SDK of a namespace with
+    inline `never` sends every payload and result through S3)."""
     s = deps.settings
     return ConfigResponse(
+        policy=PolicyModel(**p.policy.as_dict()),
         inline_threshold=s.inline_threshold,
         max_payload_bytes=s.max_payload_bytes,
         presign_ttl_s=s.presign_ttl_s,

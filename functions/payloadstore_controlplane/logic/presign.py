@@ -39,6 +39,7 @@ from .context import Deps, Principal, find_job, issue_record
 from .guard import refuse_enqueue
 from .lifecycle import lease_mismatch
 from .payload_keys import key_for, parse_key
+from .policy import policy_headers
 
 
 def iso_utc(ts: float) -> str:
@@ -90,7 +91,9 @@ def presign_put(p: Principal, req: PresignRequest, deps: Deps) -> PresignPutResp
 
     key = key_for(job_id, req.kind, attempt)
     if part_bytes:
-        upload_id = deps.objects.create_multipart(key, req.content_type)
+        upload_id = deps.objects.create_multipart(
+            key, req.content_type, policy_headers(p.policy, deps)
+        )
         if not deps.jobs.record_upload(job_id, req.kind.value, upload_id):
             raise NotFound(f"job {job_id} not found")
         metrics_count("Presigns", op="multipart")
@@ -99,7 +102,9 @@ def presign_put(p: Principal, req: PresignRequest, deps: Deps) -> PresignPutResp
             extra={"job_id": job_id, "kind": req.kind.value, "size": size, "parts": part_bytes},
         )
         return _multipart_answer(key, job_id, upload_id, size, part_bytes, now, deps)
-    signed = deps.objects.presign_put(key, size, req.content_type, req.sha256)
+    signed = deps.objects.presign_put(
+        key, size, req.content_type, req.sha256, policy_headers(p.policy, deps)
+    )
     metrics_count("Presigns", op="put")
     logger.info("presigned put", extra={"job_id": job_id, "kind": req.kind.value, "size": size})
     return PresignPutResponse(
@@ -223,7 +228,13 @@ def _represign(
         return _multipart_answer(
             issued.key, issued.job_id, upload.upload_id, issued.size, issued.part_bytes, now, deps
         )
-    signed = deps.objects.presign_put(issued.key, issued.size, issued.content_type, issued.sha256)
+    signed = deps.objects.presign_put(
+        issued.key,
+        issued.size,
+        issued.content_type,
+        issued.sha256,
+        policy_headers(p.policy, deps),
+    )
     metrics_count("Presigns", op="put")
     logger.info("re-presigned put", extra={"job_id": issued.job_id, "presigns": count})
     return PresignPutResponse(
@@ -238,7 +249,8 @@ def _represign(
 
 def presign_get(p: Principal, req: PresignRequest, deps: Deps) -> PresignGetResponse:
     now = deps.clock()
-    retention = deps.settings.result_ttl_s
+    # The shorter of the record's lifetime and the namespace's retention class.
+    retention = min(deps.settings.result_ttl_s, p.policy.retention_s)
     parsed = parse_key(req.key)
     if parsed is None:
         raise NotFound("key was never issued to this namespace")

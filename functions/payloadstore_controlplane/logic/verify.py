@@ -17,10 +17,12 @@ from dataclasses import dataclass
 
 from ..models.domain import IssueRecord, PayloadRef
 from ..models.errors import Conflict
+from ..models.policy import NamespacePolicy
 from ..observability import logger
 from ..store.records import MultipartUpload, sha256_hex_to_b64
 from ..store.s3_objects import CompletionRefused, ObjectInfo, UploadedPart
 from .context import Deps
+from .policy import check_object_policy
 
 
 @dataclass(frozen=True)
@@ -60,12 +62,20 @@ def check_ref_matches_issue(ref: PayloadRef, issued: IssueRecord, deps: Deps) ->
         raise Conflict("payloadRef.multipart differs from the multipart upload issued")
 
 
-def verify_uploaded(ref: PayloadRef, issued: IssueRecord, deps: Deps) -> None:
+def verify_uploaded(
+    ref: PayloadRef,
+    issued: IssueRecord,
+    deps: Deps,
+    *,
+    policy: NamespacePolicy | None = None,
+) -> None:
     """HEAD the object; refuse with 409 saying which check failed. Writes nothing, except the
-    composite checksum of a multipart upload this call completed."""
+    composite checksum of a multipart upload this call completed. With the namespace's
+    `policy`, the object must also carry its encryption and retention tag (409
+    policy_mismatch)."""
     check_ref_matches_issue(ref, issued, deps)
     if issued.part_bytes:
-        _verify_multipart(ref, issued, deps)
+        _verify_multipart(ref, issued, deps, policy)
         return
     info = deps.objects.head(issued.key)
     if info is None:
@@ -75,6 +85,8 @@ def verify_uploaded(ref: PayloadRef, issued: IssueRecord, deps: Deps) -> None:
         expected = sha256_hex_to_b64(issued.sha256)
         if info.sha256_b64 != expected:
             raise _checksum_mismatch("the object's sha256 is not the one signed at presign")
+    if policy is not None:
+        check_object_policy(issued.key, info, policy, deps)
 
 
 def _check_size(size: int, issued: IssueRecord) -> None:
@@ -94,7 +106,9 @@ def composite_checksum(part_digests: list[bytes]) -> bytes:
     return hashlib.sha256(b"".join(part_digests)).digest()
 
 
-def _verify_multipart(ref: PayloadRef, issued: IssueRecord, deps: Deps) -> None:
+def _verify_multipart(
+    ref: PayloadRef, issued: IssueRecord, deps: Deps, policy: NamespacePolicy | None
+) -> None:
     kind = issued.kind.value
     plan = PartsPlan.of(issued)
     completed_now = False
@@ -121,6 +135,8 @@ def _verify_multipart(ref: PayloadRef, issued: IssueRecord, deps: Deps) -> None:
     claimed = ref.multipart.composite_sha256 if ref.multipart else None
     if claimed and claimed.lower() != composite.hex():
         raise _checksum_mismatch("payloadRef.multipart.composite_sha256 is not the object's")
+    if policy is not None:
+        check_object_policy(issued.key, info, policy, deps)
     if completed_now:
         deps.jobs.finish_multipart(issued.job_id, kind, composite)
         logger.info(

@@ -423,6 +423,20 @@ class BlobResponse(OmitsNull):
 # -- public --------------------------------------------------------------------------------
 
 
+class PolicyModel(WireModel):
+    """A namespace's policy (docs/operations.md, "Namespace policies")."""
+
+    retention: Literal["consume", "1d", "2d", "7d", "30d"] = Field(
+        "2d", description="how long payloads and results are kept"
+    )
+    kms_key: str = Field(
+        "none", description="none (SSE-S3), stack (the stack's key) or a KMS key ARN"
+    )
+    inline: Literal["allowed", "never"] = Field(
+        "allowed", description="never: every payload and result goes to S3"
+    )
+
+
 class ConfigResponse(WireModel):
     inline_threshold: int
     max_payload_bytes: int
@@ -433,6 +447,9 @@ class ConfigResponse(WireModel):
     multipart_part_bytes: int = Field(description="part size (grown for > 10,000 parts)")
     batch_max_jobs: int = Field(description="jobs per batch enqueue or status call")
     batch_max_bytes: int = Field(description="inline payload bytes per batch enqueue (decoded)")
+    policy: PolicyModel = Field(
+        default_factory=PolicyModel, description="the caller's namespace policy"
+    )
 
 
 class HealthCheck(WireModel):
