@@ -69,6 +69,9 @@ CTX_SNAP_START = "payloadstore:snapStart"
 CTX_ACCOUNT_CONCURRENCY = "payloadstore:accountConcurrency"  # default 1000
 CTX_DAEMON_CONCURRENCY = "payloadstore:daemonConcurrency"
 CTX_JOBS_CONCURRENCY = "payloadstore:jobsConcurrency"
+# Comma-separated ARNs of KMS keys (beside the stack's own) a namespace policy may name; the
+# functions' roles are granted on them.
+CTX_KMS_KEYS = "payloadstore:kmsKeys"
 CTX_ARCHITECTURE = "payloadstore:architecture"  # "x86_64" (default) | "arm64"
 # Memory of one function group in MB, e.g. -c payloadstore:memory:daemon=256 (FUNCTION_TUNING
 # holds the defaults and why).
@@ -246,3 +249,18 @@ def destroy_on_removal(scope: Construct) -> bool:
     if value not in ("retain", "destroy"):
         raise ValueError(f"context {CTX_REMOVAL_POLICY} must be retain or destroy, got {value!r}")
     return value == "destroy"
+
+
+def kms_keys_of(scope: Construct) -> tuple[str, ...]:
+    """The KMS key ARNs of -c payloadstore:kmsKeys=arn1,arn2 (refused at synth unless each is a
+    key ARN)."""
+    from payloadstore_controlplane.models.policy import KMS_KEY_ARN_RE, parse_key_list
+
+    keys = parse_key_list(context_str(scope, CTX_KMS_KEYS, ""))
+    bad = [k for k in keys if not KMS_KEY_ARN_RE.match(k)]
+    if bad:
+        raise ValueError(
+            f"context {CTX_KMS_KEYS}: not KMS key ARNs (arn:aws:kms:REGION:ACCOUNT:key/ID): "
+            + ", ".join(bad)
+        )
+    return keys

@@ -21,7 +21,8 @@ from .context import Deps, Principal
 from .guard import memory_state
 from .payload_keys import PAYLOAD_PREFIX
 
-LIFECYCLE_MAX_DAYS = 2
+# The prefix backstop of untagged objects: the longest retention class (infra/storage.py).
+LIFECYCLE_MAX_DAYS = 30
 BUCKET_CHECKS_CACHE_S = 30.0
 # (bucket, region, endpoint) -> (monotonic time, checks); one entry per container in practice.
 _bucket_cache: dict[tuple, tuple[float, dict[str, HealthCheck]]] = {}

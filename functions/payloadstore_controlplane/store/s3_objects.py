@@ -733,6 +733,12 @@ class S3Objects:
             rules = self._s3.get_bucket_lifecycle_configuration(Bucket=self.bucket)["Rules"]
         except (ClientError, BotoCoreError) as e:
             return False, f"no lifecycle configuration: {_brief(e)}"
+        missing = retention_rules_missing(rules)
+        if missing:
+            return False, (
+                "no enabled lifecycle rule (by the retention tag) for retention class "
+                + ", ".join(missing)
+            )
         for rule in rules:
             rule_prefix = rule.get("Filter", {}).get("Prefix", rule.get("Prefix"))
             days = rule.get("Expiration", {}).get("Days")
@@ -742,8 +748,31 @@ class S3Objects:
                 and days
                 and days <= max_days
             ):
-                return True, f"lifecycle expires {prefix} after {days} days"
+                return True, (
+                    f"lifecycle expires each retention class by its tag, and {prefix} after "
+                    f"{days} days"
+                )
         return False, f"no enabled lifecycle rule expiring {prefix} within {max_days} days"
+
+
+def retention_rules_missing(rules: list[dict]) -> list[str]:
+    """The retention classes (models/policy.py) without an enabled lifecycle rule expiring
+    objects tagged with their class within its days."""
+    from ..models.policy import RETENTION_DAYS, RETENTION_TAG
+
+    found: dict[str, int] = {}
+    for rule in rules:
+        if rule.get("Status") != "Enabled":
+            continue
+        tag = rule.get("Filter", {}).get("Tag") or {}
+        days = rule.get("Expiration", {}).get("Days")
+        if tag.get("Key") == RETENTION_TAG and days:
+            found[tag.get("Value", "")] = int(days)
+    return [
+        retention
+        for retention, days in RETENTION_DAYS.items()
+        if retention not in found or found[retention] > days
+    ]
 
 
 def _brief(e: Exception) -> str:
