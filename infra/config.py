@@ -65,10 +65,11 @@ CTX_OLDEST_JOB_AGE_ALARM_S = "payloadstore:oldestJobAgeAlarmSeconds"
 # see docs/deploying.md ("Cold starts and SnapStart") for what it costs.
 CTX_SNAP_START = "payloadstore:snapStart"
 # Reserved concurrency of the long-poll functions (payloadstore_controlplane/concurrency.py):
-# defaults are 40 % (daemon) and 30 % (jobs) of the account limit; docs/deploying.md says why.
-CTX_ACCOUNT_CONCURRENCY = "payloadstore:accountConcurrency"  # default 1000
-CTX_DAEMON_CONCURRENCY = "payloadstore:daemonConcurrency"
-CTX_JOBS_CONCURRENCY = "payloadstore:jobsConcurrency"
+# off (the default: a plain synth reserves nothing) | N (in all, daemon:jobs 4:3); `make deploy`
+# passes auto, which its preflight (infra/preflight.py) decides from the account's settings.
+CTX_RESERVED_CONCURRENCY = concurrency.FLAG_MODE
+CTX_DAEMON_CONCURRENCY = concurrency.FLAG_OVERRIDES["daemon"]
+CTX_JOBS_CONCURRENCY = concurrency.FLAG_OVERRIDES["jobs"]
 # Comma-separated ARNs of KMS keys (beside the stack's own) a namespace policy may name; the
 # functions' roles are granted on them.
 CTX_KMS_KEYS = "payloadstore:kmsKeys"
@@ -218,21 +219,14 @@ def architecture_of(scope: Construct) -> str:
 
 
 def reserved_concurrency_of(scope: Construct) -> dict[str, int]:
-    """group -> ReservedConcurrentExecutions from the context flags (refuses a split that leaves
-    fewer than concurrency.MIN_UNRESERVED executions of the account unreserved)."""
-    account = context_int(scope, CTX_ACCOUNT_CONCURRENCY, concurrency.DEFAULT_ACCOUNT_CONCURRENCY)
-    flags = {"daemon": CTX_DAEMON_CONCURRENCY, "jobs": CTX_JOBS_CONCURRENCY}
-    overrides: dict[str, int | None] = {
-        group: (context_int(scope, key, 0) if context_str(scope, key, "") else None)
-        for group, key in flags.items()
+    """group -> ReservedConcurrentExecutions from the context flags; an absent group reserves
+    nothing. Whether it fits the account is the preflight's to check (synth reads no account)."""
+    mode = concurrency.parse_mode(scope.node.try_get_context(CTX_RESERVED_CONCURRENCY))
+    overrides = {
+        group: concurrency.parse_override(scope.node.try_get_context(flag), flag)
+        for group, flag in concurrency.FLAG_OVERRIDES.items()
     }
-    try:
-        return concurrency.reserved_concurrency(account, overrides)
-    except ValueError as e:
-        raise ValueError(
-            f"{e} (context {CTX_ACCOUNT_CONCURRENCY}, {CTX_DAEMON_CONCURRENCY}, "
-            f"{CTX_JOBS_CONCURRENCY})"
-        ) from e
+    return concurrency.caps_for(mode, overrides)
 
 
 def api_gateway_account_mode(scope: Construct) -> str:

@@ -119,6 +119,7 @@ def issue_record(job: JobRecord, kind: PayloadKind, deps: Deps) -> IssueRecord |
         issued_at=issued_at,
         part_bytes=issued.part_bytes,
         composite_sha256=issued.composite_sha256,
+        attempt=issued.attempt,
     )
 
 

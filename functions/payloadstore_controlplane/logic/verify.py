@@ -15,13 +15,14 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..models.domain import IssueRecord, PayloadRef
+from ..models.domain import IssueRecord, PayloadKind, PayloadRef
 from ..models.errors import Conflict
 from ..models.policy import NamespacePolicy
 from ..observability import logger
 from ..store.records import MultipartUpload, sha256_hex_to_b64
 from ..store.s3_objects import CompletionRefused, ObjectInfo, UploadedPart
 from .context import Deps
+from .lifecycle import lease_mismatch
 from .policy import check_object_policy
 
 
@@ -111,7 +112,7 @@ def _verify_multipart(
 ) -> None:
     kind = issued.kind.value
     plan = PartsPlan.of(issued)
-    completed_now = False
+    upload = None
     composite = bytes.fromhex(issued.composite_sha256) if issued.composite_sha256 else None
     if composite is None:
         upload = deps.jobs.multipart_upload(issued.job_id, kind)
@@ -120,14 +121,14 @@ def _verify_multipart(
                 "payload not uploaded: the multipart upload is not open (aborted or expired)",
                 reason="not_uploaded",
             )
+        upload_id = upload.upload_id
         composite = complete_upload(
             plan,
             upload,
             deps,
-            forget=lambda: deps.jobs.drop_upload(issued.job_id, kind),
+            forget=lambda: deps.jobs.drop_upload(issued.job_id, kind, upload_id, issued.attempt),
             log_extra={"job_id": issued.job_id},
         )
-        completed_now = True
     info = deps.objects.head(issued.key)
     if info is None:
         raise Conflict("payload not uploaded: no object at the issued key", reason="not_uploaded")
@@ -137,12 +138,28 @@ def _verify_multipart(
         raise _checksum_mismatch("payloadRef.multipart.composite_sha256 is not the object's")
     if policy is not None:
         check_object_policy(issued.key, info, policy, deps)
-    if completed_now:
-        deps.jobs.finish_multipart(issued.job_id, kind, composite)
+    if upload is not None:
+        # Kept only while the issue and the upload are still the ones completed here: a
+        # delivery whose lease lapsed while S3 completed its upload must not write its
+        # composite onto a redelivery's result issue, nor drop that delivery's open upload.
+        if not deps.jobs.finish_multipart(
+            issued.job_id, kind, composite, upload.upload_id, issued.attempt
+        ):
+            raise _upload_replaced(issued)
         logger.info(
             "multipart completed",
             extra={"job_id": issued.job_id, "kind": kind, "parts": issued.part_count},
         )
+
+
+def _upload_replaced(issued: IssueRecord) -> Conflict:
+    if issued.kind is PayloadKind.RESULT:
+        # The result issue is a later delivery's now: this caller's lease lapsed.
+        return lease_mismatch(issued.job_id)
+    return Conflict(
+        "payload not uploaded: the multipart upload was replaced while it was completed",
+        reason="not_uploaded",
+    )
 
 
 def check_composite(info: ObjectInfo, plan: PartsPlan, composite: bytes) -> None:

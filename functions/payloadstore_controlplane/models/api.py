@@ -217,17 +217,48 @@ class EnqueueRequest(_Strict):
         return None if self.payloadInline is None else b64_bytes(self.payloadInline)
 
 
-class EnqueueResponse(WireModel):
-    job_id: str
-    tier: Tier
-
-
 class JobError(OmitsNull):
     type: str
     message: str = ""
     traceback: str | None = None
     expected_sha256: str | None = None
     actual_sha256: str | None = None
+
+
+class DownloadUrl(WireModel):
+    """A presigned GET handed out beside an S3 reference, so the reader downloads without a
+    presign call first (`POST .../payloads/presign?op=get` stays for expired URLs)."""
+
+    url: str
+    expires_at: str
+
+
+class BlobDownload(WireModel):
+    """A presigned GET of one blob a job or a result references."""
+
+    sha256: str
+    url: str
+    expires_at: str
+
+
+class EnqueueResponse(OmitsNull):
+    """The job; with `?wait=S`, when the job ended within S, also its result exactly as
+    `GET .../result` answers it (`state` is present only then)."""
+
+    job_id: str
+    tier: Tier
+    state: JobStatus | None = Field(
+        None, description="with ?wait: the job's terminal state (absent: not ended in time)"
+    )
+    resultRef: PayloadRef | None = None
+    resultInline: str | None = None
+    error: JobError | None = None
+    download: DownloadUrl | None = Field(
+        None, description="presigned GET of resultRef (an S3 result only)"
+    )
+    blobs: list[BlobDownload] | None = Field(
+        None, description="a presigned GET of each blob the result references (none: absent)"
+    )
 
 
 class JobStatusResponse(OmitsNull):
@@ -276,22 +307,6 @@ class PollRequest(_Strict):
     )
 
 
-class DownloadUrl(WireModel):
-    """A presigned GET handed out beside an S3 reference, so the reader downloads without a
-    presign call first (`POST .../payloads/presign?op=get` stays for expired URLs)."""
-
-    url: str
-    expires_at: str
-
-
-class BlobDownload(WireModel):
-    """A presigned GET of one blob a job or a result references."""
-
-    sha256: str
-    url: str
-    expires_at: str
-
-
 class PollResponse(OmitsNull):
     job_id: str
     namespace: str
@@ -328,12 +343,37 @@ class ResultErrorIn(_Strict):
     traceback: str | None = Field(None, max_length=65_536)
 
 
+class NextPoll(_Strict):
+    """`next` on a result post or failure report: after the post's own outcome is stored, take
+    the daemon's next deliveries exactly as `POST /v1/daemon/poll` with max_jobs would."""
+
+    queues: list[Name] = Field(min_length=1, max_length=16)
+    max_jobs: int = Field(1, ge=1, le=16, description="at most this many deliveries")
+    wait_s: float = Field(
+        0.0,
+        ge=0,
+        le=60,
+        description="block up to this long while none is found (capped by POLL_MAX_WAIT_S and "
+        "the invocation's remaining time); 0 answers at once",
+    )
+    daemon_id: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9_.:-]{1,64}$",
+        description="the consumer name, as in a poll (absent: one named after the token)",
+    )
+
+
 class ResultPost(_Strict):
     lease: Lease
     resultRef: PayloadRef | None = None
     resultInline: Base64Bytes | None = None
     error: ResultErrorIn | None = None
     blobs: BlobList = Field(default_factory=list)
+    next: NextPoll | None = Field(
+        None,
+        description='given: answer 200 {"jobs": [...]} (the next deliveries, maybe none) '
+        "instead of 204, once the result is stored",
+    )
 
     def inline_bytes(self) -> bytes | None:
         return None if self.resultInline is None else b64_bytes(self.resultInline)
@@ -345,6 +385,11 @@ class FailureReport(_Strict):
     detail: str = Field("", max_length=4096)
     expected_sha256: Sha256Hex | None = None
     actual_sha256: Sha256Hex | None = None
+    next: NextPoll | None = Field(
+        None,
+        description='given: answer 200 {"jobs": [...]} (the next deliveries, maybe none) '
+        "instead of 204, once the report is recorded",
+    )
 
 
 class HeartbeatRequest(_Strict):

@@ -137,6 +137,8 @@ class IssueRecord(WireModel):
     # Multipart uploads: the part size, and the composite sha256 (hex) once completed.
     part_bytes: int | None = None
     composite_sha256: str | None = None
+    # A result key: the attempt whose delivery issued it (the key is that attempt's).
+    attempt: int | None = None
 
     @property
     def part_count(self) -> int:

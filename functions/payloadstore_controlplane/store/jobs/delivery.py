@@ -1,7 +1,16 @@
 """Delivery: a daemon's poll takes one entry (delivery_take.lua, namespace slot), then the job
 becomes a delivery with a fresh lease (delivery_start.lua, job slot). A crash in between leaves
 the entry pending, and a later scan of the pending list hands it out again after the
-visibility timeout."""
+visibility timeout.
+
+Both steps wait for the replicas as every step does, but a shortfall does not refuse the
+delivery (`lag_ok`): a delivery acknowledges no client write, and the entry is already in this
+daemon's pending list on the primary, so a 503 would hold the job for VISIBILITY_TIMEOUT_S. If
+the primary dies before the replica has the take, the promoted replica still has the job
+queued and delivers it again (at least once); the first daemon's lease is then unknown there,
+so its result post is refused (409 or 404) and only the second delivery's counts. A
+result post is acknowledged only once replicated, and replication is in order: by then the
+take and the start are on the replica too."""
 
 from __future__ import annotations
 
@@ -66,10 +75,13 @@ class DeliverySteps(StoreBase):
         for key in stream_keys:
             due = now - self._last_reclaim.get(key, float("-inf")) >= self.RECLAIM_EVERY_S
             cursors.append(self._reclaim_cursor.get(key, "0-0") if reclaim and due else "")
+        # lag_ok: the entry is in this consumer's pending list on the primary whatever the
+        # replicas say; refusing it now would hold it for the visibility timeout.
         reply = self._run(
             "delivery_take",
             stream_keys,
             [keys.CONSUMER_GROUP, consumer, min_idle_ms, self.RECLAIM_CALLS, *cursors],
+            lag_ok=True,
         )
         status, number, entry_id, fields = text(reply[0]), int(reply[1]), reply[2], reply[3]
         n = len(stream_keys)
@@ -146,6 +158,7 @@ class DeliverySteps(StoreBase):
                 cancel_error,
                 fixed_error_digest(cancel_error),
             ],
+            lag_ok=True,
         )
         match reply[0]:
             case "ok":

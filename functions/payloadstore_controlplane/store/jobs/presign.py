@@ -150,11 +150,19 @@ class PresignSteps(StoreBase):
             upload_id=text(upload), parts={int(n): bytes(v) for n, v in fields.items()}
         )
 
-    def drop_upload(self, job_id: str, kind: str) -> None:
-        """Forget the job's upload in progress (it was aborted): parts calls answer 409."""
-        self._r.delete(keys.parts(job_id, kind))
-
-    def finish_multipart(self, job_id: str, kind: str, composite: bytes) -> bool:
-        """Keep the completed upload's composite sha256 (32 bytes) and drop its parts hash."""
+    def drop_upload(self, job_id: str, kind: str, upload_id: str, attempt: int | None) -> None:
+        """Forget the job's upload `upload_id` (it was aborted): parts calls answer 409. An
+        upload that is no longer the one on record (a redelivery's) is left alone."""
         keys_ = [keys.job(job_id), keys.parts(job_id, kind)]
-        return bool(self._run("completion_multipart", keys_, [_prefix(kind), composite]))
+        self._run("completion_multipart", keys_, [_prefix(kind), "", upload_id, attempt or 0])
+
+    def finish_multipart(
+        self, job_id: str, kind: str, composite: bytes, upload_id: str, attempt: int | None
+    ) -> bool:
+        """Keep the completed upload's composite sha256 (32 bytes) and drop its parts hash;
+        False (nothing written) when the issue or the upload on record is no longer the one
+        the caller completed: for a result, attempt `attempt`'s (a redelivery presigned its
+        own since)."""
+        keys_ = [keys.job(job_id), keys.parts(job_id, kind)]
+        args = [_prefix(kind), composite, upload_id, attempt or 0]
+        return bool(self._run("completion_multipart", keys_, args))
