@@ -103,10 +103,10 @@ class Settings(BaseModel):
     # Namespace policies (models/policy.py): the stack's own KMS key (kms_key `stack`), and the
     # other keys its roles are granted on (comma-separated ARNs, the payloadstore:kmsKeys flag).
     kms_key_arn: str | None = None
-    kms_key_arns: str = ""
+    kms_key_arns: str | None = None
     # retention `consume`: a succeeded job's arguments are deleted this long after its success,
     # a result this long after its first complete read (a re-read within it works).
-    consume_args_grace_s: int = Field(60, ge=0, le=3600)
+    consume_args_grace_s: int = Field(0, ge=0, le=3600)
     consume_result_grace_s: int = Field(300, ge=0, le=86_400)
 
     @property
