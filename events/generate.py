@@ -88,7 +88,9 @@ def main() -> None:
             "/v1/namespaces/{ns}/payloads/presign",
             {"ns": "dev"},
             query={"op": "put", "size": "8388608"},
-            body={"kind": "args", "sha256": "a" * 64},
+            # CRC64NVME (base64, as S3 shows it): signed into the URL; `sha256` (hex) instead
+            # for a client that verifies with sha256.
+            body={"kind": "args", "crc64nvme": "AAAAAAAAAAA="},
         ),
         "payloads_parts": event(
             "POST",

@@ -57,6 +57,11 @@ CTX_ALARM_TOPIC_ARN = "payloadstore:alarmTopicArn"  # an existing SNS topic for 
 CTX_API_GATEWAY_ACCOUNT = "payloadstore:apiGatewayAccount"
 CTX_CACHE_NODE_TYPE = "payloadstore:cacheNodeType"
 CTX_CACHE_SHARDS = "payloadstore:cacheShards"
+# Replicas per shard: 2 for every stage but dev, 1 for dev (infra/cache.py says why); 1..5.
+CTX_CACHE_REPLICAS = "payloadstore:cacheReplicas"
+# UTC; "ddd:hh24:mi-ddd:hh24:mi" weekly and "hh24:mi-hh24:mi" daily, at least an hour each, apart.
+CTX_CACHE_MAINTENANCE_WINDOW = "payloadstore:cacheMaintenanceWindow"
+CTX_CACHE_SNAPSHOT_WINDOW = "payloadstore:cacheSnapshotWindow"
 CTX_ALARM_EMAIL = "payloadstore:alarmEmail"
 CTX_THROTTLE_RATE = "payloadstore:throttleRateLimit"
 CTX_THROTTLE_BURST = "payloadstore:throttleBurstLimit"
@@ -74,6 +79,10 @@ CTX_JOBS_CONCURRENCY = concurrency.FLAG_OVERRIDES["jobs"]
 # functions' roles are granted on them.
 CTX_KMS_KEYS = "payloadstore:kmsKeys"
 CTX_ARCHITECTURE = "payloadstore:architecture"  # "x86_64" (default) | "arm64"
+# "off" (default) | "on": API Gateway's per-method CloudWatch metrics (Count, 4XXError, 5XXError,
+# Latency, IntegrationLatency for each of the ~23 methods: 5 custom metrics each, ~$34.50 a
+# month; docs/cost.md). Off, the API still publishes the same five for the stage as a whole, free.
+CTX_DETAILED_METRICS = "payloadstore:detailedMetrics"
 # Memory of one function group in MB, e.g. -c payloadstore:memory:daemon=256 (FUNCTION_TUNING
 # holds the defaults and why).
 CTX_MEMORY_PREFIX = "payloadstore:memory:"
@@ -227,6 +236,65 @@ def reserved_concurrency_of(scope: Construct) -> dict[str, int]:
         for group, flag in concurrency.FLAG_OVERRIDES.items()
     }
     return concurrency.caps_for(mode, overrides)
+
+
+def detailed_metrics_of(scope: Construct) -> bool:
+    """-c payloadstore:detailedMetrics=on|off (default off)."""
+    value = context_str(scope, CTX_DETAILED_METRICS, "off").lower()
+    if value not in ("on", "off", "true", "false"):
+        raise ValueError(f"context {CTX_DETAILED_METRICS} must be on or off, got {value!r}")
+    return value in ("on", "true")
+
+
+def cache_replicas_of(scope: Construct, stage: str, production: int, dev: int) -> int:
+    """Replicas per shard: -c payloadstore:cacheReplicas, else `dev` for the dev stage and
+    `production` for every other."""
+    return context_int(scope, CTX_CACHE_REPLICAS, dev if stage == DEFAULT_STAGE else production)
+
+
+DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+_HHMM = r"([01]\d|2[0-3]):([0-5]\d)"
+MAINTENANCE_WINDOW_PATTERN = re.compile(rf"^({'|'.join(DAYS)}):{_HHMM}-({'|'.join(DAYS)}):{_HHMM}$")
+SNAPSHOT_WINDOW_PATTERN = re.compile(rf"^{_HHMM}-{_HHMM}$")
+WEEK_MIN = 7 * 24 * 60
+
+
+def _span(start: int, end: int, period: int) -> set[int]:
+    """Minutes of a window from start to end (exclusive), wrapping at `period`."""
+    return {m % period for m in range(start, start + (end - start) % period)}
+
+
+def cache_windows(maintenance: str, snapshot: str) -> tuple[str, str]:
+    """Checks the ElastiCache windows as AWS does (format, at least 60 minutes each, no
+    overlap), at synth instead of mid-deploy."""
+    found = MAINTENANCE_WINDOW_PATTERN.match(maintenance.lower())
+    if not found:
+        raise ValueError(
+            f"context {CTX_CACHE_MAINTENANCE_WINDOW} must be ddd:hh24:mi-ddd:hh24:mi (UTC, e.g. "
+            f"sun:05:00-sun:06:00); got {maintenance!r}"
+        )
+    d1, h1, m1, d2, h2, m2 = found.groups()
+    start = DAYS.index(d1) * 1440 + int(h1) * 60 + int(m1)
+    weekly = _span(start, DAYS.index(d2) * 1440 + int(h2) * 60 + int(m2), WEEK_MIN)
+    daily_found = SNAPSHOT_WINDOW_PATTERN.match(snapshot)
+    if not daily_found:
+        raise ValueError(
+            f"context {CTX_CACHE_SNAPSHOT_WINDOW} must be hh24:mi-hh24:mi (UTC, e.g. 03:00-04:00); "
+            f"got {snapshot!r}"
+        )
+    sh, sm, eh, em = (int(x) for x in daily_found.groups())
+    daily = _span(sh * 60 + sm, eh * 60 + em, 1440)
+    if len(weekly) < 60 or len(daily) < 60:
+        raise ValueError(
+            f"context {CTX_CACHE_MAINTENANCE_WINDOW} and {CTX_CACHE_SNAPSHOT_WINDOW} must each be "
+            f"at least 60 minutes; got {maintenance!r} and {snapshot!r}"
+        )
+    if any(m % 1440 in daily for m in weekly):
+        raise ValueError(
+            f"the snapshot window {snapshot!r} overlaps the maintenance window {maintenance!r} "
+            f"(context {CTX_CACHE_SNAPSHOT_WINDOW}, {CTX_CACHE_MAINTENANCE_WINDOW}); AWS refuses that"
+        )
+    return maintenance.lower(), snapshot
 
 
 def api_gateway_account_mode(scope: Construct) -> str:

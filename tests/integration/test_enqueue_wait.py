@@ -171,3 +171,55 @@ def test_batch_with_wait_answers_ids_for_jobs_not_done_and_errors_as_before(cp):
     assert first["state"] == "succeeded"
     assert refused["error"]["code"] == "invalid_request"
     assert set(last) == {"job_id", "tier"}
+
+
+def test_batch_with_wait_keeps_its_answer_under_lambdas_limit(cp):
+    # Given 30 jobs whose results are 256 KiB each (7.5 MiB in all, ~10 MB as base64)
+    big = b"r" * (256 * 1024)
+    worker = daemon(cp, 30, lambda cp, job: {"resultInline": b64(big)})
+    # When they are enqueued in one batch that waits for them
+    r = batch_wait(cp, 10, [{"payloadInline": b64(msgpack.packb(i))} for i in range(30)])
+    worker.join(10)
+    # Then the answer stays under Lambda's 6 MB: the results that fit ride along, the others
+    # answer their job id, and every result is still there to read
+    assert r.status == 200
+    assert len(r.raw_body) < 6 * 1024 * 1024 - 1024 * 1024
+    jobs = r.json["jobs"]
+    carried = [j for j in jobs if "resultInline" in j]
+    assert 10 <= len(carried) < 30
+    assert all(set(j) == {"job_id", "tier"} for j in jobs if "resultInline" not in j)
+    for j in jobs:
+        assert cp.result(j["job_id"]).json["resultInline"] == b64(big)
+
+
+def test_requests_served_while_an_enqueue_waits_each_see_only_their_own_event(cp):
+    # The local gateway runs invocations on threads of one process: an enqueue that waits, and
+    # the requests served meanwhile, must not take (or lend) another request's event, route
+    # arguments or parsed body (JSON polls and msgpack enqueues at the same time).
+    answers: dict[str, object] = {}
+    polled: list = []
+
+    def waiting() -> None:
+        answers["wait"] = enqueue_wait(cp, 1.5, body={"payloadInline": b64(b"\x09")})
+
+    def polling(until: float) -> None:
+        other = ControlPlane(cp.ns)  # another queue: the enqueues below stay queued
+        while time.monotonic() < until:
+            polled.append(other.poll())
+
+    until = time.monotonic() + 1.2
+    threads = [threading.Thread(target=waiting), threading.Thread(target=polling, args=(until,))]
+    for t in threads:
+        t.start()
+    enqueued = []
+    while time.monotonic() < until:
+        enqueued.append(cp.enqueue(raw=msgpack.packb(len(enqueued))))
+    for t in threads:
+        t.join(5)
+    waited = answers["wait"]
+    assert waited.status == 201 and set(waited.json) == {"job_id", "tier"}, waited.raw_body
+    assert all(r.status == 201 for r in enqueued), [
+        r.raw_body for r in enqueued if r.status != 201
+    ][:2]
+    assert all(r.status == 204 for r in polled), [r.raw_body for r in polled if r.status != 204][:2]
+    assert len({r.json["job_id"] for r in enqueued} | {waited.json["job_id"]}) == len(enqueued) + 1

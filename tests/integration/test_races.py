@@ -9,13 +9,16 @@ code before its fix (docs/design.md, "Job integrity", lists the invariant each f
 
 from __future__ import annotations
 
+import base64
 import threading
 import time
 from collections.abc import Callable
 
+import pytest
 import requests
 
 from payloadstore_controlplane.store import s3_objects
+from payloadstore_controlplane.store.redis_jobs import RedisJobStore
 from tests.integration.test_multipart import (
     PART,
     MiB,
@@ -25,7 +28,15 @@ from tests.integration.test_multipart import (
     split,
     upload_all,
 )
-from tests.support.control_plane import ControlPlane, Reply, sha256_hex
+from tests.support.control_plane import (
+    ControlPlane,
+    Reply,
+    cancel,
+    create_blob,
+    heartbeat,
+    sha256_hex,
+    upload,
+)
 
 
 class Paused:
@@ -147,3 +158,243 @@ def test_given_a_lapsed_delivery_completing_its_multipart_result_when_a_redelive
     assert res["state"] == "succeeded"
     assert res["resultRef"]["key"] == presign_2.json["key"]
     assert requests.get(res["download"]["url"], timeout=30).content == second
+
+
+# -- defect 1: a retry sent twice (or a retry after a redrive) --------------------------------------
+
+
+def retry(cp: ControlPlane, job_id: str) -> Reply:
+    return cp.call(
+        "jobs",
+        "POST",
+        "/v1/namespaces/{ns}/jobs/{job_id}/retry",
+        {"ns": cp.ns, "job_id": job_id},
+    )
+
+
+def redrive(cp: ControlPlane) -> Reply:
+    return cp.call(
+        "jobs",
+        "POST",
+        "/v1/namespaces/{ns}/queues/{queue}/redrive",
+        {"ns": cp.ns, "queue": cp.queue},
+        body={"states": ["failed"]},
+    )
+
+
+def fail(cp: ControlPlane, job_id: str) -> None:
+    body = {"error": {"type": "ValueError", "message": "not yet"}}
+    reply = cp.post_result(job_id, body)
+    assert reply.status == 204, reply.raw_body
+
+
+def delivered(cp: ControlPlane, job_id: str, daemon_id: str = "d1") -> dict:
+    got = cp.poll(daemon_id=daemon_id)
+    assert got.status == 200, f"job {job_id} was not delivered: {got.status} {got.raw_body}"
+    assert got.json["job_id"] == job_id
+    return got.json
+
+
+def blob_shas(delivery: dict) -> list[str]:
+    return [b["sha256"] for b in delivery.get("blobs") or []]
+
+
+def s3_job_with_a_blob(cp: ControlPlane) -> tuple[str, str]:
+    sha = create_blob(cp, b"weights " * 1000)
+    ref = upload(cp, b"\x07" * 3000)
+    made = cp.enqueue(body={"payloadRef": ref, "blobs": [sha]})
+    assert made.status == 201, made.raw_body
+    return made.json["job_id"], sha
+
+
+@pytest.mark.parametrize("first", ["retry", "redrive"])
+def test_given_a_failed_s3_job_with_a_blob_when_it_is_retried_twice_then_every_delivery_has_its_blob_list(
+    cp: ControlPlane, first
+):
+    # Given: an S3-tier job referencing a blob, delivered once and failed
+    job, sha = s3_job_with_a_blob(cp)
+    assert blob_shas(delivered(cp, job)) == [sha]
+    fail(cp, job)
+    # When: it is retried (or its queue redriven), then retried again (a double click, or the
+    # re-send of a retry whose answer was lost): both answered queued
+    again = retry(cp, job) if first == "retry" else redrive(cp)
+    assert again.status == 200, again.raw_body
+    assert (retry(cp, job).status, cp.status(job).json["state"]) == (200, "queued")
+    # Then: its next delivery has the blob list, and fails again
+    assert blob_shas(delivered(cp, job)) == [sha]
+    fail(cp, job)
+    # And: retried once more, the job runs with its full blob list again (before: from a second
+    # entry without one, and the function failed "blob #0 of its blob list, which has 0")
+    assert retry(cp, job).status == 200
+    third = delivered(cp, job)
+    assert third["attempt"] == 3
+    assert blob_shas(third) == [sha]
+    # And: nothing else is queued for it
+    assert cp.poll(daemon_id="d2").status == 204
+
+
+# -- defect 6 (and its kin): a retry racing the settle step of the job's end ------------------------
+
+
+def pause_first(
+    monkeypatch, owner, method: str, paused: list[Paused], when=None, *, after: bool = False
+) -> None:
+    """Make the first call of owner.<method> (that `when(args, kwargs)` accepts) stop before it
+    runs (`after`: once it answered) until the test lets the paused request go; later calls
+    run as they are."""
+    real = getattr(owner, method)
+
+    def wrapped(self, *args, **kwargs):
+        first = paused and not paused[0].reached.is_set() and (when is None or when(args, kwargs))
+        if first and not after:
+            paused[0].wait_here()
+        out = real(self, *args, **kwargs)
+        if first and after:
+            paused[0].wait_here()
+        return out
+
+    monkeypatch.setattr(owner, method, wrapped)
+
+
+def test_given_a_cancelled_inline_job_when_a_retry_races_the_poll_dropping_its_entry_then_the_job_runs(
+    cp: ControlPlane, monkeypatch
+):
+    # Given: an inline job cancelled while queued, before any delivery (its entry stays in the
+    # stream until a poll finds the job cancelled)
+    job = cp.enqueue(raw=b"\x0a\x0b").json["job_id"]
+    assert cancel(cp, job).json["state"] == "cancelled"
+    # And: a poll that found it cancelled, paused before it drops the entry (keeping its args)
+    paused: list[Paused] = []
+    pause_first(monkeypatch, RedisJobStore, "settle", paused)
+    poll = Paused(lambda: cp.poll(daemon_id="a"))
+    paused.append(poll)
+    poll.start()
+    # When: the client retries the job (answered queued), and then the poll goes on
+    retried = retry(cp, job)
+    assert (retried.status, (retried.json or {}).get("state")) == (200, "queued"), retried.raw_body
+    answer = poll.go()
+    # Then: the job is delivered with its arguments (the poll, going on past the entry it
+    # dropped, takes the one the retry needs); before, the job stayed queued with no entry
+    assert answer.status == 200, f"the job was stranded: {answer.status} {answer.raw_body}"
+    got = answer.json
+    assert (got["job_id"], got["attempt"]) == (job, 1)
+    assert base64.b64decode(got["payloadInline"]) == b"\x0a\x0b"
+    assert cp.status(job).json["state"] == "running"
+    assert cp.poll(daemon_id="c").status == 204
+
+
+@pytest.mark.parametrize("tier", ["inline", "s3"])
+def test_given_a_job_failing_when_a_retry_races_the_settle_of_its_end_then_the_job_runs_whole(
+    cp: ControlPlane, monkeypatch, tier
+):
+    # Given: a running job (an S3-tier one referencing a blob), whose daemon posts an error:
+    # the job slot says failed, and the post is paused before its entry is dropped
+    if tier == "s3":
+        job, sha = s3_job_with_a_blob(cp)
+    else:
+        sha = create_blob(cp, b"vocabulary " * 100)
+        made = cp.enqueue(
+            body={"payloadInline": base64.b64encode(b"\x01\x02").decode(), "blobs": [sha]}
+        )
+        assert made.status == 201, made.raw_body
+        job = made.json["job_id"]
+    delivered(cp, job)
+    paused: list[Paused] = []
+    pause_first(monkeypatch, RedisJobStore, "settle", paused)
+    post = Paused(lambda: cp.post_result(job, {"error": {"type": "ValueError", "message": "x"}}))
+    paused.append(post)
+    post.start()
+    # When: the client, woken by the failure, retries at once; then the post goes on
+    assert cp.status(job).json["state"] == "failed"
+    retried = retry(cp, job)
+    assert (retried.status, (retried.json or {}).get("state")) == (200, "queued"), retried.raw_body
+    assert post.go().status == 204
+    # Then: the job is delivered again with its arguments and its blob list
+    got = delivered(cp, job, daemon_id="b")
+    assert got["attempt"] == 2
+    assert blob_shas(got) == [sha]
+    if tier == "inline":
+        assert base64.b64decode(got["payloadInline"]) == b"\x01\x02"
+    assert cp.poll(daemon_id="c").status == 204
+
+
+# -- defect 2: purge racing a poll ------------------------------------------------------------------
+
+
+def queued_job(cp: ControlPlane, tier: str) -> str:
+    if tier == "s3":
+        made = cp.enqueue(ref=upload(cp, b"\x03" * 3000))
+    else:
+        made = cp.enqueue(raw=b"\x03")
+    assert made.status == 201, made.raw_body
+    return made.json["job_id"]
+
+
+def purge(cp: ControlPlane) -> Reply:
+    return cp.call(
+        "jobs",
+        "POST",
+        "/v1/namespaces/{ns}/queues/{queue}/purge",
+        {"ns": cp.ns, "queue": cp.queue},
+    )
+
+
+def assert_left_running_and_redelivered(cp: ControlPlane, job: str, lease: str) -> None:
+    # Its daemon is not told to cancel it ...
+    beat = heartbeat(cp, job, {"lease": lease})
+    assert beat.status == 200, beat.raw_body
+    assert beat.json["cancel_requested"] is False
+    assert cp.status(job).json["state"] == "running"
+    # ... and if that daemon dies, the lapsed lease lets another daemon take the job
+    time.sleep(1.3)
+    again = cp.poll(daemon_id="b")
+    assert again.status == 200, f"the job was stranded: {again.status} {again.raw_body}"
+    assert (again.json["job_id"], again.json["attempt"]) == (job, 2)
+
+
+@pytest.mark.parametrize("tier", ["inline", "s3"])
+def test_given_a_purge_that_scanned_a_queued_job_when_a_daemon_takes_it_then_purge_leaves_it_running(
+    cp: ControlPlane, settings_env, monkeypatch, tier
+):
+    # Given: a queued job, and a purge paused right after it scanned the queue
+    settings_env(VISIBILITY_TIMEOUT_S="1")
+    job = queued_job(cp, tier)
+    paused: list[Paused] = []
+    pause_first(monkeypatch, RedisJobStore, "scan_queue", paused, after=True)
+    purging = Paused(lambda: purge(cp))
+    paused.append(purging)
+    purging.start()
+    # When: a daemon takes the job, then the purge goes on
+    lease = delivered(cp, job, daemon_id="a")["lease"]
+    answer = purging.go()
+    # Then: the purge cancelled nothing, and the job that started is left to run
+    assert answer.status == 200, answer.raw_body
+    assert answer.json["cancelled"] == 0
+    assert_left_running_and_redelivered(cp, job, lease)
+
+
+@pytest.mark.parametrize("tier", ["inline", "s3"])
+def test_given_a_purge_about_to_cancel_a_queued_job_when_a_daemon_takes_it_first_then_no_cancel_is_requested(
+    cp: ControlPlane, settings_env, monkeypatch, tier
+):
+    # Given: a queued job, and a purge paused just before its job-slot step for that job
+    settings_env(VISIBILITY_TIMEOUT_S="1")
+    job = queued_job(cp, tier)
+    paused: list[Paused] = []
+    pause_first(
+        monkeypatch,
+        RedisJobStore,
+        "_run_on_job",
+        paused,
+        when=lambda args, kwargs: args[0] in ("lifecycle_cancel", "operate_purge"),
+    )
+    purging = Paused(lambda: purge(cp))
+    paused.append(purging)
+    purging.start()
+    # When: a daemon takes the job first, then the purge goes on
+    lease = delivered(cp, job, daemon_id="a")["lease"]
+    answer = purging.go()
+    # Then: purge cancelled nothing and requested no cancel of the job that started
+    assert answer.status == 200, answer.raw_body
+    assert answer.json["cancelled"] == 0
+    assert_left_running_and_redelivered(cp, job, lease)

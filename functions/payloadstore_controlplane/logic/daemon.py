@@ -455,11 +455,17 @@ def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps)
     job = load_job(p, job_id, deps)
     now_ms = int(deps.clock() * 1000)
     if report.state == "payload_corrupt":
+        # The checksum the reader verified: CRC64NVME (the transfer checksum) or sha256.
+        crc = report.expected_crc64nvme or report.actual_crc64nvme
         error = {
             "type": "PayloadCorrupt",
-            "message": report.detail or "payload sha256 mismatch on download",
-            "expected_sha256": report.expected_sha256 or (job.args.sha256 if job.args else None),
+            "message": report.detail or "payload checksum mismatch on download",
+            "expected_sha256": report.expected_sha256
+            or (job.args.sha256 if job.args and not crc else None),
             "actual_sha256": report.actual_sha256,
+            "expected_crc64nvme": report.expected_crc64nvme
+            or (job.args.crc64nvme if job.args and crc else None),
+            "actual_crc64nvme": report.actual_crc64nvme,
         }
         error_json = dumps({k: v for k, v in error.items() if v is not None})
         outcome = deps.jobs.complete(
@@ -478,6 +484,8 @@ def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps)
                 extra={
                     "expected_sha256": error["expected_sha256"],
                     "actual_sha256": report.actual_sha256,
+                    "expected_crc64nvme": error["expected_crc64nvme"],
+                    "actual_crc64nvme": report.actual_crc64nvme,
                 },
             )
         _settle(p, job_id, outcome, deps)

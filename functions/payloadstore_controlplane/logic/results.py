@@ -8,6 +8,7 @@ import json
 from ..models.api import EnqueueResponse, JobError, JobStatusResponse, ResultResponse
 from ..models.domain import JobStatus, PayloadKind, Tier, job_id_time_s
 from ..models.errors import PayloadStoreError
+from ..models.limits import DELIVERIES_BUDGET, delivery_bytes
 from ..observability import logger
 from ..store.records import JobRecord
 from .blobs import downloads
@@ -112,11 +113,21 @@ def with_result(p: Principal, answer: EnqueueResponse, wait_s: float, deps: Deps
 
 def with_results(p: Principal, answers: list, wait_s: float, deps: Deps) -> list:
     """A batch's answers, each job that ended within `wait_s` (one deadline for the batch,
-    waited on job by job) with its result; refused items as they were."""
+    waited on job by job) with its result; refused items as they were. The answer keeps under
+    Lambda's limit (models/limits.py): a result that would not fit is left out, and that job
+    answers its id only (its result stays readable with GET .../result)."""
     deadline = deps.clock() + wait_s
+    left = DELIVERIES_BUDGET
     out = []
     for answer in answers:
         if isinstance(answer, EnqueueResponse):
-            answer = with_result(p, answer, max(deadline - deps.clock(), 0.0), deps)
+            full = with_result(p, answer, max(deadline - deps.clock(), 0.0), deps)
+            size = delivery_bytes(full)
+            if full is not answer and size > left:
+                logger.info("result left out of a batch answer: over the answer's byte budget")
+                size = delivery_bytes(answer)
+            else:
+                answer = full
+            left -= size
         out.append(answer)
     return out
