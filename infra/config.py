@@ -52,8 +52,9 @@ REDIS_PORT = 6379
 CTX_STAGE = "payloadstore:stage"  # default "dev"
 CTX_REMOVAL_POLICY = "payloadstore:removalPolicy"  # "retain" (default) | "destroy"
 CTX_ALARM_TOPIC_ARN = "payloadstore:alarmTopicArn"  # an existing SNS topic for the alarms
-# "create" (default): the app holds API_GATEWAY_ACCOUNT_STACK and every stage depends on it;
-# "existing": the account already has an API Gateway CloudWatch role, leave it alone.
+# "auto" (default): the app holds API_GATEWAY_ACCOUNT_STACK, every stage depends on it, and it
+# sets its role only where the account has none; "replace": set it whatever is there;
+# "existing": no such stack, the account's own setting is used as it is (infra/account.py).
 CTX_API_GATEWAY_ACCOUNT = "payloadstore:apiGatewayAccount"
 CTX_CACHE_NODE_TYPE = "payloadstore:cacheNodeType"
 CTX_CACHE_SHARDS = "payloadstore:cacheShards"
@@ -297,11 +298,19 @@ def cache_windows(maintenance: str, snapshot: str) -> tuple[str, str]:
     return maintenance.lower(), snapshot
 
 
+API_GATEWAY_ACCOUNT_MODES = ("auto", "replace", "existing")
+
+
 def api_gateway_account_mode(scope: Construct) -> str:
-    value = context_str(scope, CTX_API_GATEWAY_ACCOUNT, "create").lower()
-    if value not in ("create", "existing"):
+    """auto (default): set the account's API Gateway CloudWatch role only where it has none;
+    replace: set ours whatever is there; existing: leave the account alone (infra/account.py).
+    `create`, the name of the old default, means auto."""
+    value = context_str(scope, CTX_API_GATEWAY_ACCOUNT, "auto").lower()
+    value = "auto" if value == "create" else value
+    if value not in API_GATEWAY_ACCOUNT_MODES:
         raise ValueError(
-            f"context {CTX_API_GATEWAY_ACCOUNT} must be create or existing, got {value!r}"
+            f"context {CTX_API_GATEWAY_ACCOUNT} must be one of "
+            f"{', '.join(API_GATEWAY_ACCOUNT_MODES)}, got {value!r}"
         )
     return value
 

@@ -222,7 +222,7 @@ def _deliver(p: Principal, req: PollRequest, entry, deps: Deps) -> PollResponse 
     if not isinstance(delivery, Delivered):
         # The job expired, already ended, or this entry is a stale double of its entry:
         # never hand it out.
-        _drop_undelivered(p, entry, delivery, now_ms, deps)
+        _drop_undelivered(p, entry, delivery, now_ms, deps, consumer=req.daemon_id)
         logger.info(
             "dropped stale entry",
             extra={"job_id": entry.job_id, "reason": type(delivery).__name__},
@@ -253,7 +253,9 @@ def _deliver(p: Principal, req: PollRequest, entry, deps: Deps) -> PollResponse 
     )
 
 
-def _drop_undelivered(p: Principal, entry, delivery, now_ms: int, deps: Deps) -> None:
+def _drop_undelivered(
+    p: Principal, entry, delivery, now_ms: int, deps: Deps, consumer: str = ""
+) -> None:
     """Drop an entry that was not handed out; a job that ended here (delivery cap, cancel) is
     indexed, and a failed or cancelled job's inline args are kept for a retry."""
     state: JobStatus | None = None
@@ -274,6 +276,7 @@ def _drop_undelivered(p: Principal, entry, delivery, now_ms: int, deps: Deps) ->
         retries=getattr(delivery, "retries", 0),
         now_ms=now_ms,
         keep_args=ended in RETRYABLE_STATES,
+        consumer=consumer,
     )
 
 
@@ -439,6 +442,7 @@ def _settle(p: Principal, job_id: str, outcome, deps: Deps) -> None:
                 now_ms=int(deps.clock() * 1000),
                 index_once=repeat,
                 keep_args=bool(state) and JobStatus(state) in RETRYABLE_STATES,
+                consumer=getattr(outcome, "consumer", ""),
             )
         case Missing():
             raise NotFound(f"job {job_id} not found")
