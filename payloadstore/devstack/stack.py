@@ -37,6 +37,7 @@ from payloadstore.devstack.gateway import (
     ensure_functions_on_path,
     serve_in_thread,
 )
+from payloadstore.devstack.s3_emulator import LOCAL_KMS_KEY_ARN
 from payloadstore.devstack.services import (
     BLOB_PREFIX,
     LOOPBACK,
@@ -81,6 +82,11 @@ def handler_env(
         "S3_ENDPOINT_URL": s3_endpoint,
         "AWS_REGION": region,
         "TOKEN_PARAMETER_PATH": token_path,
+        # A namespace policy (or a token) set a moment ago applies within a second here
+        # (deployed: TOKEN_CACHE_S, 60 s, plus API Gateway's authorizer cache).
+        "TOKEN_CACHE_S": "1",
+        # The stack's own KMS key (kms_key `stack`), as the emulator's KMS grants know it.
+        "KMS_KEY_ARN": LOCAL_KMS_KEY_ARN,
         "POWERTOOLS_SERVICE_NAME": "payloadstore",
         "POWERTOOLS_METRICS_NAMESPACE": "PayloadStore",
         "POWERTOOLS_TRACE_DISABLED": "true",

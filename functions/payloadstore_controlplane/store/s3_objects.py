@@ -36,6 +36,10 @@ class ObjectInfo:
     sha256_b64: str | None
     content_type: str | None
     last_modified: float | None = None  # epoch seconds (HTTP date: whole seconds)
+    # Server-side encryption as S3 answers it: AES256 or aws:kms (and the key's ARN).
+    sse: str | None = None
+    kms_key: str | None = None
+    tag_count: int = 0
     crc64nvme_b64: str | None = None
     checksum_type: str | None = None  # FULL_OBJECT | COMPOSITE (HEAD with checksum mode)
 
@@ -76,6 +80,27 @@ def _http_date(value: str | None) -> float | None:
         return parsedate_to_datetime(value).timestamp()
     except (TypeError, ValueError):
         return None
+
+
+# Signed upload headers (models/policy.py: upload_headers) -> botocore's parameter names.
+_HEADER_PARAMS = {
+    "x-amz-tagging": "Tagging",
+    "x-amz-server-side-encryption": "ServerSideEncryption",
+    "x-amz-server-side-encryption-aws-kms-key-id": "SSEKMSKeyId",
+}
+
+
+def upload_params(headers: dict[str, str] | None) -> dict[str, str]:
+    """The botocore parameters of signed upload headers (tagging, SSE)."""
+    return {
+        _HEADER_PARAMS[k.lower()]: v
+        for k, v in (headers or {}).items()
+        if k.lower() in _HEADER_PARAMS
+    }
+
+
+def _int(value: str | None) -> int:
+    return int(value) if value and value.isdigit() else 0
 
 
 def sha256_b64_to_hex(b64_digest: str) -> str:
@@ -415,16 +440,21 @@ class S3Objects:
         content_type: str,
         sha256_hex: str | None,
         crc64nvme_b64: str | None = None,
+        policy_headers: dict[str, str] | None = None,
     ) -> PresignedPut:
-        """A PUT URL that signs content-length, content-type and (when given) the checksum
-        (CRC64NVME or sha256), so S3 refuses a body of another size, type or checksum."""
+        """A PUT URL that signs content-length, content-type, (when given) the checksum
+        (CRC64NVME or sha256) and the namespace's policy headers (retention tag, SSE), so S3
+        refuses a body of another size, type or checksum, and an upload without the tag or the
+        encryption."""
         params: dict[str, Any] = {
             "Bucket": self.bucket,
             "Key": key,
             "ContentLength": size,
             "ContentType": content_type,
+            **upload_params(policy_headers),
         }
         headers = {"Content-Length": str(size), "Content-Type": content_type}
+        headers.update(policy_headers or {})
         if crc64nvme_b64:
             params["ChecksumCRC64NVME"] = crc64nvme_b64
             params["ChecksumAlgorithm"] = "CRC64NVME"
@@ -447,9 +477,17 @@ class S3Objects:
 
     # -- multipart ------------------------------------------------------------------------
 
-    def create_multipart(self, key: str, content_type: str, algorithm: str = "SHA256") -> str:
+    def create_multipart(
+        self,
+        key: str,
+        content_type: str,
+        algorithm: str = "SHA256",
+        policy_headers: dict[str, str] | None = None,
+    ) -> str:
         """CreateMultipartUpload: the upload id. CRC64NVME is FULL_OBJECT (S3 checks the whole
-        object against the CRC given at completion); SHA256 is COMPOSITE (each part's sha256)."""
+        object against the CRC given at completion); SHA256 is COMPOSITE (each part's sha256).
+        The namespace's retention tag and encryption are given here: the object S3 assembles
+        carries them."""
         checksum = (
             {"ChecksumAlgorithm": "CRC64NVME", "ChecksumType": "FULL_OBJECT"}
             if algorithm == "CRC64NVME"
@@ -457,7 +495,11 @@ class S3Objects:
         )
         try:
             r = self._s3.create_multipart_upload(
-                Bucket=self.bucket, Key=key, ContentType=content_type, **checksum
+                Bucket=self.bucket,
+                Key=key,
+                ContentType=content_type,
+                **checksum,
+                **upload_params(policy_headers),
             )
         except (ClientError, BotoCoreError) as e:
             raise _storage_error(e, "create multipart upload") from e
@@ -610,6 +652,9 @@ class S3Objects:
                     sha256_b64=fields.get("x-amz-checksum-sha256"),
                     content_type=fields.get("content-type"),
                     last_modified=_http_date(fields.get("last-modified")),
+                    sse=fields.get("x-amz-server-side-encryption"),
+                    kms_key=fields.get("x-amz-server-side-encryption-aws-kms-key-id"),
+                    tag_count=_int(fields.get("x-amz-tagging-count")),
                     crc64nvme_b64=fields.get("x-amz-checksum-crc64nvme"),
                     checksum_type=fields.get("x-amz-checksum-type"),
                 )
@@ -620,7 +665,17 @@ class S3Objects:
         Last-Modified becomes now, so the bucket's lifecycle counts its days from now. S3 takes a
         copy onto itself only when something changes: the metadata is replaced (x-amz-meta-
         renewed-at), and the sha256 checksum is computed again for the new object. False when
-        the object is gone (404)."""
+        the object is gone (404).
+
+        A copy takes the bucket's default encryption (SSE-S3) unless told otherwise, so an
+        SSE-KMS object (a namespace policy's key) is copied under its own key again, read from
+        a HEAD first; its tags (the retention class) are copied as they are."""
+        current = self.head(key)
+        if current is None:
+            return False
+        keep_key: dict[str, str] = {}
+        if current.sse == "aws:kms" and current.kms_key:
+            keep_key = {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": current.kms_key}
         try:
             self._s3.copy_object(
                 Bucket=self.bucket,
@@ -630,6 +685,7 @@ class S3Objects:
                 Metadata={"renewed-at": str(int(time.time()))},
                 ContentType=content_type,
                 ChecksumAlgorithm="SHA256",
+                **keep_key,
             )
         except ClientError as e:
             code = e.response.get("Error", {}).get("Code")
@@ -653,14 +709,48 @@ class S3Objects:
         except BotoCoreError as e:
             raise _storage_error(e, "head") from e
         modified = r.get("LastModified")
+        fields = r.get("ResponseMetadata", {}).get("HTTPHeaders", {})
         return ObjectInfo(
             size=int(r["ContentLength"]),
             sha256_b64=r.get("ChecksumSHA256"),
             content_type=r.get("ContentType"),
             last_modified=modified.timestamp() if modified is not None else None,
+            sse=r.get("ServerSideEncryption"),
+            kms_key=r.get("SSEKMSKeyId"),
+            tag_count=_int(fields.get("x-amz-tagging-count")),
             crc64nvme_b64=r.get("ChecksumCRC64NVME"),
             checksum_type=r.get("ChecksumType"),
         )
+
+    def tags(self, key: str) -> dict[str, str] | None:
+        """The object's tags (GetObjectTagging), or None when it is gone. HEAD answers only how
+        many tags an object has; the retention class needs their values."""
+        try:
+            r = self._s3.get_object_tagging(Bucket=self.bucket, Key=key)
+        except ClientError as e:
+            code = e.response.get("Error", {}).get("Code")
+            if code in ("404", "NoSuchKey", "NotFound"):
+                return None
+            raise _storage_error(e, "get object tagging") from e
+        except BotoCoreError as e:
+            raise _storage_error(e, "get object tagging") from e
+        return {t["Key"]: t["Value"] for t in r.get("TagSet", [])}
+
+    def delete_many(self, keys: list[str]) -> list[str]:
+        """DeleteObjects (up to 1000 keys a call); the keys S3 could not delete. A key that is
+        already gone counts as deleted, as S3 answers."""
+        failed: list[str] = []
+        for start in range(0, len(keys), 1000):
+            chunk = keys[start : start + 1000]
+            try:
+                r = self._s3.delete_objects(
+                    Bucket=self.bucket,
+                    Delete={"Objects": [{"Key": k} for k in chunk], "Quiet": True},
+                )
+            except (ClientError, BotoCoreError) as e:
+                raise _storage_error(e, "delete objects") from e
+            failed += [str(err.get("Key")) for err in r.get("Errors", [])]
+        return failed
 
     # -- health checks: each returns (ok, detail) and never raises -----------------------
 
@@ -698,6 +788,12 @@ class S3Objects:
             rules = self._s3.get_bucket_lifecycle_configuration(Bucket=self.bucket)["Rules"]
         except (ClientError, BotoCoreError) as e:
             return False, f"no lifecycle configuration: {_brief(e)}"
+        missing = retention_rules_missing(rules)
+        if missing:
+            return False, (
+                "no enabled lifecycle rule (by the retention tag) for retention class "
+                + ", ".join(missing)
+            )
         for rule in rules:
             rule_prefix = rule.get("Filter", {}).get("Prefix", rule.get("Prefix"))
             days = rule.get("Expiration", {}).get("Days")
@@ -707,8 +803,31 @@ class S3Objects:
                 and days
                 and days <= max_days
             ):
-                return True, f"lifecycle expires {prefix} after {days} days"
+                return True, (
+                    f"lifecycle expires each retention class by its tag, and {prefix} after "
+                    f"{days} days"
+                )
         return False, f"no enabled lifecycle rule expiring {prefix} within {max_days} days"
+
+
+def retention_rules_missing(rules: list[dict]) -> list[str]:
+    """The retention classes (models/policy.py) without an enabled lifecycle rule expiring
+    objects tagged with their class within its days."""
+    from ..models.policy import RETENTION_DAYS, RETENTION_TAG
+
+    found: dict[str, int] = {}
+    for rule in rules:
+        if rule.get("Status") != "Enabled":
+            continue
+        tag = rule.get("Filter", {}).get("Tag") or {}
+        days = rule.get("Expiration", {}).get("Days")
+        if tag.get("Key") == RETENTION_TAG and days:
+            found[tag.get("Value", "")] = int(days)
+    return [
+        retention
+        for retention, days in RETENTION_DAYS.items()
+        if retention not in found or found[retention] > days
+    ]
 
 
 def _brief(e: Exception) -> str:
