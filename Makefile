@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 STAGE ?= dev
 CDK_ARGS ?=
 
-.PHONY: help dev demo smoke test reliability reliability-failover races lint docs synth deploy venv node redis chromium clean-devstack sam-local bench cost
+.PHONY: lock help dev demo smoke test reliability reliability-failover races lint docs synth deploy venv node redis chromium clean-devstack sam-local bench cost
 
 help:
 	@echo "make dev     run the control plane locally (redis-server, S3 emulator, gateway on :8080)"
@@ -33,6 +33,7 @@ help:
 	@echo "make synth  [STAGE=dev] [CDK_ARGS=...]  npx cdk synth (installs only CDK: payloadstore[infra], aws-cdk)"
 	@echo "make deploy [STAGE=dev] [CDK_ARGS=...]  reserved-concurrency preflight, then npx cdk deploy PayloadStore-<STAGE> (AWS credentials needed)"
 	@echo "             after either, npx cdk ... works directly (the venv has aws_cdk)"
+	@echo "make lock    functions/requirements.lock from functions/requirements.txt (uv; hashes, python 3.13, x86_64 and arm64)"
 	@echo "make sam-local  every function of the template, every events/ fixture, in Lambda containers"
 	@echo "make bench   every speed figure against its baseline, one run: bench/RESULTS.md + bench/plots/"
 	@echo "make cost    what a stage, an idle daemon and 1M jobs cost on AWS (us-east-1), beside SQS: docs/cost.md"
@@ -148,6 +149,14 @@ DEPLOY_ARGS := build/deploy-$(STAGE).args
 deploy: $(VENV)/.installed-infra node
 	@$(PY) -m infra.preflight --stage $(STAGE) --write $(DEPLOY_ARGS) -- $(CDK_ARGS)
 	$(CDK) deploy PayloadStore-$(STAGE) --no-notices -c payloadstore:stage=$(STAGE) $(CDK_ARGS) $$(cat $(DEPLOY_ARGS))
+
+# The Lambda layer's lock: every transitive dependency of functions/requirements.txt pinned with
+# its hashes, resolved for Lambda's python 3.13 on x86_64 and arm64 alike (--universal). Run after
+# editing functions/requirements.txt (a test fails until the lock agrees); commit both.
+lock: $(VENV)/.installed-lock
+	$(VENV)/bin/uv pip compile functions/requirements.txt --universal --python-version 3.13 \
+	  --generate-hashes --custom-compile-command "make lock" --quiet -o functions/requirements.lock
+	@echo "wrote functions/requirements.lock ($$(grep -c '==' functions/requirements.lock) distributions)"
 
 # Docker (or root on Debian, which gets a private dockerd), then `sam local invoke` of every
 # function with every fixture; docs/local-stack.md. SAM_LOCAL_ARGS="--only config" narrows it.

@@ -15,7 +15,11 @@ from payloadstore_controlplane import concurrency, grants
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FUNCTIONS_DIR = REPO_ROOT / "functions"
+# What the layer needs (top-level pins), and every transitive dependency pinned with its hashes,
+# generated from it by `make lock` (uv pip compile --universal --generate-hashes, for Lambda's
+# python3.13 on x86_64 and arm64 alike). The layer is installed from the lock, --require-hashes.
 REQUIREMENTS_FILE = FUNCTIONS_DIR / "requirements.txt"
+LOCK_FILE = FUNCTIONS_DIR / "requirements.lock"
 
 # One stack per stage: `PayloadStore-<stage>`. Everything that must be unique in an account and
 # region carries the stage (see StageNames); CloudFormation-generated names carry the stack name.

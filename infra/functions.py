@@ -19,11 +19,11 @@ from infra.config import (
     CTX_SETTINGS_PREFIX,
     FUNCTION_TUNING,
     FUNCTIONS_DIR,
+    LOCK_FILE,
     LOG_LEVEL,
     OBJECT_ACTIONS,
     PYTHON_VERSION,
     REDIS_FUNCTIONS,
-    REQUIREMENTS_FILE,
     SERVICE_NAME,
     StageNames,
     architecture_of,
@@ -178,9 +178,7 @@ class ControlPlaneFunctions(Construct):
 
         self.architecture_name = architecture_of(self)
         architecture = LAMBDA_ARCHITECTURES[self.architecture_name]
-        layer_bundling = LayerBundling(
-            REQUIREMENTS_FILE, platform=ARCHITECTURES[self.architecture_name]
-        )
+        layer_bundling = LayerBundling(LOCK_FILE, platform=ARCHITECTURES[self.architecture_name])
         self.layer_bundling = layer_bundling
         self.layer = lambda_.LayerVersion(
             self,
@@ -189,10 +187,10 @@ class ControlPlaneFunctions(Construct):
             f"{self.architecture_name})",
             compatible_runtimes=[RUNTIME],
             compatible_architectures=[architecture],
-            # The layer source is requirements.txt alone; hashing the inputs ourselves means an
-            # unchanged requirements file reuses the staged build instead of running pip again.
+            # The layer source is the lock file alone; hashing the inputs ourselves means an
+            # unchanged lock reuses the staged build instead of running pip again.
             code=lambda_.Code.from_asset(
-                str(REQUIREMENTS_FILE.parent),
+                str(LOCK_FILE.parent),
                 asset_hash_type=cdk.AssetHashType.CUSTOM,
                 asset_hash=layer_bundling.asset_hash(),
                 bundling=cdk.BundlingOptions(image=bundling_image(), local=layer_bundling),
@@ -207,6 +205,7 @@ class ControlPlaneFunctions(Construct):
                 "**/__pycache__",
                 "**/*.pyc",
                 "requirements.txt",
+                "requirements.lock",
                 "pyproject.toml",
                 "*.egg-info",
                 "build",

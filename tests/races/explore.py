@@ -326,6 +326,7 @@ class Runner:
                 "queue": queue,
                 "blobs": rng.choice([0, 1, 2]),
                 "idem": tier == "inline" and rng.random() < 0.3,
+                "wait": rng.random() < 0.2,
             }
         if name == "enqueue_again":
             return name, {"job": rng.randrange(8)}
@@ -350,7 +351,8 @@ class Runner:
                 },
                 prefix="finish-",
             )
-            return name, {"daemon": daemon, "hold": rng.randrange(4), "how": how}
+            nxt = rng.choice([0, 0, 1, 2]) if self.swarm.get("next", 1.0) else 0
+            return name, {"daemon": daemon, "hold": rng.randrange(4), "how": how, "next": nxt}
         if name == "cancel":
             return name, {"job": self._pick_job(self._jobs_in("queued", "running"))}
         if name == "retry":

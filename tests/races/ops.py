@@ -107,7 +107,11 @@ def _bytes_of(label: str, size: int) -> bytes:
 # -- clients ---------------------------------------------------------------------------------
 
 
-def enqueue(m: Model, label: str, tier: str, queue: str, blobs: int, idem: bool) -> None:
+def enqueue(
+    m: Model, label: str, tier: str, queue: str, blobs: int, idem: bool, wait: bool = False
+) -> None:
+    """`wait`: enqueue-and-wait (`?wait=0`: the answer says whether the job already ended; a
+    longer wait would block the one running thread for its whole length)."""
     shas = m.blobs[:blobs]
     intent = JobIntent(label, tier, queue, shas)
     m.intents.append(intent)
@@ -144,7 +148,19 @@ def enqueue(m: Model, label: str, tier: str, queue: str, blobs: int, idem: bool)
         headers = None
     if shas:
         body["blobs"] = shas
-    r = _no_5xx(m, "enqueue", cp.enqueue(body=body, headers=headers, queue=queue))
+    if wait:
+        r = cp.call(
+            "jobs",
+            "POST",
+            "/v1/namespaces/{ns}/queues/{queue}/jobs",
+            {"ns": cp.ns, "queue": queue},
+            body=body,
+            headers=headers,
+            query={"wait": "0"},
+        )
+    else:
+        r = cp.enqueue(body=body, headers=headers, queue=queue)
+    r = _no_5xx(m, "enqueue", r)
     if r.status in (200, 201):
         intent.job_id = r.json["job_id"]
         intent.acked = True
@@ -377,9 +393,10 @@ def beat(m: Model, daemon: str, hold: int) -> None:
         m.held[daemon].remove(h)
 
 
-def finish(m: Model, daemon: str, hold: int, how: str) -> None:
+def finish(m: Model, daemon: str, hold: int, how: str, next: int = 0) -> None:
     """The held delivery ends: inline | s3 | multipart result, error, payload_lost,
-    cancelled (the error type a daemon posts after a cancel request)."""
+    cancelled (the error type a daemon posts after a cancel request). `next` > 0: the post asks
+    for that many next deliveries (result-and-next), which the daemon then holds."""
     h = _held(m, daemon, hold, keep=False)
     if h is None:
         return
@@ -426,18 +443,24 @@ def finish(m: Model, daemon: str, hold: int, how: str) -> None:
             "type": "Cancelled" if how == "cancelled" else "ValueError",
             "message": "explorer",
         }
+    ask = {"queues": ["q1"], "max_jobs": next, "wait_s": 0, "daemon_id": daemon} if next else None
     if how == "payload_lost":
-        r = _no_5xx(
-            m,
-            "payload_lost",
-            cp.report(h.job_id, {"lease": h.lease, "state": "payload_lost", "detail": "explorer"}),
-        )
+        report: dict[str, Any] = {"lease": h.lease, "state": "payload_lost", "detail": "explorer"}
+        if ask:
+            report["next"] = ask
+        r = _no_5xx(m, "payload_lost", cp.report(h.job_id, report))
         _current_lease_refused(m, h, "payload_lost report", r)
-        return
-    r = _no_5xx(m, f"result {how}", cp.post_result(h.job_id, body))
-    _current_lease_refused(m, h, f"result post ({how})", r)
-    if r.status == 204 and how in ("inline", "s3", "multipart"):
-        m.succeeded.add(h.job_id)
+    else:
+        if ask:
+            body["next"] = ask
+        r = _no_5xx(m, f"result {how}", cp.post_result(h.job_id, body))
+        _current_lease_refused(m, h, f"result post ({how})", r)
+        if r.status in (200, 204) and how in ("inline", "s3", "multipart"):
+            m.succeeded.add(h.job_id)
+    if r.status == 200 and ask:
+        for d in r.json["jobs"]:
+            m.held[daemon].append(Held(d["job_id"], d["lease"], d["attempt"], daemon))
+            _check_delivery(m, d)
 
 
 def _upload_parts_daemon(m: Model, cp: ControlPlane, presigned: dict, data: bytes, h: Held) -> bool:

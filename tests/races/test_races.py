@@ -23,8 +23,6 @@ FOUND = sorted((Path(__file__).parent / "found").glob("*.json"))
 NOT_FIXED_YET: dict[str, str] = {
     "new-a-payload-lost-racing-a-redelivery": "race A of tests/races/FOUND.md (not fixed yet): a "
     "lapsed delivery's payload_lost report racing the redelivery of the same entry",
-    "new-c-heartbeat-500-after-queue-collected": "race C of tests/races/FOUND.md (not fixed yet): "
-    "a heartbeat answers 500 when the queue was collected before its XCLAIM",
     "new-d-retry-between-complete-and-settle": "race D of tests/races/FOUND.md (not fixed yet): a "
     "retry between a result post's complete and settle, and a poll taking the old entry back",
 }

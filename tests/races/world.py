@@ -102,10 +102,8 @@ class Stack:
             if f.name.endswith(".lua"):
                 sources.append(f.read_text())
         for src in sources:
-            if self.cluster:
-                self.client.script_load(src, target_nodes=self.client.PRIMARIES)
-            else:
-                self.client.script_load(src)
+            # A cluster client sends SCRIPT LOAD to every primary.
+            self.client.script_load(src)
 
     def scan(self, pattern: str) -> list[bytes]:
         if self.cluster:
