@@ -28,7 +28,6 @@ def _cli(gateway, *args: str) -> subprocess.CompletedProcess:
     script = Path(sys.executable).parent / "payloadstore"
     command = [str(script)] if script.exists() else [sys.executable, "-m", "payloadstore.cli"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PAYLOADSTORE_")}
-    env["KMS_KEY_ARN"] = LOCAL_KMS_KEY_ARN
     return subprocess.run(
         [
             *command,
@@ -168,3 +167,33 @@ def test_two_namespaces_get_what_their_policies_say(local_gateway, ssm_client, s
     every = b"\n".join(_redis_bytes(local_gateway.redis_url))
     assert marker + kms_ns.encode() not in every
     assert marker + plain_ns.encode() in every
+
+
+def test_sse_kms_payloads_in_parts_move_through_presigned_urls(
+    start_local_gateway, ssm_client, s3_client
+):
+    # Given a gateway where 12 MiB goes up in parts, and a namespace with the stack's key
+    gateway = start_local_gateway(
+        MULTIPART_THRESHOLD=str(6 * 2**20), MULTIPART_PART_BYTES=str(5 * 2**20)
+    )
+    ns, tokens = _namespace(gateway, ssm_client, "parts")
+    assert _cli(gateway, "namespace", "policy", ns, "--kms-key", "stack").returncode == 0
+    client = Client(gateway.url, tokens["client"], ns)
+    worker = Client(gateway.url, tokens["daemon"], ns)
+    queue = unique_queue("kms-parts")
+    data = os.urandom(12 * 2**20)
+    # When a client and a daemon holding no AWS credentials move it both ways
+    with daemon_thread(worker, queue, lambda value: bytes(value)[::-1]):
+        job = client.queue(queue).add(data)
+        assert job.result(timeout=120) == data[::-1]
+    # Then both objects are SSE-KMS under the stack's key, tagged with the default retention
+    status = job.status()
+    for ref in (status.payload_ref, status.result_ref):
+        assert ref is not None
+        head = s3_client.head_object(Bucket=ref["bucket"], Key=ref["key"])
+        assert (head["ServerSideEncryption"], head["SSEKMSKeyId"]) == (
+            "aws:kms",
+            LOCAL_KMS_KEY_ARN,
+        )
+        tags = s3_client.get_object_tagging(Bucket=ref["bucket"], Key=ref["key"])["TagSet"]
+        assert tags == [{"Key": RETENTION_TAG, "Value": "2d"}]

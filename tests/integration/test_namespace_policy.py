@@ -317,3 +317,83 @@ def test_a_bad_policy_value_is_refused_and_nothing_is_written(policy_env, field,
         "kms_key": "none",
         "inline": "allowed",
     }
+
+
+# -- multipart uploads and blobs follow the policy ---------------------------------------------
+
+
+def test_a_multipart_upload_carries_the_namespace_key_and_tag(kms_ns, settings_env, s3_client):
+    from tests.integration.test_multipart import PART, part_specs, put_part, split
+
+    # Given multipart from 6 MiB in 5 MiB parts, and the `7d` + stack-key namespace
+    settings_env(
+        KMS_KEY_ARN=LOCAL_KMS_KEY_ARN,
+        MULTIPART_THRESHOLD=str(6 * 2**20),
+        MULTIPART_PART_BYTES=str(PART),
+    )
+    data = bytes(range(256)) * (12 * 2**20 // 256)
+    # When a client uploads 12 MiB in parts (SHA256 parts) and enqueues the reference
+    r = kms_ns.presign_put(len(data), sha256=None)
+    assert r.status == 200, r.raw_body
+    mp = r.json["multipart"]
+    urls = kms_ns.call(
+        "payloads",
+        "POST",
+        "/v1/namespaces/{ns}/payloads/parts",
+        {"ns": kms_ns.ns},
+        body={"job_id": r.json["job_id"], "parts": part_specs(data, mp["part_bytes"])},
+    )
+    assert urls.status == 200, urls.raw_body
+    for url, chunk in zip(urls.json["parts"], split(data, mp["part_bytes"]), strict=True):
+        assert put_part(url, chunk).status_code == 200
+    ref = {"kind": "s3", "bucket": r.json["bucket"], "key": r.json["key"], "size": len(data)}
+    enq = kms_ns.enqueue(ref=ref)
+    assert enq.status == 201, enq.raw_body
+    # Then the object S3 assembled is encrypted with the stack's key and tagged 7d
+    head = s3_client.head_object(Bucket=ref["bucket"], Key=ref["key"])
+    assert (head["ServerSideEncryption"], head["SSEKMSKeyId"]) == ("aws:kms", LOCAL_KMS_KEY_ARN)
+    assert _tags(s3_client, ref["bucket"], ref["key"]) == {RETENTION_TAG: "7d"}
+
+
+def test_a_blob_carries_the_namespace_key_and_tag(kms_ns, s3_client, payload_bucket):
+    from tests.support.control_plane import create_blob
+
+    data = b"blob-under-policy" * 100
+    sha = create_blob(kms_ns, data)
+    key = f"blobs/{kms_ns.ns}/{sha}"
+    head = s3_client.head_object(Bucket=payload_bucket, Key=key)
+    assert (head["ServerSideEncryption"], head["SSEKMSKeyId"]) == ("aws:kms", LOCAL_KMS_KEY_ARN)
+    assert _tags(s3_client, payload_bucket, key) == {RETENTION_TAG: "7d"}
+
+
+def test_presign_get_is_410_past_a_one_day_retention(policy_env, monkeypatch):
+    from payloadstore_controlplane.runtime import clock
+
+    # Given a payload of a namespace with retention 1d
+    cp = ControlPlane("r" + uuid.uuid4().hex[:10], NamespacePolicy("1d", "none", "allowed"))
+    ref = upload(cp, b"one day only")
+    real_now = clock.now()
+    # When a day and a second have passed (the object may still be in S3: lifecycle rounds)
+    monkeypatch.setattr(clock, "now", lambda: real_now + 24 * 3600 + 1)
+    r = cp.presign_get(ref["key"])
+    # Then the download is refused as gone, naming the retention
+    assert r.status == 410, r.raw_body
+    assert "24 h" in r.error["message"]
+    # And within the day it is served
+    monkeypatch.setattr(clock, "now", lambda: real_now + 24 * 3600 - 60)
+    assert cp.presign_get(ref["key"]).status == 200
+
+
+def test_on_a_local_emulator_the_stack_key_needs_no_setting(cp_env, ssm_client):
+    # Given a control plane on the local S3 emulator with no KMS_KEY_ARN set
+    import os
+
+    assert not os.environ.get("KMS_KEY_ARN")
+    ns = "s" + uuid.uuid4().hex[:10]
+    # When the admin sets kms_key stack
+    answer = _admin({"action": "set_policy", "namespace": ns, "kms_key": "stack"})
+    assert answer["policy"]["kms_key"] == "stack", answer
+    # Then uploads are signed with the local stack's key
+    cp = ControlPlane(ns, NamespacePolicy("2d", "stack", "allowed"))
+    headers = cp.presign_put(10).json["headers"]
+    assert headers["x-amz-server-side-encryption-aws-kms-key-id"] == LOCAL_KMS_KEY_ARN
