@@ -28,7 +28,6 @@ def _cli(gateway, *args: str) -> subprocess.CompletedProcess:
     script = Path(sys.executable).parent / "payloadstore"
     command = [str(script)] if script.exists() else [sys.executable, "-m", "payloadstore.cli"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PAYLOADSTORE_")}
-    env["KMS_KEY_ARN"] = LOCAL_KMS_KEY_ARN
     return subprocess.run(
         [
             *command,

@@ -364,3 +364,36 @@ def test_a_blob_carries_the_namespace_key_and_tag(kms_ns, s3_client, payload_buc
     head = s3_client.head_object(Bucket=payload_bucket, Key=key)
     assert (head["ServerSideEncryption"], head["SSEKMSKeyId"]) == ("aws:kms", LOCAL_KMS_KEY_ARN)
     assert _tags(s3_client, payload_bucket, key) == {RETENTION_TAG: "7d"}
+
+
+def test_presign_get_is_410_past_a_one_day_retention(policy_env, monkeypatch):
+    from payloadstore_controlplane.runtime import clock
+
+    # Given a payload of a namespace with retention 1d
+    cp = ControlPlane("r" + uuid.uuid4().hex[:10], NamespacePolicy("1d", "none", "allowed"))
+    ref = upload(cp, b"one day only")
+    real_now = clock.now()
+    # When a day and a second have passed (the object may still be in S3: lifecycle rounds)
+    monkeypatch.setattr(clock, "now", lambda: real_now + 24 * 3600 + 1)
+    r = cp.presign_get(ref["key"])
+    # Then the download is refused as gone, naming the retention
+    assert r.status == 410, r.raw_body
+    assert "24 h" in r.error["message"]
+    # And within the day it is served
+    monkeypatch.setattr(clock, "now", lambda: real_now + 24 * 3600 - 60)
+    assert cp.presign_get(ref["key"]).status == 200
+
+
+def test_on_a_local_emulator_the_stack_key_needs_no_setting(cp_env, ssm_client):
+    # Given a control plane on the local S3 emulator with no KMS_KEY_ARN set
+    import os
+
+    assert not os.environ.get("KMS_KEY_ARN")
+    ns = "s" + uuid.uuid4().hex[:10]
+    # When the admin sets kms_key stack
+    answer = _admin({"action": "set_policy", "namespace": ns, "kms_key": "stack"})
+    assert answer["policy"]["kms_key"] == "stack", answer
+    # Then uploads are signed with the local stack's key
+    cp = ControlPlane(ns, NamespacePolicy("2d", "stack", "allowed"))
+    headers = cp.presign_put(10).json["headers"]
+    assert headers["x-amz-server-side-encryption-aws-kms-key-id"] == LOCAL_KMS_KEY_ARN
