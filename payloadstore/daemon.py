@@ -44,6 +44,7 @@ from .client import Client
 from .errors import (
     AuthError,
     ConflictError,
+    InlineNever,
     InlineUnavailable,
     InvalidRequest,
     JobNotFound,
@@ -749,13 +750,13 @@ class Daemon:
                 lease=lease,
             )
         try:
-            if encoded.nbytes <= client.config.inline_threshold:
+            if encoded.nbytes <= client.config.inline_limit:
                 try:
                     return self._post_result(
                         job_id, SUCCEEDED, inline=encoded.tobytes(), lease=lease, blobs=blobs
                     )
-                except InlineUnavailable as e:
-                    # Redis is above its high-water mark: the result goes through S3 instead.
+                except (InlineUnavailable, InlineNever) as e:
+                    # Redis is above its high-water mark (or the namespace keeps nothing inline): the result goes through S3 instead.
                     log.info(
                         "inline result refused, storing through S3 job_id=%s bytes=%d reason=%s",
                         job_id,

@@ -39,6 +39,7 @@ from ..store.records import (
     sha256_hex_to_b64,
 )
 from .context import Deps, Principal
+from .policy import policy_headers
 from .presign import (
     check_part_checksums,
     check_part_sizes,
@@ -119,7 +120,9 @@ def _upload(p: Principal, sha: str, size: int, now: float, deps: Deps) -> BlobRe
     key = blob_key(p.namespace, sha)
     if deps.settings.multipart(size):
         return _open_upload(p, sha, size, deps)
-    signed = deps.objects.presign_put(key, size, BLOB_CONTENT_TYPE, sha)
+    signed = deps.objects.presign_put(
+        key, size, BLOB_CONTENT_TYPE, sha, policy_headers=policy_headers(p.policy, deps)
+    )
     metrics_count("Presigns", op="blob")
     logger.info("presigned blob put", extra={"sha256": sha, "size": size})
     return BlobResponse(
@@ -140,7 +143,9 @@ def _open_upload(p: Principal, sha: str, size: int, deps: Deps) -> BlobResponse:
     instructions are answered and ours is aborted)."""
     key = blob_key(p.namespace, sha)
     part_bytes = deps.settings.multipart_part_bytes_for(size)
-    created = deps.objects.create_multipart(key, BLOB_CONTENT_TYPE)
+    created = deps.objects.create_multipart(
+        key, BLOB_CONTENT_TYPE, policy_headers=policy_headers(p.policy, deps)
+    )
     upload_id, _, part_bytes = deps.jobs.open_blob_upload(
         p.namespace, sha, created, size, part_bytes, BLOB_UPLOAD_TTL_S
     )

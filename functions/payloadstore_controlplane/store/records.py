@@ -325,6 +325,8 @@ class Completed:
     queue: str
     state: JobStatus
     retries: int = 0
+    # The consumer whose pending list held the entry (`d`): the settle step's owner check.
+    consumer: str = ""
 
 
 @dataclass(frozen=True)
@@ -349,6 +351,7 @@ class LostForGood:
     entry_id: str
     queue: str
     retries: int = 0
+    consumer: str = ""
 
 
 # Life cycle.
