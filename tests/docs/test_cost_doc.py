@@ -13,6 +13,8 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "cost.md"
 LINE = re.compile(
     r"cost: idle daemon \(concurrency 8\) \$(?P<idle>[\d.]+)/month, 1M inline jobs \$[\d.]+, "
     r"1M 100 MiB jobs \$[\d.]+, fixed \$[\d.]+/month"
+    # since namespace policies: the same jobs under retention `consume`
+    r"(, 1M 100 MiB jobs under consume \$[\d.]+)?"
 )
 
 
