@@ -197,3 +197,26 @@ def test_sse_kms_payloads_in_parts_move_through_presigned_urls(
         )
         tags = s3_client.get_object_tagging(Bucket=ref["bucket"], Key=ref["key"])["TagSet"]
         assert tags == [{"Key": RETENTION_TAG, "Value": "2d"}]
+
+
+def test_the_async_client_uploads_small_payloads_of_an_inline_never_namespace(
+    local_gateway, ssm_client
+):
+    import asyncio
+
+    from payloadstore import AsyncClient
+
+    ns, tokens = _namespace(local_gateway, ssm_client, "anever")
+    assert _cli(local_gateway, "namespace", "policy", ns, "--inline", "never").returncode == 0
+
+    async def run() -> list[str]:
+        async with AsyncClient(local_gateway.url, tokens["client"], ns) as client:
+            queue = client.queue(unique_queue("anever"))
+            one = await queue.add(b"tiny")
+            many = await queue.map([b"a", b"b"])
+            return [one.tier, *(job.tier for job in many)]
+
+    # When the async client sends a few bytes, one by one and as a batch
+    tiers = asyncio.run(run())
+    # Then each went through S3, the namespace keeping nothing inline
+    assert tiers and set(tiers) == {"s3"}
