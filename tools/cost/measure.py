@@ -273,15 +273,10 @@ def measure(idle_s: float = 60.0, jobs: int = 20, s3_jobs: int = 3) -> Measured:
         client_log, daemon_log = CallLog(), CallLog()
         client = make_client(stack, "client", client_log)
         worker = make_client(stack, "daemon", daemon_log)
-        # One worker: its result post waits for the next job as a poll would (wait_s 2 s, so
-        # that its last post ends soon after the last job).
+        # One worker: its result post waits for the next job as its poll would (the default
+        # wait_s, long enough for a client's 100 MiB upload between two jobs).
         busy = Daemon(
-            worker,
-            "cost-jobs",
-            wait_s=2.0,
-            check_health=False,
-            progress=False,
-            install_signal_handlers=False,
+            worker, "cost-jobs", check_health=False, progress=False, install_signal_handlers=False
         )
         busy.register(_size)
         busy_thread = threading.Thread(target=busy.run, name="cost-daemon-jobs", daemon=True)
@@ -316,7 +311,7 @@ def measure(idle_s: float = 60.0, jobs: int = 20, s3_jobs: int = 3) -> Measured:
             big = set(calls_of(queue, [payload] * s3_jobs))
             # The daemon's last post (waiting for a next job) ends within its wait_s.
             busy.stop()
-            busy_thread.join(timeout=15)
+            busy_thread.join(timeout=wait_s + 5)
             settle()
             calls = client_log.by_job() + daemon_log.by_job()
             inline = per_measured_job(calls, ids - warm)

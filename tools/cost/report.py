@@ -374,7 +374,7 @@ def render(shape: Shape, usage: Usage, bench: dict, measured: dict, f: Figures) 
             "backlog, while it is queued: size the daemons so that jobs do not wait): measured "
             f"{held.get('inline', 0.0):g} ms beyond a plain enqueue for an inline job and "
             f"{held.get('s3', 0.0):g} ms for a 100 MiB one (the daemon's download), priced as that "
-            "call's wait. A `+next` post is priced as a result post and a poll in one invocation."
+            "call's wait. An inline job's `+next` post is measured as such (`result post inline next`); a 100 MiB job's is priced as a result post and a poll in one invocation."
         ),
     ]
     doc += [
