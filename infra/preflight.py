@@ -20,6 +20,7 @@ control plane's pin), and credentials, profile and region resolve as for the CDK
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -83,8 +84,11 @@ def session_for(profile: str | None) -> Any:
     import boto3
     from botocore import exceptions
 
+    # As the CDK CLI: AWS_REGION first (botocore itself reads only AWS_DEFAULT_REGION), then
+    # AWS_DEFAULT_REGION, then the profile's region.
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
     try:
-        session = boto3.Session(profile_name=profile)
+        session = boto3.Session(profile_name=profile, region_name=region)
     except exceptions.ProfileNotFound as e:
         raise PreflightError(f"error: {e}; {CREDENTIALS_HELP}") from None
     if session.get_credentials() is None:

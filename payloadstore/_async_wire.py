@@ -133,6 +133,8 @@ class AsyncWire:
         content_type: str = MSGPACK,
         job_id: str | None = None,
         lease: str | None = None,
+        crc64nvme: str | None = None,
+        checksum_algorithm: str | None = None,
     ) -> UploadGrant:
         return await self.send(
             _wire.presign_put(
@@ -143,6 +145,8 @@ class AsyncWire:
                 content_type=content_type,
                 job_id=job_id,
                 lease=lease,
+                crc64nvme=crc64nvme,
+                checksum_algorithm=checksum_algorithm,
             )
         )
 
@@ -271,6 +275,8 @@ class AsyncWire:
         actual_sha256: str | None = None,
         lease: str | None = None,
         next: _wire.NextJobs | None = None,
+        expected_crc64nvme: str | None = None,
+        actual_crc64nvme: str | None = None,
     ) -> list[PolledJob] | None:
         return await self.send(
             _wire.report_failure(
@@ -282,6 +288,8 @@ class AsyncWire:
                 actual_sha256=actual_sha256,
                 lease=lease,
                 next=next,
+                expected_crc64nvme=expected_crc64nvme,
+                actual_crc64nvme=actual_crc64nvme,
             )
         )
 

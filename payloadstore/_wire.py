@@ -53,6 +53,7 @@ from .errors import (
     ApiError,
     AuthError,
     ConflictError,
+    InlineNever,
     InlineUnavailable,
     InvalidRequest,
     JobNotFound,
@@ -60,6 +61,7 @@ from .errors import (
     NotRetryable,
     PayloadLost,
     PayloadTooLarge,
+    PolicyMismatch,
     QueueNotFound,
     ServiceUnavailable,
 )
@@ -79,6 +81,16 @@ ErrorFactory = Callable[..., Exception]
 
 
 @dataclass(frozen=True)
+class NamespacePolicy:
+    """The caller's namespace policy (`/v1/config` `policy`): retention `consume`|`1d`|`2d`|
+    `7d`|`30d`, kms_key `none`|`stack`|an ARN, inline `allowed`|`never`."""
+
+    retention: str = "2d"
+    kms_key: str = "none"
+    inline: str = "allowed"
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     inline_threshold: int
     max_payload_bytes: int
@@ -90,6 +102,17 @@ class ServerConfig:
     batch_max_bytes: int = 4 * 1024 * 1024
     # Uploads above this size are multipart; None: a server before multipart (single PUTs).
     multipart_threshold: int | None = None
+    # The server takes CRC64NVME uploads (FULL_OBJECT multipart, part URLs with the presign);
+    # False: a server before them, which gets sha256 as it always did.
+    crc64nvme: bool = False
+    # The namespace's policy; a server before policies: the defaults.
+    policy: NamespacePolicy = NamespacePolicy()
+
+    @property
+    def inline_limit(self) -> int:
+        """The largest encoded payload or result sent inline: INLINE_THRESHOLD, or -1 (none at
+        all) for a namespace whose policy is inline `never` (every byte goes to S3)."""
+        return -1 if self.policy.inline == "never" else self.inline_threshold
 
 
 @dataclass(frozen=True)
@@ -102,8 +125,11 @@ class PayloadRef:
     content_type: str | None = None
     sha256: str | None = None
     kind: str = "s3"
-    #: a multipart object: {part_bytes, part_count, composite_sha256 (hex)}
+    #: a multipart object: {part_bytes, part_count} (and composite_sha256, hex, for a SHA256
+    #: upload)
     multipart: dict | None = None
+    #: CRC64NVME of the whole object (S3's base64): the checksum readers verify
+    crc64nvme: str | None = None
 
     def to_wire(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind, "bucket": self.bucket, "key": self.key}
@@ -111,6 +137,8 @@ class PayloadRef:
             out["size"] = self.size
         if self.content_type is not None:
             out["contentType"] = self.content_type
+        if self.crc64nvme is not None:
+            out["crc64nvme"] = self.crc64nvme
         if self.sha256 is not None:
             out["sha256"] = self.sha256
         if self.multipart is not None:
@@ -127,7 +155,10 @@ class PayloadRef:
             out["kind"] = self.kind
         if self.size is not None:
             out["size"] = self.size
-        if self.multipart is not None:
+        if self.multipart is not None and self.crc64nvme:
+            # A CRC64NVME upload is completed with the whole object's CRC (S3 checks it).
+            out["crc64nvme"] = self.crc64nvme
+        elif self.multipart is not None:
             # The control plane checks the composite the uploader computed against the object's.
             out["multipart"] = dict(self.multipart)
         return out
@@ -143,6 +174,7 @@ class PayloadRef:
             sha256=body.get("sha256"),
             kind=str(body.get("kind") or "s3"),
             multipart=dict(body["multipart"]) if body.get("multipart") else None,
+            crc64nvme=body.get("crc64nvme"),
         )
 
 
@@ -465,6 +497,8 @@ CODE_ERRORS: dict[str, ErrorFactory] = {
     "service_unavailable": ServiceUnavailable,
     "redis_memory_full": ServiceUnavailable,
     "inline_unavailable": InlineUnavailable,
+    "inline_never": InlineNever,
+    "policy_mismatch": PolicyMismatch,
     "storage_error": ServiceUnavailable,
     "internal_error": ServiceUnavailable,
 }
@@ -593,6 +627,18 @@ def parse_config(response: httpx.Response) -> ServerConfig:
         multipart_threshold=(
             int(body["multipart_threshold"]) if body.get("multipart_threshold") else None
         ),
+        crc64nvme="CRC64NVME" in (body.get("checksum_algorithms") or ()),
+        policy=_policy(body.get("policy")),
+    )
+
+
+def _policy(raw: Any) -> NamespacePolicy:
+    if not isinstance(raw, dict):
+        return NamespacePolicy()
+    return NamespacePolicy(
+        retention=str(raw.get("retention") or "2d"),
+        kms_key=str(raw.get("kms_key") or "none"),
+        inline=str(raw.get("inline") or "allowed"),
     )
 
 
@@ -890,6 +936,8 @@ def presign_put(
     content_type: str = MSGPACK,
     job_id: str | None = None,
     lease: str | None = None,
+    crc64nvme: str | None = None,
+    checksum_algorithm: str | None = None,
 ) -> Call[UploadGrant]:
     # kind and content_type only when they differ from the server's defaults (args, msgpack).
     body: dict[str, Any] = {"op": "put", "size": size}
@@ -897,6 +945,10 @@ def presign_put(
         body["kind"] = kind
     if sha256:
         body["sha256"] = sha256
+    if crc64nvme:
+        body["crc64nvme"] = crc64nvme
+    elif checksum_algorithm:
+        body["checksum_algorithm"] = checksum_algorithm
     if content_type != MSGPACK:
         body["content_type"] = content_type
     if job_id:
@@ -1223,6 +1275,8 @@ def report_failure(
     actual_sha256: str | None = None,
     lease: str | None = None,
     next: NextJobs | None = None,
+    expected_crc64nvme: str | None = None,
+    actual_crc64nvme: str | None = None,
 ) -> Call[list[PolledJob] | None]:
     """payload_lost / payload_corrupt for the delivery; with `next` as `post_result`."""
     body: dict[str, Any] = {"state": state, "detail": detail}
@@ -1232,6 +1286,10 @@ def report_failure(
         body["expected_sha256"] = expected_sha256
     if actual_sha256:
         body["actual_sha256"] = actual_sha256
+    if expected_crc64nvme:
+        body["expected_crc64nvme"] = expected_crc64nvme
+    if actual_crc64nvme:
+        body["actual_crc64nvme"] = actual_crc64nvme
     if next is not None:
         body["next"] = next.to_wire()
     return Call(
@@ -1427,6 +1485,8 @@ class Wire:
         content_type: str = MSGPACK,
         job_id: str | None = None,
         lease: str | None = None,
+        crc64nvme: str | None = None,
+        checksum_algorithm: str | None = None,
     ) -> UploadGrant:
         return self.send(
             presign_put(
@@ -1437,6 +1497,8 @@ class Wire:
                 content_type=content_type,
                 job_id=job_id,
                 lease=lease,
+                crc64nvme=crc64nvme,
+                checksum_algorithm=checksum_algorithm,
             )
         )
 
@@ -1557,6 +1619,8 @@ class Wire:
         actual_sha256: str | None = None,
         lease: str | None = None,
         next: NextJobs | None = None,
+        expected_crc64nvme: str | None = None,
+        actual_crc64nvme: str | None = None,
     ) -> list[PolledJob] | None:
         return self.send(
             report_failure(
@@ -1568,6 +1632,8 @@ class Wire:
                 actual_sha256=actual_sha256,
                 lease=lease,
                 next=next,
+                expected_crc64nvme=expected_crc64nvme,
+                actual_crc64nvme=actual_crc64nvme,
             )
         )
 

@@ -75,7 +75,9 @@ from .client import (
     read_devstack,
 )
 from .errors import (
+    INLINE_REFUSED,
     ConfigError,
+    InlineNever,
     InlineUnavailable,
     PayloadStoreError,
     ResultTimeout,
@@ -374,13 +376,13 @@ class AsyncQueue:
         config = await client.config()
         size = encoded.nbytes
         blobs = await client._send_blobs(encoded)
-        if size <= config.inline_threshold:
+        if size <= config.inline_limit:
             key = idempotency_key or uuid.uuid4().hex
             try:
                 enqueued = await client.wire.enqueue_inline(
                     self.name, encoded.tobytes(), idempotency_key=key, blobs=blobs, wait_s=wait
                 )
-            except InlineUnavailable:
+            except (InlineUnavailable, InlineNever):
                 enqueued = await self._enqueue_through_s3(encoded, progress, blobs, wait)
             except ServiceUnavailable as e:
                 raise enqueue_unconfirmed(self.name, e, idempotency_key=key) from e
@@ -475,7 +477,7 @@ class AsyncQueue:
             except PayloadStoreError as e:
                 errors[p.index] = e
                 continue
-            if not force_s3 and p.encoded.nbytes <= config.inline_threshold:
+            if not force_s3 and p.encoded.nbytes <= config.inline_limit:
                 p.item = replace(inline_item(p.encoded), blobs=refs[p.index])
                 continue
             try:
@@ -512,7 +514,7 @@ class AsyncQueue:
                     jobs[p.index] = AsyncJob(
                         client, answer.job_id, tier=answer.tier, queue=self.name
                     )
-                elif answer.code == "inline_unavailable" and not rerouted:
+                elif answer.code in INLINE_REFUSED and not rerouted:
                     reroute.append(p)
                 else:
                     errors[p.index] = item_error(answer, f"item {p.index} on queue {self.name}")

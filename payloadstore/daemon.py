@@ -44,6 +44,7 @@ from .client import Client
 from .errors import (
     AuthError,
     ConflictError,
+    InlineNever,
     InlineUnavailable,
     InvalidRequest,
     JobNotFound,
@@ -687,11 +688,17 @@ class Daemon:
                 "payload corrupt job_id=%s key=%s expected=%s actual=%s",
                 job_id,
                 e.key,
-                e.expected_sha256,
-                e.actual_sha256,
+                e.expected_crc64nvme or e.expected_sha256,
+                e.actual_crc64nvme or e.actual_sha256,
             )
             self._report_failure(
-                job_id, PAYLOAD_CORRUPT, e.message, e.expected_sha256, e.actual_sha256, lease=lease
+                job_id,
+                PAYLOAD_CORRUPT,
+                e.message,
+                e.expected_sha256,
+                e.actual_sha256,
+                lease=lease,
+                crc64nvme=(e.expected_crc64nvme, e.actual_crc64nvme),
             )
             return PAYLOAD_CORRUPT
         except PayloadLost as e:
@@ -743,13 +750,13 @@ class Daemon:
                 lease=lease,
             )
         try:
-            if encoded.nbytes <= client.config.inline_threshold:
+            if encoded.nbytes <= client.config.inline_limit:
                 try:
                     return self._post_result(
                         job_id, SUCCEEDED, inline=encoded.tobytes(), lease=lease, blobs=blobs
                     )
-                except InlineUnavailable as e:
-                    # Redis is above its high-water mark: the result goes through S3 instead.
+                except (InlineUnavailable, InlineNever) as e:
+                    # Redis is above its high-water mark (or the namespace keeps nothing inline): the result goes through S3 instead.
                     log.info(
                         "inline result refused, storing through S3 job_id=%s bytes=%d reason=%s",
                         job_id,
@@ -930,6 +937,7 @@ class Daemon:
         actual: str | None = None,
         *,
         lease: str | None = None,
+        crc64nvme: tuple[str | None, str | None] = (None, None),
     ) -> None:
         self._mark_finishing()
         wire = self.client.wire
@@ -943,6 +951,8 @@ class Daemon:
                     actual_sha256=actual,
                     lease=lease,
                     next=nxt,
+                    expected_crc64nvme=crc64nvme[0],
+                    actual_crc64nvme=crc64nvme[1],
                 )
             )
         except ConflictError as e:

@@ -71,6 +71,22 @@ class LeaseMismatch(ConflictError):
     again after its lease ran out, finished, or cancelled): the job was taken from this daemon."""
 
 
+class InlineNever(ConflictError):
+    """409 `inline_never`: the namespace's policy keeps nothing in Redis, so inline payloads and
+    results are refused. The SDK learns the policy from `/v1/config` and uploads every payload
+    and result; should the policy change while a client runs, `Queue.add`/`submit` and the
+    daemon's result post send the bytes through S3 on this answer."""
+
+
+# Answer codes of an inline payload or result refused: the SDK sends the bytes through S3.
+INLINE_REFUSED = frozenset({"inline_unavailable", "inline_never"})
+
+
+class PolicyMismatch(ConflictError):
+    """409 `policy_mismatch`: the uploaded object lacks the namespace's retention tag or KMS
+    key (the policy changed between presign and enqueue): presign and upload again."""
+
+
 class NotRetryable(ConflictError):
     """409 `not_retryable`: a retry of a job that is not failed or cancelled, or whose arguments
     are past the retention, or that references a blob expired from the namespace. `reason`:
@@ -141,7 +157,9 @@ class PayloadError(PayloadStoreError):
 
 
 class PayloadCorrupt(PayloadError):
-    """The bytes read back do not hash to the sha256 recorded when they were stored."""
+    """The bytes read back do not match the checksum recorded when they were stored: the
+    CRC64NVME (`expected_crc64nvme`/`actual_crc64nvme`, S3's base64) or, for a reference that
+    carries one, the sha256 (`expected_sha256`/`actual_sha256`, hex)."""
 
     def __init__(
         self,
@@ -149,11 +167,15 @@ class PayloadCorrupt(PayloadError):
         *,
         expected_sha256: str | None = None,
         actual_sha256: str | None = None,
+        expected_crc64nvme: str | None = None,
+        actual_crc64nvme: str | None = None,
         **kw,
     ):
         super().__init__(message, **kw)
         self.expected_sha256 = expected_sha256
         self.actual_sha256 = actual_sha256
+        self.expected_crc64nvme = expected_crc64nvme
+        self.actual_crc64nvme = actual_crc64nvme
 
 
 class PayloadLost(PayloadError):

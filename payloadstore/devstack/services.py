@@ -25,7 +25,8 @@ LOCAL_SECRET_ACCESS_KEY = "local-secret"
 PAYLOAD_PREFIX = "payloads/"
 BLOB_PREFIX = "blobs/"
 BLOB_LIFECYCLE_RULE_ID = "expire-blobs"
-PAYLOAD_EXPIRATION_DAYS = 2
+# The backstop of untagged objects: the longest retention class (infra/storage.py says why).
+PAYLOAD_EXPIRATION_DAYS = 30
 ABORT_MULTIPART_DAYS = 1
 LIFECYCLE_RULE_ID = "expire-payloads"
 
@@ -481,7 +482,8 @@ def local_aws_env(endpoint: str, region: str = "us-east-1") -> dict[str, str]:
 
 
 def create_payload_bucket(s3, bucket: str) -> None:
-    """Create the bucket as the CDK stack does: SSE-S3, public access blocked, payloads/ lifecycle."""
+    """Create the bucket as the CDK stack does: SSE-S3, public access blocked, a lifecycle rule
+    per retention class (by tag) and the payloads/ and blobs/ backstops."""
     try:
         s3.create_bucket(Bucket=bucket)
     except s3.exceptions.BucketAlreadyOwnedByYou:
@@ -501,10 +503,26 @@ def create_payload_bucket(s3, bucket: str) -> None:
             "RestrictPublicBuckets": True,
         },
     )
+    from payloadstore_controlplane.models.policy import (
+        RETENTION_DAYS,
+        RETENTION_RULE_PREFIX,
+        RETENTION_TAG,
+    )
+
     s3.put_bucket_lifecycle_configuration(
         Bucket=bucket,
         LifecycleConfiguration={
             "Rules": [
+                # One rule per retention class of the namespace policies, by the object tag.
+                *(
+                    {
+                        "ID": f"{RETENTION_RULE_PREFIX}{retention}",
+                        "Filter": {"Tag": {"Key": RETENTION_TAG, "Value": retention}},
+                        "Status": "Enabled",
+                        "Expiration": {"Days": days},
+                    }
+                    for retention, days in RETENTION_DAYS.items()
+                ),
                 {
                     "ID": LIFECYCLE_RULE_ID,
                     "Filter": {"Prefix": PAYLOAD_PREFIX},

@@ -233,6 +233,31 @@ def test_given_a_failed_s3_job_with_a_blob_when_it_is_retried_twice_then_every_d
     assert cp.poll(daemon_id="d2").status == 204
 
 
+def test_given_a_lost_reply_to_a_retrys_requeue_step_then_it_appends_one_whole_entry(
+    cp: ControlPlane, monkeypatch
+):
+    # Given: a failed S3-tier job referencing a blob, and a retry whose namespace step runs twice
+    # (redis-py sends the script again after a reply timeout: the first run happened)
+    job, sha = s3_job_with_a_blob(cp)
+    delivered(cp, job)
+    fail(cp, job)
+    real = RedisJobStore.requeue
+    answers: list[str] = []
+
+    def twice(self, *args, **kwargs):
+        answers.append(real(self, *args, **kwargs))
+        answers.append(real(self, *args, **kwargs))
+        return answers[-1]
+
+    monkeypatch.setattr(RedisJobStore, "requeue", twice)
+    # When: the job is retried
+    assert retry(cp, job).status == 200
+    # Then: the second run answered as the first, and the job has one entry, with its blob list
+    assert answers[0] and answers[0] == answers[1]
+    assert blob_shas(delivered(cp, job)) == [sha]
+    assert cp.poll(daemon_id="d2").status == 204
+
+
 # -- defect 6 (and its kin): a retry racing the settle step of the job's end ------------------------
 
 
@@ -315,6 +340,71 @@ def test_given_a_job_failing_when_a_retry_races_the_settle_of_its_end_then_the_j
     assert blob_shas(got) == [sha]
     if tier == "inline":
         assert base64.b64decode(got["payloadInline"]) == b"\x01\x02"
+    assert cp.poll(daemon_id="c").status == 204
+
+
+def test_given_a_failing_post_paused_past_the_lease_when_a_retry_runs_on_another_daemon_then_the_late_settle_leaves_its_entry(
+    cp: ControlPlane, settings_env, monkeypatch
+):
+    # Given: a lease of 1 s, a running inline job, and its daemon's error post paused after the
+    # job slot ended it, before its entry is dropped
+    settings_env(VISIBILITY_TIMEOUT_S="1")
+    job = cp.enqueue(raw=b"\x0c").json["job_id"]
+    delivered(cp, job, daemon_id="a")
+    paused: list[Paused] = []
+    pause_first(monkeypatch, RedisJobStore, "settle", paused)
+    post = Paused(lambda: cp.post_result(job, {"error": {"type": "ValueError", "message": "x"}}))
+    paused.append(post)
+    post.start()
+    # When: the job is retried, and once the entry's visibility timeout passed daemon b
+    # reclaims it and runs the retried job; only then the paused post goes on
+    retried = retry(cp, job)
+    assert (retried.status, (retried.json or {}).get("state")) == (200, "queued"), retried.raw_body
+    time.sleep(1.2)
+    running = delivered(cp, job, daemon_id="b")
+    assert running["attempt"] == 2
+    assert post.go().status == 204
+    # Then: the job is still b's, and if b dies it is delivered again (its entry was left to
+    # b's delivery, not turned into a new one under it)
+    assert cp.status(job).json["state"] == "running"
+    time.sleep(1.3)
+    again = cp.poll(daemon_id="c")
+    assert again.status == 200, f"the job was stranded: {again.status} {again.raw_body}"
+    assert (again.json["job_id"], again.json["attempt"]) == (job, 3)
+    assert base64.b64decode(again.json["payloadInline"]) == b"\x0c"
+
+
+def test_given_a_cancel_settling_an_entry_a_poll_took_when_a_retry_comes_between_then_the_poll_runs_the_job_and_keeps_its_entry(
+    cp: ControlPlane, settings_env, monkeypatch
+):
+    # Given: a lease of 1 s, a queued S3-tier job; a cancel paused after the job slot cancelled
+    # it, before its entry is dropped; and a poll (daemon a) paused after it took that entry,
+    # before it starts the delivery
+    settings_env(VISIBILITY_TIMEOUT_S="1")
+    job = queued_job(cp, "s3")
+    in_cancel: list[Paused] = []
+    pause_first(monkeypatch, RedisJobStore, "settle", in_cancel)
+    cancelling = Paused(lambda: cancel(cp, job))
+    in_cancel.append(cancelling)
+    cancelling.start()
+    in_poll: list[Paused] = []
+    pause_first(monkeypatch, RedisJobStore, "start_delivery", in_poll)
+    polling = Paused(lambda: cp.poll(daemon_id="a"))
+    in_poll.append(polling)
+    polling.start()
+    # When: the client retries the cancelled job, then the cancel goes on, then the poll
+    retried = retry(cp, job)
+    assert (retried.status, (retried.json or {}).get("state")) == (200, "queued"), retried.raw_body
+    assert cancelling.go().status == 200
+    got = polling.go()
+    # Then: the poll runs the retried job
+    assert got.status == 200, got.raw_body
+    assert got.json["job_id"] == job
+    # And: if daemon a dies, the job is delivered again (the cancel's settle left a's entry)
+    time.sleep(1.3)
+    again = cp.poll(daemon_id="b")
+    assert again.status == 200, f"the job was stranded: {again.status} {again.raw_body}"
+    assert again.json["job_id"] == job
     assert cp.poll(daemon_id="c").status == 204
 
 

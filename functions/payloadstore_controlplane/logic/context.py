@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..models.domain import (
@@ -17,6 +17,7 @@ from ..models.domain import (
     job_id_time_s,
 )
 from ..models.errors import NotFound
+from ..models.policy import NamespacePolicy
 from ..observability import bind_job
 from ..store.records import IssuedKey, JobRecord
 from .payload_keys import key_for
@@ -33,6 +34,8 @@ class Principal:
     namespace: str
     role: str
     token_id: str = ""
+    # The namespace's policy, as the authorizer read it (the defaults without one).
+    policy: NamespacePolicy = field(default_factory=NamespacePolicy)
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,7 @@ def issue_record(job: JobRecord, kind: PayloadKind, deps: Deps) -> IssueRecord |
         size=issued.size,
         content_type=issued.content_type,
         sha256=issued.sha256,
+        crc64nvme=issued.crc64nvme,
         presigns=issued.presigns,
         issued_at=issued_at,
         part_bytes=issued.part_bytes,
@@ -130,6 +134,7 @@ def payload_ref(job_id: str, kind: PayloadKind, issued: IssuedKey | None, deps: 
         key=key_for(job_id, kind, issued.attempt),
         size=issued.size,
         contentType=issued.content_type,
+        crc64nvme=issued.crc64nvme,
         sha256=issued.sha256,
         multipart=multipart_ref(issued.size, issued.part_bytes, issued.composite_sha256),
     )

@@ -35,7 +35,8 @@ from .context import Deps, Principal, issue_record, load_job, payload_ref
 from .downloads import download_for
 from .guard import memory_state, refuse_inline
 from .lifecycle import CANCELLED_ERROR_TYPE, cancelled_error, lease_mismatch
-from .payload_keys import parse_key
+from .payload_keys import key_for, parse_key
+from .policy import refuse_inline_never, schedule_consume
 from .verify import verify_uploaded
 
 # Entries whose job vanished or already ended are dropped; bound how many one poll may skip.
@@ -221,7 +222,7 @@ def _deliver(p: Principal, req: PollRequest, entry, deps: Deps) -> PollResponse 
     if not isinstance(delivery, Delivered):
         # The job expired, already ended, or this entry is a stale double of its entry:
         # never hand it out.
-        _drop_undelivered(p, entry, delivery, now_ms, deps)
+        _drop_undelivered(p, entry, delivery, now_ms, deps, consumer=req.daemon_id)
         logger.info(
             "dropped stale entry",
             extra={"job_id": entry.job_id, "reason": type(delivery).__name__},
@@ -257,7 +258,9 @@ def _deliver(p: Principal, req: PollRequest, entry, deps: Deps) -> PollResponse 
     )
 
 
-def _drop_undelivered(p: Principal, entry, delivery, now_ms: int, deps: Deps) -> None:
+def _drop_undelivered(
+    p: Principal, entry, delivery, now_ms: int, deps: Deps, consumer: str = ""
+) -> None:
     """Drop an entry that was not handed out; a job that ended here (delivery cap, cancel) is
     indexed, and a failed or cancelled job's inline args are kept for a retry."""
     state: JobStatus | None = None
@@ -278,6 +281,7 @@ def _drop_undelivered(p: Principal, entry, delivery, now_ms: int, deps: Deps) ->
         retries=getattr(delivery, "retries", 0),
         now_ms=now_ms,
         keep_args=ended in RETRYABLE_STATES,
+        consumer=consumer,
     )
 
 
@@ -304,9 +308,7 @@ def _result_form(
 
 
 def post_result(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> None:
-    forms = [body.resultRef is not None, body.resultInline is not None, body.error is not None]
-    if sum(forms) != 1:
-        raise Unprocessable("give exactly one of resultRef, resultInline or error")
+    _check_forms(p, body)
     # 409 unknown_blob before anything is written; old blobs are renewed here.
     check_referenced(p.namespace, body.blobs, deps)
     if _post_at_once(p, job_id, body, deps):
@@ -331,11 +333,35 @@ def post_result(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> None
         issued = issue_record(job, PayloadKind.RESULT, deps)
         if issued is None:
             raise Conflict("resultRef.key is not this job's issued result key")
-        verify_uploaded(body.resultRef, issued, deps)
+        verify_uploaded(body.resultRef, issued, deps, policy=p.policy)
 
     outcome = _complete(job_id, body, new_state, form, done_value, digest, deps)
     _settle(p, job_id, outcome, deps)
     _completed(outcome, new_state, form, size)
+    _consume_args(p, job_id, outcome, deps)
+
+
+def _consume_args(p: Principal, job_id: str, outcome: object, deps: Deps) -> None:
+    """Retention `consume`: a job that succeeded needs its arguments no more; they are deleted
+    CONSUME_ARGS_GRACE_S from now (a failed job keeps them for the lifecycle's 2 days, so it
+    can be retried). The key derives from the job id: an inline job's is simply not there."""
+    if p.policy.consume and isinstance(outcome, Completed) and outcome.state is JobStatus.SUCCEEDED:
+        schedule_consume(
+            p.namespace,
+            [key_for(job_id, PayloadKind.ARGS)],
+            deps.settings.consume_args_grace_s,
+            deps,
+        )
+
+
+def _check_forms(p: Principal, body: ResultPost) -> None:
+    """422 unless exactly one result form is given; 409 inline_never for an inline result of a
+    namespace whose policy keeps nothing in Redis."""
+    forms = [body.resultRef is not None, body.resultInline is not None, body.error is not None]
+    if sum(forms) != 1:
+        raise Unprocessable("give exactly one of resultRef, resultInline or error")
+    if body.resultInline is not None:
+        refuse_inline_never(p, "result")
 
 
 def _post_at_once(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> bool:
@@ -362,6 +388,7 @@ def _post_at_once(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> bo
     _settle(p, job_id, outcome, deps)
     if isinstance(outcome, Completed):
         _completed(outcome, new_state, form, size)
+        _consume_args(p, job_id, outcome, deps)
     return True
 
 
@@ -420,6 +447,7 @@ def _settle(p: Principal, job_id: str, outcome, deps: Deps) -> None:
                 now_ms=int(deps.clock() * 1000),
                 index_once=repeat,
                 keep_args=bool(state) and JobStatus(state) in RETRYABLE_STATES,
+                consumer=getattr(outcome, "consumer", ""),
             )
         case Missing():
             raise NotFound(f"job {job_id} not found")
@@ -436,11 +464,17 @@ def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps)
     job = load_job(p, job_id, deps)
     now_ms = int(deps.clock() * 1000)
     if report.state == "payload_corrupt":
+        # The checksum the reader verified: CRC64NVME (the transfer checksum) or sha256.
+        crc = report.expected_crc64nvme or report.actual_crc64nvme
         error = {
             "type": "PayloadCorrupt",
-            "message": report.detail or "payload sha256 mismatch on download",
-            "expected_sha256": report.expected_sha256 or (job.args.sha256 if job.args else None),
+            "message": report.detail or "payload checksum mismatch on download",
+            "expected_sha256": report.expected_sha256
+            or (job.args.sha256 if job.args and not crc else None),
             "actual_sha256": report.actual_sha256,
+            "expected_crc64nvme": report.expected_crc64nvme
+            or (job.args.crc64nvme if job.args and crc else None),
+            "actual_crc64nvme": report.actual_crc64nvme,
         }
         error_json = dumps({k: v for k, v in error.items() if v is not None})
         outcome = deps.jobs.complete(
@@ -459,6 +493,8 @@ def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps)
                 extra={
                     "expected_sha256": error["expected_sha256"],
                     "actual_sha256": report.actual_sha256,
+                    "expected_crc64nvme": error["expected_crc64nvme"],
+                    "actual_crc64nvme": report.actual_crc64nvme,
                 },
             )
         _settle(p, job_id, outcome, deps)

@@ -100,6 +100,27 @@ class Settings(BaseModel):
     s3_endpoint_url: str | None = None
     token_parameter_path: str = "/payloadstore/tokens"
     token_cache_s: int = Field(60, ge=0)
+    # Namespace policies (models/policy.py): the stack's own KMS key (kms_key `stack`), and the
+    # other keys its roles are granted on (comma-separated ARNs, the payloadstore:kmsKeys flag).
+    kms_key_arn: str | None = None
+    kms_key_arns: str | None = None
+    # retention `consume`: a succeeded job's arguments are deleted this long after its success,
+    # a result this long after its first complete read (a re-read within it works).
+    consume_args_grace_s: int = Field(0, ge=0, le=3600)
+    consume_result_grace_s: int = Field(300, ge=0, le=86_400)
+
+    @property
+    def stack_kms_key(self) -> str | None:
+        """The stack's own key (KMS_KEY_ARN; on a local S3 emulator, its stand-in)."""
+        from .policy import stack_key_arn
+
+        return stack_key_arn(self.kms_key_arn, self.s3_endpoint_url)
+
+    @property
+    def granted_kms_keys(self) -> tuple[str, ...]:
+        from .policy import parse_key_list
+
+        return parse_key_list(self.kms_key_arns)
 
     @property
     def retention_s(self) -> int:
@@ -220,6 +241,10 @@ SETTINGS_ENV: dict[str, str] = {
     "s3_endpoint_url": "S3_ENDPOINT_URL",
     "token_parameter_path": "TOKEN_PARAMETER_PATH",
     "token_cache_s": "TOKEN_CACHE_S",
+    "kms_key_arn": "KMS_KEY_ARN",
+    "kms_key_arns": "KMS_KEY_ARNS",
+    "consume_args_grace_s": "CONSUME_ARGS_GRACE_S",
+    "consume_result_grace_s": "CONSUME_RESULT_GRACE_S",
 }
 
 

@@ -25,13 +25,15 @@ live in the done list.
     pz  args size (bytes)                 rz  result size (issued at result presign)
     pc  args content type, only when      rc  result content type, only when not
         not application/msgpack               application/msgpack
-    ph  args sha256, 32 raw bytes         rh  result sha256, 32 raw bytes
+    ph  args checksum: sha256 (32 raw     rh  result checksum, as ph
+        bytes) or CRC64NVME (8 raw bytes)
     pn  args presign count                rn  result presign count
                                           ri  result key issued at, ms since epoch
                                           ra  attempt whose delivery issued the result key
     pb  args part size, multipart only    rb  result part size, multipart only
-    pm  args composite sha256 (32 raw     rm  result composite sha256, once completed
-        bytes), once completed
+    pm  args composite sha256 (32 raw     rm  result composite sha256 or whole CRC, once
+        bytes) or whole-object CRC64NVME      completed
+        (8 raw bytes), once completed
     rk  result form: i (inline bytes in the done list) | s (S3, ref from r*) | e (error JSON
         in the done list)
     g   digest of the accepted result post (kind letter + 15 bytes of sha256), for repeats
@@ -78,8 +80,8 @@ def done(job_id: str) -> str:
 
 def parts(job_id: str, kind: str) -> str:
     """HASH of a multipart upload in progress (kind `args` | `result`): `u` the S3 upload id,
-    and one field per issued part number holding the sha256 (32 raw bytes) signed into its URL.
-    Deleted once the upload is completed; it lives no longer than the job hash. (Upload ids
+    `k` = 'c' for a CRC64NVME (FULL_OBJECT) upload, and one field per issued part number holding
+    the sha256 (32 raw bytes) signed into its URL (empty for a CRC64NVME upload's part). Deleted once the upload is completed; it lives no longer than the job hash. (Upload ids
     are longer than 64 bytes on S3: kept out of the job hash, which stays a listpack.)"""
     return f"{PREFIX}:{{j:{job_id}}}:parts:{kind}"
 
@@ -157,6 +159,14 @@ def requeued(namespace: str, job_id: str) -> str:
     entry a daemon took appends the retry's entry from it (completion_settle.lua). Spent (and
     deleted) at the job's next end; expires with the job (RESULT_TTL_S)."""
     return f"{PREFIX}:{{ns:{namespace}}}:a:{job_id}:R"
+
+
+def consume_due(namespace: str) -> str:
+    """ZSET of the S3 keys of a retention `consume` namespace that are due for deletion, scored
+    by when (ms since epoch): a succeeded job's args, a read result. Added on the request path
+    (ZADD NX: a key keeps its first time), drained by the scheduled function (logic/policy.py).
+    In the namespace's slot."""
+    return f"{PREFIX}:{{ns:{namespace}}}:del"
 
 
 # -- layout 1 (read only, for jobs written before the upgrade) ------------------------------

@@ -36,6 +36,12 @@ class ObjectInfo:
     sha256_b64: str | None
     content_type: str | None
     last_modified: float | None = None  # epoch seconds (HTTP date: whole seconds)
+    # Server-side encryption as S3 answers it: AES256 or aws:kms (and the key's ARN).
+    sse: str | None = None
+    kms_key: str | None = None
+    tag_count: int = 0
+    crc64nvme_b64: str | None = None
+    checksum_type: str | None = None  # FULL_OBJECT | COMPOSITE (HEAD with checksum mode)
 
 
 class CompletionRefused(Exception):
@@ -58,6 +64,7 @@ class UploadedPart:
     size: int
     etag: str
     sha256_b64: str | None
+    crc64nvme_b64: str | None = None
 
 
 @dataclass(frozen=True)
@@ -73,6 +80,27 @@ def _http_date(value: str | None) -> float | None:
         return parsedate_to_datetime(value).timestamp()
     except (TypeError, ValueError):
         return None
+
+
+# Signed upload headers (models/policy.py: upload_headers) -> botocore's parameter names.
+_HEADER_PARAMS = {
+    "x-amz-tagging": "Tagging",
+    "x-amz-server-side-encryption": "ServerSideEncryption",
+    "x-amz-server-side-encryption-aws-kms-key-id": "SSEKMSKeyId",
+}
+
+
+def upload_params(headers: dict[str, str] | None) -> dict[str, str]:
+    """The botocore parameters of signed upload headers (tagging, SSE)."""
+    return {
+        _HEADER_PARAMS[k.lower()]: v
+        for k, v in (headers or {}).items()
+        if k.lower() in _HEADER_PARAMS
+    }
+
+
+def _int(value: str | None) -> int:
+    return int(value) if value and value.isdigit() else 0
 
 
 def sha256_b64_to_hex(b64_digest: str) -> str:
@@ -236,6 +264,34 @@ class SigV4Presigner:
         )
         return scheme, netloc, path, headers
 
+    def tagging_request(
+        self, bucket: str, key: str, now: float | None = None
+    ) -> tuple[str, str, str, dict[str, str]]:
+        """(scheme, host, path with `?tagging`, headers) of a GetObjectTagging, SigV4-signed in
+        the Authorization header as head_request is."""
+        access_key, secret, token = self._current_credentials()
+        scheme, netloc, path = self.target(bucket, key)
+        stamp = sigv4.amz_date(now)
+        headers = {
+            "host": netloc,
+            "x-amz-content-sha256": sigv4.EMPTY_SHA256,
+            "x-amz-date": stamp,
+        }
+        if token:
+            headers["x-amz-security-token"] = token
+        headers["authorization"] = sigv4.authorization(
+            "GET",
+            path,
+            headers,
+            sigv4.EMPTY_SHA256,
+            credentials=(access_key, secret),
+            stamp=stamp,
+            region=self.region,
+            service="s3",
+            query="tagging=",
+        )
+        return scheme, netloc, f"{path}?tagging", headers
+
 
 def direct_head_allowed(environ: dict[str, str] | None = None) -> bool:
     """Whether the HEAD may go out on a socket of its own: not behind a proxy (botocore honours
@@ -281,8 +337,21 @@ class HeadConnections:
         self, scheme: str, netloc: str, path: str, headers: dict[str, str]
     ) -> tuple[int, dict[str, str]]:
         """(status, header fields with lower-case names); OSError when no answer came."""
+        status, fields, _ = self.exchange("HEAD", scheme, netloc, path, headers)
+        return status, fields
+
+    def get_small(
+        self, scheme: str, netloc: str, path: str, headers: dict[str, str]
+    ) -> tuple[int, dict[str, str], bytes]:
+        """A GET whose answer is a small body with a Content-Length (GetObjectTagging's XML):
+        (status, header fields, body); OSError when no such answer came."""
+        return self.exchange("GET", scheme, netloc, path, headers)
+
+    def exchange(
+        self, method: str, scheme: str, netloc: str, path: str, headers: dict[str, str]
+    ) -> tuple[int, dict[str, str], bytes]:
         request = (
-            f"HEAD {path} HTTP/1.1\r\n"
+            f"{method} {path} HTTP/1.1\r\n"
             + "".join(f"{name}: {value}\r\n" for name, value in headers.items())
             + "\r\n"
         ).encode("latin-1")
@@ -298,7 +367,7 @@ class HeadConnections:
                 continue
             try:
                 sock.sendall(request)
-                status, fields, keep = self._read_answer(sock)
+                status, fields, keep, body = self._read_answer(sock, with_body=method != "HEAD")
             except OSError:
                 sock.close()
                 if reused:
@@ -308,7 +377,7 @@ class HeadConnections:
                 idle.append((sock, time.monotonic()))
             else:
                 sock.close()
-            return status, fields
+            return status, fields, body
 
     def _connect(self, scheme: str, netloc: str):
         import socket
@@ -328,7 +397,9 @@ class HeadConnections:
             raise
         return sock
 
-    def _read_answer(self, sock: Any) -> tuple[int, dict[str, str], bool]:
+    def _read_answer(
+        self, sock: Any, with_body: bool = False
+    ) -> tuple[int, dict[str, str], bool, bytes]:
         received = b""
         while (end := received.find(b"\r\n\r\n")) < 0:
             chunk = sock.recv(16384)
@@ -345,13 +416,24 @@ class HeadConnections:
         for line in lines[1:]:
             name, _, value = line.partition(":")
             fields[name.strip().lower()] = value.strip()
-        # Bytes past the header block: not an answer to a HEAD; the connection is not reused.
+        body = b""
+        rest = received[end + 4 :]
+        if with_body:
+            length = fields.get("content-length", "")
+            if not length.isdigit() or int(length) > self.MAX_HEADER_BYTES:
+                # Chunked or large: not an answer this reader takes (the caller falls back).
+                raise OSError("answer without a small content-length")
+            while len(rest) < int(length):
+                chunk = sock.recv(16384)
+                if not chunk:
+                    raise ConnectionResetError("connection closed before the answer's body")
+                rest += chunk
+            body, rest = rest[: int(length)], rest[int(length) :]
+        # Bytes past the answer: not an answer to this request; the connection is not reused.
         keep = (
-            parts[0] == "HTTP/1.1"
-            and fields.get("connection", "").lower() != "close"
-            and end + 4 == len(received)
+            parts[0] == "HTTP/1.1" and fields.get("connection", "").lower() != "close" and not rest
         )
-        return int(parts[1]), fields, keep
+        return int(parts[1]), fields, keep, body
 
 
 def _storage_error(e: Exception, action: str) -> Exception:
@@ -406,18 +488,33 @@ class S3Objects:
         )
 
     def presign_put(
-        self, key: str, size: int, content_type: str, sha256_hex: str | None
+        self,
+        key: str,
+        size: int,
+        content_type: str,
+        sha256_hex: str | None,
+        crc64nvme_b64: str | None = None,
+        policy_headers: dict[str, str] | None = None,
     ) -> PresignedPut:
-        """A PUT URL that signs content-length, content-type and (when given) the sha256 checksum,
-        so S3 refuses a body of another size, type or digest."""
+        """A PUT URL that signs content-length, content-type, (when given) the checksum
+        (CRC64NVME or sha256) and the namespace's policy headers (retention tag, SSE), so S3
+        refuses a body of another size, type or checksum, and an upload without the tag or the
+        encryption."""
         params: dict[str, Any] = {
             "Bucket": self.bucket,
             "Key": key,
             "ContentLength": size,
             "ContentType": content_type,
+            **upload_params(policy_headers),
         }
         headers = {"Content-Length": str(size), "Content-Type": content_type}
-        if sha256_hex:
+        headers.update(policy_headers or {})
+        if crc64nvme_b64:
+            params["ChecksumCRC64NVME"] = crc64nvme_b64
+            params["ChecksumAlgorithm"] = "CRC64NVME"
+            headers["x-amz-checksum-crc64nvme"] = crc64nvme_b64
+            headers["x-amz-sdk-checksum-algorithm"] = "CRC64NVME"
+        elif sha256_hex:
             b64 = sha256_hex_to_b64(sha256_hex)
             params["ChecksumSHA256"] = b64
             # Naming the algorithm makes S3 (and emulators) store the checksum for HEAD to return.
@@ -434,36 +531,64 @@ class S3Objects:
 
     # -- multipart ------------------------------------------------------------------------
 
-    def create_multipart(self, key: str, content_type: str) -> str:
-        """CreateMultipartUpload with SHA-256 checksums (S3 keeps a COMPOSITE checksum): the
-        upload id."""
+    def create_multipart(
+        self,
+        key: str,
+        content_type: str,
+        algorithm: str = "SHA256",
+        policy_headers: dict[str, str] | None = None,
+    ) -> str:
+        """CreateMultipartUpload: the upload id. CRC64NVME is FULL_OBJECT (S3 checks the whole
+        object against the CRC given at completion); SHA256 is COMPOSITE (each part's sha256).
+        The namespace's retention tag and encryption are given here: the object S3 assembles
+        carries them."""
+        checksum = (
+            {"ChecksumAlgorithm": "CRC64NVME", "ChecksumType": "FULL_OBJECT"}
+            if algorithm == "CRC64NVME"
+            else {"ChecksumAlgorithm": "SHA256"}
+        )
         try:
             r = self._s3.create_multipart_upload(
-                Bucket=self.bucket, Key=key, ContentType=content_type, ChecksumAlgorithm="SHA256"
+                Bucket=self.bucket,
+                Key=key,
+                ContentType=content_type,
+                **checksum,
+                **upload_params(policy_headers),
             )
         except (ClientError, BotoCoreError) as e:
             raise _storage_error(e, "create multipart upload") from e
         return str(r["UploadId"])
 
     def presign_part(
-        self, key: str, upload_id: str, number: int, size: int, sha256_hex: str
+        self,
+        key: str,
+        upload_id: str,
+        number: int,
+        size: int,
+        sha256_hex: str | None,
+        crc64nvme_b64: str | None = None,
     ) -> PresignedPut:
-        """An UploadPart URL signing the part's content-length and sha256 checksum, so S3
-        refuses a part of other bytes."""
-        b64 = sha256_hex_to_b64(sha256_hex)
-        headers = {"Content-Length": str(size), "x-amz-checksum-sha256": b64}
+        """An UploadPart URL signing the part's content-length and, when given, its checksum
+        (sha256: a COMPOSITE upload's, S3 refuses a part of other bytes; CRC64NVME: optional
+        for a FULL_OBJECT upload, whose whole object S3 checks at completion)."""
+        headers = {"Content-Length": str(size)}
+        params: dict[str, Any] = {
+            "Bucket": self.bucket,
+            "Key": key,
+            "UploadId": upload_id,
+            "PartNumber": number,
+            "ContentLength": size,
+        }
+        if sha256_hex:
+            headers["x-amz-checksum-sha256"] = params["ChecksumSHA256"] = sha256_hex_to_b64(
+                sha256_hex
+            )
+        elif crc64nvme_b64:
+            headers["x-amz-checksum-crc64nvme"] = params["ChecksumCRC64NVME"] = crc64nvme_b64
         if self._presigner is not None:
             query = {"partNumber": str(number), "uploadId": upload_id}
             url = self._presigner.url("PUT", self.bucket, key, self._ttl, headers, query=query)
         else:
-            params = {
-                "Bucket": self.bucket,
-                "Key": key,
-                "UploadId": upload_id,
-                "PartNumber": number,
-                "ContentLength": size,
-                "ChecksumSHA256": b64,
-            }
             url = self._s3.generate_presigned_url(
                 "upload_part", Params=params, ExpiresIn=self._ttl, HttpMethod="PUT"
             )
@@ -492,24 +617,44 @@ class S3Objects:
                         size=int(part["Size"]),
                         etag=str(part["ETag"]),
                         sha256_b64=part.get("ChecksumSHA256"),
+                        crc64nvme_b64=part.get("ChecksumCRC64NVME"),
                     )
                 )
             if not r.get("IsTruncated") or not r.get("Parts"):
                 return found
             marker = int(r["NextPartNumberMarker"])
 
-    def complete_multipart(self, key: str, upload_id: str, parts: list[UploadedPart]) -> bool:
-        """CompleteMultipartUpload naming each part's ETag and sha256; False when the upload
-        is gone (completed by a concurrent request, or aborted)."""
-        body = {
-            "Parts": [
+    def complete_multipart(
+        self,
+        key: str,
+        upload_id: str,
+        parts: list[UploadedPart],
+        crc64nvme_b64: str | None = None,
+    ) -> bool:
+        """CompleteMultipartUpload naming each part's ETag and checksum; False when the upload
+        is gone (completed by a concurrent request, or aborted). `crc64nvme_b64`: a FULL_OBJECT
+        upload's whole-object CRC, which S3 checks against the parts it holds (400 BadDigest,
+        CompletionRefused, when a part is not the bytes the uploader meant)."""
+        extra: dict[str, Any] = {}
+        if crc64nvme_b64:
+            extra = {"ChecksumCRC64NVME": crc64nvme_b64, "ChecksumType": "FULL_OBJECT"}
+            named = [
+                {"PartNumber": p.number, "ETag": p.etag}
+                | ({"ChecksumCRC64NVME": p.crc64nvme_b64} if p.crc64nvme_b64 else {})
+                for p in parts
+            ]
+        else:
+            named = [
                 {"PartNumber": p.number, "ETag": p.etag, "ChecksumSHA256": p.sha256_b64 or ""}
                 for p in parts
             ]
-        }
         try:
             self._s3.complete_multipart_upload(
-                Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload=body
+                Bucket=self.bucket,
+                Key=key,
+                UploadId=upload_id,
+                MultipartUpload={"Parts": named},
+                **extra,
             )
         except ClientError as e:
             code = e.response.get("Error", {}).get("Code") or ""
@@ -561,6 +706,11 @@ class S3Objects:
                     sha256_b64=fields.get("x-amz-checksum-sha256"),
                     content_type=fields.get("content-type"),
                     last_modified=_http_date(fields.get("last-modified")),
+                    sse=fields.get("x-amz-server-side-encryption"),
+                    kms_key=fields.get("x-amz-server-side-encryption-aws-kms-key-id"),
+                    tag_count=_int(fields.get("x-amz-tagging-count")),
+                    crc64nvme_b64=fields.get("x-amz-checksum-crc64nvme"),
+                    checksum_type=fields.get("x-amz-checksum-type"),
                 )
         return self._client_head(key)
 
@@ -569,7 +719,17 @@ class S3Objects:
         Last-Modified becomes now, so the bucket's lifecycle counts its days from now. S3 takes a
         copy onto itself only when something changes: the metadata is replaced (x-amz-meta-
         renewed-at), and the sha256 checksum is computed again for the new object. False when
-        the object is gone (404)."""
+        the object is gone (404).
+
+        A copy takes the bucket's default encryption (SSE-S3) unless told otherwise, so an
+        SSE-KMS object (a namespace policy's key) is copied under its own key again, read from
+        a HEAD first; its tags (the retention class) are copied as they are."""
+        current = self.head(key)
+        if current is None:
+            return False
+        keep_key: dict[str, str] = {}
+        if current.sse == "aws:kms" and current.kms_key:
+            keep_key = {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": current.kms_key}
         try:
             self._s3.copy_object(
                 Bucket=self.bucket,
@@ -579,6 +739,7 @@ class S3Objects:
                 Metadata={"renewed-at": str(int(time.time()))},
                 ContentType=content_type,
                 ChecksumAlgorithm="SHA256",
+                **keep_key,
             )
         except ClientError as e:
             code = e.response.get("Error", {}).get("Code")
@@ -602,12 +763,65 @@ class S3Objects:
         except BotoCoreError as e:
             raise _storage_error(e, "head") from e
         modified = r.get("LastModified")
+        fields = r.get("ResponseMetadata", {}).get("HTTPHeaders", {})
         return ObjectInfo(
             size=int(r["ContentLength"]),
             sha256_b64=r.get("ChecksumSHA256"),
             content_type=r.get("ContentType"),
             last_modified=modified.timestamp() if modified is not None else None,
+            sse=r.get("ServerSideEncryption"),
+            kms_key=r.get("SSEKMSKeyId"),
+            tag_count=_int(fields.get("x-amz-tagging-count")),
+            crc64nvme_b64=r.get("ChecksumCRC64NVME"),
+            checksum_type=r.get("ChecksumType"),
         )
+
+    def tags(self, key: str) -> dict[str, str] | None:
+        """The object's tags (GetObjectTagging), or None when it is gone. HEAD answers only how
+        many tags an object has; the retention class needs their values.
+
+        Signed here and sent over the HEAD's kept-alive connections, as head() is (~1 ms of CPU
+        less than botocore's client, which a function that only verifies never creates); an
+        answer that path does not settle goes to the client."""
+        if self._presigner is not None and self._heads is not None:
+            try:
+                status, _, body = self._heads.get_small(
+                    *self._presigner.tagging_request(self.bucket, key)
+                )
+            except OSError:
+                status, body = 0, b""
+            if status == 404:
+                return None
+            if status == 200:
+                found = _tag_set(body)
+                if found is not None:
+                    return found
+        try:
+            r = self._s3.get_object_tagging(Bucket=self.bucket, Key=key)
+        except ClientError as e:
+            code = e.response.get("Error", {}).get("Code")
+            if code in ("404", "NoSuchKey", "NotFound"):
+                return None
+            raise _storage_error(e, "get object tagging") from e
+        except BotoCoreError as e:
+            raise _storage_error(e, "get object tagging") from e
+        return {t["Key"]: t["Value"] for t in r.get("TagSet", [])}
+
+    def delete_many(self, keys: list[str]) -> list[str]:
+        """DeleteObjects (up to 1000 keys a call); the keys S3 could not delete. A key that is
+        already gone counts as deleted, as S3 answers."""
+        failed: list[str] = []
+        for start in range(0, len(keys), 1000):
+            chunk = keys[start : start + 1000]
+            try:
+                r = self._s3.delete_objects(
+                    Bucket=self.bucket,
+                    Delete={"Objects": [{"Key": k} for k in chunk], "Quiet": True},
+                )
+            except (ClientError, BotoCoreError) as e:
+                raise _storage_error(e, "delete objects") from e
+            failed += [str(err.get("Key")) for err in r.get("Errors", [])]
+        return failed
 
     # -- health checks: each returns (ok, detail) and never raises -----------------------
 
@@ -645,6 +859,12 @@ class S3Objects:
             rules = self._s3.get_bucket_lifecycle_configuration(Bucket=self.bucket)["Rules"]
         except (ClientError, BotoCoreError) as e:
             return False, f"no lifecycle configuration: {_brief(e)}"
+        missing = retention_rules_missing(rules)
+        if missing:
+            return False, (
+                "no enabled lifecycle rule (by the retention tag) for retention class "
+                + ", ".join(missing)
+            )
         for rule in rules:
             rule_prefix = rule.get("Filter", {}).get("Prefix", rule.get("Prefix"))
             days = rule.get("Expiration", {}).get("Days")
@@ -654,8 +874,50 @@ class S3Objects:
                 and days
                 and days <= max_days
             ):
-                return True, f"lifecycle expires {prefix} after {days} days"
+                return True, (
+                    f"lifecycle expires each retention class by its tag, and {prefix} after "
+                    f"{days} days"
+                )
         return False, f"no enabled lifecycle rule expiring {prefix} within {max_days} days"
+
+
+def retention_rules_missing(rules: list[dict]) -> list[str]:
+    """The retention classes (models/policy.py) without an enabled lifecycle rule expiring
+    objects tagged with their class within its days."""
+    from ..models.policy import RETENTION_DAYS, RETENTION_TAG
+
+    found: dict[str, int] = {}
+    for rule in rules:
+        if rule.get("Status") != "Enabled":
+            continue
+        tag = rule.get("Filter", {}).get("Tag") or {}
+        days = rule.get("Expiration", {}).get("Days")
+        if tag.get("Key") == RETENTION_TAG and days:
+            found[tag.get("Value", "")] = int(days)
+    return [
+        retention
+        for retention, days in RETENTION_DAYS.items()
+        if retention not in found or found[retention] > days
+    ]
+
+
+def _tag_set(body: bytes) -> dict[str, str] | None:
+    """The tags of a GetObjectTagging answer (`<Tagging><TagSet><Tag><Key/><Value/>`), or None
+    for a body that is not one."""
+    from xml.etree import ElementTree
+
+    try:
+        root = ElementTree.fromstring(body)
+    except ElementTree.ParseError:
+        return None
+    if root.tag.rpartition("}")[2] != "Tagging":
+        return None
+    tags: dict[str, str] = {}
+    for element in root.iter():
+        if element.tag.rpartition("}")[2] == "Tag":
+            fields = {child.tag.rpartition("}")[2]: child.text or "" for child in element}
+            tags[fields.get("Key", "")] = fields.get("Value", "")
+    return tags
 
 
 def _brief(e: Exception) -> str:

@@ -72,6 +72,7 @@ class CompletionSteps(StoreBase):
                     queue=reply[2],
                     state=JobStatus(reply[3]),
                     retries=number(reply[4]),
+                    consumer=reply[5] if len(reply) > 5 else "",
                 )
             case "same":
                 return SamePost(
@@ -105,7 +106,12 @@ class CompletionSteps(StoreBase):
             case "requeue":
                 return Requeued(entry_id=reply[1], queue=reply[2])
             case "terminal":
-                return LostForGood(entry_id=reply[1], queue=reply[2], retries=number(reply[3]))
+                return LostForGood(
+                    entry_id=reply[1],
+                    queue=reply[2],
+                    retries=number(reply[3]),
+                    consumer=reply[4] if len(reply) > 4 else "",
+                )
             case "same":
                 return SamePost(
                     entry_id=reply[1], queue=reply[2], state=reply[3], retries=number(reply[4])
@@ -129,14 +135,16 @@ class CompletionSteps(StoreBase):
         index_once: bool = False,
         keep_args: bool = False,
         undelivered_only: bool = False,
+        consumer: str = "",
     ) -> bool:
         """The namespace-slot half of a job's end (completion_settle.lua): drop its queue entry
         (if named), index it among the queue's ended jobs under `state`'s group (None: no index
         entry; `index_once`: only if this call dropped the entry, for a repeated post), and with
         `keep_args` keep the entry's inline bytes for a retry; `undelivered_only` leaves an
         entry a daemon took (purge). A retry that came after the end (`retries` is the job's
-        when it ended) and relies on the entry keeps it deliverable. True when this call
-        dropped it."""
+        when it ended) and relies on the entry keeps it deliverable: only the delivery holding it (`consumer`, the
+        caller's; '' none) turns it into the retry's entry, any other holder's is left to it.
+        True when this call dropped it."""
         group = GROUP_OF_STATE.get(JobStatus(state)) if state else None
         ttl_ms = self._ttl * 1000
         index = "" if group is None else ("if_dropped" if index_once else "add")
@@ -160,6 +168,7 @@ class CompletionSteps(StoreBase):
                     ttl_ms,
                     "1" if keep_args else "0",
                     "1" if undelivered_only else "0",
+                    consumer,
                 ],
             )
         )

@@ -4,7 +4,8 @@
 --
 -- KEYS[1]  job hash   KEYS[2] parts hash of the key (keys.parts)
 -- ARGV[1]  field prefix: p (args) | r (result)
--- ARGV[2]  composite sha256 (32 raw bytes) | '' the upload was aborted: only forget it
+-- ARGV[2]  composite sha256 (32 raw bytes) or whole-object CRC64NVME (8 raw bytes) | '' the
+--          upload was aborted: only forget it
 -- ARGV[3]  the upload id the caller completed (or aborted)
 -- ARGV[4]  r: the attempt whose delivery issued the result key the caller completed (`ra`,
 --          absent: 0); ignored for p

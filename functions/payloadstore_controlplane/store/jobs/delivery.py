@@ -29,6 +29,7 @@ from ..records import (
     Missing,
     QueueEntry,
     StaleEntry,
+    checksum_of_hex,
     fixed_error_digest,
     number,
     text,
@@ -162,19 +163,22 @@ class DeliverySteps(StoreBase):
         )
         match reply[0]:
             case "ok":
-                attempt, tier_code, args_size, content_type, sha256 = reply[1:6]
-                part_bytes, composite = (reply[6:8] + ["", ""])[:2]
+                attempt, tier_code, args_size, content_type, checksum = reply[1:6]
+                part_bytes, whole = (reply[6:8] + ["", ""])[:2]
+                sha256, crc = checksum_of_hex(checksum or None)
+                composite, whole_crc = checksum_of_hex(whole or None)
                 tier = Tier.INLINE if tier_code == "i" else Tier.S3
                 args = None
                 if tier is Tier.S3 and args_size:
                     args = IssuedKey(
                         size=int(args_size),
                         content_type=content_type or DEFAULT_CONTENT_TYPE,
-                        sha256=sha256 or None,
+                        sha256=sha256,
                         presigns=0,
                         issued_ms=None,
                         part_bytes=int(part_bytes) if part_bytes else None,
-                        composite_sha256=composite or None,
+                        composite_sha256=composite,
+                        crc64nvme=crc or whole_crc,
                     )
                 return Delivered(attempt=int(attempt), tier=tier, args=args)
             case "stale":
