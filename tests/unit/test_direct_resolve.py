@@ -10,7 +10,6 @@ import base64
 import copy
 import importlib
 import importlib.util
-import inspect
 import json
 from contextlib import contextmanager
 from pathlib import Path
@@ -88,10 +87,10 @@ def recorded(app, route: routes.Route, answer):
             raise out
         return out
 
-    # Powertools reads the parameters from the function: the recorder has the original's.
+    # Powertools reads the parameters from the function once, and keeps them on the route: read
+    # them from the real one first (the recorder takes them all as **kwargs).
+    assert pt.dependant is not None and pt.has_dependencies is False
     recorder.__name__ = original_name
-    recorder.__signature__ = inspect.signature(original)  # type: ignore[attr-defined]
-    recorder.__annotations__ = dict(original.__annotations__)
     pt.func = pt._middleware_stack = recorder  # the chain is built around _middleware_stack
     pt._middleware_stack_built = False
     app._direct_plans.pop(pt, None)
