@@ -426,3 +426,18 @@ def test_a_download_signed_by_a_role_without_the_key_grant_is_refused_by_s3(kms_
         SSEKMSKeyId=LOCAL_KMS_KEY_ARN,
     )
     assert requests.get(url, timeout=30).content == data
+
+
+def test_inline_never_refuses_each_inline_item_of_a_batch_and_takes_references(kms_ns):
+    import base64
+
+    from tests.integration.test_batch import batch
+
+    # Given a batch of an inline item and a reference, for an inline-never namespace
+    ref = upload(kms_ns, b"r" * 100)
+    r = batch(kms_ns, [{"payloadInline": base64.b64encode(b"\x01").decode()}, {"payloadRef": ref}])
+    # Then the inline item answers 409 inline_never in place, the reference is a job
+    assert r.status == 200, r.raw_body
+    first, second = r.json["jobs"]
+    assert first["error"]["code"] == "inline_never"
+    assert second["tier"] == "s3" and second["job_id"]
