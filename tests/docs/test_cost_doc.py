@@ -35,3 +35,13 @@ def test_cost_doc_is_current_with_the_prices_and_the_memory():
         assert f"| {name} | {price.usd:.10g} | {price.unit} | {price.source} |" in text, name
     for group in ("daemon", "jobs"):
         assert f"| {group} | {FUNCTION_TUNING[group].memory_mb} | x86_64 |" in text, group
+
+
+def test_an_inline_job_costs_at_most_2_calls_and_1m_of_them_at_most_10_dollars():
+    # The goals of issue 34, from the table and the summary `make cost` writes
+    text = DOC.read_text()
+    calls = re.search(r"\| \*\*all calls\*\* \| \*\*(?P<inline>[\d.]+)\*\* \|", text)
+    assert calls, "no calls-per-job table"
+    assert float(calls["inline"]) <= 2
+    inline = re.search(r"1M inline jobs \$(?P<usd>[\d.]+)", text.strip().splitlines()[-1])
+    assert inline and float(inline["usd"]) <= 10

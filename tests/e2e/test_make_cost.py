@@ -43,6 +43,9 @@ def test_make_cost_writes_the_document_and_prints_the_cost_line(tmp_path):
     assert float(LINE.fullmatch(result.stdout.strip())["idle"]) <= 8
     # And the goal of issue 35 (1 M 100 MiB jobs under retention consume: at most $90)
     assert float(LINE.fullmatch(result.stdout.strip())["consume"]) <= 90
-    # And the inline job's enqueue and result read were counted, once each
-    assert "| `POST /v1/namespaces/{ns}/queues/{queue}/jobs` | 1 |" in text
-    assert "| `GET /v1/namespaces/{ns}/jobs/{job_id}/result` | 1 |" in text
+    # And an inline job at steady load is one enqueue that waits for its result (no result
+    # read) and one result post that fetched the next job: 2 calls (issue 34)
+    assert "| `POST /v1/namespaces/{ns}/queues/{queue}/jobs ?wait` | 1 |" in text
+    assert "| `POST /v1/namespaces/{ns}/jobs/{job_id}/result +next` | 1 |" in text
+    assert "| `GET /v1/namespaces/{ns}/jobs/{job_id}/result` |" not in text
+    assert re.search(r"\| \*\*all calls\*\* \| \*\*2\*\* \|", text), text
