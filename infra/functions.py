@@ -92,7 +92,17 @@ def settings_environment(scope: Construct, resources: dict[str, str]) -> dict[st
         if default is None and field == "queue_retention_s":
             # Unset means "same as RESULT_TTL_S"; spelled out so the console shows the value.
             default = env.get("RESULT_TTL_S", fields["result_ttl_s"].default)
+        if default is None and field == "blob_lifecycle_days":
+            continue  # derived below, from the settings it depends on
         env[name] = str(getattr(default, "value", default))
+    if "BLOB_LIFECYCLE_DAYS" not in env:
+        # Unset means derived from the retentions (models/blob_lifetime.py); spelled out so the
+        # bucket's expire-blobs rule (infra/storage.py) and every function read the same days.
+        plain = {k: v for k, v in env.items() if k not in FROM_RESOURCES}
+        derived = Settings.from_env(
+            {**plain, "PAYLOAD_BUCKET": "synth-check", "REDIS_URL": "rediss://synth-check:6379/0"}
+        )
+        env["BLOB_LIFECYCLE_DAYS"] = str(derived.blob_lifetime.lifecycle_days)
     missing = set(resources) - set(env)
     if missing:
         raise ValueError(f"resources given for unknown settings: {sorted(missing)}")
@@ -126,6 +136,15 @@ def check_wait_caps(env: dict[str, str]) -> None:
                 f"{LONG_POLL_ANSWER_MARGIN_S} s to answer and {COLD_START_ALLOWANCE_S} s for a "
                 f"cold start; at most {most - LONG_POLL_ANSWER_MARGIN_S:g}"
             )
+
+
+def blob_lifecycle_days(scope: Construct) -> int:
+    """The days of the bucket's expire-blobs rule: BLOB_LIFECYCLE_DAYS as every function reads it
+    (set with -c payloadstore:setting:BLOB_LIFECYCLE_DAYS, else derived from the retentions)."""
+    placeholders = {name: "synth-check" for name in FROM_RESOURCES}
+    placeholders.update(REDIS_URL="rediss://synth-check:6379/0", REDIS_CLUSTER="false")
+    placeholders["REDIS_MIN_REPLICA_ACKS"] = "0"
+    return int(settings_environment(scope, placeholders)["BLOB_LIFECYCLE_DAYS"])
 
 
 def function_logical_id(group: str) -> str:

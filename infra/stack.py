@@ -30,7 +30,7 @@ from infra.config import (
     destroy_on_removal,
 )
 from infra.dashboard import OperationsDashboard
-from infra.functions import ControlPlaneFunctions, snap_start_entrypoints
+from infra.functions import ControlPlaneFunctions, blob_lifecycle_days, snap_start_entrypoints
 from infra.network import Network
 from infra.schedules import Schedules
 from infra.storage import PayloadStorage
@@ -64,7 +64,12 @@ class PayloadStoreStack(cdk.Stack):
         destroy = destroy_on_removal(self)
         email, topic_arn = alarm_destination(self, stage)
 
-        self.storage = PayloadStorage(self, "Storage", destroy_on_removal=destroy)
+        self.storage = PayloadStorage(
+            self,
+            "Storage",
+            destroy_on_removal=destroy,
+            blob_expiration_days=blob_lifecycle_days(self),
+        )
         self.network = Network(self, "Network", destroy_on_removal=destroy)
         self.cache = RedisCache(
             self,

@@ -1,5 +1,6 @@
-"""The payload bucket: SSE-S3, no public access, TLS only, `payloads/` and `blobs/` expire after
-2 days (a blob a new job references is renewed by the control plane: see docs/design.md)."""
+"""The payload bucket: SSE-S3, no public access, TLS only, `payloads/` expire after 2 days and
+`blobs/` after BLOB_LIFECYCLE_DAYS (a blob a job still needs is renewed ahead of that by the
+renewals function: see docs/design.md "Blob lifetimes")."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ PAYLOAD_PREFIX = "payloads/"
 PAYLOAD_EXPIRATION_DAYS = 2
 ABORT_MULTIPART_DAYS = 1
 LIFECYCLE_RULE_ID = "expire-payloads"
-# Blobs (`blobs/<namespace>/<sha256>`) expire by the same days, counted from their upload or
-# their last renewal (a copy onto itself, which the control plane makes when a job references a
-# blob older than half the retention).
+# Blobs (`blobs/<namespace>/<sha256>`) expire BLOB_LIFECYCLE_DAYS after their upload or their
+# last renewal (a copy onto itself by the renewals function, ahead of that expiry, while a job
+# still needs the blob): the days are derived from the retentions (models/blob_lifetime.py), the
+# same figure every function computes its arithmetic with.
 BLOB_PREFIX = "blobs/"
 BLOB_LIFECYCLE_RULE_ID = "expire-blobs"
 
@@ -32,7 +34,14 @@ class PayloadStorage(Construct):
     when, and from where.
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, destroy_on_removal: bool) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        destroy_on_removal: bool,
+        blob_expiration_days: int = 5,
+    ) -> None:
         super().__init__(scope, construct_id)
         removal = cdk.RemovalPolicy.DESTROY if destroy_on_removal else cdk.RemovalPolicy.RETAIN
 
@@ -74,7 +83,7 @@ class PayloadStorage(Construct):
                 s3.LifecycleRule(
                     id=BLOB_LIFECYCLE_RULE_ID,
                     prefix=BLOB_PREFIX,
-                    expiration=cdk.Duration.days(PAYLOAD_EXPIRATION_DAYS),
+                    expiration=cdk.Duration.days(blob_expiration_days),
                     abort_incomplete_multipart_upload_after=cdk.Duration.days(ABORT_MULTIPART_DAYS),
                 ),
             ],

@@ -23,9 +23,12 @@ each), bucket actions on the bucket itself. A presigned URL can do only what its
   (POST .../blobs); above MULTIPART_THRESHOLD it creates the blob's multipart upload, presigns
   its parts and completes it at the second POST .../blobs, so it also lists the parts
   (s3:ListMultipartUploadParts) and aborts an upload S3 refuses to complete
-  (s3:AbortMultipartUpload); jobs and daemon presign the GETs of the blobs a job or result references and
-  renew an old blob a new job or result references by copying it onto itself (CopyObject takes
-  s3:GetObject on the source and s3:PutObject on the target), so all three hold both;
+  (s3:AbortMultipartUpload); jobs and daemon presign the GETs of the blobs a job or result
+  references (s3:GetObject), and write nothing there: no request copies a blob;
+- renewals (the scheduled blob renewer) copies a blob onto itself ahead of its lifecycle expiry:
+  CopyObject, or a multipart copy (CreateMultipartUpload, UploadPartCopy, Complete: s3:PutObject
+  on the target, s3:GetObject on the source; s3:AbortMultipartUpload for a copy that failed), on
+  `blobs/*` only, and s3:ListBucket so a HEAD of a blob gone answers 404;
 - public (health) reads the bucket's configuration: HeadBucket (s3:ListBucket), its region,
   default encryption and lifecycle rules, and no object.
 
@@ -56,14 +59,16 @@ OBJECT_ACTIONS: dict[str, tuple[str, ...]] = {
 # Function group -> S3 actions on `<bucket>/blobs/*`.
 BLOB_OBJECT_ACTIONS: dict[str, tuple[str, ...]] = {
     "payloads": ("s3:GetObject", *MULTIPART_COMPLETION),
-    "jobs": ("s3:GetObject", "s3:PutObject"),
-    "daemon": ("s3:GetObject", "s3:PutObject"),
+    "jobs": ("s3:GetObject",),
+    "daemon": ("s3:GetObject",),
+    "renewals": ("s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"),
 }
 # Function group -> S3 actions on the bucket itself.
 BUCKET_ACTIONS: dict[str, tuple[str, ...]] = {
     "payloads": (LIST_BUCKET,),
     "jobs": (LIST_BUCKET,),
     "daemon": (LIST_BUCKET,),
+    "renewals": (LIST_BUCKET,),
     "public": (
         "s3:GetBucketLocation",
         "s3:GetEncryptionConfiguration",

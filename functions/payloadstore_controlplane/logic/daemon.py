@@ -240,8 +240,8 @@ def post_result(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> None
     forms = [body.resultRef is not None, body.resultInline is not None, body.error is not None]
     if sum(forms) != 1:
         raise Unprocessable("give exactly one of resultRef, resultInline or error")
-    # 409 unknown_blob before anything is written; old blobs are renewed here.
-    check_referenced(p.namespace, body.blobs, deps)
+    # 409 unknown_blob before anything is written; the blobs' need is recorded for the renewer.
+    check_referenced(p.namespace, body.blobs, deps, result=True)
     if _post_at_once(p, job_id, body, deps):
         return
     job = load_job(p, job_id, deps)

@@ -8,6 +8,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..runtime.once import built_once
+from .blob_lifetime import BlobLifetime, derived_lifecycle_days
 
 
 class PayloadLostPolicy(StrEnum):
@@ -50,6 +51,15 @@ class Settings(BaseModel):
     result_max_wait_s: float = Field(20.0, ge=0, le=25)
     # Queue streams are trimmed of entries older than this (MINID ~); defaults to result_ttl_s.
     queue_retention_s: int | None = Field(None, ge=60)
+    # Blob lifetimes (logic/blob_lifetime.py, docs/design.md "Blob lifetimes"): the bucket's
+    # expire-blobs rule in days (unset: derived from the retentions, so one renewal covers a
+    # reference), how far ahead of its expiry the renewer copies a blob still needed, the length
+    # of a lifecycle day (86,400 s on AWS; the local S3 emulator's time scale in tests), and the
+    # part size of a renewal's multipart copy (a blob above it is copied in parts, in parallel).
+    blob_lifecycle_days: int | None = Field(None, ge=1, le=3650)
+    blob_renew_ahead_s: int = Field(21_600, ge=1)
+    blob_day_s: int = Field(86_400, ge=1, le=86_400)
+    copy_part_bytes: int = Field(512 * 1024**2, ge=5 * 1024**2, le=5 * 1024**3)
     # A repeated inline enqueue with the same Idempotency-Key finds the first job this long.
     idempotency_ttl_s: int = Field(3600, ge=60, le=21_600)
     # Redis memory guard, in percent of maxmemory (per node): past the high-water mark inline
@@ -85,6 +95,20 @@ class Settings(BaseModel):
     @property
     def retention_s(self) -> int:
         return self.queue_retention_s or self.result_ttl_s
+
+    @property
+    def blob_lifetime(self) -> BlobLifetime:
+        """The stage's blob arithmetic (a namespace with a retention of its own builds another)."""
+        days = self.blob_lifecycle_days or derived_lifecycle_days(
+            self.retention_s, self.result_ttl_s, self.blob_renew_ahead_s, self.blob_day_s
+        )
+        return BlobLifetime(
+            queue_retention_s=self.retention_s,
+            result_ttl_s=self.result_ttl_s,
+            lifecycle_days=days,
+            renew_ahead_s=self.blob_renew_ahead_s,
+            day_s=self.blob_day_s,
+        )
 
     def multipart(self, size: int) -> bool:
         """Whether an upload of `size` bytes is a multipart upload."""
@@ -127,6 +151,7 @@ class Settings(BaseModel):
                 "job whose daemon dies would be past the retention before it could be "
                 "delivered again; set VISIBILITY_TIMEOUT_S < the retention"
             )
+        problems += self.blob_lifetime.problems()
         if self.redis_memory_high_water_pct > self.redis_memory_hard_pct:
             problems.append(
                 f"REDIS_MEMORY_HIGH_WATER_PCT={self.redis_memory_high_water_pct} is above "
@@ -171,6 +196,10 @@ SETTINGS_ENV: dict[str, str] = {
     "batch_max_jobs": "BATCH_MAX_JOBS",
     "batch_max_bytes": "BATCH_MAX_BYTES",
     "idempotency_ttl_s": "IDEMPOTENCY_TTL_S",
+    "blob_lifecycle_days": "BLOB_LIFECYCLE_DAYS",
+    "blob_renew_ahead_s": "BLOB_RENEW_AHEAD_S",
+    "blob_day_s": "BLOB_DAY_S",
+    "copy_part_bytes": "COPY_PART_BYTES",
     "redis_memory_high_water_pct": "REDIS_MEMORY_HIGH_WATER_PCT",
     "redis_memory_hard_pct": "REDIS_MEMORY_HARD_PCT",
     "payload_bucket": "PAYLOAD_BUCKET",
