@@ -39,6 +39,7 @@ _EXPORTS = {
     "RetryPolicy": "._http",
     "ApiError": ".errors",
     "AuthError": ".errors",
+    "BlobSourceGone": ".errors",
     "ConfigError": ".errors",
     "ConflictError": ".errors",
     "EnqueueUnconfirmed": ".errors",
@@ -72,6 +73,7 @@ __all__ = [
     "AuthError",
     "BatchError",
     "Blob",
+    "BlobSourceGone",
     "Client",
     "ConfigError",
     "ConflictError",
@@ -146,6 +148,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .errors import (
         ApiError,
         AuthError,
+        BlobSourceGone,
         ConfigError,
         ConflictError,
         EnqueueUnconfirmed,

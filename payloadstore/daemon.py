@@ -43,6 +43,7 @@ from ._wire import MAX_POLL_JOBS, HeartbeatAnswer, PolledJob, polled_job
 from .client import Client
 from .errors import (
     AuthError,
+    BlobSourceGone,
     ConflictError,
     InlineUnavailable,
     InvalidRequest,
@@ -713,7 +714,12 @@ class Daemon:
             if encoded.nbytes <= client.config.inline_threshold:
                 try:
                     return self._post_result(
-                        job_id, SUCCEEDED, inline=encoded.tobytes(), lease=lease, blobs=blobs
+                        job_id,
+                        SUCCEEDED,
+                        inline=encoded.tobytes(),
+                        lease=lease,
+                        blobs=blobs,
+                        sent=encoded.blobs,
                     )
                 except InlineUnavailable as e:
                     # Redis is above its high-water mark: the result goes through S3 instead.
@@ -738,7 +744,9 @@ class Daemon:
             )
             if current.lease_lost:
                 return TAKEN
-            return self._post_result(job_id, SUCCEEDED, ref=ref, lease=lease, blobs=blobs)
+            return self._post_result(
+                job_id, SUCCEEDED, ref=ref, lease=lease, blobs=blobs, sent=encoded.blobs
+            )
         except PayloadStoreError as e:
             log.error("result not stored job_id=%s error=%s", job_id, e)
             return ABANDONED
@@ -824,12 +832,25 @@ class Daemon:
             log.error("error not posted job_id=%s error=%s", job_id, e)
             return ABANDONED
 
-    def _post_result(self, job_id: str, outcome: str, **result: Any) -> str:
+    def _post_result(self, job_id: str, outcome: str, *, sent: Any = (), **result: Any) -> str:
         """Post exactly one of inline=, ref=, error= (with lease=); REFUSED when the control plane
-        says 409 (lease_mismatch: the job was delivered again; conflict: another result stands)."""
+        says 409 (lease_mismatch: the job was delivered again; conflict: another result stands).
+        `sent`: the result's blobs: one the namespace let go since this process uploaded it
+        (`409 unknown_blob`) is checked or uploaded again from its source and the post sent once
+        more; with its source gone, the job fails `BlobUploadFailed`."""
         self._mark_finishing()
         try:
-            self.client.wire.post_result(job_id, **result)
+            self.client.blobs.resend_on_unknown(
+                sent, lambda: self.client.wire.post_result(job_id, **result)
+            )
+        except BlobSourceGone as e:
+            return self._post_error(
+                job_id,
+                "BlobUploadFailed",
+                f"cannot store a blob of the result: {e}",
+                None,
+                lease=result.get("lease"),
+            )
         except ConflictError as e:
             log.warning("result refused job_id=%s reason=%s", job_id, e.message)
             return REFUSED

@@ -26,6 +26,9 @@ PAYLOAD_PREFIX = "payloads/"
 BLOB_PREFIX = "blobs/"
 BLOB_LIFECYCLE_RULE_ID = "expire-blobs"
 PAYLOAD_EXPIRATION_DAYS = 2
+# The stack's default BLOB_LIFECYCLE_DAYS, derived from the default retentions
+# (models/blob_lifetime.py: ceil((48 h + 48 h + 6 h) / 24 h)); infra/ asserts the same.
+BLOB_EXPIRATION_DAYS = 5
 ABORT_MULTIPART_DAYS = 1
 LIFECYCLE_RULE_ID = "expire-payloads"
 
@@ -429,6 +432,8 @@ class MotoServer:
     proc: subprocess.Popen | None = None
     log_path: Path | None = None
     detach: bool = False  # see _own_group_dying_with_parent (the dev stack sets it)
+    # More environment for the emulator (e.g. PAYLOADSTORE_S3_DAY_S, a test's lifecycle days)
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def endpoint(self) -> str:
@@ -437,7 +442,7 @@ class MotoServer:
     def start(self, timeout_s: float = 30.0) -> MotoServer:
         # The child writes this log for as long as it runs: no context manager.
         out = open_private_log(self.log_path) if self.log_path else subprocess.DEVNULL
-        env = {**os.environ, "MOTO_ALLOW_NONEXISTENT_REGION": "true"}
+        env = {**os.environ, "MOTO_ALLOW_NONEXISTENT_REGION": "true", **self.env}
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -480,8 +485,9 @@ def local_aws_env(endpoint: str, region: str = "us-east-1") -> dict[str, str]:
     }
 
 
-def create_payload_bucket(s3, bucket: str) -> None:
-    """Create the bucket as the CDK stack does: SSE-S3, public access blocked, payloads/ lifecycle."""
+def create_payload_bucket(s3, bucket: str, *, blob_days: int = BLOB_EXPIRATION_DAYS) -> None:
+    """Create the bucket as the CDK stack does: SSE-S3, public access blocked, the payloads/ and
+    blobs/ lifecycle rules (`blob_days`: a stack with BLOB_LIFECYCLE_DAYS of its own)."""
     try:
         s3.create_bucket(Bucket=bucket)
     except s3.exceptions.BucketAlreadyOwnedByYou:
@@ -516,7 +522,7 @@ def create_payload_bucket(s3, bucket: str) -> None:
                     "ID": BLOB_LIFECYCLE_RULE_ID,
                     "Filter": {"Prefix": BLOB_PREFIX},
                     "Status": "Enabled",
-                    "Expiration": {"Days": PAYLOAD_EXPIRATION_DAYS},
+                    "Expiration": {"Days": blob_days},
                     "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": ABORT_MULTIPART_DAYS},
                 },
             ]

@@ -33,6 +33,7 @@ def test_by_default_daemon_and_jobs_reserve_40_and_30_percent_of_1000_and_nothin
         "authorizer": None,
         "admin": None,
         "metrics": None,
+        "renewals": None,
     }
 
 

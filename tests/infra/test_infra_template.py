@@ -82,19 +82,24 @@ def test_every_bucket_policy_denies_requests_without_tls(template):
     assert len(resources(template, "AWS::S3::BucketPolicy")) == 2
 
 
-def test_lifecycle_expires_only_payloads_and_blobs_after_two_days_and_aborts_uploads_after_one(
+def test_lifecycle_expires_payloads_after_two_days_blobs_after_the_derived_days_and_aborts_uploads(
     template,
 ):
     bucket = template["Resources"][_payload_bucket_id(template)]
     rules = bucket["Properties"]["LifecycleConfiguration"]["Rules"]
     # Then there are exactly two rules, scoped to payloads/ and blobs/ (exec/ and others are
     # untouched)
-    prefixes = sorted(rule.get("Prefix", rule.get("Filter", {}).get("Prefix")) for rule in rules)
-    assert prefixes == ["blobs/", "payloads/"]
+    by_prefix = {rule.get("Prefix", rule.get("Filter", {}).get("Prefix")): rule for rule in rules}
+    assert sorted(by_prefix) == ["blobs/", "payloads/"]
     for rule in rules:
         assert rule["Status"] == "Enabled"
-        assert rule["ExpirationInDays"] == 2
         assert rule["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 1}
+    assert by_prefix["payloads/"]["ExpirationInDays"] == 2
+    # Blobs: the longest need of one reference (48 h queued + 48 h result) plus the renewal
+    # horizon (6 h), in whole days: ceil(102 h / 24 h) = 5, the figure every function reads
+    assert by_prefix["blobs/"]["ExpirationInDays"] == 5
+    env = _function(template, "jobs")["Properties"]["Environment"]["Variables"]
+    assert env["BLOB_LIFECYCLE_DAYS"] == "5"
 
 
 def test_lifecycle_matches_the_local_stack_bucket():
@@ -112,6 +117,11 @@ def test_lifecycle_matches_the_local_stack_bucket():
         services.BLOB_LIFECYCLE_RULE_ID,
     )
     assert storage.LIFECYCLE_RULE_ID == services.LIFECYCLE_RULE_ID
+    # The local bucket's blob days are the stack's default derived days
+    from payloadstore_controlplane.models.settings import Settings
+
+    derived = Settings(payload_bucket="bucket").blob_lifetime.lifecycle_days
+    assert services.BLOB_EXPIRATION_DAYS == derived == 5
 
 
 def test_payload_bucket_logs_access_and_is_retained_by_default(template):
@@ -248,8 +258,9 @@ def test_one_function_per_group_with_its_handler_runtime_tracing_and_timeout(tem
         assert props["Runtime"] == "python3.13"
         assert props["Architectures"] == ["x86_64"]
         assert props["TracingConfig"] == {"Mode": "Active"}
-        if group not in ("admin",):
+        if group not in ("admin", "renewals"):
             # Answers must reach the client before API Gateway's 29 s integration timeout
+            # (the admin is invoked directly, the renewer by its schedule)
             assert props["Timeout"] < API_GATEWAY_TIMEOUT_S, group
         assert len(props["Layers"]) == 1
         isolated = {f"<{k}>" for k in resources(template, "AWS::EC2::Subnet")}
@@ -327,8 +338,8 @@ def test_s3_permissions_are_exactly_what_each_function_signs_or_checks(template)
     bucket_arn = f"<{_payload_bucket_id(template)}.Arn>"
     objects = f"{bucket_arn}/payloads/*"
     blobs = f"{bucket_arn}/blobs/*"
-    # Blobs: presign, HEAD and renew (CopyObject onto itself: Get on the source, Put on the target)
-    blob_grant = (("s3:GetObject", "s3:PutObject"), (blobs,), "Allow")
+    # Blobs: presign their GETs, nothing written: no request copies a blob
+    blob_grant = (("s3:GetObject",), (blobs,), "Allow")
 
     def summary(group):
         return sorted(
@@ -390,6 +401,19 @@ def test_s3_permissions_are_exactly_what_each_function_signs_or_checks(template)
             "Allow",
         )
     ]
+    # The renewer: copies onto themselves (CopyObject, UploadPartCopy: Get on the source, Put on
+    # the target; abort a failed multipart copy) of blobs/* only, HEAD of a blob gone answering
+    # 404 (ListBucket); nothing of payloads/*
+    assert summary("renewals") == sorted(
+        [
+            (
+                ("s3:AbortMultipartUpload", "s3:GetObject", "s3:PutObject"),
+                (blobs,),
+                "Allow",
+            ),
+            list_bucket,
+        ]
+    )
     # The authorizer, the admin and the metrics functions never touch S3
     assert summary("authorizer") == [] and summary("admin") == [] and summary("metrics") == []
 
@@ -453,7 +477,7 @@ def test_token_store_permissions(template):
         ("ssm:PutParameter", f"{path}/*"),
     ]
     # The metrics function lists namespaces from Redis, not the token store (issue 23)
-    for group in ("payloads", "jobs", "daemon", "public", "metrics"):
+    for group in ("payloads", "jobs", "daemon", "public", "metrics", "renewals"):
         assert ssm(group) == [], group
 
 
