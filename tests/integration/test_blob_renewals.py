@@ -267,3 +267,20 @@ def test_a_retry_records_the_retried_jobs_need_and_copies_nothing(cp, r, request
     got = cp.poll()
     assert [b["sha256"] for b in got.json["blobs"]] == [sha]
     assert requests.get(got.json["blobs"][0]["url"], timeout=30).status_code == 200
+
+
+def test_a_run_near_its_timeout_starts_no_copy_and_leaves_the_blob_due_for_the_next(
+    cp, r, renewer_s3_calls
+):
+    from payloadstore_controlplane.handlers import renewals
+    from payloadstore_controlplane.logic.renewals import renew_blobs
+
+    sha = create_blob(cp, os.urandom(1000))
+    expiring_in(r, cp, sha, 4 * HOUR)
+    assert enqueue_with(cp, [sha]).status == 201
+    # When the invocation has less time left than a copy may take
+    run = renew_blobs([cp.ns], renewals.renewal_deps(), time_left_s=lambda: 5.0, spare_s=10.0)
+    # Then nothing is copied and the need stays for the next run, which renews it
+    assert (run.deferred, run.renewed) == (1, 0) and "copy_object" not in renewer_s3_calls
+    assert sha in needs(r, cp)
+    assert renew(cp).renewed == 1 and sha not in needs(r, cp)
