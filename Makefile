@@ -30,7 +30,7 @@ help:
 	@echo "make reliability  a Redis failover on a local cluster, then 2,000 jobs under faults; a ledger checks each"
 	@echo "make smoke ENDPOINT=https://... TOKEN=<client token> DAEMON_TOKEN=<daemon token> [NAMESPACE=dev]"
 	@echo "make synth  [STAGE=dev] [CDK_ARGS=...]  npx cdk synth (installs only CDK: payloadstore[infra], aws-cdk)"
-	@echo "make deploy [STAGE=dev] [CDK_ARGS=...]  npx cdk deploy PayloadStore-<STAGE> (AWS credentials needed)"
+	@echo "make deploy [STAGE=dev] [CDK_ARGS=...]  reserved-concurrency preflight, then npx cdk deploy PayloadStore-<STAGE> (AWS credentials needed)"
 	@echo "             after either, npx cdk ... works directly (the venv has aws_cdk)"
 	@echo "make sam-local  every function of the template, every events/ fixture, in Lambda containers"
 	@echo "make bench   every speed figure against its baseline, one run: bench/RESULTS.md + bench/plots/"
@@ -42,7 +42,7 @@ help:
 # the full log is in $(VENV)/pip-install.log.
 # The extras that include the control plane (`payloadstore-controlplane`, its own distribution in
 # functions/): pip takes it from there, beside the SDK, in the same install.
-CONTROLPLANE_EXTRAS := controlplane bench stack lint test dev
+CONTROLPLANE_EXTRAS := controlplane infra bench stack lint test dev
 $(VENV)/.installed-%: pyproject.toml functions/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
 	  echo "error: payloadstore needs python3 3.11 or newer (found: $$($(PYTHON) --version 2>&1)); set PYTHON=/path/to/python3.11" >&2; exit 1; }
@@ -125,8 +125,13 @@ synth: $(VENV)/.installed-infra node
 
 # Needs AWS credentials for the target account (and `npx cdk bootstrap` once per account/region);
 # also deploys the account's API Gateway logging stack the stage depends on (docs/deploying.md).
+# First the preflight (infra/preflight.py, boto3): credentials, then the reserved concurrency the
+# account has room for (payloadstore:reservedConcurrency=auto unless CDK_ARGS says off or N), in
+# one line; its decision goes to cdk after CDK_ARGS (the CLI keeps the last value of a key).
+DEPLOY_ARGS := build/deploy-$(STAGE).args
 deploy: $(VENV)/.installed-infra node
-	$(CDK) deploy PayloadStore-$(STAGE) --no-notices -c payloadstore:stage=$(STAGE) $(CDK_ARGS)
+	@$(PY) -m infra.preflight --stage $(STAGE) --write $(DEPLOY_ARGS) -- $(CDK_ARGS)
+	$(CDK) deploy PayloadStore-$(STAGE) --no-notices -c payloadstore:stage=$(STAGE) $(CDK_ARGS) $$(cat $(DEPLOY_ARGS))
 
 # Docker (or root on Debian, which gets a private dockerd), then `sam local invoke` of every
 # function with every fixture; docs/local-stack.md. SAM_LOCAL_ARGS="--only config" narrows it.

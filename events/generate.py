@@ -88,7 +88,9 @@ def main() -> None:
             "/v1/namespaces/{ns}/payloads/presign",
             {"ns": "dev"},
             query={"op": "put", "size": "8388608"},
-            body={"kind": "args", "sha256": "a" * 64},
+            # CRC64NVME (base64, as S3 shows it): signed into the URL; `sha256` (hex) instead
+            # for a client that verifies with sha256.
+            body={"kind": "args", "crc64nvme": "AAAAAAAAAAA="},
         ),
         "payloads_parts": event(
             "POST",
@@ -165,6 +167,33 @@ def main() -> None:
             {"ns": "dev", "job_id": JOB},
             role="daemon",
             body={"lease": LEASE, "resultInline": base64.b64encode(msgpack.packb(3)).decode()},
+        ),
+        # Result-and-next (issue 34): the result stored, then up to 4 next deliveries answered.
+        "result_post_next": event(
+            "POST",
+            "/v1/namespaces/{ns}/jobs/{job_id}/result",
+            {"ns": "dev", "job_id": JOB},
+            role="daemon",
+            body={
+                "lease": LEASE,
+                "resultInline": base64.b64encode(msgpack.packb(3)).decode(),
+                "next": {
+                    "queues": ["default"],
+                    "max_jobs": 4,
+                    "wait_s": 1,
+                    "daemon_id": "daemon-1",
+                },
+            },
+        ),
+        # Enqueue-and-wait (issue 34): 201 with the result when the job ends within 5 s.
+        "enqueue_wait": event(
+            "POST",
+            "/v1/namespaces/{ns}/queues/{queue}/jobs",
+            {"ns": "dev", "queue": "default"},
+            body=base64.b64encode(msgpack.packb({"args": [1, 2], "kwargs": {}})).decode(),
+            headers={"Content-Type": "application/msgpack"},
+            query={"wait": "5"},
+            b64=True,
         ),
         "enqueue_batch": event(
             "POST",

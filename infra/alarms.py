@@ -1,7 +1,8 @@
 """Alarms that need a human, all to one SNS topic of the stage (or a topic the user names).
 
 - custom metrics the functions emit (EMF, the stage's namespace): PayloadCorrupt,
-  DeliveryLimitExceeded (a job whose daemons died at each of MAX_DELIVERIES deliveries);
+  DeliveryLimitExceeded (a job whose daemons died at each of MAX_DELIVERIES deliveries),
+  ReplicaAcksBelowTarget (a shard taking writes on fewer replicas than REDIS_MIN_REPLICA_ACKS);
 - every function (generic over routes.FUNCTIONS): Lambda errors, throttles, duration near timeout;
   the authorizer's errors are its own function's errors (every guarded route fails with them);
 - the API: 5xx;
@@ -29,6 +30,9 @@ from infra.config import AUTHORIZER_FUNCTION, SERVICE_NAME, StageNames
 # A corrupt payload is never expected: one is a bug or tampering, so any count alarms.
 PAYLOAD_CORRUPT_METRIC = "PayloadCorrupt"
 DELIVERY_LIMIT_METRIC = "DeliveryLimitExceeded"
+# Emitted (at most once a second per node and container) while a shard has fewer online
+# replicas than REDIS_MIN_REPLICA_ACKS: its acknowledged writes are on fewer copies than asked.
+REPLICA_ACKS_BELOW_TARGET_METRIC = "ReplicaAcksBelowTarget"
 API_5XX_THRESHOLD = 5  # per 5 minutes: more than a blip while Redis fails over
 REDIS_MEMORY_PERCENT = 80  # leaves room to add a shard before writes are refused
 REDIS_ENGINE_CPU_PERCENT = 90  # Redis runs commands on one thread: past this, latency climbs
@@ -94,6 +98,14 @@ class Alarms(Construct):
             self.custom_metric(DELIVERY_LIMIT_METRIC, period=FIVE_MINUTES),
             description="a job failed DeliveryLimitExceeded: its daemons died or lost it at each "
             "of MAX_DELIVERIES deliveries (a poison job: crash, OOM kill)",
+            threshold=0,
+        )
+        self.add(
+            "ReplicaAcksBelowTarget",
+            self.custom_metric(REPLICA_ACKS_BELOW_TARGET_METRIC),
+            description="a Redis shard has fewer online replicas than REDIS_MIN_REPLICA_ACKS "
+            "(its replica was promoted, died or is still syncing): its writes are acknowledged "
+            "on fewer copies until ElastiCache has replaced the replica (docs/deploying.md)",
             threshold=0,
         )
         self.add(

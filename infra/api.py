@@ -32,6 +32,7 @@ class ControlPlaneApi(Construct):
         throttle_rate: int,
         throttle_burst: int,
         destroy_on_removal: bool,
+        detailed_metrics: bool = False,
     ) -> None:
         super().__init__(scope, construct_id)
         self.access_logs = logs.LogGroup(
@@ -62,7 +63,9 @@ class ControlPlaneApi(Construct):
                 throttling_rate_limit=throttle_rate,
                 throttling_burst_limit=throttle_burst,
                 tracing_enabled=True,
-                metrics_enabled=True,
+                # Per-method metrics are billed as custom metrics (payloadstore:detailedMetrics);
+                # the stage-wide Count, errors and latency the alarms read are there without them.
+                metrics_enabled=detailed_metrics,
                 # Errors only, never request/response bodies: those may be payload bytes.
                 logging_level=apigw.MethodLoggingLevel.ERROR,
                 data_trace_enabled=False,

@@ -47,10 +47,12 @@ def build_app(
         kwargs["builtin_cloud_formation_validation"] = builtin_validation
     app = cdk.App(**kwargs)
     account = None
-    if api_gateway_account_mode(app) == "create":
+    account_mode = api_gateway_account_mode(app)
+    if account_mode != "existing":
         account = ApiGatewayAccountStack(
             app,
             API_GATEWAY_ACCOUNT_STACK,
+            replace=account_mode == "replace",
             description="payloadstore: the account's API Gateway CloudWatch role (once per region)",
         )
     stacks = []

@@ -1,5 +1,18 @@
-"""ElastiCache for Redis: cluster mode, Multi-AZ with a replica, TLS required, AUTH token, and a
+"""ElastiCache for Redis: cluster mode, Multi-AZ with replicas, TLS required, AUTH token, and a
 parameter group of our own that never evicts.
+
+Replicas per shard (issue 32): 2 for every stage but dev, 1 for dev (`payloadstore:cacheReplicas`
+overrides, 1..5). Writes wait for one replica's acknowledgement (REDIS_MIN_REPLICA_ACKS=1): with two,
+a shard whose primary dies and is replaced still has a replica beside the promoted one, so its
+writes keep being acknowledged while ElastiCache rebuilds the lost node (minutes); with one, the
+promoted primary has none until then (docs/deploying.md, "What a Redis failover costs").
+
+Maintenance (node replacements, engine patches, minor version upgrades) happens only in the
+weekly maintenance window set here, and the daily snapshot in its own window, apart from it and
+from each other (`payloadstore:cacheMaintenanceWindow`, `:cacheSnapshotWindow`, UTC).
+AutoMinorVersionUpgrade stays on: minor releases carry security fixes, AWS applies them only in
+that window, one node at a time with a failover, which the replicas above make a few seconds of
+503s on one shard (AWS Security Hub's ElastiCache.2 control asks for it too).
 
 Teardown: the replication group takes a final snapshot and is deleted with the stack (DeletionPolicy
 Snapshot) unless `payloadstore:removalPolicy=destroy`, then it is deleted outright. It is never
@@ -24,7 +37,15 @@ PARAMETER_GROUP_FAMILY = "redis7"
 # turns a full Redis into refused writes, which the control plane answers with 503.
 PARAMETERS = {"cluster-enabled": "yes", "maxmemory-policy": "noeviction"}
 DEFAULT_NODE_TYPE = "cache.t4g.small"
-REPLICAS_PER_SHARD = 1
+# Replicas per shard: production survives losing a primary with a replica still acknowledging;
+# dev trades that for one node less per shard (its data is throw-away).
+PRODUCTION_REPLICAS_PER_SHARD = 2
+DEV_REPLICAS_PER_SHARD = 1
+MAX_REPLICAS_PER_SHARD = 5  # ElastiCache's limit
+# UTC. Sunday 05:00-06:00: the quietest hour for most; the snapshot (daily, retention 1) runs
+# 03:00-04:00, finished well before maintenance starts (the two must not overlap).
+DEFAULT_MAINTENANCE_WINDOW = "sun:05:00-sun:06:00"
+DEFAULT_SNAPSHOT_WINDOW = "03:00-04:00"
 
 
 class RedisCache(Construct):
@@ -44,8 +65,17 @@ class RedisCache(Construct):
         node_type: str,
         shards: int,
         destroy_on_removal: bool,
+        replicas_per_shard: int = PRODUCTION_REPLICAS_PER_SHARD,
+        maintenance_window: str = DEFAULT_MAINTENANCE_WINDOW,
+        snapshot_window: str = DEFAULT_SNAPSHOT_WINDOW,
     ) -> None:
         super().__init__(scope, construct_id)
+        if not 1 <= replicas_per_shard <= MAX_REPLICAS_PER_SHARD:
+            raise ValueError(
+                f"replicas per shard must be 1..{MAX_REPLICAS_PER_SHARD} (automatic failover "
+                f"needs one); got {replicas_per_shard}"
+            )
+        self.replicas_per_shard = replicas_per_shard
         # The data (jobs, inline payloads) survives a teardown as a final snapshot, not as a
         # running group: see the module docstring.
         removal = cdk.RemovalPolicy.DESTROY if destroy_on_removal else cdk.RemovalPolicy.SNAPSHOT
@@ -104,7 +134,7 @@ class RedisCache(Construct):
             cache_parameter_group_name=self.parameter_group.ref,
             cluster_mode="enabled",
             num_node_groups=shards,
-            replicas_per_node_group=REPLICAS_PER_SHARD,
+            replicas_per_node_group=replicas_per_shard,
             automatic_failover_enabled=True,
             multi_az_enabled=True,
             transit_encryption_enabled=True,
@@ -115,21 +145,25 @@ class RedisCache(Construct):
             cache_subnet_group_name=subnet_group.ref,
             security_group_ids=[self.security_group.security_group_id],
             snapshot_retention_limit=1,
+            snapshot_window=snapshot_window,
+            preferred_maintenance_window=maintenance_window,
+            # Minor versions carry security fixes; applied only in the window above (docstring).
             auto_minor_version_upgrade=True,
         )
         self.replication_group.apply_removal_policy(removal)
         self.node_ids = [
             f"{self.replication_group_id}-{shard:04d}-{node:03d}"
             for shard in range(1, shards + 1)
-            for node in range(1, REPLICAS_PER_SHARD + 2)
+            for node in range(1, replicas_per_shard + 2)
         ]
 
     @property
     def min_replica_acks(self) -> int:
         """REDIS_MIN_REPLICA_ACKS for the functions: replication is asynchronous and there is no
-        AOF in cluster mode, so with a replica per shard every reported write waits for it
-        (WAIT); a failover then loses no acknowledged job or result (docs/deploying.md)."""
-        return 1 if REPLICAS_PER_SHARD > 0 else 0
+        AOF in cluster mode, so every reported write waits for one replica (WAIT); a failover
+        then loses no acknowledged job or result (docs/deploying.md). One of two replicas, so a
+        shard that lost a node still acknowledges."""
+        return 1
 
     @property
     def url(self) -> str:

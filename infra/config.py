@@ -52,11 +52,17 @@ REDIS_PORT = 6379
 CTX_STAGE = "payloadstore:stage"  # default "dev"
 CTX_REMOVAL_POLICY = "payloadstore:removalPolicy"  # "retain" (default) | "destroy"
 CTX_ALARM_TOPIC_ARN = "payloadstore:alarmTopicArn"  # an existing SNS topic for the alarms
-# "create" (default): the app holds API_GATEWAY_ACCOUNT_STACK and every stage depends on it;
-# "existing": the account already has an API Gateway CloudWatch role, leave it alone.
+# "auto" (default): the app holds API_GATEWAY_ACCOUNT_STACK, every stage depends on it, and it
+# sets its role only where the account has none; "replace": set it whatever is there;
+# "existing": no such stack, the account's own setting is used as it is (infra/account.py).
 CTX_API_GATEWAY_ACCOUNT = "payloadstore:apiGatewayAccount"
 CTX_CACHE_NODE_TYPE = "payloadstore:cacheNodeType"
 CTX_CACHE_SHARDS = "payloadstore:cacheShards"
+# Replicas per shard: 2 for every stage but dev, 1 for dev (infra/cache.py says why); 1..5.
+CTX_CACHE_REPLICAS = "payloadstore:cacheReplicas"
+# UTC; "ddd:hh24:mi-ddd:hh24:mi" weekly and "hh24:mi-hh24:mi" daily, at least an hour each, apart.
+CTX_CACHE_MAINTENANCE_WINDOW = "payloadstore:cacheMaintenanceWindow"
+CTX_CACHE_SNAPSHOT_WINDOW = "payloadstore:cacheSnapshotWindow"
 CTX_ALARM_EMAIL = "payloadstore:alarmEmail"
 CTX_THROTTLE_RATE = "payloadstore:throttleRateLimit"
 CTX_THROTTLE_BURST = "payloadstore:throttleBurstLimit"
@@ -65,11 +71,16 @@ CTX_OLDEST_JOB_AGE_ALARM_S = "payloadstore:oldestJobAgeAlarmSeconds"
 # see docs/deploying.md ("Cold starts and SnapStart") for what it costs.
 CTX_SNAP_START = "payloadstore:snapStart"
 # Reserved concurrency of the long-poll functions (payloadstore_controlplane/concurrency.py):
-# defaults are 40 % (daemon) and 30 % (jobs) of the account limit; docs/deploying.md says why.
-CTX_ACCOUNT_CONCURRENCY = "payloadstore:accountConcurrency"  # default 1000
-CTX_DAEMON_CONCURRENCY = "payloadstore:daemonConcurrency"
-CTX_JOBS_CONCURRENCY = "payloadstore:jobsConcurrency"
+# off (the default: a plain synth reserves nothing) | N (in all, daemon:jobs 4:3); `make deploy`
+# passes auto, which its preflight (infra/preflight.py) decides from the account's settings.
+CTX_RESERVED_CONCURRENCY = concurrency.FLAG_MODE
+CTX_DAEMON_CONCURRENCY = concurrency.FLAG_OVERRIDES["daemon"]
+CTX_JOBS_CONCURRENCY = concurrency.FLAG_OVERRIDES["jobs"]
 CTX_ARCHITECTURE = "payloadstore:architecture"  # "x86_64" (default) | "arm64"
+# "off" (default) | "on": API Gateway's per-method CloudWatch metrics (Count, 4XXError, 5XXError,
+# Latency, IntegrationLatency for each of the ~23 methods: 5 custom metrics each, ~$34.50 a
+# month; docs/cost.md). Off, the API still publishes the same five for the stage as a whole, free.
+CTX_DETAILED_METRICS = "payloadstore:detailedMetrics"
 # Memory of one function group in MB, e.g. -c payloadstore:memory:daemon=256 (FUNCTION_TUNING
 # holds the defaults and why).
 CTX_MEMORY_PREFIX = "payloadstore:memory:"
@@ -219,28 +230,88 @@ def architecture_of(scope: Construct) -> str:
 
 
 def reserved_concurrency_of(scope: Construct) -> dict[str, int]:
-    """group -> ReservedConcurrentExecutions from the context flags (refuses a split that leaves
-    fewer than concurrency.MIN_UNRESERVED executions of the account unreserved)."""
-    account = context_int(scope, CTX_ACCOUNT_CONCURRENCY, concurrency.DEFAULT_ACCOUNT_CONCURRENCY)
-    flags = {"daemon": CTX_DAEMON_CONCURRENCY, "jobs": CTX_JOBS_CONCURRENCY}
-    overrides: dict[str, int | None] = {
-        group: (context_int(scope, key, 0) if context_str(scope, key, "") else None)
-        for group, key in flags.items()
+    """group -> ReservedConcurrentExecutions from the context flags; an absent group reserves
+    nothing. Whether it fits the account is the preflight's to check (synth reads no account)."""
+    mode = concurrency.parse_mode(scope.node.try_get_context(CTX_RESERVED_CONCURRENCY))
+    overrides = {
+        group: concurrency.parse_override(scope.node.try_get_context(flag), flag)
+        for group, flag in concurrency.FLAG_OVERRIDES.items()
     }
-    try:
-        return concurrency.reserved_concurrency(account, overrides)
-    except ValueError as e:
+    return concurrency.caps_for(mode, overrides)
+
+
+def detailed_metrics_of(scope: Construct) -> bool:
+    """-c payloadstore:detailedMetrics=on|off (default off)."""
+    value = context_str(scope, CTX_DETAILED_METRICS, "off").lower()
+    if value not in ("on", "off", "true", "false"):
+        raise ValueError(f"context {CTX_DETAILED_METRICS} must be on or off, got {value!r}")
+    return value in ("on", "true")
+
+
+def cache_replicas_of(scope: Construct, stage: str, production: int, dev: int) -> int:
+    """Replicas per shard: -c payloadstore:cacheReplicas, else `dev` for the dev stage and
+    `production` for every other."""
+    return context_int(scope, CTX_CACHE_REPLICAS, dev if stage == DEFAULT_STAGE else production)
+
+
+DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+_HHMM = r"([01]\d|2[0-3]):([0-5]\d)"
+MAINTENANCE_WINDOW_PATTERN = re.compile(rf"^({'|'.join(DAYS)}):{_HHMM}-({'|'.join(DAYS)}):{_HHMM}$")
+SNAPSHOT_WINDOW_PATTERN = re.compile(rf"^{_HHMM}-{_HHMM}$")
+WEEK_MIN = 7 * 24 * 60
+
+
+def _span(start: int, end: int, period: int) -> set[int]:
+    """Minutes of a window from start to end (exclusive), wrapping at `period`."""
+    return {m % period for m in range(start, start + (end - start) % period)}
+
+
+def cache_windows(maintenance: str, snapshot: str) -> tuple[str, str]:
+    """Checks the ElastiCache windows as AWS does (format, at least 60 minutes each, no
+    overlap), at synth instead of mid-deploy."""
+    found = MAINTENANCE_WINDOW_PATTERN.match(maintenance.lower())
+    if not found:
         raise ValueError(
-            f"{e} (context {CTX_ACCOUNT_CONCURRENCY}, {CTX_DAEMON_CONCURRENCY}, "
-            f"{CTX_JOBS_CONCURRENCY})"
-        ) from e
+            f"context {CTX_CACHE_MAINTENANCE_WINDOW} must be ddd:hh24:mi-ddd:hh24:mi (UTC, e.g. "
+            f"sun:05:00-sun:06:00); got {maintenance!r}"
+        )
+    d1, h1, m1, d2, h2, m2 = found.groups()
+    start = DAYS.index(d1) * 1440 + int(h1) * 60 + int(m1)
+    weekly = _span(start, DAYS.index(d2) * 1440 + int(h2) * 60 + int(m2), WEEK_MIN)
+    daily_found = SNAPSHOT_WINDOW_PATTERN.match(snapshot)
+    if not daily_found:
+        raise ValueError(
+            f"context {CTX_CACHE_SNAPSHOT_WINDOW} must be hh24:mi-hh24:mi (UTC, e.g. 03:00-04:00); "
+            f"got {snapshot!r}"
+        )
+    sh, sm, eh, em = (int(x) for x in daily_found.groups())
+    daily = _span(sh * 60 + sm, eh * 60 + em, 1440)
+    if len(weekly) < 60 or len(daily) < 60:
+        raise ValueError(
+            f"context {CTX_CACHE_MAINTENANCE_WINDOW} and {CTX_CACHE_SNAPSHOT_WINDOW} must each be "
+            f"at least 60 minutes; got {maintenance!r} and {snapshot!r}"
+        )
+    if any(m % 1440 in daily for m in weekly):
+        raise ValueError(
+            f"the snapshot window {snapshot!r} overlaps the maintenance window {maintenance!r} "
+            f"(context {CTX_CACHE_SNAPSHOT_WINDOW}, {CTX_CACHE_MAINTENANCE_WINDOW}); AWS refuses that"
+        )
+    return maintenance.lower(), snapshot
+
+
+API_GATEWAY_ACCOUNT_MODES = ("auto", "replace", "existing")
 
 
 def api_gateway_account_mode(scope: Construct) -> str:
-    value = context_str(scope, CTX_API_GATEWAY_ACCOUNT, "create").lower()
-    if value not in ("create", "existing"):
+    """auto (default): set the account's API Gateway CloudWatch role only where it has none;
+    replace: set ours whatever is there; existing: leave the account alone (infra/account.py).
+    `create`, the name of the old default, means auto."""
+    value = context_str(scope, CTX_API_GATEWAY_ACCOUNT, "auto").lower()
+    value = "auto" if value == "create" else value
+    if value not in API_GATEWAY_ACCOUNT_MODES:
         raise ValueError(
-            f"context {CTX_API_GATEWAY_ACCOUNT} must be create or existing, got {value!r}"
+            f"context {CTX_API_GATEWAY_ACCOUNT} must be one of "
+            f"{', '.join(API_GATEWAY_ACCOUNT_MODES)}, got {value!r}"
         )
     return value
 

@@ -41,6 +41,7 @@ class OperationsDashboard(Construct):
         topic: sns.ITopic,
         oldest_job_age_alarm_s: int,
         rerouted_metric: str | None = None,
+        detailed_metrics: bool = False,
     ) -> None:
         super().__init__(scope, construct_id)
         self._ns = metrics_namespace
@@ -52,7 +53,7 @@ class OperationsDashboard(Construct):
             dashboard_name=f"{stack.stack_name}-operations",
             default_interval=cdk.Duration.hours(3),
         )
-        self._build_api_widgets(api, stage_name)
+        self._build_api_widgets(api, stage_name, detailed_metrics)
         self._build_job_widgets()
         self._build_queue_widgets()
         self._build_storage_widgets(redis_node_ids, rerouted_metric)
@@ -82,7 +83,10 @@ class OperationsDashboard(Construct):
 
     # -- widgets -------------------------------------------------------------------------
 
-    def _build_api_widgets(self, api: apigw.RestApi, stage_name: str) -> None:
+    def _build_api_widgets(self, api: apigw.RestApi, stage_name: str, per_method: bool) -> None:
+        """Requests and latency per route where per-method metrics are on
+        (payloadstore:detailedMetrics), else the stage's own (free) figures."""
+
         def per_route(metric: str, statistic: str) -> list[cloudwatch.IMetric]:
             return [
                 cloudwatch.Metric(
@@ -101,9 +105,13 @@ class OperationsDashboard(Construct):
                 for route in ROUTES
             ]
 
+        def whole_api(metric: str, statistic: str) -> list[cloudwatch.IMetric]:
+            return [api.metric(metric, period=PERIOD, statistic=statistic, label="all routes")]
+
+        series, scope = (per_route, "per route") if per_method else (whole_api, "(all routes)")
         self.dashboard.add_widgets(
             cloudwatch.GraphWidget(
-                title="Requests per route", left=per_route("Count", "Sum"), width=12, stacked=True
+                title=f"Requests {scope}", left=series("Count", "Sum"), width=12, stacked=True
             ),
             cloudwatch.GraphWidget(
                 title="API 4xx / 5xx",
@@ -116,10 +124,10 @@ class OperationsDashboard(Construct):
         )
         self.dashboard.add_widgets(
             cloudwatch.GraphWidget(
-                title="Latency p50 per route (ms)", left=per_route("Latency", "p50"), width=12
+                title=f"Latency p50 {scope} (ms)", left=series("Latency", "p50"), width=12
             ),
             cloudwatch.GraphWidget(
-                title="Latency p99 per route (ms)", left=per_route("Latency", "p99"), width=12
+                title=f"Latency p99 {scope} (ms)", left=series("Latency", "p99"), width=12
             ),
         )
 

@@ -157,3 +157,21 @@ def acknowledge_account_findings(stack: ApiGatewayAccountStack) -> None:
         "The account-level role API Gateway uses to write execution logs; the AWS-managed "
         "policy is exactly that permission set and is kept current by AWS.",
     )
+    _ack(
+        stack.setter,
+        "AwsSolutions-L1",
+        "python3.13, the runtime of every function of the app; the setter runs once per deploy.",
+    )
+    log_group_id = _logical_id(stack, stack.setter_logs)
+    _ack(
+        stack.setter_role,
+        f"AwsSolutions-IAM5[Resource::<{log_group_id}.Arn>:log-stream:*]",
+        "Log streams are created by the runtime with generated names; the grant is limited to "
+        "the streams of the setter's own log group.",
+    )
+    _ack(
+        stack.setter_role,
+        "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:iam::<AWS::AccountId>:role/*]",
+        "iam:GetRole only, on any role of the account: the setter checks that the role the "
+        "account's API Gateway setting names (set by anyone) still exists before leaving it.",
+    )

@@ -8,14 +8,23 @@ from constructs import Construct
 
 from infra.alarms import Alarms
 from infra.api import DEFAULT_THROTTLE_BURST, DEFAULT_THROTTLE_RATE, ControlPlaneApi
-from infra.cache import DEFAULT_NODE_TYPE, RedisCache
+from infra.cache import (
+    DEFAULT_MAINTENANCE_WINDOW,
+    DEFAULT_NODE_TYPE,
+    DEFAULT_SNAPSHOT_WINDOW,
+    DEV_REPLICAS_PER_SHARD,
+    PRODUCTION_REPLICAS_PER_SHARD,
+    RedisCache,
+)
 from infra.config import (
     ADMIN_FUNCTION,
     AUTHORIZER_FUNCTION,
     CTX_ALARM_EMAIL,
     CTX_ALARM_TOPIC_ARN,
+    CTX_CACHE_MAINTENANCE_WINDOW,
     CTX_CACHE_NODE_TYPE,
     CTX_CACHE_SHARDS,
+    CTX_CACHE_SNAPSHOT_WINDOW,
     CTX_OLDEST_JOB_AGE_ALARM_S,
     CTX_SNAP_START,
     CTX_THROTTLE_BURST,
@@ -24,10 +33,13 @@ from infra.config import (
     DEFAULT_STAGE,
     SERVICE_NAME,
     StageNames,
+    cache_replicas_of,
+    cache_windows,
     context_bool,
     context_int,
     context_str,
     destroy_on_removal,
+    detailed_metrics_of,
 )
 from infra.dashboard import OperationsDashboard
 from infra.functions import ControlPlaneFunctions, blob_lifecycle_days, snap_start_entrypoints
@@ -71,6 +83,10 @@ class PayloadStoreStack(cdk.Stack):
             blob_expiration_days=blob_lifecycle_days(self),
         )
         self.network = Network(self, "Network", destroy_on_removal=destroy)
+        maintenance_window, snapshot_window = cache_windows(
+            context_str(self, CTX_CACHE_MAINTENANCE_WINDOW, DEFAULT_MAINTENANCE_WINDOW),
+            context_str(self, CTX_CACHE_SNAPSHOT_WINDOW, DEFAULT_SNAPSHOT_WINDOW),
+        )
         self.cache = RedisCache(
             self,
             "Cache",
@@ -80,6 +96,11 @@ class PayloadStoreStack(cdk.Stack):
             replication_group_id=names.replication_group_id,
             node_type=context_str(self, CTX_CACHE_NODE_TYPE, DEFAULT_NODE_TYPE),
             shards=context_int(self, CTX_CACHE_SHARDS, 1),
+            replicas_per_shard=cache_replicas_of(
+                self, stage, PRODUCTION_REPLICAS_PER_SHARD, DEV_REPLICAS_PER_SHARD
+            ),
+            maintenance_window=maintenance_window,
+            snapshot_window=snapshot_window,
             destroy_on_removal=destroy,
         )
         self.functions = ControlPlaneFunctions(
@@ -118,6 +139,7 @@ class PayloadStoreStack(cdk.Stack):
             throttle_rate=context_int(self, CTX_THROTTLE_RATE, DEFAULT_THROTTLE_RATE),
             throttle_burst=context_int(self, CTX_THROTTLE_BURST, DEFAULT_THROTTLE_BURST),
             destroy_on_removal=destroy,
+            detailed_metrics=detailed_metrics_of(self),
         )
         self.alarms = Alarms(
             self,
@@ -139,6 +161,7 @@ class PayloadStoreStack(cdk.Stack):
             metrics_namespace=names.metrics_namespace,
             service=SERVICE_NAME,
             redis_node_ids=self.cache.node_ids,
+            detailed_metrics=detailed_metrics_of(self),
             topic=self.alarms.topic,
             rerouted_metric="InlineRefused",
             oldest_job_age_alarm_s=context_int(

@@ -133,6 +133,8 @@ class AsyncWire:
         content_type: str = MSGPACK,
         job_id: str | None = None,
         lease: str | None = None,
+        crc64nvme: str | None = None,
+        checksum_algorithm: str | None = None,
     ) -> UploadGrant:
         return await self.send(
             _wire.presign_put(
@@ -143,6 +145,8 @@ class AsyncWire:
                 content_type=content_type,
                 job_id=job_id,
                 lease=lease,
+                crc64nvme=crc64nvme,
+                checksum_algorithm=checksum_algorithm,
             )
         )
 
@@ -157,18 +161,36 @@ class AsyncWire:
         )
 
     async def enqueue_inline(
-        self, queue: str, data: bytes, *, idempotency_key: str, blobs: tuple[str, ...] = ()
+        self,
+        queue: str,
+        data: bytes,
+        *,
+        idempotency_key: str,
+        blobs: tuple[str, ...] = (),
+        wait_s: float | None = None,
     ) -> Enqueued:
         return await self.send(
             _wire.enqueue_inline(
-                self.namespace, queue, data, idempotency_key=idempotency_key, blobs=blobs
+                self.namespace,
+                queue,
+                data,
+                idempotency_key=idempotency_key,
+                blobs=blobs,
+                wait_s=wait_s,
             )
         )
 
     async def enqueue_ref(
-        self, queue: str, ref: PayloadRef, *, blobs: tuple[str, ...] = ()
+        self,
+        queue: str,
+        ref: PayloadRef,
+        *,
+        blobs: tuple[str, ...] = (),
+        wait_s: float | None = None,
     ) -> Enqueued:
-        return await self.send(_wire.enqueue_ref(self.namespace, queue, ref, blobs=blobs))
+        return await self.send(
+            _wire.enqueue_ref(self.namespace, queue, ref, blobs=blobs, wait_s=wait_s)
+        )
 
     async def blob(self, sha256: str, size: int) -> dict[str, Any]:
         return await self.send(_wire.blob(self.namespace, sha256, size))
@@ -183,9 +205,9 @@ class AsyncWire:
         return await self.send(_wire.job_result(self.namespace, job_id, wait_s=wait_s))
 
     async def enqueue_batch(
-        self, queue: str, items: list[_wire.BatchItem]
+        self, queue: str, items: list[_wire.BatchItem], *, wait_s: float | None = None
     ) -> list[Enqueued | _wire.ItemRefused]:
-        return await self.send(_wire.enqueue_batch(self.namespace, queue, items))
+        return await self.send(_wire.enqueue_batch(self.namespace, queue, items, wait_s=wait_s))
 
     async def jobs_status(
         self, job_ids: list[str], *, wait_s: float = 0.0
@@ -228,8 +250,9 @@ class AsyncWire:
         error: Mapping[str, Any] | None = None,
         lease: str | None = None,
         blobs: tuple[str, ...] = (),
-    ) -> None:
-        await self.send(
+        next: _wire.NextJobs | None = None,
+    ) -> list[PolledJob] | None:
+        return await self.send(
             _wire.post_result(
                 self.namespace,
                 job_id,
@@ -238,6 +261,7 @@ class AsyncWire:
                 error=error,
                 lease=lease,
                 blobs=blobs,
+                next=next,
             )
         )
 
@@ -250,8 +274,11 @@ class AsyncWire:
         expected_sha256: str | None = None,
         actual_sha256: str | None = None,
         lease: str | None = None,
-    ) -> None:
-        await self.send(
+        next: _wire.NextJobs | None = None,
+        expected_crc64nvme: str | None = None,
+        actual_crc64nvme: str | None = None,
+    ) -> list[PolledJob] | None:
+        return await self.send(
             _wire.report_failure(
                 self.namespace,
                 job_id,
@@ -260,6 +287,9 @@ class AsyncWire:
                 expected_sha256=expected_sha256,
                 actual_sha256=actual_sha256,
                 lease=lease,
+                next=next,
+                expected_crc64nvme=expected_crc64nvme,
+                actual_crc64nvme=actual_crc64nvme,
             )
         )
 

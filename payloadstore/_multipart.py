@@ -34,6 +34,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from . import _checksum
 from ._http import RetryPolicy
 from ._transfer import (
     S3_RETRY_STATUSES,
@@ -148,6 +149,24 @@ class _PartUrls:
         self._generation: dict[int, int] = {}
         self._done: set[int] = set()
 
+    def seed(self, parts: list[dict], expires_at: Any) -> None:
+        """URLs that came with the presign answer (a CRC64NVME upload's first parts)."""
+        with self._lock:
+            for part in parts:
+                number = int(part["number"])
+                self._urls[number] = dict(part, expires_at=expires_at)
+                self._generation[number] = self._generation.get(number, 0) + 1
+
+    def has(self, number: int) -> bool:
+        with self._lock:
+            return number in self._urls
+
+    def known(self, specs: list[dict]) -> None:
+        """Specs of parts whose URL came with the presign (asked for again if it expires)."""
+        with self._lock:
+            for spec in specs:
+                self._specs[spec["number"]] = spec
+
     def issue(self, specs: list[dict]) -> None:
         answer = self._ask(specs)
         with self._lock:
@@ -223,7 +242,7 @@ def _wait_for_room(futures: list[Future], most: int) -> None:
         pending = [f for f in pending if not f.done()]
 
 
-def upload_parts(
+def upload_parts(  # noqa: C901 - one loop: read, checksum, ask URLs in batches, submit
     s3: httpx.Client,
     multipart: dict,
     chunks: Iterable[Any],
@@ -235,19 +254,41 @@ def upload_parts(
     sleep: Callable[[float], None] = time.sleep,
     desc: str = "upload",
     read_part: Callable[[int, int], bytes] | None = None,
+    algorithm: str = "SHA256",
 ) -> str:
     """Upload every part of a multipart upload (presign answer's `multipart`) from `chunks`, or
-    read by `read_part(start, length)` (a file: `FileParts.read`); the composite sha256 (hex)
-    of what was uploaded."""
+    read by `read_part(start, length)` (a file: `FileParts.read`). SHA256 (COMPOSITE): each
+    part's URL is asked for with its sha256; the composite sha256 (hex) is returned. CRC64NVME
+    (FULL_OBJECT): the first parts' URLs came with the presign (`multipart.parts`), the rest are
+    asked for with each part's CRC; the whole object's CRC (base64, the parts' CRCs combined) is
+    returned, for the reference S3 checks at completion."""
     part_bytes = int(multipart["part_bytes"])
+    crc = algorithm == "CRC64NVME"
     source = _Source(() if read_part is not None else chunks)
     urls = _PartUrls(ask_parts)
+    if multipart.get("parts"):
+        urls.seed(list(multipart["parts"]), multipart.get("parts_expire_at"))
     bar = _Bar(size, desc, progress)
     digests: list[bytes] = []
+    crcs: list[tuple[int, int]] = []
     futures: list[Future] = []
-    batch: list[tuple[int, memoryview | bytes | _Later]] = []
+    batch: list[tuple[int, memoryview | bytes | _Later, dict]] = []
     batch_size = FIRST_URL_BATCH
     ranges = part_ranges(size, part_bytes)
+
+    def spec_of(number: int, data: Any, length: int) -> dict:
+        if crc:
+            value = _checksum.of(data)
+            crcs.append((value, length))
+            return {"number": number, "size": length, "crc64nvme": _checksum.to_b64(value)}
+        digests.append(hashlib.sha256(data).digest())
+        return {"number": number, "size": length, "sha256": digests[-1].hex()}
+
+    def submit(number: int, data: Any) -> None:
+        futures.append(
+            pool.submit(_put_part, s3, urls, number, data, retry=retry, sleep=sleep, bar=bar)
+        )
+
     try:
         with ThreadPoolExecutor(workers(), thread_name_prefix="payload-part") as pool:
             try:
@@ -255,29 +296,25 @@ def upload_parts(
                     data: memoryview | bytes | _Later
                     if read_part is not None:
                         _wait_for_room(futures, 2 * workers())
-                        digests.append(hashlib.sha256(read_part(start, length)).digest())
+                        spec = spec_of(number, read_part(start, length), length)
                         data = _Later(read_part, start, length)
                     else:
                         data = source.part(start, length)
-                        digests.append(hashlib.sha256(data).digest())
-                    batch.append((number, data))
+                        spec = spec_of(number, data, length)
+                    if urls.has(number):
+                        # Its URL came with the presign: upload it now.
+                        urls.known([spec])
+                        submit(number, data)
+                        continue
+                    batch.append((number, data, spec))
                     if len(batch) < batch_size and number < len(ranges):
                         continue
                     failed = _first_failure(futures)
                     if failed is not None:
                         raise failed
-                    urls.issue(
-                        [
-                            {"number": n, "size": len(d), "sha256": digests[n - 1].hex()}
-                            for n, d in batch
-                        ]
-                    )
-                    for n, d in batch:
-                        futures.append(
-                            pool.submit(
-                                _put_part, s3, urls, n, d, retry=retry, sleep=sleep, bar=bar
-                            )
-                        )
+                    urls.issue([s for _, _, s in batch])
+                    for n, d, _ in batch:
+                        submit(n, d)
                     batch, batch_size = [], min(batch_size * 2, URL_BATCH_MAX)
                 wait(futures, return_when=FIRST_EXCEPTION)
                 failed = _first_failure(futures)
@@ -289,6 +326,8 @@ def upload_parts(
                 raise
     finally:
         bar.close()
+    if crc:
+        return _checksum.to_b64(_checksum.combine_all(crcs))
     return composite_hex(digests)
 
 
@@ -535,9 +574,12 @@ def download_parts(
     sleep: Callable[[float], None] = time.sleep,
     desc: str = "download",
     into: Any = None,
+    crc64nvme: str | None = None,
 ) -> bytearray | None:
-    """GET the object in part-aligned ranges, several at once, and check its composite sha256.
-    Into a fresh buffer (returned) or `into`: a writable buffer, a path, or a binary file."""
+    """GET the object in part-aligned ranges, several at once, and check it: the CRC64NVME of
+    each range as it lands, combined into the whole object's and compared with `crc64nvme`
+    (the reference's), or, for a SHA256 upload, its composite sha256. Into a fresh buffer
+    (returned) or `into`: a writable buffer, a path, or a binary file."""
     part_bytes = int(multipart["part_bytes"])
     expected = str(multipart.get("composite_sha256") or "").lower() or None
     ranges = part_ranges(size, part_bytes)
@@ -546,12 +588,16 @@ def download_parts(
     writer = _Writer(into, size, part_bytes)
     bar = _Bar(size, desc, progress)
     digests: list[bytes] = [b""] * len(ranges)
+    crcs: list[tuple[int, int]] = [(0, 0)] * len(ranges)
     ok = False
 
     def fetch(index: int, start: int, length: int) -> None:
         target = writer.target(start, length)
         _read_range(reader, shared, start, target, retry=retry, sleep=sleep, key=key, job_id=job_id)
-        digests[index] = hashlib.sha256(target).digest()
+        if crc64nvme:
+            crcs[index] = (_checksum.of(target), length)
+        elif expected:
+            digests[index] = hashlib.sha256(target).digest()
         writer.commit(start, target)
         bar.update(length)
 
@@ -566,8 +612,18 @@ def download_parts(
                 for f in futures:
                     f.cancel()
                 raise failed
-        actual = composite_hex(digests)
-        if expected and actual != expected:
+        if crc64nvme:
+            whole = _checksum.to_b64(_checksum.combine_all(crcs))
+            if whole != crc64nvme:
+                raise PayloadCorrupt(
+                    f"payload crc64nvme mismatch: key={key} expected={crc64nvme} actual={whole}",
+                    job_id=job_id,
+                    key=key,
+                    expected_crc64nvme=crc64nvme,
+                    actual_crc64nvme=whole,
+                )
+        actual = composite_hex(digests) if expected and not crc64nvme else None
+        if expected and not crc64nvme and actual != expected:
             raise PayloadCorrupt(
                 f"payload composite sha256 mismatch: key={key} expected={expected} actual={actual}",
                 job_id=job_id,

@@ -73,7 +73,8 @@ class Payloads:
         URL expires), and return (reference, job id the key belongs to). A result is presigned
         with the delivery's `lease`."""
         size = encoded.nbytes
-        threshold = self._config().multipart_threshold
+        config = self._config()
+        threshold = config.multipart_threshold
         if threshold is not None and size > threshold:
             try:
                 return self._store_parts(
@@ -81,7 +82,10 @@ class Payloads:
                 )
             except _SinglePut:
                 pass
-        sha256 = encoded.sha256()
+        # CRC64NVME where the server takes it (S3 checks it; several GB/s to compute), else the
+        # sha256 a server before it asks for.
+        crc = encoded.crc64nvme() if config.crc64nvme else None
+        sha256 = None if crc else encoded.sha256()
         grant = self.wire.presign_put(
             size=size,
             kind=kind,
@@ -89,6 +93,7 @@ class Payloads:
             content_type=codec.CONTENT_TYPE,
             job_id=job_id,
             lease=lease,
+            crc64nvme=crc,
         )
         granted_job = grant.job_id or job_id
         latest: list[UploadGrant] = [grant]
@@ -102,6 +107,7 @@ class Payloads:
                     content_type=codec.CONTENT_TYPE,
                     job_id=granted_job,
                     lease=lease,
+                    crc64nvme=crc,
                 )
             )
             return latest[-1].raw
@@ -124,6 +130,7 @@ class Payloads:
             size=size,
             content_type=codec.CONTENT_TYPE,
             sha256=sha256,
+            crc64nvme=crc,
         )
         return ref, granted_job
 
@@ -136,9 +143,13 @@ class Payloads:
         lease: str | None,
         progress: bool | None,
     ) -> tuple[PayloadRef, str | None]:
-        """A multipart upload: presign (no whole-payload hash first), then the parts, hashed
-        one after another while the earlier ones upload, their URLs asked for in batches."""
+        """A multipart upload: presign (no whole-payload checksum first), then the parts,
+        checksummed one after another while the earlier ones upload. CRC64NVME (FULL_OBJECT):
+        the first parts' URLs come with the presign, the reference carries the whole object's
+        CRC (the parts' combined) and S3 checks it at completion. SHA256 (a server before
+        CRC64NVME): each part's URL is asked for with its sha256, in batches."""
         size = encoded.nbytes
+        algorithm = "CRC64NVME" if self._config().crc64nvme else None
         try:
             grant = self.wire.presign_put(
                 size=size,
@@ -147,6 +158,7 @@ class Payloads:
                 content_type=codec.CONTENT_TYPE,
                 job_id=job_id,
                 lease=lease,
+                checksum_algorithm=algorithm,
             )
         except ApiError as e:
             if e.status == 422:
@@ -156,7 +168,8 @@ class Payloads:
         granted_job = grant.job_id or job_id or ""
         if grant.multipart is None:
             raise _SinglePut()
-        composite = upload_parts(
+        crc = grant.raw.get("checksum_algorithm") == "CRC64NVME"
+        checksum = upload_parts(
             self.s3_http,
             grant.multipart,
             encoded.chunks,
@@ -166,17 +179,19 @@ class Payloads:
             progress=self.progress if progress is None else progress,
             sleep=self._sleep,
             desc=f"upload {kind}",
+            algorithm="CRC64NVME" if crc else "SHA256",
         )
+        layout = {
+            "part_bytes": int(grant.multipart["part_bytes"]),
+            "part_count": int(grant.multipart["part_count"]),
+        }
         ref = PayloadRef(
             bucket=grant.bucket,
             key=grant.key,
             size=size,
             content_type=codec.CONTENT_TYPE,
-            multipart={
-                "part_bytes": int(grant.multipart["part_bytes"]),
-                "part_count": int(grant.multipart["part_count"]),
-                "composite_sha256": composite,
-            },
+            multipart=layout if crc else {**layout, "composite_sha256": checksum},
+            crc64nvme=checksum if crc else None,
         )
         return ref, granted_job
 
@@ -189,7 +204,8 @@ class Payloads:
         grant: DownloadGrant | None = None,
         into: Any = None,
     ) -> bytearray:
-        """Download a reference and verify its sha256 (PayloadCorrupt / PayloadLost).
+        """Download a reference and verify its checksum, CRC64NVME or sha256, as the bytes
+        arrive (PayloadCorrupt / PayloadLost).
 
         `grant`: the presigned GET the control plane handed out with the reference (poll and
         result answers carry one); used while it is valid, else one presign-get call is made.
@@ -209,6 +225,7 @@ class Payloads:
                 progress=self.progress if progress is None else progress,
                 sleep=self._sleep,
                 into=into,
+                crc64nvme=ref.crc64nvme,
             )
             return got if got is not None else bytearray()
         data = download(
@@ -216,6 +233,7 @@ class Payloads:
             {"url": grant.url, "method": grant.method or "GET", "expires_at": grant.expires_at},
             size=ref.size,
             sha256=ref.sha256,
+            crc64nvme=ref.crc64nvme,
             presign_again=lambda: self.wire.presign_get(ref.key, job_id=job_id).raw,
             retry=self.retry,
             job_id=job_id,

@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from . import _checksum
 from ._http import RetryPolicy
 from .errors import PayloadCorrupt, PayloadLost, ServiceUnavailable, TransferError
 
@@ -260,10 +261,14 @@ def download(  # noqa: C901 - the download's retry loop: re-presign, resume, ver
     progress: bool | None = None,
     sleep: Callable[[float], None] = time.sleep,
     desc: str = "download",
+    crc64nvme: str | None = None,
 ) -> bytearray:
-    """GET the object into one bytearray, hashing as it fills; verify the sha256 when given."""
+    """GET the object into one bytearray, checking it as it fills: its CRC64NVME when the
+    reference carries one (computed on each slice as it lands, while it is still in cache),
+    else its sha256 when given."""
     bar = Progress(size or 0, desc, want_progress(progress, size or 0))
     direct = direct_getter(s3)
+    check = Check(crc64nvme, sha256)
     try:
         for attempt in range(retry.max_attempts):
             last = attempt == retry.max_attempts - 1
@@ -271,15 +276,15 @@ def download(  # noqa: C901 - the download's retry loop: re-presign, resume, ver
                 bar.reset()
             try:
                 if direct is not None:
-                    got = direct.get_into(grant, size, bar)
+                    got = direct.get_into(grant, size, bar, check.algorithm)
                     if isinstance(got, Filled):
-                        return _verified(got, size, sha256, job_id=job_id, key=key)
+                        return _verified(got, size, check, job_id=job_id, key=key)
                     response = got
                 else:
                     with s3.stream(grant.get("method", "GET"), grant["url"]) as response:
                         if response.status_code == 200:
-                            filled = _read_stream(response, size, bar)
-                            return _verified(filled, size, sha256, job_id=job_id, key=key)
+                            filled = _read_stream(response, size, bar, check.algorithm)
+                            return _verified(filled, size, check, job_id=job_id, key=key)
                         response.read()
             except (httpx.TransportError, OSError, http.client.HTTPException) as e:
                 if direct is not None:
@@ -325,13 +330,57 @@ def download(  # noqa: C901 - the download's retry loop: re-presign, resume, ver
         bar.close()
 
 
+class Check:
+    """What a download is checked against: the reference's CRC64NVME (base64), else its
+    sha256 (hex), else nothing."""
+
+    __slots__ = ("algorithm", "expected")
+
+    def __init__(self, crc64nvme: str | None, sha256: str | None):
+        if crc64nvme:
+            self.algorithm: str | None = "crc64nvme"
+            self.expected: str | None = crc64nvme
+        elif sha256:
+            self.algorithm, self.expected = "sha256", sha256.lower()
+        else:
+            self.algorithm, self.expected = None, None
+
+
 class Filled:
-    """A downloaded body: the buffer, how many bytes arrived, and their sha256 (hex)."""
+    """A downloaded body: the buffer, how many bytes arrived, and their checksum (sha256 hex,
+    or CRC64NVME base64, as the download was asked to compute; "" for none)."""
 
-    __slots__ = ("buffer", "filled", "sha256")
+    __slots__ = ("buffer", "checksum", "filled")
 
-    def __init__(self, buffer: bytearray, filled: int, sha256: str):
-        self.buffer, self.filled, self.sha256 = buffer, filled, sha256
+    def __init__(self, buffer: bytearray, filled: int, checksum: str):
+        self.buffer, self.filled, self.checksum = buffer, filled, checksum
+
+
+class CrcHasher:
+    """CRC64NVME of a buffer as it fills, computed on the receiving thread slice by slice
+    (each slice just landed, still in the CPU's cache; several GB/s: no helper thread)."""
+
+    def __init__(self, view: memoryview):
+        self._view = view
+        self._done = 0
+        self._crc = _checksum.EMPTY
+
+    def advance(self, filled: int) -> None:
+        if filled > self._done:
+            self._crc = _checksum.update(self._view[self._done : filled], self._crc)
+            self._done = filled
+
+    def finish(self, filled: int) -> str:
+        self.advance(filled)
+        return _checksum.to_b64(self._crc)
+
+
+class NoHasher:
+    def advance(self, filled: int) -> None:
+        pass
+
+    def finish(self, filled: int) -> str:
+        return ""
 
 
 class SliceHasher:
@@ -448,6 +497,7 @@ def _fill(
     length: int,
     bar: Progress,
     buffer: bytearray | None = None,
+    algorithm: str | None = "sha256",
 ) -> Filled:
     """Read exactly the body into a fresh buffer of `length` bytes (any excess appended, so the
     hash reports what the server really holds). The caller cuts the buffer to `filled` when the
@@ -455,7 +505,13 @@ def _fill(
     if buffer is None or len(buffer) != length:
         buffer = fresh_buffer(length)
     view = memoryview(buffer)
-    hasher = SliceHasher(view, threaded=_threaded_hashing() and length >= 2 * HASH_SLICE_BYTES)
+    hasher: SliceHasher | CrcHasher | NoHasher
+    if algorithm == "crc64nvme":
+        hasher = CrcHasher(view)
+    elif algorithm == "sha256":
+        hasher = SliceHasher(view, threaded=_threaded_hashing() and length >= 2 * HASH_SLICE_BYTES)
+    else:
+        hasher = NoHasher()
     filled = 0
     try:
         while filled < length:
@@ -471,7 +527,9 @@ def _fill(
     return Filled(buffer, filled, actual)
 
 
-def _read_stream(response: httpx.Response, size: int | None, bar: Progress) -> Filled:
+def _read_stream(
+    response: httpx.Response, size: int | None, bar: Progress, algorithm: str | None = "sha256"
+) -> Filled:
     """httpx's stream into the one buffer (clients we were given: mock transports, proxies)."""
     length = size if size is not None else int(response.headers.get("content-length") or 0)
     chunks = response.iter_bytes()
@@ -489,40 +547,51 @@ def _read_stream(response: httpx.Response, size: int | None, bar: Progress) -> F
         pending = pending[n:]
         return n
 
-    got = _fill(read_into, length, bar)
-    return _with_excess(got, bytes(pending) + b"".join(chunks))
+    got = _fill(read_into, length, bar, algorithm=algorithm)
+    return _with_excess(got, bytes(pending) + b"".join(chunks), algorithm)
 
 
-def _with_excess(got: Filled, rest: bytes | bytearray) -> Filled:
+def _with_excess(got: Filled, rest: bytes | bytearray, algorithm: str | None = "sha256") -> Filled:
     if not rest:
         if got.filled < len(got.buffer):
             del got.buffer[got.filled :]
         return got
-    # More bytes than recorded: keep them so the hash names what S3 really holds.
-    digest = hashlib.sha256(memoryview(got.buffer)[: got.filled])
-    digest.update(rest)
+    # More bytes than recorded: keep them so the checksum names what S3 really holds.
+    head = memoryview(got.buffer)[: got.filled]
+    if algorithm == "crc64nvme":
+        checksum = _checksum.to_b64(_checksum.update(rest, _checksum.of(head)))
+    else:
+        digest = hashlib.sha256(head)
+        digest.update(rest)
+        checksum = digest.hexdigest()
+    head.release()
     got.buffer[got.filled :] = rest
-    return Filled(got.buffer, len(got.buffer), digest.hexdigest())
+    return Filled(got.buffer, len(got.buffer), checksum)
 
 
 def _verified(
-    got: Filled, size: int | None, sha256: str | None, *, job_id: str | None, key: str | None
+    got: Filled, size: int | None, check: Check, *, job_id: str | None, key: str | None
 ) -> bytearray:
-    if sha256 and got.sha256 != sha256.lower():
+    crc = check.algorithm == "crc64nvme"
+    facts: dict[str, Any] = (
+        {"expected_crc64nvme": check.expected, "actual_crc64nvme": got.checksum}
+        if crc
+        else {"expected_sha256": check.expected, "actual_sha256": got.checksum or None}
+    )
+    if check.expected and got.checksum != check.expected:
         raise PayloadCorrupt(
-            f"payload sha256 mismatch: key={key} expected={sha256} actual={got.sha256}",
+            f"payload {check.algorithm} mismatch: key={key} expected={check.expected} "
+            f"actual={got.checksum}",
             job_id=job_id,
             key=key,
-            expected_sha256=sha256,
-            actual_sha256=got.sha256,
+            **facts,
         )
     if size is not None and got.filled != size:
         raise PayloadCorrupt(
             f"payload size mismatch: key={key} expected={size} actual={got.filled}",
             job_id=job_id,
             key=key,
-            expected_sha256=sha256,
-            actual_sha256=got.sha256,
+            **facts,
         )
     return got.buffer
 
@@ -613,7 +682,9 @@ class DirectGetter(ThreadConnections):
         super().__init__(ssl_context, connect_s)
         self._timeout = timeout_s
 
-    def get_into(self, grant: dict, size: int | None, bar: Progress) -> Filled | httpx.Response:
+    def get_into(
+        self, grant: dict, size: int | None, bar: Progress, algorithm: str | None = "sha256"
+    ) -> Filled | httpx.Response:
         """The body in a fresh buffer (status 200), or the error answer as an httpx.Response."""
         parts = urlsplit(grant["url"])
         target = parts.path or "/"
@@ -649,8 +720,8 @@ class DirectGetter(ThreadConnections):
             )
         declared = response.getheader("content-length")
         length = size if size is not None else int(declared or 0)
-        got = _fill(response.readinto, length, bar, buffer)
+        got = _fill(response.readinto, length, bar, buffer, algorithm)
         rest = response.read()  # whatever the server sent beyond the recorded size
         if response.will_close:
             self.discard()
-        return _with_excess(got, rest)
+        return _with_excess(got, rest, algorithm)

@@ -90,6 +90,9 @@ class ServerConfig:
     batch_max_bytes: int = 4 * 1024 * 1024
     # Uploads above this size are multipart; None: a server before multipart (single PUTs).
     multipart_threshold: int | None = None
+    # The server takes CRC64NVME uploads (FULL_OBJECT multipart, part URLs with the presign);
+    # False: a server before them, which gets sha256 as it always did.
+    crc64nvme: bool = False
 
 
 @dataclass(frozen=True)
@@ -102,8 +105,11 @@ class PayloadRef:
     content_type: str | None = None
     sha256: str | None = None
     kind: str = "s3"
-    #: a multipart object: {part_bytes, part_count, composite_sha256 (hex)}
+    #: a multipart object: {part_bytes, part_count} (and composite_sha256, hex, for a SHA256
+    #: upload)
     multipart: dict | None = None
+    #: CRC64NVME of the whole object (S3's base64): the checksum readers verify
+    crc64nvme: str | None = None
 
     def to_wire(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind, "bucket": self.bucket, "key": self.key}
@@ -111,6 +117,8 @@ class PayloadRef:
             out["size"] = self.size
         if self.content_type is not None:
             out["contentType"] = self.content_type
+        if self.crc64nvme is not None:
+            out["crc64nvme"] = self.crc64nvme
         if self.sha256 is not None:
             out["sha256"] = self.sha256
         if self.multipart is not None:
@@ -127,7 +135,10 @@ class PayloadRef:
             out["kind"] = self.kind
         if self.size is not None:
             out["size"] = self.size
-        if self.multipart is not None:
+        if self.multipart is not None and self.crc64nvme:
+            # A CRC64NVME upload is completed with the whole object's CRC (S3 checks it).
+            out["crc64nvme"] = self.crc64nvme
+        elif self.multipart is not None:
             # The control plane checks the composite the uploader computed against the object's.
             out["multipart"] = dict(self.multipart)
         return out
@@ -143,6 +154,7 @@ class PayloadRef:
             sha256=body.get("sha256"),
             kind=str(body.get("kind") or "s3"),
             multipart=dict(body["multipart"]) if body.get("multipart") else None,
+            crc64nvme=body.get("crc64nvme"),
         )
 
 
@@ -175,6 +187,8 @@ class Enqueued:
     job_id: str
     tier: str
     created: bool  # 201: this call created the job; 200: an earlier call with the same key did
+    #: an enqueue with `wait`: the job's result answer when it ended within the wait, else None
+    result: ResultAnswer | None = None
 
 
 @dataclass(frozen=True)
@@ -299,6 +313,29 @@ class PolledJob:
     lease_expires_in_s: float | None = None
     #: time.monotonic() when this answer was read: heartbeats are scheduled from it
     received_at: float | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class NextJobs:
+    """`next` of a result post or failure report: once the post is stored, take up to
+    `max_jobs` next deliveries of `queues` (blocking up to `wait_s` while none is found)."""
+
+    queues: tuple[str, ...]
+    max_jobs: int = 1
+    wait_s: float = 0.0
+    daemon_id: str | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        if not 1 <= self.max_jobs <= MAX_POLL_JOBS:
+            raise ValueError(f"max_jobs must be 1..{MAX_POLL_JOBS} (got {self.max_jobs})")
+        out: dict[str, Any] = {
+            "queues": list(self.queues),
+            "max_jobs": self.max_jobs,
+            "wait_s": self.wait_s,
+        }
+        if self.daemon_id:
+            out["daemon_id"] = self.daemon_id
+        return out
 
 
 @dataclass(frozen=True)
@@ -568,6 +605,7 @@ def parse_config(response: httpx.Response) -> ServerConfig:
         multipart_threshold=(
             int(body["multipart_threshold"]) if body.get("multipart_threshold") else None
         ),
+        crc64nvme="CRC64NVME" in (body.get("checksum_algorithms") or ()),
     )
 
 
@@ -611,6 +649,13 @@ def parse_download_grant(response: httpx.Response) -> DownloadGrant:
     )
 
 
+def ended_result(body: Mapping[str, Any]) -> ResultAnswer | None:
+    """The result an enqueue-and-wait answer carries (`state` terminal), else None."""
+    if body.get("state") not in TERMINAL_STATES:
+        return None
+    return result_answer(body, str(body.get("job_id") or ""), done=True)
+
+
 def parse_enqueued(default_tier: str) -> Callable[[httpx.Response], Enqueued]:
     def parse(response: httpx.Response) -> Enqueued:
         body = _json(response)
@@ -624,6 +669,7 @@ def parse_enqueued(default_tier: str) -> Callable[[httpx.Response], Enqueued]:
             job_id=str(job_id),
             tier=str(body.get("tier") or default_tier),
             created=response.status_code == 201,
+            result=ended_result(body),
         )
 
     return parse
@@ -636,22 +682,23 @@ def parse_job_status(job_id: str) -> Callable[[httpx.Response], JobStatus]:
     return parse
 
 
+def result_answer(body: Mapping[str, Any], job_id: str, *, done: bool) -> ResultAnswer:
+    error = body.get("error")
+    return ResultAnswer(
+        job_id=body.get("job_id", job_id),
+        state=body.get("state"),
+        done=done,
+        result_inline=_b64(body.get("resultInline")),
+        result_ref=_ref(body.get("resultRef")),
+        error=error if isinstance(error, dict) else ({"message": str(error)} if error else None),
+        raw=dict(body),
+        download=_download(body.get("download")),
+    )
+
+
 def parse_result(job_id: str) -> Callable[[httpx.Response], ResultAnswer]:
     def parse(response: httpx.Response) -> ResultAnswer:
-        body = _json(response)
-        error = body.get("error")
-        return ResultAnswer(
-            job_id=body.get("job_id", job_id),
-            state=body.get("state"),
-            done=response.status_code == 200,
-            result_inline=_b64(body.get("resultInline")),
-            result_ref=_ref(body.get("resultRef")),
-            error=error
-            if isinstance(error, dict)
-            else ({"message": str(error)} if error else None),
-            raw=body,
-            download=_download(body.get("download")),
-        )
+        return result_answer(_json(response), job_id, done=response.status_code == 200)
 
     return parse
 
@@ -675,8 +722,15 @@ def _refused(answer: Mapping[str, Any]) -> ItemRefused:
 def parse_batch(response: httpx.Response) -> list[Enqueued | ItemRefused]:
     out: list[Enqueued | ItemRefused] = []
     for answer in _json(response)["jobs"]:
-        if answer.get("job_id") and "error" not in answer:
-            out.append(Enqueued(str(answer["job_id"]), str(answer.get("tier") or ""), True))
+        if answer.get("job_id") and ("error" not in answer or "state" in answer):
+            out.append(
+                Enqueued(
+                    str(answer["job_id"]),
+                    str(answer.get("tier") or ""),
+                    True,
+                    result=ended_result(answer),
+                )
+            )
         else:
             out.append(_refused(answer))
     return out
@@ -735,6 +789,17 @@ def parse_polled_many(response: httpx.Response) -> list[PolledJob]:
         raise ApiError(
             "poll with max_jobs answered without a jobs list", status=response.status_code
         )
+    return [polled_job(body) for body in jobs]
+
+
+def parse_next_jobs(response: httpx.Response) -> list[PolledJob] | None:
+    """A result post or failure report with `next`: `200 {"jobs": [...]}` (maybe empty); None
+    for a 204, a control plane that took the post but not `next` (before it)."""
+    if response.status_code == 204 or not response.content:
+        return None
+    jobs = _json(response).get("jobs")
+    if not isinstance(jobs, list):
+        return None
     return [polled_job(body) for body in jobs]
 
 
@@ -838,6 +903,8 @@ def presign_put(
     content_type: str = MSGPACK,
     job_id: str | None = None,
     lease: str | None = None,
+    crc64nvme: str | None = None,
+    checksum_algorithm: str | None = None,
 ) -> Call[UploadGrant]:
     # kind and content_type only when they differ from the server's defaults (args, msgpack).
     body: dict[str, Any] = {"op": "put", "size": size}
@@ -845,6 +912,10 @@ def presign_put(
         body["kind"] = kind
     if sha256:
         body["sha256"] = sha256
+    if crc64nvme:
+        body["crc64nvme"] = crc64nvme
+    elif checksum_algorithm:
+        body["checksum_algorithm"] = checksum_algorithm
     if content_type != MSGPACK:
         body["content_type"] = content_type
     if job_id:
@@ -915,11 +986,25 @@ def presign_get(namespace: str, key: str, *, job_id: str | None = None) -> Call[
     )
 
 
+def _waiting(wait_s: float | None) -> dict[str, Any]:
+    """The query and read timeout of an enqueue that waits for its job (`?wait=S`)."""
+    if not wait_s or wait_s <= 0:
+        return {}
+    return {"params": {"wait": f"{wait_s:g}"}, "timeout_s": wait_s + 20.0}
+
+
 def enqueue_inline(
-    namespace: str, queue: str, data: bytes, *, idempotency_key: str, blobs: tuple[str, ...] = ()
+    namespace: str,
+    queue: str,
+    data: bytes,
+    *,
+    idempotency_key: str,
+    blobs: tuple[str, ...] = (),
+    wait_s: float | None = None,
 ) -> Call[Enqueued]:
     """The raw msgpack bytes as the body; the key makes every retry give back the same job.
-    With blobs, the JSON form (`payloadInline` base64 + `blobs`): a raw body has no room."""
+    With blobs, the JSON form (`payloadInline` base64 + `blobs`): a raw body has no room.
+    With wait_s: `Enqueued.result` is the job's result when it ended within that wait."""
     if blobs:
         return Call(
             "POST",
@@ -929,6 +1014,7 @@ def enqueue_inline(
             ok=frozenset({200, 201}),
             json={"payloadInline": base64.b64encode(data).decode("ascii"), "blobs": list(blobs)},
             headers={"Idempotency-Key": idempotency_key},
+            **_waiting(wait_s),
         )
     return Call(
         "POST",
@@ -938,11 +1024,17 @@ def enqueue_inline(
         ok=frozenset({200, 201}),
         content=data,
         headers={"Content-Type": MSGPACK, "Idempotency-Key": idempotency_key},
+        **_waiting(wait_s),
     )
 
 
 def enqueue_ref(
-    namespace: str, queue: str, ref: PayloadRef, *, blobs: tuple[str, ...] = ()
+    namespace: str,
+    queue: str,
+    ref: PayloadRef,
+    *,
+    blobs: tuple[str, ...] = (),
+    wait_s: float | None = None,
 ) -> Call[Enqueued]:
     """Enqueueing the same issued key again gives back the same job, so retries are safe."""
     body: dict[str, Any] = {"payloadRef": ref.to_request()}
@@ -955,6 +1047,7 @@ def enqueue_ref(
         parse_enqueued("s3"),
         ok=frozenset({200, 201}),
         json=body,
+        **_waiting(wait_s),
     )
 
 
@@ -999,16 +1092,18 @@ def job_result(namespace: str, job_id: str, *, wait_s: float) -> Call[ResultAnsw
 
 
 def enqueue_batch(
-    namespace: str, queue: str, items: list[BatchItem]
+    namespace: str, queue: str, items: list[BatchItem], *, wait_s: float | None = None
 ) -> Call[list[Enqueued | ItemRefused]]:
     """Many jobs in one call; every inline item carries its own Idempotency-Key, so a retried
-    batch gives back the same jobs."""
+    batch gives back the same jobs. With wait_s, each job that ended within it (one deadline
+    for the batch) has its `Enqueued.result`."""
     return Call(
         "POST",
         ns_path(namespace, f"/queues/{queue}/jobs:batch"),
         f"batch enqueue of {len(items)} jobs on queue {queue}",
         parse_batch,
         json={"jobs": [item.to_wire() for item in items]},
+        **_waiting(wait_s),
     )
 
 
@@ -1100,10 +1195,14 @@ def post_result(
     error: Mapping[str, Any] | None = None,
     lease: str | None = None,
     blobs: tuple[str, ...] = (),
-) -> Call[None]:
+    next: NextJobs | None = None,
+) -> Call[list[PolledJob] | None]:
     """Exactly one of: the inline result bytes, the S3 reference, or the error {type, message,
     traceback?}; with the delivery's lease (409 `lease_mismatch` once it is not current) and
-    the sha256 of each blob the result references."""
+    the sha256 of each blob the result references. With `next`: the next deliveries taken once
+    the result is stored (a list, maybe empty), or None from a control plane that answered 204
+    (before `next`; one that refuses the field answers 422 `InvalidRequest` naming it, and
+    stored nothing)."""
     given = [
         name for name, v in (("inline", inline), ("ref", ref), ("error", error)) if v is not None
     ]
@@ -1119,14 +1218,17 @@ def post_result(
         body["lease"] = lease
     if blobs:
         body["blobs"] = list(blobs)
+    if next is not None:
+        body["next"] = next.to_wire()
     return Call(
         "POST",
         ns_path(namespace, f"/jobs/{job_id}/result"),
         f"post result of job {job_id}",
-        parse_none,
+        parse_next_jobs,
         ok=frozenset({200, 204}),
         json=body,
         errors=_job_errors(),
+        timeout_s=None if next is None else next.wait_s + 20.0,
     )
 
 
@@ -1139,7 +1241,11 @@ def report_failure(
     expected_sha256: str | None = None,
     actual_sha256: str | None = None,
     lease: str | None = None,
-) -> Call[None]:
+    next: NextJobs | None = None,
+    expected_crc64nvme: str | None = None,
+    actual_crc64nvme: str | None = None,
+) -> Call[list[PolledJob] | None]:
+    """payload_lost / payload_corrupt for the delivery; with `next` as `post_result`."""
     body: dict[str, Any] = {"state": state, "detail": detail}
     if lease is not None:
         body["lease"] = lease
@@ -1147,14 +1253,21 @@ def report_failure(
         body["expected_sha256"] = expected_sha256
     if actual_sha256:
         body["actual_sha256"] = actual_sha256
+    if expected_crc64nvme:
+        body["expected_crc64nvme"] = expected_crc64nvme
+    if actual_crc64nvme:
+        body["actual_crc64nvme"] = actual_crc64nvme
+    if next is not None:
+        body["next"] = next.to_wire()
     return Call(
         "POST",
         ns_path(namespace, f"/jobs/{job_id}/failure"),
         f"report {state} for job {job_id}",
-        parse_none,
+        parse_next_jobs,
         ok=frozenset({200, 204}),
         json=body,
         errors=_job_errors(),
+        timeout_s=None if next is None else next.wait_s + 20.0,
     )
 
 
@@ -1339,6 +1452,8 @@ class Wire:
         content_type: str = MSGPACK,
         job_id: str | None = None,
         lease: str | None = None,
+        crc64nvme: str | None = None,
+        checksum_algorithm: str | None = None,
     ) -> UploadGrant:
         return self.send(
             presign_put(
@@ -1349,6 +1464,8 @@ class Wire:
                 content_type=content_type,
                 job_id=job_id,
                 lease=lease,
+                crc64nvme=crc64nvme,
+                checksum_algorithm=checksum_algorithm,
             )
         )
 
@@ -1361,16 +1478,34 @@ class Wire:
         return self.send(presign_parts(self.namespace, job_id, kind, parts, lease=lease))
 
     def enqueue_inline(
-        self, queue: str, data: bytes, *, idempotency_key: str, blobs: tuple[str, ...] = ()
+        self,
+        queue: str,
+        data: bytes,
+        *,
+        idempotency_key: str,
+        blobs: tuple[str, ...] = (),
+        wait_s: float | None = None,
     ) -> Enqueued:
         return self.send(
             enqueue_inline(
-                self.namespace, queue, data, idempotency_key=idempotency_key, blobs=blobs
+                self.namespace,
+                queue,
+                data,
+                idempotency_key=idempotency_key,
+                blobs=blobs,
+                wait_s=wait_s,
             )
         )
 
-    def enqueue_ref(self, queue: str, ref: PayloadRef, *, blobs: tuple[str, ...] = ()) -> Enqueued:
-        return self.send(enqueue_ref(self.namespace, queue, ref, blobs=blobs))
+    def enqueue_ref(
+        self,
+        queue: str,
+        ref: PayloadRef,
+        *,
+        blobs: tuple[str, ...] = (),
+        wait_s: float | None = None,
+    ) -> Enqueued:
+        return self.send(enqueue_ref(self.namespace, queue, ref, blobs=blobs, wait_s=wait_s))
 
     def blob(self, sha256: str, size: int) -> dict[str, Any]:
         return self.send(blob(self.namespace, sha256, size))
@@ -1384,8 +1519,10 @@ class Wire:
     def job_result(self, job_id: str, *, wait_s: float) -> ResultAnswer:
         return self.send(job_result(self.namespace, job_id, wait_s=wait_s))
 
-    def enqueue_batch(self, queue: str, items: list[BatchItem]) -> list[Enqueued | ItemRefused]:
-        return self.send(enqueue_batch(self.namespace, queue, items))
+    def enqueue_batch(
+        self, queue: str, items: list[BatchItem], *, wait_s: float | None = None
+    ) -> list[Enqueued | ItemRefused]:
+        return self.send(enqueue_batch(self.namespace, queue, items, wait_s=wait_s))
 
     def jobs_status(
         self, job_ids: list[str], *, wait_s: float = 0.0
@@ -1424,8 +1561,9 @@ class Wire:
         error: Mapping[str, Any] | None = None,
         lease: str | None = None,
         blobs: tuple[str, ...] = (),
-    ) -> None:
-        self.send(
+        next: NextJobs | None = None,
+    ) -> list[PolledJob] | None:
+        return self.send(
             post_result(
                 self.namespace,
                 job_id,
@@ -1434,6 +1572,7 @@ class Wire:
                 error=error,
                 lease=lease,
                 blobs=blobs,
+                next=next,
             )
         )
 
@@ -1446,8 +1585,11 @@ class Wire:
         expected_sha256: str | None = None,
         actual_sha256: str | None = None,
         lease: str | None = None,
-    ) -> None:
-        self.send(
+        next: NextJobs | None = None,
+        expected_crc64nvme: str | None = None,
+        actual_crc64nvme: str | None = None,
+    ) -> list[PolledJob] | None:
+        return self.send(
             report_failure(
                 self.namespace,
                 job_id,
@@ -1456,6 +1598,9 @@ class Wire:
                 expected_sha256=expected_sha256,
                 actual_sha256=actual_sha256,
                 lease=lease,
+                next=next,
+                expected_crc64nvme=expected_crc64nvme,
+                actual_crc64nvme=actual_crc64nvme,
             )
         )
 

@@ -66,6 +66,7 @@ from .client import (
     ENV_NAMESPACE,
     ENV_TOKEN,
     MAX_PURGE_CALLS,
+    MIN_WAIT_LEFT_S,
     RESULT_WAIT_SLICE_S,
     DoneAndPending,
     JobHandle,
@@ -339,8 +340,19 @@ class AsyncQueue:
     async def stats(self) -> QueueInfo:
         return await self.client.wire.queue_stats(self.name)
 
-    async def add(self, *args: Any, **kwargs: Any) -> AsyncJob:
-        return await self.submit(args, kwargs)
+    async def add(self, *args: Any, wait: float | None = None, **kwargs: Any) -> AsyncJob:
+        """As `Queue.add`, `wait=S` included."""
+        return await self.submit(args, kwargs, wait=wait)
+
+    async def call(self, *args: Any, timeout: float | None = None, **kwargs: Any) -> Any:
+        """As `Queue.call`: the function's value, in one call for a job that ends within the
+        control plane's long-poll."""
+        started = time.monotonic()
+        wait = RESULT_WAIT_SLICE_S if timeout is None else min(timeout, RESULT_WAIT_SLICE_S)
+        encoded = codec.encode({"args": list(args), "kwargs": dict(kwargs)})
+        job = await self._submit_encoded(encoded, None, None, wait)
+        remaining = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
+        return await job.result(timeout=remaining)
 
     async def submit(
         self,
@@ -349,9 +361,29 @@ class AsyncQueue:
         *,
         progress: bool | None = None,
         idempotency_key: str | None = None,
+        wait: float | None = None,
     ) -> AsyncJob:
         """As `Queue.submit`: only a job the control plane confirmed as queued is returned."""
+        started = time.monotonic()
         encoded = codec.encode({"args": list(args), "kwargs": dict(kwargs or {})})
+        job = await self._submit_encoded(
+            encoded,
+            progress,
+            idempotency_key,
+            None if wait is None else min(wait, RESULT_WAIT_SLICE_S),
+        )
+        left = 0.0 if wait is None else wait - (time.monotonic() - started)
+        if not job.done and left > MIN_WAIT_LEFT_S:
+            await job._wait_within(left)
+        return job
+
+    async def _submit_encoded(
+        self,
+        encoded: Any,
+        progress: bool | None,
+        idempotency_key: str | None,
+        wait: float | None,
+    ) -> AsyncJob:
         client = self.client
         config = await client.config()
         size = encoded.nbytes
@@ -362,27 +394,34 @@ class AsyncQueue:
                 enqueued = await client._resend_on_unknown(
                     getattr(encoded, "blobs", ()),
                     lambda: client.wire.enqueue_inline(
-                        self.name, encoded.tobytes(), idempotency_key=key, blobs=blobs
+                        self.name, encoded.tobytes(), idempotency_key=key, blobs=blobs, wait_s=wait
                     ),
                 )
             except InlineUnavailable:
-                enqueued = await self._enqueue_through_s3(encoded, progress, blobs)
+                enqueued = await self._enqueue_through_s3(encoded, progress, blobs, wait)
             except ServiceUnavailable as e:
                 raise enqueue_unconfirmed(self.name, e, idempotency_key=key) from e
         else:
             (await client.payloads()).check_size(size)
-            enqueued = await self._enqueue_through_s3(encoded, progress, blobs)
-        return AsyncJob(client, enqueued.job_id, tier=enqueued.tier, queue=self.name)
+            enqueued = await self._enqueue_through_s3(encoded, progress, blobs, wait)
+        job = AsyncJob(client, enqueued.job_id, tier=enqueued.tier, queue=self.name)
+        if enqueued.result is not None:
+            job._ended(enqueued.result)
+        return job
 
     async def _enqueue_through_s3(
-        self, encoded: Any, progress: bool | None, blobs: tuple[str, ...] = ()
+        self,
+        encoded: Any,
+        progress: bool | None,
+        blobs: tuple[str, ...] = (),
+        wait: float | None = None,
     ) -> Enqueued:
         payloads = await self.client.payloads()
         ref, job_id = await asyncio.to_thread(payloads.store, encoded, "args", progress=progress)
         try:
             return await self.client._resend_on_unknown(
                 getattr(encoded, "blobs", ()),
-                lambda: self.client.wire.enqueue_ref(self.name, ref, blobs=blobs),
+                lambda: self.client.wire.enqueue_ref(self.name, ref, blobs=blobs, wait_s=wait),
             )
         except ServiceUnavailable as e:
             raise enqueue_unconfirmed(self.name, e, job_id=job_id) from e
@@ -539,6 +578,7 @@ class AsyncJob(JobHandle):
         """As `Job.retry`."""
         answer = await self.client.wire.retry_job(self.job_id)
         self._result, self._has_result, self._last = None, False, None
+        self._answer = None
         return answer
 
     async def status(self) -> JobInfo:
@@ -548,8 +588,18 @@ class AsyncJob(JobHandle):
         self.queue = self.queue or status.queue
         return status
 
+    async def _wait_within(self, timeout: float) -> None:
+        """As `Job._wait_within`."""
+        try:
+            self._ended(await self._done_answer(timeout))
+        except ResultTimeout:
+            pass
+
     async def _done_answer(self, timeout: float | None) -> ResultAnswer:
-        """As `Job._done_answer`: the job's result long-polled in slices until it is done."""
+        """As `Job._done_answer`: the job's result long-polled in slices until it is done (a
+        result already known is not asked for again)."""
+        if self._answer is not None:
+            return self._answer
         deadline = None if timeout is None else time.monotonic() + timeout
         state: str | None = None
         while True:

@@ -101,6 +101,9 @@ DEVSTACK_FILE = ".devstack.json"
 DEFAULT_NAMESPACE = "dev"
 # The control plane caps a result long-poll near 20 s; longer waits are several calls.
 RESULT_WAIT_SLICE_S = 20.0
+# `add(..., wait=S)`: what is left of S after the enqueue's own wait is long-polled only when
+# more than this (an enqueue that waited all of S leaves only its round trip).
+MIN_WAIT_LEFT_S = 0.05
 # Queue.map: S3-tier uploads in flight at once, unless the caller says otherwise.
 DEFAULT_MAP_CONCURRENCY = 8
 
@@ -515,9 +518,27 @@ class Queue:
             again.append(p)
         self._enqueue_planned(again, pool, jobs, errors, progress, rerouted=rerouted, resent=True)
 
-    def add(self, *args: Any, **kwargs: Any) -> Job:
-        """Enqueue a call of the daemon's function with these arguments."""
-        return self.submit(args, kwargs)
+    def add(self, *args: Any, wait: float | None = None, **kwargs: Any) -> Job:
+        """Enqueue a call of the daemon's function with these arguments.
+
+        `wait=S`: the enqueue waits up to S seconds for the job to end, in the same call as far
+        as the control plane's long-poll reaches (RESULT_MAX_WAIT_S, ~20 s); the Job returned
+        then already knows its result (`job.result()` makes no call). `wait` is taken by `add`
+        itself: pass a function keyword argument named `wait` through `submit(args, kwargs)`."""
+        return self.submit(args, kwargs, wait=wait)
+
+    def call(self, *args: Any, timeout: float | None = None, **kwargs: Any) -> Any:
+        """Run the daemon's function with these arguments and return its value, raising as
+        `job.result()` does (JobFailed, JobCancelled, ResultTimeout after `timeout` seconds,
+        ...). A job that ends within the control plane's long-poll (~20 s) costs one call: the
+        enqueue answers its result. `timeout` is taken by `call` itself (a function keyword
+        argument of that name goes through `submit(args, kwargs)` and `job.result()`)."""
+        started = time.monotonic()
+        wait = RESULT_WAIT_SLICE_S if timeout is None else min(timeout, RESULT_WAIT_SLICE_S)
+        encoded = codec.encode({"args": list(args), "kwargs": dict(kwargs)})
+        job = self.submit_encoded(encoded, wait=wait)
+        remaining = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
+        return job.result(timeout=remaining)
 
     def submit(
         self,
@@ -526,19 +547,40 @@ class Queue:
         *,
         progress: bool | None = None,
         idempotency_key: str | None = None,
+        wait: float | None = None,
     ) -> Job:
-        """`add` with options: progress bar for large uploads, and an idempotency key so a
-        caller's own retry of an inline enqueue cannot create a second job.
+        """`add` with options: progress bar for large uploads, an idempotency key so a
+        caller's own retry of an inline enqueue cannot create a second job, and `wait` (as
+        `add(..., wait=S)`).
 
         Returns only a job the control plane confirmed as queued; raises EnqueueUnconfirmed
         (a ServiceUnavailable) when it could not get that confirmation through every retry.
         """
+        started = time.monotonic()
         encoded = codec.encode({"args": list(args), "kwargs": dict(kwargs or {})})
-        return self.submit_encoded(encoded, progress=progress, idempotency_key=idempotency_key)
+        job = self.submit_encoded(
+            encoded,
+            progress=progress,
+            idempotency_key=idempotency_key,
+            wait=None if wait is None else min(wait, RESULT_WAIT_SLICE_S),
+        )
+        left = 0.0 if wait is None else wait - (time.monotonic() - started)
+        if not job.done and left > MIN_WAIT_LEFT_S:
+            # Past what one enqueue waited (the control plane caps it): long-poll the rest,
+            # quietly (no ResultTimeout: the job is queued, and the caller has it).
+            job._wait_within(left)
+        return job
 
     def submit_encoded(
-        self, encoded: Any, *, progress: bool | None = None, idempotency_key: str | None = None
+        self,
+        encoded: Any,
+        *,
+        progress: bool | None = None,
+        idempotency_key: str | None = None,
+        wait: float | None = None,
     ) -> Job:
+        """Enqueue already encoded arguments; `wait`: the enqueue's own wait (`?wait=S`, capped
+        by the control plane), after which the Job knows its result if the job ended."""
         client = self.client
         size = encoded.nbytes
         # The blobs first (each uploaded once per namespace): the enqueue names them.
@@ -552,7 +594,11 @@ class Queue:
                     lambda: client.blobs.resend_on_unknown(
                         getattr(encoded, "blobs", ()),
                         lambda: client.wire.enqueue_inline(
-                            self.name, encoded.tobytes(), idempotency_key=key, blobs=blobs
+                            self.name,
+                            encoded.tobytes(),
+                            idempotency_key=key,
+                            blobs=blobs,
+                            wait_s=wait,
                         ),
                     ),
                     idempotency_key=key,
@@ -566,12 +612,14 @@ class Queue:
                     e.code,
                 )
                 enqueued = self._enqueue_through_s3(
-                    encoded, progress, idempotency_key=key, blobs=blobs
+                    encoded, progress, idempotency_key=key, blobs=blobs, wait=wait
                 )
         else:
             client.payloads.check_size(size)
-            enqueued = self._enqueue_through_s3(encoded, progress, blobs=blobs)
+            enqueued = self._enqueue_through_s3(encoded, progress, blobs=blobs, wait=wait)
         job = Job(client, enqueued.job_id, tier=enqueued.tier, queue=self.name)
+        if enqueued.result is not None:
+            job._ended(enqueued.result)
         log.info(
             "enqueued job_id=%s queue=%s tier=%s bytes=%d", job.job_id, self.name, job.tier, size
         )
@@ -584,6 +632,7 @@ class Queue:
         *,
         idempotency_key: str | None = None,
         blobs: tuple[str, ...] = (),
+        wait: float | None = None,
     ) -> Enqueued:
         try:
             ref, job_id = self.client.payloads.store(encoded, "args", progress=progress)
@@ -598,7 +647,7 @@ class Queue:
         return self._confirm(
             lambda: self.client.blobs.resend_on_unknown(
                 getattr(encoded, "blobs", ()),
-                lambda: self.client.wire.enqueue_ref(self.name, ref, blobs=blobs),
+                lambda: self.client.wire.enqueue_ref(self.name, ref, blobs=blobs, wait_s=wait),
             ),
             job_id=job_id,
             idempotency_key=idempotency_key,
@@ -636,15 +685,30 @@ class JobHandle:
         self._result: Any = None
         self._has_result = False
         self._last: JobInfo | ItemRefused | None = None
+        # The job's terminal result answer, once known (an enqueue that waited for it).
+        self._answer: ResultAnswer | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.job_id!r}, tier={self.tier!r}, queue={self.queue!r})"
 
     @property
     def state(self) -> str | None:
-        """The last state seen (by `status`, `wait` or `as_completed`), without a call."""
+        """The last state seen (by `status`, `wait`, `as_completed` or an enqueue that waited),
+        without a call."""
+        if self._answer is not None:
+            return self._answer.state
         last = self._last
         return None if last is None else getattr(last, "state", "unknown")
+
+    @property
+    def done(self) -> bool:
+        """Whether the job's result (or terminal failure) is known here, without a call: an
+        enqueue with `wait` that saw it end, or a `result()` already read."""
+        return self._answer is not None or self._has_result
+
+    def _ended(self, answer: ResultAnswer) -> None:
+        """The job's terminal result answer, known without asking again."""
+        self._answer = answer
 
     def _finished(self, answer: JobInfo | ItemRefused) -> None:
         self._last = answer
@@ -668,6 +732,7 @@ class Job(JobHandle):
         counts again from the retry."""
         answer = self.client.wire.retry_job(self.job_id)
         self._result, self._has_result, self._last = None, False, None
+        self._answer = None
         return answer
 
     def cancel(self) -> CancelAnswer:
@@ -705,9 +770,19 @@ class Job(JobHandle):
         its size. Returns the number of bytes written. Raises as `result()`."""
         return self._bytes_into(self._done_answer(timeout), into, progress=progress)
 
+    def _wait_within(self, timeout: float) -> None:
+        """Long-poll up to `timeout` seconds; the Job knows its result if the job ended."""
+        try:
+            self._ended(self._done_answer(timeout))
+        except ResultTimeout:
+            pass
+
     def _done_answer(self, timeout: float | None) -> ResultAnswer:
         """Long-poll the job's result in slices until it is done; ResultTimeout after
-        `timeout` seconds (None: as long as it takes)."""
+        `timeout` seconds (None: as long as it takes). A result already known is not asked
+        for again."""
+        if self._answer is not None:
+            return self._answer
         deadline = None if timeout is None else time.monotonic() + timeout
         state: str | None = None
         while True:
@@ -825,6 +900,8 @@ def job_error(job_id: str, state: str | None, error: Any) -> Exception:
             key=err.get("key"),
             expected_sha256=err.get("expected_sha256"),
             actual_sha256=err.get("actual_sha256"),
+            expected_crc64nvme=err.get("expected_crc64nvme"),
+            actual_crc64nvme=err.get("actual_crc64nvme"),
         )
     if state == "cancelled":
         return JobCancelled(job_id, message)

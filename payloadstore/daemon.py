@@ -39,7 +39,7 @@ from enum import StrEnum
 from typing import Any
 
 from . import codec
-from ._wire import MAX_POLL_JOBS, HeartbeatAnswer, PolledJob, polled_job
+from ._wire import MAX_POLL_JOBS, HeartbeatAnswer, NextJobs, PolledJob, polled_job
 from .client import Client
 from .errors import (
     AuthError,
@@ -308,7 +308,11 @@ class Daemon:
         # Whether the control plane takes `max_jobs` (one poll for several jobs); a control plane
         # before it answers 422 to the unknown field, and the poller then polls one job at a time.
         self._poll_many = True
-        self._in_hand = 0  # jobs handed to the workers and not done yet
+        # Whether the control plane takes `next` on result posts (the daemon's next job in the
+        # answer, issue 34); one before it refuses the field (422) or ignores it (204), and the
+        # daemon then polls for every job as before.
+        self._result_next = True
+        self._in_hand = 0  # jobs taken (in a worker's hand or handed over) and not done yet
 
     # -- registration and control ---------------------------------------------------------------
 
@@ -446,18 +450,30 @@ class Daemon:
         crashed: list[BaseException],
     ) -> None:
         while (job := handed.get()) is not None:
-            try:
-                if not crashed:
-                    self.process(job)
-            except BaseException as e:  # noqa: BLE001 - re-raised by run()
-                crashed.append(e)
-                self.stop()
-            finally:
-                with self._lock:
-                    self._in_hand -= 1
-                    if self._max_jobs is not None and self._done() >= self._max_jobs:
-                        self.stop()
-                free.release()
+            # A job handed over with a result post's answer keeps this worker (and its slot):
+            # at steady load a worker makes one control-plane call per job.
+            following: PolledJob | None = job
+            while following is not None:
+                taken: list[PolledJob] = []
+                # No wait: an idle queue is the poller's to long-poll (one poller per process).
+                self._held.next_wait = 0.0
+                try:
+                    if not crashed:
+                        self.process(following)
+                except BaseException as e:  # noqa: BLE001 - re-raised by run()
+                    crashed.append(e)
+                    self.stop()
+                finally:
+                    self._held.next_wait = None
+                    taken = self._take_next()
+                    with self._lock:
+                        self._in_hand -= 1
+                        if self._max_jobs is not None and self._done() >= self._max_jobs:
+                            self.stop()
+                following = taken[0] if taken else None
+                for extra in taken[1:]:
+                    handed.put(extra)  # never with max_jobs=1; kept for the count's sake
+            free.release()
 
     def _done(self) -> int:
         return sum(self.stats.values())
@@ -562,24 +578,41 @@ class Daemon:
 
     def _loop(self, worker_id: str) -> None:
         failures = 0
-        while not self._stop.is_set():
-            try:
-                message = self._poll(worker_id)
-                failures = 0
-            except AuthError:
-                self.stop()
-                raise
-            except PayloadStoreError as e:
-                failures += 1
-                delay = self.client.retry.backoff(min(failures, 6))
-                log.warning("poll failed worker=%s error=%s delay_s=%.2f", worker_id, e, delay)
-                self._stop.wait(delay)
-                continue
-            if message is None:
-                if self._stop_when_idle:
+        # Jobs the last result post's answer carried: leased to this daemon, run before any
+        # poll (and even after a stop was asked for).
+        pending: list[PolledJob] = []
+        while pending or not self._stop.is_set():
+            if pending:
+                message: PolledJob = pending.pop(0)
+            else:
+                try:
+                    polled = self._poll(worker_id)
+                    failures = 0
+                except AuthError:
                     self.stop()
-                continue
-            self.process(message)
+                    raise
+                except PayloadStoreError as e:
+                    failures += 1
+                    delay = self.client.retry.backoff(min(failures, 6))
+                    log.warning("poll failed worker=%s error=%s delay_s=%.2f", worker_id, e, delay)
+                    self._stop.wait(delay)
+                    continue
+                if polled is None:
+                    if self._stop_when_idle:
+                        self.stop()
+                    continue
+                message = polled
+                with self._lock:
+                    self._in_hand += 1
+            # The result post asks for the next job, waiting as a poll would: one call per job.
+            self._held.next_wait = None if pending else self.wait_s
+            try:
+                self.process(message)
+            finally:
+                self._held.next_wait = None
+                pending.extend(self._take_next())
+                with self._lock:
+                    self._in_hand -= 1
             with self._lock:
                 if self._max_jobs is not None and sum(self.stats.values()) >= self._max_jobs:
                     self.stop()
@@ -655,11 +688,17 @@ class Daemon:
                 "payload corrupt job_id=%s key=%s expected=%s actual=%s",
                 job_id,
                 e.key,
-                e.expected_sha256,
-                e.actual_sha256,
+                e.expected_crc64nvme or e.expected_sha256,
+                e.actual_crc64nvme or e.actual_sha256,
             )
             self._report_failure(
-                job_id, PAYLOAD_CORRUPT, e.message, e.expected_sha256, e.actual_sha256, lease=lease
+                job_id,
+                PAYLOAD_CORRUPT,
+                e.message,
+                e.expected_sha256,
+                e.actual_sha256,
+                lease=lease,
+                crc64nvme=(e.expected_crc64nvme, e.actual_crc64nvme),
             )
             return PAYLOAD_CORRUPT
         except PayloadLost as e:
@@ -835,13 +874,17 @@ class Daemon:
     def _post_result(self, job_id: str, outcome: str, *, sent: Any = (), **result: Any) -> str:
         """Post exactly one of inline=, ref=, error= (with lease=); REFUSED when the control plane
         says 409 (lease_mismatch: the job was delivered again; conflict: another result stands).
+        In run()'s loops the post also asks for the worker's next job (`next`).
         `sent`: the result's blobs: one the namespace let go since this process uploaded it
         (`409 unknown_blob`) is checked or uploaded again from its source and the post sent once
         more; with its source gone, the job fails `BlobUploadFailed`."""
         self._mark_finishing()
+        wire = self.client.wire
         try:
-            self.client.blobs.resend_on_unknown(
-                sent, lambda: self.client.wire.post_result(job_id, **result)
+            self._with_next(
+                lambda nxt: self.client.blobs.resend_on_unknown(
+                    sent, lambda: wire.post_result(job_id, **result, next=nxt)
+                )
             )
         except BlobSourceGone as e:
             return self._post_error(
@@ -856,6 +899,57 @@ class Daemon:
             return REFUSED
         return outcome
 
+    def _next_request(self) -> NextJobs | None:
+        """The `next` of this worker's post: one job for the worker about to be free, reserved
+        in the count of jobs in hand (run(max_jobs=) is never passed), or None outside run()'s
+        loops, while stopping, and with a control plane before `next`."""
+        wait = getattr(self._held, "next_wait", None)
+        if wait is None or not self._result_next or self._stop.is_set():
+            return None
+        with self._lock:
+            if self._max_jobs is not None and self._max_jobs - self._done() - self._in_hand < 1:
+                return None
+            self._in_hand += 1
+        self._held.reserved = True
+        return NextJobs(tuple(self.queues), max_jobs=1, wait_s=wait, daemon_id=self.daemon_id)
+
+    def _with_next(self, send: Callable[[NextJobs | None], list[PolledJob] | None]) -> None:
+        """Send a post, with `next` when this worker takes a job next; keeps what it answers
+        for `_take_next`. A control plane before `next` refuses the field (400/422: the post was
+        not stored, so it goes again without it) or answers 204 (stored, `next` ignored): the
+        daemon stops asking and polls for each job as before."""
+        nxt = self._next_request()
+        if nxt is None:
+            send(None)
+            return
+        try:
+            jobs = send(nxt)
+        except InvalidRequest as e:
+            if "next" not in e.message:
+                raise
+            log.info("control plane takes no next on result posts: polling for each job")
+            self._result_next = False
+            send(None)
+            return
+        if jobs is None:
+            log.info("control plane answered no next jobs (204): polling for each job")
+            self._result_next = False
+            return
+        self._held.next_jobs = jobs
+
+    def _take_next(self) -> list[PolledJob]:
+        """The jobs this worker's last post answered (leased to this daemon: they must run),
+        counted as in hand in place of the reservation."""
+        jobs: list[PolledJob] = getattr(self._held, "next_jobs", None) or []
+        reserved = getattr(self._held, "reserved", False)
+        self._held.next_jobs, self._held.reserved = [], False
+        if jobs or reserved:
+            with self._lock:
+                self._in_hand += len(jobs) - (1 if reserved else 0)
+        for job in jobs:
+            log.debug("next job handed over job_id=%s", job.job_id)
+        return jobs
+
     def _report_failure(
         self,
         job_id: str,
@@ -865,16 +959,23 @@ class Daemon:
         actual: str | None = None,
         *,
         lease: str | None = None,
+        crc64nvme: tuple[str | None, str | None] = (None, None),
     ) -> None:
         self._mark_finishing()
+        wire = self.client.wire
         try:
-            self.client.wire.report_failure(
-                job_id,
-                state=state,
-                detail=detail,
-                expected_sha256=expected,
-                actual_sha256=actual,
-                lease=lease,
+            self._with_next(
+                lambda nxt: wire.report_failure(
+                    job_id,
+                    state=state,
+                    detail=detail,
+                    expected_sha256=expected,
+                    actual_sha256=actual,
+                    lease=lease,
+                    next=nxt,
+                    expected_crc64nvme=crc64nvme[0],
+                    actual_crc64nvme=crc64nvme[1],
+                )
             )
         except ConflictError as e:
             log.warning("failure report refused job_id=%s reason=%s", job_id, e.message)

@@ -148,7 +148,9 @@ class PayloadError(PayloadStoreError):
 
 
 class PayloadCorrupt(PayloadError):
-    """The bytes read back do not hash to the sha256 recorded when they were stored."""
+    """The bytes read back do not match the checksum recorded when they were stored: the
+    CRC64NVME (`expected_crc64nvme`/`actual_crc64nvme`, S3's base64) or, for a reference that
+    carries one, the sha256 (`expected_sha256`/`actual_sha256`, hex)."""
 
     def __init__(
         self,
@@ -156,11 +158,15 @@ class PayloadCorrupt(PayloadError):
         *,
         expected_sha256: str | None = None,
         actual_sha256: str | None = None,
+        expected_crc64nvme: str | None = None,
+        actual_crc64nvme: str | None = None,
         **kw,
     ):
         super().__init__(message, **kw)
         self.expected_sha256 = expected_sha256
         self.actual_sha256 = actual_sha256
+        self.expected_crc64nvme = expected_crc64nvme
+        self.actual_crc64nvme = actual_crc64nvme
 
 
 class PayloadLost(PayloadError):

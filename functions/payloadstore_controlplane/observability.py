@@ -105,6 +105,10 @@ OLDEST_JOB_AGE = "OldestJobAgeSeconds"
 REDIS_MEMORY_USED = "RedisMemoryUsedBytes"
 REDIS_MEMORY_MAX = "RedisMemoryMaxBytes"
 
+# A write found its node with fewer online replicas than REDIS_MIN_REPLICA_ACKS (at most once
+# a second per node and container): the shard takes writes on fewer copies than asked for.
+REPLICA_ACKS_BELOW_TARGET = "ReplicaAcksBelowTarget"
+
 # Every metric name the control plane emits. The dashboard and the alarms may name only these
 # (tests/infra checks both, and that every metrics_count/metrics_bytes name in the code is here).
 EMITTED_METRICS = frozenset(
@@ -130,6 +134,8 @@ EMITTED_METRICS = frozenset(
         "BlobsRenewed",
         "BlobRenewalsFailed",
         "BlobsLost",
+        # a Redis node with fewer online replicas than REDIS_MIN_REPLICA_ACKS (alarm)
+        REPLICA_ACKS_BELOW_TARGET,
         QUEUE_DEPTH,
         IN_FLIGHT,
         OLDEST_JOB_AGE,
@@ -151,6 +157,16 @@ def emit_metric_set(dimensions: dict[str, str], values: dict[str, tuple[str, flo
     for name, (unit, value) in values.items():
         batch.add_metric(name=name, unit=MetricUnit[unit], value=value)
     batch.flush_metrics()
+
+
+def replicas_below_target(node: str, online: int, target: int) -> None:
+    """The store found `node` with `online` replicas where REDIS_MIN_REPLICA_ACKS is `target`
+    (store/replicated.py): its writes now wait for `online` only."""
+    metrics_count(REPLICA_ACKS_BELOW_TARGET)
+    logger.warning(
+        "redis replicas below target, writes wait for the online ones",
+        extra={"node": node, "online_replicas": online, "min_replica_acks": target},
+    )
 
 
 def bind_job(job_id: str) -> None:

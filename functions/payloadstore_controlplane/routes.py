@@ -153,7 +153,10 @@ ENQUEUE = Route(
     (CLIENT,),
     "enqueue_inline",
     responses={
-        201: ("EnqueueResponse", "created"),
+        201: (
+            "EnqueueResponse",
+            "created; with ?wait=S, the result too when the job ended within S",
+        ),
         200: ("EnqueueResponse", "the same job again (idempotent retry)"),
         409: ("ErrorResponse", "a key not issued to this namespace or not uploaded"),
         413: ("ErrorResponse", "inline payload over INLINE_THRESHOLD"),
@@ -214,6 +217,10 @@ RESULT_POST = Route(
     (DAEMON,),
     "result_post",
     responses={
+        200: (
+            "PollManyResponse",
+            'with next: {"jobs": [...]}, the next deliveries (maybe none), once the result is stored',
+        ),
         204: (None, "stored"),
         404: ERROR,
         409: (
@@ -232,6 +239,10 @@ FAILURE = Route(
     (DAEMON,),
     "failure_report",
     responses={
+        200: (
+            "PollManyResponse",
+            'with next: {"jobs": [...]}, the next deliveries (maybe none), once it is recorded',
+        ),
         204: (None, "recorded"),
         404: ERROR,
         409: ("ErrorResponse", "lease_mismatch, or the job takes no other report"),
@@ -298,7 +309,13 @@ ENQUEUE_BATCH = Route(
     (CLIENT,),
     "enqueue_batch",
     responses={
-        200: ("BatchEnqueueResponse", "one answer per job, in request order"),
+        200: (
+            "BatchEnqueueResponse",
+            (
+                "one answer per job, in request order; with ?wait=S, each job that ended "
+                "within S carries its result"
+            ),
+        ),
         413: ("ErrorResponse", "inline bytes over BATCH_MAX_BYTES"),
     },
     body=JSON,

@@ -83,6 +83,15 @@ class Encoded:
             digest.update(chunk)
         return digest.hexdigest()
 
+    def crc64nvme(self) -> str:
+        """CRC64NVME of the encoded bytes, as S3 shows it (base64 of 8 bytes)."""
+        from .. import _checksum
+
+        crc = _checksum.EMPTY
+        for chunk in self.chunks:
+            crc = _checksum.update(chunk, crc)
+        return _checksum.to_b64(crc)
+
     def tobytes(self) -> bytes:
         if len(self.chunks) == 1 and type(self.chunks[0]) is bytes:
             return self.chunks[0]

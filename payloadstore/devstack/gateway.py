@@ -12,8 +12,8 @@ Three rooms, one concern each:
 - gateway_auth.py: the REQUEST authorizer as API Gateway runs and caches it;
 - gateway_server.py: the HTTP/1.1 server in front of it all.
 
-This module routes, caps the long-poll functions at their reserved concurrency (the CDK's
-derivation, payloadstore_controlplane/concurrency.py), runs each invocation in a container of its own (containers.py) on its own
+This module routes, caps the long-poll functions at their reserved concurrency (make deploy's
+decision, payloadstore_controlplane/concurrency.py), runs each invocation in a container of its own (containers.py) on its own
 worker thread (long-polls never block other callers), and starts the gateway as a process.
 """
 
@@ -90,36 +90,35 @@ FUNCTIONS_DIR = REPO_ROOT / "functions"
 
 Handler = Callable[[dict, Any], Any]
 
-# The local stand-ins of the CDK flags payloadstore:accountConcurrency, :daemonConcurrency and
-# :jobsConcurrency: the same derivation (payloadstore_controlplane/concurrency.py) gives each
-# long-poll function the cap it has on AWS, past which its invocations are throttled.
+# The local stand-ins of the CDK flags payloadstore:reservedConcurrency (off | auto | N),
+# :daemonConcurrency and :jobsConcurrency, decided as `make deploy`'s preflight decides them
+# (payloadstore_controlplane/concurrency.py): by default `auto` on an account of
+# PAYLOADSTORE_LOCAL_ACCOUNT_CONCURRENCY (1,000) that nothing else reserves, so daemon 400, jobs 300.
 LOCAL_CONCURRENCY_ENV = {
+    "mode": "PAYLOADSTORE_LOCAL_RESERVED_CONCURRENCY",
     "account": "PAYLOADSTORE_LOCAL_ACCOUNT_CONCURRENCY",
     "daemon": "PAYLOADSTORE_LOCAL_DAEMON_CONCURRENCY",
     "jobs": "PAYLOADSTORE_LOCAL_JOBS_CONCURRENCY",
 }
+LOCAL_ACCOUNT_CONCURRENCY = 1000
 
 
 def local_concurrency_caps(environ: dict[str, str] | None = None) -> dict[str, int]:
-    """group -> reserved concurrency for the local gateway, read as the CDK reads its flags."""
+    """group -> reserved concurrency for the local gateway (absent: uncapped), decided as
+    `make deploy` decides a stage's."""
     from payloadstore_controlplane import concurrency
 
     env = os.environ if environ is None else environ
-
-    def number(name: str) -> int | None:
-        raw = env.get(name, "").strip()
-        if not raw:
-            return None
-        try:
-            return int(raw)
-        except ValueError as e:
-            raise ValueError(f"{name} must be an integer, got {raw!r}") from e
-
-    account = number(LOCAL_CONCURRENCY_ENV["account"])
-    return concurrency.reserved_concurrency(
-        concurrency.DEFAULT_ACCOUNT_CONCURRENCY if account is None else account,
-        {group: number(LOCAL_CONCURRENCY_ENV[group]) for group in concurrency.DEFAULT_SHARES},
-    )
+    names = LOCAL_CONCURRENCY_ENV
+    mode = concurrency.parse_mode(env.get(names["mode"], concurrency.AUTO), names["mode"])
+    raw_limit = env.get(names["account"], "").strip()
+    limit = concurrency.parse_override(raw_limit, names["account"]) or LOCAL_ACCOUNT_CONCURRENCY
+    overrides = {
+        group: concurrency.parse_override(env.get(names[group]), names[group])
+        for group in concurrency.FLAG_OVERRIDES
+    }
+    account = concurrency.AccountConcurrency(limit=limit, unreserved=limit)
+    return concurrency.resolve(mode, overrides, account).caps
 
 
 class ThrottledError(Exception):
@@ -235,7 +234,7 @@ class LocalGateway:
     timeout_s: float | None = None
     max_body_bytes: int | None = None
     min_compression_bytes: int | None = None  # defaults to routes.MIN_COMPRESSION_BYTES
-    # group -> reserved concurrency; defaults to local_concurrency_caps() (the CDK's defaults)
+    # group -> reserved concurrency; defaults to local_concurrency_caps() (make deploy's choice)
     concurrency: dict[str, int] | None = None
 
     def __post_init__(self) -> None:

@@ -79,6 +79,7 @@ import os
 import re
 import tempfile
 import threading
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from urllib.parse import parse_qs, quote
 from xml.etree import ElementTree
@@ -92,8 +93,8 @@ AUTH_PARAMS = ("X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Signe
 # Each function's local keys: `local-<group>` / `local-<group>-secret`.
 FUNCTION_KEY_PREFIX = "local-"
 GRANTS_ENV = "PAYLOADSTORE_S3_GRANTS"
-# The body's sha256 (base64), once PresignedUrlRules hashed it: not hashed a second time.
-VERIFIED_SHA256 = "payloadstore.sha256_b64"
+# (algorithm, base64 checksum) of a PUT's body once it was checked: not computed a second time.
+VERIFIED_CHECKSUM = "payloadstore.verified_checksum"
 
 
 def function_groups() -> tuple[str, ...]:
@@ -268,6 +269,9 @@ class PresignedUrlRules:
                 )
             if not environ.get("HTTP_AUTHORIZATION"):
                 return _error(start_response, "403 Forbidden", "AccessDenied", "Access Denied")
+            refused = verify_put_body(environ)
+            if refused is not None:
+                return _error(start_response, *refused)
             signed = _header_credential(environ)
             if signed is not None and signed[1] == "s3":
                 return self._as_granted(signed[0], query, environ, start_response)
@@ -276,33 +280,9 @@ class PresignedUrlRules:
         if refused is not None:
             status, code, message = refused
             return _error(start_response, status, code, message)
-        claimed = environ.get("HTTP_X_AMZ_CHECKSUM_SHA256")
-        if environ.get("REQUEST_METHOD") == "PUT" and claimed:
-            length = int(environ.get("CONTENT_LENGTH") or 0)
-            # Hashed as it is read, and kept in a spooled file: a multi-GiB blob's PUT is not
-            # held in this process's memory twice.
-            body = tempfile.SpooledTemporaryFile(max_size=64 * 1024 * 1024)  # noqa: SIM115 - handed to moto as its input
-            digest = hashlib.sha256()
-            left = length
-            while left > 0:
-                chunk = environ["wsgi.input"].read(min(left, 8 * 1024 * 1024))
-                if not chunk:
-                    break
-                digest.update(chunk)
-                body.write(chunk)
-                left -= len(chunk)
-            actual = base64.b64encode(digest.digest()).decode()
-            if actual != claimed:
-                body.close()
-                return _error(
-                    start_response,
-                    "400 Bad Request",
-                    "BadDigest",
-                    "The SHA256 you specified did not match the calculated checksum.",
-                )
-            body.seek(0)
-            environ["wsgi.input"] = body
-            environ[VERIFIED_SHA256] = actual
+        refused = verify_put_body(environ)
+        if refused is not None:
+            return _error(start_response, *refused)
         signer = query["X-Amz-Credential"][0].split("/", 1)[0]
         return self._as_granted(signer, query, environ, start_response)
 
@@ -419,6 +399,85 @@ class PresignedUrlRules:
         )
 
 
+# The checksums a PUT (object or part) may carry, checked against its body as S3 checks them:
+# header name (WSGI form) -> (algorithm as S3 names it, function of the body -> base64).
+def _sha256_b64(data) -> str:
+    return base64.b64encode(hashlib.sha256(data).digest()).decode()
+
+
+def _crc64nvme_b64(data) -> str:
+    from awscrt import checksums
+
+    return base64.b64encode(checksums.crc64nvme(data).to_bytes(8, "big")).decode()
+
+
+CHECKED_ALGORITHMS = {
+    "HTTP_X_AMZ_CHECKSUM_SHA256": "SHA256",
+    "HTTP_X_AMZ_CHECKSUM_CRC64NVME": "CRC64NVME",
+}
+
+
+def claimed_checksum(environ) -> tuple[str, str] | None:
+    """(algorithm, base64 value) of the checksum header a request carries, or None."""
+    for header, algorithm in CHECKED_ALGORITHMS.items():
+        value = environ.get(header)
+        if value:
+            return algorithm, value
+    return None
+
+
+def verify_put_body(environ) -> tuple[str, str, str] | None:
+    """A PUT carrying x-amz-checksum-sha256 or -crc64nvme: its body is read (checksummed as it
+    is read, kept in a spooled file: a multi-GiB blob is not held in memory twice) and refused
+    as S3 refuses it, 400 BadDigest, when the checksum differs. The body is handed on with the
+    computed value (VERIFIED_CHECKSUM), so it is not computed a second time."""
+    claimed = claimed_checksum(environ)
+    if environ.get("REQUEST_METHOD") != "PUT" or claimed is None:
+        return None
+    if (environ.get("HTTP_X_AMZ_CONTENT_SHA256") or "").startswith("STREAMING") or (
+        "aws-chunked" in (environ.get("HTTP_CONTENT_ENCODING") or "")
+    ):
+        return None  # a chunked body with a trailing checksum: moto decodes it
+    algorithm, value = claimed
+    length = int(environ.get("CONTENT_LENGTH") or 0)
+    body = tempfile.SpooledTemporaryFile(max_size=64 * 1024 * 1024)  # noqa: SIM115 - handed to moto as its input
+    digest = hashlib.sha256()
+    crc = [0]
+
+    def feed(chunk: bytes) -> None:
+        if algorithm == "SHA256":
+            digest.update(chunk)
+        else:
+            from awscrt import checksums
+
+            crc[0] = checksums.crc64nvme(chunk, crc[0])
+
+    left = length
+    while left > 0:
+        chunk = environ["wsgi.input"].read(min(left, 8 * 1024 * 1024))
+        if not chunk:
+            break
+        feed(chunk)
+        body.write(chunk)
+        left -= len(chunk)
+    raw = digest.digest() if algorithm == "SHA256" else crc[0].to_bytes(8, "big")
+    actual = base64.b64encode(raw).decode()
+    if actual != value:
+        body.close()
+        return (
+            "400 Bad Request",
+            "BadDigest",
+            f"The {algorithm} you specified did not match the calculated checksum.",
+        )
+    body.seek(0)
+    environ["wsgi.input"] = body
+    environ[VERIFIED_CHECKSUM] = (algorithm, actual)
+    # S3 keeps the checksum of any PUT that carried one; moto only when the SDK's algorithm
+    # header names it.
+    environ.setdefault("HTTP_X_AMZ_SDK_CHECKSUM_ALGORITHM", algorithm)
+    return None
+
+
 def _captured(app, environ) -> tuple[str, list[tuple[str, str]], bytes]:
     """(status, headers, body) of `app`'s answer to `environ`."""
     answer: dict = {}
@@ -473,24 +532,28 @@ def _stored(bucket: str, key: str):
         return None
 
 
-# upload id -> {part number: base64 sha256} of the parts the emulator took (and hashed).
+# upload id -> {part number: base64 checksum} of the parts the emulator took (and checked).
 _PART_DIGESTS: dict[str, dict[int, str]] = {}
 
 
 def _complete_reading_each_part_once(self, body):
-    """moto's FakeMultipart.complete, reading each part once (moto reads it twice) and taking a
-    SHA256 part's digest from what the emulator computed when the part arrived (moto hashes it
-    again): the same object, ETag and COMPOSITE checksum, for about half the work. Any other
-    checksum algorithm goes to moto's own."""
+    """moto's FakeMultipart.complete, reading each part once (moto reads it twice, and copies
+    the whole object twice more for a FULL_OBJECT checksum) and taking each part's checksum
+    from what the emulator computed when the part arrived: a SHA256 upload's COMPOSITE checksum
+    from the parts' sha256s, a CRC64NVME upload's FULL_OBJECT checksum by combining the parts'
+    CRCs (no byte read again). The same object and ETag; any other checksum goes to moto's own."""
     from moto.s3.exceptions import EntityTooSmall, InvalidPart, MalformedXML
     from moto.s3.models import S3_UPLOAD_PART_MIN_SIZE
 
-    algorithm = self.metadata.get("x-amz-checksum-algorithm")
-    kind = self.metadata.get("x-amz-checksum-type") or "COMPOSITE"
-    if (algorithm or "").upper() != "SHA256" or kind != "COMPOSITE":
+    algorithm = (self.metadata.get("x-amz-checksum-algorithm") or "").upper()
+    kind = self.metadata.get("x-amz-checksum-type") or (
+        "FULL_OBJECT" if algorithm == "CRC64NVME" else "COMPOSITE"
+    )
+    if (algorithm, kind) not in (("SHA256", "COMPOSITE"), ("CRC64NVME", "FULL_OBJECT")):
         return _MOTO_COMPLETE[0](self, body)
     known = _PART_DIGESTS.get(self.id, {})
     total, md5s, digests = bytearray(), bytearray(), bytearray()
+    crc = 0
     last = None
     for number, etag in body:
         part = self.parts.get(number)
@@ -502,15 +565,28 @@ def _complete_reading_each_part_once(self, body):
         md5s.extend(bytes.fromhex(part.etag.replace('"', "")))
         total.extend(value)
         digest = known.get(number)
-        digests.extend(base64.b64decode(digest) if digest else hashlib.sha256(value).digest())
+        if algorithm == "SHA256":
+            digests.extend(base64.b64decode(digest) if digest else hashlib.sha256(value).digest())
+        else:
+            part_crc = base64.b64decode(digest if digest else _crc64nvme_b64(value))
+            crc = _crc_combine(crc, int.from_bytes(part_crc, "big"), len(value))
         last = part
     count = len(md5s) // 16
     if not count:
         raise MalformedXML
-    composite = base64.b64encode(hashlib.sha256(bytes(digests)).digest()).decode()
     etag = f"{hashlib.md5(bytes(md5s)).hexdigest()}-{count}"
     # The bytearray itself (moto's FakeKey writes it to its buffer): no copy into bytes first.
+    if algorithm == "CRC64NVME":
+        full = base64.b64encode(crc.to_bytes(8, "big")).decode()
+        return total, etag, ("FULL_OBJECT", full, 1)
+    composite = base64.b64encode(hashlib.sha256(bytes(digests)).digest()).decode()
     return total, etag, ("COMPOSITE", composite, count)
+
+
+def _crc_combine(first: int, second: int, second_length: int) -> int:
+    from awscrt import checksums
+
+    return checksums.combine_crc64nvme(first, second, second_length) if second_length else first
 
 
 _MOTO_COMPLETE: list = []
@@ -524,6 +600,19 @@ def _install_fast_complete() -> None:
         FakeMultipart.complete = _complete_reading_each_part_once
 
 
+@dataclass
+class _Upload:
+    """What the emulator keeps of a multipart upload in progress."""
+
+    algorithm: str = ""  # SHA256 | CRC64NVME | "" (none named)
+    kind: str = ""  # COMPOSITE | FULL_OBJECT | ""
+    parts: dict[int, tuple[str, int]] = field(default_factory=dict)  # number -> (b64, size)
+
+
+def _invalid_request(message: str) -> tuple[str, str, str]:
+    return "400 Bad Request", "InvalidRequest", message
+
+
 class MultipartChecksums:
     """S3's checksum rules for multipart uploads, and ranged GETs served at their offset (see
     the module's docstring). Sits between PresignedUrlRules and moto: every request reaching it
@@ -533,8 +622,7 @@ class MultipartChecksums:
         self.app = app
         _install_fast_complete()
         self._lock = threading.Lock()
-        # upload id -> (checksum algorithm or "", {part number: base64 sha256})
-        self._uploads: dict[str, tuple[str, dict[int, str]]] = {}
+        self._uploads: dict[str, _Upload] = {}
         # "bucket/key" and upload id -> set when a completion in progress is stored
         self._completing: dict[str, threading.Event] = {}
 
@@ -572,12 +660,34 @@ class MultipartChecksums:
         return self.app(environ, start_response)
 
     def _create(self, environ, start_response):
+        algorithm = (environ.get("HTTP_X_AMZ_CHECKSUM_ALGORITHM") or "").upper()
+        kind = (environ.get("HTTP_X_AMZ_CHECKSUM_TYPE") or "").upper()
+        # S3: CRC64NVME is FULL_OBJECT only; the SHA algorithms are COMPOSITE only.
+        if algorithm == "CRC64NVME" and kind == "COMPOSITE":
+            return _error(
+                start_response,
+                *_invalid_request(
+                    "The COMPOSITE checksum type cannot be used with the crc64nvme checksum "
+                    "algorithm."
+                ),
+            )
+        if algorithm == "SHA256" and kind == "FULL_OBJECT":
+            return _error(
+                start_response,
+                *_invalid_request(
+                    "The FULL_OBJECT checksum type cannot be used with the sha256 checksum "
+                    "algorithm."
+                ),
+            )
+        if algorithm and not kind:
+            kind = "FULL_OBJECT" if algorithm == "CRC64NVME" else "COMPOSITE"
         status, headers, body = _captured(self.app, environ)
         found = re.search(rb"<UploadId>([^<]+)</UploadId>", body)
         if status.startswith("200") and found:
-            algorithm = (environ.get("HTTP_X_AMZ_CHECKSUM_ALGORITHM") or "").upper()
             with self._lock:
-                self._uploads[found.group(1).decode()] = (algorithm, {})
+                self._uploads[found.group(1).decode()] = _Upload(algorithm, kind)
+            if kind:
+                headers = [*headers, ("x-amz-checksum-type", kind)]
         return _answer(start_response, status, headers, body)
 
     def _upload_part(self, environ, start_response, upload: str, query: dict):
@@ -586,35 +696,48 @@ class MultipartChecksums:
         streaming = (environ.get("HTTP_X_AMZ_CONTENT_SHA256") or "").startswith("STREAMING")
         if streaming or "aws-chunked" in (environ.get("HTTP_CONTENT_ENCODING") or ""):
             return self.app(environ, start_response)  # a chunked body: moto decodes it
-        body = _read_body(environ)
-        actual = (
-            environ.get(VERIFIED_SHA256) or base64.b64encode(hashlib.sha256(body).digest()).decode()
-        )
-        claimed = environ.get("HTTP_X_AMZ_CHECKSUM_SHA256")
         with self._lock:
-            algorithm, parts = self._uploads.get(upload, ("", {}))
-        if claimed and claimed != actual:
+            state = self._uploads.get(upload) or _Upload()
+        claimed = claimed_checksum(environ)
+        if claimed is not None and state.algorithm and claimed[0] != state.algorithm:
+            return _error(
+                start_response,
+                *_invalid_request(
+                    "Checksum Type mismatch occurred, expected checksum Type: "
+                    f"{state.algorithm.lower()}, actual checksum Type: {claimed[0].lower()}"
+                ),
+            )
+        if state.algorithm == "SHA256" and claimed is None:
+            # A COMPOSITE upload needs each part's checksum (a FULL_OBJECT one does not: S3
+            # computes the part's CRC itself).
+            return _error(
+                start_response,
+                *_invalid_request(
+                    "Checksum Type mismatch occurred, expected checksum Type: sha256, "
+                    "actual checksum Type: null"
+                ),
+            )
+        verified = environ.get(VERIFIED_CHECKSUM)
+        body = _read_body(environ)
+        algorithm = state.algorithm or (claimed[0] if claimed else "SHA256")
+        if verified is not None and verified[0] == algorithm:
+            actual = verified[1]
+        else:
+            actual = _sha256_b64(body) if algorithm == "SHA256" else _crc64nvme_b64(body)
+        if claimed is not None and claimed[1] != actual:
             return _error(
                 start_response,
                 "400 Bad Request",
                 "BadDigest",
-                "The SHA256 you specified did not match the calculated checksum.",
-            )
-        if algorithm == "SHA256" and not claimed:
-            return _error(
-                start_response,
-                "400 Bad Request",
-                "InvalidRequest",
-                "Checksum Type mismatch occurred, expected checksum Type: sha256, "
-                "actual checksum Type: null",
+                f"The {algorithm} you specified did not match the calculated checksum.",
             )
         status, headers, answer = _captured(self.app, environ)
         if status.startswith("200"):
             number = int(query["partNumber"][0])
             with self._lock:
-                self._uploads.setdefault(upload, (algorithm, parts))[1][number] = actual
+                self._uploads.setdefault(upload, state).parts[number] = (actual, len(body))
                 _PART_DIGESTS.setdefault(upload, {})[number] = actual
-            headers = [*headers, ("x-amz-checksum-sha256", actual)]
+            headers = [*headers, (f"x-amz-checksum-{algorithm.lower()}", actual)]
         return _answer(start_response, status, headers, answer)
 
     def _upload_part_copy(self, environ, start_response, upload: str, query: dict):
@@ -624,42 +747,46 @@ class MultipartChecksums:
         if not status.startswith("200"):
             return _answer(start_response, status, headers, body)
         with self._lock:
-            algorithm, parts = self._uploads.get(upload, ("", {}))
+            state = self._uploads.get(upload) or _Upload()
         source = _copy_source(environ.get("HTTP_X_AMZ_COPY_SOURCE", ""))
         stored = _stored(*source) if source else None
-        if algorithm == "SHA256" and stored is not None:
+        if state.algorithm in ("SHA256", "CRC64NVME") and stored is not None:
             m = _RANGE.match(environ.get("HTTP_X_AMZ_COPY_SOURCE_RANGE", "").strip())
             begin, end = (int(m.group(1)), int(m.group(2))) if m and m.group(2) else (0, None)
             with stored.lock:
                 stored._value_buffer.seek(begin)
                 data = stored._value_buffer.read(None if end is None else end - begin + 1)
-            actual = base64.b64encode(hashlib.sha256(data).digest()).decode()
+            if state.algorithm == "SHA256":
+                actual = _sha256_b64(data)
+            else:
+                actual = _crc64nvme_b64(data)
             number = int(query["partNumber"][0])
             with self._lock:
-                self._uploads.setdefault(upload, (algorithm, parts))[1][number] = actual
+                self._uploads.setdefault(upload, state).parts[number] = (actual, len(data))
                 _PART_DIGESTS.setdefault(upload, {})[number] = actual
-            body = body.replace(
-                b"</ETag>", f"</ETag><ChecksumSHA256>{actual}</ChecksumSHA256>".encode(), 1
-            )
+            name = "ChecksumSHA256" if state.algorithm == "SHA256" else "ChecksumCRC64NVME"
+            body = body.replace(b"</ETag>", f"</ETag><{name}>{actual}</{name}>".encode(), 1)
         return _answer(start_response, status, headers, body)
 
     def _list_parts(self, environ, start_response, upload: str):
         status, headers, body = _captured(self.app, environ)
         with self._lock:
-            algorithm, parts = self._uploads.get(upload, ("", {}))
-            known = dict(parts)
+            state = self._uploads.get(upload) or _Upload()
+            known = dict(state.parts)
+        tag = "ChecksumCRC64NVME" if state.algorithm == "CRC64NVME" else "ChecksumSHA256"
 
         def with_checksum(m: re.Match) -> bytes:
             digest = known.get(int(m.group(2)))
-            extra = f"<ChecksumSHA256>{digest}</ChecksumSHA256>".encode() if digest else b""
+            extra = f"<{tag}>{digest[0]}</{tag}>".encode() if digest else b""
             return m.group(0) + extra
 
         if status.startswith("200"):
             body = _PART_NUMBER.sub(with_checksum, body)
-            if algorithm:
+            if state.algorithm:
                 body = body.replace(
                     b"</UploadId>",
-                    f"</UploadId><ChecksumAlgorithm>{algorithm}</ChecksumAlgorithm>".encode(),
+                    f"</UploadId><ChecksumAlgorithm>{state.algorithm}</ChecksumAlgorithm>"
+                    f"<ChecksumType>{state.kind}</ChecksumType>".encode(),
                     1,
                 )
         return _answer(start_response, status, headers, body)
@@ -667,28 +794,67 @@ class MultipartChecksums:
     def _complete(self, environ, start_response, upload: str):
         request = _read_body(environ)
         with self._lock:
-            algorithm, parts = self._uploads.get(upload, ("", {}))
-            known = dict(parts)
+            state = self._uploads.get(upload) or _Upload()
+            known = dict(state.parts)
+        tag = "ChecksumCRC64NVME" if state.algorithm == "CRC64NVME" else "ChecksumSHA256"
         named: list[tuple[int, str | None]] = []
         try:
             for part in ElementTree.fromstring(request or b"<x/>"):
                 if _local_tag(part) != "Part":
                     continue
                 fields = {_local_tag(e): (e.text or "").strip() for e in part}
-                named.append((int(fields.get("PartNumber", "0")), fields.get("ChecksumSHA256")))
+                named.append((int(fields.get("PartNumber", "0")), fields.get(tag)))
         except (ElementTree.ParseError, ValueError):
             return _error(start_response, "400 Bad Request", "MalformedXML", "Malformed XML")
-        if algorithm == "SHA256" and any(
-            not digest or known.get(number) != digest for number, digest in named
-        ):
-            return _error(
-                start_response,
-                "400 Bad Request",
-                "InvalidPart",
-                "One or more of the specified parts could not be found. The part may not have "
-                "been uploaded, or the specified checksum may not have matched the part's.",
-            )
+        refused = self._completion_refused(environ, state, named, known)
+        if refused is not None:
+            return _error(start_response, *refused)
         return self._complete_in_background(environ, start_response, upload, named, known)
+
+    @staticmethod
+    def _completion_refused(environ, state: _Upload, named, known) -> tuple[str, str, str] | None:
+        """Why S3 would refuse this CompleteMultipartUpload for its checksums, or None.
+
+        A COMPOSITE (SHA256) upload must name each part's checksum as uploaded. A FULL_OBJECT
+        (CRC64NVME) one may name them (each must be the part's), may say its type
+        (x-amz-checksum-type: it must be the upload's) and may give the whole object's CRC
+        (x-amz-checksum-crc64nvme), which S3 checks against the parts' CRCs combined: a part
+        swapped for other bytes of the same length makes that 400 BadDigest."""
+        invalid_part = (
+            "400 Bad Request",
+            "InvalidPart",
+            (
+                "One or more of the specified parts could not be found. The part may not have "
+                "been uploaded, or the specified checksum may not have matched the part's."
+            ),
+        )
+        kind = (environ.get("HTTP_X_AMZ_CHECKSUM_TYPE") or "").upper()
+        if kind and state.kind and kind != state.kind:
+            return _invalid_request(
+                f"The upload was created using the {state.kind} checksum mode. The complete "
+                "request must use the same checksum mode."
+            )
+        if state.algorithm == "SHA256":
+            if any(not d or known.get(n, ("", 0))[0] != d for n, d in named):
+                return invalid_part
+            return None
+        if state.algorithm != "CRC64NVME":
+            return None
+        if any(d and known.get(n, ("", 0))[0] != d for n, d in named):
+            return invalid_part
+        claimed = environ.get("HTTP_X_AMZ_CHECKSUM_CRC64NVME")
+        if claimed and all(n in known for n, _ in named):
+            crc = 0
+            for number, _ in named:
+                b64, size = known[number]
+                crc = _crc_combine(crc, int.from_bytes(base64.b64decode(b64), "big"), size)
+            if base64.b64encode(crc.to_bytes(8, "big")).decode() != claimed:
+                return (
+                    "400 Bad Request",
+                    "BadDigest",
+                    "The crc64nvme you specified did not match the calculated checksum.",
+                )
+        return None
 
     def _complete_in_background(self, environ, start_response, upload, named, known):
         """moto assembles the object (seconds for a GiB) while the answer keeps the connection
@@ -737,15 +903,33 @@ class MultipartChecksums:
         return kept_alive()
 
     def _completed(self, upload, named, known, status: str, body: bytes) -> bytes:
-        """The completion's answer with S3's composite checksum; the upload forgotten."""
+        """The completion's answer with S3's object checksum; the upload forgotten."""
         with self._lock:
-            algorithm = self._uploads.get(upload, ("", {}))[0]
-        if status.startswith("200") and algorithm == "SHA256":
-            raw = b"".join(base64.b64decode(known[n]) for n, _ in named)
+            state = self._uploads.get(upload) or _Upload()
+        if status.startswith("200") and state.algorithm == "SHA256":
+            raw = b"".join(base64.b64decode(known[n][0]) for n, _ in named)
             composite = f"{base64.b64encode(hashlib.sha256(raw).digest()).decode()}-{len(named)}"
             body = body.replace(
                 b"</ETag>", f"</ETag><ChecksumSHA256>{composite}</ChecksumSHA256>".encode(), 1
             )
+        if (
+            status.startswith("200")
+            and state.algorithm == "CRC64NVME"
+            and "<Checksum" not in (body.decode("utf-8", "replace"))
+        ):
+            crc = 0
+            for number, _ in named:
+                b64, size = known.get(number, ("", 0))
+                if b64:
+                    crc = _crc_combine(crc, int.from_bytes(base64.b64decode(b64), "big"), size)
+            full = base64.b64encode(crc.to_bytes(8, "big")).decode()
+            body = body.replace(
+                b"</ETag>",
+                f"</ETag><ChecksumCRC64NVME>{full}</ChecksumCRC64NVME>"
+                "<ChecksumType>FULL_OBJECT</ChecksumType>".encode(),
+                1,
+            )
+        if status.startswith("200"):
             with self._lock:
                 self._uploads.pop(upload, None)
         return body
@@ -775,6 +959,10 @@ class MultipartChecksums:
                 )
                 for n, v in headers
             ]
+        names = {n.lower() for n, _ in headers}
+        if "x-amz-checksum-crc64nvme" in names and "x-amz-checksum-type" not in names:
+            # S3 answers the type of every CRC64NVME object (a single PUT's too): FULL_OBJECT.
+            headers = [*headers, ("x-amz-checksum-type", "FULL_OBJECT")]
         start_response(status, headers)
         return [body]
 

@@ -19,6 +19,7 @@ from payloadstore import (
     PayloadCorrupt,
     PayloadLost,
     ServiceUnavailable,
+    _checksum,
 )
 from tests.e2e.sdk_helpers import clients, unique_queue
 
@@ -48,13 +49,15 @@ def test_given_args_overwritten_in_s3_when_the_daemon_fetches_them_then_payload_
     calls: list = []
     # When
     stats = run_until_idle(daemon_client, queue, lambda *a, **k: calls.append(a))
-    # Then: the function never ran, the job is payload_corrupt for good, with both hashes
+    # Then: the function never ran, the job is payload_corrupt for good, with both checksums
+    # (CRC64NVME, the transfer checksum the reference carries)
     assert calls == []
     assert stats == {"payload_corrupt": 1}
     status = job.status()
     assert status.state == "payload_corrupt"
-    assert status.error["expected_sha256"] == ref["sha256"] == hashlib.sha256(original).hexdigest()
-    assert status.error["actual_sha256"] == hashlib.sha256(tampered).hexdigest()
+    crc = _checksum.to_b64
+    assert status.error["expected_crc64nvme"] == ref["crc64nvme"] == crc(_checksum.of(original))
+    assert status.error["actual_crc64nvme"] == crc(_checksum.of(bytes(tampered)))
     with pytest.raises(PayloadCorrupt) as info:
         job.result(timeout=5)
     assert info.value.job_id == job.job_id

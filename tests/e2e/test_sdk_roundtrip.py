@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from payloadstore import codec
+from payloadstore import _checksum, codec
 from tests.e2e.sdk_helpers import bytes_len_for_encoded_size, clients, daemon_thread, unique_queue
 
 pytestmark = pytest.mark.e2e
@@ -81,13 +81,10 @@ def test_given_a_payload_of_each_size_when_round_tripped_then_args_and_result_la
     if expected_tier == "s3":
         head = s3_client.head_object(Bucket=local_gateway.bucket, Key=status.payload_ref["key"])
         assert head["ContentLength"] == payload_size
-        assert (
-            status.payload_ref["sha256"]
-            == hashlib.sha256(
-                s3_client.get_object(Bucket=local_gateway.bucket, Key=status.payload_ref["key"])[
-                    "Body"
-                ].read()
-            ).hexdigest()
+        stored = s3_client.get_object(Bucket=local_gateway.bucket, Key=status.payload_ref["key"])
+        # The reference carries the CRC64NVME of exactly the stored bytes (the transfer checksum)
+        assert status.payload_ref["crc64nvme"] == _checksum.to_b64(
+            _checksum.of(stored["Body"].read())
         )
         assert status.result_ref is not None, "a result of the same size goes to S3 too"
         assert status.result_ref["key"].endswith(f"/{job.job_id}/result")

@@ -17,9 +17,9 @@ def test_the_cost_model_reads_the_default_stage_from_its_template(template):
     assert (shape.cache_node_type, shape.cache_nodes) == ("cache.t4g.small", 2)
     # And two interface endpoints (Secrets Manager, SSM) in two AZs, no NAT gateway
     assert (shape.interface_endpoints, shape.availability_zones, shape.nat_gateways) == (2, 2, 0)
-    # And one dashboard, per-method metrics on every method of the route table, the schedule
+    # And one dashboard, per-method metrics off (payloadstore:detailedMetrics), the schedule
     assert shape.dashboards == 1
-    assert shape.method_metrics is True
+    assert shape.method_metrics is False
     assert shape.api_methods == len(ROUTES)
     assert shape.schedule_per_minute == 1
     # And every alarm is counted by the metrics it reads (a metric-math alarm by each metric)

@@ -81,7 +81,19 @@ def test_make_deploy_runs_cdk_deploy_of_the_stage_with_its_context_quietly():
     assert argv[4] == "PayloadStore-x"
     assert "--no-notices" in argv
     assert argv[argv.index("-c") + 1] == "payloadstore:stage=x"
-    assert argv[-4:] == ["-c", "payloadstore:foo=bar", "--require-approval", "never"]
+    assert argv[-6:-2] == ["-c", "payloadstore:foo=bar", "--require-approval", "never"]
+    # And before it the preflight decides the reserved concurrency from the same arguments and
+    # the stage, and its decision comes last (the CLI keeps the last value of a context key)
+    (pre,) = [shlex.split(line) for line in lines if "-m infra.preflight" in line]
+    assert pre[pre.index("--stage") + 1] == "x"
+    written = pre[pre.index("--write") + 1]
+    assert pre[pre.index("--") + 1 :] == [
+        "-c", "payloadstore:foo=bar", "--require-approval", "never"
+    ]  # fmt: skip
+    assert lines.index(next(line for line in lines if "-m infra.preflight" in line)) < next(
+        i for i, line in enumerate(lines) if "npx cdk deploy" in line
+    )
+    assert argv[-2:] == ["$(cat", f"{written})"]
     # And it installs the infra extra only, and the pinned CLI
     assert installed_extras(lines) == {"infra"}
     assert any(line.startswith("npm ci") for line in lines)
@@ -94,6 +106,16 @@ def test_make_synth_builds_the_dev_stage_by_default_with_only_the_infra_extra():
     assert "--no-notices" in argv
     assert argv[argv.index("-c") + 1] == "payloadstore:stage=dev"
     assert installed_extras(lines) == {"infra"}
+
+
+@pytest.mark.parametrize("target", ["synth", "deploy"])
+def test_make_synth_and_deploy_install_the_control_plane_the_app_imports(target):
+    # Given a fresh clone (issue 32: ModuleNotFoundError payloadstore_controlplane), When the
+    # target installs its extra, Then the same pip command installs functions/ beside it
+    (install,) = [line for line in dry_run(target) if "-m pip install" in line]
+    assert "-e ./functions" in install and "-e '.[infra]'" in install
+    # And the extra asks for the control plane's distribution, so pip cannot skip it
+    assert "payloadstore-controlplane" in extra_closure("infra")
 
 
 def test_the_infra_extra_is_cdk_and_what_the_app_imports_no_torch_no_test_tools():

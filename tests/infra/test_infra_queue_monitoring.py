@@ -78,7 +78,7 @@ def test_the_dashboard_names_only_metrics_the_code_emits(template):
     # And it shows what operators need: depth, in flight, oldest age, jobs, payload problems
     for name in ("QueueDepth", "InFlight", "OldestJobAgeSeconds", "JobsEnqueued", "PayloadCorrupt"):
         assert name in named, name
-    for title in ("Requests per route", "Latency p99 per route", "Redis memory used"):
+    for title in ("Requests (all routes)", "Latency p99 (all routes)", "Redis memory used"):
         assert title in body, title
 
 

@@ -36,6 +36,7 @@ def reset_caches() -> None:
     from payloadstore_controlplane.handlers import _deps, authorizer
     from payloadstore_controlplane.logic import health
     from payloadstore_controlplane.models.settings import get_settings
+    from payloadstore_controlplane.store.replicated import forget_replica_counts
     from payloadstore_controlplane.store.tokens import process_token_store
 
     health._bucket_cache.clear()
@@ -43,6 +44,7 @@ def reset_caches() -> None:
     _deps.get_deps.cache_clear()
     authorizer.token_store.cache_clear()
     process_token_store.cache_clear()
+    forget_replica_counts()
 
 
 @pytest.fixture

@@ -25,6 +25,9 @@ class Reply:
     status: int
     headers: dict
     raw_body: str
+    # The whole proxy answer as the Lambda runtime serializes it (json.dumps): what Lambda's
+    # 6 MB response limit counts.
+    proxy_bytes: int = 0
 
     @property
     def json(self):
@@ -78,7 +81,7 @@ class ControlPlane:
             body = base64.b64decode(body).decode()
         headers = dict(out.get("headers") or {})
         headers.update({k: v[-1] for k, v in (out.get("multiValueHeaders") or {}).items() if v})
-        return Reply(out["statusCode"], headers, body)
+        return Reply(out["statusCode"], headers, body, len(json.dumps(out)))
 
     # -- routes -------------------------------------------------------------------------
     def presign_put(

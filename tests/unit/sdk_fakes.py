@@ -49,6 +49,9 @@ class FakeWorld:
     download_expires_at: str = "2099-01-01T00:00:00Z"
     # Polls take `max_jobs` (a control plane before it answers 422 to the unknown field).
     takes_max_jobs: bool = True
+    # Result posts and failure reports take `next` (issue 34): "yes"; "refuse": 422 to the
+    # unknown field, nothing stored; "ignore": stored, 204 (a control plane that drops it).
+    takes_next: str = "yes"
 
     def new_job_id(self) -> str:
         self.counter += 1
@@ -171,17 +174,25 @@ class FakeWorld:
                 return httpx.Response(
                     404, json={"error": {"code": "not_found", "message": f"no job {job_id}"}}
                 )
-            if path.endswith("/result") and request.method == "POST":
-                job["result"] = json.loads(body)
-                if "resultRef" in job["result"]:
-                    job["result"]["resultRef"] = self._issued_ref(job["result"]["resultRef"]["key"])
-                job["state"] = "failed" if "error" in job["result"] else "succeeded"
-                return httpx.Response(204)
-            if path.endswith("/failure"):
-                report = json.loads(body)
-                job["failure"] = report
-                job["state"] = report["state"]
-                return httpx.Response(204)
+            if request.method == "POST" and path.endswith(("/result", "/failure")):
+                post = json.loads(body)
+                nxt = post.pop("next", None)
+                if nxt is not None and self.takes_next == "refuse":
+                    message = "next: Extra inputs are not permitted"
+                    error = {"error": {"code": "invalid_request", "message": message}}
+                    return httpx.Response(422, json=error)
+                if path.endswith("/result"):
+                    job["result"] = post
+                    if "resultRef" in post:
+                        post["resultRef"] = self._issued_ref(post["resultRef"]["key"])
+                    job["state"] = "failed" if "error" in post else "succeeded"
+                else:
+                    job["failure"] = post
+                    job["state"] = post["state"]
+                if nxt is None or self.takes_next == "ignore":
+                    return httpx.Response(204)
+                taken = min(nxt.get("max_jobs", 1), len(self.queue))
+                return httpx.Response(200, json={"jobs": [self._deliver() for _ in range(taken)]})
             if path.endswith("/result"):
                 if "result" not in job and job["state"] not in ("payload_corrupt", "payload_lost"):
                     return httpx.Response(202, json={"job_id": job_id, "state": job["state"]})

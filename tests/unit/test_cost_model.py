@@ -102,8 +102,8 @@ def test_the_fixed_cost_prices_what_the_stack_creates():
     assert item(lines, "VPC interface endpoints") == pytest.approx(28.80)
     assert item(lines, "NAT gateways: 0") == 0
     assert item(lines, "CloudWatch dashboards") == pytest.approx(3.00)
-    no_metrics = Shape(functions=FUNCTIONS, api_methods=17, method_metrics=False)
-    with_metrics = Shape(functions=FUNCTIONS, api_methods=17)
+    no_metrics = Shape(functions=FUNCTIONS, api_methods=17)
+    with_metrics = Shape(functions=FUNCTIONS, api_methods=17, method_metrics=True)
     assert item(model.fixed_monthly(with_metrics, Route("metrics", 1.0)), "API Gateway") == (
         pytest.approx(25.50)
     )

@@ -26,6 +26,7 @@ JOB_SLOT = {
     "lifecycle_heartbeat",
     "lifecycle_cancel",
     "operate_retry",
+    "operate_purge",
 }
 
 

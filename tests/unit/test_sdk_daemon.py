@@ -486,6 +486,17 @@ def poll_bodies(world: FakeWorld) -> list[dict]:
     ]
 
 
+def next_asks(world: FakeWorld) -> list[dict]:
+    """The `next` of each result post and failure report (the jobs asked for with them)."""
+    return [
+        json.loads(body)["next"]
+        for r, body in zip(world.requests, world.bodies, strict=True)
+        if r.method == "POST"
+        and r.url.path.endswith(("/result", "/failure"))
+        and "next" in json.loads(body)
+    ]
+
+
 def test_given_concurrency_when_running_then_one_poller_asks_for_the_free_workers_and_they_run_in_parallel():
     import threading
 
@@ -557,7 +568,9 @@ def test_given_run_max_jobs_with_concurrency_when_running_then_no_more_than_that
     )
     assert stats == {"succeeded": 5}
     assert len(world.queue) == 5
-    assert sum(b.get("max_jobs", 1) for b in poll_bodies(world)) == 5
+    asked = [b.get("max_jobs", 1) for b in poll_bodies(world)]
+    asked += [n["max_jobs"] for n in next_asks(world)]
+    assert sum(asked) == 5
 
 
 def test_given_a_poll_error_with_concurrency_when_running_then_the_poller_backs_off_and_goes_on():
@@ -575,3 +588,130 @@ def test_given_a_poll_error_with_concurrency_when_running_then_the_poller_backs_
         lambda i: i, stop_when_idle=True
     )
     assert stats == {"succeeded": 1}
+
+
+# -- result-and-next (issue 34) -----------------------------------------------------------------
+
+
+def control_plane_calls(world: FakeWorld) -> list:
+    """The daemon's calls to the control plane for jobs: polls, result posts, failure reports."""
+    return [
+        r
+        for r in world.requests
+        if r.method == "POST"
+        and (r.url.path == "/v1/daemon/poll" or r.url.path.endswith(("/result", "/failure")))
+    ]
+
+
+def test_given_a_busy_queue_when_one_worker_runs_then_each_result_post_fetches_the_next_job():
+    # Given 5 queued jobs
+    world = FakeWorld()
+    client = make_client(world)
+    for i in range(5):
+        client.queue("q").add(i)
+    # When a daemon of one worker runs them until idle
+    daemon = Daemon(client, ["q"], wait_s=3, install_signal_handlers=False)
+    stats = daemon.run(lambda i: i * 10, stop_when_idle=True)
+    # Then each result post asked for the next job (waiting as a poll would), so 5 jobs took
+    # 5 posts and 2 polls (the first, and the one that found the queue idle)
+    assert stats == {"succeeded": 5}
+    assert all(
+        n == {"queues": ["q"], "max_jobs": 1, "wait_s": 3, "daemon_id": daemon.daemon_id}
+        for n in next_asks(world)
+    )
+    assert len(poll_bodies(world)) == 2
+    assert len(control_plane_calls(world)) == 7
+    assert [world.jobs[f"JOB{i:04d}"]["state"] for i in range(1, 6)] == ["succeeded"] * 5
+
+
+def test_given_a_busy_queue_when_a_pool_runs_then_workers_keep_their_slot_with_the_next_job():
+    world = FakeWorld()
+    client = make_client(world)
+    for i in range(12):
+        client.queue("q").add(i)
+    daemon = Daemon(client, ["q"], wait_s=0, concurrency=3, install_signal_handlers=False)
+    stats = daemon.run(lambda i: i, stop_when_idle=True)
+    assert stats == {"succeeded": 12}
+    # Workers ask without waiting (an idle queue is the single poller's to long-poll)
+    assert {n["wait_s"] for n in next_asks(world)} == {0}
+    # Far fewer polls than jobs: most jobs came with a result post's answer
+    polled = sum(1 for _ in poll_bodies(world))
+    assert polled <= 4, polled
+    assert len(control_plane_calls(world)) <= 12 + 4
+
+
+def test_given_run_max_jobs_when_results_fetch_next_then_no_more_than_that_are_taken():
+    world = FakeWorld()
+    client = make_client(world)
+    for i in range(5):
+        client.queue("q").add(i)
+    stats = Daemon(client, ["q"], wait_s=0, install_signal_handlers=False).run(
+        lambda i: i, max_jobs=2
+    )
+    assert stats == {"succeeded": 2}
+    assert len(world.queue) == 3
+    assert len(next_asks(world)) == 1  # the second job's post asks for nothing
+
+
+def test_given_a_control_plane_before_next_when_it_refuses_the_field_then_the_post_goes_again_without_it():
+    world = FakeWorld(takes_next="refuse")
+    client = make_client(world)
+    for i in range(3):
+        client.queue("q").add(i)
+    stats = Daemon(client, ["q"], wait_s=0, install_signal_handlers=False).run(
+        lambda i: i + 1, stop_when_idle=True
+    )
+    assert stats == {"succeeded": 3}
+    posts = [
+        json.loads(b)
+        for r, b in zip(world.requests, world.bodies, strict=True)
+        if r.url.path.endswith("/result") and r.method == "POST"
+    ]
+    # The first post with next was refused (stored nothing) and sent again without it; then
+    # never asked again
+    assert ["next" in p for p in posts] == [True, False, False, False]
+    assert [world.jobs[f"JOB{i:04d}"]["state"] for i in range(1, 4)] == ["succeeded"] * 3
+    assert len(poll_bodies(world)) == 4
+
+
+def test_given_a_control_plane_that_ignores_next_when_it_answers_204_then_the_daemon_polls_again():
+    world = FakeWorld(takes_next="ignore")
+    client = make_client(world)
+    for i in range(3):
+        client.queue("q").add(i)
+    stats = Daemon(client, ["q"], wait_s=0, install_signal_handlers=False).run(
+        lambda i: i, stop_when_idle=True
+    )
+    assert stats == {"succeeded": 3}
+    assert len(next_asks(world)) == 1
+    assert len(poll_bodies(world)) == 4
+
+
+def test_given_a_failure_report_when_the_daemon_runs_then_it_fetches_the_next_job_too():
+    world = FakeWorld()
+    client = make_client(world)
+    job = client.queue("q").add(b"x" * 2000)  # S3 tier (threshold 1024)
+    world.objects.pop(next(k for k in world.objects if job.job_id in k))  # the payload is gone
+    client.queue("q").add(1)
+    stats = Daemon(client, ["q"], wait_s=0, install_signal_handlers=False).run(
+        lambda v: v, stop_when_idle=True
+    )
+    assert stats == {"payload_lost": 1, "succeeded": 1}
+    reports = world.calls("POST", "/failure")
+    assert len(reports) == 1 and json.loads(reports[0].content)["next"]["max_jobs"] == 1
+    assert len(poll_bodies(world)) == 2
+
+
+def test_given_a_stop_while_running_when_the_result_is_posted_then_no_next_job_is_taken():
+    world = FakeWorld()
+    client = make_client(world)
+    for i in range(3):
+        client.queue("q").add(i)
+    daemon = Daemon(client, ["q"], wait_s=0, install_signal_handlers=False)
+
+    def fn(i):
+        daemon.stop()
+        return i
+
+    assert daemon.run(fn) == {"succeeded": 1}
+    assert next_asks(world) == [] and len(world.queue) == 2

@@ -420,3 +420,60 @@ def test_given_queue_routes_when_asking_then_queue_info_and_not_found_is_queue_n
         "/v1/namespaces/team/queues",
         "/v1/namespaces/team/queues/nope",
     ]
+
+
+# -- result-and-next, enqueue-and-wait (issue 34) ------------------------------------------------
+
+
+def test_given_next_on_a_result_post_when_answered_then_the_next_jobs_or_none_for_a_204():
+    nxt = _wire.NextJobs(("q",), max_jobs=2, wait_s=1.5, daemon_id="d")
+    call = _wire.post_result("team", "J1", inline=b"\x01", lease="l", next=nxt)
+    assert call.json["next"] == {"queues": ["q"], "max_jobs": 2, "wait_s": 1.5, "daemon_id": "d"}
+    assert call.timeout_s == 21.5
+    assert "next" not in _wire.post_result("team", "J1", inline=b"\x01").json
+    delivery = {"namespace": "team", "queue": "q", "attempt": 1, "lease": "l2"}
+    rec = Recorder(
+        httpx.Response(200, json={"jobs": [{**delivery, "job_id": "J2", "payloadInline": "AQ=="}]}),
+        httpx.Response(200, json={"jobs": []}),
+        httpx.Response(204),
+    )
+    wire = wire_with(rec)
+    (job,) = wire.post_result("J1", inline=b"\x01", lease="l", next=nxt) or []
+    assert (job.job_id, job.lease, job.payload_inline) == ("J2", "l2", b"\x01")
+    assert wire.report_failure("J1", state="payload_lost", detail="d", lease="l", next=nxt) == []
+    # A control plane before `next` that took the post and answered 204: None, not "no jobs"
+    assert wire.post_result("J1", inline=b"\x01", lease="l", next=nxt) is None
+    for bad in (0, 17):
+        with pytest.raises(ValueError, match="max_jobs"):
+            _wire.post_result("team", "J1", inline=b"x", next=_wire.NextJobs(("q",), max_jobs=bad))
+
+
+def test_given_wait_on_an_enqueue_when_the_job_ended_then_its_result_rides_along():
+    ended = {"job_id": "J1", "tier": "inline", "state": "succeeded", "resultInline": "Bw=="}
+    rec = Recorder(
+        httpx.Response(201, json=ended),
+        httpx.Response(201, json={"job_id": "J2", "tier": "s3"}),
+        httpx.Response(
+            200,
+            json={
+                "jobs": [
+                    {"job_id": "J3", "tier": "inline", "state": "failed", "error": {"type": "E"}},
+                    {"job_id": "J4", "tier": "inline"},
+                    {"error": {"code": "invalid_request", "message": "m"}},
+                ]
+            },
+        ),
+    )
+    wire = wire_with(rec)
+    got = wire.enqueue_inline("q", b"\x01", idempotency_key="k", wait_s=5)
+    assert got.job_id == "J1" and got.result is not None
+    assert got.result.done and got.result.result_inline == b"\x07"
+    assert rec.requests[0].url.params["wait"] == "5"
+    pending = wire.enqueue_ref("q", REF, wait_s=2)
+    assert pending.job_id == "J2" and pending.result is None
+    failed, queued, refused = wire.enqueue_batch("q", [_wire.BatchItem(inline=b"\x01")], wait_s=3)
+    assert rec.requests[2].url.params["wait"] == "3"
+    assert failed.result.state == "failed" and failed.result.error == {"type": "E"}
+    assert queued.result is None and isinstance(refused, _wire.ItemRefused)
+    # Without a wait the request is as before
+    assert _wire.enqueue_inline("team", "q", b"\x01", idempotency_key="k").params is None

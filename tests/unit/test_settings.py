@@ -169,3 +169,26 @@ def test_the_local_stack_environment_passes_the_cross_checks():
     )
     # When the settings are read, Then they are accepted
     Settings.from_env(env)
+
+
+def test_an_inline_threshold_whose_one_job_cannot_fit_a_poll_answer_is_refused():
+    from payloadstore_controlplane.models.limits import largest_inline_threshold
+
+    # Given the largest threshold one delivery fits with (~3.7 MiB): accepted
+    largest = largest_inline_threshold()
+    ok = Settings.from_env({"PAYLOAD_BUCKET": "b-b", "INLINE_THRESHOLD": str(largest)})
+    assert ok.inline_threshold == largest
+    # When one byte more (or 4 MiB) is asked for, the function refuses to start, saying why
+    for too_big in (largest + 1, 4 * 1024 * 1024):
+        with pytest.raises(SettingsError, match=f"INLINE_THRESHOLD={too_big} is above {largest}"):
+            Settings.from_env({"PAYLOAD_BUCKET": "b-b", "INLINE_THRESHOLD": str(too_big)})
+    # And 400 KiB (16 such jobs take two polls) is fine
+    assert Settings.from_env({"PAYLOAD_BUCKET": "b-b", "INLINE_THRESHOLD": "409600"})
+
+
+def test_presign_ttl_is_capped_at_an_hour_with_the_reason():
+    assert (
+        Settings.from_env({"PAYLOAD_BUCKET": "b-b", "PRESIGN_TTL_S": "3600"}).presign_ttl_s == 3600
+    )
+    with pytest.raises(SettingsError, match="PRESIGN_TTL_S=3601 is above 3600: .*session ends"):
+        Settings.from_env({"PAYLOAD_BUCKET": "b-b", "PRESIGN_TTL_S": "3601"})

@@ -191,7 +191,7 @@ def test_a_large_buffer_is_not_zero_filled_and_a_short_body_is_cut_to_what_arriv
     got = _transfer._with_excess(_transfer._fill(read_into, length, bar, buffer), b"")
     assert got.filled == len(arrived)
     assert bytes(got.buffer) == arrived
-    assert got.sha256 == hashlib.sha256(arrived).hexdigest()
+    assert got.checksum == hashlib.sha256(arrived).hexdigest()
 
 
 def test_a_small_buffer_is_a_plain_zeroed_bytearray():

@@ -40,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    sys.path[:0] = [str(REPO / "functions"), str(REPO)]
+    # The control plane comes installed (`make cost` installs [test], which has it).
+    sys.path[:0] = [str(REPO)]
 
     from tools.cost import report
     from tools.cost.measure import measure

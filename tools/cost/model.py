@@ -93,7 +93,7 @@ class Shape:
     alarm_metrics: int = 0
     dashboards: int = 1
     api_methods: int = 0
-    method_metrics: bool = True
+    method_metrics: bool = False  # payloadstore:detailedMetrics (off by default)
     secrets: int = 1
     schedule_per_minute: int = 1  # the metrics function
     queues: int = 1
@@ -174,9 +174,12 @@ def fixed_monthly(shape: Shape, metrics_route: Route) -> Lines:
         (f"CloudWatch dashboards: {shape.dashboards}", shape.dashboards * price("dashboard")),
         (
             f"API Gateway per-method metrics: {shape.api_methods} methods x {METRICS_PER_METHOD}",
-            (shape.api_methods * METRICS_PER_METHOD * price("custom_metric"))
-            if shape.method_metrics
-            else 0.0,
+            shape.api_methods * METRICS_PER_METHOD * price("custom_metric"),
+        )
+        if shape.method_metrics
+        else (
+            "API Gateway per-method metrics: off (payloadstore:detailedMetrics=on adds them)",
+            0.0,
         ),
         (f"EMF custom metrics: {emf} series ({shape.queues} queue)", emf * price("custom_metric")),
         (f"Secrets Manager: {shape.secrets} secret", shape.secrets * price("secret_month")),

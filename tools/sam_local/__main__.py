@@ -502,8 +502,7 @@ def main(argv: list[str] | None = None) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _interrupt)
     BUILD.mkdir(parents=True, exist_ok=True)
-    sys.path.insert(0, str(REPO / "functions"))
-    from payloadstore_controlplane import routes
+    from payloadstore_controlplane import routes  # installed: `make sam-local` installs [test]
 
     functions, all_routes = routes.FUNCTIONS, routes.ROUTES
     schedules = getattr(routes, "SCHEDULES", ())

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import cast
 
 from ..logic.context import Deps
-from ..models.settings import get_settings
+from ..models.settings import ReplicaAckPolicy, get_settings
+from ..observability import replicas_below_target
 from ..runtime import clock
 from ..runtime.once import built_once
 from ..store.redis_client import cached_redis
@@ -41,6 +42,8 @@ def get_deps() -> Deps:
             result_ttl_s=s.result_ttl_s,
             min_replica_acks=s.redis_min_replica_acks,
             replica_ack_timeout_ms=s.redis_replica_ack_timeout_ms,
+            replica_ack_strict=s.redis_replica_ack_policy is ReplicaAckPolicy.STRICT,
+            replicas_below_target=replicas_below_target,
         ),
         # Signs URLs in-process; the botocore client is created on the first HEAD.
         objects=S3Objects.for_region(

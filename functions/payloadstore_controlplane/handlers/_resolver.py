@@ -4,6 +4,7 @@ validation, Redis, S3, Powertools' own) to HTTP answers."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import redis
@@ -77,12 +78,65 @@ def redis_error_response(e: redis.RedisError) -> Response:
     return error_response(500, "internal_error", "internal error")
 
 
-class PayloadStoreResolver(APIGatewayRestResolver):
-    """Powertools' REST resolver, with the byte-level checks of `_requests.precheck` run first."""
+# The invocation a thread is serving: its proxy event, Lambda context and routing context.
+_invocation = threading.local()
 
-    parsed_json: Any = NOT_PARSED  # this invocation's JSON body, parsed by checked_body
+
+class PayloadStoreResolver(APIGatewayRestResolver):
+    """Powertools' REST resolver, with the byte-level checks of `_requests.precheck` run first.
+
+        Powertools keeps "the" invocation's event and Lambda context as class attributes shared by
+        every resolver of the process, and the routing context (validated route arguments) on the
+        resolver. Lambda runs one invocation per process at a time; the local gateway runs
+        concurrent invocations on threads of one process, where a request arriving while another
+        was being validated (or was long-polling: enqueue ?wait, result ?wait, poll) read the other
+        one's event. Here all three (and the parsed body) are per thread, so each invocation sees
+    only its own."""
+
+    @property
+    def parsed_json(self) -> Any:
+        """This invocation's JSON body, parsed by checked_body (per thread, as the event)."""
+        return getattr(_invocation, "parsed_json", NOT_PARSED)
+
+    @parsed_json.setter
+    def parsed_json(self, value: Any) -> None:
+        _invocation.parsed_json = value
+
+    @property  # type: ignore[override]
+    def current_event(self):
+        return getattr(_invocation, "event", None)
+
+    @current_event.setter
+    def current_event(self, value) -> None:
+        _invocation.event = value
+
+    @property  # type: ignore[override]
+    def lambda_context(self):
+        return getattr(_invocation, "context", None)
+
+    @lambda_context.setter
+    def lambda_context(self, value) -> None:
+        _invocation.context = value
+
+    @property  # type: ignore[override]
+    def context(self) -> dict:
+        routing = getattr(_invocation, "routing", None)
+        if routing is None:
+            routing = _invocation.routing = {}
+        return routing
+
+    @context.setter
+    def context(self, value: dict) -> None:
+        _invocation.routing = value
+
+    def _to_proxy_event(self, event):
+        # Powertools then stores it on BaseRouter for every resolver: ours reads it from here.
+        proxy = super()._to_proxy_event(event)
+        _invocation.event = proxy
+        return proxy
 
     def resolve(self, event, context) -> dict:
+        _invocation.context = context
         refused, self.parsed_json = (
             checked_body(event) if isinstance(event, dict) else (None, NOT_PARSED)
         )

@@ -8,12 +8,13 @@ from aws_lambda_powertools.event_handler.openapi.params import Body
 
 from .. import routes
 from ..logic.context import Principal
-from ..logic.daemon import poll, poll_many, post_result, report_failure
+from ..logic.daemon import next_deliveries, poll, poll_many, post_result, report_failure
 from ..logic.lifecycle import heartbeat
 from ..models.api import (
     FailureReport,
     HeartbeatRequest,
     HeartbeatResponse,
+    NextPoll,
     PollManyResponse,
     PollRequest,
     PollResponse,
@@ -54,25 +55,48 @@ def register(app) -> None:
         delivery = poll(p, body, get_deps())
         return empty_response(204) if delivery is None else json_text_response(200, delivery)
 
+    def then_next(p: Principal, nxt: NextPoll | None):
+        """204 without `next`; with it, the next deliveries (maybe none) as a poll with max_jobs
+        answers them. Called only once the post's own outcome is stored: a post that fails
+        raised before this, so it leased nothing."""
+        if nxt is None:
+            return empty_response(204)
+        # The wait ends in time to answer, whatever the post and the cold start took.
+        jobs = next_deliveries(p, nxt, capped_wait(app, nxt.wait_s), get_deps())
+        return json_text_response(200, PollManyResponse(jobs=jobs))
+
     @route(
         app,
         routes.RESULT_POST,
-        summary="Post a job's result or error",
-        responses={204: {"description": "stored"}},
+        summary="Post a job's result or error; with `next`, also take the daemon's next jobs",
+        responses={
+            200: {
+                "description": 'with next: {"jobs": [...]}, the next deliveries (maybe none)',
+                "content": {"application/json": {"model": PollManyResponse}},
+            },
+            204: {"description": "stored"},
+        },
     )
     def result(p: Principal, ns: str, job_id: str, body: Annotated[ResultPost, Body()]):
         post_result(p, job_id, body, get_deps())
-        return empty_response(204)
+        return then_next(p, body.next)
 
     @route(
         app,
         routes.FAILURE,
-        summary="Report payload_lost (requeued once by default) or payload_corrupt (terminal)",
-        responses={204: {"description": "recorded"}},
+        summary="Report payload_lost (requeued once by default) or payload_corrupt (terminal); "
+        "with `next`, also take the daemon's next jobs",
+        responses={
+            200: {
+                "description": 'with next: {"jobs": [...]}, the next deliveries (maybe none)',
+                "content": {"application/json": {"model": PollManyResponse}},
+            },
+            204: {"description": "recorded"},
+        },
     )
     def failure(p: Principal, ns: str, job_id: str, body: Annotated[FailureReport, Body()]):
         report_failure(p, job_id, body, get_deps())
-        return empty_response(204)
+        return then_next(p, body.next)
 
     @route(
         app,

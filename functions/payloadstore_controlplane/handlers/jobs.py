@@ -10,7 +10,7 @@ from .. import routes
 from ..logic.context import Principal
 from ..logic.enqueue import enqueue
 from ..logic.lifecycle import cancel
-from ..logic.results import get_result, job_status
+from ..logic.results import get_result, job_status, with_result
 from ..models.api import (
     CancelResponse,
     EnqueueRequest,
@@ -37,10 +37,13 @@ def register(app) -> None:
         app,
         routes.ENQUEUE,
         summary="Enqueue a job: JSON {payloadRef} | {payloadInline: base64}, or a raw "
-        "application/msgpack body (inline). Honours Idempotency-Key for inline jobs.",
+        "application/msgpack body (inline). Honours Idempotency-Key for inline jobs. With "
+        "?wait=S, the answer carries the result too when the job ends within S.",
         responses={201: {"description": "created"}, 200: {"description": "the same job again"}},
     )
-    def enqueue_job(p: Principal, ns: str, queue: str) -> EnqueueResponse:
+    def enqueue_job(
+        p: Principal, ns: str, queue: str, wait: Annotated[float, Query(ge=0, le=60)] = 0.0
+    ) -> EnqueueResponse:
         headers = app.current_event.headers
         payload_ref: PayloadRef | None
         payload_inline: bytes | None
@@ -59,7 +62,12 @@ def register(app) -> None:
             deps=get_deps(),
             blobs=blobs,
         )
-        return json_response(201 if result.created else 200, result.response)
+        response = result.response
+        if wait > 0:
+            # Enqueue-and-wait: the job is queued; its result joins the answer if it ends in
+            # time. The wait ends in time to answer, as GET .../result?wait does (_budget.py).
+            response = with_result(p, response, capped_wait(app, wait), get_deps())
+        return json_response(201 if result.created else 200, response)
 
     @route(app, routes.JOB_STATUS, summary="Job status: state, attempts, tier, refs, error")
     def get_job(p: Principal, ns: str, job_id: str) -> JobStatusResponse:

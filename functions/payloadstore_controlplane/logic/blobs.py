@@ -39,7 +39,13 @@ from ..store.records import (
     sha256_hex_to_b64,
 )
 from .context import Deps, Principal
-from .presign import check_part_sizes, iso_utc, multipart_spec, sign_parts
+from .presign import (
+    check_part_checksums,
+    check_part_sizes,
+    iso_utc,
+    multipart_spec,
+    sign_parts,
+)
 from .verify import PartsPlan, check_composite, complete_upload
 
 BLOB_PREFIX = "blobs/"
@@ -141,18 +147,23 @@ def _open_upload(p: Principal, sha: str, size: int, deps: Deps) -> BlobResponse:
         deps.objects.abort_multipart(key, created)
     metrics_count("Presigns", op="multipart")
     logger.info("blob multipart upload created", extra={"sha256": sha, "size": size})
-    return _multipart_answer(key, sha, size, upload_id, part_bytes)
+    return _multipart_answer(key, sha, size, upload_id, part_bytes, deps)
+
+
+def _blob_spec(key: str, upload_id: str, size: int, part_bytes: int, deps: Deps):
+    """A blob's upload in parts: SHA256 (COMPOSITE), each part's sha256 signed into its URL."""
+    return multipart_spec(key, upload_id, size, part_bytes, "SHA256", deps.clock(), deps)
 
 
 def _multipart_answer(
-    key: str, sha: str, size: int, upload_id: str, part_bytes: int
+    key: str, sha: str, size: int, upload_id: str, part_bytes: int, deps: Deps
 ) -> BlobResponse:
     return BlobResponse(
         sha256=sha,
         size=size,
         exists=False,
         key=key,
-        multipart=multipart_spec(upload_id, size, part_bytes),
+        multipart=_blob_spec(key, upload_id, size, part_bytes, deps),
     )
 
 
@@ -170,7 +181,7 @@ def _continue_upload(
             reason="size_mismatch",
         )
     if not upload.parts:
-        return _multipart_answer(key, sha, upload.size, upload.upload_id, upload.part_bytes)
+        return _multipart_answer(key, sha, upload.size, upload.upload_id, upload.part_bytes, deps)
     plan = PartsPlan(key, upload.size, upload.part_bytes)
     aborted: list[bool] = []
 
@@ -190,7 +201,7 @@ def _continue_upload(
         if not aborted:
             # Still open: whoever POSTed (the uploader missing a part, or another uploader of
             # the same content, e.g. after the first crashed) may upload the parts and POST again.
-            spec = multipart_spec(upload.upload_id, upload.size, upload.part_bytes)
+            spec = _blob_spec(key, upload.upload_id, upload.size, upload.part_bytes, deps)
             e.details["multipart"] = spec.model_dump()
         raise
     info = deps.objects.head(key)
@@ -223,6 +234,7 @@ def presign_blob_parts(p: Principal, req: PartsRequest, deps: Deps) -> PartsResp
             f"the namespace has no multipart upload open for blob {sha}: POST .../blobs first"
         )
     check_part_sizes(req, upload.size, upload.part_bytes)
+    check_part_checksums(req, "SHA256")
     outcome = deps.jobs.issue_blob_parts(
         p.namespace, sha, [(part.number, part.sha256) for part in req.parts]
     )

@@ -112,10 +112,12 @@ def issue_record(job: JobRecord, kind: PayloadKind, deps: Deps) -> IssueRecord |
         size=issued.size,
         content_type=issued.content_type,
         sha256=issued.sha256,
+        crc64nvme=issued.crc64nvme,
         presigns=issued.presigns,
         issued_at=issued_at,
         part_bytes=issued.part_bytes,
         composite_sha256=issued.composite_sha256,
+        attempt=issued.attempt,
     )
 
 
@@ -129,6 +131,7 @@ def payload_ref(job_id: str, kind: PayloadKind, issued: IssuedKey | None, deps: 
         key=key_for(job_id, kind, issued.attempt),
         size=issued.size,
         contentType=issued.content_type,
+        crc64nvme=issued.crc64nvme,
         sha256=issued.sha256,
         multipart=multipart_ref(issued.size, issued.part_bytes, issued.composite_sha256),
     )

@@ -6,9 +6,10 @@ import base64
 import secrets
 from functools import lru_cache
 
-from ..models.api import FailureReport, PollRequest, PollResponse, ResultPost
+from ..models.api import FailureReport, NextPoll, PollRequest, PollResponse, ResultPost
 from ..models.domain import JOB_ID_RE, JobStatus, PayloadKind
 from ..models.errors import Conflict, Forbidden, NotFound, PayloadTooLarge, Unprocessable
+from ..models.limits import AnswerBudget
 from ..models.settings import PayloadLostPolicy
 from ..observability import bind_job, logger, metrics_bytes, metrics_count
 from ..store.records import (
@@ -75,11 +76,21 @@ def poll(p: Principal, req: PollRequest, deps: Deps) -> PollResponse | None:
 
 
 def poll_many(
-    p: Principal, req: PollRequest, deps: Deps, max_jobs: int | None = None
+    p: Principal,
+    req: PollRequest,
+    deps: Deps,
+    max_jobs: int | None = None,
+    found: list[PollResponse] | None = None,
+    budget: AnswerBudget | None = None,
 ) -> list[PollResponse]:
     """Up to `max_jobs` (default req.max_jobs, else 1) deliveries, each with its own lease: the
     wait blocks only while nothing is found; once one is, up to max_jobs-1 more are taken without
-    blocking. At most MAX_SKIPPED_ENTRIES stale entries are skipped per poll, as for one job."""
+    blocking. At most MAX_SKIPPED_ENTRIES stale entries are skipped per poll, as for one job.
+    `found`: the list the deliveries are appended to as each is taken (a caller that must not
+    lose them when a later step fails passes its own).
+    `budget`: the answer's byte budget (models/limits.py; a new poll answer's by default): no
+    entry is taken unless the heaviest delivery there can be still fits, so the answer stays
+    under Lambda's 6 MB and what does not fit stays queued, never leased."""
     if req.namespace != p.namespace:
         raise Forbidden("token does not belong to this namespace")
     deps.queues.remember_namespace(p.namespace)
@@ -88,21 +99,72 @@ def poll_many(
     wait_s = min(req.wait_s, s.poll_max_wait_s)
     deadline = deps.clock() + wait_s
     min_idle_ms = s.visibility_timeout_s * 1000
-    found: list[PollResponse] = []
+    found = [] if found is None else found
+    budget = budget or AnswerBudget(s.inline_threshold)
     skipped = 0
-    while skipped < MAX_SKIPPED_ENTRIES and len(found) < want:
+    while skipped < MAX_SKIPPED_ENTRIES and len(found) < want and budget.room_for_another():
         block_ms = 0 if found else max(int((deadline - deps.clock()) * 1000), 0)
-        entry = deps.jobs.read_next(p.namespace, req.queues, req.daemon_id, block_ms, min_idle_ms)
-        if entry is None:
+        try:
+            entry = deps.jobs.read_next(
+                p.namespace, req.queues, req.daemon_id, block_ms, min_idle_ms
+            )
+            if entry is None:
+                if not found:
+                    _idle(p, req, deps)
+                return found
+            delivery = _deliver(p, req, entry, deps)
+        except Exception as e:
             if not found:
-                _idle(p, req, deps)
+                raise
+            # The deliveries already taken are leased to this daemon: answer them. Refusing
+            # the whole poll would hold each of them for VISIBILITY_TIMEOUT_S.
+            logger.warning(
+                "poll answers the deliveries taken before an error",
+                extra={"delivered": len(found), "error": type(e).__name__},
+            )
             return found
-        delivery = _deliver(p, req, entry, deps)
         if delivery is None:
             skipped += 1
         else:
+            budget.charge(delivery)
             found.append(delivery)
+    if len(found) < want and not budget.room_for_another():
+        logger.info(
+            "poll answer full",
+            extra={"delivered": len(found), "answer_bytes": budget.used, "max_jobs": want},
+        )
     return found
+
+
+def next_deliveries(p: Principal, nxt: NextPoll, wait_s: float, deps: Deps) -> list[PollResponse]:
+    """The daemon's next deliveries after a result post or failure report whose own outcome is
+    already stored (`next`, issue 34): a poll with max_jobs, blocking up to `wait_s` (the
+    handler's cap). The post is done by now, so a failure here never turns it into an error:
+    the deliveries taken before it are answered (each leased, so never dropped), and a fetch
+    that failed before taking any answers none."""
+    req = PollRequest(
+        namespace=p.namespace,
+        queues=nxt.queues,
+        wait_s=wait_s,
+        daemon_id=nxt.daemon_id or default_consumer(p),
+        max_jobs=nxt.max_jobs,
+    )
+    found: list[PollResponse] = []
+    try:
+        poll_many(p, req, deps, found=found)
+    except Exception:  # noqa: BLE001 - the post stands whatever the fetch met; logged, counted
+        logger.exception(
+            "next deliveries not taken after a stored post", extra={"found": len(found)}
+        )
+        metrics_count("NextFetchFailed")
+    return found
+
+
+def default_consumer(p: Principal) -> str:
+    """The consumer name of a `next` without daemon_id: one per token (a daemon's own id is
+    better: stale consumers are pruned by name)."""
+    token = "".join(c for c in p.token_id if c.isalnum() or c in "_.:-")[:58]
+    return f"token-{token}" if token else "daemon"
 
 
 def _idle(p: Principal, req: PollRequest, deps: Deps) -> None:
@@ -159,7 +221,7 @@ def _deliver(p: Principal, req: PollRequest, entry, deps: Deps) -> PollResponse 
     if not isinstance(delivery, Delivered):
         # The job expired, already ended, or this entry is a stale double of its entry:
         # never hand it out.
-        _drop_undelivered(p, entry, delivery, now_ms, deps)
+        _drop_undelivered(p, entry, delivery, now_ms, deps, consumer=req.daemon_id)
         logger.info(
             "dropped stale entry",
             extra={"job_id": entry.job_id, "reason": type(delivery).__name__},
@@ -190,7 +252,9 @@ def _deliver(p: Principal, req: PollRequest, entry, deps: Deps) -> PollResponse 
     )
 
 
-def _drop_undelivered(p: Principal, entry, delivery, now_ms: int, deps: Deps) -> None:
+def _drop_undelivered(
+    p: Principal, entry, delivery, now_ms: int, deps: Deps, consumer: str = ""
+) -> None:
     """Drop an entry that was not handed out; a job that ended here (delivery cap, cancel) is
     indexed, and a failed or cancelled job's inline args are kept for a retry."""
     state: JobStatus | None = None
@@ -211,6 +275,7 @@ def _drop_undelivered(p: Principal, entry, delivery, now_ms: int, deps: Deps) ->
         retries=getattr(delivery, "retries", 0),
         now_ms=now_ms,
         keep_args=ended in RETRYABLE_STATES,
+        consumer=consumer,
     )
 
 
@@ -353,6 +418,7 @@ def _settle(p: Principal, job_id: str, outcome, deps: Deps) -> None:
                 now_ms=int(deps.clock() * 1000),
                 index_once=repeat,
                 keep_args=bool(state) and JobStatus(state) in RETRYABLE_STATES,
+                consumer=getattr(outcome, "consumer", ""),
             )
         case Missing():
             raise NotFound(f"job {job_id} not found")
@@ -369,11 +435,17 @@ def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps)
     job = load_job(p, job_id, deps)
     now_ms = int(deps.clock() * 1000)
     if report.state == "payload_corrupt":
+        # The checksum the reader verified: CRC64NVME (the transfer checksum) or sha256.
+        crc = report.expected_crc64nvme or report.actual_crc64nvme
         error = {
             "type": "PayloadCorrupt",
-            "message": report.detail or "payload sha256 mismatch on download",
-            "expected_sha256": report.expected_sha256 or (job.args.sha256 if job.args else None),
+            "message": report.detail or "payload checksum mismatch on download",
+            "expected_sha256": report.expected_sha256
+            or (job.args.sha256 if job.args and not crc else None),
             "actual_sha256": report.actual_sha256,
+            "expected_crc64nvme": report.expected_crc64nvme
+            or (job.args.crc64nvme if job.args and crc else None),
+            "actual_crc64nvme": report.actual_crc64nvme,
         }
         error_json = dumps({k: v for k, v in error.items() if v is not None})
         outcome = deps.jobs.complete(
@@ -392,6 +464,8 @@ def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps)
                 extra={
                     "expected_sha256": error["expected_sha256"],
                     "actual_sha256": report.actual_sha256,
+                    "expected_crc64nvme": error["expected_crc64nvme"],
+                    "actual_crc64nvme": report.actual_crc64nvme,
                 },
             )
         _settle(p, job_id, outcome, deps)

@@ -32,10 +32,12 @@ from ..store.records import (
     GROUP_OF_STATE,
     STATE_GROUPS,
     CancelledQueued,
+    Ended,
     JobRecord,
     Missing,
     RetryRefused,
     ScannedEntry,
+    Started,
 )
 from .blobs import referenced, unpacked
 from .context import Deps, Principal, find_job
@@ -163,6 +165,9 @@ def _args_stored(namespace: str, job: JobRecord, deps: Deps) -> bool:
         return age_s < deps.settings.retention_s
     if deps.jobs.args_kept(namespace, job.job_id):
         return True
+    if _previous_entry(namespace, job, deps) is not None:
+        # Its end is not settled yet: the bytes are still in its entry (the retry relies on it).
+        return True
     # Cancelled while queued with no entry id of its own (before any delivery, or after a
     # retry): its entry is still in the stream (it is dropped, and its args kept, when a poll
     # finds the job cancelled).
@@ -173,11 +178,22 @@ def _args_stored(namespace: str, job: JobRecord, deps: Deps) -> bool:
     )
 
 
+def _previous_entry(namespace: str, job: JobRecord, deps: Deps):
+    """The job's own entry, if it is still in the stream (an end not settled yet), or None."""
+    if job.stream_id in (None, "", "*") or not job.queue:
+        return None
+    return deps.jobs.read_entry(namespace, job.queue, job.stream_id)
+
+
 def _check_blobs(namespace: str, job: JobRecord, deps: Deps) -> None:
     """409 blob_expired when a blob the job references is gone from the namespace (its record
     expired: the daemon would end the job payload_lost); the others are needed for the retried
     job's life, recorded for the renewer as an enqueue records them."""
-    missing = referenced(namespace, unpacked(deps.jobs.kept_blob_list(namespace, job.job_id)), deps)
+    blob_list = deps.jobs.kept_blob_list(namespace, job.job_id)
+    if not blob_list:
+        entry = _previous_entry(namespace, job, deps)
+        blob_list = entry.blobs if entry is not None else b""
+    missing = referenced(namespace, unpacked(blob_list), deps)
     if missing:
         names = sorted(missing)
         raise NotRetryable(
@@ -218,7 +234,15 @@ def _retry(
     if isinstance(started, RetryRefused):
         raise _refusal(job_id, started.state)
     min_id = max(now_ms - deps.settings.retention_s * 1000, 0)
-    deps.jobs.requeue(namespace, started.queue, job_id, started.tier, min_id_ms=min_id)
+    deps.jobs.requeue(
+        namespace,
+        started.queue,
+        job_id,
+        started.tier,
+        min_id_ms=min_id,
+        retries=started.retries,
+        previous_entry=started.previous_entry,
+    )
     if not started.resumed:
         metrics_count("JobsRetried", previous=job.state.value)
     logger.info(
@@ -271,18 +295,23 @@ def redrive(p: Principal, queue: str, body: RedriveRequest, deps: Deps) -> Redri
 
 def purge(p: Principal, queue: str, deps: Deps) -> PurgeResponse:
     """Cancel every queued job of the queue (as DELETE .../jobs/{job_id} would: each ends
-    `cancelled`, its args kept for a retry), for at most PURGE_BUDGET_S."""
+    `cancelled`, its args kept for a retry), for at most PURGE_BUDGET_S.
+
+    Each scanned entry is decided in one step on its job's slot against the job's current
+    state (operate_purge.lua): a daemon may take the entry at any moment after the scan, and a
+    job that started is left alone (no cancel requested). The entry is then dropped only if no
+    daemon took it since (completion_settle.lua in purge's mode): a taken entry is its
+    delivery's, which finds the job cancelled, or runs it."""
     validate_queue_name(queue)
     deadline = deps.clock() + PURGE_BUDGET_S
     cancelled = 0
     cursor = ""
     while deps.clock() < deadline:
         entries, cursor = deps.jobs.scan_queue(p.namespace, queue, "queued", cursor, 100)
-        records = deps.jobs.read_jobs([e.job_id for e in entries if e.job_id], errors=False)
         for entry in entries:
             if deps.clock() >= deadline:
                 break
-            cancelled += _purge_entry(p.namespace, queue, entry, records.get(entry.job_id), deps)
+            cancelled += _purge_entry(p.namespace, queue, entry, deps)
         if not cursor:
             break
     [counts] = deps.queues.counts(p.namespace, [queue])
@@ -292,46 +321,45 @@ def purge(p: Principal, queue: str, deps: Deps) -> PurgeResponse:
     return PurgeResponse(cancelled=cancelled, remaining=counts.queued)
 
 
-def _purge_entry(
-    namespace: str, queue: str, entry: ScannedEntry, job: JobRecord | None, deps: Deps
-) -> int:
+def _purge_entry(namespace: str, queue: str, entry: ScannedEntry, deps: Deps) -> int:
+    if not entry.job_id:
+        deps.jobs.drop_entry(namespace, queue, entry.stream_id)
+        return 0
     now_ms = int(deps.clock() * 1000)
-    own = _live_record(namespace, queue, entry, job)
-    if own is None or own.state is not JobStatus.QUEUED:
-        # Not a queued job's own entry (a stale double, or a job that ended): it goes too, its
-        # inline bytes kept if the job may be retried (cancelled before any delivery).
-        if job is not None and job.namespace == namespace and job.state in RETRYABLE_STATES:
-            deps.jobs.settle(
-                namespace,
-                queue,
-                job.job_id,
-                entry.stream_id,
-                state=None,
-                retries=job.retries,
-                now_ms=now_ms,
-                keep_args=True,
-            )
-        else:
-            deps.jobs.drop_entry(namespace, queue, entry.stream_id)
-        return 0
-    outcome = deps.jobs.cancel(
-        own.job_id,
+    outcome = deps.jobs.purge_job(
+        entry.job_id,
         namespace,
-        queue if not own.stored else "",
-        now_ms,
-        cancelled_error(),
-        own.created_ms or now_ms,
+        queue,
+        entry.stream_id,
+        inline=entry.inline_size is not None,
+        now_ms=now_ms,
+        error_json=cancelled_error(),
+        created_ms=round(job_id_time_s(entry.job_id) * 1000),
     )
-    if not isinstance(outcome, CancelledQueued):
-        return 0
+    match outcome:
+        case Started():
+            return 0
+        case CancelledQueued(retries=retries):
+            state: JobStatus | None = JobStatus.CANCELLED
+        case Ended(state=ended, retries=retries):
+            # Its own entry, of a job that ended (its end's settle, or a poll, drops it too).
+            state = None
+            if JobStatus(ended) not in RETRYABLE_STATES:
+                deps.jobs.drop_entry(namespace, queue, entry.stream_id)
+                return 0
+        case _:
+            # Not the job's entry (a stale double), or no job: it is never delivered as one.
+            deps.jobs.drop_entry(namespace, queue, entry.stream_id)
+            return 0
     deps.jobs.settle(
         namespace,
         queue,
-        own.job_id,
+        entry.job_id,
         entry.stream_id,
-        state=JobStatus.CANCELLED,
-        retries=outcome.retries,
+        state=state,
+        retries=retries,
         now_ms=now_ms,
         keep_args=True,
+        undelivered_only=True,
     )
-    return 1
+    return 1 if state is not None else 0

@@ -40,6 +40,10 @@ from .guard import refuse_enqueue
 from .lifecycle import lease_mismatch
 from .payload_keys import key_for, parse_key
 
+# A CRC64NVME multipart presign answers the URLs of this many first parts with the upload: at
+# the default part size (16 MiB) an upload up to 1 GiB needs no parts call at all.
+FIRST_PART_URLS = 64
+
 
 def iso_utc(ts: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
@@ -59,11 +63,17 @@ def presign_put(p: Principal, req: PresignRequest, deps: Deps) -> PresignPutResp
     if req.kind != wanted:
         raise Forbidden(f"a {p.role} token presigns kind={wanted.value} only")
     part_bytes = s.multipart_part_bytes_for(size) if s.multipart(size) else None
-    if part_bytes is None and not req.sha256:
+    crc = req.checksum_algorithm == "CRC64NVME"
+    if part_bytes is None and not (req.crc64nvme if crc else req.sha256):
         # Without a checksum signed in, same-size bytes could replace the object after the
         # CP checked it; with one, S3 itself refuses them.
-        raise Unprocessable("op=put needs sha256 (hex sha256 of the bytes to upload)")
+        raise Unprocessable(
+            "op=put needs crc64nvme (base64 CRC64NVME of the bytes to upload)"
+            if crc
+            else "op=put needs sha256 (hex sha256 of the bytes to upload)"
+        )
     sha256 = None if part_bytes else req.sha256
+    crc64nvme = None if part_bytes else req.crc64nvme
     now = deps.clock()
     attempt: int | None = None
     if req.kind is PayloadKind.RESULT:
@@ -86,20 +96,30 @@ def presign_put(p: Principal, req: PresignRequest, deps: Deps) -> PresignPutResp
         # A presigned args key is the first half of an S3-tier enqueue: the hard mark applies.
         refuse_enqueue(deps, job_id=job_id)
         # The job is born here, awaiting its upload; it holds what was issued for its key.
-        deps.jobs.create_args_issue(job_id, p.namespace, size, req.content_type, sha256, part_bytes)
+        deps.jobs.create_args_issue(
+            job_id, p.namespace, size, req.content_type, sha256, part_bytes, crc64nvme
+        )
 
     key = key_for(job_id, req.kind, attempt)
+    algorithm = req.checksum_algorithm or "SHA256"
     if part_bytes:
-        upload_id = deps.objects.create_multipart(key, req.content_type)
-        if not deps.jobs.record_upload(job_id, req.kind.value, upload_id):
+        upload_id = deps.objects.create_multipart(key, req.content_type, algorithm)
+        first = first_part_count(size, part_bytes) if crc else 0
+        if not deps.jobs.record_upload(job_id, req.kind.value, upload_id, algorithm, first):
             raise NotFound(f"job {job_id} not found")
         metrics_count("Presigns", op="multipart")
         logger.info(
             "multipart upload created",
-            extra={"job_id": job_id, "kind": req.kind.value, "size": size, "parts": part_bytes},
+            extra={
+                "job_id": job_id,
+                "kind": req.kind.value,
+                "size": size,
+                "parts": part_bytes,
+                "checksum": algorithm,
+            },
         )
-        return _multipart_answer(key, job_id, upload_id, size, part_bytes, now, deps)
-    signed = deps.objects.presign_put(key, size, req.content_type, req.sha256)
+        return _multipart_answer(key, job_id, upload_id, size, part_bytes, algorithm, now, deps)
+    signed = deps.objects.presign_put(key, size, req.content_type, sha256, crc64nvme)
     metrics_count("Presigns", op="put")
     logger.info("presigned put", extra={"job_id": job_id, "kind": req.kind.value, "size": size})
     return PresignPutResponse(
@@ -109,11 +129,24 @@ def presign_put(p: Principal, req: PresignRequest, deps: Deps) -> PresignPutResp
         key=key,
         job_id=job_id,
         expires_at=iso_utc(now + deps.settings.presign_ttl_s),
+        checksum_algorithm=algorithm,
     )
 
 
+def first_part_count(size: int, part_bytes: int) -> int:
+    """How many part URLs go with a CRC64NVME multipart presign answer."""
+    return min(-(-size // part_bytes), FIRST_PART_URLS)
+
+
 def _multipart_answer(
-    key: str, job_id: str, upload_id: str, size: int, part_bytes: int, now: float, deps: Deps
+    key: str,
+    job_id: str,
+    upload_id: str,
+    size: int,
+    part_bytes: int,
+    algorithm: str,
+    now: float,
+    deps: Deps,
 ) -> PresignPutResponse:
     return PresignPutResponse(
         url=None,
@@ -122,14 +155,40 @@ def _multipart_answer(
         key=key,
         job_id=job_id,
         expires_at=iso_utc(now + deps.settings.presign_ttl_s),
-        multipart=multipart_spec(upload_id, size, part_bytes),
+        multipart=multipart_spec(key, upload_id, size, part_bytes, algorithm, now, deps),
+        checksum_algorithm="CRC64NVME" if algorithm == "CRC64NVME" else "SHA256",
     )
 
 
-def multipart_spec(upload_id: str, size: int, part_bytes: int) -> PresignMultipart:
-    """The `multipart` of an answer that opened (or reopened) a multipart upload."""
+def multipart_spec(
+    key: str,
+    upload_id: str,
+    size: int,
+    part_bytes: int,
+    algorithm: str,
+    now: float,
+    deps: Deps,
+) -> PresignMultipart:
+    """The `multipart` of an answer that opened (or reopened) a multipart upload: for a
+    CRC64NVME upload with the URLs of its first parts (each signs its size only: S3 checks the
+    whole object's CRC at completion)."""
+    count = -(-size // part_bytes)
+    if algorithm != "CRC64NVME":
+        # (As before CRC64NVME: the answer of a SHA256 upload is unchanged.)
+        return PresignMultipart(upload_id=upload_id, part_bytes=part_bytes, part_count=count)
+    urls = []
+    for number in range(1, first_part_count(size, part_bytes) + 1):
+        length = part_bytes if number < count else size - part_bytes * (count - 1)
+        signed = deps.objects.presign_part(key, upload_id, number, length, None)
+        urls.append(PartUrl(number=number, url=signed.url, headers=signed.headers))
+    metrics_count("Presigns", len(urls), op="part")
     return PresignMultipart(
-        upload_id=upload_id, part_bytes=part_bytes, part_count=-(-size // part_bytes)
+        upload_id=upload_id,
+        part_bytes=part_bytes,
+        part_count=count,
+        checksum_type="FULL_OBJECT",
+        parts=urls,
+        parts_expire_at=iso_utc(now + deps.settings.presign_ttl_s),
     )
 
 
@@ -156,6 +215,7 @@ def _issue_result(
         int(now * 1000),
         lease=req.lease,
         part_bytes=part_bytes,
+        crc64nvme=None if part_bytes else req.crc64nvme,
     )
     match outcome:
         case ResultIssued(attempt=attempt):
@@ -184,25 +244,24 @@ def _represign(
 ) -> PresignPutResponse:
     if issued.namespace != p.namespace:
         raise NotFound(f"no {req.kind.value} key was issued for job {issued.job_id}")
-    # A multipart issue has no whole-object sha256: only the size and content type repeat.
+    # A multipart issue has no whole-object checksum yet: only the size and content type repeat.
     asked_sha = req.sha256 if not issued.part_bytes else None
-    if (issued.size, issued.sha256, issued.content_type) != (
-        req.size,
-        asked_sha,
-        req.content_type,
-    ):
-        # The issued sha256 is not echoed: the answer says what differs, never the value.
-        differs = [
-            name
-            for name, mine, theirs in (
-                ("size", req.size, issued.size),
-                ("sha256", asked_sha, issued.sha256),
-                ("content_type", req.content_type, issued.content_type),
-            )
-            if mine != theirs
-        ]
+    asked_crc = req.crc64nvme if not issued.part_bytes else None
+    issued_crc = issued.crc64nvme if not issued.part_bytes else None
+    # The issued checksum is not echoed: the answer says what differs, never the value.
+    differs = [
+        name
+        for name, mine, theirs in (
+            ("size", req.size, issued.size),
+            ("sha256", asked_sha, issued.sha256),
+            ("crc64nvme", asked_crc, issued_crc),
+            ("content_type", req.content_type, issued.content_type),
+        )
+        if mine != theirs
+    ]
+    if differs:
         raise Conflict(
-            "a re-presign must repeat the size, sha256 and content_type of the first; "
+            "a re-presign must repeat the size, checksum and content_type of the first; "
             f"this one differs in {', '.join(differs)}"
         )
     count = deps.jobs.bump_presign(
@@ -221,9 +280,18 @@ def _represign(
             raise Conflict(f"the multipart upload of job {issued.job_id} was completed already")
         metrics_count("Presigns", op="multipart")
         return _multipart_answer(
-            issued.key, issued.job_id, upload.upload_id, issued.size, issued.part_bytes, now, deps
+            issued.key,
+            issued.job_id,
+            upload.upload_id,
+            issued.size,
+            issued.part_bytes,
+            upload.algorithm,
+            now,
+            deps,
         )
-    signed = deps.objects.presign_put(issued.key, issued.size, issued.content_type, issued.sha256)
+    signed = deps.objects.presign_put(
+        issued.key, issued.size, issued.content_type, issued.sha256, issued.crc64nvme
+    )
     metrics_count("Presigns", op="put")
     logger.info("re-presigned put", extra={"job_id": issued.job_id, "presigns": count})
     return PresignPutResponse(
@@ -233,6 +301,7 @@ def _represign(
         key=issued.key,
         job_id=issued.job_id,
         expires_at=iso_utc(now + deps.settings.presign_ttl_s),
+        checksum_algorithm="CRC64NVME" if issued.crc64nvme else "SHA256",
     )
 
 
@@ -283,6 +352,8 @@ def presign_parts(p: Principal, req: PartsRequest, deps: Deps) -> PartsResponse:
             f"the {req.kind.value} key of job {job_id} is a single PUT upload, not multipart"
         )
     check_part_sizes(req, issued.size, issued.part_bytes)
+    upload = deps.jobs.multipart_upload(job_id, req.kind.value)
+    check_part_checksums(req, upload.algorithm if upload else "SHA256")
     outcome = deps.jobs.issue_parts(
         job_id,
         p.namespace,
@@ -304,13 +375,31 @@ def presign_parts(p: Principal, req: PartsRequest, deps: Deps) -> PartsResponse:
 
 
 def sign_parts(key: str, upload_id: str, req: PartsRequest, deps: Deps) -> list[PartUrl]:
-    """One presigned UploadPart URL per part asked for, its size and sha256 signed in."""
+    """One presigned UploadPart URL per part asked for, its size and checksum signed in."""
     urls = []
     for part in req.parts:
-        signed = deps.objects.presign_part(key, upload_id, part.number, part.size, part.sha256)
+        signed = deps.objects.presign_part(
+            key, upload_id, part.number, part.size, part.sha256, part.crc64nvme
+        )
         urls.append(PartUrl(number=part.number, url=signed.url, headers=signed.headers))
     metrics_count("Presigns", len(urls), op="part")
     return urls
+
+
+def check_part_checksums(req: PartsRequest, algorithm: str) -> None:
+    """422 for a part whose checksum is not the upload's: a SHA256 (COMPOSITE) upload signs
+    each part's sha256 (required); a CRC64NVME (FULL_OBJECT) one takes no sha256, and a part's
+    crc64nvme is optional (S3 checks the whole object at completion)."""
+    for part in req.parts:
+        if algorithm == "CRC64NVME" and part.sha256:
+            raise Unprocessable(
+                f"part {part.number}: the upload is CRC64NVME (FULL_OBJECT); give crc64nvme "
+                "or no checksum, not sha256"
+            )
+        if algorithm != "CRC64NVME" and not part.sha256:
+            raise Unprocessable(
+                f"part {part.number} needs sha256: the upload is SHA256 (COMPOSITE)"
+            )
 
 
 def check_part_sizes(req: PartsRequest, size: int, part_bytes: int) -> None:

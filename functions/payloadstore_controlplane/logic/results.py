@@ -5,8 +5,11 @@ from __future__ import annotations
 import base64
 import json
 
-from ..models.api import JobError, JobStatusResponse, ResultResponse
+from ..models.api import EnqueueResponse, JobError, JobStatusResponse, ResultResponse
 from ..models.domain import JobStatus, PayloadKind, Tier, job_id_time_s
+from ..models.errors import PayloadStoreError
+from ..models.limits import DELIVERIES_BUDGET, delivery_bytes
+from ..observability import logger
 from ..store.records import JobRecord
 from .blobs import downloads
 from .context import Deps, Principal, load_job, payload_ref
@@ -80,3 +83,46 @@ def get_result(p: Principal, job_id: str, wait_s: float, deps: Deps) -> ResultRe
         download=download_for(ref, deps),
         blobs=downloads(job.namespace, job.result_blobs, deps),
     )
+
+
+# What an enqueue with ?wait copies from the result answer once the job ended.
+_RESULT_FIELDS = ("state", "resultRef", "resultInline", "error", "download", "blobs")
+
+
+def with_result(p: Principal, answer: EnqueueResponse, wait_s: float, deps: Deps):
+    """An enqueue's answer with the job's result, as `GET .../result` gives it, when the job
+    ends within `wait_s` (enqueue-and-wait, issue 34); else the answer as it was. The job is
+    in its queue by now whatever happens here: a failure to read its result (Redis gone away
+    mid-wait) answers the job id, never an error that would make the client enqueue again."""
+    try:
+        result = get_result(p, answer.job_id, wait_s, deps)
+    except PayloadStoreError as e:
+        logger.warning(
+            "result not read after enqueue", extra={"job_id": answer.job_id, "code": e.code}
+        )
+        return answer
+    if not result.state.terminal:
+        return answer
+    return answer.model_copy(update={f: getattr(result, f) for f in _RESULT_FIELDS})
+
+
+def with_results(p: Principal, answers: list, wait_s: float, deps: Deps) -> list:
+    """A batch's answers, each job that ended within `wait_s` (one deadline for the batch,
+    waited on job by job) with its result; refused items as they were. The answer keeps under
+    Lambda's limit (models/limits.py): a result that would not fit is left out, and that job
+    answers its id only (its result stays readable with GET .../result)."""
+    deadline = deps.clock() + wait_s
+    left = DELIVERIES_BUDGET
+    out = []
+    for answer in answers:
+        if isinstance(answer, EnqueueResponse):
+            full = with_result(p, answer, max(deadline - deps.clock(), 0.0), deps)
+            size = delivery_bytes(full)
+            if full is not answer and size > left:
+                logger.info("result left out of a batch answer: over the answer's byte budget")
+                size = delivery_bytes(answer)
+            else:
+                answer = full
+            left -= size
+        out.append(answer)
+    return out

@@ -1,5 +1,10 @@
 """Before a reference is accepted, the object must exist with the issued size and checksum.
 
+A CRC64NVME multipart upload (FULL_OBJECT) is completed with the reference's whole-object CRC:
+S3 itself checks the object it assembles against it (a part swapped for other bytes of the same
+length is refused), and a HEAD with checksum mode confirms the stored CRC before the job keeps it.
+A SHA256 multipart upload (clients before CRC64NVME) is checked part by part as below.
+
 A multipart reference is completed here first (enqueue, result post): the parts S3 holds are
 listed and checked against the parts the CP issued (every part there, of its size, with the
 sha256 signed into its URL), the upload is completed with exactly those parts, and the object's
@@ -15,12 +20,13 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..models.domain import IssueRecord, PayloadRef
-from ..models.errors import Conflict
+from ..models.domain import IssueRecord, PayloadKind, PayloadRef
+from ..models.errors import Conflict, Unprocessable
 from ..observability import logger
 from ..store.records import MultipartUpload, sha256_hex_to_b64
 from ..store.s3_objects import CompletionRefused, ObjectInfo, UploadedPart
 from .context import Deps
+from .lifecycle import lease_mismatch
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,13 @@ def check_ref_matches_issue(ref: PayloadRef, issued: IssueRecord, deps: Deps) ->
         raise Conflict("payloadRef.sha256 differs from the sha256 the key was issued with")
     if ref.sha256 and not issued.sha256:
         raise Conflict("payloadRef.sha256 was not part of the presign; presign with it")
+    if ref.crc64nvme and issued.crc64nvme and ref.crc64nvme != issued.crc64nvme:
+        raise Conflict(
+            "payloadRef.crc64nvme differs from the CRC64NVME the key was issued or completed with",
+            reason="checksum_mismatch",
+        )
+    if ref.crc64nvme and not issued.crc64nvme and not issued.part_bytes:
+        raise Conflict("payloadRef.crc64nvme was not part of the presign; presign with it")
     if ref.multipart is not None and (
         not issued.part_bytes or ref.multipart.part_bytes != issued.part_bytes
     ):
@@ -71,6 +84,8 @@ def verify_uploaded(ref: PayloadRef, issued: IssueRecord, deps: Deps) -> None:
     if info is None:
         raise Conflict("payload not uploaded: no object at the issued key", reason="not_uploaded")
     _check_size(info.size, issued)
+    if issued.crc64nvme and info.crc64nvme_b64 != issued.crc64nvme:
+        raise _checksum_mismatch("the object's CRC64NVME is not the one signed at presign")
     if issued.sha256:
         expected = sha256_hex_to_b64(issued.sha256)
         if info.sha256_b64 != expected:
@@ -96,8 +111,18 @@ def composite_checksum(part_digests: list[bytes]) -> bytes:
 
 def _verify_multipart(ref: PayloadRef, issued: IssueRecord, deps: Deps) -> None:
     kind = issued.kind.value
+    if issued.crc64nvme:
+        # A CRC64NVME upload completed before (a repeated enqueue or result post): the HEAD
+        # decides, against the whole-object CRC S3 checked at completion.
+        _check_full_object(deps.objects.head(issued.key), PartsPlan.of(issued), issued.crc64nvme)
+        return
+    if issued.composite_sha256 is None:
+        upload = deps.jobs.multipart_upload(issued.job_id, kind)
+        if upload is not None and upload.algorithm == "CRC64NVME":
+            _complete_full_object(ref, issued, upload, deps)
+            return
     plan = PartsPlan.of(issued)
-    completed_now = False
+    upload = None
     composite = bytes.fromhex(issued.composite_sha256) if issued.composite_sha256 else None
     if composite is None:
         upload = deps.jobs.multipart_upload(issued.job_id, kind)
@@ -106,14 +131,14 @@ def _verify_multipart(ref: PayloadRef, issued: IssueRecord, deps: Deps) -> None:
                 "payload not uploaded: the multipart upload is not open (aborted or expired)",
                 reason="not_uploaded",
             )
+        upload_id = upload.upload_id
         composite = complete_upload(
             plan,
             upload,
             deps,
-            forget=lambda: deps.jobs.drop_upload(issued.job_id, kind),
+            forget=lambda: deps.jobs.drop_upload(issued.job_id, kind, upload_id, issued.attempt),
             log_extra={"job_id": issued.job_id},
         )
-        completed_now = True
     info = deps.objects.head(issued.key)
     if info is None:
         raise Conflict("payload not uploaded: no object at the issued key", reason="not_uploaded")
@@ -121,12 +146,77 @@ def _verify_multipart(ref: PayloadRef, issued: IssueRecord, deps: Deps) -> None:
     claimed = ref.multipart.composite_sha256 if ref.multipart else None
     if claimed and claimed.lower() != composite.hex():
         raise _checksum_mismatch("payloadRef.multipart.composite_sha256 is not the object's")
-    if completed_now:
-        deps.jobs.finish_multipart(issued.job_id, kind, composite)
+    if upload is not None:
+        # Kept only while the issue and the upload are still the ones completed here: a
+        # delivery whose lease lapsed while S3 completed its upload must not write its
+        # composite onto a redelivery's result issue, nor drop that delivery's open upload.
+        if not deps.jobs.finish_multipart(
+            issued.job_id, kind, composite, upload.upload_id, issued.attempt
+        ):
+            raise _upload_replaced(issued)
         logger.info(
             "multipart completed",
             extra={"job_id": issued.job_id, "kind": kind, "parts": issued.part_count},
         )
+
+
+def _complete_full_object(
+    ref: PayloadRef, issued: IssueRecord, upload: MultipartUpload, deps: Deps
+) -> None:
+    """Complete a CRC64NVME (FULL_OBJECT) upload with the reference's whole-object CRC: S3
+    checks it against the parts it holds (a part that is not the uploader's bytes, even of the
+    same length, is refused: 409 checksum_mismatch, the upload aborted), and the CP checks the
+    stored object's CRC with a HEAD before keeping it (8 bytes) for readers."""
+    kind = issued.kind.value
+    if not ref.crc64nvme:
+        raise Unprocessable(
+            "a CRC64NVME multipart upload is completed with the whole object's CRC: "
+            "give payloadRef.crc64nvme (base64, as S3 shows it)"
+        )
+    plan = PartsPlan.of(issued)
+    upload_id = upload.upload_id
+    complete_upload(
+        plan,
+        upload,
+        deps,
+        forget=lambda: deps.jobs.drop_upload(issued.job_id, kind, upload_id, issued.attempt),
+        log_extra={"job_id": issued.job_id},
+        crc64nvme=ref.crc64nvme,
+    )
+    _check_full_object(deps.objects.head(issued.key), plan, ref.crc64nvme)
+    # Kept only while the issue and the upload are still the ones completed here (as for a
+    # SHA256 upload below).
+    if not deps.jobs.finish_multipart(
+        issued.job_id, kind, base64.b64decode(ref.crc64nvme), upload_id, issued.attempt
+    ):
+        raise _upload_replaced(issued)
+    logger.info(
+        "multipart completed",
+        extra={"job_id": issued.job_id, "kind": kind, "parts": plan.part_count, "crc": True},
+    )
+
+
+def _check_full_object(info: ObjectInfo | None, plan: PartsPlan, crc64nvme: str) -> None:
+    """The object is there, of the plan's size, with S3's FULL_OBJECT CRC64NVME `crc64nvme`."""
+    if info is None:
+        raise Conflict("payload not uploaded: no object at the issued key", reason="not_uploaded")
+    if info.size != plan.size:
+        raise Conflict(
+            f"size mismatch: object has {info.size} bytes, issued for {plan.size}",
+            reason="size_mismatch",
+        )
+    if info.crc64nvme_b64 != crc64nvme or (info.checksum_type or "FULL_OBJECT") != "FULL_OBJECT":
+        raise _checksum_mismatch("the object's CRC64NVME is not the reference's")
+
+
+def _upload_replaced(issued: IssueRecord) -> Conflict:
+    if issued.kind is PayloadKind.RESULT:
+        # The result issue is a later delivery's now: this caller's lease lapsed.
+        return lease_mismatch(issued.job_id)
+    return Conflict(
+        "payload not uploaded: the multipart upload was replaced while it was completed",
+        reason="not_uploaded",
+    )
 
 
 def check_composite(info: ObjectInfo, plan: PartsPlan, composite: bytes) -> None:
@@ -151,17 +241,22 @@ def complete_upload(
     *,
     forget: Callable[[], None],
     log_extra: dict,
+    crc64nvme: str | None = None,
 ) -> bytes:
     """Check the uploaded parts against the issued ones, complete the upload with them, and
-    answer the composite sha256 of what was signed. 409 parts_mismatch, naming the parts. An
-    upload S3 refuses to complete is aborted and `forget()` drops what the CP kept of it."""
+    answer the composite sha256 of what was signed (a CRC64NVME upload, `crc64nvme` its whole
+    object's CRC: b""). 409 parts_mismatch, naming the parts; 409 checksum_mismatch when S3
+    finds the whole object is not the CRC given. An upload S3 refuses to complete is aborted
+    and `forget()` drops what the CP kept of it."""
     count = plan.part_count
     listed = deps.objects.list_parts(plan.key, upload.upload_id)
     if listed is None:
         # Completed by a concurrent caller (or retry) a moment ago: the HEAD decides.
+        if crc64nvme:
+            return b""
         return composite_checksum([upload.parts.get(n, b"") for n in range(1, count + 1)])
     by_number = {p.number: p for p in listed}
-    problems = _part_problems(plan, upload, by_number)
+    problems = _part_problems(plan, upload, by_number, full_object=bool(crc64nvme))
     if problems:
         shown = "; ".join(problems[:5]) + (
             f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
@@ -172,7 +267,10 @@ def complete_upload(
         )
     ordered = [by_number[n] for n in range(1, count + 1)]
     try:
-        deps.objects.complete_multipart(plan.key, upload.upload_id, ordered)
+        if crc64nvme:
+            deps.objects.complete_multipart(plan.key, upload.upload_id, ordered, crc64nvme)
+        else:
+            deps.objects.complete_multipart(plan.key, upload.upload_id, ordered)
     except CompletionRefused as e:
         # The parts matched what was issued, yet S3 will not make them an object: the upload
         # cannot be finished. Aborted (its parts' storage freed now, not after the lifecycle's
@@ -183,16 +281,26 @@ def complete_upload(
             "multipart completion refused",
             extra={**log_extra, "code": e.code, "abort_error": failed},
         )
+        if crc64nvme and e.code == "BadDigest":
+            raise _checksum_mismatch(
+                "object storage found the uploaded parts are not the bytes of the reference's "
+                "crc64nvme; the upload was aborted: upload the content again with a new presign"
+            ) from e
         raise Conflict(
             f"parts mismatch: object storage refused to complete the upload ({e.code}); "
             "the upload was aborted: upload the content again with a new presign",
             reason="parts_mismatch",
         ) from e
+    if crc64nvme:
+        return b""
     return composite_checksum([upload.parts[n] for n in range(1, count + 1)])
 
 
 def _part_problems(
-    plan: PartsPlan, upload: MultipartUpload, by_number: dict[int, UploadedPart]
+    plan: PartsPlan,
+    upload: MultipartUpload,
+    by_number: dict[int, UploadedPart],
+    full_object: bool = False,
 ) -> list[str]:
     count = plan.part_count
     last = plan.size - plan.part_bytes * (count - 1)
@@ -206,7 +314,8 @@ def _part_problems(
             problems.append(f"part {n} is missing")
         elif part.size != size:
             problems.append(f"part {n} has {part.size} bytes, not {size}")
-        elif part.sha256_b64 != base64.b64encode(signed).decode():
+        elif not full_object and part.sha256_b64 != base64.b64encode(signed).decode():
+            # (A FULL_OBJECT upload's parts are checked whole, by S3, at completion.)
             problems.append(f"part {n} has another sha256 than the one signed")
     problems += [f"part {n} was not issued" for n in sorted(by_number) if n > count]
     return problems

@@ -22,6 +22,15 @@ from .domain import (
 Sha256Hex = Annotated[
     str, Field(pattern=r"^[0-9a-fA-F]{64}$", description="sha256 of the bytes, hex")
 ]
+# CRC64NVME as S3 shows it (x-amz-checksum-crc64nvme): base64 of its 8 big-endian bytes.
+Crc64Nvme = Annotated[
+    str,
+    Field(
+        pattern=r"^[A-Za-z0-9+/]{10}[AEIMQUYcgkosw048]=$",
+        description="CRC64NVME of the bytes: base64 of its 8 big-endian bytes, as S3 shows it",
+    ),
+]
+ChecksumAlgorithm = Literal["CRC64NVME", "SHA256"]
 # RFC 6838 type/subtype (restricted-name characters), optional `; name=value` parameters (value a
 # token or a quoted string); nothing else, so no CR/LF can reach a signed header.
 _RESTRICTED_NAME = r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}"
@@ -96,11 +105,26 @@ class PresignRequest(_Strict):
     kind: PayloadKind = PayloadKind.ARGS
     job_id: str | None = Field(None, description="re-presign the key of this job (op=put)")
     content_type: MimeType = "application/msgpack"
+    checksum_algorithm: ChecksumAlgorithm | None = Field(
+        None,
+        description="the upload's checksum (op=put): CRC64NVME (S3 verifies a multipart "
+        "upload whole, FULL_OBJECT) or SHA256 (a multipart upload's parts each signed with "
+        "their sha256, COMPOSITE). Absent: CRC64NVME when `crc64nvme` is given, else SHA256 "
+        "(clients before CRC64NVME)",
+    )
+    crc64nvme: Crc64Nvme | None = Field(
+        None,
+        description="CRC64NVME of the upload (op=put, checksum_algorithm=CRC64NVME, required up "
+        "to MULTIPART_THRESHOLD): signed into the URL, so S3 refuses other bytes. Above the "
+        "threshold it is given with the reference instead, and S3 checks the whole object at "
+        "completion",
+    )
     sha256: Sha256Hex | None = Field(
         None,
-        description="hex sha256 of the upload (op=put, required up to MULTIPART_THRESHOLD): "
-        "signed into the URL, so S3 refuses other bytes, and checked again before the key is "
-        "accepted. Not used above the threshold: each part's sha256 is signed into its URL",
+        description="hex sha256 of the upload (op=put, checksum_algorithm=SHA256, required up "
+        "to MULTIPART_THRESHOLD): signed into the URL, so S3 refuses other bytes, and checked "
+        "again before the key is accepted. Not used above the threshold: each part's sha256 is "
+        "signed into its URL",
     )
     lease: Lease | None = Field(
         None, description="kind=result: the lease of the delivery whose result this is"
@@ -111,20 +135,45 @@ class PresignRequest(_Strict):
     def _fields_for_op(self):
         if self.op == "put" and self.size is None:
             raise ValueError("op=put needs size")
-        # op=put without sha256 is refused by the logic up to MULTIPART_THRESHOLD (a setting).
+        # op=put without a checksum is refused by the logic up to MULTIPART_THRESHOLD (a setting).
         if self.op == "get" and not self.key:
             raise ValueError("op=get needs key")
         if self.sha256:
             self.sha256 = self.sha256.lower()
+        if self.sha256 and self.crc64nvme:
+            raise ValueError("give one checksum: sha256 or crc64nvme")
+        if self.checksum_algorithm is None:
+            self.checksum_algorithm = "CRC64NVME" if self.crc64nvme else "SHA256"
+        if self.checksum_algorithm == "CRC64NVME" and self.sha256:
+            raise ValueError("checksum_algorithm=CRC64NVME takes crc64nvme, not sha256")
+        if self.checksum_algorithm == "SHA256" and self.crc64nvme:
+            raise ValueError("checksum_algorithm=SHA256 takes sha256, not crc64nvme")
         return self
 
 
-class PresignMultipart(WireModel):
-    """A multipart upload created at presign: ask `POST .../payloads/parts` for part URLs."""
+class PartUrl(WireModel):
+    number: int
+    url: str
+    headers: dict[str, str] = Field(description="send exactly these headers with the part's PUT")
+
+
+class PresignMultipart(OmitsNull):
+    """A multipart upload created at presign. A CRC64NVME upload comes with the URLs of its
+    first parts (`parts`, up to FIRST_PART_URLS): an upload of that many parts needs no
+    `POST .../payloads/parts` call. A SHA256 upload asks for each part's URL with its sha256."""
 
     upload_id: str
     part_bytes: int = Field(description="every part but the last has exactly this many bytes")
     part_count: int
+    checksum_type: Literal["FULL_OBJECT"] | None = Field(
+        None,
+        description="FULL_OBJECT (CRC64NVME: S3 checks the whole object against the "
+        "reference's crc64nvme at completion); absent for a SHA256 upload (COMPOSITE)",
+    )
+    parts: list[PartUrl] | None = Field(
+        None, description="CRC64NVME: the URLs of the first parts, their size signed in"
+    )
+    parts_expire_at: str | None = Field(None, description="ISO 8601 UTC, with `parts`")
 
 
 class PresignPutResponse(OmitsNull):
@@ -138,6 +187,9 @@ class PresignPutResponse(OmitsNull):
     multipart: PresignMultipart | None = Field(
         None, description="above MULTIPART_THRESHOLD: the multipart upload, instead of `url`"
     )
+    checksum_algorithm: ChecksumAlgorithm = Field(
+        "SHA256", description="the checksum the upload is verified with"
+    )
 
 
 # -- multipart parts -----------------------------------------------------------------------
@@ -146,11 +198,19 @@ class PresignPutResponse(OmitsNull):
 class PartSpec(_Strict):
     number: int = Field(ge=1, le=10_000, description="part number, 1..part_count")
     size: int = Field(ge=1, description="part_bytes, or what is left for the last part")
-    sha256: Sha256Hex
+    sha256: Sha256Hex | None = Field(
+        None, description="a SHA256 upload's part: required, signed into its URL"
+    )
+    crc64nvme: Crc64Nvme | None = Field(
+        None, description="a CRC64NVME upload's part: optional; when given, signed into its URL"
+    )
 
     @model_validator(mode="after")
     def _lower(self):
-        self.sha256 = self.sha256.lower()
+        if self.sha256:
+            self.sha256 = self.sha256.lower()
+        if self.sha256 and self.crc64nvme:
+            raise ValueError("a part takes one checksum: sha256 or crc64nvme")
         return self
 
 
@@ -184,12 +244,6 @@ class PartsRequest(_Strict):
         return self
 
 
-class PartUrl(WireModel):
-    number: int
-    url: str
-    headers: dict[str, str] = Field(description="send exactly these headers with the part's PUT")
-
-
 class PartsResponse(OmitsNull):
     job_id: str | None = Field(None, description="the job asked for (absent for a blob)")
     blob: str | None = Field(None, description="the blob asked for (absent for a job)")
@@ -217,17 +271,50 @@ class EnqueueRequest(_Strict):
         return None if self.payloadInline is None else b64_bytes(self.payloadInline)
 
 
-class EnqueueResponse(WireModel):
-    job_id: str
-    tier: Tier
-
-
 class JobError(OmitsNull):
     type: str
     message: str = ""
     traceback: str | None = None
     expected_sha256: str | None = None
     actual_sha256: str | None = None
+    expected_crc64nvme: str | None = None
+    actual_crc64nvme: str | None = None
+
+
+class DownloadUrl(WireModel):
+    """A presigned GET handed out beside an S3 reference, so the reader downloads without a
+    presign call first (`POST .../payloads/presign?op=get` stays for expired URLs)."""
+
+    url: str
+    expires_at: str
+
+
+class BlobDownload(WireModel):
+    """A presigned GET of one blob a job or a result references."""
+
+    sha256: str
+    url: str
+    expires_at: str
+
+
+class EnqueueResponse(OmitsNull):
+    """The job; with `?wait=S`, when the job ended within S, also its result exactly as
+    `GET .../result` answers it (`state` is present only then)."""
+
+    job_id: str
+    tier: Tier
+    state: JobStatus | None = Field(
+        None, description="with ?wait: the job's terminal state (absent: not ended in time)"
+    )
+    resultRef: PayloadRef | None = None
+    resultInline: str | None = None
+    error: JobError | None = None
+    download: DownloadUrl | None = Field(
+        None, description="presigned GET of resultRef (an S3 result only)"
+    )
+    blobs: list[BlobDownload] | None = Field(
+        None, description="a presigned GET of each blob the result references (none: absent)"
+    )
 
 
 class JobStatusResponse(OmitsNull):
@@ -276,22 +363,6 @@ class PollRequest(_Strict):
     )
 
 
-class DownloadUrl(WireModel):
-    """A presigned GET handed out beside an S3 reference, so the reader downloads without a
-    presign call first (`POST .../payloads/presign?op=get` stays for expired URLs)."""
-
-    url: str
-    expires_at: str
-
-
-class BlobDownload(WireModel):
-    """A presigned GET of one blob a job or a result references."""
-
-    sha256: str
-    url: str
-    expires_at: str
-
-
 class PollResponse(OmitsNull):
     job_id: str
     namespace: str
@@ -328,12 +399,37 @@ class ResultErrorIn(_Strict):
     traceback: str | None = Field(None, max_length=65_536)
 
 
+class NextPoll(_Strict):
+    """`next` on a result post or failure report: after the post's own outcome is stored, take
+    the daemon's next deliveries exactly as `POST /v1/daemon/poll` with max_jobs would."""
+
+    queues: list[Name] = Field(min_length=1, max_length=16)
+    max_jobs: int = Field(1, ge=1, le=16, description="at most this many deliveries")
+    wait_s: float = Field(
+        0.0,
+        ge=0,
+        le=60,
+        description="block up to this long while none is found (capped by POLL_MAX_WAIT_S and "
+        "the invocation's remaining time); 0 answers at once",
+    )
+    daemon_id: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9_.:-]{1,64}$",
+        description="the consumer name, as in a poll (absent: one named after the token)",
+    )
+
+
 class ResultPost(_Strict):
     lease: Lease
     resultRef: PayloadRef | None = None
     resultInline: Base64Bytes | None = None
     error: ResultErrorIn | None = None
     blobs: BlobList = Field(default_factory=list)
+    next: NextPoll | None = Field(
+        None,
+        description='given: answer 200 {"jobs": [...]} (the next deliveries, maybe none) '
+        "instead of 204, once the result is stored",
+    )
 
     def inline_bytes(self) -> bytes | None:
         return None if self.resultInline is None else b64_bytes(self.resultInline)
@@ -345,6 +441,13 @@ class FailureReport(_Strict):
     detail: str = Field("", max_length=4096)
     expected_sha256: Sha256Hex | None = None
     actual_sha256: Sha256Hex | None = None
+    expected_crc64nvme: Crc64Nvme | None = None
+    actual_crc64nvme: Crc64Nvme | None = None
+    next: NextPoll | None = Field(
+        None,
+        description='given: answer 200 {"jobs": [...]} (the next deliveries, maybe none) '
+        "instead of 204, once the report is recorded",
+    )
 
 
 class HeartbeatRequest(_Strict):
@@ -423,6 +526,10 @@ class BlobResponse(OmitsNull):
 # -- public --------------------------------------------------------------------------------
 
 
+def _both_algorithms() -> list[ChecksumAlgorithm]:
+    return ["CRC64NVME", "SHA256"]
+
+
 class ConfigResponse(WireModel):
     inline_threshold: int
     max_payload_bytes: int
@@ -433,6 +540,10 @@ class ConfigResponse(WireModel):
     multipart_part_bytes: int = Field(description="part size (grown for > 10,000 parts)")
     batch_max_jobs: int = Field(description="jobs per batch enqueue or status call")
     batch_max_bytes: int = Field(description="inline payload bytes per batch enqueue (decoded)")
+    checksum_algorithms: list[ChecksumAlgorithm] = Field(
+        default_factory=_both_algorithms,
+        description="the upload checksums this control plane takes (presign `checksum_algorithm`)",
+    )
 
 
 class HealthCheck(WireModel):

@@ -96,9 +96,10 @@ class OmitsNull(WireModel):
 
 
 class MultipartRef(OmitsNull):
-    """How a multipart object was uploaded: its part size and count, and its composite SHA-256
-    (sha256 of the concatenated binary sha256 of each part, S3's COMPOSITE checksum "<b64>-N"
-    as hex), which readers check range by range."""
+    """How a multipart object was uploaded: its part size and count, and for a SHA256 upload
+    its composite SHA-256 (sha256 of the concatenated binary sha256 of each part, S3's
+    COMPOSITE checksum "<b64>-N" as hex), which readers check range by range. A CRC64NVME
+    upload has none: the reference's `crc64nvme` is the whole object's (FULL_OBJECT)."""
 
     model_config = ConfigDict(extra="forbid", defer_build=True)
 
@@ -117,6 +118,8 @@ class PayloadRef(OmitsNull):
     key: str
     size: int
     contentType: str | None = None
+    # The checksum readers verify: one of the two (S3's base64 CRC64NVME, or sha256 hex).
+    crc64nvme: str | None = None
     sha256: str | None = None
     multipart: MultipartRef | None = None
 
@@ -132,11 +135,16 @@ class IssueRecord(WireModel):
     size: int
     content_type: str
     sha256: str | None = None
+    # The CRC64NVME (base64) signed into a single PUT's URL, or a multipart upload's whole
+    # object CRC once completed (FULL_OBJECT).
+    crc64nvme: str | None = None
     presigns: int = 1
     issued_at: float
     # Multipart uploads: the part size, and the composite sha256 (hex) once completed.
     part_bytes: int | None = None
     composite_sha256: str | None = None
+    # A result key: the attempt whose delivery issued it (the key is that attempt's).
+    attempt: int | None = None
 
     @property
     def part_count(self) -> int:

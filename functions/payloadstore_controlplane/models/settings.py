@@ -9,12 +9,26 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from ..runtime.once import built_once
 from .blob_lifetime import BlobLifetime, derived_lifecycle_days
+from .limits import DELIVERIES_BUDGET, LAMBDA_RESPONSE_LIMIT, largest_inline_threshold
+
+
+class ReplicaAckPolicy(StrEnum):
+    # min(REDIS_MIN_REPLICA_ACKS, the node's online replicas): a shard that lost its replica
+    # keeps taking writes (alarmed), a connected but lagging replica is still waited for.
+    CONNECTED = "connected"
+    # always REDIS_MIN_REPLICA_ACKS: a shard without that many replicas answers 503.
+    STRICT = "strict"
 
 
 class PayloadLostPolicy(StrEnum):
     RETRY_ONCE = "retry_once"  # requeue once (attempt + 1), then fail
     FAIL = "fail"  # fail at the first report
 
+
+# The longest presigned URL lifetime: a URL signed with the function role's temporary
+# credentials stops working when that session ends, whatever its own expiry says, and Lambda
+# does not promise a role session longer than an hour (docs/settings.md).
+PRESIGN_TTL_MAX_S = 3600
 
 # S3's most parts per multipart upload.
 MULTIPART_MAX_PARTS = 10_000
@@ -36,7 +50,8 @@ class Settings(BaseModel):
     # Part size of a multipart upload (S3: 5 MiB..5 GiB), grown for an upload that would need
     # more than MULTIPART_MAX_PARTS parts (multipart_part_bytes_for).
     multipart_part_bytes: int = Field(16 * 1024**2, ge=5 * 1024**2, le=5 * 1024**3)
-    presign_ttl_s: int = Field(900, ge=1, le=7 * 24 * 3600)
+    # At most PRESIGN_TTL_MAX_S (see _consistent: a URL dies with its signer's session).
+    presign_ttl_s: int = Field(900, ge=1)
     # The bucket lifecycle deletes payloads after 2 days, so nothing may be promised for longer.
     result_ttl_s: int = Field(172_800, ge=60, le=172_800)
     max_presigns_per_job: int = Field(5, ge=1)
@@ -80,10 +95,14 @@ class Settings(BaseModel):
     redis_max_connections: int = Field(64, ge=1, le=10_000)
     # Durability through a failover: every write the control plane reports done is followed by
     # WAIT for this many replicas of the node that took it (0: no WAIT, a single node), up to
-    # REDIS_REPLICA_ACK_TIMEOUT_MS; fewer acks in time -> 503 redis_replication_lag. The timeout
+    # REDIS_REPLICA_ACK_TIMEOUT_MS (fewer online: REDIS_REPLICA_ACK_POLICY); fewer acks in time
+    # -> 503 redis_replication_lag. The timeout
     # stays under the fast client's reply timeout (store/redis_client.py, 1.5 s).
     redis_min_replica_acks: int = Field(0, ge=0, le=5)
     redis_replica_ack_timeout_ms: int = Field(100, ge=1, le=1000)
+    # Whether a shard with fewer online replicas than REDIS_MIN_REPLICA_ACKS (its replica was
+    # promoted, died or is still syncing) waits for the ones it has or refuses every write.
+    redis_replica_ack_policy: ReplicaAckPolicy = ReplicaAckPolicy.CONNECTED
     # Secrets Manager ARN/name holding the ElastiCache AUTH token (deployed stacks only).
     redis_auth_secret: str | None = None
     aws_region: str = "us-east-1"
@@ -159,6 +178,22 @@ class Settings(BaseModel):
                 "refused (redis_memory_full) before inline bytes are sent through S3 "
                 "(inline_unavailable); set the high-water mark <= the hard mark"
             )
+        if self.inline_threshold > largest_inline_threshold():
+            problems.append(
+                f"INLINE_THRESHOLD={self.inline_threshold} is above "
+                f"{largest_inline_threshold()}: one inline job that large, base64 in a poll's "
+                f"answer with its URLs, would not fit the {DELIVERIES_BUDGET} bytes a poll may "
+                f"carry (Lambda's answer limit of {LAMBDA_RESPONSE_LIMIT} bytes less headroom), "
+                "so a poll could never deliver it; send larger payloads through S3 (lower "
+                "INLINE_THRESHOLD)"
+            )
+        if self.presign_ttl_s > PRESIGN_TTL_MAX_S:
+            problems.append(
+                f"PRESIGN_TTL_S={self.presign_ttl_s} is above {PRESIGN_TTL_MAX_S}: a presigned "
+                "URL signed with the function role's temporary credentials stops working when "
+                "that session ends, which Lambda does not promise beyond an hour, so clients "
+                "would be told an expiry the URL does not keep; set PRESIGN_TTL_S <= 3600"
+            )
         if problems:
             raise ValueError("; ".join(problems))
         return self
@@ -208,6 +243,7 @@ SETTINGS_ENV: dict[str, str] = {
     "redis_max_connections": "REDIS_MAX_CONNECTIONS",
     "redis_min_replica_acks": "REDIS_MIN_REPLICA_ACKS",
     "redis_replica_ack_timeout_ms": "REDIS_REPLICA_ACK_TIMEOUT_MS",
+    "redis_replica_ack_policy": "REDIS_REPLICA_ACK_POLICY",
     "redis_auth_secret": "REDIS_AUTH_SECRET",
     "aws_region": "AWS_REGION",
     "s3_endpoint_url": "S3_ENDPOINT_URL",

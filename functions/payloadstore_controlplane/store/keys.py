@@ -25,20 +25,23 @@ live in the done list.
     pz  args size (bytes)                 rz  result size (issued at result presign)
     pc  args content type, only when      rc  result content type, only when not
         not application/msgpack               application/msgpack
-    ph  args sha256, 32 raw bytes         rh  result sha256, 32 raw bytes
+    ph  args checksum: sha256 (32 raw     rh  result checksum, as ph
+        bytes) or CRC64NVME (8 raw bytes)
     pn  args presign count                rn  result presign count
                                           ri  result key issued at, ms since epoch
                                           ra  attempt whose delivery issued the result key
     pb  args part size, multipart only    rb  result part size, multipart only
-    pm  args composite sha256 (32 raw     rm  result composite sha256, once completed
-        bytes), once completed
+    pm  args composite sha256 (32 raw     rm  result composite sha256 or whole CRC, once
+        bytes) or whole-object CRC64NVME      completed
+        (8 raw bytes), once completed
     rk  result form: i (inline bytes in the done list) | s (S3, ref from r*) | e (error JSON
         in the done list)
     g   digest of the accepted result post (kind letter + 15 bytes of sha256), for repeats
     l   payload_lost requeues so far
     rt  retries so far (POST .../retry, redrive; absent: 0)
     ab  deliveries before the last retry (the delivery cap counts `a` - `ab` of them)
-    rq  1 from a retry until the job's next delivery (a repeated retry appends again)
+    rq  from a retry until the job's next delivery: the job's entry id before the retry, or 1
+        when it had none of its own (a repeated retry is answered 'resume')
 
 Leases and cancel: `lt` lease token of the current delivery (kept after a payload_lost requeue,
 so a re-sent report is answered as the first), `lx` lease expiry (ms), `d` the consumer holding
@@ -77,8 +80,8 @@ def done(job_id: str) -> str:
 
 def parts(job_id: str, kind: str) -> str:
     """HASH of a multipart upload in progress (kind `args` | `result`): `u` the S3 upload id,
-    and one field per issued part number holding the sha256 (32 raw bytes) signed into its URL.
-    Deleted once the upload is completed; it lives no longer than the job hash. (Upload ids
+    `k` = 'c' for a CRC64NVME (FULL_OBJECT) upload, and one field per issued part number holding
+    the sha256 (32 raw bytes) signed into its URL (empty for a CRC64NVME upload's part). Deleted once the upload is completed; it lives no longer than the job hash. (Upload ids
     are longer than 64 bytes on S3: kept out of the job hash, which stays a listpack.)"""
     return f"{PREFIX}:{{j:{job_id}}}:parts:{kind}"
 
@@ -153,8 +156,19 @@ def kept_args(namespace: str, job_id: str) -> str:
 def kept_blobs(namespace: str, job_id: str) -> str:
     """STRING: the blob list (`B`: 32 raw bytes per blob) of a failed or cancelled job's queue
     entry, kept beside its args when the entry is dropped, so a retry's entry names its blobs
-    again (same TTL)."""
+    again (same TTL). An S3-tier job's end keeps it even when empty: its existence says the
+    job's entry was settled (operate_requeue.lua reads it so)."""
     return f"{PREFIX}:{{ns:{namespace}}}:a:{job_id}:B"
+
+
+def requeued(namespace: str, job_id: str) -> str:
+    """STRING: what the namespace slot did for the job's latest retry (operate_requeue.lua),
+    `<retries> <entry id>` (the entry it appended) or `<retries> =<entry id>` (it relied on the
+    job's entry still in the stream; `=` alone: an entry whose id the job slot does not know),
+    so a retry sent again appends nothing more, and the settle step that drops a relied-on
+    entry a daemon took appends the retry's entry from it (completion_settle.lua). Spent (and
+    deleted) at the job's next end; expires with the job (RESULT_TTL_S)."""
+    return f"{PREFIX}:{{ns:{namespace}}}:a:{job_id}:R"
 
 
 # -- layout 1 (read only, for jobs written before the upgrade) ------------------------------

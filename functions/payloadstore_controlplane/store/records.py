@@ -38,6 +38,9 @@ class IssuedKey:
     # A multipart upload: its part size, and its composite sha256 (hex) once completed.
     part_bytes: int | None = None
     composite_sha256: str | None = None
+    # CRC64NVME (base64): signed into a single PUT, or a multipart upload's whole object once
+    # completed (FULL_OBJECT).
+    crc64nvme: str | None = None
 
 
 @dataclass(frozen=True)
@@ -147,6 +150,7 @@ class Ended:
     """The job is in a terminal state already; nothing changed."""
 
     state: str
+    retries: int = 0
 
 
 @dataclass(frozen=True)
@@ -235,6 +239,11 @@ class StaleEntry:
 
 
 @dataclass(frozen=True)
+class Started:
+    """The job is running (a daemon took it) or its args are being uploaded: left alone."""
+
+
+@dataclass(frozen=True)
 class Leased:
     """Another delivery's lease is alive (heartbeats): not ours, not stale."""
 
@@ -289,10 +298,12 @@ class PresignCapReached:
 @dataclass(frozen=True)
 class MultipartUpload:
     """What the CP issued for a multipart upload in progress: the upload and each issued
-    part's sha256 (32 raw bytes) by part number."""
+    part's sha256 (32 raw bytes; empty for a CRC64NVME upload's part) by part number."""
 
     upload_id: str
     parts: dict[int, bytes]
+    # CRC64NVME (FULL_OBJECT: S3 checks the whole object at completion) or SHA256 (COMPOSITE).
+    algorithm: str = "SHA256"
 
 
 @dataclass(frozen=True)
@@ -314,6 +325,8 @@ class Completed:
     queue: str
     state: JobStatus
     retries: int = 0
+    # The consumer whose pending list held the entry (`d`): the settle step's owner check.
+    consumer: str = ""
 
 
 @dataclass(frozen=True)
@@ -338,6 +351,7 @@ class LostForGood:
     entry_id: str
     queue: str
     retries: int = 0
+    consumer: str = ""
 
 
 # Life cycle.
@@ -373,6 +387,8 @@ class RetryStarted:
     tier: Tier
     queue: str
     resumed: bool = False
+    # The job's entry before the retry ('' none known): it may still be in the stream.
+    previous_entry: str = ""
 
 
 @dataclass(frozen=True)
@@ -454,6 +470,28 @@ def sha_raw(hex_digest: str | None) -> bytes | None:
 
 def sha_hex(raw: bytes | None) -> str | None:
     return raw.hex() if raw else None
+
+
+def checksum_raw(sha256: str | None = None, crc64nvme: str | None = None) -> bytes | None:
+    """What a job hash keeps of an issued checksum (`ph`/`rh`, `pm`/`rm`): 32 raw bytes of a
+    sha256 or 8 of a CRC64NVME; the length tells which."""
+    if crc64nvme:
+        return base64.b64decode(crc64nvme)
+    return sha_raw(sha256)
+
+
+def checksum_of(raw: bytes | None) -> tuple[str | None, str | None]:
+    """(sha256 hex, CRC64NVME base64) of a stored checksum (one of them, or neither)."""
+    if not raw:
+        return None, None
+    if len(raw) == 8:
+        return None, base64.b64encode(raw).decode("ascii")
+    return raw.hex(), None
+
+
+def checksum_of_hex(value: str | None) -> tuple[str | None, str | None]:
+    """checksum_of() for a value a script answered in hex."""
+    return checksum_of(bytes.fromhex(value)) if value else (None, None)
 
 
 def sha256_hex_to_b64(hex_digest: str) -> str:

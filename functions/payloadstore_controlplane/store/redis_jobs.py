@@ -54,7 +54,7 @@ from .jobs.enqueue import EnqueueSteps
 from .jobs.lifecycle import LifecycleSteps
 from .jobs.operate import OperateSteps
 from .jobs.presign import PresignSteps
-from .records import DEFAULT_CONTENT_TYPE, IssuedKey, JobRecord, number, sha_hex, text
+from .records import DEFAULT_CONTENT_TYPE, IssuedKey, JobRecord, checksum_of, number, text
 
 __all__ = ["RedisJobStore", "decode_job"]
 
@@ -62,15 +62,18 @@ __all__ = ["RedisJobStore", "decode_job"]
 def _issued(f: dict[str, Any], prefix: str, issued_ms: int | None) -> IssuedKey | None:
     if prefix + "z" not in f:
         return None
+    sha256, crc = checksum_of(f.get(prefix + "h"))
+    composite, whole_crc = checksum_of(f.get(prefix + "m"))
     return IssuedKey(
         size=int(f[prefix + "z"]),
         content_type=text(f.get(prefix + "c")) or DEFAULT_CONTENT_TYPE,
-        sha256=sha_hex(f.get(prefix + "h")),
+        sha256=sha256,
         presigns=number(f.get(prefix + "n"), 0),
         issued_ms=issued_ms,
         attempt=(number(f.get("ra"), 0) or None) if prefix == "r" else None,
         part_bytes=number(f.get(prefix + "b"), 0) or None,
-        composite_sha256=sha_hex(f.get(prefix + "m")),
+        composite_sha256=composite,
+        crc64nvme=crc or whole_crc,
     )
 
 

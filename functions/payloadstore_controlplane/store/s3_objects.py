@@ -36,6 +36,8 @@ class ObjectInfo:
     sha256_b64: str | None
     content_type: str | None
     last_modified: float | None = None  # epoch seconds (HTTP date: whole seconds)
+    crc64nvme_b64: str | None = None
+    checksum_type: str | None = None  # FULL_OBJECT | COMPOSITE (HEAD with checksum mode)
 
 
 class CompletionRefused(Exception):
@@ -58,6 +60,7 @@ class UploadedPart:
     size: int
     etag: str
     sha256_b64: str | None
+    crc64nvme_b64: str | None = None
 
 
 @dataclass(frozen=True)
@@ -413,10 +416,15 @@ class S3Objects:
         )
 
     def presign_put(
-        self, key: str, size: int, content_type: str, sha256_hex: str | None
+        self,
+        key: str,
+        size: int,
+        content_type: str,
+        sha256_hex: str | None,
+        crc64nvme_b64: str | None = None,
     ) -> PresignedPut:
-        """A PUT URL that signs content-length, content-type and (when given) the sha256 checksum,
-        so S3 refuses a body of another size, type or digest."""
+        """A PUT URL that signs content-length, content-type and (when given) the checksum
+        (CRC64NVME or sha256), so S3 refuses a body of another size, type or checksum."""
         params: dict[str, Any] = {
             "Bucket": self.bucket,
             "Key": key,
@@ -424,7 +432,12 @@ class S3Objects:
             "ContentType": content_type,
         }
         headers = {"Content-Length": str(size), "Content-Type": content_type}
-        if sha256_hex:
+        if crc64nvme_b64:
+            params["ChecksumCRC64NVME"] = crc64nvme_b64
+            params["ChecksumAlgorithm"] = "CRC64NVME"
+            headers["x-amz-checksum-crc64nvme"] = crc64nvme_b64
+            headers["x-amz-sdk-checksum-algorithm"] = "CRC64NVME"
+        elif sha256_hex:
             b64 = sha256_hex_to_b64(sha256_hex)
             params["ChecksumSHA256"] = b64
             # Naming the algorithm makes S3 (and emulators) store the checksum for HEAD to return.
@@ -441,36 +454,52 @@ class S3Objects:
 
     # -- multipart ------------------------------------------------------------------------
 
-    def create_multipart(self, key: str, content_type: str) -> str:
-        """CreateMultipartUpload with SHA-256 checksums (S3 keeps a COMPOSITE checksum): the
-        upload id."""
+    def create_multipart(self, key: str, content_type: str, algorithm: str = "SHA256") -> str:
+        """CreateMultipartUpload: the upload id. CRC64NVME is FULL_OBJECT (S3 checks the whole
+        object against the CRC given at completion); SHA256 is COMPOSITE (each part's sha256)."""
+        checksum = (
+            {"ChecksumAlgorithm": "CRC64NVME", "ChecksumType": "FULL_OBJECT"}
+            if algorithm == "CRC64NVME"
+            else {"ChecksumAlgorithm": "SHA256"}
+        )
         try:
             r = self._s3.create_multipart_upload(
-                Bucket=self.bucket, Key=key, ContentType=content_type, ChecksumAlgorithm="SHA256"
+                Bucket=self.bucket, Key=key, ContentType=content_type, **checksum
             )
         except (ClientError, BotoCoreError) as e:
             raise _storage_error(e, "create multipart upload") from e
         return str(r["UploadId"])
 
     def presign_part(
-        self, key: str, upload_id: str, number: int, size: int, sha256_hex: str
+        self,
+        key: str,
+        upload_id: str,
+        number: int,
+        size: int,
+        sha256_hex: str | None,
+        crc64nvme_b64: str | None = None,
     ) -> PresignedPut:
-        """An UploadPart URL signing the part's content-length and sha256 checksum, so S3
-        refuses a part of other bytes."""
-        b64 = sha256_hex_to_b64(sha256_hex)
-        headers = {"Content-Length": str(size), "x-amz-checksum-sha256": b64}
+        """An UploadPart URL signing the part's content-length and, when given, its checksum
+        (sha256: a COMPOSITE upload's, S3 refuses a part of other bytes; CRC64NVME: optional
+        for a FULL_OBJECT upload, whose whole object S3 checks at completion)."""
+        headers = {"Content-Length": str(size)}
+        params: dict[str, Any] = {
+            "Bucket": self.bucket,
+            "Key": key,
+            "UploadId": upload_id,
+            "PartNumber": number,
+            "ContentLength": size,
+        }
+        if sha256_hex:
+            headers["x-amz-checksum-sha256"] = params["ChecksumSHA256"] = sha256_hex_to_b64(
+                sha256_hex
+            )
+        elif crc64nvme_b64:
+            headers["x-amz-checksum-crc64nvme"] = params["ChecksumCRC64NVME"] = crc64nvme_b64
         if self._presigner is not None:
             query = {"partNumber": str(number), "uploadId": upload_id}
             url = self._presigner.url("PUT", self.bucket, key, self._ttl, headers, query=query)
         else:
-            params = {
-                "Bucket": self.bucket,
-                "Key": key,
-                "UploadId": upload_id,
-                "PartNumber": number,
-                "ContentLength": size,
-                "ChecksumSHA256": b64,
-            }
             url = self._s3.generate_presigned_url(
                 "upload_part", Params=params, ExpiresIn=self._ttl, HttpMethod="PUT"
             )
@@ -499,24 +528,44 @@ class S3Objects:
                         size=int(part["Size"]),
                         etag=str(part["ETag"]),
                         sha256_b64=part.get("ChecksumSHA256"),
+                        crc64nvme_b64=part.get("ChecksumCRC64NVME"),
                     )
                 )
             if not r.get("IsTruncated") or not r.get("Parts"):
                 return found
             marker = int(r["NextPartNumberMarker"])
 
-    def complete_multipart(self, key: str, upload_id: str, parts: list[UploadedPart]) -> bool:
-        """CompleteMultipartUpload naming each part's ETag and sha256; False when the upload
-        is gone (completed by a concurrent request, or aborted)."""
-        body = {
-            "Parts": [
+    def complete_multipart(
+        self,
+        key: str,
+        upload_id: str,
+        parts: list[UploadedPart],
+        crc64nvme_b64: str | None = None,
+    ) -> bool:
+        """CompleteMultipartUpload naming each part's ETag and checksum; False when the upload
+        is gone (completed by a concurrent request, or aborted). `crc64nvme_b64`: a FULL_OBJECT
+        upload's whole-object CRC, which S3 checks against the parts it holds (400 BadDigest,
+        CompletionRefused, when a part is not the bytes the uploader meant)."""
+        extra: dict[str, Any] = {}
+        if crc64nvme_b64:
+            extra = {"ChecksumCRC64NVME": crc64nvme_b64, "ChecksumType": "FULL_OBJECT"}
+            named = [
+                {"PartNumber": p.number, "ETag": p.etag}
+                | ({"ChecksumCRC64NVME": p.crc64nvme_b64} if p.crc64nvme_b64 else {})
+                for p in parts
+            ]
+        else:
+            named = [
                 {"PartNumber": p.number, "ETag": p.etag, "ChecksumSHA256": p.sha256_b64 or ""}
                 for p in parts
             ]
-        }
         try:
             self._s3.complete_multipart_upload(
-                Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload=body
+                Bucket=self.bucket,
+                Key=key,
+                UploadId=upload_id,
+                MultipartUpload={"Parts": named},
+                **extra,
             )
         except ClientError as e:
             code = e.response.get("Error", {}).get("Code") or ""
@@ -568,6 +617,8 @@ class S3Objects:
                     sha256_b64=fields.get("x-amz-checksum-sha256"),
                     content_type=fields.get("content-type"),
                     last_modified=_http_date(fields.get("last-modified")),
+                    crc64nvme_b64=fields.get("x-amz-checksum-crc64nvme"),
+                    checksum_type=fields.get("x-amz-checksum-type"),
                 )
         return self._client_head(key)
 
@@ -672,6 +723,8 @@ class S3Objects:
             sha256_b64=r.get("ChecksumSHA256"),
             content_type=r.get("ContentType"),
             last_modified=modified.timestamp() if modified is not None else None,
+            crc64nvme_b64=r.get("ChecksumCRC64NVME"),
+            checksum_type=r.get("ChecksumType"),
         )
 
     # -- health checks: each returns (ok, detail) and never raises -----------------------

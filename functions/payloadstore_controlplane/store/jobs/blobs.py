@@ -129,7 +129,7 @@ class BlobSteps(StoreBase):
         )
 
     def issue_blob_parts(
-        self, namespace: str, sha256: str, parts: list[tuple[int, str]]
+        self, namespace: str, sha256: str, parts: list[tuple[int, str | None]]
     ) -> PartsIssued | NotMultipart | PartDiffers:
         """Record (part number, hex sha256) of a blob's parts about to be presigned."""
         flat: list[Any] = []

@@ -72,6 +72,7 @@ class CompletionSteps(StoreBase):
                     queue=reply[2],
                     state=JobStatus(reply[3]),
                     retries=number(reply[4]),
+                    consumer=reply[5] if len(reply) > 5 else "",
                 )
             case "same":
                 return SamePost(
@@ -105,7 +106,12 @@ class CompletionSteps(StoreBase):
             case "requeue":
                 return Requeued(entry_id=reply[1], queue=reply[2])
             case "terminal":
-                return LostForGood(entry_id=reply[1], queue=reply[2], retries=number(reply[3]))
+                return LostForGood(
+                    entry_id=reply[1],
+                    queue=reply[2],
+                    retries=number(reply[3]),
+                    consumer=reply[4] if len(reply) > 4 else "",
+                )
             case "same":
                 return SamePost(
                     entry_id=reply[1], queue=reply[2], state=reply[3], retries=number(reply[4])
@@ -128,11 +134,17 @@ class CompletionSteps(StoreBase):
         now_ms: int,
         index_once: bool = False,
         keep_args: bool = False,
+        undelivered_only: bool = False,
+        consumer: str = "",
     ) -> bool:
         """The namespace-slot half of a job's end (completion_settle.lua): drop its queue entry
         (if named), index it among the queue's ended jobs under `state`'s group (None: no index
         entry; `index_once`: only if this call dropped the entry, for a repeated post), and with
-        `keep_args` keep the entry's inline bytes for a retry. True when this call dropped it."""
+        `keep_args` keep the entry's inline bytes for a retry; `undelivered_only` leaves an
+        entry a daemon took (purge). A retry that came after the end (`retries` is the job's
+        when it ended) and relies on the entry keeps it deliverable: an entry `consumer` (the
+        caller's delivery, '' any) no longer holds is left to whoever took it since. True when
+        this call dropped it."""
         group = GROUP_OF_STATE.get(JobStatus(state)) if state else None
         ttl_ms = self._ttl * 1000
         index = "" if group is None else ("if_dropped" if index_once else "add")
@@ -144,6 +156,7 @@ class CompletionSteps(StoreBase):
                     keys.ended(namespace, queue, group or "failed"),
                     keys.kept_args(namespace, job_id),
                     keys.kept_blobs(namespace, job_id),
+                    keys.requeued(namespace, job_id),
                 ],
                 [
                     keys.CONSUMER_GROUP,
@@ -154,6 +167,8 @@ class CompletionSteps(StoreBase):
                     f"{max(now_ms - ttl_ms, 0)}-0",
                     ttl_ms,
                     "1" if keep_args else "0",
+                    "1" if undelivered_only else "0",
+                    consumer,
                 ],
             )
         )

@@ -14,11 +14,12 @@
 -- script re-sent after a lost reply) is 'same' and names the entry again so it is dropped.
 -- Returns {'missing'} | {'legacy'} | {'same', entry_id, queue, state, retries}
 --       | {'conflict', state} | {'not_running', state} | {'lease_mismatch', state}
---       | {'ok', entry_id, queue, state, retries}   (retries: `rt`, for the ended-jobs index)
+--       | {'ok', entry_id, queue, state, retries, consumer}   (retries: `rt`, for the ended-jobs
+--         index; consumer: `d`, whose pending list holds the entry, for the settle step)
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing'} end
 if redis.call('HEXISTS', KEYS[1], 'state') == 1 then return {'legacy'} end
 if ARGV[8] ~= '' and redis.call('HGET', KEYS[1], 'n') ~= ARGV[8] then return {'missing'} end
-local f = redis.call('HMGET', KEYS[1], 's', 'lt', 'x', 'q', 'g', 'cr', 'rt')
+local f = redis.call('HMGET', KEYS[1], 's', 'lt', 'x', 'q', 'g', 'cr', 'rt', 'd')
 local s, entry = f[1], f[3] or ''
 if entry == '*' then entry = '' end
 if f[2] and f[2] ~= ARGV[6] then return {'lease_mismatch', s or ''} end
@@ -41,4 +42,4 @@ redis.call('EXPIRE', KEYS[1], ARGV[4])
 redis.call('DEL', KEYS[2])
 redis.call('RPUSH', KEYS[2], ARGV[5])
 redis.call('EXPIRE', KEYS[2], ARGV[4])
-return {'ok', entry, f[4], state, f[7] or '0'}
+return {'ok', entry, f[4], state, f[7] or '0', f[8] or ''}

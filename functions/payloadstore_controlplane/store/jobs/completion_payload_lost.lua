@@ -14,10 +14,11 @@
 -- 'requeue' again: the caller's append is then done, and a doubled entry is dropped as stale.
 -- Returns {'missing'} | {'legacy'} | {'same', entry_id, queue, state, retries}
 --       | {'not_running', state} | {'lease_mismatch', state} | {'requeue', entry_id, queue}
---       | {'terminal', entry_id, queue, retries}   (retries: `rt`, for the ended-jobs index)
+--       | {'terminal', entry_id, queue, retries, consumer}   (retries: `rt`, for the ended-jobs
+--         index; consumer: `d`, whose pending list holds the entry, for the settle step)
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing'} end
 if redis.call('HEXISTS', KEYS[1], 'state') == 1 then return {'legacy'} end
-local f = redis.call('HMGET', KEYS[1], 's', 'lt', 'x', 'q', 'l', 'g', 'rt')
+local f = redis.call('HMGET', KEYS[1], 's', 'lt', 'x', 'q', 'l', 'g', 'rt', 'd')
 local s, entry, queue, lost = f[1], f[3] or '', f[4], tonumber(f[5] or '0')
 if entry == '*' then entry = '' end
 if f[2] and f[2] ~= ARGV[6] then return {'lease_mismatch', s or ''} end
@@ -41,4 +42,4 @@ redis.call('EXPIRE', KEYS[1], ARGV[4])
 redis.call('DEL', KEYS[2])
 redis.call('RPUSH', KEYS[2], ARGV[5])
 redis.call('EXPIRE', KEYS[2], ARGV[4])
-return {'terminal', entry, queue, f[7] or '0'}
+return {'terminal', entry, queue, f[7] or '0', f[8] or ''}

@@ -4,6 +4,7 @@
 --
 -- KEYS[1]  queue stream   KEYS[2] the queue's ended-jobs stream of the job's state group
 -- KEYS[3]  the job's kept-args string   KEYS[4] the job's kept blob list
+-- KEYS[5]  the job's requeue record (keys.requeued, written by operate_requeue.lua)
 -- ARGV[1]  consumer group   ARGV[2] entry id ('' none)   ARGV[3] job id (16 raw bytes)
 -- ARGV[4]  index: 'add' | 'if_dropped' (only when this call dropped the entry: a repeat after a
 --          lost reply, whose first run dropped and indexed it, adds nothing) | '' (none)
@@ -11,29 +12,68 @@
 -- ARGV[6]  min_id of the ended-jobs stream (MINID ~: entries past the retention go)
 -- ARGV[7]  ttl_ms: the ended-jobs stream and the kept args expire with the job
 -- ARGV[8]  '1': keep the entry's inline bytes (`b`) in KEYS[3] and its blob list (`B`) in
---          KEYS[4] (a failed or cancelled job)
+--          KEYS[4] (a failed or cancelled job); an S3-tier entry keeps KEYS[4] even empty,
+--          which tells a retry that this end was settled
+-- ARGV[9]  '1': only an entry no daemon took (not in the pending list): purge's drop; an entry
+--          taken since is its delivery's to decide
+-- ARGV[10] the consumer whose delivery the caller settles ('' any): see below
 --
+-- A retry may have come between the job slot's end and this step (the record's retries are
+-- above ARGV[5]). If it relied on this entry (`=<this id>`, or `=` with no id known): an entry
+-- no daemon took is left to run the retry; one a daemon took (the poll that found the job
+-- ended, or the ended delivery's own: consumer ARGV[10]) is dropped and the retry's entry
+-- appended from its fields (the record then names it); one another consumer holds (reclaimed
+-- after a visibility timeout, it may be running the retry) is left to that delivery. If the retry has an entry of its own, this one is dropped and
+-- nothing kept. A record of an earlier retry is spent: deleted.
 -- No job state changes here. allow-oom: the drain path (the entry's bytes are freed or moved,
 -- an index entry is a few tens of bytes). Returns 1 this call dropped the entry | 0 it was gone
--- already, or none was named.
+-- already, left, or none was named.
+local entry = ARGV[2]
+local retry = nil  -- 'relied' | 'own': a retry after this end, and what its requeue did
+local rec = redis.call('GET', KEYS[5])
+if rec then
+  local rt, what = string.match(rec, '^(%d+) (.*)$')
+  if rt and tonumber(rt) > tonumber(ARGV[5]) then
+    retry = 'own'
+    if what == '=' or what == '=' .. entry then retry = 'relied' end
+  else
+    redis.call('DEL', KEYS[5])
+  end
+end
 local dropped = 0
-if ARGV[2] ~= '' then
-  if ARGV[8] == '1' then
-    local rows = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])
-    if rows[1] then
-      local f = rows[1][2]
-      for i = 1, #f, 2 do
-        if f[i] == 'b' or f[i] == 'inline' then
-          redis.call('SET', KEYS[3], f[i + 1], 'PX', ARGV[7])
-        elseif f[i] == 'B' then
-          redis.call('SET', KEYS[4], f[i + 1], 'PX', ARGV[7])
-        end
+if entry ~= '' then
+  local rows = redis.call('XRANGE', KEYS[1], entry, entry)
+  local pending, left = false, false
+  local holder = ''
+  if rows[1] and (ARGV[9] == '1' or retry == 'relied') then
+    local p = redis.pcall('XPENDING', KEYS[1], ARGV[1], entry, entry, 1)
+    pending = type(p) == 'table' and not p.err and p[1] ~= nil
+    if pending then holder = p[1][2] end
+  end
+  if rows[1] and ARGV[9] == '1' and pending then
+    left = true
+  elseif rows[1] and retry == 'relied' then
+    if pending and (ARGV[10] == '' or ARGV[10] == holder) then
+      local id = redis.call('XADD', KEYS[1], '*', unpack(rows[1][2]))
+      redis.call('SET', KEYS[5], string.match(rec, '^%d+') .. ' ' .. id, 'PX', ARGV[7])
+    else
+      left = true
+    end
+  elseif rows[1] and ARGV[8] == '1' and retry == nil then
+    local f, inline, blobs = rows[1][2], false, ''
+    for i = 1, #f, 2 do
+      if f[i] == 'b' or f[i] == 'inline' then
+        inline = true
+        redis.call('SET', KEYS[3], f[i + 1], 'PX', ARGV[7])
+      elseif f[i] == 'B' then
+        blobs = f[i + 1]
       end
     end
+    if blobs ~= '' or not inline then redis.call('SET', KEYS[4], blobs, 'PX', ARGV[7]) end
   end
-  if redis.call('EXISTS', KEYS[1]) == 1 then
-    redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-    dropped = redis.call('XDEL', KEYS[1], ARGV[2])
+  if not left and redis.call('EXISTS', KEYS[1]) == 1 then
+    redis.call('XACK', KEYS[1], ARGV[1], entry)
+    dropped = redis.call('XDEL', KEYS[1], entry)
   end
 end
 if ARGV[4] == 'add' or (ARGV[4] == 'if_dropped' and dropped == 1) then

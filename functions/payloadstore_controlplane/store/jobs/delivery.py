@@ -1,7 +1,16 @@
 """Delivery: a daemon's poll takes one entry (delivery_take.lua, namespace slot), then the job
 becomes a delivery with a fresh lease (delivery_start.lua, job slot). A crash in between leaves
 the entry pending, and a later scan of the pending list hands it out again after the
-visibility timeout."""
+visibility timeout.
+
+Both steps wait for the replicas as every step does, but a shortfall does not refuse the
+delivery (`lag_ok`): a delivery acknowledges no client write, and the entry is already in this
+daemon's pending list on the primary, so a 503 would hold the job for VISIBILITY_TIMEOUT_S. If
+the primary dies before the replica has the take, the promoted replica still has the job
+queued and delivers it again (at least once); the first daemon's lease is then unknown there,
+so its result post is refused (409 or 404) and only the second delivery's counts. A
+result post is acknowledged only once replicated, and replication is in order: by then the
+take and the start are on the replica too."""
 
 from __future__ import annotations
 
@@ -20,6 +29,7 @@ from ..records import (
     Missing,
     QueueEntry,
     StaleEntry,
+    checksum_of_hex,
     fixed_error_digest,
     number,
     text,
@@ -66,10 +76,13 @@ class DeliverySteps(StoreBase):
         for key in stream_keys:
             due = now - self._last_reclaim.get(key, float("-inf")) >= self.RECLAIM_EVERY_S
             cursors.append(self._reclaim_cursor.get(key, "0-0") if reclaim and due else "")
+        # lag_ok: the entry is in this consumer's pending list on the primary whatever the
+        # replicas say; refusing it now would hold it for the visibility timeout.
         reply = self._run(
             "delivery_take",
             stream_keys,
             [keys.CONSUMER_GROUP, consumer, min_idle_ms, self.RECLAIM_CALLS, *cursors],
+            lag_ok=True,
         )
         status, number, entry_id, fields = text(reply[0]), int(reply[1]), reply[2], reply[3]
         n = len(stream_keys)
@@ -146,22 +159,26 @@ class DeliverySteps(StoreBase):
                 cancel_error,
                 fixed_error_digest(cancel_error),
             ],
+            lag_ok=True,
         )
         match reply[0]:
             case "ok":
-                attempt, tier_code, args_size, content_type, sha256 = reply[1:6]
-                part_bytes, composite = (reply[6:8] + ["", ""])[:2]
+                attempt, tier_code, args_size, content_type, checksum = reply[1:6]
+                part_bytes, whole = (reply[6:8] + ["", ""])[:2]
+                sha256, crc = checksum_of_hex(checksum or None)
+                composite, whole_crc = checksum_of_hex(whole or None)
                 tier = Tier.INLINE if tier_code == "i" else Tier.S3
                 args = None
                 if tier is Tier.S3 and args_size:
                     args = IssuedKey(
                         size=int(args_size),
                         content_type=content_type or DEFAULT_CONTENT_TYPE,
-                        sha256=sha256 or None,
+                        sha256=sha256,
                         presigns=0,
                         issued_ms=None,
                         part_bytes=int(part_bytes) if part_bytes else None,
-                        composite_sha256=composite or None,
+                        composite_sha256=composite,
+                        crc64nvme=crc or whole_crc,
                     )
                 return Delivered(attempt=int(attempt), tier=tier, args=args)
             case "stale":
@@ -169,7 +186,7 @@ class DeliverySteps(StoreBase):
             case "leased":
                 return Leased()
             case "terminal":
-                return Ended(reply[1])
+                return Ended(reply[1], retries=number(reply[2]) if len(reply) > 2 else 0)
             case "cancelled":
                 return CancelledAtDelivery(retries=number(reply[1]))
             case "limit":

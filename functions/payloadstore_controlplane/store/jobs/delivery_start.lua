@@ -17,7 +17,7 @@
 -- The hash lives at least RESULT_TTL_S past the lease's expiry: a job that waited long in its
 -- queue does not vanish while it runs (heartbeats move this on).
 -- Re-sent with the same lease (a reply lost to a timeout): answered as the first time.
--- Returns {'missing'} | {'legacy'} | {'terminal', state} | {'stale'} | {'leased'}
+-- Returns {'missing'} | {'legacy'} | {'terminal', state, retries} | {'stale'} | {'leased'}
 --       | {'cancelled', retries} | {'limit', deliveries, retries}
 --       | {'ok', attempt, tier, pz, pc, ph hex, pb, pm hex}   (retries: `rt`, for the ended-jobs
 --         index)
@@ -40,7 +40,9 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
 end
 if redis.call('HEXISTS', KEYS[1], 'state') == 1 then return {'legacy'} end
 local s = redis.call('HGET', KEYS[1], 's')
-if s ~= 'queued' and s ~= 'running' then return {'terminal', s} end
+if s ~= 'queued' and s ~= 'running' then
+  return {'terminal', s, redis.call('HGET', KEYS[1], 'rt') or '0'}
+end
 local x = redis.call('HGET', KEYS[1], 'x')
 if x and x ~= ARGV[1] and x ~= '*' then return {'stale'} end
 if s == 'running' and redis.call('HGET', KEYS[1], 'lt') == ARGV[7] then

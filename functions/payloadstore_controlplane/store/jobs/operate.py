@@ -8,10 +8,12 @@ completion_settle.lua when the job's entry is dropped): one small entry per job,
 the job. Each listed job is then read from its own hash, which says its current state: an
 index entry of a job retried since (its `rt` moved on) is skipped.
 
-A retry is the job slot first (operate_retry.lua: the job is `queued` with `x` = '*'), then the
-namespace slot (operate_requeue.lua: its entry is appended, with the inline args kept when it
-ended). A crash in between leaves the job queued with `rq` set and no entry: the client's
-retry of the retry is answered 'resume' and appends it."""
+A retry is the job slot first (operate_retry.lua: the job is `queued` with `x` = '*' and `rq`
+= its entry before), then the namespace slot (operate_requeue.lua: the job gets exactly one
+deliverable entry: its previous one if still in the stream, else one appended from the args and
+blob list kept when it ended; a record says which, so a retry sent again adds nothing). A crash
+in between leaves the job queued with `rq` set and no entry: the client's retry of the retry is
+answered 'resume' and does the namespace step then."""
 
 from __future__ import annotations
 
@@ -20,14 +22,19 @@ from typing import Any
 from ...models.domain import Tier
 from .. import keys
 from ..records import (
+    CancelledQueued,
+    Ended,
     EndedEntry,
     JobRecord,
     Missing,
     RetryRefused,
     RetryStarted,
     ScannedEntry,
+    StaleEntry,
+    Started,
     job_id_from_bytes,
     number,
+    post_digest,
     text,
 )
 from . import layout1
@@ -138,16 +145,67 @@ class OperateSteps(StoreBase):
                     tier=Tier.INLINE if reply[3] == "i" else Tier.S3,
                     queue=reply[4],
                     resumed=reply[0] == "resume",
+                    previous_entry=reply[5] if len(reply) > 5 else "",
                 )
             case "refused":
                 return RetryRefused(reply[1])
         return Missing()
 
+    def purge_job(
+        self,
+        job_id: str,
+        namespace: str,
+        queue: str,
+        entry_id: str,
+        *,
+        inline: bool,
+        now_ms: int,
+        error_json: str,
+        created_ms: int,
+    ) -> CancelledQueued | Started | Ended | StaleEntry | Missing:
+        """Purge's decision for an entry it scanned as queued (operate_purge.lua): the job
+        cancelled if it is still queued on it, else left as it is."""
+        reply = self._run_on_job(
+            "operate_purge",
+            job_id,
+            [keys.job(job_id), keys.done(job_id)],
+            [
+                namespace,
+                entry_id,
+                queue,
+                "1" if inline else "0",
+                now_ms,
+                self._ttl,
+                error_json,
+                post_digest("error", error_json),
+                created_ms,
+            ],
+        )
+        match reply[0]:
+            case "cancelled":
+                return CancelledQueued(entry_id=entry_id, queue=queue, retries=number(reply[1]))
+            case "started":
+                return Started()
+            case "ended":
+                return Ended(reply[1], retries=number(reply[2]))
+            case "stale":
+                return StaleEntry()
+        return Missing()
+
     def requeue(
-        self, namespace: str, queue: str, job_id: str, tier: Tier, *, min_id_ms: int
+        self,
+        namespace: str,
+        queue: str,
+        job_id: str,
+        tier: Tier,
+        *,
+        min_id_ms: int,
+        retries: int,
+        previous_entry: str,
     ) -> str:
-        """Append a retried job's entry (operate_requeue.lua): '' when an inline job's args
-        are not kept because its first entry is still in the stream."""
+        """Give a retried job (now at `retries`) its one deliverable entry
+        (operate_requeue.lua): the entry id appended, or '' when an entry of the job still in
+        the stream runs it (or this retry's entry exists already: a retry sent again)."""
         reply = self._run(
             "operate_requeue",
             [
@@ -155,6 +213,7 @@ class OperateSteps(StoreBase):
                 keys.queue_names(namespace),
                 keys.kept_args(namespace, job_id),
                 keys.kept_blobs(namespace, job_id),
+                keys.requeued(namespace, job_id),
             ],
             [
                 f"{min_id_ms}-0",
@@ -162,6 +221,9 @@ class OperateSteps(StoreBase):
                 keys.CONSUMER_GROUP,
                 job_id,
                 "i" if tier is Tier.INLINE else "s",
+                retries,
+                previous_entry,
+                self._ttl * 1000,
             ],
         )
         return decoded([reply])[0]

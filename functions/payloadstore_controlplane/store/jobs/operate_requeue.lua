@@ -1,27 +1,60 @@
 #!lua
--- operate_requeue: append a retried job's entry to its queue (namespace slot).
+-- operate_requeue: the namespace-slot half of a retry: the retried job gets exactly one
+-- deliverable entry with its whole arguments (inline bytes, blob list).
 --
 -- KEYS[1]  queue stream   KEYS[2] the namespace's queue-name set   KEYS[3] the job's kept args
--- KEYS[4]  the job's kept blob list (the entry gets it back as `B`, and it is then deleted)
+-- KEYS[4]  the job's kept blob list (kept by the settle step of its end, even empty for an
+--          S3-tier job: it exists once that end was settled)
+-- KEYS[5]  the job's requeue record (keys.requeued: `<retries> <entry id>` | `<retries> =<id>`)
 -- ARGV[1]  min_id (MINID ~)   ARGV[2] queue name   ARGV[3] consumer group   ARGV[4] job_id
--- ARGV[5]  tier: 'i' inline (the bytes come from KEYS[3], which is then deleted) | 's' S3
+-- ARGV[5]  tier: 'i' inline | 's' S3   ARGV[6] the job's retries after this retry (`rt`)
+-- ARGV[7]  the job's entry id before the retry ('' none known: cancelled while queued before
+--          any delivery, or after a requeue)   ARGV[8] ttl_ms (the record's)
 --
--- As enqueue_append (a queue is created with its group at its first entry). An inline job
--- whose args are not kept here still has its first entry in the stream (it was cancelled
--- while queued, before any delivery): nothing is appended, that entry runs it.
+-- In order:
+-- 1. This retry's record exists (a retry sent again, or this script re-sent): nothing more is
+--    done, its answer is given again. A second entry would have no args left to carry.
+-- 2. The job's previous entry is still in the stream (its end not settled yet, or it never was
+--    delivered): that entry runs the retry (`x` is '*'); the settle step that drops it, if a
+--    daemon had taken it, appends the retry's entry from it (completion_settle.lua).
+-- 3. The end was settled (kept args or kept blob list exist): an entry is appended from them
+--    (as enqueue_append: a queue is created with its group at its first entry), and they go.
+-- 4. No entry id known and nothing settled: the job's entry is still in the stream, somewhere
+--    (the job was cancelled while queued): relied on as in 2.
+-- 5. Otherwise the entry is gone unsettled (trimmed past the retention): an S3-tier job gets an
+--    entry with no blob list, an inline one nothing (its bytes are gone).
 -- Default flags: refused before it starts when Redis is full.
--- Returns the entry id | '' nothing appended.
-local fields = {'j', ARGV[4]}
-if ARGV[5] == 'i' then
-  local bytes = redis.call('GET', KEYS[3])
-  if not bytes then return '' end
-  fields = {'j', ARGV[4], 'b', bytes}
+-- Returns the entry id appended | '' nothing appended (an entry of the job's runs it).
+local rec = redis.call('GET', KEYS[5])
+if rec then
+  local rt, what = string.match(rec, '^(%d+) (.*)$')
+  if rt == ARGV[6] then
+    if string.sub(what, 1, 1) == '=' then return '' end
+    return what
+  end
 end
+local function record(what)
+  redis.call('SET', KEYS[5], ARGV[6] .. ' ' .. what, 'PX', ARGV[8])
+end
+local prev = ARGV[7]
+if prev ~= '' and redis.call('XRANGE', KEYS[1], prev, prev)[1] then
+  record('=' .. prev)
+  return ''
+end
+local args = redis.call('GET', KEYS[3])
 local blobs = redis.call('GET', KEYS[4])
-if blobs then fields[#fields + 1] = 'B'; fields[#fields + 1] = blobs end
+if not args and not blobs and prev == '' then
+  record('=')
+  return ''
+end
+if ARGV[5] == 'i' and not args then return '' end
+local fields = {'j', ARGV[4]}
+if ARGV[5] == 'i' then fields[#fields + 1] = 'b'; fields[#fields + 1] = args end
+if blobs and blobs ~= '' then fields[#fields + 1] = 'B'; fields[#fields + 1] = blobs end
 local fresh = redis.call('EXISTS', KEYS[1]) == 0
 local id = redis.call('XADD', KEYS[1], 'MINID', '~', ARGV[1], '*', unpack(fields))
 if fresh then redis.call('XGROUP', 'CREATE', KEYS[1], ARGV[3], '0') end
 redis.call('SADD', KEYS[2], ARGV[2])
 redis.call('DEL', KEYS[3], KEYS[4])
+record(id)
 return id

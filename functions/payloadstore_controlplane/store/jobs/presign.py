@@ -23,6 +23,7 @@ from ..records import (
     PresignCapReached,
     ResultIssued,
     ResultIssuedBefore,
+    checksum_raw,
     sha_raw,
     text,
 )
@@ -30,13 +31,19 @@ from ._base import StoreBase
 
 
 def issue_fields(
-    prefix: str, size: int, content_type: str, sha256: str | None, part_bytes: int | None = None
+    prefix: str,
+    size: int,
+    content_type: str,
+    sha256: str | None,
+    part_bytes: int | None = None,
+    crc64nvme: str | None = None,
 ) -> list[Any]:
     flat: list[Any] = [prefix + "z", size, prefix + "n", 1]
     if content_type != DEFAULT_CONTENT_TYPE:
         flat += [prefix + "c", content_type]
-    if sha256:
-        flat += [prefix + "h", sha_raw(sha256)]
+    checksum = checksum_raw(sha256, crc64nvme)
+    if checksum:
+        flat += [prefix + "h", checksum]
     if part_bytes:
         flat += [prefix + "b", part_bytes]
     return flat
@@ -55,10 +62,11 @@ class PresignSteps(StoreBase):
         content_type: str,
         sha256: str | None,
         part_bytes: int | None = None,
+        crc64nvme: str | None = None,
     ) -> bool:
         """A new job in state awaiting_upload holding what was issued for its args key."""
         flat = [self._ttl, "n", namespace, "s", JobStatus.AWAITING_UPLOAD.value]
-        flat += issue_fields("p", size, content_type, sha256, part_bytes)
+        flat += issue_fields("p", size, content_type, sha256, part_bytes, crc64nvme)
         return bool(self._run("presign_args", [keys.job(job_id)], flat))
 
     def create_result_issue(
@@ -72,9 +80,10 @@ class PresignSteps(StoreBase):
         *,
         lease: str,
         part_bytes: int | None = None,
+        crc64nvme: str | None = None,
     ) -> ResultIssued | ResultIssuedBefore | LeaseMismatch | NotRunning | Missing:
         """Record the result the delivery holding `lease` will upload."""
-        fields = issue_fields("r", size, content_type, sha256, part_bytes)
+        fields = issue_fields("r", size, content_type, sha256, part_bytes, crc64nvme)
         flat = [namespace, lease, *fields, "ri", now_ms]
         reply = self._run_on_job("presign_result", job_id, [keys.job(job_id)], flat)
         match reply[0]:
@@ -95,17 +104,28 @@ class PresignSteps(StoreBase):
 
     # -- multipart ---------------------------------------------------------------------------
 
-    def record_upload(self, job_id: str, kind: str, upload_id: str) -> bool:
-        """Remember the multipart upload created for the job's `kind` key; False: no job."""
+    def record_upload(
+        self,
+        job_id: str,
+        kind: str,
+        upload_id: str,
+        algorithm: str = "SHA256",
+        first_parts: int = 0,
+    ) -> bool:
+        """Remember the multipart upload created for the job's `kind` key, its checksum
+        algorithm, and parts 1..first_parts as issued (their URLs went with the presign: a
+        later parts call for one of them counts as a re-presign); False: no job."""
         keys_ = [keys.job(job_id), keys.parts(job_id, kind)]
-        return bool(self._run("presign_upload", keys_, [upload_id]))
+        flat: list[Any] = [upload_id, "c" if algorithm == "CRC64NVME" else ""]
+        flat += range(1, first_parts + 1)
+        return bool(self._run("presign_upload", keys_, flat))
 
     def issue_parts(
         self,
         job_id: str,
         namespace: str,
         kind: str,
-        parts: list[tuple[int, str]],
+        parts: list[tuple[int, str | None]],
         max_presigns: int,
         *,
         lease: str | None = None,
@@ -121,7 +141,7 @@ class PresignSteps(StoreBase):
         """Record (part number, hex sha256) of parts about to be presigned."""
         flat: list[Any] = [namespace, _prefix(kind), lease or "", max_presigns]
         for number, sha256 in parts:
-            flat += [number, sha_raw(sha256)]
+            flat += [number, sha_raw(sha256) or b""]
         keys_ = [keys.job(job_id), keys.parts(job_id, kind)]
         reply = self._run_on_job("presign_parts", job_id, keys_, flat)
         match reply[0]:
@@ -144,17 +164,28 @@ class PresignSteps(StoreBase):
         raw = self._r.hgetall(keys.parts(job_id, kind))
         fields = {text(k): v for k, v in raw.items()}
         upload = fields.pop("u", None)
+        algorithm = "CRC64NVME" if fields.pop("k", None) == b"c" else "SHA256"
         if not upload:
             return None
         return MultipartUpload(
-            upload_id=text(upload), parts={int(n): bytes(v) for n, v in fields.items()}
+            upload_id=text(upload),
+            parts={int(n): bytes(v) for n, v in fields.items()},
+            algorithm=algorithm,
         )
 
-    def drop_upload(self, job_id: str, kind: str) -> None:
-        """Forget the job's upload in progress (it was aborted): parts calls answer 409."""
-        self._r.delete(keys.parts(job_id, kind))
-
-    def finish_multipart(self, job_id: str, kind: str, composite: bytes) -> bool:
-        """Keep the completed upload's composite sha256 (32 bytes) and drop its parts hash."""
+    def drop_upload(self, job_id: str, kind: str, upload_id: str, attempt: int | None) -> None:
+        """Forget the job's upload `upload_id` (it was aborted): parts calls answer 409. An
+        upload that is no longer the one on record (a redelivery's) is left alone."""
         keys_ = [keys.job(job_id), keys.parts(job_id, kind)]
-        return bool(self._run("completion_multipart", keys_, [_prefix(kind), composite]))
+        self._run("completion_multipart", keys_, [_prefix(kind), "", upload_id, attempt or 0])
+
+    def finish_multipart(
+        self, job_id: str, kind: str, composite: bytes, upload_id: str, attempt: int | None
+    ) -> bool:
+        """Keep the completed upload's checksum (a composite sha256, 32 bytes, or the whole
+        object's CRC64NVME, 8 bytes) and drop its parts hash; False (nothing written) when the issue or the upload on record is no longer the one
+        the caller completed: for a result, attempt `attempt`'s (a redelivery presigned its
+        own since)."""
+        keys_ = [keys.job(job_id), keys.parts(job_id, kind)]
+        args = [_prefix(kind), composite, upload_id, attempt or 0]
+        return bool(self._run("completion_multipart", keys_, args))

@@ -1,0 +1,83 @@
+"""Lambda's answer limit, enforced before AWS does: the byte budget of an answer that carries
+deliveries (a poll with `max_jobs`, and the `next` deliveries of a result post or failure
+report), in one place so every answer that hands out jobs counts them the same way.
+
+What Lambda counts: a synchronous invocation's response payload is at most 6 MB (6,291,456 B),
+and it is the whole API Gateway proxy answer, `{"statusCode": ..., "headers": ...,
+"body": "<the JSON answer as a string>", ...}`. So each byte of our JSON answer counts once,
+plus one for every `"` and `\\` escaped inside the body string (a non-ASCII character, which the
+wire's names never hold, could take six: the metadata is measured with `json.dumps`, which
+escapes it so). An inline payload is base64 in the answer: 4 bytes for every 3, no escapes.
+Over the limit, Lambda answers an error (API Gateway: 502) *after* the poll leased the jobs,
+which then come back only after the visibility timeout.
+
+How the budget is kept: a poll takes another entry only while what is left of the budget can
+carry the largest delivery there can be (an INLINE_THRESHOLD payload plus
+DELIVERY_METADATA_MAX), so an entry it could not carry is never taken (never leased, its
+attempts never counted, nothing left pending); each delivery taken is then charged what it
+really weighs, escaped. The settings refuse an INLINE_THRESHOLD whose largest delivery alone
+would not fit (`Settings`), so a poll always carries at least one job.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+# A synchronous invocation's response payload (6 MB) as Lambda counts it.
+LAMBDA_RESPONSE_LIMIT = 6 * 1024 * 1024
+# Left unused: the proxy envelope (status, headers, `{"jobs":[…]}`) needs well under 16 KiB;
+# the rest is margin for what the worst-case figures below might miss.
+ANSWER_HEADROOM = 1024 * 1024
+# What the deliveries of one answer may weigh together.
+DELIVERIES_BUDGET = LAMBDA_RESPONSE_LIMIT - ANSWER_HEADROOM
+# One delivery's fields besides payloadInline at their largest, escaped: ids, lease, a
+# reference with its presigned `download` URL, and up to MAX_BLOBS_PER_JOB (16) blob URLs; a URL
+# signed with a Lambda role's session token is ~1.5-2 KiB, so 16 of them are ~32 KiB. Doubled.
+DELIVERY_METADATA_MAX = 64 * 1024
+
+
+def base64_len(size: int) -> int:
+    """Characters of `size` bytes as padded base64."""
+    return 4 * ((size + 2) // 3)
+
+
+def largest_delivery(inline_threshold: int) -> int:
+    """What the heaviest possible delivery weighs in an answer."""
+    return base64_len(inline_threshold) + DELIVERY_METADATA_MAX
+
+
+def largest_inline_threshold() -> int:
+    """The largest INLINE_THRESHOLD whose largest delivery fits the budget alone."""
+    return (DELIVERIES_BUDGET - DELIVERY_METADATA_MAX) // 4 * 3
+
+
+def delivery_bytes(delivery: Any) -> int:
+    """What one delivery (a PollResponse) adds to an answer, escaped as Lambda counts it: its
+    metadata measured, its inline payload (base64, nothing to escape) counted."""
+    inline = getattr(delivery, "payloadInline", None) or ""
+    meta = delivery.model_dump_json(exclude={"payloadInline"})
+    # json.dumps(text): the body string's escapes; +1 for the comma between deliveries.
+    size = len(json.dumps(meta)) + 1
+    if inline:
+        # ,"payloadInline":"…" inside the body string: 4 escaped quotes.
+        size += len(',"payloadInline":""') + 4 + len(inline)
+    return size
+
+
+class AnswerBudget:
+    """The bytes left for deliveries in one answer (see the module's docstring)."""
+
+    def __init__(self, inline_threshold: int, budget: int = DELIVERIES_BUDGET):
+        self.largest = largest_delivery(inline_threshold)
+        self.left = budget
+        self.used = 0
+
+    def room_for_another(self) -> bool:
+        """Whether the heaviest delivery there can be still fits: only then is an entry taken."""
+        return self.left >= self.largest
+
+    def charge(self, delivery: Any) -> None:
+        size = delivery_bytes(delivery)
+        self.left -= size
+        self.used += size
