@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 STAGE ?= dev
 CDK_ARGS ?=
 
-.PHONY: help dev demo smoke test reliability reliability-failover lint docs synth deploy venv node redis chromium clean-devstack sam-local bench cost
+.PHONY: lock help dev demo smoke test reliability reliability-failover races lint docs synth deploy venv node redis chromium clean-devstack sam-local bench cost
 
 help:
 	@echo "make dev     run the control plane locally (redis-server, S3 emulator, gateway on :8080)"
@@ -27,11 +27,13 @@ help:
 	@echo "make test    the whole suite (unit, integration, end-to-end over HTTP, infrastructure, docs)"
 	@echo "make lint    ruff check, ruff format --check, mypy"
 	@echo "make docs    build the docs (mkdocs, strict) into site/"
-	@echo "make reliability  a Redis failover on a local cluster, then 2,000 jobs under faults; a ledger checks each"
+	@echo "make reliability  a Redis failover on a local cluster, then 2,000 jobs under faults; a ledger checks each; then the race explorer"
+	@echo "make races [SEED=7] [STEPS=20000]  the race explorer, longer: single node, then a local cluster"
 	@echo "make smoke ENDPOINT=https://... TOKEN=<client token> DAEMON_TOKEN=<daemon token> [NAMESPACE=dev]"
 	@echo "make synth  [STAGE=dev] [CDK_ARGS=...]  npx cdk synth (installs only CDK: payloadstore[infra], aws-cdk)"
 	@echo "make deploy [STAGE=dev] [CDK_ARGS=...]  reserved-concurrency preflight, then npx cdk deploy PayloadStore-<STAGE> (AWS credentials needed)"
 	@echo "             after either, npx cdk ... works directly (the venv has aws_cdk)"
+	@echo "make lock    functions/requirements.lock from functions/requirements.txt (uv; hashes, python 3.13, x86_64 and arm64)"
 	@echo "make sam-local  every function of the template, every events/ fixture, in Lambda containers"
 	@echo "make bench   every speed figure against its baseline, one run: bench/RESULTS.md + bench/plots/"
 	@echo "make cost    what a stage, an idle daemon and 1M jobs cost on AWS (us-east-1), beside SQS: docs/cost.md"
@@ -93,16 +95,31 @@ smoke: $(VENV)/.installed-stack
 test: $(VENV)/.installed-test node redis chromium
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# Bounded (<= 10 min): first the Redis failover scenario (reliability-failover, ~1 min), then
+# Bounded (<= 10 min): first the Redis failover scenarios (reliability-failover, ~3 min), then
 # 2,000 jobs under faults on a stack of its own (redis-server, S3 emulator, gateway and daemon
 # processes on free ports); the last line is `reliability: N jobs, N ok, 0 lost, 0 wrong, 0 phantom`.
 RELIABILITY_ARGS ?=
 reliability: venv redis
 	$(PY) -m tests.reliability.failover $(FAILOVER_ARGS)
 	$(PY) -m tests.reliability.run $(RELIABILITY_ARGS)
+	$(PY) -m tests.races --topology both --time-s $(RACES_TIME_S) --steps 1000000 $(RACES_ARGS)
 
-# Issue 22, bounded (~1 min): a Redis failover under load on a local cluster of 3 primaries with
-# a replica each; REDIS_MIN_REPLICA_ACKS=1; FAILOVER_ARGS="--acks 0" for the counterfactual.
+# Issue 33: the race explorer (tests/races/, RELIABILITY.md "The race explorer"): clients, daemons
+# and an operator interleaved step by step on the real handlers, single node then a local
+# cluster, every step checked. In `make reliability` time-boxed (RACES_TIME_S, ~3 min with both
+# stacks' start); `make races SEED=7 STEPS=100000` runs longer. The last line is
+# `races: N steps, M forced interleavings, 0 violations`; a violation prints its shrunk sequence.
+RACES_TIME_S ?= 150
+RACES_ARGS ?=
+SEED ?=
+STEPS ?= 20000
+races: venv redis
+	$(PY) -m tests.races --topology both --steps $(STEPS) $(if $(SEED),--seed $(SEED)) $(RACES_ARGS)
+
+# Issues 22 and 32, bounded (~1 min a run): a Redis failover under load on a local cluster of 3
+# primaries, REDIS_MIN_REPLICA_ACKS=1: the old primary restarted (a replica each), then never
+# returning (a replica each, and two each: the production shape). FAILOVER_ARGS="--acks 0" or
+# "--scenario never-returns --ack-policy strict" for the counterfactuals.
 FAILOVER_ARGS ?=
 reliability-failover: venv redis
 	$(PY) -m tests.reliability.failover $(FAILOVER_ARGS)
@@ -132,6 +149,14 @@ DEPLOY_ARGS := build/deploy-$(STAGE).args
 deploy: $(VENV)/.installed-infra node
 	@$(PY) -m infra.preflight --stage $(STAGE) --write $(DEPLOY_ARGS) -- $(CDK_ARGS)
 	$(CDK) deploy PayloadStore-$(STAGE) --no-notices -c payloadstore:stage=$(STAGE) $(CDK_ARGS) $$(cat $(DEPLOY_ARGS))
+
+# The Lambda layer's lock: every transitive dependency of functions/requirements.txt pinned with
+# its hashes, resolved for Lambda's python 3.13 on x86_64 and arm64 alike (--universal). Run after
+# editing functions/requirements.txt (a test fails until the lock agrees); commit both.
+lock: $(VENV)/.installed-lock
+	$(VENV)/bin/uv pip compile functions/requirements.txt --universal --python-version 3.13 \
+	  --generate-hashes --custom-compile-command "make lock" --quiet -o functions/requirements.lock
+	@echo "wrote functions/requirements.lock ($$(grep -c '==' functions/requirements.lock) distributions)"
 
 # Docker (or root on Debian, which gets a private dockerd), then `sam local invoke` of every
 # function with every fixture; docs/local-stack.md. SAM_LOCAL_ARGS="--only config" narrows it.

@@ -108,11 +108,11 @@ class Sample:
 def stage_assets(out: Path) -> tuple[Path, Path]:
     """The code asset and the layer exactly as synth stages them (infra/bundling.py)."""
     from infra.bundling import CodeBundling, LayerBundling
-    from infra.config import FUNCTIONS_DIR, REQUIREMENTS_FILE
+    from infra.config import FUNCTIONS_DIR, LOCK_FILE
 
     code, layer = out / "task", out / "opt"
     CodeBundling(FUNCTIONS_DIR).try_bundle(str(code))
-    LayerBundling(REQUIREMENTS_FILE).try_bundle(str(layer))
+    LayerBundling(LOCK_FILE).try_bundle(str(layer))
     return code, layer / "python"
 
 

@@ -1,7 +1,7 @@
 """Writes the sample API Gateway events under events/ (run: python events/generate.py).
 
 One REST proxy event per route of functions/payloadstore_controlplane/routes.py, plus the authorizer's REQUEST
-event and the admin function's mint event. Each is usable as `sam local invoke -e events/<name>.json`;
+event and the admin function's mint, set_policy and get_policy events. Each is usable as `sam local invoke -e events/<name>.json`;
 replace `pst_replace_with_a_minted_token` with a real token where the authorizer runs."""
 
 import base64
@@ -288,6 +288,15 @@ def main() -> None:
         },
     }
     events["admin_mint"] = {"action": "mint", "namespace": "dev", "role": "client"}
+    # Namespace policies (the defaults spelled out, so invoking it changes nothing).
+    events["admin_set_policy"] = {
+        "action": "set_policy",
+        "namespace": "dev",
+        "retention": "2d",
+        "kms_key": "none",
+        "inline": "allowed",
+    }
+    events["admin_get_policy"] = {"action": "get_policy", "namespace": "dev"}
     # What an EventBridge schedule rule sends the metrics function (routes.SCHEDULES).
     events["metrics_schedule"] = {
         "version": "0",

@@ -32,14 +32,22 @@ from infra.config import PIP_PLATFORM, PYTHON_VERSION, REPO_ROOT
 log = logging.getLogger(__name__)
 
 # Bump when the build steps below change, so cached layer builds are not reused.
-BUILD_RECIPE_VERSION = "1"
+BUILD_RECIPE_VERSION = "2"
 LAYER_PYTHON_ENV = "PAYLOADSTORE_LAYER_PYTHON"
 # Finished layer builds, by asset hash, shared by every synth output directory (cdk.out, test
 # runs): a second synth with the same requirements copies instead of running pip again.
 LAYER_CACHE_ENV = "PAYLOADSTORE_LAYER_CACHE"
 DEFAULT_LAYER_CACHE = REPO_ROOT / "build" / "layer-cache"
 # Never part of a function asset: tests, local caches, the layer's own input.
-CODE_EXCLUDES = ("tests", "__pycache__", "*.pyc", ".pytest_cache", "requirements.txt", "*.egg-info")
+CODE_EXCLUDES = (
+    "tests",
+    "__pycache__",
+    "*.pyc",
+    ".pytest_cache",
+    "requirements.txt",
+    "requirements.lock",
+    "*.egg-info",
+)
 
 
 class BundlingError(RuntimeError):
@@ -118,7 +126,10 @@ def _digest(*parts: bytes) -> str:
 
 @jsii.implements(cdk.ILocalBundling)
 class LayerBundling:
-    """pip-installs requirements.txt for the Lambda platform into `<out>/python`, then compiles it."""
+    """pip-installs the lock file (functions/requirements.lock: every distribution pinned, with
+    its hashes) for the Lambda platform into `<out>/python`, then compiles it. --require-hashes:
+    a file whose hash is not in the lock, or a dependency the lock does not pin, fails the build
+    instead of entering the layer (issue 32: boto3's range once let pip pick another botocore)."""
 
     def __init__(
         self, requirements: Path, python_version: str = PYTHON_VERSION, platform: str = PIP_PLATFORM
@@ -165,6 +176,7 @@ class LayerBundling:
             "--quiet",
             "--disable-pip-version-check",
             "--no-compile",
+            "--require-hashes",
             "--requirement",
             str(self.requirements),
             "--platform",

@@ -15,7 +15,11 @@ from payloadstore_controlplane import concurrency, grants
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FUNCTIONS_DIR = REPO_ROOT / "functions"
+# What the layer needs (top-level pins), and every transitive dependency pinned with its hashes,
+# generated from it by `make lock` (uv pip compile --universal --generate-hashes, for Lambda's
+# python3.13 on x86_64 and arm64 alike). The layer is installed from the lock, --require-hashes.
 REQUIREMENTS_FILE = FUNCTIONS_DIR / "requirements.txt"
+LOCK_FILE = FUNCTIONS_DIR / "requirements.lock"
 
 # One stack per stage: `PayloadStore-<stage>`. Everything that must be unique in an account and
 # region carries the stage (see StageNames); CloudFormation-generated names carry the stack name.
@@ -76,6 +80,9 @@ CTX_SNAP_START = "payloadstore:snapStart"
 CTX_RESERVED_CONCURRENCY = concurrency.FLAG_MODE
 CTX_DAEMON_CONCURRENCY = concurrency.FLAG_OVERRIDES["daemon"]
 CTX_JOBS_CONCURRENCY = concurrency.FLAG_OVERRIDES["jobs"]
+# Comma-separated ARNs of KMS keys (beside the stack's own) a namespace policy may name; the
+# functions' roles are granted on them.
+CTX_KMS_KEYS = "payloadstore:kmsKeys"
 CTX_ARCHITECTURE = "payloadstore:architecture"  # "x86_64" (default) | "arm64"
 # "off" (default) | "on": API Gateway's per-method CloudWatch metrics (Count, 4XXError, 5XXError,
 # Latency, IntegrationLatency for each of the ~23 methods: 5 custom metrics each, ~$34.50 a
@@ -321,3 +328,18 @@ def destroy_on_removal(scope: Construct) -> bool:
     if value not in ("retain", "destroy"):
         raise ValueError(f"context {CTX_REMOVAL_POLICY} must be retain or destroy, got {value!r}")
     return value == "destroy"
+
+
+def kms_keys_of(scope: Construct) -> tuple[str, ...]:
+    """The KMS key ARNs of -c payloadstore:kmsKeys=arn1,arn2 (refused at synth unless each is a
+    key ARN)."""
+    from payloadstore_controlplane.models.policy import KMS_KEY_ARN_RE, parse_key_list
+
+    keys = parse_key_list(context_str(scope, CTX_KMS_KEYS, ""))
+    bad = [k for k in keys if not KMS_KEY_ARN_RE.match(k)]
+    if bad:
+        raise ValueError(
+            f"context {CTX_KMS_KEYS}: not KMS key ARNs (arn:aws:kms:REGION:ACCOUNT:key/ID): "
+            + ", ".join(bad)
+        )
+    return keys

@@ -19,11 +19,11 @@ from infra.config import (
     CTX_SETTINGS_PREFIX,
     FUNCTION_TUNING,
     FUNCTIONS_DIR,
+    LOCK_FILE,
     LOG_LEVEL,
     OBJECT_ACTIONS,
     PYTHON_VERSION,
     REDIS_FUNCTIONS,
-    REQUIREMENTS_FILE,
     SERVICE_NAME,
     StageNames,
     architecture_of,
@@ -31,6 +31,7 @@ from infra.config import (
     reserved_concurrency_of,
 )
 from infra.storage import BLOB_PREFIX, PAYLOAD_PREFIX
+from payloadstore_controlplane.grants import KMS_ACTIONS
 from payloadstore_controlplane.models.settings import SETTINGS_ENV, Settings
 from payloadstore_controlplane.routes import (
     API_GATEWAY_TIMEOUT_S,
@@ -68,8 +69,15 @@ FROM_RESOURCES = frozenset(
         "TOKEN_PARAMETER_PATH",
         # From the cache's shape: 1 when shards have replicas (issue 22), else 0.
         "REDIS_MIN_REPLICA_ACKS",
+        # The stack's KMS key, and the other keys a namespace policy may name (context flag
+        # payloadstore:kmsKeys).
+        "KMS_KEY_ARN",
+        "KMS_KEY_ARNS",
     }
 )
+
+
+OPTIONAL_RESOURCES = frozenset({"KMS_KEY_ARN", "KMS_KEY_ARNS"})
 
 
 def settings_environment(scope: Construct, resources: dict[str, str]) -> dict[str, str]:
@@ -82,7 +90,10 @@ def settings_environment(scope: Construct, resources: dict[str, str]) -> dict[st
         if name in NOT_ON_AWS:
             continue
         if name in FROM_RESOURCES:
-            env[name] = resources[name]
+            # A stack without KMS keys given (a test's) has none: empty means unset.
+            env[name] = (
+                resources[name] if name not in OPTIONAL_RESOURCES else resources.get(name, "")
+            )
             continue
         override = scope.node.try_get_context(CTX_SETTINGS_PREFIX + name)
         if override not in (None, ""):
@@ -92,17 +103,7 @@ def settings_environment(scope: Construct, resources: dict[str, str]) -> dict[st
         if default is None and field == "queue_retention_s":
             # Unset means "same as RESULT_TTL_S"; spelled out so the console shows the value.
             default = env.get("RESULT_TTL_S", fields["result_ttl_s"].default)
-        if default is None and field == "blob_lifecycle_days":
-            continue  # derived below, from the settings it depends on
         env[name] = str(getattr(default, "value", default))
-    if "BLOB_LIFECYCLE_DAYS" not in env:
-        # Unset means derived from the retentions (models/blob_lifetime.py); spelled out so the
-        # bucket's expire-blobs rule (infra/storage.py) and every function read the same days.
-        plain = {k: v for k, v in env.items() if k not in FROM_RESOURCES}
-        derived = Settings.from_env(
-            {**plain, "PAYLOAD_BUCKET": "synth-check", "REDIS_URL": "rediss://synth-check:6379/0"}
-        )
-        env["BLOB_LIFECYCLE_DAYS"] = str(derived.blob_lifetime.lifecycle_days)
     missing = set(resources) - set(env)
     if missing:
         raise ValueError(f"resources given for unknown settings: {sorted(missing)}")
@@ -138,15 +139,6 @@ def check_wait_caps(env: dict[str, str]) -> None:
             )
 
 
-def blob_lifecycle_days(scope: Construct) -> int:
-    """The days of the bucket's expire-blobs rule: BLOB_LIFECYCLE_DAYS as every function reads it
-    (set with -c payloadstore:setting:BLOB_LIFECYCLE_DAYS, else derived from the retentions)."""
-    placeholders = {name: "synth-check" for name in FROM_RESOURCES}
-    placeholders.update(REDIS_URL="rediss://synth-check:6379/0", REDIS_CLUSTER="false")
-    placeholders["REDIS_MIN_REPLICA_ACKS"] = "0"
-    return int(settings_environment(scope, placeholders)["BLOB_LIFECYCLE_DAYS"])
-
-
 def function_logical_id(group: str) -> str:
     return f"{group.capitalize()}Function"
 
@@ -177,6 +169,8 @@ class ControlPlaneFunctions(Construct):
         redis_auth_secret_arn: str,
         destroy_on_removal: bool,
         redis_min_replica_acks: int = 0,
+        kms_key_arn: str = "",
+        extra_kms_keys: tuple[str, ...] = (),
     ) -> None:
         super().__init__(scope, construct_id)
         removal = cdk.RemovalPolicy.DESTROY if destroy_on_removal else cdk.RemovalPolicy.RETAIN
@@ -184,9 +178,7 @@ class ControlPlaneFunctions(Construct):
 
         self.architecture_name = architecture_of(self)
         architecture = LAMBDA_ARCHITECTURES[self.architecture_name]
-        layer_bundling = LayerBundling(
-            REQUIREMENTS_FILE, platform=ARCHITECTURES[self.architecture_name]
-        )
+        layer_bundling = LayerBundling(LOCK_FILE, platform=ARCHITECTURES[self.architecture_name])
         self.layer_bundling = layer_bundling
         self.layer = lambda_.LayerVersion(
             self,
@@ -195,10 +187,10 @@ class ControlPlaneFunctions(Construct):
             f"{self.architecture_name})",
             compatible_runtimes=[RUNTIME],
             compatible_architectures=[architecture],
-            # The layer source is requirements.txt alone; hashing the inputs ourselves means an
-            # unchanged requirements file reuses the staged build instead of running pip again.
+            # The layer source is the lock file alone; hashing the inputs ourselves means an
+            # unchanged lock reuses the staged build instead of running pip again.
             code=lambda_.Code.from_asset(
-                str(REQUIREMENTS_FILE.parent),
+                str(LOCK_FILE.parent),
                 asset_hash_type=cdk.AssetHashType.CUSTOM,
                 asset_hash=layer_bundling.asset_hash(),
                 bundling=cdk.BundlingOptions(image=bundling_image(), local=layer_bundling),
@@ -213,6 +205,7 @@ class ControlPlaneFunctions(Construct):
                 "**/__pycache__",
                 "**/*.pyc",
                 "requirements.txt",
+                "requirements.lock",
                 "pyproject.toml",
                 "*.egg-info",
                 "build",
@@ -230,6 +223,8 @@ class ControlPlaneFunctions(Construct):
                 "REDIS_AUTH_SECRET": redis_auth_secret_arn,
                 "TOKEN_PARAMETER_PATH": names.token_parameter_path,
                 "REDIS_MIN_REPLICA_ACKS": str(redis_min_replica_acks),
+                "KMS_KEY_ARN": kms_key_arn,
+                "KMS_KEY_ARNS": ",".join(extra_kms_keys),
             },
         )
         powertools_env = {
@@ -316,6 +311,7 @@ class ControlPlaneFunctions(Construct):
 
         self._grant_s3(bucket_arn)
         self._grant_tokens()
+        self._grant_extra_kms_keys(bucket_arn, extra_kms_keys)
         for group in REDIS_FUNCTIONS:
             self.roles[group].add_to_policy(
                 iam.PolicyStatement(
@@ -342,6 +338,22 @@ class ControlPlaneFunctions(Construct):
                 iam.PolicyStatement(actions=list(actions), resources=[bucket_arn])
             )
 
+    def _grant_extra_kms_keys(self, bucket_arn: str, keys: tuple[str, ...]) -> None:
+        """The other keys a namespace policy may name (payloadstore:kmsKeys): the same use as
+        the stack's key, by IAM (each key's own policy must let this account's IAM grant it)."""
+        if not keys:
+            return
+        from infra.storage import kms_condition
+
+        for group, actions in KMS_ACTIONS.items():
+            self.roles[group].add_to_policy(
+                iam.PolicyStatement(
+                    actions=list(actions),
+                    resources=list(keys),
+                    conditions=kms_condition(bucket_arn),
+                )
+            )
+
     def _grant_tokens(self) -> None:
         # This stage's path only: another stage's tokens are neither readable nor writable here.
         path_arn = parameter_arn(self, self.names.token_parameter_path)
@@ -358,9 +370,12 @@ class ControlPlaneFunctions(Construct):
         self.roles[ADMIN_FUNCTION].add_to_policy(
             iam.PolicyStatement(actions=["ssm:GetParametersByPath"], resources=[path_arn])
         )
+        # Namespace policies live beside the tokens (`<path>/policy.<namespace>`): the admin
+        # function reads one (get_policy, and set_policy merges over it) and writes it.
         self.roles[ADMIN_FUNCTION].add_to_policy(
             iam.PolicyStatement(
-                actions=["ssm:PutParameter", "ssm:DeleteParameter"], resources=[f"{path_arn}/*"]
+                actions=["ssm:GetParameter", "ssm:PutParameter", "ssm:DeleteParameter"],
+                resources=[f"{path_arn}/*"],
             )
         )
 

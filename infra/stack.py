@@ -40,12 +40,14 @@ from infra.config import (
     context_str,
     destroy_on_removal,
     detailed_metrics_of,
+    kms_keys_of,
 )
 from infra.dashboard import OperationsDashboard
-from infra.functions import ControlPlaneFunctions, blob_lifecycle_days, snap_start_entrypoints
+from infra.functions import ControlPlaneFunctions, snap_start_entrypoints
 from infra.network import Network
 from infra.schedules import Schedules
 from infra.storage import PayloadStorage
+from payloadstore_controlplane.grants import KMS_ACTIONS
 from payloadstore_controlplane.routes import SCHEDULES
 
 
@@ -80,7 +82,6 @@ class PayloadStoreStack(cdk.Stack):
             self,
             "Storage",
             destroy_on_removal=destroy,
-            blob_expiration_days=blob_lifecycle_days(self),
         )
         self.network = Network(self, "Network", destroy_on_removal=destroy)
         maintenance_window, snapshot_window = cache_windows(
@@ -118,7 +119,11 @@ class PayloadStoreStack(cdk.Stack):
             # Acknowledged means replicated: every reported write WAITs for a replica.
             redis_min_replica_acks=self.cache.min_replica_acks,
             destroy_on_removal=destroy,
+            kms_key_arn=self.storage.key.key_arn,
+            extra_kms_keys=kms_keys_of(self),
         )
+        # The stack's key: its policy names the roles that presign, complete and copy.
+        self.storage.grant_key_use([self.functions.roles[group] for group in sorted(KMS_ACTIONS)])
         scheduled = {s.function for s in SCHEDULES}
         api_functions = {
             group: fn

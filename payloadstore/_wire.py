@@ -53,6 +53,7 @@ from .errors import (
     ApiError,
     AuthError,
     ConflictError,
+    InlineNever,
     InlineUnavailable,
     InvalidRequest,
     JobNotFound,
@@ -60,6 +61,7 @@ from .errors import (
     NotRetryable,
     PayloadLost,
     PayloadTooLarge,
+    PolicyMismatch,
     QueueNotFound,
     ServiceUnavailable,
 )
@@ -79,6 +81,16 @@ ErrorFactory = Callable[..., Exception]
 
 
 @dataclass(frozen=True)
+class NamespacePolicy:
+    """The caller's namespace policy (`/v1/config` `policy`): retention `consume`|`1d`|`2d`|
+    `7d`|`30d`, kms_key `none`|`stack`|an ARN, inline `allowed`|`never`."""
+
+    retention: str = "2d"
+    kms_key: str = "none"
+    inline: str = "allowed"
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     inline_threshold: int
     max_payload_bytes: int
@@ -93,6 +105,14 @@ class ServerConfig:
     # The server takes CRC64NVME uploads (FULL_OBJECT multipart, part URLs with the presign);
     # False: a server before them, which gets sha256 as it always did.
     crc64nvme: bool = False
+    # The namespace's policy; a server before policies: the defaults.
+    policy: NamespacePolicy = NamespacePolicy()
+
+    @property
+    def inline_limit(self) -> int:
+        """The largest encoded payload or result sent inline: INLINE_THRESHOLD, or -1 (none at
+        all) for a namespace whose policy is inline `never` (every byte goes to S3)."""
+        return -1 if self.policy.inline == "never" else self.inline_threshold
 
 
 @dataclass(frozen=True)
@@ -477,6 +497,8 @@ CODE_ERRORS: dict[str, ErrorFactory] = {
     "service_unavailable": ServiceUnavailable,
     "redis_memory_full": ServiceUnavailable,
     "inline_unavailable": InlineUnavailable,
+    "inline_never": InlineNever,
+    "policy_mismatch": PolicyMismatch,
     "storage_error": ServiceUnavailable,
     "internal_error": ServiceUnavailable,
 }
@@ -606,6 +628,17 @@ def parse_config(response: httpx.Response) -> ServerConfig:
             int(body["multipart_threshold"]) if body.get("multipart_threshold") else None
         ),
         crc64nvme="CRC64NVME" in (body.get("checksum_algorithms") or ()),
+        policy=_policy(body.get("policy")),
+    )
+
+
+def _policy(raw: Any) -> NamespacePolicy:
+    if not isinstance(raw, dict):
+        return NamespacePolicy()
+    return NamespacePolicy(
+        retention=str(raw.get("retention") or "2d"),
+        kms_key=str(raw.get("kms_key") or "none"),
+        inline=str(raw.get("inline") or "allowed"),
     )
 
 

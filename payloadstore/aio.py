@@ -75,9 +75,11 @@ from .client import (
     read_devstack,
 )
 from .errors import (
+    INLINE_REFUSED,
     BlobSourceGone,
     ConfigError,
     ConflictError,
+    InlineNever,
     InlineUnavailable,
     PayloadStoreError,
     ResultTimeout,
@@ -388,7 +390,7 @@ class AsyncQueue:
         config = await client.config()
         size = encoded.nbytes
         blobs = await client._send_blobs(encoded)
-        if size <= config.inline_threshold:
+        if size <= config.inline_limit:
             key = idempotency_key or uuid.uuid4().hex
             try:
                 enqueued = await client._resend_on_unknown(
@@ -397,7 +399,7 @@ class AsyncQueue:
                         self.name, encoded.tobytes(), idempotency_key=key, blobs=blobs, wait_s=wait
                     ),
                 )
-            except InlineUnavailable:
+            except (InlineUnavailable, InlineNever):
                 enqueued = await self._enqueue_through_s3(encoded, progress, blobs, wait)
             except ServiceUnavailable as e:
                 raise enqueue_unconfirmed(self.name, e, idempotency_key=key) from e
@@ -495,7 +497,7 @@ class AsyncQueue:
             except PayloadStoreError as e:
                 errors[p.index] = e
                 continue
-            if not force_s3 and p.encoded.nbytes <= config.inline_threshold:
+            if not force_s3 and p.encoded.nbytes <= config.inline_limit:
                 p.item = replace(inline_item(p.encoded), blobs=refs[p.index])
                 continue
             try:
@@ -534,7 +536,7 @@ class AsyncQueue:
                     jobs[p.index] = AsyncJob(
                         client, answer.job_id, tier=answer.tier, queue=self.name
                     )
-                elif answer.code == "inline_unavailable" and not rerouted:
+                elif answer.code in INLINE_REFUSED and not rerouted:
                     reroute.append(p)
                 elif answer.code == "unknown_blob" and not resent and p.encoded.blobs:
                     resend.append(p)

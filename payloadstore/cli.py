@@ -244,6 +244,14 @@ class LambdaTokenAdmin:
             for t in self._invoke({"action": "list"})["tokens"]
         ]
 
+    def policy(self, namespace: str, changes: dict[str, str]) -> dict[str, str]:
+        """The namespace's policy after `changes` (none: only read), as the function answers."""
+        if changes:
+            body = self._invoke({"action": "set_policy", "namespace": namespace, **changes})
+        else:
+            body = self._invoke({"action": "get_policy", "namespace": namespace})
+        return dict(body["policy"])
+
 
 def token_store(
     settings: Settings,
@@ -372,6 +380,79 @@ def token_list(settings: Settings, param_path, ssm_endpoint, region, admin_funct
         fail(ConfigError(f"cannot list tokens: {e}"))
     for info in sorted(infos, key=lambda i: (i.namespace, i.role, i.token_id)):
         click.echo(f"{info.token_id}\t{info.namespace}\t{info.role}")
+
+
+# -- namespaces ------------------------------------------------------------------------------
+
+
+@cli.group()
+def namespace() -> None:
+    """Namespace settings kept beside its tokens: the policy (retention, KMS key, inline)."""
+
+
+@namespace.command("policy")
+@click.argument("ns")
+@click.option(
+    "--retention",
+    type=click.Choice(["consume", "1d", "2d", "7d", "30d"]),
+    help="how long payloads and results are kept (default 2d)",
+)
+@click.option(
+    "--kms-key", help="none (SSE-S3, default), stack (the stack's key) or a granted key's ARN"
+)
+@click.option(
+    "--inline",
+    type=click.Choice(["allowed", "never"]),
+    help="never: every payload and result goes to S3, nothing rests in Redis",
+)
+@with_token_options
+@click.pass_obj
+def namespace_policy(
+    settings: Settings,
+    ns,
+    retention,
+    kms_key,
+    inline,
+    param_path,
+    ssm_endpoint,
+    region,
+    admin_function,
+) -> None:
+    """Print the namespace's policy as JSON; with an option, change it first (the options left
+    out keep their values). It applies to uploads presigned from then on (docs/operations.md)."""
+    changes = {
+        k: v
+        for k, v in (("retention", retention), ("kms_key", kms_key), ("inline", inline))
+        if v is not None
+    }
+    try:
+        store = token_store(settings, param_path, ssm_endpoint, region, admin_function)
+        if isinstance(store, LambdaTokenAdmin):
+            policy = store.policy(ns, changes)
+        elif changes:
+            policy = store.set_policy(ns, **changes, **_kms_keys(settings)).as_dict()
+        else:
+            policy = store.read_policy(ns).as_dict()
+    except PayloadStoreError as e:
+        fail(e)
+    except Exception as e:  # noqa: BLE001 - validation and AWS errors become one line
+        fail(ConfigError(f"cannot {'set' if changes else 'read'} the policy of {ns}: {e}"))
+    click.echo(json.dumps(policy))
+
+
+def _kms_keys(settings: Settings) -> dict:
+    """The stack's key and the other granted keys a policy may name, for a store written here:
+    KMS_KEY_ARN / KMS_KEY_ARNS (as the deployed functions have them), else the local stack's
+    key when its state file is found."""
+    stack_key = os.environ.get("KMS_KEY_ARN") or None
+    if stack_key is None:
+        found = settings.devstack_file()
+        if found is not None and found.exists():
+            from .devstack.s3_emulator import LOCAL_KMS_KEY_ARN
+
+            stack_key = LOCAL_KMS_KEY_ARN
+    granted = tuple(k.strip() for k in os.environ.get("KMS_KEY_ARNS", "").split(",") if k.strip())
+    return {"stack_key_arn": stack_key, "granted_keys": granted}
 
 
 # -- jobs ------------------------------------------------------------------------------------

@@ -56,9 +56,11 @@ from ._wire import (
     Wire,
 )
 from .errors import (
+    INLINE_REFUSED,
     ApiError,
     ConfigError,
     EnqueueUnconfirmed,
+    InlineNever,
     InlineUnavailable,
     JobCancelled,
     JobFailed,
@@ -424,7 +426,7 @@ class Queue:
     ) -> None:
         """Give each item its batch entry: inline bytes, or the reference of its finished upload
         (uploads run `concurrency` at a time)."""
-        threshold = self.client.config.inline_threshold
+        threshold = self.client.config.inline_limit
         uploads = {}
         refs: dict[int, tuple[str, ...]] = {}
         for p in planned:
@@ -480,7 +482,7 @@ class Queue:
             for p, answer in zip(batch, answers, strict=False):
                 if isinstance(answer, Enqueued):
                     jobs[p.index] = Job(client, answer.job_id, tier=answer.tier, queue=self.name)
-                elif answer.code == "inline_unavailable" and not rerouted:
+                elif answer.code in INLINE_REFUSED and not rerouted:
                     reroute.append(p)
                 elif answer.code == "unknown_blob" and not resent and p.encoded.blobs:
                     resend.append(p)
@@ -585,7 +587,7 @@ class Queue:
         size = encoded.nbytes
         # The blobs first (each uploaded once per namespace): the enqueue names them.
         blobs = client.blobs.send(getattr(encoded, "blobs", ()))
-        if size <= client.config.inline_threshold:
+        if size <= client.config.inline_limit:
             # One key per call, sent on every retry: a lost 201 retried gives back the same job.
             key = idempotency_key or uuid.uuid4().hex
             try:
@@ -603,8 +605,8 @@ class Queue:
                     ),
                     idempotency_key=key,
                 )
-            except InlineUnavailable as e:
-                # Redis is above its high-water mark: the same bytes go through S3 instead.
+            except (InlineUnavailable, InlineNever) as e:
+                # Redis is above its high-water mark (or the namespace keeps nothing inline): the same bytes go through S3 instead.
                 log.info(
                     "inline refused, storing through S3 queue=%s bytes=%d reason=%s",
                     self.name,

@@ -45,6 +45,7 @@ from .errors import (
     AuthError,
     BlobSourceGone,
     ConflictError,
+    InlineNever,
     InlineUnavailable,
     InvalidRequest,
     JobNotFound,
@@ -750,7 +751,7 @@ class Daemon:
                 lease=lease,
             )
         try:
-            if encoded.nbytes <= client.config.inline_threshold:
+            if encoded.nbytes <= client.config.inline_limit:
                 try:
                     return self._post_result(
                         job_id,
@@ -760,8 +761,8 @@ class Daemon:
                         blobs=blobs,
                         sent=encoded.blobs,
                     )
-                except InlineUnavailable as e:
-                    # Redis is above its high-water mark: the result goes through S3 instead.
+                except (InlineUnavailable, InlineNever) as e:
+                    # Redis is above its high-water mark (or the namespace keeps nothing inline): the result goes through S3 instead.
                     log.info(
                         "inline result refused, storing through S3 job_id=%s bytes=%d reason=%s",
                         job_id,

@@ -78,6 +78,22 @@ class LeaseMismatch(ConflictError):
     again after its lease ran out, finished, or cancelled): the job was taken from this daemon."""
 
 
+class InlineNever(ConflictError):
+    """409 `inline_never`: the namespace's policy keeps nothing in Redis, so inline payloads and
+    results are refused. The SDK learns the policy from `/v1/config` and uploads every payload
+    and result; should the policy change while a client runs, `Queue.add`/`submit` and the
+    daemon's result post send the bytes through S3 on this answer."""
+
+
+# Answer codes of an inline payload or result refused: the SDK sends the bytes through S3.
+INLINE_REFUSED = frozenset({"inline_unavailable", "inline_never"})
+
+
+class PolicyMismatch(ConflictError):
+    """409 `policy_mismatch`: the uploaded object lacks the namespace's retention tag or KMS
+    key (the policy changed between presign and enqueue): presign and upload again."""
+
+
 class NotRetryable(ConflictError):
     """409 `not_retryable`: a retry of a job that is not failed or cancelled, or whose arguments
     are past the retention, or that references a blob expired from the namespace. `reason`:

@@ -33,13 +33,18 @@ def redis_server(tmp_path_factory) -> RedisServer:
 @pytest.fixture(scope="session")
 def redis_target(redis_server, tmp_path_factory):
     """The Redis the control plane's handlers use in tests: the session's redis-server, or with
-    PAYLOADSTORE_REDIS=cluster a local cluster of 3 primaries with a replica each, the handlers
+    PAYLOADSTORE_REDIS=cluster a local cluster of 3 primaries with a replica each (two with
+    PAYLOADSTORE_REDIS_REPLICAS=2), the handlers
     in cluster mode with REDIS_MIN_REPLICA_ACKS=1 (tests that inspect `redis_server` directly
     still see the single server). Answers the handlers' Redis settings."""
     if os.environ.get("PAYLOADSTORE_REDIS", "single") != "cluster":
         yield {"REDIS_URL": redis_server.url}
         return
-    cluster = LocalRedisCluster(data_dir=Path(tmp_path_factory.mktemp("cluster"))).start()
+    # PAYLOADSTORE_REDIS_REPLICAS=2: the production shape (two replicas per primary).
+    replicas = int(os.environ.get("PAYLOADSTORE_REDIS_REPLICAS", "1") or "1")
+    cluster = LocalRedisCluster(
+        data_dir=Path(tmp_path_factory.mktemp("cluster")), replicas=replicas
+    ).start()
     yield {"REDIS_URL": cluster.url, "REDIS_CLUSTER": "true", "REDIS_MIN_REPLICA_ACKS": "1"}
     cluster.stop()
 

@@ -28,9 +28,26 @@ each), bucket actions on the bucket itself. A presigned URL can do only what its
 - renewals (the scheduled blob renewer) copies a blob onto itself ahead of its lifecycle expiry:
   CopyObject, or a multipart copy (CreateMultipartUpload, UploadPartCopy, Complete: s3:PutObject
   on the target, s3:GetObject on the source; s3:AbortMultipartUpload for a copy that failed), on
-  `blobs/*` only, and s3:ListBucket so a HEAD of a blob gone answers 404;
+  `blobs/*` only, reads the blob's retention tag and writes it on the copy (tagging), uses the
+  namespace's KMS key where its policy names one, and holds s3:ListBucket so a HEAD of a blob
+  gone answers 404;
+- tagging: an upload carries the namespace's retention tag (PutObject with tags and
+  CreateMultipartUpload with tags take s3:PutObjectTagging), the verifying read reads it
+  (s3:GetObjectTagging);
+- metrics (the scheduled function) deletes the payloads of retention `consume` namespaces
+  that are due (DeleteObjects: s3:DeleteObject on payloads/*);
 - public (health) reads the bucket's configuration: HeadBucket (s3:ListBucket), its region,
   default encryption and lifecycle rules, and no object.
+
+KMS (namespace policies, models/policy.py): the stack's key, and each other key a namespace may
+name (the payloadstore:kmsKeys context flag), lets the functions that presign uploads or GETs,
+create or complete multipart uploads and copy blobs (payloads, jobs, daemon) generate data keys
+and decrypt, for objects under `payloads/` and `blobs/` only (the key policy's
+`kms:EncryptionContext:aws:s3:arn` condition). S3 checks the permission of the URL's signer, so
+a client or daemon holding no AWS credentials reads and writes SSE-KMS objects through presigned
+URLs. The emulator enforces the same (`KMS_ACTIONS`): an SSE-KMS upload (PUT, CreateMultipart-
+Upload, CopyObject) signed by a function without kms:GenerateDataKey on the key, or a GET of an
+SSE-KMS object signed by one without kms:Decrypt, is 403 AccessDenied.
 
 Nothing in this module may import boto3, redis or Powertools: CDK synth imports it.
 """
@@ -51,17 +68,22 @@ MULTIPART_COMPLETION = (
     "s3:ListMultipartUploadParts",
     "s3:AbortMultipartUpload",
 )
+# Namespace policies: an upload signs the retention tag in (PutObject with tags takes
+# s3:PutObjectTagging too), and the verifying read checks it (GetObjectTagging).
+TAGGING = ("s3:PutObjectTagging", "s3:GetObjectTagging")
 OBJECT_ACTIONS: dict[str, tuple[str, ...]] = {
-    "payloads": ("s3:GetObject", "s3:PutObject"),
-    "jobs": ("s3:GetObject", *MULTIPART_COMPLETION),
-    "daemon": ("s3:GetObject", *MULTIPART_COMPLETION),
+    "payloads": ("s3:GetObject", "s3:PutObject", *TAGGING),
+    "jobs": ("s3:GetObject", *MULTIPART_COMPLETION, *TAGGING),
+    "daemon": ("s3:GetObject", *MULTIPART_COMPLETION, *TAGGING),
+    # retention `consume`: the scheduled function deletes what is due (DeleteObjects).
+    "metrics": ("s3:DeleteObject",),
 }
 # Function group -> S3 actions on `<bucket>/blobs/*`.
 BLOB_OBJECT_ACTIONS: dict[str, tuple[str, ...]] = {
-    "payloads": ("s3:GetObject", *MULTIPART_COMPLETION),
-    "jobs": ("s3:GetObject",),
-    "daemon": ("s3:GetObject",),
-    "renewals": ("s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"),
+    "payloads": ("s3:GetObject", *MULTIPART_COMPLETION, *TAGGING),
+    "jobs": ("s3:GetObject", *TAGGING),
+    "daemon": ("s3:GetObject", *TAGGING),
+    "renewals": ("s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload", *TAGGING),
 }
 # Function group -> S3 actions on the bucket itself.
 BUCKET_ACTIONS: dict[str, tuple[str, ...]] = {
@@ -78,6 +100,25 @@ BUCKET_ACTIONS: dict[str, tuple[str, ...]] = {
 }
 
 
+# Function group -> KMS actions on the stack's key (and each key a namespace may name), for the
+# payload and blob prefixes only.
+KMS_ACTIONS: dict[str, tuple[str, ...]] = {
+    "payloads": ("kms:GenerateDataKey", "kms:Decrypt"),
+    "jobs": ("kms:GenerateDataKey", "kms:Decrypt"),
+    "daemon": ("kms:GenerateDataKey", "kms:Decrypt"),
+    # a renewal copies a blob of an SSE-KMS namespace under its key again
+    "renewals": ("kms:GenerateDataKey", "kms:Decrypt"),
+}
+# The object prefixes KMS use is allowed for (kms:EncryptionContext:aws:s3:arn).
+KMS_PREFIXES = (PAYLOAD_PREFIX, BLOB_PREFIX)
+
+
+def kms_allows(group: str, action: str, object_key: str, table=None) -> bool:
+    """Whether function `group` may use a granted key for `action` on `object_key`."""
+    actions = (KMS_ACTIONS if table is None else table).get(group, ())
+    return action in actions and object_key.startswith(KMS_PREFIXES)
+
+
 @dataclass(frozen=True)
 class S3Grants:
     """What one function may do: actions on the payload objects, on the blob objects, and on
@@ -90,6 +131,10 @@ class S3Grants:
     def allows(self, action: str, key: str | None) -> bool:
         """Whether `action` on `key` (None: the bucket itself) is granted."""
         if key is None:
+            # DeleteObjects (POST ?delete on the bucket) is authorised per object by
+            # s3:DeleteObject; every key it names is taken for a payload key here.
+            if action == "s3:DeleteObject":
+                return action in self.objects
             return action in self.bucket
         if key.startswith(BLOB_PREFIX):
             return action in self.blobs

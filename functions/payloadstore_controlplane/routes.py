@@ -158,7 +158,14 @@ ENQUEUE = Route(
             "created; with ?wait=S, the result too when the job ended within S",
         ),
         200: ("EnqueueResponse", "the same job again (idempotent retry)"),
-        409: ("ErrorResponse", "a key not issued to this namespace or not uploaded"),
+        409: (
+            "ErrorResponse",
+            (
+                "a key not issued to this namespace or not uploaded; policy_mismatch (the "
+                "object lacks the namespace's retention tag or KMS key); inline_never (the "
+                "namespace's policy refuses inline payloads)"
+            ),
+        ),
         413: ("ErrorResponse", "inline payload over INLINE_THRESHOLD"),
         502: ("ErrorResponse", "object storage refused the check of the upload"),
     },
@@ -225,7 +232,10 @@ RESULT_POST = Route(
         404: ERROR,
         409: (
             "ErrorResponse",
-            "lease_mismatch, or the job takes no other result, or the key is not its own",
+            (
+                "lease_mismatch, or the job takes no other result, or the key is not its own; "
+                "policy_mismatch; inline_never (the namespace's policy refuses inline results)"
+            ),
         ),
         413: ("ErrorResponse", "inline result over INLINE_THRESHOLD"),
         502: ("ErrorResponse", "object storage refused the check of the upload"),

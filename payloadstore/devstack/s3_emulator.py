@@ -28,6 +28,16 @@ signer of a presigned URL, may do what that function's role may do:
 - a GET or HEAD of a missing key is 403 `AccessDenied`, not 404, when the function lacks
   s3:ListBucket on the bucket, as S3 answers.
 
+- an upload that signs an x-amz-tagging header (a namespace policy's retention tag) needs
+  s3:PutObjectTagging as well, as S3 judges PutObject with tags;
+- KMS, by the key grants of grants.py (`KMS_ACTIONS`, on the keys listed in
+  PAYLOADSTORE_KMS_KEYS, default the local stack's key `LOCAL_KMS_KEY_ARN`): an SSE-KMS upload
+  (PutObject, CreateMultipartUpload, CopyObject, and UploadPart/CompleteMultipartUpload of such
+  an upload) signed by a function without kms:GenerateDataKey on the key, or a GET of an
+  SSE-KMS object signed by one without kms:Decrypt, is 403 AccessDenied, as S3 answers when
+  the signer's role may not use the key. A key outside `payloads/` and `blobs/` is refused too
+  (the key policy's encryption-context condition).
+
 Any other key (`local`, the operator's: the stack's setup, the tests' own checks) is not limited.
 PAYLOADSTORE_S3_GRANTS (grants.table_to_json) replaces the table, for tests that show what a
 missing grant does. Only path-style S3 requests are judged (the local stack's); every bucket
@@ -90,6 +100,11 @@ LOCAL_ACCESS_KEY_ID = "local"
 LOCAL_SECRET_ACCESS_KEY = "local-secret"
 MAX_EXPIRES_S = 7 * 24 * 3600
 AUTH_PARAMS = ("X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-SignedHeaders")
+# The local stack's own KMS key (kms_key `stack`): moto stores the ARN it is given and checks no
+# key; the emulator's KMS grants judge who may use it (PAYLOADSTORE_KMS_KEYS lists the keys the
+# functions are granted on, comma-separated; default this one).
+LOCAL_KMS_KEY_ARN = "arn:aws:kms:us-east-1:000000000000:key/0a11ce00-5eed-4c0d-8e15-10ca1570ca1a"
+KMS_KEYS_ENV = "PAYLOADSTORE_KMS_KEYS"
 # Each function's local keys: `local-<group>` / `local-<group>-secret`.
 FUNCTION_KEY_PREFIX = "local-"
 GRANTS_ENV = "PAYLOADSTORE_S3_GRANTS"
@@ -124,6 +139,47 @@ def grants_in_force(environ: dict[str, str] | None = None):
     if env.get(GRANTS_ENV):
         return grants.table_from_json(env[GRANTS_ENV])
     return grants.grant_table()
+
+
+def kms_keys_in_force(environ: dict[str, str] | None = None) -> frozenset[str]:
+    """The KMS keys the functions are granted on: PAYLOADSTORE_KMS_KEYS, else the local key."""
+    env = os.environ if environ is None else environ
+    listed = [k.strip() for k in (env.get(KMS_KEYS_ENV) or "").split(",") if k.strip()]
+    return frozenset(listed or [LOCAL_KMS_KEY_ARN])
+
+
+def _multipart_of(bucket: str, upload_id: str):
+    """moto's multipart upload in progress (a FakeMultipart), or None."""
+    try:
+        from moto.s3.models import s3_backends
+
+        partition, account = s3_backends.bucket_accounts[bucket]
+        return s3_backends[account][partition].get_bucket(bucket).multiparts.get(upload_id)
+    except Exception:  # noqa: BLE001 - whatever moto says, it answers itself
+        return None
+
+
+def _kms_use(environ, bucket: str, key: str, query: dict) -> tuple[str | None, list[str]]:
+    """(KMS key, actions S3 needs on it) of a request: an SSE-KMS upload (PutObject,
+    CreateMultipartUpload, CopyObject) or a part or completion of an SSE-KMS multipart upload
+    generates data keys; a GET of an SSE-KMS object decrypts. ([], nothing) otherwise."""
+    method = environ.get("REQUEST_METHOD", "GET")
+    if method in ("PUT", "POST") and "uploadId" in query:
+        upload = _multipart_of(bucket, query["uploadId"][0])
+        if upload is None or getattr(upload, "sse_encryption", None) != "aws:kms":
+            return None, []
+        needs = ["kms:GenerateDataKey", "kms:Decrypt"] if method == "POST" else []
+        return getattr(upload, "kms_key_id", None), needs or ["kms:GenerateDataKey"]
+    if method in ("PUT", "POST"):
+        if (_wsgi_header(environ, "x-amz-server-side-encryption") or "") != "aws:kms":
+            return None, []
+        kms_key = _wsgi_header(environ, "x-amz-server-side-encryption-aws-kms-key-id")
+        return kms_key, ["kms:GenerateDataKey"]
+    if method == "GET" and "tagging" not in query:
+        stored = _stored(bucket, key)
+        if stored is not None and getattr(stored, "encryption", None) == "aws:kms":
+            return getattr(stored, "kms_key_id", None), ["kms:Decrypt"]
+    return None, []
 
 
 def known_credentials(environ: dict[str, str] | None = None) -> dict[str, str]:
@@ -248,11 +304,19 @@ def _header_credential(environ: dict) -> tuple[str, str] | None:
 
 
 class PresignedUrlRules:
-    def __init__(self, app, clock=None, credentials: dict[str, str] | None = None, grants=None):
+    def __init__(
+        self,
+        app,
+        clock=None,
+        credentials: dict[str, str] | None = None,
+        grants=None,
+        kms_keys: frozenset[str] | None = None,
+    ):
         self.app = app
         self.clock = clock or (lambda: datetime.now(UTC))
         self.credentials = credentials if credentials is not None else known_credentials()
         self.grants = grants if grants is not None else grants_in_force()
+        self.kms_keys = kms_keys if kms_keys is not None else kms_keys_in_force()
 
     def __call__(self, environ, start_response):
         path, raw_query = _raw_target(environ)
@@ -302,6 +366,16 @@ class PresignedUrlRules:
         if source is not None and not granted.allows("s3:GetObject", source[1]):
             # A copy (CopyObject, UploadPartCopy) also reads its source.
             return _error(start_response, "403 Forbidden", "AccessDenied", "Access Denied")
+        if (
+            key
+            and action == "s3:PutObject"
+            and _wsgi_header(environ, "x-amz-tagging") is not None
+            and not granted.allows("s3:PutObjectTagging", key)
+        ):
+            return _error(start_response, "403 Forbidden", "AccessDenied", "Access Denied")
+        refused = self._kms_refusal(group, environ, bucket, key, query) if key else None
+        if refused is not None:
+            return _error(start_response, "403 Forbidden", "AccessDenied", refused)
         if action != "s3:GetObject" or granted.lists_bucket:
             return self.app(environ, start_response)
         # A read without s3:ListBucket: S3 does not say whether the key exists.
@@ -323,6 +397,22 @@ class PresignedUrlRules:
             return _error(start_response, "403 Forbidden", "AccessDenied", "Access Denied")
         start_response(answer["status"], answer["headers"])
         return [body]
+
+    def _kms_refusal(self, group: str, environ, bucket: str, key: str, query: dict) -> str | None:
+        """Why S3 would refuse this request for the KMS key it uses, or None: an SSE-KMS write
+        needs kms:GenerateDataKey on the key, an SSE-KMS read (GET) kms:Decrypt, each granted
+        to the signer's function on that key, for payload and blob objects only."""
+        from payloadstore_controlplane.grants import kms_allows
+
+        kms_key, needs = _kms_use(environ, bucket, key, query)
+        if not needs:
+            return None
+        if not kms_key or kms_key not in self.kms_keys:
+            return f"User local-{group} is not authorized to use KMS key {kms_key or 'aws/s3'}"
+        for action in needs:
+            if not kms_allows(group, action, key):
+                return f"User local-{group} is not authorized to perform: {action} on {kms_key}"
+        return None
 
     def _verify(self, environ, path: str, raw_query: str, query: dict) -> tuple | None:  # noqa: C901 - S3's checks of a presigned PUT, in the order S3 applies them
         """(status, code, message) as S3 would refuse this presigned request, or None."""
@@ -1073,7 +1163,8 @@ class LifecycleExpiry:
 
         return math.ceil((written + days * self.day_s) / self.day_s) * self.day_s
 
-    def _rules(self, bucket_name: str) -> list[tuple[str, float]]:
+    def _rules(self, bucket_name: str) -> list[tuple[str, dict[str, str], float]]:
+        """(prefix, tags that must match, days) of each enabled Expiration rule."""
         from moto.s3.models import s3_backends
 
         partition, account = s3_backends.bucket_accounts[bucket_name]
@@ -1082,10 +1173,17 @@ class LifecycleExpiry:
         for rule in getattr(bucket, "rules", ()):
             if (rule.status or "").lower() != "enabled" or not rule.expiration_days:
                 continue
-            prefix = rule.prefix
-            if prefix is None and rule.filter is not None:
-                prefix = rule.filter.prefix
-            found.append((prefix or "", float(rule.expiration_days)))
+            prefix, tags = rule.prefix, {}
+            f = rule.filter
+            if f is not None:
+                if f.prefix is not None:
+                    prefix = f.prefix
+                if f.tag_key:
+                    tags[f.tag_key] = f.tag_value or ""
+                if f.and_filter is not None:
+                    prefix = f.and_filter.prefix or prefix
+                    tags.update(f.and_filter.tags or {})
+            found.append((prefix or "", tags, float(rule.expiration_days)))
         return found
 
     def _backend(self, bucket_name: str):
@@ -1094,10 +1192,22 @@ class LifecycleExpiry:
         partition, account = s3_backends.bucket_accounts[bucket_name]
         return s3_backends[account][partition]
 
-    def expire(self, bucket_name: str, key: str) -> bool:
-        """Delete the object if a rule has expired it; whether it did."""
+    def _tags(self, bucket_name: str, stored) -> dict[str, str]:
         try:
-            rules = [days for prefix, days in self._rules(bucket_name) if key.startswith(prefix)]
+            raw = self._backend(bucket_name).get_object_tagging(stored)
+        except Exception:  # noqa: BLE001 - no tags to tell
+            return {}
+        return {t["Key"]: t["Value"] for t in raw.get("Tags", [])}
+
+    def expire(self, bucket_name: str, key: str) -> bool:
+        """Delete the object if a rule has expired it (S3 honours the shortest of the rules that
+        match its key and tags); whether it did."""
+        try:
+            rules = [
+                (tags, days)
+                for prefix, tags, days in self._rules(bucket_name)
+                if key.startswith(prefix)
+            ]
         except Exception:  # noqa: BLE001 - no such bucket: moto answers for itself
             return False
         if not rules:
@@ -1105,8 +1215,12 @@ class LifecycleExpiry:
         stored = _stored(bucket_name, key)
         if stored is None:
             return False
+        own = self._tags(bucket_name, stored) if any(tags for tags, _ in rules) else {}
+        days = [d for tags, d in rules if all(own.get(k) == v for k, v in tags.items())]
+        if not days:
+            return False
         written = stored.last_modified.replace(tzinfo=UTC).timestamp()
-        if self.clock() < self.expiry(written, min(rules)):
+        if self.clock() < self.expiry(written, min(days)):
             return False
         with self._lock:
             if _stored(bucket_name, key) is not stored:

@@ -25,10 +25,8 @@ LOCAL_SECRET_ACCESS_KEY = "local-secret"
 PAYLOAD_PREFIX = "payloads/"
 BLOB_PREFIX = "blobs/"
 BLOB_LIFECYCLE_RULE_ID = "expire-blobs"
-PAYLOAD_EXPIRATION_DAYS = 2
-# The stack's default BLOB_LIFECYCLE_DAYS, derived from the default retentions
-# (models/blob_lifetime.py: ceil((48 h + 48 h + 6 h) / 24 h)); infra/ asserts the same.
-BLOB_EXPIRATION_DAYS = 5
+# The backstop of untagged objects: the longest retention class (infra/storage.py says why).
+PAYLOAD_EXPIRATION_DAYS = 30
 ABORT_MULTIPART_DAYS = 1
 LIFECYCLE_RULE_ID = "expire-payloads"
 
@@ -485,9 +483,9 @@ def local_aws_env(endpoint: str, region: str = "us-east-1") -> dict[str, str]:
     }
 
 
-def create_payload_bucket(s3, bucket: str, *, blob_days: int = BLOB_EXPIRATION_DAYS) -> None:
-    """Create the bucket as the CDK stack does: SSE-S3, public access blocked, the payloads/ and
-    blobs/ lifecycle rules (`blob_days`: a stack with BLOB_LIFECYCLE_DAYS of its own)."""
+def create_payload_bucket(s3, bucket: str) -> None:
+    """Create the bucket as the CDK stack does: SSE-S3, public access blocked, a lifecycle rule
+    per retention class (by tag) and the payloads/ and blobs/ backstops."""
     try:
         s3.create_bucket(Bucket=bucket)
     except s3.exceptions.BucketAlreadyOwnedByYou:
@@ -507,10 +505,26 @@ def create_payload_bucket(s3, bucket: str, *, blob_days: int = BLOB_EXPIRATION_D
             "RestrictPublicBuckets": True,
         },
     )
+    from payloadstore_controlplane.models.policy import (
+        RETENTION_DAYS,
+        RETENTION_RULE_PREFIX,
+        RETENTION_TAG,
+    )
+
     s3.put_bucket_lifecycle_configuration(
         Bucket=bucket,
         LifecycleConfiguration={
             "Rules": [
+                # One rule per retention class of the namespace policies, by the object tag.
+                *(
+                    {
+                        "ID": f"{RETENTION_RULE_PREFIX}{retention}",
+                        "Filter": {"Tag": {"Key": RETENTION_TAG, "Value": retention}},
+                        "Status": "Enabled",
+                        "Expiration": {"Days": days},
+                    }
+                    for retention, days in RETENTION_DAYS.items()
+                ),
                 {
                     "ID": LIFECYCLE_RULE_ID,
                     "Filter": {"Prefix": PAYLOAD_PREFIX},
@@ -522,7 +536,7 @@ def create_payload_bucket(s3, bucket: str, *, blob_days: int = BLOB_EXPIRATION_D
                     "ID": BLOB_LIFECYCLE_RULE_ID,
                     "Filter": {"Prefix": BLOB_PREFIX},
                     "Status": "Enabled",
-                    "Expiration": {"Days": blob_days},
+                    "Expiration": {"Days": PAYLOAD_EXPIRATION_DAYS},
                     "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": ABORT_MULTIPART_DAYS},
                 },
             ]

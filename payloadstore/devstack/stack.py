@@ -37,6 +37,7 @@ from payloadstore.devstack.gateway import (
     ensure_functions_on_path,
     serve_in_thread,
 )
+from payloadstore.devstack.s3_emulator import LOCAL_KMS_KEY_ARN
 from payloadstore.devstack.services import (
     BLOB_PREFIX,
     LOOPBACK,
@@ -81,6 +82,11 @@ def handler_env(
         "S3_ENDPOINT_URL": s3_endpoint,
         "AWS_REGION": region,
         "TOKEN_PARAMETER_PATH": token_path,
+        # A namespace policy (or a token) set a moment ago applies within a second here
+        # (deployed: TOKEN_CACHE_S, 60 s, plus API Gateway's authorizer cache).
+        "TOKEN_CACHE_S": "1",
+        # The stack's own KMS key (kms_key `stack`), as the emulator's KMS grants know it.
+        "KMS_KEY_ARN": LOCAL_KMS_KEY_ARN,
         "POWERTOOLS_SERVICE_NAME": "payloadstore",
         "POWERTOOLS_METRICS_NAMESPACE": "PayloadStore",
         "POWERTOOLS_TRACE_DISABLED": "true",
@@ -244,6 +250,9 @@ class DevStack:
     # "single" (one redis-server, AOF) or "cluster" (PAYLOADSTORE_REDIS=cluster: 3 primaries
     # with a replica each, the control plane in cluster mode with REDIS_MIN_REPLICA_ACKS=1).
     redis_mode: str = "single"
+    # Replicas per primary in cluster mode (PAYLOADSTORE_REDIS_REPLICAS): 1, or 2 for the
+    # production shape, where a failover leaves the promoted primary a replica to wait for.
+    redis_replicas: int = 1
     moto: MotoServer | None = None
     gateway: RunningGateway | None = None
     scheduler: Any = None
@@ -280,7 +289,9 @@ class DevStack:
                 # survive a restart of `make dev` in this mode.
                 shutil.rmtree(self.state_dir / "redis-cluster", ignore_errors=True)
                 self.redis = LocalRedisCluster(
-                    data_dir=self.state_dir / "redis-cluster", detach=True
+                    data_dir=self.state_dir / "redis-cluster",
+                    detach=True,
+                    replicas=self.redis_replicas,
                 ).start()
                 redis_env = {"REDIS_CLUSTER": "true", "REDIS_MIN_REPLICA_ACKS": "1"}
             else:
@@ -450,7 +461,8 @@ def banner(stack: DevStack) -> str:
     redis_line = f"{stack.redis.url}  data={stack.state_dir / 'redis'}"
     if isinstance(stack.redis, LocalRedisCluster):
         redis_line = (
-            f"cluster of {len(stack.redis.servers)} nodes (3 primaries + 1 replica each), "
+            f"cluster of {len(stack.redis.servers)} nodes (3 primaries + "
+            f"{stack.redis.replicas} replica{'s' if stack.redis.replicas > 1 else ''} each), "
             f"seed {stack.redis.url}; nodes in {state_file} (redis_nodes)"
         )
     token = (
@@ -481,6 +493,7 @@ def _defaults_from_env() -> dict:
         "state_file": Path(os.environ.get("PAYLOADSTORE_STATE_FILE", ".devstack.json")),
         "authorizer_cache_s": float(os.environ.get("PAYLOADSTORE_AUTHORIZER_CACHE_S", "5")),
         "redis_mode": os.environ.get("PAYLOADSTORE_REDIS", "single") or "single",
+        "redis_replicas": int(os.environ.get("PAYLOADSTORE_REDIS_REPLICAS", "1") or "1"),
     }
 
 
@@ -517,6 +530,14 @@ def main(argv: list[str] | None = None) -> int:
         help="one redis-server, or a local cluster of 3 primaries with a replica each "
         "(PAYLOADSTORE_REDIS)",
     )
+    parser.add_argument(
+        "--redis-replicas",
+        type=int,
+        choices=(1, 2),
+        default=defaults["redis_replicas"],
+        help="replicas per primary with --redis cluster: 1, or 2 for the production shape "
+        "(PAYLOADSTORE_REDIS_REPLICAS)",
+    )
     args = parser.parse_args(argv)
     configure_logging()
 
@@ -536,6 +557,7 @@ def main(argv: list[str] | None = None) -> int:
         port=args.port,
         authorizer_cache_s=args.authorizer_cache_s,
         redis_mode=args.redis,
+        redis_replicas=args.redis_replicas,
     )
     try:
         stack.start()

@@ -7,17 +7,19 @@ its EventBridge rule runs it in a deployed stack."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 import time
 from pathlib import Path
 
 import boto3
+import httpx
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from payloadstore import Client
+from payloadstore import Client, codec
 from payloadstore._blob_cache import ENV_BLOB_CACHE
 from payloadstore.devstack.gateway import GatewayProcess
 from payloadstore.devstack.s3_emulator import DAY_ENV
@@ -40,9 +42,10 @@ MiB = 1 << 20
 
 @pytest.fixture(scope="module")
 def scaled_stack(_gateway_services, redis_server, tmp_path_factory):
-    """An emulator whose days last DAY_S seconds, its bucket's blob rule at 1 day, and a gateway
-    whose settings say the same (BLOB_DAY_S, BLOB_LIFECYCLE_DAYS) and whose renewer runs every
-    0.2 s (its 5 minutes, scaled). Tokens are the session's (SSM of the session's emulator)."""
+    """An emulator whose days last DAY_S seconds (the default policy's blobs, tagged 2d, expire
+    8 to 12 s after their last write), and a gateway whose settings say the same (BLOB_DAY_S)
+    and whose renewer runs every 0.2 s (its 5 minutes, scaled). Tokens are the session's (SSM of
+    the session's emulator)."""
     logs = Path(tmp_path_factory.mktemp("lifetimes"))
     emulator = MotoServer(log_path=logs / "s3.log", env={DAY_ENV: str(DAY_S)}).start()
     try:
@@ -54,7 +57,7 @@ def scaled_stack(_gateway_services, redis_server, tmp_path_factory):
             aws_secret_access_key=LOCAL_SECRET_ACCESS_KEY,
             config=Config(signature_version="s3v4"),
         )
-        create_payload_bucket(s3, BUCKET, blob_days=1)
+        create_payload_bucket(s3, BUCKET)
         env = {
             **_gateway_services["env"],
             "AWS_ENDPOINT_URL_S3": emulator.endpoint,
@@ -66,7 +69,6 @@ def scaled_stack(_gateway_services, redis_server, tmp_path_factory):
             "VISIBILITY_TIMEOUT_S": "30",
             "IDEMPOTENCY_TTL_S": str(RETENTION_S),
             "BLOB_DAY_S": str(DAY_S),
-            "BLOB_LIFECYCLE_DAYS": "1",
             "BLOB_RENEW_AHEAD_S": str(DAY_S // 2),
         }
         gateway = GatewayProcess(
@@ -102,6 +104,25 @@ def exists(s3, key: str) -> bool:
     return True
 
 
+def enqueue_now(gateway, token: str, queue: str, model) -> str:
+    """The job `fn(model)`, enqueued over HTTP with no Idempotency-Key: its id's time is now (an
+    id derived from a key starts at its minute, and with a 60 s retention would count as up to
+    a minute older than the job)."""
+    encoded = codec.encode({"args": [model], "kwargs": {}})
+    body = {
+        "payloadInline": base64.b64encode(encoded.tobytes()).decode(),
+        "blobs": [model.sha256],
+    }
+    answer = httpx.post(
+        f"{gateway.url}/v1/namespaces/dev/queues/{queue}/jobs",
+        json=body,
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=30,
+    )
+    assert answer.status_code == 201, answer.text
+    return answer.json()["job_id"]
+
+
 def lifetime_run(scaled_stack, queued_s: float, result_after_s: float) -> None:
     gateway, s3, tokens = scaled_stack
     client = Client(gateway.url, tokens["client_token"], "dev")
@@ -110,7 +131,7 @@ def lifetime_run(scaled_stack, queued_s: float, result_after_s: float) -> None:
     # Given a blob a job references, queued with no daemon, and a blob no job references
     data = os.urandom(MiB)
     model = client.blob(data)
-    job = client.queue(queue).add(model)
+    job = client.job(enqueue_now(gateway, tokens["client_token"], queue, model))
     unreferenced = client.blob(os.urandom(1000))
     # When the job waits queued for several lifecycle days
     time.sleep(queued_s)
@@ -129,13 +150,13 @@ def lifetime_run(scaled_stack, queued_s: float, result_after_s: float) -> None:
 
 @pytest.mark.slow
 def test_a_blob_outlives_a_job_queued_past_several_lifecycle_days(scaled_stack):
-    # (~30 s: the stack's start, 9 s queued, the result read 5 s after the job ended)
-    lifetime_run(scaled_stack, queued_s=2 * DAY_S + 1, result_after_s=DAY_S + 1)
+    # (~35 s: the stack's start, 13 s queued, the result read 9 s after the job ended)
+    lifetime_run(scaled_stack, queued_s=3 * DAY_S + 1, result_after_s=2 * DAY_S + 1)
 
 
 @pytest.mark.slow
 def test_a_blob_outlives_a_job_queued_for_the_whole_retention_and_its_result_retention(
     scaled_stack,
 ):
-    # (60 s queued, then the result read 50 s after the job ended: ~2 min)
-    lifetime_run(scaled_stack, queued_s=RETENTION_S - 5, result_after_s=RETENTION_S - 10)
+    # (~2 min: 56 s queued, then the result read 52 s after the job ended)
+    lifetime_run(scaled_stack, queued_s=RETENTION_S - 4, result_after_s=RETENTION_S - 8)

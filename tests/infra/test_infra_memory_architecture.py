@@ -14,7 +14,7 @@ import aws_cdk as cdk
 import pytest
 
 from infra.bundling import LayerBundling
-from infra.config import REQUIREMENTS_FILE, architecture_of, memory_of
+from infra.config import LOCK_FILE, architecture_of, memory_of
 from tests.infra.cfn import resources
 from tests.infra.test_infra_snapstart import functions_by_group
 from tests.support.infra import CDK_ENV, STACK
@@ -92,7 +92,7 @@ def test_arm64_flag_builds_the_layer_for_graviton_and_runs_every_function_on_arm
     # build in the cache is never reused for Graviton)
     bundling = stack.functions.layer_bundling
     assert bundling.platform == "manylinux2014_aarch64"
-    assert bundling.asset_hash() != LayerBundling(REQUIREMENTS_FILE).asset_hash()
+    assert bundling.asset_hash() != LayerBundling(LOCK_FILE).asset_hash()
     # And the memory flag overrides one function only
     assert memory(template)["daemon"] == 256
     assert memory(template)["jobs"] == 256
@@ -125,7 +125,7 @@ def test_the_arm64_layer_build_asks_pip_for_aarch64_wheels(monkeypatch, tmp_path
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
     monkeypatch.setattr(bundling.subprocess, "run", fake_run)
-    layer = LayerBundling(REQUIREMENTS_FILE, platform="manylinux2014_aarch64")
+    layer = LayerBundling(LOCK_FILE, platform="manylinux2014_aarch64")
     layer.compiler = None
     layer.build(tmp_path)
     # Then pip installs binary wheels for aarch64 and CPython 3.13 only

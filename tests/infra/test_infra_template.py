@@ -82,24 +82,78 @@ def test_every_bucket_policy_denies_requests_without_tls(template):
     assert len(resources(template, "AWS::S3::BucketPolicy")) == 2
 
 
-def test_lifecycle_expires_payloads_after_two_days_blobs_after_the_derived_days_and_aborts_uploads(
-    template,
-):
+def test_lifecycle_has_one_rule_per_retention_class_by_tag_and_prefix_backstops(template):
     bucket = template["Resources"][_payload_bucket_id(template)]
     rules = bucket["Properties"]["LifecycleConfiguration"]["Rules"]
-    # Then there are exactly two rules, scoped to payloads/ and blobs/ (exec/ and others are
-    # untouched)
-    by_prefix = {rule.get("Prefix", rule.get("Filter", {}).get("Prefix")): rule for rule in rules}
-    assert sorted(by_prefix) == ["blobs/", "payloads/"]
-    for rule in rules:
+    by_tag = {
+        tuple(f["Key"] + "=" + f["Value"] for f in rule["TagFilters"]): rule
+        for rule in rules
+        if rule.get("TagFilters")
+    }
+    # Then each retention class has its rule, filtered by the tag alone, expiring by its days
+    assert {k[0]: r["ExpirationInDays"] for k, r in by_tag.items()} == {
+        "payloadstore-retention=consume": 2,
+        "payloadstore-retention=1d": 1,
+        "payloadstore-retention=2d": 2,
+        "payloadstore-retention=7d": 7,
+        "payloadstore-retention=30d": 30,
+    }
+    for rule in by_tag.values():
         assert rule["Status"] == "Enabled"
+        assert "Prefix" not in rule
+    # And payloads/ and blobs/ keep a backstop rule (the longest class: a shorter one would
+    # cut every longer class short, S3 honouring the shortest) that aborts uploads after a day;
+    # exec/ and other prefixes are untouched
+    backstops = [rule for rule in rules if not rule.get("TagFilters")]
+    assert sorted(r["Prefix"] for r in backstops) == ["blobs/", "payloads/"]
+    for rule in backstops:
+        assert rule["Status"] == "Enabled"
+        assert rule["ExpirationInDays"] == 30
         assert rule["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 1}
-    assert by_prefix["payloads/"]["ExpirationInDays"] == 2
-    # Blobs: the longest need of one reference (48 h queued + 48 h result) plus the renewal
-    # horizon (6 h), in whole days: ceil(102 h / 24 h) = 5, the figure every function reads
-    assert by_prefix["blobs/"]["ExpirationInDays"] == 5
-    env = _function(template, "jobs")["Properties"]["Environment"]["Variables"]
-    assert env["BLOB_LIFECYCLE_DAYS"] == "5"
+
+
+def test_the_stack_key_rotates_and_its_policy_allows_the_functions_for_payload_objects_only(
+    template,
+):
+    keys = resources(template, "AWS::KMS::Key")
+    assert len(keys) == 1
+    key = next(iter(keys.values()))
+    assert key["Properties"]["EnableKeyRotation"] is True
+    statements = key["Properties"]["KeyPolicy"]["Statement"]
+    ours = [s for s in statements if s.get("Sid") == "PayloadObjectsOnly"]
+    assert len(ours) == 1
+    statement = ours[0]
+    assert statement["Effect"] == "Allow"
+    assert sorted(statement["Action"]) == ["kms:Decrypt", "kms:GenerateDataKey"]
+    # Only the roles of the functions that presign, complete and copy objects
+    principals = statement["Principal"]["AWS"]
+    roles = [render(p) for p in (principals if isinstance(principals, list) else [principals])]
+    assert sorted(r.split(".")[0].split("Role")[0].rsplit("Functions", 1)[-1] for r in roles) == [
+        "Daemon",
+        "Jobs",
+        "Payloads",
+        # the blob renewer copies a KMS namespace's blob under its key again
+        "Renewals",
+    ]
+    # For objects under payloads/ and blobs/ only (S3 passes the object's ARN as context)
+    allowed = statement["Condition"]["StringLike"]["kms:EncryptionContext:aws:s3:arn"]
+    bucket_arn = f"<{_payload_bucket_id(template)}.Arn>"
+    assert sorted(render(a) for a in allowed) == [
+        f"{bucket_arn}/blobs/*",
+        f"{bucket_arn}/payloads/*",
+    ]
+    # No other statement lets anyone but the account root use the key
+    for other in statements:
+        if other is not statement:
+            assert "arn:" in render(other["Principal"]["AWS"]) and ":root" in render(
+                other["Principal"]["AWS"]
+            )
+
+
+def test_functions_know_the_stack_key(template):
+    fn = template["Resources"]["PayloadsFunction"]
+    env = fn["Properties"]["Environment"]["Variables"]
+    assert "Fn::GetAtt" in env["KMS_KEY_ARN"] and env["KMS_KEY_ARNS"] == ""
 
 
 def test_lifecycle_matches_the_local_stack_bucket():
@@ -117,11 +171,6 @@ def test_lifecycle_matches_the_local_stack_bucket():
         services.BLOB_LIFECYCLE_RULE_ID,
     )
     assert storage.LIFECYCLE_RULE_ID == services.LIFECYCLE_RULE_ID
-    # The local bucket's blob days are the stack's default derived days
-    from payloadstore_controlplane.models.settings import Settings
-
-    derived = Settings(payload_bucket="bucket").blob_lifetime.lifecycle_days
-    assert services.BLOB_EXPIRATION_DAYS == derived == 5
 
 
 def test_payload_bucket_logs_access_and_is_retained_by_default(template):
@@ -338,8 +387,10 @@ def test_s3_permissions_are_exactly_what_each_function_signs_or_checks(template)
     bucket_arn = f"<{_payload_bucket_id(template)}.Arn>"
     objects = f"{bucket_arn}/payloads/*"
     blobs = f"{bucket_arn}/blobs/*"
-    # Blobs: presign their GETs, nothing written: no request copies a blob
-    blob_grant = (("s3:GetObject",), (blobs,), "Allow")
+    # Blobs: presign their GETs and read the retention tag; nothing written: no request copies a
+    # blob (the renewals function does)
+    tagging = ("s3:GetObjectTagging", "s3:PutObjectTagging")
+    blob_grant = (tuple(sorted(("s3:GetObject", *tagging))), (blobs,), "Allow")
 
     def summary(group):
         return sorted(
@@ -358,11 +409,16 @@ def test_s3_permissions_are_exactly_what_each_function_signs_or_checks(template)
     # The presigning function: Put and Get on payloads/* (a URL can do what its signer can);
     # on blobs/* also the completion of a blob's multipart upload (list its parts, abort)
     blob_completes = (
-        (
-            "s3:AbortMultipartUpload",
-            "s3:GetObject",
-            "s3:ListMultipartUploadParts",
-            "s3:PutObject",
+        tuple(
+            sorted(
+                (
+                    "s3:AbortMultipartUpload",
+                    "s3:GetObject",
+                    "s3:ListMultipartUploadParts",
+                    "s3:PutObject",
+                    *tagging,
+                )
+            )
         ),
         (blobs,),
         "Allow",
@@ -370,18 +426,23 @@ def test_s3_permissions_are_exactly_what_each_function_signs_or_checks(template)
     assert summary("payloads") == sorted(
         [
             blob_completes,
-            (("s3:GetObject", "s3:PutObject"), (objects,), "Allow"),
+            (tuple(sorted(("s3:GetObject", "s3:PutObject", *tagging))), (objects,), "Allow"),
             list_bucket,
         ]
     )
     # The reference checkers and GET presigners: HEAD (s3:GetObject) on payloads/* only, and
     # the completion of a multipart reference (list its parts, complete it: s3:PutObject, abort)
     completes = (
-        (
-            "s3:AbortMultipartUpload",
-            "s3:GetObject",
-            "s3:ListMultipartUploadParts",
-            "s3:PutObject",
+        tuple(
+            sorted(
+                (
+                    "s3:AbortMultipartUpload",
+                    "s3:GetObject",
+                    "s3:ListMultipartUploadParts",
+                    "s3:PutObject",
+                    *tagging,
+                )
+            )
         ),
         (objects,),
         "Allow",
@@ -402,20 +463,24 @@ def test_s3_permissions_are_exactly_what_each_function_signs_or_checks(template)
         )
     ]
     # The renewer: copies onto themselves (CopyObject, UploadPartCopy: Get on the source, Put on
-    # the target; abort a failed multipart copy) of blobs/* only, HEAD of a blob gone answering
-    # 404 (ListBucket); nothing of payloads/*
+    # the target; abort a failed multipart copy; the retention tag read and carried over) of
+    # blobs/* only, HEAD of a blob gone answering 404 (ListBucket); nothing of payloads/*
     assert summary("renewals") == sorted(
         [
             (
-                ("s3:AbortMultipartUpload", "s3:GetObject", "s3:PutObject"),
+                tuple(
+                    sorted(("s3:AbortMultipartUpload", "s3:GetObject", "s3:PutObject", *tagging))
+                ),
                 (blobs,),
                 "Allow",
             ),
             list_bucket,
         ]
     )
-    # The authorizer, the admin and the metrics functions never touch S3
-    assert summary("authorizer") == [] and summary("admin") == [] and summary("metrics") == []
+    # The authorizer and the admin functions never touch S3; the metrics function (scheduled)
+    # deletes the due payloads of retention `consume` namespaces, and nothing else
+    assert summary("authorizer") == [] and summary("admin") == []
+    assert summary("metrics") == [(("s3:DeleteObject",), (objects,), "Allow")]
 
 
 def test_the_s3_statements_are_the_grant_table_the_local_emulator_enforces(template):
@@ -471,8 +536,10 @@ def test_token_store_permissions(template):
         ("ssm:GetParameter", f"{path}/*"),
         ("ssm:GetParametersByPath", path),
     ]
+    # (namespace policies live beside the tokens: get_policy reads one by name)
     assert ssm("admin") == [
         ("ssm:DeleteParameter", f"{path}/*"),
+        ("ssm:GetParameter", f"{path}/*"),
         ("ssm:GetParametersByPath", path),
         ("ssm:PutParameter", f"{path}/*"),
     ]

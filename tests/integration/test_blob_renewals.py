@@ -24,10 +24,10 @@ from tests.support.events import FakeLambdaContext
 EVENT = json.loads((Path(__file__).parents[2] / "events" / "renewals_schedule.json").read_text())
 HOUR = 3600
 MiB = 1 << 20
-# The defaults: queue retention = result retention = 48 h, renew ahead 6 h (margin 3 h), and the
-# derived lifecycle ceil((48 + 48 + 6) / 24) = 5 days.
+# The defaults: queue retention = result retention = 48 h, renew ahead 6 h (margin 3 h), and a
+# blob's lifecycle its namespace's retention class (the default policy's 2d: 2 days).
 RETENTION_S = 172_800
-LIFECYCLE_S = 5 * 86_400
+LIFECYCLE_S = 2 * 86_400
 MARGIN_S = 3 * HOUR
 COPIES = {"copy_object", "upload_part_copy", "create_multipart_upload"}
 
@@ -148,12 +148,13 @@ def test_enqueue_poll_and_result_make_no_s3_copy_and_record_until_when_the_blob_
 
 
 def test_a_blob_whose_object_outlives_the_jobs_life_records_no_need(cp, r):
-    sha = create_blob(cp, os.urandom(1000))  # expires in 5 days; a job lives 4 at most
+    sha = create_blob(cp, os.urandom(1000))
+    expiring_in(r, cp, sha, 5 * 86_400)  # (e.g. a 7d namespace's); a job lives 4 days at most
     assert enqueue_with(cp, [sha]).status == 201
     assert needs(r, cp) == {}
 
 
-def test_the_renewer_copies_a_due_blob_onto_itself_and_the_copy_covers_the_need(
+def test_the_renewer_copies_a_due_blob_onto_itself_and_keeps_the_need_the_copy_does_not_cover(
     cp, r, renewer_s3_calls, s3_client, payload_bucket
 ):
     # Given a job referencing a blob whose object expires in 4 h (within BLOB_RENEW_AHEAD_S, 6 h)
@@ -175,10 +176,13 @@ def test_the_renewer_copies_a_due_blob_onto_itself_and_the_copy_covers_the_need(
     assert after["Metadata"].get("renewed-at")
     assert after["LastModified"] >= before["LastModified"]
     assert after["ChecksumSHA256"] == base64.b64encode(bytes.fromhex(sha)).decode()
-    # And its record tells the new expiry, which covers the job's life: the need is gone
+    # And its record tells the new expiry (2 days from the copy: its tag's class, copied with
+    # it); the job needs it 4 days, so the need stays for the copy a lifecycle later
     assert r.ttl(keys.blob(cp.ns, sha)) > LIFECYCLE_S - MARGIN_S - 60
-    assert sha not in needs(r, cp)
-    # And a second run copies nothing
+    tags = s3_client.get_object_tagging(Bucket=payload_bucket, Key=f"blobs/{cp.ns}/{sha}")
+    assert {t["Key"]: t["Value"] for t in tags["TagSet"]} == {"payloadstore-retention": "2d"}
+    assert sha in needs(r, cp)
+    # And a second run copies nothing (the new expiry is not within 6 h)
     renewer_s3_calls.clear()
     assert renew(cp).renewed == 0 and "copy_object" not in renewer_s3_calls
 
@@ -208,8 +212,10 @@ def test_a_blob_above_copy_part_bytes_is_renewed_by_parallel_upload_part_copy(
     assert got["Metadata"].get("renewed-at")
     assert sha256_hex(got["Body"].read()) == sha
     assert head(s3_client, payload_bucket, cp, sha)["ChecksumSHA256"].endswith("-3")
-    # And the blob stays usable: its record renewed, a poll hands out its GET
-    assert sha not in needs(r, cp)
+    # And its retention tag came along (a multipart upload would not carry it by itself)
+    tags = s3_client.get_object_tagging(Bucket=payload_bucket, Key=f"blobs/{cp.ns}/{sha}")
+    assert {t["Key"]: t["Value"] for t in tags["TagSet"]} == {"payloadstore-retention": "2d"}
+    # And the blob stays usable: its record renewed
     assert r.ttl(keys.blob(cp.ns, sha)) > LIFECYCLE_S - MARGIN_S - 60
     assert cp.blob(sha, len(data)).json["exists"] is True
 
@@ -226,12 +232,12 @@ def test_a_needed_blob_not_yet_due_is_left_for_a_later_run(cp, r, renewer_s3_cal
 def test_a_need_the_objects_expiry_already_covers_is_forgotten_without_a_copy(
     cp, r, renewer_s3_calls
 ):
-    # Given a result's need (48 h) recorded while the blob's object had 40 h left, and a record
-    # since then renewed (e.g. by an upload again) to the full lifecycle
+    # Given a job's need (96 h) recorded while the blob's object had 40 h left, and a record
+    # since then moved past the need (e.g. an upload again under a 7d policy)
     sha = create_blob(cp, os.urandom(1000))
     expiring_in(r, cp, sha, 40 * HOUR)
     assert enqueue_with(cp, [sha]).status == 201
-    expiring_in(r, cp, sha, LIFECYCLE_S)
+    expiring_in(r, cp, sha, 5 * 86_400)
     # When the renewer runs, then it forgets the need and copies nothing
     run = renew(cp)
     assert run.covered == 1 and run.renewed == 0
@@ -283,4 +289,4 @@ def test_a_run_near_its_timeout_starts_no_copy_and_leaves_the_blob_due_for_the_n
     # Then nothing is copied and the need stays for the next run, which renews it
     assert (run.deferred, run.renewed) == (1, 0) and "copy_object" not in renewer_s3_calls
     assert sha in needs(r, cp)
-    assert renew(cp).renewed == 1 and sha not in needs(r, cp)
+    assert renew(cp).renewed == 1

@@ -15,8 +15,9 @@ from payloadstore_controlplane.store import keys
 from tests.support.control_plane import create_blob, put_presigned, sha256_hex, upload
 
 RETENTION_S = 172_800
-# A record's TTL: the blob lifecycle (5 days by default) less the known margin (3 h).
-RECORD_S = 5 * 86_400 - 3 * 3600
+# A record's TTL: the blob's lifecycle (its namespace's retention class, 2 days by default) less
+# the known margin (3 h).
+RECORD_S = 2 * 86_400 - 3 * 3600
 
 
 @pytest.fixture
@@ -179,7 +180,7 @@ def test_a_blob_record_costs_at_most_128_bytes_and_lives_until_the_known_margin(
     sha = create_blob(cp, blob_bytes())
     key = keys.blob(cp.ns, sha)
     assert r.memory_usage(key) <= 128
-    # (the object's lifecycle, 5 days by default, less the known margin of 3 h)
+    # (the object's lifecycle, its retention class's 2 days by default, less the margin of 3 h)
     assert RECORD_S - 5 <= r.ttl(key) <= RECORD_S
 
 
@@ -194,15 +195,15 @@ def test_an_expired_blob_is_unknown(cp, r):
 def test_an_old_upload_found_without_its_record_is_uploaded_again_not_copied(
     cp, r, s3_client, payload_bucket, monkeypatch
 ):
-    # Given a blob whose record expired while its object lingers, uploaded 4 days and 23 h ago
-    # by the control plane's clock (its object's lifecycle ends within the known margin)
+    # Given a blob whose record expired while its object lingers, uploaded 47 h ago by the
+    # control plane's clock (its object's 2-day lifecycle ends within the known margin)
     from payloadstore_controlplane.runtime import clock
 
     data = blob_bytes()
     sha = create_blob(cp, data)
     r.delete(keys.blob(cp.ns, sha))
     real_now = clock.now()
-    monkeypatch.setattr(clock, "now", lambda: real_now + 119 * 3600)
+    monkeypatch.setattr(clock, "now", lambda: real_now + 47 * 3600)
     # When a client asks for it again
     again = cp.blob(sha, len(data))
     # Then it is not usable as it is (no job could be sure to outlive it, and no request copies

@@ -374,6 +374,40 @@ def test_given_a_failing_post_paused_past_the_lease_when_a_retry_runs_on_another
     assert base64.b64decode(again.json["payloadInline"]) == b"\x0c"
 
 
+def test_given_a_cancel_settling_an_entry_a_poll_took_when_a_retry_comes_between_then_the_poll_runs_the_job_and_keeps_its_entry(
+    cp: ControlPlane, settings_env, monkeypatch
+):
+    # Given: a lease of 1 s, a queued S3-tier job; a cancel paused after the job slot cancelled
+    # it, before its entry is dropped; and a poll (daemon a) paused after it took that entry,
+    # before it starts the delivery
+    settings_env(VISIBILITY_TIMEOUT_S="1")
+    job = queued_job(cp, "s3")
+    in_cancel: list[Paused] = []
+    pause_first(monkeypatch, RedisJobStore, "settle", in_cancel)
+    cancelling = Paused(lambda: cancel(cp, job))
+    in_cancel.append(cancelling)
+    cancelling.start()
+    in_poll: list[Paused] = []
+    pause_first(monkeypatch, RedisJobStore, "start_delivery", in_poll)
+    polling = Paused(lambda: cp.poll(daemon_id="a"))
+    in_poll.append(polling)
+    polling.start()
+    # When: the client retries the cancelled job, then the cancel goes on, then the poll
+    retried = retry(cp, job)
+    assert (retried.status, (retried.json or {}).get("state")) == (200, "queued"), retried.raw_body
+    assert cancelling.go().status == 200
+    got = polling.go()
+    # Then: the poll runs the retried job
+    assert got.status == 200, got.raw_body
+    assert got.json["job_id"] == job
+    # And: if daemon a dies, the job is delivered again (the cancel's settle left a's entry)
+    time.sleep(1.3)
+    again = cp.poll(daemon_id="b")
+    assert again.status == 200, f"the job was stranded: {again.status} {again.raw_body}"
+    assert again.json["job_id"] == job
+    assert cp.poll(daemon_id="c").status == 204
+
+
 # -- defect 2: purge racing a poll ------------------------------------------------------------------
 
 

@@ -261,3 +261,51 @@ def test_an_error_after_a_take_answers_the_deliveries_already_leased(cp, monkeyp
     # visibility timeout behind a 503
     assert many.status == 200, many.raw_body
     assert [j["job_id"] for j in many.json["jobs"]] == jobs[:1]
+
+
+@pytest.fixture(scope="module")
+def production_shape(tmp_path_factory):
+    """3 primaries with two replicas each (PAYLOADSTORE_REDIS_REPLICAS=2, the CDK's shape)."""
+    cluster = LocalRedisCluster(data_dir=tmp_path_factory.mktemp("cluster9"), replicas=2).start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.mark.slow  # ~20 s: a 9-node cluster to create, then a failover
+def test_in_the_production_shape_a_lost_primary_leaves_writes_fully_acknowledged(
+    cp, settings_env, production_shape
+):
+    settings_env(
+        REDIS_URL=production_shape.url,
+        REDIS_CLUSTER="true",
+        REDIS_MIN_REPLICA_ACKS="1",
+        REDIS_REPLICA_ACK_POLICY="strict",
+    )
+    # Given the production shape: each primary has two replicas
+    nodes = production_shape.redis_nodes()
+    assert len(nodes) == 9 and sum(n["role"] == "replica" for n in nodes) == 6
+    with RedisCluster.from_url(production_shape.url) as rc:
+        primary = rc.get_node_from_key(keys.queue_names(cp.ns)).port
+    replicas = [n["port"] for n in nodes if n["primary_port"] == primary]
+    assert cp.enqueue(raw=b"\x00").status == 201
+    # When its primary is killed and never restarted
+    production_shape.kill(primary)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        reply = cp.enqueue(raw=b"\x01", headers={"Idempotency-Key": "p1"})
+        if reply.status != 503:
+            break
+        time.sleep(0.2)
+    # Then, even under the strict policy, writes are acknowledged again: the promoted replica
+    # has the other one, which acknowledges them (REDIS_MIN_REPLICA_ACKS=1 met in full)
+    assert reply.status in (200, 201), reply.raw_body
+    topology = {n["port"]: n for n in production_shape.topology()}
+    promoted = next(p for p in replicas if topology[p]["role"] == "primary")
+    (follower,) = [p for p in replicas if p != promoted]
+    with redis.Redis(port=follower) as r:
+        assert int(r.info("replication")["master_port"]) == promoted
+    assert topology[primary]["failed"]
+    assert cp.enqueue(raw=b"\x02").status == 201
+    # And every acknowledged job is there once
+    got = [base64.b64decode(cp.poll().json["payloadInline"]) for _ in range(3)]
+    assert got == [b"\x00", b"\x01", b"\x02"] and cp.poll().status == 204

@@ -1,24 +1,38 @@
 """`make reliability-failover`: a Redis failover under load on a local replicated cluster
-(issue 22), with a ledger of every acknowledged job and result.
+(issues 22 and 32), with a ledger of every acknowledged job and result.
 
-The stack: a local Redis Cluster of 3 primaries with a replica each
-(payloadstore.devstack.services.LocalRedisCluster), the S3 emulator, one gateway in cluster mode
-with REDIS_MIN_REPLICA_ACKS (1 by default; `--acks 0` for the counterfactual), daemons that a
-supervisor restarts. Load: JOBS jobs (1 KiB inline, 300 KiB and 2 MiB through S3) from 4 client
-threads. The fault, while the load runs: the replica of the shard that holds the namespace's
-queues is stalled (SIGSTOP) for STALL_S, its primary is SIGKILLed during the stall, the replica
-resumes and is promoted, the old primary is started again and rejoins as its replica.
+The stack: a local Redis Cluster of 3 primaries with one replica each, or two (`--replicas 2`,
+the production shape) (payloadstore.devstack.services.LocalRedisCluster), the S3 emulator, one
+gateway in cluster mode with REDIS_MIN_REPLICA_ACKS (1 by default; `--acks 0` for the
+counterfactual), daemons that a supervisor restarts. Load: JOBS jobs (1 KiB inline, 300 KiB and
+2 MiB through S3) from 4 client threads. The fault, while the load runs: a replica of the shard
+that holds the namespace's queues is stalled (SIGSTOP) for STALL_S, its primary is SIGKILLed
+during the stall, the replica resumes and a replica is promoted; then, by scenario:
 
-Ledger, per job: `lost` = an acknowledged job (the client holds its id) that never ends, or 404;
-`wrong` = a wrong result or any other end; `twice` = a job whose function ran again after its
-result post was acknowledged (204): an acknowledged result lost with its primary would run the job
-again after the visibility timeout. A job that runs again because its result was never
-acknowledged (its post answered 503 until its daemon gave up, or its lease lapsed while
-heartbeats answered 503) is at-least-once delivery doing its work: counted as `rerun`, reported,
-not a failure.
-The last line is `failover: N jobs, N ok, 0 lost, 0 wrong, 0 twice (acks=K)`; with K >= 1 the
-exit is 1 unless all three are 0. With `--acks 0` the figures are reported, not asserted
-(RELIABILITY.md records them). Bounded: every wait has a deadline (about 2-3 minutes in all).
+- `returns`: the old primary is started again and rejoins as a replica;
+- `never-returns`: the old primary stays dead. With one replica per primary the promoted one
+  has no replica of its own, and the shard goes on with writes acknowledged by the replicas it
+  has (REDIS_REPLICA_ACK_POLICY=connected; before it, every write answered 503 from then on);
+  with two, the other replica follows the promoted one and acknowledges as before. Every
+  acknowledged job must end within NEVER_RETURNS_DEADLINE_S of the kill.
+
+By default three runs: `returns` on one replica per primary, `never-returns` on one and on two
+(`--scenario`, `--replicas` pick one).
+
+Ledger, per job: `lost` = an acknowledged job (the client holds its id) that never ends (within
+the deadline), or 404; `wrong` = a wrong result or any other end; `twice` = a job whose function
+ran again after its result post was acknowledged (204): an acknowledged result lost with its
+primary would run the job again after the visibility timeout. A job that runs again because its
+result was never acknowledged (its post answered 503 until its daemon gave up, or its lease
+lapsed while heartbeats answered 503) is at-least-once delivery doing its work: counted as
+`rerun`, reported, not a failure.
+Each run ends with `failover: N jobs, N ok, 0 lost, 0 wrong, 0 twice, ... (acks=K, replicas=R,
+<scenario>), S s` and, when the old primary never returns, the time from the kill to the
+promotion and to the last result read, and how often the gateway found a shard below its replica
+target; with K >= 1 the exit is 1 unless lost, wrong and twice are 0 in every run. With `--acks
+0` or `--ack-policy strict` (the counterfactuals) the figures are reported, not asserted
+(RELIABILITY.md records them). Bounded: every wait has
+a deadline (about a minute per run).
 """
 
 from __future__ import annotations
@@ -56,19 +70,27 @@ log = logging.getLogger("reliability.failover")
 STALL_S = 3.0
 FILLER_MB = 32
 VISIBILITY_TIMEOUT_S = 5
+# Issue 32: with the old primary gone for good, every acknowledged job ends within this of the kill.
+NEVER_RETURNS_DEADLINE_S = 120.0
+RETURNS, NEVER_RETURNS = "returns", "never-returns"
+# The default runs: (scenario, replicas per primary).
+DEFAULT_RUNS = ((RETURNS, 1), (NEVER_RETURNS, 1), (NEVER_RETURNS, 2))
 
 
 class ClusterStack(ReliabilityStack):
     """ReliabilityStack on a LocalRedisCluster instead of one redis-server (no proxy)."""
 
     cluster: LocalRedisCluster | None = None
+    replicas: int = 1
 
     def start(self) -> ClusterStack:
         import boto3
         from botocore.config import Config
 
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        self.cluster = LocalRedisCluster(data_dir=self.state_dir / "cluster").start()
+        self.cluster = LocalRedisCluster(
+            data_dir=self.state_dir / "cluster", replicas=self.replicas
+        ).start()
         self.moto = MotoServer(log_path=self.state_dir / "s3.log").start()
         os.environ.update(aws_env(self.moto.endpoint, REGION))
         self.s3 = boto3.client(
@@ -91,16 +113,29 @@ class ClusterStack(ReliabilityStack):
 
 
 class Failover:
-    def __init__(self, args: argparse.Namespace):
+    def __init__(self, args: argparse.Namespace, scenario: str = RETURNS, replicas: int = 1):
         self.args = args
-        self.state_dir = Path(args.state_dir or tempfile.mkdtemp(prefix="payloadstore-fo-"))
+        self.scenario = scenario
+        self.replicas = replicas
+        base = Path(args.state_dir) if args.state_dir else None
+        self.state_dir = (
+            base / f"{scenario}-{replicas}"
+            if base
+            else Path(tempfile.mkdtemp(prefix="payloadstore-fo-"))
+        )
         settings = {
             "REDIS_CLUSTER": "true",
             "REDIS_MIN_REPLICA_ACKS": str(args.acks),
+            "REDIS_REPLICA_ACK_POLICY": args.ack_policy,
             "VISIBILITY_TIMEOUT_S": str(VISIBILITY_TIMEOUT_S),
             "POLL_MAX_WAIT_S": "2",
         }
         self.stack = ClusterStack(self.state_dir, settings)
+        self.stack.replicas = replicas
+        self.killed_at: float | None = None
+        self.promoted_at: float | None = None
+        self.last_result_at: float | None = None
+        self.acked_after_promotion = 0
         self.jobs: dict[str, tuple[int, object | None]] = {}  # tag -> (size, job)
         self.lock = threading.Lock()
         self.submitted = 0
@@ -133,6 +168,8 @@ class Failover:
             with self.lock:
                 self.jobs[tag] = (size, job)
                 self.submitted += 1
+                if job is not None and self.promoted_at is not None:
+                    self.acked_after_promotion += 1
         client.close()
 
     def fault(self) -> None:
@@ -150,7 +187,8 @@ class Failover:
             time.sleep(0.1)
         with RedisCluster.from_url(cluster.url) as rc:
             primary = rc.get_node_from_key(keys.queue_names(NAMESPACE)).port
-        replica = next(n["port"] for n in cluster.topology() if n["primary_port"] == primary)
+        replicas = [n["port"] for n in cluster.topology() if n["primary_port"] == primary]
+        replica = replicas[0]
         cluster.stall(replica)
         self.event(f"replica {replica} stalled (SIGSTOP)")
         # Behind by more than the loopback socket buffers hold (else the stalled replica reads
@@ -167,12 +205,22 @@ class Failover:
         self.event(f"{FILLER_MB} MiB written to primary {primary} behind the stalled replica")
         time.sleep(STALL_S)
         cluster.kill(primary)
-        self.event(f"primary {primary} killed (SIGKILL) while its replica is stalled")
+        self.killed_at = time.monotonic()
+        self.event(f"primary {primary} killed (SIGKILL) while replica {replica} is stalled")
         time.sleep(0.5)
         cluster.resume(replica)
         self.event(f"replica {replica} resumed (SIGCONT)")
-        cluster.wait_promoted(replica, 60)
-        self.event(f"replica {replica} promoted")
+        promoted = wait_any_promoted(cluster, replicas, 60)
+        self.promoted_at = time.monotonic()
+        self.event(f"replica {promoted} promoted")
+        if self.scenario == NEVER_RETURNS:
+            self.event(f"old primary {primary} never returns")
+            others = [r for r in replicas if r != promoted]
+            if others:
+                # The other replica follows the promoted primary once the cluster tells it.
+                cluster.wait_healthy(60)
+                self.event(f"replica(s) {others} now follow the promoted primary {promoted}")
+            return
         time.sleep(1.0)
         cluster.restart(primary)
         cluster.wait_healthy(60)
@@ -202,6 +250,8 @@ class Failover:
     def ledger(self) -> collections.Counter:
         client = self.client()
         deadline = time.monotonic() + self.args.result_deadline_s
+        if self.scenario == NEVER_RETURNS and self.killed_at is not None:
+            deadline = self.killed_at + NEVER_RETURNS_DEADLINE_S
         runs: collections.Counter = collections.Counter()
         run_starts: dict[str, list[float]] = collections.defaultdict(list)
         verdicts: collections.Counter = collections.Counter()
@@ -218,6 +268,7 @@ class Failover:
             except PayloadStoreError as e:
                 results[tag] = "wrong"
                 log.warning("job %s ended %s", tag, e)
+        self.last_result_at = time.monotonic()
         time.sleep(1.0)  # late runs land in the run logs
         for path in (self.state_dir / "runs").glob("*.log"):
             for line in path.read_text().splitlines():
@@ -251,18 +302,38 @@ class Failover:
                 acked.setdefault(m.group(3), at + int(m.group(2)) / 1000)
         return acked
 
+    def below_target_lines(self) -> int:
+        """How often the gateway logged a shard with fewer online replicas than the target."""
+        path = self.state_dir / "gateway.log"
+        text = path.read_text() if path.exists() else ""
+        return text.count("redis replicas below target")
+
     def report(self, v: collections.Counter) -> int:
         for line in self.events:
             print(line)
         acks = self.args.acks
+        shape = "old primary restarted" if self.scenario == RETURNS else "old primary never returns"
         print(
             f"failover: {len(self.jobs)} jobs, {v['ok']} ok, {v['lost']} lost, {v['wrong']} wrong, "
             f"{v['twice']} twice, {v['not_acknowledged']} not acknowledged, "
-            f"{v['rerun']} rerun (acks={acks}), "
+            f"{v['rerun']} rerun (acks={acks}, {self.args.ack_policy}, replicas={self.replicas}, "
+            f"{shape}), "
             f"{time.monotonic() - self.t0:.0f} s"
         )
+        if self.scenario == NEVER_RETURNS and self.killed_at is not None:
+            promoted = (self.promoted_at or self.killed_at) - self.killed_at
+            last = (self.last_result_at or self.killed_at) - self.killed_at
+            acknowledged = len(self.jobs) - v["not_acknowledged"]
+            print(
+                f"failover never-returns: promoted {promoted:.1f} s after the kill; "
+                f"{self.acked_after_promotion} jobs acknowledged after it; "
+                f"{v['ok']} of {acknowledged} acknowledged jobs ended ok, the last result read "
+                f"{last:.1f} s after the kill (deadline {NEVER_RETURNS_DEADLINE_S:.0f} s); a "
+                f"shard below its replica target logged {self.below_target_lines()} time(s)"
+            )
         bad = v["lost"] + v["wrong"] + v["twice"]
-        if acks >= 1 and bad:
+        asserted = acks >= 1 and self.args.ack_policy == "connected"
+        if asserted and bad:
             print(f"state kept in {self.state_dir}")
             return 1
         if not self.args.keep:
@@ -270,10 +341,37 @@ class Failover:
         return 0
 
 
+def wait_any_promoted(cluster: LocalRedisCluster, replicas: list[int], timeout_s: float) -> int:
+    """The port of whichever of `replicas` the cluster promoted (with two, the one that had
+    not been stalled normally wins: the election favours the most caught-up replica)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for node in cluster.topology():
+            if node["port"] in replicas and node["role"] == "primary":
+                return node["port"]
+        time.sleep(0.1)
+    raise TimeoutError(f"none of the replicas {replicas} was promoted within {timeout_s} s")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make reliability-failover")
     parser.add_argument("--jobs", type=int, default=800)
     parser.add_argument("--acks", type=int, default=1, help="REDIS_MIN_REPLICA_ACKS")
+    parser.add_argument(
+        "--scenario",
+        choices=(RETURNS, NEVER_RETURNS),
+        default=None,
+        help="one run of this scenario (default: returns on 1 replica, never-returns on 1 and 2)",
+    )
+    parser.add_argument(
+        "--replicas", type=int, choices=(1, 2), default=None, help="replicas per primary"
+    )
+    parser.add_argument(
+        "--ack-policy",
+        choices=("connected", "strict"),
+        default="connected",
+        help="REDIS_REPLICA_ACK_POLICY (strict: the counterfactual of issue 32, reported only)",
+    )
     parser.add_argument("--result-deadline-s", type=float, default=120.0)
     parser.add_argument("--state-dir", default=None)
     parser.add_argument("--keep", action="store_true")
@@ -283,12 +381,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     logging.getLogger("payloadstore").setLevel(logging.ERROR)
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    run = Failover(args)
-    try:
-        return run.execute()
-    except BaseException:
-        run.stack.stop()
-        raise
+    if args.scenario is None and args.replicas is None:
+        runs = list(DEFAULT_RUNS)
+    else:
+        runs = [(args.scenario or RETURNS, args.replicas or 1)]
+    worst = 0
+    for scenario, replicas in runs:
+        run = Failover(args, scenario, replicas)
+        try:
+            worst = max(worst, run.execute())
+        except BaseException:
+            run.stack.stop()
+            raise
+    return worst
 
 
 if __name__ == "__main__":

@@ -44,8 +44,11 @@ ZEROS = object()
 class ControlPlane:
     """One namespace's view of the control plane, speaking events to the handlers."""
 
-    def __init__(self, namespace: str):
+    def __init__(self, namespace: str, policy=None):
         self.ns = namespace
+        # The namespace's policy (models.policy.NamespacePolicy) as the authorizer would pass
+        # it in the context; None: no policy fields (the defaults).
+        self.policy = policy
         self.queue = "q" + uuid.uuid4().hex[:8]
         # The lease of each job's latest delivery seen by poll(): post_result() and report()
         # send it unless the body names one, as the holder of the delivery would.
@@ -69,7 +72,10 @@ class ControlPlane:
         received the request (requestContext.requestTimeEpoch)."""
         module = importlib.import_module(f"payloadstore_controlplane.handlers.{function}")
         ns = self.ns if namespace == "" else namespace
-        event = api_event(method, resource, path_params, namespace=ns, role=role, **kw)
+        extra = self.policy.to_context() if self.policy is not None else None
+        event = api_event(
+            method, resource, path_params, namespace=ns, role=role, authorizer_extra=extra, **kw
+        )
         if request_time_ms is not None:
             event["requestContext"]["requestTimeEpoch"] = request_time_ms
         # As the function would run: S3 calls signed with its own local keys, which the

@@ -28,8 +28,10 @@ def api_event(
     query: dict[str, str] | None = None,
     headers: dict[str, str] | None = None,
     binary: bool = False,
+    authorizer_extra: dict[str, str] | None = None,
 ) -> dict:
-    """A proxy event for `resource` (API Gateway template path) as the authorizer would pass it."""
+    """A proxy event for `resource` (API Gateway template path) as the authorizer would pass it
+    (`authorizer_extra`: more context, e.g. the namespace's policy)."""
     path_params = path_params or {}
     path = resource
     for k, v in path_params.items():
@@ -67,7 +69,12 @@ def api_event(
         path=f"/{rc['stage']}{path}",
     )
     if namespace is not None:
-        rc["authorizer"] = {"namespace": namespace, "role": role, "token_id": "test"}
+        rc["authorizer"] = {
+            "namespace": namespace,
+            "role": role,
+            "token_id": "test",
+            **(authorizer_extra or {}),
+        }
     else:
         rc.pop("authorizer", None)
     return event

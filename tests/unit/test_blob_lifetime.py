@@ -6,26 +6,25 @@ from __future__ import annotations
 
 import pytest
 
-from payloadstore_controlplane.models.blob_lifetime import BlobLifetime, derived_lifecycle_days
+from payloadstore_controlplane.models.blob_lifetime import BlobLifetime
 from payloadstore_controlplane.models.settings import Settings, SettingsError
 
 H = 3600
 DAY = 86_400
 
 
-def test_the_default_stage_derives_five_days_from_its_retentions():
-    life = Settings(payload_bucket="bucket").blob_lifetime
+def test_the_default_stage_uses_its_retentions_and_the_blobs_retention_class():
+    settings = Settings(payload_bucket="bucket")
+    life = settings.blob_lifetime()
     assert (life.queue_retention_s, life.result_ttl_s) == (48 * H, 48 * H)
-    # ceil((48 h + 48 h + 6 h) / 24 h) = 5
-    assert life.lifecycle_days == 5 and life.renew_ahead_s == 6 * H
-    assert life.known_margin_s == 3 * H
-
-
-def test_the_lifecycle_days_follow_the_retentions_as_parameters():
-    assert derived_lifecycle_days(24 * H, 24 * H, 6 * H) == 3
-    assert derived_lifecycle_days(30 * DAY, 30 * DAY, 6 * H) == 61
-    # a namespace with retentions of its own gets its own arithmetic
-    assert Settings(payload_bucket="bucket", result_ttl_s=24 * H).blob_lifetime.lifecycle_days == 3
+    # the default policy's class, 2d; a namespace's own class is a parameter
+    assert life.lifecycle_days == 2 and settings.blob_lifetime(7).lifecycle_days == 7
+    assert life.renew_ahead_s == 6 * H and life.known_margin_s == 3 * H
+    # and the queue retention is the stage's (QUEUE_RETENTION_S)
+    assert (
+        Settings(payload_bucket="bucket", queue_retention_s=H).blob_lifetime().need_for_args(0.0)
+        == H + 48 * H
+    )
 
 
 def test_a_reference_needs_the_jobs_whole_life_and_a_result_its_retention():
@@ -50,8 +49,6 @@ def test_a_renewal_is_due_within_the_horizon_only():
     assert not life.renewal_due(expiry=100 * H, now=93 * H)
 
 
-def test_a_horizon_above_half_the_lifecycle_is_refused_at_start():
+def test_a_horizon_above_half_the_shortest_retention_class_is_refused_at_start():
     with pytest.raises(SettingsError, match="BLOB_RENEW_AHEAD_S"):
-        Settings.from_env(
-            {"PAYLOAD_BUCKET": "bucket", "BLOB_LIFECYCLE_DAYS": "1", "BLOB_RENEW_AHEAD_S": "50000"}
-        )
+        Settings.from_env({"PAYLOAD_BUCKET": "bucket", "BLOB_RENEW_AHEAD_S": "50000"})

@@ -110,6 +110,29 @@ def test_the_fixed_cost_prices_what_the_stack_creates():
     assert item(model.fixed_monthly(no_metrics, Route("metrics", 1.0)), "API Gateway") == 0
 
 
+def test_the_cost_line_ends_with_the_consume_figure_when_given():
+    line = model.cost_line(7.756, 17.651, 216.43, 116.04, 82.5)
+    assert line.endswith(", fixed $116.04/month, 1M 100 MiB jobs under consume $82.50")
+
+
+def test_100_mib_jobs_under_consume_cost_at_most_90_dollars_a_million():
+    # Given the S3 part of 1 M 100 MiB jobs (single-part figures, no calls priced): a PUT-class
+    # request per part, HEAD, GET and the tagging read, stored 1 h under consume
+    from tools.cost.report import S3_PAYLOAD, s3_requests
+
+    shape = Shape(functions=FUNCTIONS, api_methods=17)
+    req = {**s3_requests(S3_PAYLOAD), "delete": 1 / 1000}
+    lifecycle = model.workload(shape, {}, {}, 1_000_000, S3_PAYLOAD, req)
+    consume = model.workload(
+        shape, {}, {}, 1_000_000, S3_PAYLOAD, req, storage_days=model.S3_CONSUME_HOURS / 24
+    )
+    # Then storage is almost all of the lifecycle's S3 cost and a few dollars under consume
+    storage = next(usd for label, usd in consume if label.startswith("S3 storage"))
+    assert storage < 5
+    assert total(lifecycle) - total(consume) > 150
+    assert total(consume) < 90
+
+
 def test_the_cost_line_has_the_four_figures_in_dollars():
     line = model.cost_line(7.756, 17.651, 216.43, 116.04)
     assert line == (

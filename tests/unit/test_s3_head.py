@@ -314,3 +314,54 @@ def test_a_connection_the_server_closed_while_idle_is_not_written_to(fake_s3):
     # When the next HEAD comes, Then it goes out on a new connection, answered once
     assert objects.head(KEY).size == 1_048_576
     assert server.connections == 2 and len(server.requests) == 2 and client.calls == 0
+
+
+TAGGING_XML = (
+    '<?xml version="1.0" encoding="UTF-8"?>'
+    '<Tagging xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><TagSet>'
+    "<Tag><Key>payloadstore-retention</Key><Value>7d</Value></Tag>"
+    "</TagSet></Tagging>"
+)
+
+
+def _answer_with_body(body: str) -> str:
+    return (
+        f"HTTP/1.1 200 OK\r\nContent-Type: application/xml\r\n"
+        f"Content-Length: {len(body.encode())}\r\n\r\n{body}"
+    )
+
+
+def test_tags_are_read_signed_as_s3_checks_them_on_the_kept_connection(fake_s3):
+    # Given an S3 that answers a HEAD, then a GetObjectTagging with one tag
+    server = fake_s3(OK, _answer_with_body(TAGGING_XML))
+    objects = objects_for(server)
+    # When the object is HEAD-ed, then its tags read (the namespace policy's check)
+    objects.head(KEY)
+    tags = objects.tags(KEY)
+    # Then the tags are the answer's, read without the client, over the same connection
+    assert tags == {"payloadstore-retention": "7d"}
+    assert server.connections == 1
+    request = server.requests[1]
+    assert request["method"] == "GET"
+    assert request["path"] == f"/payloadstore-payloads/{KEY}?tagging"
+    # And its signature is the one S3 computes for GET ?tagging
+    headers = request["headers"]
+    expected = botocore_signature("GET", headers["host"], request["path"], headers, "eu-west-1")
+    assert headers["authorization"].endswith(f"Signature={expected}")
+
+
+def test_tags_of_a_missing_object_are_none_and_an_odd_answer_goes_to_the_client(fake_s3):
+    class TaggingClient:
+        calls = 0
+
+        def get_object_tagging(self, **params):
+            TaggingClient.calls += 1
+            return {"TagSet": [{"Key": "k", "Value": "v"}]}
+
+    server = fake_s3(
+        "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n", _answer_with_body("nope")
+    )
+    objects = objects_for(server, TaggingClient())
+    assert objects.tags(KEY) is None
+    assert objects.tags(KEY) == {"k": "v"}
+    assert TaggingClient.calls == 1

@@ -50,6 +50,11 @@ EMF_SERIES_PER_QUEUE = 3
 # S3 lifecycle: payloads expire 2 whole days after the midnight following their upload, so an
 # object lives 2-3 days (2.5 on average); the CP never deletes one earlier.
 S3_TIER_DAYS = 2.5
+# A namespace with retention `consume` (docs/operations.md, "Namespace policies"): the control
+# plane deletes a succeeded job's arguments within a minute of its success (a result minutes
+# after its first read), so an object is stored while the job waits and runs: 1 hour assumed,
+# as for the SQS comparison below.
+S3_CONSUME_HOURS = 1.0
 # SQS + Extended Client: the payload object is deleted with the message (its default), so it is
 # stored while the job waits and runs; assumed 1 hour.
 SQS_S3_HOURS = 1.0
@@ -235,9 +240,11 @@ def workload(
     jobs: float,
     payload_bytes: int = 0,
     s3_requests: dict[str, float] | None = None,
+    storage_days: float = S3_TIER_DAYS,
 ) -> Lines:
     """`jobs` jobs through the control plane: each measured call priced (by route), plus S3 for
-    S3-tier payloads (requests and the storage until the lifecycle expires them)."""
+    S3-tier payloads (requests and the storage until the lifecycle expires them, or, under
+    retention `consume`, until the control plane deletes them: `storage_days`)."""
     by_item: dict[str, float] = {}
     for key, n in sorted(calls.items()):
         for item, usd in api_call_cost(routes[key], shape):
@@ -249,15 +256,31 @@ def workload(
     ]
     if payload_bytes:
         req = s3_requests or {"put": 1.0, "head": 1.0, "get": 1.0}
-        gb_month = jobs * payload_bytes / GIB * S3_TIER_DAYS / 30
+        gb_month = jobs * payload_bytes / GIB * storage_days / 30
+        held = (
+            f"{storage_days:g} days each"
+            if storage_days >= 1
+            else f"{storage_days * 24:g} h each, deleted by the control plane"
+        )
         lines += [
             (f"S3 PUT-class: {req['put']:g} per job", jobs * req["put"] * price("s3_put")),
             ("S3 HEAD + GET", jobs * (req["head"] + req["get"]) * price("s3_get")),
-            (
-                f"S3 storage: {gb_month:,.0f} GB-month ({S3_TIER_DAYS} days each)",
-                gb_month * price("s3_gb_month"),
-            ),
         ]
+        if req.get("tagging"):
+            lines.append(
+                (
+                    "S3 GetObjectTagging (the policy check of an accepted reference)",
+                    jobs * req["tagging"] * price("s3_get"),
+                )
+            )
+        if req.get("delete"):
+            # DeleteObjects, 1000 keys a call (a POST: PUT-class).
+            lines.append(
+                ("S3 DeleteObjects (retention consume)", jobs * req["delete"] * price("s3_put"))
+            )
+        lines.append(
+            (f"S3 storage: {gb_month:,.0f} GB-month ({held})", gb_month * price("s3_gb_month"))
+        )
     return lines
 
 
@@ -288,8 +311,13 @@ def sqs_idle_consumer(pollers: int = 1) -> Lines:
     ]
 
 
-def cost_line(idle8: float, inline: float, s3: float, fixed: float) -> str:
-    return (
+def cost_line(
+    idle8: float, inline: float, s3: float, fixed: float, consume: float | None = None
+) -> str:
+    line = (
         f"cost: idle daemon (concurrency 8) ${idle8:.2f}/month, 1M inline jobs ${inline:.2f}, "
         f"1M 100 MiB jobs ${s3:.2f}, fixed ${fixed:.2f}/month"
     )
+    if consume is not None:
+        line += f", 1M 100 MiB jobs under consume ${consume:.2f}"
+    return line

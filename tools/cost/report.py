@@ -44,6 +44,7 @@ class Figures:
     idle: dict[int, Lines]
     inline: Lines
     s3: Lines
+    s3_consume: Lines
     sqs_inline: Lines
     sqs_s3: Lines
     sqs_idle: dict[int, Lines]
@@ -97,7 +98,9 @@ def s3_requests(size: int) -> dict[str, float]:
     puts = 1
     if settings.multipart(size):
         puts = -(-size // settings.multipart_part_bytes_for(size)) + 2
-    return {"put": float(puts), "head": 1.0, "get": 1.0}
+    # tagging: the control plane reads the retention tag of the reference it accepts (its
+    # namespace policy's check), one GetObjectTagging beside the HEAD.
+    return {"put": float(puts), "head": 1.0, "get": 1.0, "tagging": 1.0}
 
 
 PARTS = "POST /v1/namespaces/{ns}/payloads/parts"
@@ -131,12 +134,24 @@ def figures(shape: Shape, usage: Usage, bench: dict) -> Figures:
         S3_PAYLOAD,
         s3_requests(S3_PAYLOAD),
     )
-    line = model.cost_line(total(idle[8]), total(inline), total(s3), total(fixed))
+    s3_consume = model.workload(
+        shape,
+        usage.s3_calls,
+        routes_for(bench, usage.s3_calls, "s3"),
+        JOBS,
+        S3_PAYLOAD,
+        {**s3_requests(S3_PAYLOAD), "delete": 1 / 1000},
+        storage_days=model.S3_CONSUME_HOURS / 24,
+    )
+    line = model.cost_line(
+        total(idle[8]), total(inline), total(s3), total(fixed), total(s3_consume)
+    )
     return Figures(
         fixed=fixed,
         idle=idle,
         inline=inline,
         s3=s3,
+        s3_consume=s3_consume,
         sqs_inline=model.sqs_workload(JOBS, 100),
         sqs_s3=model.sqs_workload(JOBS, S3_PAYLOAD),
         sqs_idle={1: model.sqs_idle_consumer(1), 8: model.sqs_idle_consumer(8)},
@@ -187,6 +202,10 @@ def render(shape: Shape, usage: Usage, bench: dict, measured: dict, f: Figures) 
         ),
         f"| 1 M inline jobs | {usd(total(f.inline))} | {usd(total(f.sqs_inline))} |",
         f"| 1 M 100 MiB jobs | {usd(total(f.s3))} | {usd(total(f.sqs_s3))} |",
+        (
+            f"| 1 M 100 MiB jobs, namespace retention `consume` | {usd(total(f.s3_consume))} | "
+            f"{usd(total(f.sqs_s3))} |"
+        ),
         "",
         (
             "**Where we cost more, honestly.** SQS has no fixed cost; a stage costs "
@@ -198,7 +217,10 @@ def render(shape: Shape, usage: Usage, bench: dict, measured: dict, f: Figures) 
             "jobs (API Gateway at $3.50 per million requests, a Lambda invocation per call, against "
             "$0.40 per million SQS requests). For 100 MiB jobs the S3 storage dominates: we keep "
             f"payloads until the 2-day lifecycle expires them (~{model.S3_TIER_DAYS:g} days), while "
-            "the Extended Client deletes the object with its message; and a payload above "
+            "the Extended Client deletes the object with its message (a namespace with retention "
+            "`consume` gets the same saving: "
+            f"{usd(total(f.s3_consume))} for the same jobs, arguments deleted within a minute of "
+            "success); and a payload above "
             "MULTIPART_THRESHOLD is a multipart upload "
             f"({s3_requests(S3_PAYLOAD)['put']:g} PUT-class requests for 100 MiB) where the "
             "Extended Client makes one PUT."
@@ -337,6 +359,10 @@ def render(shape: Shape, usage: Usage, bench: dict, measured: dict, f: Figures) 
         doc += [""] + lines_table(f"idle daemon process, concurrency {c}, per month", f.idle[c])
     doc += [""] + lines_table("1 M inline jobs", f.inline)
     doc += [""] + lines_table("1 M 100 MiB jobs (small inline results)", f.s3)
+    doc += [""] + lines_table(
+        "1 M 100 MiB jobs under retention `consume` (arguments deleted within a minute of success)",
+        f.s3_consume,
+    )
     doc += [""] + lines_table("SQS + Extended Client: 1 M small jobs", f.sqs_inline)
     doc += [""] + lines_table("SQS + Extended Client: 1 M 100 MiB jobs", f.sqs_s3)
     doc += [""] + lines_table("SQS: an idle consumer with one poller, per month", f.sqs_idle[1])
@@ -390,7 +416,9 @@ def render(shape: Shape, usage: Usage, bench: dict, measured: dict, f: Figures) 
             "(an upper bound: a metric is billed for the hours it is emitted)."
         ),
         (
-            f"- S3-tier payloads stored {model.S3_TIER_DAYS:g} days (lifecycle); the SQS Extended "
+            f"- S3-tier payloads stored {model.S3_TIER_DAYS:g} days (lifecycle), "
+            f"{model.S3_CONSUME_HOURS:g} h under retention `consume` (waiting and running, then "
+            "deleted by the control plane); the SQS Extended "
             f"Client's objects {model.SQS_S3_HOURS:g} h (deleted with the message)."
         ),
         (

@@ -588,6 +588,10 @@ def check_direct(fx: Fixture, answer: Any) -> str | None:
         and not 200 <= answer["statusCode"] < 300
     ):
         return f"HTTP {answer['statusCode']}: {str(answer.get('body'))[:300]}"
+    if fx.event.get("action") in ("set_policy", "get_policy"):
+        policy = (answer or {}).get("policy") if isinstance(answer, dict) else None
+        if not isinstance(policy, dict) or set(policy) != {"retention", "kms_key", "inline"}:
+            return f"no policy answered: {str(answer)[:300]}"
     if fx.event.get("action") == "mint":
         if not str((answer or {}).get("token", "")).startswith("pst_"):
             return f"no token minted: {str(answer)[:300]}"

@@ -6,6 +6,7 @@ from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 
 from ..logic.context import Principal
 from ..models.errors import Forbidden, Unauthorized
+from ..models.policy import NamespacePolicy
 
 
 def principal(
@@ -22,4 +23,9 @@ def principal(
         raise Forbidden(f"a {role} token cannot use this route")
     if namespace is not None and namespace != ns:
         raise Forbidden("token does not belong to this namespace")
-    return Principal(namespace=ns, role=role, token_id=ctx.get("token_id", ""))
+    return Principal(
+        namespace=ns,
+        role=role,
+        token_id=ctx.get("token_id", ""),
+        policy=NamespacePolicy.from_context(ctx),
+    )

@@ -64,5 +64,12 @@ def lambda_handler(event: dict, context):
                 }
             ],
         },
-        "context": {"namespace": info.namespace, "role": info.role, "token_id": info.token_id},
+        # The namespace's policy rides along (flat scalars): the handlers read it from here, so it
+        # is cached with the token (TOKEN_CACHE_S, then API Gateway's authorizer cache).
+        "context": {
+            "namespace": info.namespace,
+            "role": info.role,
+            "token_id": info.token_id,
+            **token_store().policy(info.namespace).to_context(),
+        },
     }

@@ -7,13 +7,15 @@ by those paths once per container every few minutes), so this function never lis
 store (SSM's Get* rate is the authorizer's; a listing every minute took ~N/10 calls). A namespace
 with a token that never enqueued nor polled has no queue to publish anyway; after an upgrade a
 namespace appears at its first enqueue or poll. Queues come from each namespace's queue-name
-set. It changes no job; it removes a queue that is empty, has nothing in
+set. It also deletes the payloads of retention `consume` namespaces that are due (a
+succeeded job's arguments, a read result: logic/policy.py). It changes no job; it removes a queue that is empty, has nothing in
 flight and had no job for STALE_CONSUMER_IDLE_S (its stream and name: the next enqueue creates
 it again), so queues nobody uses any more do not stay in Redis even when no daemon polls them.
 """
 
 from __future__ import annotations
 
+from ..logic.policy import drain_consumed
 from ..logic.queues import namespace_queues
 from ..observability import (
     IN_FLIGHT,
@@ -73,4 +75,9 @@ def publish(namespaces: list[str]) -> dict:
 
 @lambda_entry
 def lambda_handler(event, context):
-    return publish(get_deps().queues.namespaces())
+    namespaces = get_deps().queues.namespaces()
+    published = publish(namespaces)
+    # Retention `consume`: delete the payloads that are due (logic/policy.py); lifecycle rules
+    # stay the backstop should a run be missed.
+    published["consumed_deleted"] = drain_consumed(namespaces, get_deps())
+    return published

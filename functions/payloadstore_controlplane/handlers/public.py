@@ -6,6 +6,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from .. import routes
+from ..logic.context import Principal
 from ..logic.health import client_config, health, public_health
 from ..models.api import ConfigResponse, HealthResponse, PublicHealthResponse
 from ..observability import lambda_entry
@@ -42,8 +43,8 @@ def register(app) -> None:
         return json_response(503, report, headers={"Retry-After": str(HEALTH_RETRY_AFTER_S)})
 
     @route(app, routes.CONFIG, summary="Settings clients need: thresholds and URL lifetime")
-    def get_config() -> ConfigResponse:
-        return json_response(200, client_config(get_deps()))
+    def get_config(p: Principal) -> ConfigResponse:
+        return json_response(200, client_config(p, get_deps()))
 
     @route(app, routes.OPENAPI, summary="This API's OpenAPI document", include_in_schema=False)
     def get_openapi() -> dict:

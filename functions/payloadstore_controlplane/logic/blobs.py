@@ -30,6 +30,7 @@ from ..models.api import (
     PartsResponse,
 )
 from ..models.errors import Conflict, NotFound, UnknownBlob
+from ..models.policy import RETENTION_DAYS, RETENTION_TAG
 from ..observability import logger, metrics_count
 from ..store.records import (
     BlobUploadRecord,
@@ -38,7 +39,9 @@ from ..store.records import (
     PartsIssued,
     sha256_hex_to_b64,
 )
+from ..store.s3_objects import ObjectInfo
 from .context import Deps, Principal
+from .policy import policy_headers
 from .presign import (
     check_part_checksums,
     check_part_sizes,
@@ -93,7 +96,8 @@ def ensure_blob(p: Principal, req: BlobRequest, deps: Deps) -> BlobResponse:
     info = deps.objects.head(key)
     if info is not None and info.size == size and _is_the_blob(info.sha256_b64, sha):
         written = info.last_modified if info.last_modified is not None else now
-        ttl_s = deps.settings.blob_lifetime.record_ttl_s(written, now)
+        life = deps.settings.blob_lifetime(lifecycle_days_of(key, info, deps))
+        ttl_s = life.record_ttl_s(written, now)
         if ttl_s > 0:
             deps.jobs.record_blob(p.namespace, sha, size, int(ttl_s * 1000))
             metrics_count("BlobsVerified")
@@ -101,6 +105,15 @@ def ensure_blob(p: Principal, req: BlobRequest, deps: Deps) -> BlobResponse:
             return _exists(sha, size, key, now + ttl_s)
         logger.info("blob found too close to its expiry, upload again", extra={"sha256": sha})
     return _upload(p, sha, size, now, deps)
+
+
+def lifecycle_days_of(key: str, info: ObjectInfo, deps: Deps) -> int:
+    """The days of the lifecycle rule that expires this blob's object: its retention tag's class
+    (the namespace policy it was uploaded under), else the `blobs/` backstop (an object uploaded
+    before namespace policies, or without a tag). S3 honours the shortest rule that matches."""
+    tags = deps.objects.tags(key) if info.tag_count else {}
+    retention = (tags or {}).get(RETENTION_TAG)
+    return RETENTION_DAYS.get(retention or "", max(RETENTION_DAYS.values()))
 
 
 def _is_the_blob(checksum: str | None, sha: str) -> bool:
@@ -118,7 +131,9 @@ def _upload(p: Principal, sha: str, size: int, now: float, deps: Deps) -> BlobRe
     key = blob_key(p.namespace, sha)
     if deps.settings.multipart(size):
         return _open_upload(p, sha, size, deps)
-    signed = deps.objects.presign_put(key, size, BLOB_CONTENT_TYPE, sha)
+    signed = deps.objects.presign_put(
+        key, size, BLOB_CONTENT_TYPE, sha, policy_headers=policy_headers(p.policy, deps)
+    )
     metrics_count("Presigns", op="blob")
     logger.info("presigned blob put", extra={"sha256": sha, "size": size})
     return BlobResponse(
@@ -139,7 +154,9 @@ def _open_upload(p: Principal, sha: str, size: int, deps: Deps) -> BlobResponse:
     instructions are answered and ours is aborted)."""
     key = blob_key(p.namespace, sha)
     part_bytes = deps.settings.multipart_part_bytes_for(size)
-    created = deps.objects.create_multipart(key, BLOB_CONTENT_TYPE)
+    created = deps.objects.create_multipart(
+        key, BLOB_CONTENT_TYPE, policy_headers=policy_headers(p.policy, deps)
+    )
     upload_id, _, part_bytes = deps.jobs.open_blob_upload(
         p.namespace, sha, created, size, part_bytes, BLOB_UPLOAD_TTL_S
     )
@@ -214,7 +231,9 @@ def _continue_upload(
         )
     check_composite(info, plan, composite)
     # Written no earlier than this request began: its expiry counts from then.
-    ttl_s = deps.settings.blob_lifetime.record_ttl_s(now, deps.clock())
+    # (the upload was created with the namespace's retention tag: its class's rule expires it)
+    life = deps.settings.blob_lifetime(p.policy.retention_days)
+    ttl_s = life.record_ttl_s(now, deps.clock())
     deps.jobs.record_blob(p.namespace, sha, upload.size, int(ttl_s * 1000), uploaded=True)
     metrics_count("BlobsVerified")
     logger.info(
@@ -269,7 +288,7 @@ def referenced(
     wanted = sorted({s.lower() for s in sha256s})
     if not wanted:
         return set()
-    life = deps.settings.blob_lifetime
+    life = deps.settings.blob_lifetime()  # (the need and the margin: not the lifecycle's days)
     now = deps.clock()
     need = life.need_for_result(now) if result else life.need_for_args(now)
     # Rounded up to a step (a write at most once per step per blob, and never a need too short).

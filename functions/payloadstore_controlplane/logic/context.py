@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..models.domain import (
@@ -17,6 +17,7 @@ from ..models.domain import (
     job_id_time_s,
 )
 from ..models.errors import NotFound
+from ..models.policy import NamespacePolicy
 from ..observability import bind_job
 from ..store.records import IssuedKey, JobRecord
 from .payload_keys import key_for
@@ -33,6 +34,8 @@ class Principal:
     namespace: str
     role: str
     token_id: str = ""
+    # The namespace's policy, as the authorizer read it (the defaults without one).
+    policy: NamespacePolicy = field(default_factory=NamespacePolicy)
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,8 @@ from .context import Deps, Principal, issue_record, load_job, payload_ref
 from .downloads import download_for
 from .guard import memory_state, refuse_inline
 from .lifecycle import CANCELLED_ERROR_TYPE, cancelled_error, lease_mismatch
-from .payload_keys import parse_key
+from .payload_keys import key_for, parse_key
+from .policy import refuse_inline_never, schedule_consume
 from .verify import verify_uploaded
 
 # Entries whose job vanished or already ended are dropped; bound how many one poll may skip.
@@ -302,9 +303,7 @@ def _result_form(
 
 
 def post_result(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> None:
-    forms = [body.resultRef is not None, body.resultInline is not None, body.error is not None]
-    if sum(forms) != 1:
-        raise Unprocessable("give exactly one of resultRef, resultInline or error")
+    _check_forms(p, body)
     # 409 unknown_blob before anything is written; the blobs' need is recorded for the renewer.
     check_referenced(p.namespace, body.blobs, deps, result=True)
     if _post_at_once(p, job_id, body, deps):
@@ -329,11 +328,35 @@ def post_result(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> None
         issued = issue_record(job, PayloadKind.RESULT, deps)
         if issued is None:
             raise Conflict("resultRef.key is not this job's issued result key")
-        verify_uploaded(body.resultRef, issued, deps)
+        verify_uploaded(body.resultRef, issued, deps, policy=p.policy)
 
     outcome = _complete(job_id, body, new_state, form, done_value, digest, deps)
     _settle(p, job_id, outcome, deps)
     _completed(outcome, new_state, form, size)
+    _consume_args(p, job_id, outcome, deps)
+
+
+def _consume_args(p: Principal, job_id: str, outcome: object, deps: Deps) -> None:
+    """Retention `consume`: a job that succeeded needs its arguments no more; they are deleted
+    CONSUME_ARGS_GRACE_S from now (a failed job keeps them for the lifecycle's 2 days, so it
+    can be retried). The key derives from the job id: an inline job's is simply not there."""
+    if p.policy.consume and isinstance(outcome, Completed) and outcome.state is JobStatus.SUCCEEDED:
+        schedule_consume(
+            p.namespace,
+            [key_for(job_id, PayloadKind.ARGS)],
+            deps.settings.consume_args_grace_s,
+            deps,
+        )
+
+
+def _check_forms(p: Principal, body: ResultPost) -> None:
+    """422 unless exactly one result form is given; 409 inline_never for an inline result of a
+    namespace whose policy keeps nothing in Redis."""
+    forms = [body.resultRef is not None, body.resultInline is not None, body.error is not None]
+    if sum(forms) != 1:
+        raise Unprocessable("give exactly one of resultRef, resultInline or error")
+    if body.resultInline is not None:
+        refuse_inline_never(p, "result")
 
 
 def _post_at_once(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> bool:
@@ -360,6 +383,7 @@ def _post_at_once(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> bo
     _settle(p, job_id, outcome, deps)
     if isinstance(outcome, Completed):
         _completed(outcome, new_state, form, size)
+        _consume_args(p, job_id, outcome, deps)
     return True
 
 

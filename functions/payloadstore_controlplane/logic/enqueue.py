@@ -33,6 +33,7 @@ from .blobs import check_referenced, packed, referenced, unknown_blob, unpacked
 from .context import Deps, Principal, issue_record
 from .guard import refuse_enqueue, refuse_inline
 from .payload_keys import parse_key
+from .policy import refuse_inline_never
 from .verify import verify_uploaded
 
 IDEMPOTENCY_KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
@@ -212,7 +213,7 @@ def _enqueue_ref(
         if job.stream_id:
             return Enqueued(EnqueueResponse(job_id=job_id, tier=Tier.S3), created=False)
 
-    verify_uploaded(ref, issued, deps)
+    verify_uploaded(ref, issued, deps, policy=p.policy)
     refuse_enqueue(deps, namespace=p.namespace)
     now_ms = int(deps.clock() * 1000)
     outcome = deps.jobs.begin_ref_enqueue(job_id, p.namespace, queue, now_ms)
@@ -270,6 +271,7 @@ def enqueue_inline_batch(  # noqa: C901 - each item's refusal is answered in pla
     missing = set() if checked else referenced(p.namespace, _all_blobs(refs), deps)
     now_ms = int(deps.clock() * 1000)
     try:
+        refuse_inline_never(p, "payload")
         refuse_inline(deps, "payload", namespace=p.namespace)
     except InlineUnavailable as e:
         return [_refused_item(p, queue, idem, now_ms, e, deps) for _, idem in items]

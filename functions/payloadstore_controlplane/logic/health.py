@@ -10,12 +10,19 @@ from __future__ import annotations
 
 import time
 
-from ..models.api import ConfigResponse, HealthCheck, HealthResponse, PublicHealthResponse
-from .context import Deps
+from ..models.api import (
+    ConfigResponse,
+    HealthCheck,
+    HealthResponse,
+    PolicyModel,
+    PublicHealthResponse,
+)
+from .context import Deps, Principal
 from .guard import memory_state
 from .payload_keys import PAYLOAD_PREFIX
 
-LIFECYCLE_MAX_DAYS = 2
+# The prefix backstop of untagged objects: the longest retention class (infra/storage.py).
+LIFECYCLE_MAX_DAYS = 30
 BUCKET_CHECKS_CACHE_S = 30.0
 # (bucket, region, endpoint) -> (monotonic time, checks); one entry per container in practice.
 _bucket_cache: dict[tuple, tuple[float, dict[str, HealthCheck]]] = {}
@@ -92,9 +99,12 @@ def redis_memory_check(deps: Deps) -> HealthCheck:
     )
 
 
-def client_config(deps: Deps) -> ConfigResponse:
+def client_config(p: Principal, deps: Deps) -> ConfigResponse:
+    """The settings clients need, and the caller's namespace policy (an SDK of a namespace with
+    inline `never` sends every payload and result through S3)."""
     s = deps.settings
     return ConfigResponse(
+        policy=PolicyModel(**p.policy.as_dict()),
         inline_threshold=s.inline_threshold,
         max_payload_bytes=s.max_payload_bytes,
         presign_ttl_s=s.presign_ttl_s,

@@ -39,6 +39,7 @@ from .context import Deps, Principal, find_job, issue_record
 from .guard import refuse_enqueue
 from .lifecycle import lease_mismatch
 from .payload_keys import key_for, parse_key
+from .policy import policy_headers
 
 # A CRC64NVME multipart presign answers the URLs of this many first parts with the upload: at
 # the default part size (16 MiB) an upload up to 1 GiB needs no parts call at all.
@@ -103,7 +104,9 @@ def presign_put(p: Principal, req: PresignRequest, deps: Deps) -> PresignPutResp
     key = key_for(job_id, req.kind, attempt)
     algorithm = req.checksum_algorithm or "SHA256"
     if part_bytes:
-        upload_id = deps.objects.create_multipart(key, req.content_type, algorithm)
+        upload_id = deps.objects.create_multipart(
+            key, req.content_type, algorithm, policy_headers(p.policy, deps)
+        )
         first = first_part_count(size, part_bytes) if crc else 0
         if not deps.jobs.record_upload(job_id, req.kind.value, upload_id, algorithm, first):
             raise NotFound(f"job {job_id} not found")
@@ -119,7 +122,14 @@ def presign_put(p: Principal, req: PresignRequest, deps: Deps) -> PresignPutResp
             },
         )
         return _multipart_answer(key, job_id, upload_id, size, part_bytes, algorithm, now, deps)
-    signed = deps.objects.presign_put(key, size, req.content_type, sha256, crc64nvme)
+    signed = deps.objects.presign_put(
+        key,
+        size,
+        req.content_type,
+        sha256,
+        crc64nvme,
+        policy_headers=policy_headers(p.policy, deps),
+    )
     metrics_count("Presigns", op="put")
     logger.info("presigned put", extra={"job_id": job_id, "kind": req.kind.value, "size": size})
     return PresignPutResponse(
@@ -290,7 +300,12 @@ def _represign(
             deps,
         )
     signed = deps.objects.presign_put(
-        issued.key, issued.size, issued.content_type, issued.sha256, issued.crc64nvme
+        issued.key,
+        issued.size,
+        issued.content_type,
+        issued.sha256,
+        issued.crc64nvme,
+        policy_headers=policy_headers(p.policy, deps),
     )
     metrics_count("Presigns", op="put")
     logger.info("re-presigned put", extra={"job_id": issued.job_id, "presigns": count})
@@ -307,7 +322,8 @@ def _represign(
 
 def presign_get(p: Principal, req: PresignRequest, deps: Deps) -> PresignGetResponse:
     now = deps.clock()
-    retention = deps.settings.result_ttl_s
+    # The shorter of the record's lifetime and the namespace's retention class.
+    retention = min(deps.settings.result_ttl_s, p.policy.retention_s)
     parsed = parse_key(req.key)
     if parsed is None:
         raise NotFound("key was never issued to this namespace")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from ..models.errors import PayloadStoreError
 from ..observability import logger, metrics_count
-from .blobs import BLOB_CONTENT_TYPE, blob_key
+from .blobs import BLOB_CONTENT_TYPE, blob_key, lifecycle_days_of
 from .context import Deps
 
 # Parts of one multipart copy in flight at once.
@@ -61,7 +61,8 @@ def renew_blobs(
     of the invocation is left (the next run, or the one after, takes the rest: a blob is due
     BLOB_RENEW_AHEAD_S before its expiry, several runs ahead)."""
     run = RenewalRun()
-    life = deps.settings.blob_lifetime
+    # (the need and the margin; the lifecycle's days are each blob's own: its retention class)
+    life = deps.settings.blob_lifetime()
     for ns in namespaces:
         needs = deps.jobs.blob_needs(ns)
         if not needs:
@@ -84,7 +85,8 @@ def renew_blobs(
                     logger.warning("blob needed but gone", extra={"namespace": ns, "sha256": sha})
                     continue
                 size = info.size
-                expiry = life.object_expiry(info.last_modified or 0.0)
+                own = deps.settings.blob_lifetime(lifecycle_days_of(key, info, deps))
+                expiry = own.object_expiry(info.last_modified or 0.0)
             if need_ms <= expiry * 1000:
                 deps.jobs.blob_renewed(ns, sha, int(expiry * 1000))
                 run.covered += 1
@@ -100,7 +102,6 @@ def renew_blobs(
 
 
 def _renew_one(ns: str, sha: str, size: int, deps: Deps, run: RenewalRun) -> None:
-    life = deps.settings.blob_lifetime
     key = blob_key(ns, sha)
     in_parts = size > deps.settings.copy_part_bytes
     started = deps.clock()
@@ -121,13 +122,16 @@ def _renew_one(ns: str, sha: str, size: int, deps: Deps, run: RenewalRun) -> Non
             "blob renewal failed", extra={"namespace": ns, "sha256": sha, "error": str(e)}
         )
         return
-    if not copied:
+    info = deps.objects.head(key) if copied else None
+    if info is None:
         deps.jobs.blob_renewed(ns, sha, 2**62)
         run.lost += 1
         metrics_count("BlobsLost")
         logger.warning("blob needed but gone", extra={"namespace": ns, "sha256": sha})
         return
-    # The copy was written no earlier than it started: the lifecycle counts from then.
+    # The copy was written no earlier than it started: the lifecycle counts from then, by the
+    # rule of the retention class its tag (copied with it) names.
+    life = deps.settings.blob_lifetime(lifecycle_days_of(key, info, deps))
     expiry = life.object_expiry(started)
     left = deps.jobs.blob_renewed(
         ns,

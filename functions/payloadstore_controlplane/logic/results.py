@@ -14,6 +14,7 @@ from ..store.records import JobRecord
 from .blobs import downloads
 from .context import Deps, Principal, load_job, payload_ref
 from .downloads import download_for
+from .policy import schedule_consume
 
 
 def _done_value(job: JobRecord, deps: Deps) -> bytes | None:
@@ -74,6 +75,10 @@ def get_result(p: Principal, job_id: str, wait_s: float, deps: Deps) -> ResultRe
         return ResultResponse(job_id=job_id, state=state)
     inline = _done_value(job, deps) if job.result_kind == "i" else None
     ref = _result_ref(job, deps)
+    if ref is not None and p.policy.consume:
+        # Retention `consume`: the first complete read starts the result's grace; a re-read
+        # within it works (the time is the first read's: ZADD NX).
+        schedule_consume(p.namespace, [ref.key], deps.settings.consume_result_grace_s, deps)
     return ResultResponse(
         job_id=job_id,
         state=state,

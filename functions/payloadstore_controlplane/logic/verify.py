@@ -22,11 +22,13 @@ from dataclasses import dataclass
 
 from ..models.domain import IssueRecord, PayloadKind, PayloadRef
 from ..models.errors import Conflict, Unprocessable
+from ..models.policy import NamespacePolicy
 from ..observability import logger
 from ..store.records import MultipartUpload, sha256_hex_to_b64
 from ..store.s3_objects import CompletionRefused, ObjectInfo, UploadedPart
 from .context import Deps
 from .lifecycle import lease_mismatch
+from .policy import check_object_policy
 
 
 @dataclass(frozen=True)
@@ -73,12 +75,20 @@ def check_ref_matches_issue(ref: PayloadRef, issued: IssueRecord, deps: Deps) ->
         raise Conflict("payloadRef.multipart differs from the multipart upload issued")
 
 
-def verify_uploaded(ref: PayloadRef, issued: IssueRecord, deps: Deps) -> None:
+def verify_uploaded(
+    ref: PayloadRef,
+    issued: IssueRecord,
+    deps: Deps,
+    *,
+    policy: NamespacePolicy | None = None,
+) -> None:
     """HEAD the object; refuse with 409 saying which check failed. Writes nothing, except the
-    composite checksum of a multipart upload this call completed."""
+    composite checksum of a multipart upload this call completed. With the namespace's
+    `policy`, the object must also carry its encryption and retention tag (409
+    policy_mismatch)."""
     check_ref_matches_issue(ref, issued, deps)
     if issued.part_bytes:
-        _verify_multipart(ref, issued, deps)
+        _verify_multipart(ref, issued, deps, policy)
         return
     info = deps.objects.head(issued.key)
     if info is None:
@@ -90,6 +100,16 @@ def verify_uploaded(ref: PayloadRef, issued: IssueRecord, deps: Deps) -> None:
         expected = sha256_hex_to_b64(issued.sha256)
         if info.sha256_b64 != expected:
             raise _checksum_mismatch("the object's sha256 is not the one signed at presign")
+    if policy is not None:
+        check_object_policy(issued.key, info, policy, deps)
+
+
+def _check_policy(
+    key: str, info: ObjectInfo | None, policy: NamespacePolicy | None, deps: Deps
+) -> None:
+    """The namespace's policy check of the object HEAD found (none without a policy)."""
+    if policy is not None and info is not None:
+        check_object_policy(key, info, policy, deps)
 
 
 def _check_size(size: int, issued: IssueRecord) -> None:
@@ -109,17 +129,21 @@ def composite_checksum(part_digests: list[bytes]) -> bytes:
     return hashlib.sha256(b"".join(part_digests)).digest()
 
 
-def _verify_multipart(ref: PayloadRef, issued: IssueRecord, deps: Deps) -> None:
+def _verify_multipart(
+    ref: PayloadRef, issued: IssueRecord, deps: Deps, policy: NamespacePolicy | None
+) -> None:
     kind = issued.kind.value
     if issued.crc64nvme:
         # A CRC64NVME upload completed before (a repeated enqueue or result post): the HEAD
         # decides, against the whole-object CRC S3 checked at completion.
-        _check_full_object(deps.objects.head(issued.key), PartsPlan.of(issued), issued.crc64nvme)
+        info = deps.objects.head(issued.key)
+        _check_full_object(info, PartsPlan.of(issued), issued.crc64nvme)
+        _check_policy(issued.key, info, policy, deps)
         return
     if issued.composite_sha256 is None:
         upload = deps.jobs.multipart_upload(issued.job_id, kind)
         if upload is not None and upload.algorithm == "CRC64NVME":
-            _complete_full_object(ref, issued, upload, deps)
+            _complete_full_object(ref, issued, upload, deps, policy)
             return
     plan = PartsPlan.of(issued)
     upload = None
@@ -146,6 +170,7 @@ def _verify_multipart(ref: PayloadRef, issued: IssueRecord, deps: Deps) -> None:
     claimed = ref.multipart.composite_sha256 if ref.multipart else None
     if claimed and claimed.lower() != composite.hex():
         raise _checksum_mismatch("payloadRef.multipart.composite_sha256 is not the object's")
+    _check_policy(issued.key, info, policy, deps)
     if upload is not None:
         # Kept only while the issue and the upload are still the ones completed here: a
         # delivery whose lease lapsed while S3 completed its upload must not write its
@@ -161,7 +186,11 @@ def _verify_multipart(ref: PayloadRef, issued: IssueRecord, deps: Deps) -> None:
 
 
 def _complete_full_object(
-    ref: PayloadRef, issued: IssueRecord, upload: MultipartUpload, deps: Deps
+    ref: PayloadRef,
+    issued: IssueRecord,
+    upload: MultipartUpload,
+    deps: Deps,
+    policy: NamespacePolicy | None = None,
 ) -> None:
     """Complete a CRC64NVME (FULL_OBJECT) upload with the reference's whole-object CRC: S3
     checks it against the parts it holds (a part that is not the uploader's bytes, even of the
@@ -183,7 +212,9 @@ def _complete_full_object(
         log_extra={"job_id": issued.job_id},
         crc64nvme=ref.crc64nvme,
     )
-    _check_full_object(deps.objects.head(issued.key), plan, ref.crc64nvme)
+    info = deps.objects.head(issued.key)
+    _check_full_object(info, plan, ref.crc64nvme)
+    _check_policy(issued.key, info, policy, deps)
     # Kept only while the issue and the upload are still the ones completed here (as for a
     # SHA256 upload below).
     if not deps.jobs.finish_multipart(

@@ -526,6 +526,20 @@ class BlobResponse(OmitsNull):
 # -- public --------------------------------------------------------------------------------
 
 
+class PolicyModel(WireModel):
+    """A namespace's policy (docs/operations.md, "Namespace policies")."""
+
+    retention: Literal["consume", "1d", "2d", "7d", "30d"] = Field(
+        "2d", description="how long payloads and results are kept"
+    )
+    kms_key: str = Field(
+        "none", description="none (SSE-S3), stack (the stack's key) or a KMS key ARN"
+    )
+    inline: Literal["allowed", "never"] = Field(
+        "allowed", description="never: every payload and result goes to S3"
+    )
+
+
 def _both_algorithms() -> list[ChecksumAlgorithm]:
     return ["CRC64NVME", "SHA256"]
 
@@ -543,6 +557,9 @@ class ConfigResponse(WireModel):
     checksum_algorithms: list[ChecksumAlgorithm] = Field(
         default_factory=_both_algorithms,
         description="the upload checksums this control plane takes (presign `checksum_algorithm`)",
+    )
+    policy: PolicyModel = Field(
+        default_factory=PolicyModel, description="the caller's namespace policy"
     )
 
 

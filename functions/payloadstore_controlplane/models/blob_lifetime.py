@@ -8,8 +8,9 @@ remaining life. A reference at time t needs the object until
     need = t + queue retention + result retention     (a job's args: queued, then its result)
     need = t + result retention                        (a result's blobs)
 
-The bucket's `expire-blobs` rule deletes an object L lifecycle days after its last write, S3
-rounding up to the next midnight UTC, so an object written at w is readable until at least
+The bucket's rule for the object's retention class (its namespace policy's tag: 1, 2, 7 or 30
+days) deletes an object L lifecycle days after its last write, S3 rounding up to the next
+midnight UTC, so an object written at w is readable until at least
 `expiry = w + L days`. The record (what makes the blob referenceable) lives until
 `expiry - known_margin`, so every reference is made while the object has at least
 `known_margin` left; the renewer (a scheduled function, every P) copies onto itself every blob
@@ -22,26 +23,16 @@ P and finishes before `expiry`.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 DAY_S = 86_400
-
-
-def derived_lifecycle_days(
-    queue_retention_s: int, result_ttl_s: int, renew_ahead_s: int, day_s: int = DAY_S
-) -> int:
-    """The bucket rule's days: the longest need one reference makes (queue + result retention)
-    plus the renewal horizon, in whole days, so one renewal covers every reference made before
-    it and a blob referenced only in its first day is never copied."""
-    return max(1, math.ceil((queue_retention_s + result_ttl_s + renew_ahead_s) / day_s))
 
 
 @dataclass(frozen=True)
 class BlobLifetime:
     queue_retention_s: int  # how long a job may wait queued
     result_ttl_s: int  # how long its result stays readable
-    lifecycle_days: int  # L: the bucket's expire-blobs rule
+    lifecycle_days: int  # L: the days of the rule that expires the object (its retention class)
     renew_ahead_s: int  # renew an object whose expiry is this close (and still needed past it)
     day_s: int = DAY_S  # a lifecycle day (86,400 s on AWS; the local emulator's time scale)
 
@@ -85,7 +76,7 @@ class BlobLifetime:
             why = (
                 f"BLOB_RENEW_AHEAD_S={self.renew_ahead_s} is above half a blob's lifecycle "
                 f"({self.lifecycle_days} days of {self.day_s} s): a renewed blob would be due "
-                "again at once; lower it or raise BLOB_LIFECYCLE_DAYS"
+                "again at once; lower it"
             )
             return [why]
         return []

@@ -48,6 +48,20 @@ class UnknownBlob(Conflict):
     code = "unknown_blob"
 
 
+class InlineNever(Conflict):
+    """An inline payload or result for a namespace whose policy is inline `never`: every byte
+    goes to S3 (presign, upload, send the reference)."""
+
+    code = "inline_never"
+
+
+class PolicyMismatch(Conflict):
+    """An uploaded object without the namespace's retention tag or encryption key (its policy):
+    not accepted, nothing written."""
+
+    code = "policy_mismatch"
+
+
 class Gone(PayloadStoreError):
     status, code = 410, "gone"
 

@@ -8,7 +8,12 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..runtime.once import built_once
-from .blob_lifetime import BlobLifetime, derived_lifecycle_days
+from .blob_lifetime import BlobLifetime
+from .policy import DEFAULT_RETENTION, RETENTION_DAYS
+
+# A blob's lifecycle is its namespace's retention class; the default policy's, and the shortest.
+DEFAULT_BLOB_DAYS = RETENTION_DAYS[DEFAULT_RETENTION]
+SHORTEST_BLOB_DAYS = min(RETENTION_DAYS.values())
 from .limits import DELIVERIES_BUDGET, LAMBDA_RESPONSE_LIMIT, largest_inline_threshold
 
 
@@ -66,12 +71,11 @@ class Settings(BaseModel):
     result_max_wait_s: float = Field(20.0, ge=0, le=25)
     # Queue streams are trimmed of entries older than this (MINID ~); defaults to result_ttl_s.
     queue_retention_s: int | None = Field(None, ge=60)
-    # Blob lifetimes (logic/blob_lifetime.py, docs/design.md "Blob lifetimes"): the bucket's
-    # expire-blobs rule in days (unset: derived from the retentions, so one renewal covers a
-    # reference), how far ahead of its expiry the renewer copies a blob still needed, the length
-    # of a lifecycle day (86,400 s on AWS; the local S3 emulator's time scale in tests), and the
-    # part size of a renewal's multipart copy (a blob above it is copied in parts, in parallel).
-    blob_lifecycle_days: int | None = Field(None, ge=1, le=3650)
+    # Blob lifetimes (models/blob_lifetime.py, docs/design.md "Blob lifetimes"): how far ahead of
+    # its lifecycle expiry the renewer copies a blob still needed, the length of a lifecycle day
+    # (86,400 s on AWS; the local S3 emulator's time scale in tests), and the part size of a
+    # renewal's multipart copy (a blob above it is copied in parts, in parallel). A blob's
+    # lifecycle days are its namespace's retention class (its object's tag).
     blob_renew_ahead_s: int = Field(21_600, ge=1)
     blob_day_s: int = Field(86_400, ge=1, le=86_400)
     copy_part_bytes: int = Field(512 * 1024**2, ge=5 * 1024**2, le=5 * 1024**3)
@@ -110,21 +114,32 @@ class Settings(BaseModel):
     s3_endpoint_url: str | None = None
     token_parameter_path: str = "/payloadstore/tokens"
     token_cache_s: int = Field(60, ge=0)
+    # Namespace policies (models/policy.py): the stack's own KMS key (kms_key `stack`), and the
+    # other keys its roles are granted on (comma-separated ARNs, the payloadstore:kmsKeys flag).
+    kms_key_arn: str | None = None
+    kms_key_arns: str | None = None
+    # retention `consume`: a succeeded job's arguments are deleted this long after its success,
+    # a result this long after its first complete read (a re-read within it works).
+    consume_args_grace_s: int = Field(0, ge=0, le=3600)
+    consume_result_grace_s: int = Field(300, ge=0, le=86_400)
+
+    @property
+    def granted_kms_keys(self) -> tuple[str, ...]:
+        from .policy import parse_key_list
+
+        return parse_key_list(self.kms_key_arns)
 
     @property
     def retention_s(self) -> int:
         return self.queue_retention_s or self.result_ttl_s
 
-    @property
-    def blob_lifetime(self) -> BlobLifetime:
-        """The stage's blob arithmetic (a namespace with a retention of its own builds another)."""
-        days = self.blob_lifecycle_days or derived_lifecycle_days(
-            self.retention_s, self.result_ttl_s, self.blob_renew_ahead_s, self.blob_day_s
-        )
+    def blob_lifetime(self, lifecycle_days: int = DEFAULT_BLOB_DAYS) -> BlobLifetime:
+        """The blob arithmetic for objects a lifecycle rule of `lifecycle_days` expires (the
+        retention class of the namespace that uploaded them: models/policy.py)."""
         return BlobLifetime(
             queue_retention_s=self.retention_s,
             result_ttl_s=self.result_ttl_s,
-            lifecycle_days=days,
+            lifecycle_days=lifecycle_days,
             renew_ahead_s=self.blob_renew_ahead_s,
             day_s=self.blob_day_s,
         )
@@ -170,7 +185,8 @@ class Settings(BaseModel):
                 "job whose daemon dies would be past the retention before it could be "
                 "delivered again; set VISIBILITY_TIMEOUT_S < the retention"
             )
-        problems += self.blob_lifetime.problems()
+        # The shortest retention class must leave the renewer room (models/blob_lifetime.py).
+        problems += self.blob_lifetime(SHORTEST_BLOB_DAYS).problems()
         if self.redis_memory_high_water_pct > self.redis_memory_hard_pct:
             problems.append(
                 f"REDIS_MEMORY_HIGH_WATER_PCT={self.redis_memory_high_water_pct} is above "
@@ -231,7 +247,6 @@ SETTINGS_ENV: dict[str, str] = {
     "batch_max_jobs": "BATCH_MAX_JOBS",
     "batch_max_bytes": "BATCH_MAX_BYTES",
     "idempotency_ttl_s": "IDEMPOTENCY_TTL_S",
-    "blob_lifecycle_days": "BLOB_LIFECYCLE_DAYS",
     "blob_renew_ahead_s": "BLOB_RENEW_AHEAD_S",
     "blob_day_s": "BLOB_DAY_S",
     "copy_part_bytes": "COPY_PART_BYTES",
@@ -249,6 +264,10 @@ SETTINGS_ENV: dict[str, str] = {
     "s3_endpoint_url": "S3_ENDPOINT_URL",
     "token_parameter_path": "TOKEN_PARAMETER_PATH",
     "token_cache_s": "TOKEN_CACHE_S",
+    "kms_key_arn": "KMS_KEY_ARN",
+    "kms_key_arns": "KMS_KEY_ARNS",
+    "consume_args_grace_s": "CONSUME_ARGS_GRACE_S",
+    "consume_result_grace_s": "CONSUME_RESULT_GRACE_S",
 }
 
 

@@ -171,6 +171,14 @@ def requeued(namespace: str, job_id: str) -> str:
     return f"{PREFIX}:{{ns:{namespace}}}:a:{job_id}:R"
 
 
+def consume_due(namespace: str) -> str:
+    """ZSET of the S3 keys of a retention `consume` namespace that are due for deletion, scored
+    by when (ms since epoch): a succeeded job's args, a read result. Added on the request path
+    (ZADD NX: a key keeps its first time), drained by the scheduled function (logic/policy.py).
+    In the namespace's slot."""
+    return f"{PREFIX}:{{ns:{namespace}}}:del"
+
+
 # -- layout 1 (read only, for jobs written before the upgrade) ------------------------------
 
 

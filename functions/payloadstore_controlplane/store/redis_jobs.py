@@ -49,6 +49,7 @@ from . import keys
 from .jobs import layout1
 from .jobs.blobs import BlobSteps
 from .jobs.completion import CompletionSteps
+from .jobs.consume import ConsumeSteps
 from .jobs.delivery import DeliverySteps
 from .jobs.enqueue import EnqueueSteps
 from .jobs.lifecycle import LifecycleSteps
@@ -123,6 +124,7 @@ class RedisJobStore(
     LifecycleSteps,
     BlobSteps,
     OperateSteps,
+    ConsumeSteps,
 ):
     # INFO memory is read at most this often per node.
     MEMORY_CACHE_S = 1.0

@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from ..models.policy import POLICY_PARAMETER_PREFIX, NamespacePolicy, validate_policy
 from ..runtime.once import built_once
 
 TOKEN_PREFIX = "pst_"
@@ -69,6 +70,7 @@ class TokenStore:
         self._path = path.rstrip("/")
         self._cache_s = cache_s
         self._cache: tuple[float, dict[str, dict]] | None = None
+        self._policies: dict[str, NamespacePolicy] = {}
         # hash -> (read at, value or None for unknown): the by-name lookups' answers.
         self._by_name: dict[str, tuple[float, dict | None]] = {}
         self._ration = float(MISS_READ_BURST)
@@ -152,7 +154,9 @@ class TokenStore:
         return cached is not None and now - cached[0] < self._cache_s
 
     def _read(self, now: float) -> dict[str, dict]:
+        """Every token, and (beside them, `policy.<namespace>`) every namespace's policy."""
         values: dict[str, dict] = {}
+        policies: dict[str, NamespacePolicy] = {}
         paginator = self._ssm.get_paginator("get_parameters_by_path")
         for page in paginator.paginate(Path=self._path):
             for parameter in page.get("Parameters", []):
@@ -160,10 +164,81 @@ class TokenStore:
                     value = json.loads(parameter["Value"])
                 except (KeyError, ValueError):
                     continue  # not one of ours: never a match
-                if isinstance(value, dict):
-                    values[parameter["Name"].rsplit("/", 1)[-1]] = value
+                if not isinstance(value, dict):
+                    continue
+                name = parameter["Name"].rsplit("/", 1)[-1]
+                if name.startswith(POLICY_PARAMETER_PREFIX):
+                    policies[name[len(POLICY_PARAMETER_PREFIX) :]] = NamespacePolicy.from_stored(
+                        value
+                    )
+                elif "namespace" in value and "role" in value:
+                    values[name] = value
+        self._policies = policies
         self._cache = (now, values)
         return values
+
+    # -- namespace policies (models/policy.py), kept beside the tokens -------------------------
+
+    def policy(self, namespace: str) -> NamespacePolicy:
+        """The namespace's policy, read with the tokens (the same listing, the same cache);
+        the defaults when none was set."""
+        self._load()
+        return self._policies.get(namespace, NamespacePolicy())
+
+    def read_policy(self, namespace: str) -> NamespacePolicy:
+        """The namespace's stored policy, read now (GetParameter), for the admin's answers."""
+        if not NAMESPACE_RE.match(namespace or ""):
+            raise TokenStoreError(f"invalid namespace {namespace!r}: use [a-z0-9_-], 1-63 chars")
+        try:
+            answer = self._ssm.get_parameter(Name=self._policy_name(namespace))
+        except Exception as e:
+            if _error_code(e) == NOT_FOUND or type(e).__name__ == NOT_FOUND:
+                return NamespacePolicy()
+            raise
+        try:
+            value = json.loads(answer["Parameter"]["Value"])
+        except (KeyError, TypeError, ValueError):
+            return NamespacePolicy()
+        return NamespacePolicy.from_stored(value if isinstance(value, dict) else {})
+
+    def set_policy(
+        self,
+        namespace: str,
+        *,
+        retention: str | None = None,
+        kms_key: str | None = None,
+        inline: str | None = None,
+        stack_key_arn: str | None = None,
+        granted_keys: tuple[str, ...] = (),
+    ) -> NamespacePolicy:
+        """The fields given, over the namespace's current policy, validated and written (a bad
+        value raises PolicyError and writes nothing). Returns the policy now in force."""
+        current = self.read_policy(namespace)
+        policy = validate_policy(
+            current.retention if retention is None else retention,
+            current.kms_key if kms_key is None else kms_key,
+            current.inline if inline is None else inline,
+            granted_keys=granted_keys,
+            stack_key_arn=stack_key_arn,
+        )
+        if policy != current:
+            self.write_policy(namespace, policy)
+        return policy
+
+    def write_policy(self, namespace: str, policy: NamespacePolicy) -> None:
+        if not NAMESPACE_RE.match(namespace or ""):
+            raise TokenStoreError(f"invalid namespace {namespace!r}: use [a-z0-9_-], 1-63 chars")
+        self._ssm.put_parameter(
+            Name=self._policy_name(namespace),
+            Value=json.dumps(policy.as_dict(), separators=(",", ":")),
+            Type="String",
+            Overwrite=True,
+            Description=f"payloadstore policy of namespace {namespace}",
+        )
+        self._cache = None  # this process's next read sees it
+
+    def _policy_name(self, namespace: str) -> str:
+        return f"{self._path}/{POLICY_PARAMETER_PREFIX}{namespace}"
 
     def lookup(self, token: str) -> TokenInfo | None:
         """The token's namespace and role, or None. The final compare is constant time.

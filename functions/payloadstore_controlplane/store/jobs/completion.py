@@ -142,9 +142,9 @@ class CompletionSteps(StoreBase):
         entry; `index_once`: only if this call dropped the entry, for a repeated post), and with
         `keep_args` keep the entry's inline bytes for a retry; `undelivered_only` leaves an
         entry a daemon took (purge). A retry that came after the end (`retries` is the job's
-        when it ended) and relies on the entry keeps it deliverable: an entry `consumer` (the
-        caller's delivery, '' any) no longer holds is left to whoever took it since. True when
-        this call dropped it."""
+        when it ended) and relies on the entry keeps it deliverable: only the delivery holding it (`consumer`, the
+        caller's; '' none) turns it into the retry's entry, any other holder's is left to it.
+        True when this call dropped it."""
         group = GROUP_OF_STATE.get(JobStatus(state)) if state else None
         ttl_ms = self._ttl * 1000
         index = "" if group is None else ("if_dropped" if index_once else "add")

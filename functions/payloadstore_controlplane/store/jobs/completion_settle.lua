@@ -16,14 +16,16 @@
 --          which tells a retry that this end was settled
 -- ARGV[9]  '1': only an entry no daemon took (not in the pending list): purge's drop; an entry
 --          taken since is its delivery's to decide
--- ARGV[10] the consumer whose delivery the caller settles ('' any): see below
+-- ARGV[10] the consumer whose delivery the caller settles ('' none: a cancel, purge, a repeated
+--          post): see below
 --
 -- A retry may have come between the job slot's end and this step (the record's retries are
 -- above ARGV[5]). If it relied on this entry (`=<this id>`, or `=` with no id known): an entry
 -- no daemon took is left to run the retry; one a daemon took (the poll that found the job
 -- ended, or the ended delivery's own: consumer ARGV[10]) is dropped and the retry's entry
--- appended from its fields (the record then names it); one another consumer holds (reclaimed
--- after a visibility timeout, it may be running the retry) is left to that delivery. If the retry has an entry of its own, this one is dropped and
+-- appended from its fields (the record then names it); one another consumer holds (a poll that
+-- took it since a cancel, or that reclaimed it after a visibility timeout: it may be running
+-- the retry) is left to that delivery, which runs the retry or settles it in turn. If the retry has an entry of its own, this one is dropped and
 -- nothing kept. A record of an earlier retry is spent: deleted.
 -- No job state changes here. allow-oom: the drain path (the entry's bytes are freed or moved,
 -- an index entry is a few tens of bytes). Returns 1 this call dropped the entry | 0 it was gone
@@ -53,7 +55,7 @@ if entry ~= '' then
   if rows[1] and ARGV[9] == '1' and pending then
     left = true
   elseif rows[1] and retry == 'relied' then
-    if pending and (ARGV[10] == '' or ARGV[10] == holder) then
+    if pending and ARGV[10] ~= '' and ARGV[10] == holder then
       local id = redis.call('XADD', KEYS[1], '*', unpack(rows[1][2]))
       redis.call('SET', KEYS[5], string.match(rec, '^%d+') .. ' ' .. id, 'PX', ARGV[7])
     else

@@ -1,0 +1,105 @@
+"""A namespace's policy at the request path: the headers every upload signs in, the check of an
+uploaded object against them, the refusal of inline bytes for inline `never`, and the due
+deletions of retention `consume` (drained by the scheduled function, handlers/metrics.py)."""
+
+from __future__ import annotations
+
+from ..models.errors import InlineNever, PolicyMismatch
+from ..models.policy import (
+    RETENTION_TAG,
+    SSE_KMS,
+    NamespacePolicy,
+    resolve_kms_key,
+    upload_headers,
+)
+from ..observability import logger, metrics_count
+from ..store.s3_objects import ObjectInfo
+from .context import Deps, Principal
+
+
+def policy_headers(policy: NamespacePolicy, deps: Deps) -> dict[str, str]:
+    """The retention tag and SSE headers an upload of this namespace signs in."""
+    return upload_headers(policy, deps.settings.kms_key_arn)
+
+
+def refuse_inline_never(p: Principal, what: str) -> None:
+    """409 inline_never: the namespace keeps nothing in Redis (`what`: payload or result)."""
+    if p.policy.inline_never:
+        raise InlineNever(
+            f"namespace {p.namespace} has inline never: every {what} goes to S3; presign, "
+            "upload, and send the reference"
+        )
+
+
+def check_object_policy(key: str, info: ObjectInfo, policy: NamespacePolicy, deps: Deps) -> None:
+    """The object HEAD found carries the namespace's encryption and retention tag; 409
+    policy_mismatch otherwise (the reference is not accepted, nothing is written).
+
+    The encryption comes with the HEAD; the tag's value takes a GetObjectTagging (HEAD only
+    answers how many tags there are), skipped when HEAD says there are none."""
+    expected_key = resolve_kms_key(policy, deps.settings.kms_key_arn)
+    if expected_key is not None:
+        if info.sse != SSE_KMS or not _same_key(info.kms_key, expected_key):
+            _mismatch(
+                key, f"the object is not encrypted with the namespace's KMS key ({policy.kms_key})"
+            )
+    elif info.sse == SSE_KMS:
+        _mismatch(key, "the object is SSE-KMS encrypted; the namespace's policy is SSE-S3")
+    tags = deps.objects.tags(key) if info.tag_count else {}
+    found = (tags or {}).get(RETENTION_TAG)
+    if found != policy.retention:
+        _mismatch(
+            key,
+            f"the object's retention tag is {found or 'missing'}, the namespace's is "
+            f"{policy.retention}",
+        )
+
+
+def _same_key(found: str | None, expected: str) -> bool:
+    """S3 answers the key's ARN; a key named by id alone matches its ARN's last part."""
+    if not found:
+        return False
+    return found == expected or found.rsplit("/", 1)[-1] == expected.rsplit("/", 1)[-1]
+
+
+def _mismatch(key: str, detail: str) -> None:
+    metrics_count("PolicyMismatch")
+    logger.warning("upload refused: policy mismatch", extra={"key": key, "detail": detail})
+    raise PolicyMismatch(
+        f"policy mismatch: {detail}; upload again with a new presign", reason="policy_mismatch"
+    )
+
+
+def schedule_consume(namespace: str, keys: list[str], delay_s: float, deps: Deps) -> None:
+    """Record S3 keys of a `consume` namespace for deletion `delay_s` from now (the scheduled
+    function deletes what is due). A key already scheduled keeps its first time: a re-read of a
+    result within the grace does not push its deletion back."""
+    if not keys:
+        return
+    due_ms = int((deps.clock() + delay_s) * 1000)
+    deps.jobs.schedule_deletions(namespace, keys, due_ms)
+    logger.info(
+        "consume scheduled", extra={"namespace": namespace, "keys": len(keys), "in_s": delay_s}
+    )
+
+
+def drain_consumed(namespaces: list[str], deps: Deps, *, limit: int = 1000) -> int:
+    """Delete the due objects of each namespace (S3 DeleteObjects), then forget them; what S3
+    could not delete stays due for the next run. Returns how many were deleted."""
+    now_ms = int(deps.clock() * 1000)
+    deleted = 0
+    for ns in namespaces:
+        while True:
+            due = deps.jobs.due_deletions(ns, now_ms, limit)
+            if not due:
+                break
+            failed = set(deps.objects.delete_many(due))
+            done = [k for k in due if k not in failed]
+            deps.jobs.forget_deletions(ns, done)
+            deleted += len(done)
+            if failed or len(due) < limit:
+                break
+    if deleted:
+        metrics_count("ConsumedDeleted", deleted)
+        logger.info("consumed payloads deleted", extra={"deleted": deleted})
+    return deleted

@@ -1,0 +1,200 @@
+"""Namespace policies end to end: the `payloadstore namespace policy` command, and two namespaces
+of one local stack with different policies (`7d` + the stack's key + inline `never`; `consume`
++ SSE-S3) moving payloads through the SDK and a daemon that hold no AWS credentials, proven by
+S3's own answers on the emulator and by a scan of every Redis key."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import redis
+
+from payloadstore import Client
+from payloadstore.devstack.s3_emulator import LOCAL_KMS_KEY_ARN
+from payloadstore_controlplane.models.policy import RETENTION_TAG
+from payloadstore_controlplane.store.tokens import TokenStore
+from tests.e2e.sdk_helpers import daemon_thread, unique_queue
+
+pytestmark = pytest.mark.e2e
+
+
+def _cli(gateway, *args: str) -> subprocess.CompletedProcess:
+    script = Path(sys.executable).parent / "payloadstore"
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "payloadstore.cli"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PAYLOADSTORE_")}
+    env["KMS_KEY_ARN"] = LOCAL_KMS_KEY_ARN
+    return subprocess.run(
+        [
+            *command,
+            *args,
+            "--path",
+            gateway.token_path,
+            "--ssm-endpoint",
+            gateway.s3_endpoint,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def _namespace(gateway, ssm_client, prefix: str) -> tuple[str, dict[str, str]]:
+    """A fresh namespace with a client and a daemon token."""
+    ns = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    store = TokenStore(ssm_client, gateway.token_path, cache_s=0)
+    return ns, {role: store.mint(ns, role)[0] for role in ("client", "daemon")}
+
+
+def _redis_bytes(url: str) -> list[bytes]:
+    """Every key and every value of the database, whatever its type."""
+    r = redis.Redis.from_url(url)
+    out: list[bytes] = []
+    for key in r.scan_iter(count=1000):
+        out.append(key)
+        kind = r.type(key)
+        if kind == b"string":
+            out.append(r.get(key) or b"")
+        elif kind == b"hash":
+            out.extend(k + v for k, v in r.hgetall(key).items())
+        elif kind == b"list":
+            out.extend(r.lrange(key, 0, -1))
+        elif kind == b"set":
+            out.extend(r.smembers(key))
+        elif kind == b"zset":
+            out.extend(r.zrange(key, 0, -1))
+        elif kind == b"stream":
+            for _, fields in r.xrange(key):
+                out.extend(k + v for k, v in fields.items())
+    return out
+
+
+def test_namespace_policy_command_prints_sets_and_refuses(local_gateway, ssm_client):
+    ns = f"cli-{uuid.uuid4().hex[:8]}"
+    # Given a namespace with no policy: the command without options prints the defaults
+    shown = _cli(local_gateway, "namespace", "policy", ns)
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout) == {"retention": "2d", "kms_key": "none", "inline": "allowed"}
+    # When options are given, the policy changes and is printed
+    changed = _cli(
+        local_gateway,
+        "namespace",
+        "policy",
+        ns,
+        "--retention",
+        "7d",
+        "--kms-key",
+        "stack",
+        "--inline",
+        "never",
+    )
+    assert changed.returncode == 0, changed.stderr
+    assert json.loads(changed.stdout) == {"retention": "7d", "kms_key": "stack", "inline": "never"}
+    # And an option left out keeps its value
+    again = _cli(local_gateway, "namespace", "policy", ns, "--retention", "consume")
+    assert json.loads(again.stdout) == {
+        "retention": "consume",
+        "kms_key": "stack",
+        "inline": "never",
+    }
+    # A bad value is refused with the reason, and nothing is written
+    bad = _cli(local_gateway, "namespace", "policy", ns, "--kms-key", "not-a-key")
+    assert bad.returncode != 0
+    assert "kms_key 'not-a-key' must be none, stack or a KMS key ARN" in bad.stderr
+    bad = _cli(local_gateway, "namespace", "policy", ns, "--retention", "3d")
+    assert bad.returncode != 0 and "3d" in bad.stderr
+    assert json.loads(_cli(local_gateway, "namespace", "policy", ns).stdout)["retention"] == (
+        "consume"
+    )
+
+
+def test_two_namespaces_get_what_their_policies_say(local_gateway, ssm_client, s3_client):
+    # Given two namespaces of one stack: `7d` + stack key + inline never, and `consume` + SSE-S3
+    kms_ns, kms_tokens = _namespace(local_gateway, ssm_client, "kms")
+    plain_ns, plain_tokens = _namespace(local_gateway, ssm_client, "plain")
+    assert (
+        _cli(
+            local_gateway,
+            "namespace",
+            "policy",
+            kms_ns,
+            "--retention",
+            "7d",
+            "--kms-key",
+            "stack",
+            "--inline",
+            "never",
+        ).returncode
+        == 0
+    )
+    assert (
+        _cli(local_gateway, "namespace", "policy", plain_ns, "--retention", "consume").returncode
+        == 0
+    )
+    marker = b"MARK" + uuid.uuid4().hex.encode()
+    results = {}
+    for ns, tokens in ((kms_ns, kms_tokens), (plain_ns, plain_tokens)):
+        client = Client(local_gateway.url, tokens["client"], ns)
+        worker = Client(local_gateway.url, tokens["daemon"], ns)
+        queue = unique_queue("policy")
+        # When the SDK sends a small payload (well under INLINE_THRESHOLD) and a daemon with no
+        # AWS credentials runs it and returns a small result
+        with daemon_thread(worker, queue, lambda data: data + b"-done"):
+            job = client.queue(queue).add(marker + ns.encode())
+            assert job.result(timeout=60) == marker + ns.encode() + b"-done"
+        results[ns] = (client, job)
+    # Then the inline-never namespace sent both through S3, encrypted with the stack's key and
+    # tagged 7d; the other kept them inline (SSE-S3 applies to what it uploads)
+    kms_client, kms_job = results[kms_ns]
+    assert kms_client.config.policy.inline == "never"
+    status = kms_job.status()
+    args_ref, result_ref = status.payload_ref, status.result_ref
+    assert args_ref is not None and result_ref is not None
+    for ref in (args_ref, result_ref):
+        head = s3_client.head_object(Bucket=ref["bucket"], Key=ref["key"])
+        assert head["ServerSideEncryption"] == "aws:kms"
+        assert head["SSEKMSKeyId"] == LOCAL_KMS_KEY_ARN
+        tags = s3_client.get_object_tagging(Bucket=ref["bucket"], Key=ref["key"])["TagSet"]
+        assert tags == [{"Key": RETENTION_TAG, "Value": "7d"}]
+    # And no byte of the inline-never namespace's payloads is in Redis, while the other's
+    # inline result is (the scan can see a payload when one is there)
+    every = b"\n".join(_redis_bytes(local_gateway.redis_url))
+    assert marker + kms_ns.encode() not in every
+    assert marker + plain_ns.encode() in every
+
+
+def test_sse_kms_payloads_in_parts_move_through_presigned_urls(
+    start_local_gateway, ssm_client, s3_client
+):
+    # Given a gateway where 12 MiB goes up in parts, and a namespace with the stack's key
+    gateway = start_local_gateway(
+        MULTIPART_THRESHOLD=str(6 * 2**20), MULTIPART_PART_BYTES=str(5 * 2**20)
+    )
+    ns, tokens = _namespace(gateway, ssm_client, "parts")
+    assert _cli(gateway, "namespace", "policy", ns, "--kms-key", "stack").returncode == 0
+    client = Client(gateway.url, tokens["client"], ns)
+    worker = Client(gateway.url, tokens["daemon"], ns)
+    queue = unique_queue("kms-parts")
+    data = os.urandom(12 * 2**20)
+    # When a client and a daemon holding no AWS credentials move it both ways
+    with daemon_thread(worker, queue, lambda value: bytes(value)[::-1]):
+        job = client.queue(queue).add(data)
+        assert job.result(timeout=120) == data[::-1]
+    # Then both objects are SSE-KMS under the stack's key, tagged with the default retention
+    status = job.status()
+    for ref in (status.payload_ref, status.result_ref):
+        assert ref is not None
+        head = s3_client.head_object(Bucket=ref["bucket"], Key=ref["key"])
+        assert (head["ServerSideEncryption"], head["SSEKMSKeyId"]) == (
+            "aws:kms",
+            LOCAL_KMS_KEY_ARN,
+        )
+        tags = s3_client.get_object_tagging(Bucket=ref["bucket"], Key=ref["key"])["TagSet"]
+        assert tags == [{"Key": RETENTION_TAG, "Value": "2d"}]

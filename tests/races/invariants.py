@@ -1,0 +1,225 @@
+"""The invariants, checked after every step over the whole Redis state (world.snapshot).
+
+Each takes the snapshot, the model (what clients and daemons were answered) and the jobs an
+operation in flight is in the middle of changing (`busy`: every job id its calls named so far):
+the structural invariants skip those until the operation ends (a job is allowed to be
+half-written between two steps of the one operation writing it; not after). The state-edge and
+acknowledged-write invariants hold for every job at every step.
+
+To add one: a function `(snap, prev, model, busy) -> list[(kind, detail)]` in INVARIANTS, with
+`kind` a short name a shrunk failure is matched by (RELIABILITY.md, "The race explorer").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tests.races.ops import Model
+from tests.races.world import Snapshot
+
+Violation = tuple[str, str]
+
+TERMINAL = {"succeeded", "failed", "payload_lost", "payload_corrupt", "cancelled"}
+RETRYABLE = {"failed", "payload_lost", "payload_corrupt", "cancelled"}
+# docs/wire.md "Job states": queued -> running -> terminal; re-queued by a payload_lost report or
+# a retry; running -> running is a redelivery after the lease lapsed. A job's first state is
+# awaiting_upload (S3 tier, from its presign) or queued (inline; its hash is born running at
+# its first delivery, or cancelled by a cancel while queued).
+EDGES: dict[str | None, set[str]] = {
+    None: {"awaiting_upload", "queued", "running", "cancelled"},
+    "awaiting_upload": {"queued"},
+    "queued": {"running", "cancelled", "failed"},
+    "running": {"running", "queued"} | TERMINAL,
+    "failed": {"queued"},
+    "payload_lost": {"queued"},
+    "payload_corrupt": {"queued"},
+    "cancelled": {"queued"},
+    "succeeded": set(),
+}
+
+
+def state_edges(snap: Snapshot, prev: dict[str, str | None], model: Model, busy: set[str]):
+    out: list[Violation] = []
+    for job_id in set(prev) | set(snap.jobs) | set(snap.inline_index):
+        before, after = prev.get(job_id), snap.state(job_id)
+        if before == after or after is None:
+            continue  # a job that vanished is acked_writes' business
+        if after not in EDGES.get(before, set()):
+            out.append(("state_edge", f"job {job_id} went {before} -> {after}"))
+    return out
+
+
+def _blob_list(model: Model, job_id: str) -> bytes | None:
+    intent = model.intent(job_id)
+    if intent is None:
+        return None
+    return b"".join(bytes.fromhex(s) for s in intent.blobs)
+
+
+def queued_and_running(snap: Snapshot, prev, model: Model, busy: set[str]):
+    """Every queued job has a deliverable entry (its `x`, or any of its entries after a retry or
+    a payload_lost requeue: `x` = '*'), carrying its inline arguments and its full blob list;
+    every running job's entry is in the pending list (a lapsed lease lets another daemon take
+    it) with its arguments still in it."""
+    out: list[Violation] = []
+    for job_id in set(snap.jobs) | set(snap.inline_index):
+        if job_id in busy:
+            continue
+        state = snap.state(job_id)
+        h = snap.jobs.get(job_id, {})
+        inline = h.get("t", b"i") == b"i"
+        x = h.get("x", b"").decode() or None
+        blobs = _blob_list(model, job_id)
+        if state == "queued":
+            mine = [e for e in snap.entries_of(job_id)]
+            deliverable = mine if x in (None, "*") else [e for e in mine if e.stream_id == x]
+            if not deliverable:
+                out.append(
+                    (
+                        "queued_without_entry",
+                        (
+                            f"job {job_id} is queued (x={x}) with no entry to deliver it "
+                            f"({len(mine)} entries of it in its queue)"
+                        ),
+                    )
+                )
+            for e in deliverable:
+                if inline and e.inline is None:
+                    out.append(
+                        (
+                            "entry_without_args",
+                            f"queued inline job {job_id}: entry {e.stream_id} has no bytes",
+                        )
+                    )
+                if blobs is not None and (e.blobs or b"") != blobs:
+                    out.append(
+                        (
+                            "entry_blob_list",
+                            (
+                                f"queued job {job_id}: entry {e.stream_id} names "
+                                f"{len(e.blobs or b'') // 32} blobs, the job {len(blobs) // 32}"
+                            ),
+                        )
+                    )
+        elif state == "running":
+            e = next((e for q in snap.entries.values() for e in q if e.stream_id == x), None)
+            if e is None or e.pending is None or e.job_id != job_id:
+                why = (
+                    "gone"
+                    if e is None
+                    else "not pending"
+                    if e.pending is None
+                    else "deleted (pending without its message)"
+                )
+                out.append(
+                    (
+                        "running_without_pending",
+                        (
+                            f"job {job_id} is running (attempt {h.get('a', b'?').decode()}) "
+                            f"but its entry {x} is {why}: a lapsed lease can never be taken "
+                            "over"
+                        ),
+                    )
+                )
+            elif inline and e.inline is None:
+                out.append(("entry_without_args", f"running inline job {job_id} lost its bytes"))
+            elif blobs is not None and (e.blobs or b"") != blobs:
+                out.append(
+                    (
+                        "entry_blob_list",
+                        (
+                            f"running job {job_id}: entry {x} names "
+                            f"{len(e.blobs or b'') // 32} blobs, the job {len(blobs) // 32}"
+                        ),
+                    )
+                )
+    return out
+
+
+def retryable_kept(snap: Snapshot, prev, model: Model, busy: set[str]):
+    """A failed or cancelled job can be retried within the retention: its inline arguments and
+    its blob list are still somewhere (an entry of it, or the kept copies)."""
+    out: list[Violation] = []
+    for job_id, h in snap.jobs.items():
+        if job_id in busy or h.get("s", b"").decode() not in RETRYABLE:
+            continue
+        mine = [e for e in snap.entries_of(job_id)]
+        if (
+            h.get("t") == b"i"
+            and job_id not in snap.kept_args
+            and not any(e.inline is not None for e in mine)
+        ):
+            out.append(
+                (
+                    "retryable_args_lost",
+                    f"{h['s'].decode()} inline job {job_id}: its arguments are gone",
+                )
+            )
+        blobs = _blob_list(model, job_id)
+        if (
+            blobs
+            and snap.kept_blobs.get(job_id) != blobs
+            and not any(e.blobs == blobs for e in mine)
+        ):
+            out.append(
+                ("retryable_blobs_lost", f"{h['s'].decode()} job {job_id}: its blob list is gone")
+            )
+    return out
+
+
+def acked_writes(snap: Snapshot, prev, model: Model, busy: set[str]):
+    """What a client or daemon was told is done stays done: an enqueued job exists; a result
+    post answered 204 left the job succeeded."""
+    out: list[Violation] = []
+    for intent in model.intents:
+        if intent.acked and intent.job_id and snap.state(intent.job_id) is None:
+            out.append(("acked_job_missing", f"enqueued job {intent.job_id} is gone"))
+    for job_id in model.succeeded:
+        if snap.state(job_id) != "succeeded":
+            out.append(
+                (
+                    "acked_result_lost",
+                    f"job {job_id}: result post answered 204, state {snap.state(job_id)}",
+                )
+            )
+    return out
+
+
+def blobs_alive(snap: Snapshot, prev, model: Model, busy: set[str]):
+    """Every blob a queued or running job references is still recorded in its namespace."""
+    out: list[Violation] = []
+    for intent in model.jobs():
+        if intent.job_id in busy or snap.state(intent.job_id or "") not in ("queued", "running"):
+            continue
+        for sha in intent.blobs:
+            if sha not in snap.blob_records:
+                out.append(
+                    (
+                        "blob_gone",
+                        (
+                            f"job {intent.job_id} references blob {sha[:12]}…, "
+                            "which the namespace no longer has"
+                        ),
+                    )
+                )
+    return out
+
+
+INVARIANTS: list[Callable[..., list[Violation]]] = [
+    state_edges,
+    queued_and_running,
+    retryable_kept,
+    acked_writes,
+    blobs_alive,
+]
+
+
+def check(snap: Snapshot, prev: dict[str, str | None], model: Model, busy: set[str]):
+    out: list[Violation] = []
+    for invariant in INVARIANTS:
+        out += invariant(snap, prev, model, busy)
+    return out
+
+
+def states(snap: Snapshot) -> dict[str, str | None]:
+    return {j: snap.state(j) for j in set(snap.jobs) | set(snap.inline_index)}

@@ -1,0 +1,525 @@
+"""The actors and their operations: clients, daemons and an operator, each operation the real
+handlers called with API Gateway events (tests/support/control_plane.py), run in a thread the
+scheduler pauses between its steps.
+
+An operation is described by plain data (its name and parameters: which job, which daemon,
+with or without blobs, ...), so a run is a list of decisions that replays. Parameters name jobs
+and deliveries by their position in the model's lists, resolved when the operation starts (a
+shrunk sequence that dropped an enqueue still names some job, or none: then it does nothing).
+
+What an operation checks of its own answers (the rest is invariants.py):
+- no answer is a 5xx;
+- a delivery carries its job's own arguments and its full blob list;
+- a daemon that still holds the current lease (the job hash says so after the answer) has its
+  heartbeat, presign, parts and result post accepted;
+- an Idempotency-Key sent again answers the job it created.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import requests
+
+from tests.races.sched import SCHEDULER, unhooked
+from tests.races.world import MiB
+from tests.support.control_plane import ControlPlane, Reply, cancel, heartbeat, sha256_hex
+
+QUEUES = ("q1", "q2")
+DAEMONS = ("d1", "d2")
+MULTIPART_SIZE = 5 * MiB + 4096  # two parts: 5 MiB and 4 KiB
+
+
+@dataclass
+class JobIntent:
+    """What a client asked for: the job it should become (id once known)."""
+
+    label: str
+    tier: str  # inline | s3 | multipart
+    queue: str
+    blobs: list[str]
+    inline: bytes | None = None
+    job_id: str | None = None
+    acked: bool = False  # an enqueue answered 201/200
+    idem_key: str | None = None
+
+
+@dataclass
+class Held:
+    """A delivery a daemon holds: what its poll answered."""
+
+    job_id: str
+    lease: str
+    attempt: int
+    daemon: str
+
+
+@dataclass
+class Model:
+    namespace: str
+    cp: ControlPlane
+    redis: Any  # the explorer's own client (reads the job hash after an answer)
+    blobs: list[str] = field(default_factory=list)
+    blob_data: dict[str, bytes] = field(default_factory=dict)
+    intents: list[JobIntent] = field(default_factory=list)
+    by_label: dict[str, JobIntent] = field(default_factory=dict)
+    held: dict[str, list[Held]] = field(default_factory=lambda: {d: [] for d in DAEMONS})
+    succeeded: set[str] = field(default_factory=set)  # result posts answered 204 (success)
+    violations: list[tuple[str, str]] = field(default_factory=list)  # (kind, detail)
+
+    def intent(self, job_id: str) -> JobIntent | None:
+        return next((i for i in self.intents if i.job_id == job_id), None)
+
+    def jobs(self) -> list[JobIntent]:
+        return [i for i in self.intents if i.job_id]
+
+    def violation(self, kind: str, detail: str) -> None:
+        self.violations.append((kind, detail))
+
+
+def _step(what: str) -> None:
+    """A call that leaves the process but is not Redis or the control plane's S3 (a client's
+    upload through a presigned URL): a step of its own."""
+    SCHEDULER.checkpoint(what)
+
+
+def _no_5xx(m: Model, what: str, r: Reply) -> Reply:
+    if r.status >= 500:
+        m.violation("server_error", f"{what} answered {r.status}: {r.raw_body[:300]}")
+    return r
+
+
+def _put(url: dict, data: bytes) -> int:
+    _step("s3 put (presigned)")
+    return requests.put(url["url"], data=data, headers=url["headers"], timeout=60).status_code
+
+
+def _bytes_of(label: str, size: int) -> bytes:
+    seed = hashlib.sha256(label.encode()).digest()
+    return (seed * (size // 32 + 1))[:size]
+
+
+# -- clients ---------------------------------------------------------------------------------
+
+
+def enqueue(
+    m: Model, label: str, tier: str, queue: str, blobs: int, idem: bool, wait: bool = False
+) -> None:
+    """`wait`: enqueue-and-wait (`?wait=0`: the answer says whether the job already ended; a
+    longer wait would block the one running thread for its whole length)."""
+    shas = m.blobs[:blobs]
+    intent = JobIntent(label, tier, queue, shas)
+    m.intents.append(intent)
+    m.by_label[label] = intent
+    cp = m.cp
+    if tier == "inline":
+        intent.inline = f"inline:{label}".encode()
+        body: dict[str, Any] = {"payloadInline": base64.b64encode(intent.inline).decode()}
+        headers = None
+        if idem:
+            intent.idem_key = f"idem-{label}"
+            headers = {"Idempotency-Key": intent.idem_key}
+    else:
+        size = 2048 if tier == "s3" else MULTIPART_SIZE
+        data = _bytes_of(label, size)
+        if tier == "s3":
+            r = _no_5xx(m, "presign put", cp.presign_put(size, sha256=sha256_hex(data)))
+            if r.status != 200:
+                m.violation("refused", f"presign of a fresh S3 payload answered {r.status}")
+                return
+            intent.job_id = r.json["job_id"]
+            if _put(r.json, data) != 200:
+                m.violation("refused", "upload to a presigned URL refused")
+                return
+        else:
+            r = _no_5xx(m, "presign put", cp.presign_put(size, sha256=None))
+            if r.status != 200:
+                m.violation("refused", f"multipart presign answered {r.status}")
+                return
+            intent.job_id = r.json["job_id"]
+            if not _upload_parts(m, cp, r.json, data, role="client"):
+                return
+        body = {"payloadRef": {"bucket": r.json["bucket"], "key": r.json["key"], "size": size}}
+        headers = None
+    if shas:
+        body["blobs"] = shas
+    if wait:
+        r = cp.call(
+            "jobs",
+            "POST",
+            "/v1/namespaces/{ns}/queues/{queue}/jobs",
+            {"ns": cp.ns, "queue": queue},
+            body=body,
+            headers=headers,
+            query={"wait": "0"},
+        )
+    else:
+        r = cp.enqueue(body=body, headers=headers, queue=queue)
+    r = _no_5xx(m, "enqueue", r)
+    if r.status in (200, 201):
+        intent.job_id = r.json["job_id"]
+        intent.acked = True
+    elif r.status < 500:
+        m.violation("refused", f"enqueue {tier} answered {r.status}: {r.raw_body[:200]}")
+
+
+def enqueue_again(m: Model, job: int) -> None:
+    """The same Idempotency-Key again (a client whose answer was lost): the same job."""
+    keyed = [i for i in m.intents if i.idem_key and i.acked]
+    if not keyed:
+        return
+    intent = keyed[job % len(keyed)]
+    body: dict[str, Any] = {"payloadInline": base64.b64encode(intent.inline or b"").decode()}
+    if intent.blobs:
+        body["blobs"] = intent.blobs
+    r = _no_5xx(
+        m,
+        "enqueue again",
+        m.cp.enqueue(
+            body=body, headers={"Idempotency-Key": intent.idem_key or ""}, queue=intent.queue
+        ),
+    )
+    if r.status in (200, 201) and r.json["job_id"] != intent.job_id:
+        m.violation(
+            "idempotency",
+            f"Idempotency-Key {intent.idem_key} answered job {r.json['job_id']}, "
+            f"not {intent.job_id}",
+        )
+
+
+def _upload_parts(
+    m: Model, cp: ControlPlane, presigned: dict, data: bytes, *, role: str, lease: str | None = None
+) -> bool:
+    mp = presigned["multipart"]
+    size = mp["part_bytes"]
+    chunks = [data[i : i + size] for i in range(0, len(data), size)]
+    body: dict[str, Any] = {
+        "job_id": presigned["job_id"],
+        "parts": [
+            {"number": n, "size": len(c), "sha256": sha256_hex(c)} for n, c in enumerate(chunks, 1)
+        ],
+    }
+    if role == "daemon":
+        body["kind"] = "result"
+        body["lease"] = lease
+    r = _no_5xx(
+        m,
+        "parts",
+        cp.call(
+            "payloads",
+            "POST",
+            "/v1/namespaces/{ns}/payloads/parts",
+            {"ns": cp.ns},
+            role=role,
+            body=body,
+        ),
+    )
+    if r.status != 200:
+        if role == "client":
+            m.violation("refused", f"parts of a fresh upload answered {r.status}")
+        return False
+    for url, chunk in zip(r.json["parts"], chunks, strict=True):
+        if _put(url, chunk) != 200:
+            m.violation("refused", "a part upload to its presigned URL was refused")
+            return False
+    return True
+
+
+def cancel_job(m: Model, job: int) -> None:
+    jobs = m.jobs()
+    if jobs:
+        _no_5xx(m, "cancel", cancel(m.cp, jobs[job % len(jobs)].job_id or ""))
+
+
+def retry(m: Model, job: int) -> None:
+    jobs = m.jobs()
+    if jobs:
+        jid = jobs[job % len(jobs)].job_id
+        _no_5xx(
+            m,
+            "retry",
+            m.cp.call(
+                "jobs",
+                "POST",
+                "/v1/namespaces/{ns}/jobs/{job_id}/retry",
+                {"ns": m.namespace, "job_id": jid},
+            ),
+        )
+
+
+def status(m: Model, job: int) -> None:
+    jobs = m.jobs()
+    if jobs:
+        _no_5xx(m, "status", m.cp.status(jobs[job % len(jobs)].job_id))
+
+
+def create_blob(m: Model, label: str) -> None:
+    data = _bytes_of(label, 1024)
+    sha = sha256_hex(data)
+    r = _no_5xx(m, "blob", m.cp.blob(sha, len(data)))
+    if r.status != 200:
+        m.violation("refused", f"blob create answered {r.status}")
+        return
+    if not r.json["exists"]:
+        if _put(r.json["upload"], data) != 200:
+            m.violation("refused", "blob upload refused")
+            return
+        r = _no_5xx(m, "blob again", m.cp.blob(sha, len(data)))
+        if r.status != 200 or not r.json["exists"]:
+            m.violation("refused", f"blob verify answered {r.status}: {r.raw_body[:200]}")
+            return
+    if sha not in m.blobs:
+        m.blobs.append(sha)
+        m.blob_data[sha] = data
+
+
+# -- operator ----------------------------------------------------------------------------------
+
+
+def purge(m: Model, queue: str) -> None:
+    _no_5xx(
+        m,
+        "purge",
+        m.cp.call(
+            "jobs",
+            "POST",
+            "/v1/namespaces/{ns}/queues/{queue}/purge",
+            {"ns": m.namespace, "queue": queue},
+        ),
+    )
+
+
+def redrive(m: Model, queue: str, cancelled: bool) -> None:
+    states = ["failed", "payload_lost", "payload_corrupt"] + (["cancelled"] if cancelled else [])
+    _no_5xx(
+        m,
+        "redrive",
+        m.cp.call(
+            "jobs",
+            "POST",
+            "/v1/namespaces/{ns}/queues/{queue}/redrive",
+            {"ns": m.namespace, "queue": queue},
+            body={"states": states},
+        ),
+    )
+
+
+# -- daemons -----------------------------------------------------------------------------------
+
+
+def poll(m: Model, daemon: str, queues: list[str], max_jobs: int | None) -> None:
+    body: dict[str, Any] = {
+        "namespace": m.namespace,
+        "queues": queues,
+        "wait_s": 0,
+        "daemon_id": daemon,
+    }
+    if max_jobs:
+        body["max_jobs"] = max_jobs
+    r = _no_5xx(m, "poll", m.cp.call("daemon", "POST", "/v1/daemon/poll", role="daemon", body=body))
+    if r.status != 200:
+        return
+    deliveries = r.json.get("jobs", [r.json])
+    for d in deliveries:
+        m.held[daemon].append(Held(d["job_id"], d["lease"], d["attempt"], daemon))
+        _check_delivery(m, d)
+
+
+def _check_delivery(m: Model, d: dict) -> None:
+    """A job runs with its own arguments and its full blob list."""
+    job_id = d["job_id"]
+    intent = m.intent(job_id)
+    if intent is None and d.get("payloadInline"):
+        label = base64.b64decode(d["payloadInline"]).decode(errors="replace")
+        intent = m.by_label.get(label.removeprefix("inline:"))
+        if intent is not None and intent.job_id is None:
+            intent.job_id = job_id
+    if intent is None:
+        m.violation("phantom", f"delivered job {job_id} was never enqueued")
+        return
+    got = sorted(b["sha256"] for b in d.get("blobs") or [])
+    if got != sorted(intent.blobs):
+        m.violation(
+            "blob_list",
+            f"job {job_id} ({intent.tier}, enqueued with {len(intent.blobs)} blobs) delivered "
+            f"(attempt {d['attempt']}) with {len(got)}",
+        )
+    if intent.tier == "inline":
+        got_args = base64.b64decode(d.get("payloadInline") or "")
+        if got_args != intent.inline:
+            m.violation("arguments", f"inline job {job_id} delivered with other arguments")
+    elif not (d.get("payloadRef") or {}).get("key", "").endswith(f"{job_id}/args"):
+        m.violation("arguments", f"S3 job {job_id} delivered without its args key: {d}")
+
+
+def _held(m: Model, daemon: str, hold: int, *, keep: bool) -> Held | None:
+    held = m.held[daemon]
+    if not held:
+        return None
+    h = held[hold % len(held)]
+    if not keep:
+        held.remove(h)
+    return h
+
+
+def _current_lease_refused(m: Model, h: Held, what: str, r: Reply) -> None:
+    """A refusal is a violation when the job still says this delivery holds it."""
+    if r.status < 400 or r.status >= 500:
+        return
+    from payloadstore_controlplane.store import keys
+
+    with unhooked():
+        f = m.redis.hmget(keys.job(h.job_id), ["s", "lt"])
+    if f[0] == b"running" and f[1] == h.lease.encode():
+        m.violation(
+            "lease_holder_refused",
+            f"{what} by the current delivery (attempt {h.attempt}, {h.daemon}) of job "
+            f"{h.job_id} answered {r.status}: {r.raw_body[:240]}",
+        )
+
+
+def beat(m: Model, daemon: str, hold: int) -> None:
+    h = _held(m, daemon, hold, keep=True)
+    if h is None:
+        return
+    r = _no_5xx(m, "heartbeat", heartbeat(m.cp, h.job_id, {"lease": h.lease}))
+    _current_lease_refused(m, h, "heartbeat", r)
+    if r.status == 409 and h in m.held[daemon]:
+        m.held[daemon].remove(h)
+
+
+def finish(m: Model, daemon: str, hold: int, how: str, next: int = 0) -> None:
+    """The held delivery ends: inline | s3 | multipart result, error, payload_lost,
+    cancelled (the error type a daemon posts after a cancel request). `next` > 0: the post asks
+    for that many next deliveries (result-and-next), which the daemon then holds."""
+    h = _held(m, daemon, hold, keep=False)
+    if h is None:
+        return
+    cp = m.cp
+    body: dict[str, Any] = {"lease": h.lease}
+    if how in ("s3", "multipart"):
+        data = _bytes_of(f"result-{h.job_id}-{h.attempt}", 1024 if how == "s3" else MULTIPART_SIZE)
+        if how == "s3":
+            r = _no_5xx(
+                m,
+                "result presign",
+                cp.presign_put(
+                    len(data),
+                    role="daemon",
+                    job_id=h.job_id,
+                    sha256=sha256_hex(data),
+                    lease=h.lease,
+                ),
+            )
+        else:
+            r = _no_5xx(
+                m,
+                "result presign",
+                cp.presign_put(
+                    len(data), role="daemon", job_id=h.job_id, sha256=None, lease=h.lease
+                ),
+            )
+        _current_lease_refused(m, h, "result presign", r)
+        if r.status != 200:
+            return
+        if how == "s3":
+            if _put(r.json, data) != 200:
+                m.violation("refused", "result upload refused")
+                return
+        else:
+            r2 = _upload_parts_daemon(m, cp, r.json, data, h)
+            if not r2:
+                return
+        body["resultRef"] = {"bucket": r.json["bucket"], "key": r.json["key"], "size": len(data)}
+    elif how == "inline":
+        body["resultInline"] = base64.b64encode(b"ok").decode()
+    elif how in ("error", "cancelled"):
+        body["error"] = {
+            "type": "Cancelled" if how == "cancelled" else "ValueError",
+            "message": "explorer",
+        }
+    ask = {"queues": ["q1"], "max_jobs": next, "wait_s": 0, "daemon_id": daemon} if next else None
+    if how == "payload_lost":
+        report: dict[str, Any] = {"lease": h.lease, "state": "payload_lost", "detail": "explorer"}
+        if ask:
+            report["next"] = ask
+        r = _no_5xx(m, "payload_lost", cp.report(h.job_id, report))
+        _current_lease_refused(m, h, "payload_lost report", r)
+    else:
+        if ask:
+            body["next"] = ask
+        r = _no_5xx(m, f"result {how}", cp.post_result(h.job_id, body))
+        _current_lease_refused(m, h, f"result post ({how})", r)
+        if r.status in (200, 204) and how in ("inline", "s3", "multipart"):
+            m.succeeded.add(h.job_id)
+    if r.status == 200 and ask:
+        for d in r.json["jobs"]:
+            m.held[daemon].append(Held(d["job_id"], d["lease"], d["attempt"], daemon))
+            _check_delivery(m, d)
+
+
+def _upload_parts_daemon(m: Model, cp: ControlPlane, presigned: dict, data: bytes, h: Held) -> bool:
+    mp = presigned["multipart"]
+    size = mp["part_bytes"]
+    chunks = [data[i : i + size] for i in range(0, len(data), size)]
+    r = _no_5xx(
+        m,
+        "result parts",
+        cp.call(
+            "payloads",
+            "POST",
+            "/v1/namespaces/{ns}/payloads/parts",
+            {"ns": cp.ns},
+            role="daemon",
+            body={
+                "job_id": h.job_id,
+                "kind": "result",
+                "lease": h.lease,
+                "parts": [
+                    {"number": n, "size": len(c), "sha256": sha256_hex(c)}
+                    for n, c in enumerate(chunks, 1)
+                ],
+            },
+        ),
+    )
+    _current_lease_refused(m, h, "result parts", r)
+    if r.status != 200:
+        return False
+    for url, chunk in zip(r.json["parts"], chunks, strict=True):
+        if _put(url, chunk) != 200:
+            m.violation("refused", "a result part upload was refused")
+            return False
+    return True
+
+
+def forget(m: Model, daemon: str, hold: int) -> None:
+    """The daemon dies with the delivery (its lease will lapse)."""
+    _held(m, daemon, hold, keep=False)
+
+
+# -- the catalogue -----------------------------------------------------------------------------
+
+# name -> (actor kind, function); parameters are the decision's keyword arguments.
+OPERATIONS: dict[str, Callable[..., None]] = {
+    "enqueue": enqueue,
+    "enqueue_again": enqueue_again,
+    "cancel": cancel_job,
+    "retry": retry,
+    "status": status,
+    "blob": create_blob,
+    "purge": purge,
+    "redrive": redrive,
+    "poll": poll,
+    "heartbeat": beat,
+    "finish": finish,
+    "forget": forget,
+}
+
+
+def describe(name: str, params: dict) -> str:
+    return f"{name}({', '.join(f'{k}={json.dumps(v)}' for k, v in params.items())})"
