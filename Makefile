@@ -29,7 +29,7 @@ help:
 	@echo "make docs    build the docs (mkdocs, strict) into site/"
 	@echo "make reliability  a Redis failover on a local cluster, then 2,000 jobs under faults; a ledger checks each; then the race explorer"
 	@echo "make races [SEED=7] [STEPS=20000]  the race explorer, longer: single node, then a local cluster"
-	@echo "make smoke ENDPOINT=https://... TOKEN=<client token> DAEMON_TOKEN=<daemon token> [NAMESPACE=dev]"
+	@echo "make smoke  every S3 path once, on the local stack, or [ENDPOINT=https://... TOKEN=<client token> DAEMON_TOKEN=<daemon token> NAMESPACE=dev]"
 	@echo "make synth  [STAGE=dev] [CDK_ARGS=...]  npx cdk synth (installs only CDK: payloadstore[infra], aws-cdk)"
 	@echo "make deploy [STAGE=dev] [CDK_ARGS=...]  reserved-concurrency preflight, then npx cdk deploy PayloadStore-<STAGE> (AWS credentials needed)"
 	@echo "             after either, npx cdk ... works directly (the venv has aws_cdk)"
@@ -84,13 +84,16 @@ dev: $(VENV)/.installed-stack redis
 demo: $(VENV)/.installed-stack redis
 	$(PY) -m payloadstore.devstack.demo
 
-smoke: $(VENV)/.installed-stack
-	@test -n "$(ENDPOINT)" -a -n "$(TOKEN)" -a -n "$(DAEMON_TOKEN)" || { \
-	  echo "usage: make smoke ENDPOINT=https://<api>/<stage> TOKEN=<client token> DAEMON_TOKEN=<daemon token> [NAMESPACE=dev]" >&2; exit 2; }
-	@echo "smoke test of $(ENDPOINT) (namespace $(NAMESPACE))"
+# Every S3 path once (payloadstore/devstack/smoke.py): against a deployed stack with ENDPOINT and
+# its tokens, else against the local stack `make dev` runs (or one of its own). One line per
+# path, then `smoke: N passed, N failed`; SMOKE_ARGS="--only inline,retry" narrows it.
+SMOKE_ARGS ?=
+smoke: $(VENV)/.installed-stack $(if $(ENDPOINT),,redis)
+	@test -z "$(ENDPOINT)" -o \( -n "$(TOKEN)" -a -n "$(DAEMON_TOKEN)" \) || { \
+	  echo "usage: make smoke [ENDPOINT=https://<api>/<stage> TOKEN=<client token> DAEMON_TOKEN=<daemon token>] [NAMESPACE=dev]" >&2; exit 2; }
 	@# Tokens go through the environment: not echoed by make, not visible in `ps`.
 	@PAYLOADSTORE_SMOKE_TOKEN="$(TOKEN)" PAYLOADSTORE_SMOKE_DAEMON_TOKEN="$(DAEMON_TOKEN)" \
-	  $(PY) -m payloadstore.devstack.demo --endpoint "$(ENDPOINT)" --namespace "$(NAMESPACE)"
+	  $(PY) -m payloadstore.devstack.smoke $(if $(ENDPOINT),--endpoint "$(ENDPOINT)") --namespace "$(NAMESPACE)" $(SMOKE_ARGS)
 
 test: $(VENV)/.installed-test node redis chromium
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -102,7 +105,7 @@ RELIABILITY_ARGS ?=
 reliability: venv redis
 	$(PY) -m tests.reliability.failover $(FAILOVER_ARGS)
 	$(PY) -m tests.reliability.run $(RELIABILITY_ARGS)
-	$(PY) -m tests.races --topology both --time-s $(RACES_TIME_S) --steps 1000000 $(RACES_ARGS)
+	$(PY) -m tests.races --topology both --time-s $(RACES_TIME_S) --steps 1000000 --shrink-s 60 $(RACES_ARGS)
 
 # Issue 33: the race explorer (tests/races/, RELIABILITY.md "The race explorer"): clients, daemons
 # and an operator interleaved step by step on the real handlers, single node then a local

@@ -232,10 +232,14 @@ class BlobStore:
         retry: RetryPolicy,
         cache: Any = None,
         sleep: Any = time.sleep,
+        config: Any = None,
     ):
         self.wire = wire
         self.s3_http = s3_http
         self.retry = retry
+        # () -> the server's config (or None: not known yet): CRC64NVME uploads in parts where
+        # the server takes them (`checksum_algorithms`), else SHA256 as before.
+        self._config = config
         self._cache = cache
         self._sleep = sleep
         # sha256 -> wall-clock time until which the namespace is known to have it
@@ -356,16 +360,19 @@ class BlobStore:
             return
         if size < 1 or size > MAX_BLOB_BYTES:
             raise ConfigError(f"a blob is 1 byte to 5 GiB; this one is {size} bytes")
-        answer = self._ask(sha, size)
+        algorithm = "CRC64NVME" if self._crc64nvme() else None
+        answer = self._ask(sha, size, algorithm)
         for _ in range(self.retry.max_attempts):
             if answer.get("exists"):
                 break
+            crc = None
             if answer.get("multipart"):
-                self._upload_parts(answer["multipart"], local, size, sha)
+                crc = self._upload_parts(answer["multipart"], local, size, sha)
             else:
                 self._upload(answer["upload"], local, size, sha)
-            # (after parts: the control plane completes the upload and verifies it)
-            answer = self.wire.blob(sha, size)
+            # (after parts: the control plane completes the upload and verifies it; a
+            # CRC64NVME upload with the whole blob's CRC, which S3 checks)
+            answer = self.wire.blob(sha, size, crc64nvme=crc) if crc else self.wire.blob(sha, size)
         if not answer.get("exists"):
             raise ServiceUnavailable(f"blob {sha} was uploaded but not verified; retry")
         now = self._clock()
@@ -373,11 +380,17 @@ class BlobStore:
         with self._lock:
             self._known[sha] = until
 
-    def _ask(self, sha: str, size: int) -> dict:
+    def _crc64nvme(self) -> bool:
+        config = self._config() if self._config is not None else None
+        return bool(config is not None and getattr(config, "crc64nvme", False))
+
+    def _ask(self, sha: str, size: int, algorithm: str | None = None) -> dict:
         """The first POST .../blobs. Another uploader's multipart upload of the same content may
         be open and missing parts (in progress, or its uploader crashed): the 409 parts_mismatch
         names the upload, and this one uploads every part itself (same content, same parts)."""
         try:
+            if algorithm:
+                return self.wire.blob(sha, size, checksum_algorithm=algorithm)
             return self.wire.blob(sha, size)
         except ConflictError as e:
             multipart = e.details.get("multipart")
@@ -386,27 +399,34 @@ class BlobStore:
             log.info("blob upload open elsewhere, uploading its parts sha256=%s", sha[:16])
             return {"exists": False, "multipart": multipart}
 
-    def _upload_parts(self, multipart: dict, local: Path | bytes, size: int, sha: str) -> None:
+    def _upload_parts(
+        self, multipart: dict, local: Path | bytes, size: int, sha: str
+    ) -> str | None:
         """Every part of the blob's multipart upload, several at once (the payloads' code); a
-        file is read by part, so memory stays a few parts whatever its size."""
+        file is read by part, so memory stays a few parts whatever its size. A CRC64NVME upload
+        (FULL_OBJECT: its first part URLs came with the answer) answers the whole blob's CRC."""
         from ._multipart import FileParts, upload_parts
 
         def ask(parts: list[dict]) -> dict:
             return self.wire.blob_parts(sha, parts)
 
+        crc = multipart.get("checksum_type") == "FULL_OBJECT"
         common: dict[str, Any] = {
             "ask_parts": ask,
             "retry": self.retry,
             "progress": False,
             "sleep": self._sleep,
             "desc": "blob",
+            "algorithm": "CRC64NVME" if crc else "SHA256",
         }
         if isinstance(local, bytes):
-            upload_parts(self.s3_http, multipart, [local], size, **common)
+            checksum = upload_parts(self.s3_http, multipart, [local], size, **common)
         else:
             parts = FileParts(local)
             try:
-                upload_parts(self.s3_http, multipart, (), size, read_part=parts.read, **common)
+                checksum = upload_parts(
+                    self.s3_http, multipart, (), size, read_part=parts.read, **common
+                )
             finally:
                 parts.close()
         with self._lock:
@@ -418,6 +438,7 @@ class BlobStore:
             size,
             multipart.get("part_count"),
         )
+        return checksum if crc else None
 
     def _upload(self, grant: dict, local: Path | bytes, size: int, sha: str) -> None:
         """One streamed PUT with exactly the signed headers; a failed attempt is sent again

@@ -230,6 +230,8 @@ class AsyncClient:
                 _OnLoop(self.wire, asyncio.get_running_loop()),
                 self.s3_http,
                 retry=self.retry,
+                # (the config once fetched: blobs in parts are CRC64NVME uploads then)
+                config=lambda: self._config,
             )
         return self._blobs
 

@@ -430,7 +430,7 @@ def namespace_policy(
         if isinstance(store, LambdaTokenAdmin):
             policy = store.policy(ns, changes)
         elif changes:
-            policy = store.set_policy(ns, **changes, **_kms_keys(settings)).as_dict()
+            policy = store.set_policy(ns, **changes, **_kms_keys(settings, ssm_endpoint)).as_dict()
         else:
             policy = store.read_policy(ns).as_dict()
     except PayloadStoreError as e:
@@ -440,17 +440,16 @@ def namespace_policy(
     click.echo(json.dumps(policy))
 
 
-def _kms_keys(settings: Settings) -> dict:
+def _kms_keys(settings: Settings, ssm_endpoint: str | None) -> dict:
     """The stack's key and the other granted keys a policy may name, for a store written here:
     KMS_KEY_ARN / KMS_KEY_ARNS (as the deployed functions have them), else the local stack's
-    key when its state file is found."""
+    key when the store is the local stack's (its state file found, or an endpoint given)."""
     stack_key = os.environ.get("KMS_KEY_ARN") or None
-    if stack_key is None:
-        found = settings.devstack_file()
-        if found is not None and found.exists():
-            from .devstack.s3_emulator import LOCAL_KMS_KEY_ARN
+    found = settings.devstack_file()
+    if stack_key is None and (ssm_endpoint or (found is not None and found.exists())):
+        from .devstack.s3_emulator import LOCAL_KMS_KEY_ARN
 
-            stack_key = LOCAL_KMS_KEY_ARN
+        stack_key = LOCAL_KMS_KEY_ARN
     granted = tuple(k.strip() for k in os.environ.get("KMS_KEY_ARNS", "").split(",") if k.strip())
     return {"stack_key_arn": stack_key, "granted_keys": granted}
 

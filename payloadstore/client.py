@@ -196,7 +196,9 @@ class Client:
             sleep=sleep,
         )
         #: blobs: uploads (once per namespace), presigned GETs handed out, the host's cache
-        self.blobs = BlobStore(self.wire, self.s3_http, retry=self.retry, sleep=sleep)
+        self.blobs = BlobStore(
+            self.wire, self.s3_http, retry=self.retry, sleep=sleep, config=lambda: self.config
+        )
         self._config: ServerConfig | None = None
         self._config_lock = threading.Lock()
 

@@ -94,16 +94,18 @@ from datetime import UTC, datetime, timedelta
 from urllib.parse import parse_qs, quote
 from xml.etree import ElementTree
 
+from payloadstore_controlplane.models.policy import LOCAL_KMS_KEY_ARN
+
 # The credentials the local stack hands its handlers (services.local_aws_env); more pairs may be
 # given as PAYLOADSTORE_S3_CREDENTIALS="KEYID:SECRET,KEYID2:SECRET2".
 LOCAL_ACCESS_KEY_ID = "local"
 LOCAL_SECRET_ACCESS_KEY = "local-secret"
 MAX_EXPIRES_S = 7 * 24 * 3600
 AUTH_PARAMS = ("X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-SignedHeaders")
-# The local stack's own KMS key (kms_key `stack`): moto stores the ARN it is given and checks no
-# key; the emulator's KMS grants judge who may use it (PAYLOADSTORE_KMS_KEYS lists the keys the
-# functions are granted on, comma-separated; default this one).
-LOCAL_KMS_KEY_ARN = "arn:aws:kms:us-east-1:000000000000:key/0a11ce00-5eed-4c0d-8e15-10ca1570ca1a"
+# The local stack's own KMS key (kms_key `stack`, models/policy.py LOCAL_KMS_KEY_ARN): moto stores
+# the ARN it is given and checks no key; the emulator's KMS grants judge who may use it
+# (PAYLOADSTORE_KMS_KEYS lists the keys the functions are granted on, comma-separated; default
+# that one).
 KMS_KEYS_ENV = "PAYLOADSTORE_KMS_KEYS"
 # Each function's local keys: `local-<group>` / `local-<group>-secret`.
 FUNCTION_KEY_PREFIX = "local-"

@@ -44,6 +44,7 @@ SWARM_KEYS = (
     "retry",
     "purge",
     "redrive",
+    "policy",
     "status",
     "inline",
     "s3",
@@ -54,6 +55,7 @@ SWARM_KEYS = (
     "finish-error",
     "finish-payload_lost",
     "finish-cancelled",
+    "next",
 )
 
 
@@ -243,6 +245,10 @@ class Runner:
                 out.violation, out.at = v, len(out.decisions) - 1
                 self.abandon()
                 return out
+        assert self.snap is not None
+        found = invariants.s3_after_run(self.world, self.model, self.snap)
+        if found:
+            out.violation, out.at = found[0], len(out.decisions) - 1
         return out
 
     def abandon(self) -> None:
@@ -310,6 +316,7 @@ class Runner:
             "retry": 2.0 if njobs else 0.0,
             "purge": 0.7,
             "redrive": 0.6,
+            "policy": 0.3,
             "status": 0.2 if njobs else 0.0,
             "blob": 0.1,
         }
@@ -363,6 +370,11 @@ class Runner:
             return name, {"label": f"b{self.serial}"}
         if name == "purge":
             return name, {"queue": queue}
+        if name == "policy":
+            return name, {
+                "inline": rng.choice(["allowed", "allowed", "never"]),
+                "retention": rng.choice(["1d", "2d", "7d"]),
+            }
         if name == "redrive":
             return name, {"queue": queue, "cancelled": rng.random() < 0.5}
         raise AssertionError(name)

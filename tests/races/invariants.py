@@ -223,3 +223,38 @@ def check(snap: Snapshot, prev: dict[str, str | None], model: Model, busy: set[s
 
 def states(snap: Snapshot) -> dict[str, str | None]:
     return {j: snap.state(j) for j in set(snap.jobs) | set(snap.inline_index)}
+
+
+def s3_after_run(world, model: Model, snap: Snapshot) -> list[Violation]:
+    """Once a run has drained (no operation in flight), what S3 must still hold: the result
+    object of every result post answered 204/200, the args object of every queued or running
+    S3-tier job, and every blob such a job references."""
+    from botocore.exceptions import ClientError
+
+    from tests.races.world import BUCKET
+
+    def exists(key: str) -> bool:
+        try:
+            world.s3.head_object(Bucket=BUCKET, Key=key)
+            return True
+        except ClientError:
+            return False
+
+    out: list[Violation] = []
+    for job_id in sorted(model.succeeded):
+        r = model.cp.result(job_id)
+        ref = (r.json or {}).get("resultRef") if r.status == 200 else None
+        if ref and not exists(ref["key"]):
+            out.append(("acked_result_object_missing", f"job {job_id}: {ref['key']} is gone"))
+    for intent in model.jobs():
+        if snap.state(intent.job_id or "") not in ("queued", "running"):
+            continue
+        if intent.tier != "inline":
+            r = model.cp.status(intent.job_id)
+            ref = (r.json or {}).get("payloadRef") if r.status == 200 else None
+            if ref and not exists(ref["key"]):
+                out.append(("args_object_gone", f"job {intent.job_id}: {ref['key']} is gone"))
+        for sha in intent.blobs:
+            if not exists(f"blobs/{model.namespace}/{sha}"):
+                out.append(("blob_object_gone", f"job {intent.job_id}: blob {sha[:12]}… is gone"))
+    return out

@@ -164,7 +164,7 @@ def enqueue(
     if r.status in (200, 201):
         intent.job_id = r.json["job_id"]
         intent.acked = True
-    elif r.status < 500:
+    elif r.status < 500 and not _policy_refusal(r):
         m.violation("refused", f"enqueue {tier} answered {r.status}: {r.raw_body[:200]}")
 
 
@@ -309,6 +309,25 @@ def redrive(m: Model, queue: str, cancelled: bool) -> None:
     )
 
 
+def policy(m: Model, inline: str, retention: str) -> None:
+    """The operator sets the namespace's policy (the admin function's set_policy): inline
+    payloads and results allowed or never, and the retention tag every upload is signed with."""
+    from payloadstore_controlplane.handlers import admin
+    from tests.support.events import FakeLambdaContext
+
+    answer = admin.lambda_handler(
+        {
+            "action": "set_policy",
+            "namespace": m.namespace,
+            "inline": inline,
+            "retention": retention,
+        },
+        FakeLambdaContext(),
+    )
+    if "error" in answer:
+        m.violation("refused", f"set_policy answered {answer}")
+
+
 # -- daemons -----------------------------------------------------------------------------------
 
 
@@ -367,9 +386,15 @@ def _held(m: Model, daemon: str, hold: int, *, keep: bool) -> Held | None:
     return h
 
 
+def _policy_refusal(r: Reply) -> bool:
+    """A namespace policy changed under the call (docs/wire.md "Namespace policies"): inline
+    refused, or an object uploaded under the earlier policy. Nothing was written: not a race."""
+    return r.status == 409 and r.error.get("code") in ("inline_never", "policy_mismatch")
+
+
 def _current_lease_refused(m: Model, h: Held, what: str, r: Reply) -> None:
     """A refusal is a violation when the job still says this delivery holds it."""
-    if r.status < 400 or r.status >= 500:
+    if r.status < 400 or r.status >= 500 or _policy_refusal(r):
         return
     from payloadstore_controlplane.store import keys
 
@@ -514,6 +539,7 @@ OPERATIONS: dict[str, Callable[..., None]] = {
     "blob": create_blob,
     "purge": purge,
     "redrive": redrive,
+    "policy": policy,
     "poll": poll,
     "heartbeat": beat,
     "finish": finish,

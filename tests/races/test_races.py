@@ -8,6 +8,7 @@ then no invariant breaks at any step (RELIABILITY.md, "The race explorer")."""
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 
@@ -31,7 +32,8 @@ NOT_FIXED_YET: dict[str, str] = {
 @pytest.fixture(scope="module")
 def world():
     install_hooks()
-    with race_stack() as w:
+    # PAYLOADSTORE_REDIS=cluster (as for the rest of the suite): a local cluster of its own.
+    with race_stack(cluster=os.environ.get("PAYLOADSTORE_REDIS") == "cluster") as w:
         yield w
 
 

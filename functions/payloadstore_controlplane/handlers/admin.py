@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 
-from ..models.policy import PolicyError, parse_key_list
+from ..models.policy import PolicyError, parse_key_list, stack_key_arn
 from ..observability import lambda_entry, logger
 from ..store.tokens import TokenStoreError
 from .authorizer import token_store
@@ -51,7 +51,9 @@ def lambda_handler(event, context):
                 retention=event.get("retention"),
                 kms_key=event.get("kms_key"),
                 inline=event.get("inline"),
-                stack_key_arn=os.environ.get("KMS_KEY_ARN") or None,
+                stack_key_arn=stack_key_arn(
+                    os.environ.get("KMS_KEY_ARN"), os.environ.get("S3_ENDPOINT_URL")
+                ),
                 granted_keys=parse_key_list(os.environ.get("KMS_KEY_ARNS")),
             )
             logger.info("policy set", extra={"namespace": namespace, **policy.as_dict()})

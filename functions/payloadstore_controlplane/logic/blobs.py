@@ -28,6 +28,7 @@ from ..models.api import (
     BlobUpload,
     PartsRequest,
     PartsResponse,
+    PresignMultipart,
 )
 from ..models.errors import Conflict, NotFound, UnknownBlob
 from ..models.policy import RETENTION_DAYS, RETENTION_TAG
@@ -49,7 +50,7 @@ from .presign import (
     multipart_spec,
     sign_parts,
 )
-from .verify import PartsPlan, check_composite, complete_upload
+from .verify import PartsPlan, check_composite, check_full_object, complete_upload
 
 BLOB_PREFIX = "blobs/"
 BLOB_CONTENT_TYPE = "application/octet-stream"
@@ -94,7 +95,7 @@ def ensure_blob(p: Principal, req: BlobRequest, deps: Deps) -> BlobResponse:
     if upload is not None:
         return _continue_upload(p, req, upload, deps)
     info = deps.objects.head(key)
-    if info is not None and info.size == size and _is_the_blob(info.sha256_b64, sha):
+    if info is not None and info.size == size and _is_the_blob(info, sha):
         written = info.last_modified if info.last_modified is not None else now
         life = deps.settings.blob_lifetime(lifecycle_days_of(key, info, deps))
         ttl_s = life.record_ttl_s(written, now)
@@ -104,7 +105,7 @@ def ensure_blob(p: Principal, req: BlobRequest, deps: Deps) -> BlobResponse:
             logger.info("blob verified", extra={"sha256": sha, "size": size})
             return _exists(sha, size, key, now + ttl_s)
         logger.info("blob found too close to its expiry, upload again", extra={"sha256": sha})
-    return _upload(p, sha, size, now, deps)
+    return _upload(p, sha, size, now, deps, req.checksum_algorithm)
 
 
 def lifecycle_days_of(key: str, info: ObjectInfo, deps: Deps) -> int:
@@ -116,21 +117,27 @@ def lifecycle_days_of(key: str, info: ObjectInfo, deps: Deps) -> int:
     return RETENTION_DAYS.get(retention or "", max(RETENTION_DAYS.values()))
 
 
-def _is_the_blob(checksum: str | None, sha: str) -> bool:
+def _is_the_blob(info: ObjectInfo, sha: str) -> bool:
     """S3's checksum of an object at a blob's key is the blob's: its sha256 (a single PUT, or a
-    copy) or the COMPOSITE of a multipart upload (`<base64>-<parts>`), which only the CP
-    completes at that key after checking each part against the checksum it signed."""
-    return checksum == sha256_hex_to_b64(sha) or (checksum is not None and "-" in checksum)
+    copy), the COMPOSITE of a multipart upload (`<base64>-<parts>`), which only the CP
+    completes at that key after checking each part against the checksum it signed, or the
+    FULL_OBJECT CRC64NVME of one the CP completed with the uploader's CRC (no sha256 then)."""
+    checksum = info.sha256_b64
+    if checksum == sha256_hex_to_b64(sha) or (checksum is not None and "-" in checksum):
+        return True
+    return checksum is None and bool(info.crc64nvme_b64) and info.checksum_type == "FULL_OBJECT"
 
 
 def _exists(sha: str, size: int, key: str, expires: float) -> BlobResponse:
     return BlobResponse(sha256=sha, size=size, exists=True, key=key, expires_at=iso_utc(expires))
 
 
-def _upload(p: Principal, sha: str, size: int, now: float, deps: Deps) -> BlobResponse:
+def _upload(
+    p: Principal, sha: str, size: int, now: float, deps: Deps, algorithm: str | None = None
+) -> BlobResponse:
     key = blob_key(p.namespace, sha)
     if deps.settings.multipart(size):
-        return _open_upload(p, sha, size, deps)
+        return _open_upload(p, sha, size, deps, algorithm or "SHA256")
     signed = deps.objects.presign_put(
         key, size, BLOB_CONTENT_TYPE, sha, policy_headers=policy_headers(p.policy, deps)
     )
@@ -149,38 +156,44 @@ def _upload(p: Principal, sha: str, size: int, now: float, deps: Deps) -> BlobRe
     )
 
 
-def _open_upload(p: Principal, sha: str, size: int, deps: Deps) -> BlobResponse:
+def _open_upload(p: Principal, sha: str, size: int, deps: Deps, algorithm: str) -> BlobResponse:
     """Create the blob's multipart upload (an upload a concurrent caller opened first wins: its
     instructions are answered and ours is aborted)."""
     key = blob_key(p.namespace, sha)
     part_bytes = deps.settings.multipart_part_bytes_for(size)
     created = deps.objects.create_multipart(
-        key, BLOB_CONTENT_TYPE, policy_headers=policy_headers(p.policy, deps)
+        key, BLOB_CONTENT_TYPE, algorithm, policy_headers=policy_headers(p.policy, deps)
     )
-    upload_id, _, part_bytes = deps.jobs.open_blob_upload(
-        p.namespace, sha, created, size, part_bytes, BLOB_UPLOAD_TTL_S
+    upload_id, _, part_bytes, algorithm = deps.jobs.open_blob_upload(
+        p.namespace, sha, created, size, part_bytes, BLOB_UPLOAD_TTL_S, algorithm
     )
     if upload_id != created:
         deps.objects.abort_multipart(key, created)
     metrics_count("Presigns", op="multipart")
-    logger.info("blob multipart upload created", extra={"sha256": sha, "size": size})
-    return _multipart_answer(key, sha, size, upload_id, part_bytes, deps)
+    logger.info(
+        "blob multipart upload created",
+        extra={"sha256": sha, "size": size, "checksum": algorithm},
+    )
+    return _multipart_answer(key, sha, size, upload_id, part_bytes, algorithm, deps)
 
 
-def _blob_spec(key: str, upload_id: str, size: int, part_bytes: int, deps: Deps):
-    """A blob's upload in parts: SHA256 (COMPOSITE), each part's sha256 signed into its URL."""
-    return multipart_spec(key, upload_id, size, part_bytes, "SHA256", deps.clock(), deps)
+def _blob_spec(
+    key: str, upload_id: str, size: int, part_bytes: int, algorithm: str, deps: Deps
+) -> PresignMultipart:
+    """A blob's upload in parts: CRC64NVME (FULL_OBJECT), its first part URLs in the answer,
+    or SHA256 (COMPOSITE), each part's sha256 signed into its URL by a parts call."""
+    return multipart_spec(key, upload_id, size, part_bytes, algorithm, deps.clock(), deps)
 
 
 def _multipart_answer(
-    key: str, sha: str, size: int, upload_id: str, part_bytes: int, deps: Deps
+    key: str, sha: str, size: int, upload_id: str, part_bytes: int, algorithm: str, deps: Deps
 ) -> BlobResponse:
     return BlobResponse(
         sha256=sha,
         size=size,
         exists=False,
         key=key,
-        multipart=_blob_spec(key, upload_id, size, part_bytes, deps),
+        multipart=_blob_spec(key, upload_id, size, part_bytes, algorithm, deps),
     )
 
 
@@ -197,8 +210,13 @@ def _continue_upload(
             f"the blob {sha} is being uploaded with {upload.size} bytes, not {req.size}",
             reason="size_mismatch",
         )
-    if not upload.parts:
-        return _multipart_answer(key, sha, upload.size, upload.upload_id, upload.part_bytes, deps)
+    full_object = upload.algorithm == "CRC64NVME"
+    if (full_object and not req.crc64nvme) or (not full_object and not upload.parts):
+        # Nothing to complete yet (a CRC64NVME upload is completed with the whole blob's CRC,
+        # which only its uploader knows): the upload's instructions again.
+        return _multipart_answer(
+            key, sha, upload.size, upload.upload_id, upload.part_bytes, upload.algorithm, deps
+        )
     plan = PartsPlan(key, upload.size, upload.part_bytes)
     aborted: list[bool] = []
 
@@ -209,16 +227,21 @@ def _continue_upload(
     try:
         composite = complete_upload(
             plan,
-            MultipartUpload(upload_id=upload.upload_id, parts=upload.parts),
+            MultipartUpload(
+                upload_id=upload.upload_id, parts=upload.parts, algorithm=upload.algorithm
+            ),
             deps,
             forget=forget,
             log_extra={"sha256": sha},
+            crc64nvme=req.crc64nvme if full_object else None,
         )
     except Conflict as e:
         if not aborted:
             # Still open: whoever POSTed (the uploader missing a part, or another uploader of
             # the same content, e.g. after the first crashed) may upload the parts and POST again.
-            spec = _blob_spec(key, upload.upload_id, upload.size, upload.part_bytes, deps)
+            spec = _blob_spec(
+                key, upload.upload_id, upload.size, upload.part_bytes, upload.algorithm, deps
+            )
             e.details["multipart"] = spec.model_dump()
         raise
     info = deps.objects.head(key)
@@ -229,7 +252,10 @@ def _continue_upload(
             "blob not uploaded: its multipart upload is gone; POST again to start a new one",
             reason="not_uploaded",
         )
-    check_composite(info, plan, composite)
+    if full_object:
+        check_full_object(info, plan, req.crc64nvme or "")
+    else:
+        check_composite(info, plan, composite)
     # Written no earlier than this request began: its expiry counts from then.
     # (the upload was created with the namespace's retention tag: its class's rule expires it)
     life = deps.settings.blob_lifetime(p.policy.retention_days)
@@ -253,7 +279,7 @@ def presign_blob_parts(p: Principal, req: PartsRequest, deps: Deps) -> PartsResp
             f"the namespace has no multipart upload open for blob {sha}: POST .../blobs first"
         )
     check_part_sizes(req, upload.size, upload.part_bytes)
-    check_part_checksums(req, "SHA256")
+    check_part_checksums(req, upload.algorithm)
     outcome = deps.jobs.issue_blob_parts(
         p.namespace, sha, [(part.number, part.sha256) for part in req.parts]
     )

@@ -19,7 +19,7 @@ from .context import Deps, Principal
 
 def policy_headers(policy: NamespacePolicy, deps: Deps) -> dict[str, str]:
     """The retention tag and SSE headers an upload of this namespace signs in."""
-    return upload_headers(policy, deps.settings.kms_key_arn)
+    return upload_headers(policy, deps.settings.stack_kms_key)
 
 
 def refuse_inline_never(p: Principal, what: str) -> None:
@@ -37,7 +37,7 @@ def check_object_policy(key: str, info: ObjectInfo, policy: NamespacePolicy, dep
 
     The encryption comes with the HEAD; the tag's value takes a GetObjectTagging (HEAD only
     answers how many tags there are), skipped when HEAD says there are none."""
-    expected_key = resolve_kms_key(policy, deps.settings.kms_key_arn)
+    expected_key = resolve_kms_key(policy, deps.settings.stack_kms_key)
     if expected_key is not None:
         if info.sse != SSE_KMS or not _same_key(info.kms_key, expected_key):
             _mismatch(

@@ -32,6 +32,11 @@ RETENTION_TAG = "payloadstore-retention"
 # The prefix of each class's lifecycle rule id: `expire-retention-7d`.
 RETENTION_RULE_PREFIX = "expire-retention-"
 
+# The local stack's stand-in for the stack's own key (the S3 emulator stores the ARN it is given
+# and judges who may use it by its KMS grants): the key `stack` means when KMS_KEY_ARN is unset
+# and the control plane talks to a local S3 emulator (S3_ENDPOINT_URL). Never used on AWS.
+LOCAL_KMS_KEY_ARN = "arn:aws:kms:us-east-1:000000000000:key/0a11ce00-5eed-4c0d-8e15-10ca1570ca1a"
+
 KMS_NONE = "none"
 KMS_STACK = "stack"
 KMS_KEY_ARN_RE = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[A-Za-z0-9-]{1,128}$")
@@ -111,6 +116,14 @@ class NamespacePolicy:
     def from_stored(cls, value: dict) -> NamespacePolicy:
         """The policy as stored (SSM), defaults for missing or unknown fields."""
         return cls.from_context({f"policy_{k}": v for k, v in value.items()})
+
+
+def stack_key_arn(configured: str | None, s3_endpoint_url: str | None) -> str | None:
+    """The stack's own key: KMS_KEY_ARN, else the local stack's stand-in when S3 is a local
+    emulator, else none (kms_key `stack` is then refused)."""
+    if configured:
+        return configured
+    return LOCAL_KMS_KEY_ARN if s3_endpoint_url else None
 
 
 def resolve_kms_key(policy: NamespacePolicy, stack_key_arn: str | None) -> str | None:

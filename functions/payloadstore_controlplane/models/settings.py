@@ -124,6 +124,13 @@ class Settings(BaseModel):
     consume_result_grace_s: int = Field(300, ge=0, le=86_400)
 
     @property
+    def stack_kms_key(self) -> str | None:
+        """The stack's own key (KMS_KEY_ARN; on a local S3 emulator, its stand-in)."""
+        from .policy import stack_key_arn
+
+        return stack_key_arn(self.kms_key_arn, self.s3_endpoint_url)
+
+    @property
     def granted_kms_keys(self) -> tuple[str, ...]:
         from .policy import parse_key_list
 

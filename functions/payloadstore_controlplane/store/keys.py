@@ -124,8 +124,9 @@ def blob_needs(namespace: str) -> str:
 
 def blob_upload(namespace: str, sha256_hex: str) -> bytes:
     """HASH of a blob's multipart upload in progress (a blob above MULTIPART_THRESHOLD): `u` the
-    S3 upload id, `z` the blob's size, `b` its part size, and one field per issued part number holding the sha256 (32 raw bytes) signed into
-    its URL. Deleted when the upload is completed and the blob recorded; it expires after a day
+    S3 upload id, `z` the blob's size, `b` its part size, `k` = 'c' for a CRC64NVME (FULL_OBJECT)
+    upload, and one field per issued part number holding the sha256 (32 raw bytes) signed into
+    its URL (empty for a CRC64NVME upload's part). Deleted when the upload is completed and the blob recorded; it expires after a day
     (the bucket's lifecycle aborts an incomplete upload then). In the namespace's slot, beside
     the blob's record."""
     return f"{PREFIX}:{{ns:{namespace}}}:bu:".encode() + bytes.fromhex(sha256_hex)

@@ -105,13 +105,24 @@ class BlobSteps(StoreBase):
     # -- multipart ---------------------------------------------------------------------------
 
     def open_blob_upload(
-        self, namespace: str, sha256: str, upload_id: str, size: int, part_bytes: int, ttl_s: int
-    ) -> tuple[str, int, int]:
-        """Remember the multipart upload created for a blob: (upload id, size, part size) of the
-        upload to use (an upload another caller opened first wins)."""
+        self,
+        namespace: str,
+        sha256: str,
+        upload_id: str,
+        size: int,
+        part_bytes: int,
+        ttl_s: int,
+        algorithm: str = "SHA256",
+    ) -> tuple[str, int, int, str]:
+        """Remember the multipart upload created for a blob: (upload id, size, part size,
+        checksum algorithm) of the upload to use (an upload another caller opened first wins)."""
         key = cast(str, keys.blob_upload(namespace, sha256))
-        reply = decoded(self._run("blobs_upload", [key], [upload_id, size, part_bytes, ttl_s]))
-        return reply[0], int(reply[1]), int(reply[2])
+        flag = "c" if algorithm == "CRC64NVME" else ""
+        reply = decoded(
+            self._run("blobs_upload", [key], [upload_id, size, part_bytes, ttl_s, flag])
+        )
+        kind = "CRC64NVME" if len(reply) > 3 and reply[3] == "c" else "SHA256"
+        return reply[0], int(reply[1]), int(reply[2]), kind
 
     def blob_upload(self, namespace: str, sha256: str) -> BlobUploadRecord | None:
         """The blob's multipart upload in progress, or None."""
@@ -121,11 +132,13 @@ class BlobSteps(StoreBase):
         if not upload:
             return None
         size, part_bytes = int(fields.pop("z", 0)), int(fields.pop("b", 0))
+        algorithm = "CRC64NVME" if fields.pop("k", None) == b"c" else "SHA256"
         return BlobUploadRecord(
             upload_id=text(upload),
             size=size,
             part_bytes=part_bytes,
             parts={int(n): bytes(v) for n, v in fields.items()},
+            algorithm=algorithm,
         )
 
     def issue_blob_parts(
@@ -134,7 +147,7 @@ class BlobSteps(StoreBase):
         """Record (part number, hex sha256) of a blob's parts about to be presigned."""
         flat: list[Any] = []
         for number, sha in parts:
-            flat += [number, sha_raw(sha)]
+            flat += [number, sha_raw(sha) or b""]
         key = cast(str, keys.blob_upload(namespace, sha256))
         reply = decoded(self._run("blobs_parts", [key], flat))
         match reply[0]:
