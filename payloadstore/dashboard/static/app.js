@@ -222,12 +222,12 @@
     const sum = (xs) => xs.reduce((a, b) => a + b, 0);
     $("throughput-succeeded").textContent = sum(ok);
     $("throughput-failed").textContent = sum(bad);
-    const width = 640, height = 150, left = 34, bottom = 18, top = 8;
+    const width = 360, height = 150, left = 26, bottom = 18, top = 8;
     const plotW = width - left - 4, plotH = height - bottom - top;
     let peak = 1;
     for (let i = 0; i < n; i++) peak = Math.max(peak, (ok[i] || 0) + (bad[i] || 0));
     const step = plotW / n;
-    const barW = Math.max(step - 2, 1);
+    const barW = Math.max(step - 1, 1);
     const nodes = [];
     for (const frac of [0.5, 1]) {
       const y = top + plotH - frac * plotH;
