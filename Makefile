@@ -105,7 +105,7 @@ RELIABILITY_ARGS ?=
 reliability: venv redis
 	$(PY) -m tests.reliability.failover $(FAILOVER_ARGS)
 	$(PY) -m tests.reliability.run $(RELIABILITY_ARGS)
-	$(PY) -m tests.races --topology both --time-s $(RACES_TIME_S) --steps 1000000 $(RACES_ARGS)
+	$(PY) -m tests.races --topology both --time-s $(RACES_TIME_S) --steps 1000000 --shrink-s 60 $(RACES_ARGS)
 
 # Issue 33: the race explorer (tests/races/, RELIABILITY.md "The race explorer"): clients, daemons
 # and an operator interleaved step by step on the real handlers, single node then a local

@@ -1,16 +1,21 @@
 """Multipart transfers (issue 24) on a local stack of its own, each against its baseline in the
 same run:
 
-- SDK `queue.add()` of 256 MiB and 1 GiB (multipart: parts hashed while earlier parts upload,
-  several in flight, then the enqueue that completes and verifies the upload) vs `curl -T` of the
-  same bytes as one presigned PUT (sha256 signed in, as a single-PUT presign signs it) to the
-  same emulator;
-- SDK `job.result()` of the same sizes (parallel part-aligned ranges, each hashed, composite
-  checked, decoded) vs `curl` GET of the same object in one stream;
+- SDK `queue.add()` of a numpy array of 64 MiB, 256 MiB and 1 GiB (multipart: each part's
+  CRC64NVME taken as it is handed to an uploader, several in flight, the first part URLs from
+  the presign answer, then the enqueue that completes the upload and has S3 check it whole) vs
+  `curl -T` of the same encoded bytes as one presigned PUT (CRC64NVME signed in, as a single-PUT
+  presign signs it) to the same emulator;
+- SDK `job.result()` of that array (parallel part-aligned ranges read into one buffer, each
+  range's CRC taken as it lands and the CRCs combined, decoded to a zero-copy array) vs `curl`
+  GET of the same object in one stream (`-o /dev/null`);
+- SDK `job.result_into(path)` of the same result into a file (each worker's range through a
+  part-sized buffer of its own, written at its offset) vs `curl` GET of the object into a file
+  in the same directory;
 - peak RSS of an SDK process reading a 1 GiB result into a file (`job.result_into(path)`),
   above its baseline (the process with the client made and the job found, before the read).
 
-    .venv/bin/python bench/bench_multipart.py [--mib 256 1024] [--repeat 2] [--json out.json]
+    .venv/bin/python bench/bench_multipart.py [--mib 64 256 1024] [--repeat 2] [--json out.json]
 
 The stack takes payloads up to 2 GiB here (MAX_PAYLOAD_BYTES); MULTIPART_THRESHOLD and
 MULTIPART_PART_BYTES are the defaults (64 MiB, 16 MiB). curl's URLs are signed with the local
@@ -21,8 +26,6 @@ checks (signature, checksum).
 from __future__ import annotations
 
 import argparse
-import base64
-import hashlib
 import json
 import os
 import random
@@ -68,21 +71,23 @@ def curl(*args: str) -> float:
 
 
 def operator_urls(stack, key: str, body_path: Path, size: int) -> tuple[str, list[str], str]:
-    """A single presigned PUT (content-length, content-type and sha256 signed, as a single-PUT
-    presign signs them) and a GET of `key`, signed with the local operator key."""
+    """A single presigned PUT (content-length, content-type and CRC64NVME signed, as a
+    single-PUT presign signs them: the emulator checks the same checksum for both sides) and a
+    GET of `key`, signed with the local operator key."""
+    from payloadstore import _checksum
     from payloadstore.devstack.s3_emulator import LOCAL_ACCESS_KEY_ID, LOCAL_SECRET_ACCESS_KEY
     from payloadstore_controlplane.store import sigv4
     from payloadstore_controlplane.store.s3_objects import SigV4Presigner
 
-    digest = hashlib.sha256()
+    crc = _checksum.EMPTY
     with open(body_path, "rb") as f:
         while chunk := f.read(16 * MiB):
-            digest.update(chunk)
+            crc = _checksum.update(chunk, crc)
     headers = {
         "Content-Length": str(size),
         "Content-Type": "application/msgpack",
-        "x-amz-checksum-sha256": base64.b64encode(digest.digest()).decode(),
-        "x-amz-sdk-checksum-algorithm": "SHA256",
+        "x-amz-checksum-crc64nvme": _checksum.to_b64(crc),
+        "x-amz-sdk-checksum-algorithm": "CRC64NVME",
     }
     signer = SigV4Presigner(stack.region, stack.moto.endpoint)
     creds = (LOCAL_ACCESS_KEY_ID, LOCAL_SECRET_ACCESS_KEY, None)
@@ -98,6 +103,8 @@ def identity(x):
 
 
 def transfers(stack, sizes_mib: list[int], repeat: int, scratch: Path) -> list[dict]:
+    import numpy as np
+
     from payloadstore import Client, codec
     from payloadstore.daemon import Daemon
 
@@ -121,16 +128,22 @@ def transfers(stack, sizes_mib: list[int], repeat: int, scratch: Path) -> list[d
         if message is not None:
             daemon.process(message, identity)
         for mib in sizes_mib:
-            payload = payload_bytes(mib * MiB)
-            body = codec.encode({"args": [payload], "kwargs": {}}).tobytes()
+            # A numpy array (what the issue's goal names): encoded as a header and a view of
+            # its memory, decoded to a zero-copy array over the downloaded buffer.
+            payload = np.frombuffer(payload_bytes(mib * MiB), dtype=np.uint8)
+            body = codec.encode(payload).tobytes()
             path = scratch / "body"
             path.write_bytes(body)
             del body
+            into = scratch / "result.bin"
+            curl_into = scratch / "curl.bin"
             samples: dict[str, list[float]] = {
                 "sdk_add": [],
                 "curl_put": [],
                 "sdk_result": [],
                 "curl_get": [],
+                "sdk_result_into": [],
+                "curl_get_file": [],
             }
             job_id = ""
             for _ in range(repeat):
@@ -138,6 +151,8 @@ def transfers(stack, sizes_mib: list[int], repeat: int, scratch: Path) -> list[d
                 put, headers, get = operator_urls(stack, key, path, path.stat().st_size)
                 samples["curl_put"].append(curl("-T", str(path), *headers, put))
                 samples["curl_get"].append(curl("-o", "/dev/null", get))
+                samples["curl_get_file"].append(curl("-o", str(curl_into), get))
+                curl_into.unlink()
                 started = time.perf_counter()
                 job = queue.add(payload)
                 samples["sdk_add"].append(time.perf_counter() - started)
@@ -148,9 +163,13 @@ def transfers(stack, sizes_mib: list[int], repeat: int, scratch: Path) -> list[d
                 started = time.perf_counter()
                 value = job.result(timeout=600)
                 samples["sdk_result"].append(time.perf_counter() - started)
-                if len(value) != len(payload):
+                if value.nbytes != payload.nbytes or value[-1] != payload[-1]:
                     raise SystemExit("result differs from the payload")
                 del value
+                started = time.perf_counter()
+                job.result_into(into, timeout=600)
+                samples["sdk_result_into"].append(time.perf_counter() - started)
+                into.unlink()
                 job_id = job.job_id
             path.unlink()
             med = {k: statistics.median(v) for k, v in samples.items()}
@@ -161,6 +180,7 @@ def transfers(stack, sizes_mib: list[int], repeat: int, scratch: Path) -> list[d
                     **{f"{k}_s": v for k, v in med.items()},
                     "add_ratio": med["sdk_add"] / med["curl_put"],
                     "result_ratio": med["sdk_result"] / med["curl_get"],
+                    "result_into_ratio": med["sdk_result_into"] / med["curl_get_file"],
                     "job_id": job_id,
                 }
             )
@@ -247,12 +267,22 @@ def collect(sizes_mib: list[int], repeat: int) -> dict:
 
 
 def report(out: dict) -> str:
-    lines = ["size     queue.add  curl -T  ratio   result()  curl GET  ratio  (medians, s)"]
+    header = (
+        "numpy array  queue.add  curl -T  ratio   result()  curl GET  ratio  result_into  "
+        "curl -o file  ratio  (medians, s)"
+    )
+    lines = [header]
     for r in out["by_size"]:
+        into = (
+            f" {r['sdk_result_into_s']:>11.3f} {r['curl_get_file_s']:>13.3f} "
+            f"{r['result_into_ratio']:>5.2f}x"
+            if "sdk_result_into_s" in r
+            else ""
+        )
         lines.append(
-            f"{r['mib']:>5} MiB {r['sdk_add_s']:>8.3f} {r['curl_put_s']:>8.3f} "
+            f"{r['mib']:>8} MiB {r['sdk_add_s']:>8.3f} {r['curl_put_s']:>8.3f} "
             f"{r['add_ratio']:>5.2f}x {r['sdk_result_s']:>9.3f} {r['curl_get_s']:>9.3f} "
-            f"{r['result_ratio']:>5.2f}x"
+            f"{r['result_ratio']:>5.2f}x{into}"
         )
     rss = out.get("rss")
     if rss:
@@ -266,7 +296,7 @@ def report(out: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mib", type=int, nargs="+", default=[256, 1024])
+    parser.add_argument("--mib", type=int, nargs="+", default=[64, 256, 1024])
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--json")
     parser.add_argument("--rss-child", nargs=4, metavar=("ENDPOINT", "TOKEN", "JOB", "OUT"))

@@ -5,22 +5,22 @@ S3 emulator (moto behind the presigned-URL rules, loopback HTTP), alternately by
 transfer functions and by curl, `--repeat` times each; the figures are medians and the ratio is
 SDK / curl:
 
-- upload: `payloadstore._transfer.upload` (streamed memoryview slices, the signed headers) vs
-  `curl -T <file in /dev/shm>` with the same headers;
-- download: `payloadstore._transfer.download` (readinto one buffer, sha256 verified) vs
-  `curl -o /dev/null`.
+- upload: `payloadstore._transfer.upload` (streamed memoryview slices, the signed headers,
+  CRC64NVME signed in as the SDK's presigns sign it) vs `curl -T <file in /dev/shm>` with the
+  same headers;
+- download: `payloadstore._transfer.download` (readinto one buffer, CRC64NVME verified as the
+  slices land) vs `curl -o /dev/null`.
 
     .venv/bin/python bench/bench_sdk_transfer.py [--mib 8 64 100] [--repeat 3] [--json out.json]
         [--stub-hash]
 
---stub-hash is a diagnostic: download() skips hashing (it reports the sha256 it was asked to
+--stub-hash is a diagnostic: download() skips checking (it reports the CRC it was asked to
 verify), which shows what the download costs without its check. Never a figure against a goal.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import random
@@ -66,11 +66,12 @@ def curl(*args: str) -> float:
 
 
 def measure_size(http, objects, size: int, repeat: int, scratch: Path) -> dict:
+    from payloadstore import _checksum
     from payloadstore._http import RetryPolicy
     from payloadstore._transfer import download, upload
 
     data = random_bytes(size)
-    sha = hashlib.sha256(data).hexdigest()
+    crc = _checksum.to_b64(_checksum.of(data))
     path = scratch / f"payload-{size}"
     path.write_bytes(data)
     retry = RetryPolicy()
@@ -78,7 +79,7 @@ def measure_size(http, objects, size: int, repeat: int, scratch: Path) -> dict:
     rows: dict[str, list[float]] = {"sdk_up": [], "curl_up": [], "sdk_down": [], "curl_down": []}
 
     def put_grant() -> dict:
-        signed = objects.presign_put(key, size, CONTENT_TYPE, sha)
+        signed = objects.presign_put(key, size, CONTENT_TYPE, None, crc)
         return {"url": signed.url, "method": "PUT", "headers": signed.headers, "key": key}
 
     def get_grant() -> dict:
@@ -108,7 +109,8 @@ def measure_size(http, objects, size: int, repeat: int, scratch: Path) -> dict:
             http,
             grant,
             size=size,
-            sha256=sha,
+            sha256=None,
+            crc64nvme=crc,
             presign_again=get_grant,
             retry=retry,
             progress=False,
@@ -177,7 +179,7 @@ class _StubHasher:
 
     expected = ""
 
-    def __init__(self, view, threaded: bool):
+    def __init__(self, view, threaded: bool = False):
         pass
 
     def advance(self, filled: int) -> None:
@@ -193,10 +195,11 @@ def stub_hashing() -> None:
     real_download = _transfer.download
 
     def download(*args, **kwargs):
-        _StubHasher.expected = (kwargs.get("sha256") or "").lower()
+        _StubHasher.expected = kwargs.get("crc64nvme") or (kwargs.get("sha256") or "").lower()
         return real_download(*args, **kwargs)
 
     _transfer.SliceHasher = _StubHasher  # type: ignore[assignment,misc]
+    _transfer.CrcHasher = _StubHasher  # type: ignore[assignment,misc]
     _transfer.download = download
 
 

@@ -318,6 +318,12 @@ def main() -> None:
         "resources": ["arn:aws:events:us-east-1:123456789012:rule/payloadstore-metrics"],
         "detail": {},
     }
+    # ... and the blob renewals function (every 5 minutes).
+    events["renewals_schedule"] = {
+        **events["metrics_schedule"],
+        "id": "00000000-0000-0000-0000-000000000003",
+        "resources": ["arn:aws:events:us-east-1:123456789012:rule/payloadstore-renewals"],
+    }
     for name, body in events.items():
         (HERE / f"{name}.json").write_text(json.dumps(body, indent=2) + "\n")
 

@@ -192,8 +192,23 @@ class AsyncWire:
             _wire.enqueue_ref(self.namespace, queue, ref, blobs=blobs, wait_s=wait_s)
         )
 
-    async def blob(self, sha256: str, size: int) -> dict[str, Any]:
-        return await self.send(_wire.blob(self.namespace, sha256, size))
+    async def blob(
+        self,
+        sha256: str,
+        size: int,
+        *,
+        checksum_algorithm: str | None = None,
+        crc64nvme: str | None = None,
+    ) -> dict[str, Any]:
+        return await self.send(
+            _wire.blob(
+                self.namespace,
+                sha256,
+                size,
+                checksum_algorithm=checksum_algorithm,
+                crc64nvme=crc64nvme,
+            )
+        )
 
     async def blob_parts(self, sha256: str, parts: list[dict]) -> dict:
         return await self.send(_wire.blob_parts(self.namespace, sha256, parts))

@@ -35,6 +35,7 @@ import httpx
 from ._http import RetryPolicy
 from ._transfer import s3_error
 from .errors import (
+    BlobSourceGone,
     ConfigError,
     ConflictError,
     PayloadStoreError,
@@ -46,8 +47,12 @@ log = logging.getLogger("payloadstore.blobs")
 
 # Reads of a source (hashing, uploading): bounded memory whatever the size.
 CHUNK_BYTES = 8 * 1024 * 1024
-# A blob is at most what one S3 PUT takes (and one CopyObject renews).
+# A blob is at most what one S3 PUT takes.
 MAX_BLOB_BYTES = 5 * 1024**3
+# A blob the control plane confirmed is trusted without asking again until the record's end it
+# answered (`expires_at`), and at most this long: a long-lived process asks again now and then
+# rather than keep a sha256 the namespace may have let go.
+KNOWN_MAX_S = 3600.0
 
 # The store a decoded `Blob` reads through, and the value's blob list (the sha256s its job or
 # result carries, in order: the codec's references point into it): set around a decode by the
@@ -203,9 +208,21 @@ def _chunks(local: Path | bytes) -> Iterator[bytes]:
             yield chunk
 
 
+def _epoch(iso: Any) -> float | None:
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(str(iso)).timestamp()
+    except (TypeError, ValueError):
+        return None
+
+
 class BlobStore:
     """One client's (or daemon's) blobs: uploads (once per namespace and process: the shas the
-    control plane confirmed are remembered), the presigned GETs it was handed, and the cache."""
+    control plane confirmed are remembered until the record's end it answered, at most
+    KNOWN_MAX_S), the presigned GETs it was handed, and the cache. A `409 unknown_blob` (the
+    record expired under a long-lived process) makes it forget those blobs, check or upload
+    them again from their sources, and send the call once more (`resend_on_unknown`)."""
 
     def __init__(
         self,
@@ -215,13 +232,19 @@ class BlobStore:
         retry: RetryPolicy,
         cache: Any = None,
         sleep: Any = time.sleep,
+        config: Any = None,
     ):
         self.wire = wire
         self.s3_http = s3_http
         self.retry = retry
+        # () -> the server's config (or None: not known yet): CRC64NVME uploads in parts where
+        # the server takes them (`checksum_algorithms`), else SHA256 as before.
+        self._config = config
         self._cache = cache
         self._sleep = sleep
-        self._known: set[str] = set()
+        # sha256 -> wall-clock time until which the namespace is known to have it
+        self._known: dict[str, float] = {}
+        self._clock = time.time
         self._urls: dict[str, str] = {}
         # sha256 -> how to ask for fresh GETs (a result read long after its answer: the URLs
         # live PRESIGN_TTL_S)
@@ -261,31 +284,113 @@ class BlobStore:
             shas[b.sha256] = None
         return tuple(shas)
 
+    def known(self, sha: str) -> bool:
+        until = self._known.get(sha)
+        return until is not None and self._clock() < until
+
+    def forget(self, shas: Any) -> None:
+        """Stop trusting that the namespace has these blobs: the next send asks again."""
+        with self._lock:
+            for sha in shas:
+                self._known.pop(sha, None)
+
+    def restore(self, blobs: Any, missing: Any = ()) -> None:
+        """After a `409 unknown_blob`: forget the blobs it names (all of `blobs` when it names
+        none of them) and check or upload each again from its source: the bytes or file it was
+        made from (checked to still hash to its sha256), else the host's cached copy.
+        BlobSourceGone when none is left."""
+        by_sha = {b.sha256: b for b in blobs or ()}
+        names = [s for s in missing or () if s in by_sha] or list(by_sha)
+        self.forget(names)
+        for sha in names:
+            b = by_sha[sha]
+            log.info("blob unknown to the namespace, sending it again sha256=%s", sha[:16])
+            self.ensure(sha, b.size, self._source_of(b))
+
+    def _source_of(self, b: Blob) -> Path | bytes:
+        local = b._local
+        if isinstance(local, bytes):
+            return local
+        if isinstance(local, Path):
+            try:
+                with open(local, "rb") as f:
+                    sha, size = _hash_stream(f, None)
+            except OSError as e:
+                raise BlobSourceGone(
+                    f"blob {b.sha256} expired from the namespace and its file {local} is gone "
+                    f"({e.strerror}): make it again with client.blob(...)",
+                    status=409,
+                    code="unknown_blob",
+                ) from e
+            if (sha, size) != (b.sha256, b.size):
+                raise BlobSourceGone(
+                    f"blob {b.sha256} expired from the namespace and its file {local} has "
+                    "changed since: make it again with client.blob(...)",
+                    status=409,
+                    code="unknown_blob",
+                )
+            return local
+        if self._cache is not None or b._store is self:
+            try:
+                if self.cache.cached(b.sha256):
+                    return self.cache.file(b.sha256)
+            except OSError:
+                pass
+        raise BlobSourceGone(
+            f"blob {b.sha256} expired from the namespace and this process has no copy of it "
+            "(received, not made here, and not in the host's blob cache): make it again with "
+            "client.blob(...) from its content",
+            status=409,
+            code="unknown_blob",
+        )
+
+    def resend_on_unknown(self, blobs: Any, call: Any) -> Any:
+        """`call()`; on `409 unknown_blob` the blobs are restored (`restore`) and `call()` is
+        sent once more (nothing was written by the refused call)."""
+        try:
+            return call()
+        except ConflictError as e:
+            if e.code != "unknown_blob" or not blobs or isinstance(e, BlobSourceGone):
+                raise
+            self.restore(blobs, e.details.get("blobs") or ())
+        return call()
+
     def ensure(self, sha: str, size: int, local: Path | bytes) -> None:
-        if sha in self._known:
+        if self.known(sha):
             return
         if size < 1 or size > MAX_BLOB_BYTES:
             raise ConfigError(f"a blob is 1 byte to 5 GiB; this one is {size} bytes")
-        answer = self._ask(sha, size)
+        algorithm = "CRC64NVME" if self._crc64nvme() else None
+        answer = self._ask(sha, size, algorithm)
         for _ in range(self.retry.max_attempts):
             if answer.get("exists"):
                 break
+            crc = None
             if answer.get("multipart"):
-                self._upload_parts(answer["multipart"], local, size, sha)
+                crc = self._upload_parts(answer["multipart"], local, size, sha)
             else:
                 self._upload(answer["upload"], local, size, sha)
-            # (after parts: the control plane completes the upload and verifies it)
-            answer = self.wire.blob(sha, size)
+            # (after parts: the control plane completes the upload and verifies it; a
+            # CRC64NVME upload with the whole blob's CRC, which S3 checks)
+            answer = self.wire.blob(sha, size, crc64nvme=crc) if crc else self.wire.blob(sha, size)
         if not answer.get("exists"):
             raise ServiceUnavailable(f"blob {sha} was uploaded but not verified; retry")
+        now = self._clock()
+        until = min(_epoch(answer.get("expires_at")) or now, now + KNOWN_MAX_S)
         with self._lock:
-            self._known.add(sha)
+            self._known[sha] = until
 
-    def _ask(self, sha: str, size: int) -> dict:
+    def _crc64nvme(self) -> bool:
+        config = self._config() if self._config is not None else None
+        return bool(config is not None and getattr(config, "crc64nvme", False))
+
+    def _ask(self, sha: str, size: int, algorithm: str | None = None) -> dict:
         """The first POST .../blobs. Another uploader's multipart upload of the same content may
         be open and missing parts (in progress, or its uploader crashed): the 409 parts_mismatch
         names the upload, and this one uploads every part itself (same content, same parts)."""
         try:
+            if algorithm:
+                return self.wire.blob(sha, size, checksum_algorithm=algorithm)
             return self.wire.blob(sha, size)
         except ConflictError as e:
             multipart = e.details.get("multipart")
@@ -294,27 +399,34 @@ class BlobStore:
             log.info("blob upload open elsewhere, uploading its parts sha256=%s", sha[:16])
             return {"exists": False, "multipart": multipart}
 
-    def _upload_parts(self, multipart: dict, local: Path | bytes, size: int, sha: str) -> None:
+    def _upload_parts(
+        self, multipart: dict, local: Path | bytes, size: int, sha: str
+    ) -> str | None:
         """Every part of the blob's multipart upload, several at once (the payloads' code); a
-        file is read by part, so memory stays a few parts whatever its size."""
+        file is read by part, so memory stays a few parts whatever its size. A CRC64NVME upload
+        (FULL_OBJECT: its first part URLs came with the answer) answers the whole blob's CRC."""
         from ._multipart import FileParts, upload_parts
 
         def ask(parts: list[dict]) -> dict:
             return self.wire.blob_parts(sha, parts)
 
+        crc = multipart.get("checksum_type") == "FULL_OBJECT"
         common: dict[str, Any] = {
             "ask_parts": ask,
             "retry": self.retry,
             "progress": False,
             "sleep": self._sleep,
             "desc": "blob",
+            "algorithm": "CRC64NVME" if crc else "SHA256",
         }
         if isinstance(local, bytes):
-            upload_parts(self.s3_http, multipart, [local], size, **common)
+            checksum = upload_parts(self.s3_http, multipart, [local], size, **common)
         else:
             parts = FileParts(local)
             try:
-                upload_parts(self.s3_http, multipart, (), size, read_part=parts.read, **common)
+                checksum = upload_parts(
+                    self.s3_http, multipart, (), size, read_part=parts.read, **common
+                )
             finally:
                 parts.close()
         with self._lock:
@@ -326,6 +438,7 @@ class BlobStore:
             size,
             multipart.get("part_count"),
         )
+        return checksum if crc else None
 
     def _upload(self, grant: dict, local: Path | bytes, size: int, sha: str) -> None:
         """One streamed PUT with exactly the signed headers; a failed attempt is sent again

@@ -1176,16 +1176,29 @@ def parse_blob(response: httpx.Response) -> dict[str, Any]:
     return _json(response)
 
 
-def blob(namespace: str, sha256: str, size: int) -> Call[dict[str, Any]]:
+def blob(
+    namespace: str,
+    sha256: str,
+    size: int,
+    *,
+    checksum_algorithm: str | None = None,
+    crc64nvme: str | None = None,
+) -> Call[dict[str, Any]]:
     """POST .../blobs: `{exists: true, ...}`, or `{exists: false, upload: {url, headers}}`, or
     above MULTIPART_THRESHOLD `{exists: false, multipart: {upload_id, part_bytes, part_count}}`
-    (a POST after the parts are uploaded completes it)."""
+    (a POST after the parts are uploaded completes it; `checksum_algorithm` CRC64NVME: the
+    first part URLs come with it, and the completing POST gives the whole blob's `crc64nvme`)."""
+    body: dict[str, Any] = {"sha256": sha256, "size": size}
+    if checksum_algorithm:
+        body["checksum_algorithm"] = checksum_algorithm
+    if crc64nvme:
+        body["crc64nvme"] = crc64nvme
     return Call(
         "POST",
         ns_path(namespace, "/blobs"),
         f"blob {sha256[:12]}",
         parse_blob,
-        json={"sha256": sha256, "size": size},
+        json=body,
     )
 
 
@@ -1650,8 +1663,23 @@ class Wire:
     ) -> Enqueued:
         return self.send(enqueue_ref(self.namespace, queue, ref, blobs=blobs, wait_s=wait_s))
 
-    def blob(self, sha256: str, size: int) -> dict[str, Any]:
-        return self.send(blob(self.namespace, sha256, size))
+    def blob(
+        self,
+        sha256: str,
+        size: int,
+        *,
+        checksum_algorithm: str | None = None,
+        crc64nvme: str | None = None,
+    ) -> dict[str, Any]:
+        return self.send(
+            blob(
+                self.namespace,
+                sha256,
+                size,
+                checksum_algorithm=checksum_algorithm,
+                crc64nvme=crc64nvme,
+            )
+        )
 
     def blob_parts(self, sha256: str, parts: list[dict]) -> dict:
         return self.send(blob_parts(self.namespace, sha256, parts))

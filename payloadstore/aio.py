@@ -78,7 +78,9 @@ from .client import (
 )
 from .errors import (
     INLINE_REFUSED,
+    BlobSourceGone,
     ConfigError,
+    ConflictError,
     InlineNever,
     InlineUnavailable,
     PayloadStoreError,
@@ -230,6 +232,8 @@ class AsyncClient:
                 _OnLoop(self.wire, asyncio.get_running_loop()),
                 self.s3_http,
                 retry=self.retry,
+                # (the config once fetched: blobs in parts are CRC64NVME uploads then)
+                config=lambda: self._config,
             )
         return self._blobs
 
@@ -237,6 +241,18 @@ class AsyncClient:
         """As `Client.blob`: store content once in this namespace (hashing and uploading run in
         a worker thread) and return its `Blob`."""
         return await asyncio.to_thread(self.blob_store().put, source)
+
+    async def _resend_on_unknown(self, blobs: Any, call: Any) -> Any:
+        """As BlobStore.resend_on_unknown, for an awaited call: on `409 unknown_blob` the
+        blobs are checked or uploaded again from their sources (in a worker thread) and the
+        call is sent once more."""
+        try:
+            return await call()
+        except ConflictError as e:
+            if e.code != "unknown_blob" or not blobs or isinstance(e, BlobSourceGone):
+                raise
+            await asyncio.to_thread(self.blob_store().restore, blobs, e.details.get("blobs"))
+        return await call()
 
     async def _send_blobs(self, encoded: Any) -> tuple[str, ...]:
         if not getattr(encoded, "blobs", ()):
@@ -389,8 +405,11 @@ class AsyncQueue:
         if size <= config.inline_limit:
             key = idempotency_key or uuid.uuid4().hex
             try:
-                enqueued = await client.wire.enqueue_inline(
-                    self.name, encoded.tobytes(), idempotency_key=key, blobs=blobs, wait_s=wait
+                enqueued = await client._resend_on_unknown(
+                    getattr(encoded, "blobs", ()),
+                    lambda: client.wire.enqueue_inline(
+                        self.name, encoded.tobytes(), idempotency_key=key, blobs=blobs, wait_s=wait
+                    ),
                 )
             except (InlineUnavailable, InlineNever):
                 enqueued = await self._enqueue_through_s3(encoded, progress, blobs, wait)
@@ -414,7 +433,10 @@ class AsyncQueue:
         payloads = await self.client.payloads()
         ref, job_id = await asyncio.to_thread(payloads.store, encoded, "args", progress=progress)
         try:
-            return await self.client.wire.enqueue_ref(self.name, ref, blobs=blobs, wait_s=wait)
+            return await self.client._resend_on_unknown(
+                getattr(encoded, "blobs", ()),
+                lambda: self.client.wire.enqueue_ref(self.name, ref, blobs=blobs, wait_s=wait),
+            )
         except ServiceUnavailable as e:
             raise enqueue_unconfirmed(self.name, e, job_id=job_id) from e
 
@@ -507,9 +529,11 @@ class AsyncQueue:
         progress: bool | None,
         *,
         rerouted: bool = False,
+        resent: bool = False,
     ) -> None:
         client = self.client
         reroute: list[Planned] = []
+        resend: list[Planned] = []
         for batch in split_batches([p for p in planned if p.item], await client.config()):
             # Every one of the batch: only planned items that have their item were split.
             items = [p.item for p in batch if p.item is not None]
@@ -526,11 +550,39 @@ class AsyncQueue:
                     )
                 elif answer.code in INLINE_REFUSED and not rerouted:
                     reroute.append(p)
+                elif answer.code == "unknown_blob" and not resent and p.encoded.blobs:
+                    resend.append(p)
                 else:
                     errors[p.index] = item_error(answer, f"item {p.index} on queue {self.name}")
         if reroute:
             await self._prepare(reroute, limit, errors, progress, force_s3=True)
             await self._enqueue_planned(reroute, limit, jobs, errors, progress, rerouted=True)
+        if resend:
+            await self._resend(resend, limit, jobs, errors, progress, rerouted=rerouted)
+
+    async def _resend(
+        self,
+        planned: list[Planned],
+        limit: asyncio.Semaphore,
+        jobs: list[AsyncJob | None],
+        errors: dict[int, Exception],
+        progress: bool | None,
+        *,
+        rerouted: bool,
+    ) -> None:
+        """A blob the namespace let go since it was sent: restored from its source, then those
+        items are sent once more."""
+        again: list[Planned] = []
+        for p in planned:
+            try:
+                await asyncio.to_thread(self.client.blob_store().restore, p.encoded.blobs)
+            except PayloadStoreError as e:
+                errors[p.index] = e
+                continue
+            again.append(p)
+        await self._enqueue_planned(
+            again, limit, jobs, errors, progress, rerouted=rerouted, resent=True
+        )
 
 
 class AsyncJob(JobHandle):

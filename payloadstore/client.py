@@ -198,7 +198,9 @@ class Client:
             sleep=sleep,
         )
         #: blobs: uploads (once per namespace), presigned GETs handed out, the host's cache
-        self.blobs = BlobStore(self.wire, self.s3_http, retry=self.retry, sleep=sleep)
+        self.blobs = BlobStore(
+            self.wire, self.s3_http, retry=self.retry, sleep=sleep, config=lambda: self.config
+        )
         self._config: ServerConfig | None = None
         self._config_lock = threading.Lock()
 
@@ -478,9 +480,11 @@ class Queue:
         progress: bool | None,
         *,
         rerouted: bool = False,
+        resent: bool = False,
     ) -> None:
         client = self.client
         reroute: list[Planned] = []
+        resend: list[Planned] = []
         for batch in split_batches([p for p in planned if p.item], client.config):
             # Every one of the batch: only planned items that have their item were split.
             items = [p.item for p in batch if p.item is not None]
@@ -495,6 +499,8 @@ class Queue:
                     jobs[p.index] = Job(client, answer.job_id, tier=answer.tier, queue=self.name)
                 elif answer.code in INLINE_REFUSED and not rerouted:
                     reroute.append(p)
+                elif answer.code == "unknown_blob" and not resent and p.encoded.blobs:
+                    resend.append(p)
                 else:
                     errors[p.index] = item_error(answer, f"item {p.index} on queue {self.name}")
         if reroute:
@@ -504,6 +510,30 @@ class Queue:
             )
             self._prepare(reroute, pool, errors, progress, force_s3=True)
             self._enqueue_planned(reroute, pool, jobs, errors, progress, rerouted=True)
+        if resend:
+            # A blob the namespace let go since this process sent it: check or upload it again
+            # from its source, then send those items once more.
+            self._resend(resend, pool, jobs, errors, progress, rerouted=rerouted)
+
+    def _resend(
+        self,
+        planned: list[Planned],
+        pool: ThreadPoolExecutor,
+        jobs: list[Job | None],
+        errors: dict[int, Exception],
+        progress: bool | None,
+        *,
+        rerouted: bool,
+    ) -> None:
+        again: list[Planned] = []
+        for p in planned:
+            try:
+                self.client.blobs.restore(p.encoded.blobs)
+            except PayloadStoreError as e:
+                errors[p.index] = e
+                continue
+            again.append(p)
+        self._enqueue_planned(again, pool, jobs, errors, progress, rerouted=rerouted, resent=True)
 
     def add(self, *args: Any, wait: float | None = None, **kwargs: Any) -> Job:
         """Enqueue a call of the daemon's function with these arguments.
@@ -576,9 +606,17 @@ class Queue:
             # One key per call, sent on every retry: a lost 201 retried gives back the same job.
             key = idempotency_key or uuid.uuid4().hex
             try:
+                # (a blob the namespace let go since it was sent: restored and sent once more)
                 enqueued = self._confirm(
-                    lambda: client.wire.enqueue_inline(
-                        self.name, encoded.tobytes(), idempotency_key=key, blobs=blobs, wait_s=wait
+                    lambda: client.blobs.resend_on_unknown(
+                        getattr(encoded, "blobs", ()),
+                        lambda: client.wire.enqueue_inline(
+                            self.name,
+                            encoded.tobytes(),
+                            idempotency_key=key,
+                            blobs=blobs,
+                            wait_s=wait,
+                        ),
                     ),
                     idempotency_key=key,
                 )
@@ -624,7 +662,10 @@ class Queue:
         # The upload is done once; enqueueing the same issued key again is idempotent on the
         # server, so the wire's retries never re-upload.
         return self._confirm(
-            lambda: self.client.wire.enqueue_ref(self.name, ref, blobs=blobs, wait_s=wait),
+            lambda: self.client.blobs.resend_on_unknown(
+                getattr(encoded, "blobs", ()),
+                lambda: self.client.wire.enqueue_ref(self.name, ref, blobs=blobs, wait_s=wait),
+            ),
             job_id=job_id,
             idempotency_key=idempotency_key,
         )

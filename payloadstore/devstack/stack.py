@@ -186,7 +186,8 @@ def snapshot_bucket(s3: Any, bucket: str, target: Path) -> int:
     """Copy every object to `target` with a manifest (moto keeps objects only in memory).
 
     Each object keeps the time it was first written, across any number of restarts, so the
-    bucket's 2-day lifecycle still applies to it (see restore_bucket)."""
+    bucket's lifecycle still applies to it (see restore_bucket), and its tags (a namespace
+    policy's retention class) and encryption (its KMS key)."""
     target.mkdir(parents=True, exist_ok=True)
     previous = _read_manifest(target)
     manifest: dict[str, dict] = {}
@@ -196,10 +197,14 @@ def snapshot_bucket(s3: Any, bucket: str, target: Path) -> int:
             got = s3.get_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
             name = hashlib.sha256(key.encode()).hexdigest()
             (target / name).write_bytes(got["Body"].read())
+            tags = s3.get_object_tagging(Bucket=bucket, Key=key).get("TagSet", [])
             manifest[key] = {
                 "file": name,
                 "content_type": got.get("ContentType"),
                 "checksum_sha256": got.get("ChecksumSHA256"),
+                "tags": {t["Key"]: t["Value"] for t in tags},
+                "sse": got.get("ServerSideEncryption"),
+                "kms_key": got.get("SSEKMSKeyId"),
                 "written_at": previous.get(key, {}).get("written_at")
                 or obj["LastModified"].timestamp(),
             }
@@ -212,17 +217,24 @@ def snapshot_bucket(s3: Any, bucket: str, target: Path) -> int:
 
 
 def restore_bucket(s3: Any, bucket: str, source: Path, now: float | None = None) -> int:
-    """Put saved objects back, except those the lifecycle rule would have expired by now."""
+    """Put saved objects back, except those the lifecycle rule would have expired by now (the
+    rule of their retention class, by their tag; else the prefix backstop), with their tags
+    and encryption."""
+    from urllib.parse import urlencode
+
+    from payloadstore_controlplane.models.policy import RETENTION_DAYS, RETENTION_TAG
+
     manifest = _read_manifest(source)
-    cutoff = (now or time.time()) - PAYLOAD_EXPIRATION_DAYS * 86400
     restored = 0
     for key, meta in manifest.items():
         path = source / meta["file"]
         written_at = meta.get("written_at")
+        tags = meta.get("tags") or {}
+        days = RETENTION_DAYS.get(tags.get(RETENTION_TAG, ""), PAYLOAD_EXPIRATION_DAYS)
         expired = (
             key.startswith((PAYLOAD_PREFIX, BLOB_PREFIX))
             and written_at is not None
-            and written_at < cutoff
+            and written_at < (now or time.time()) - days * 86400
         )
         if expired or not path.exists():
             continue
@@ -231,6 +243,11 @@ def restore_bucket(s3: Any, bucket: str, source: Path, now: float | None = None)
             kwargs["ContentType"] = meta["content_type"]
         if meta.get("checksum_sha256"):
             kwargs["ChecksumSHA256"] = meta["checksum_sha256"]
+        if tags:
+            kwargs["Tagging"] = urlencode(tags)
+        if meta.get("sse") == "aws:kms" and meta.get("kms_key"):
+            kwargs["ServerSideEncryption"] = "aws:kms"
+            kwargs["SSEKMSKeyId"] = meta["kms_key"]
         s3.put_object(**kwargs)
         restored += 1
     return restored

@@ -13,6 +13,8 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "cost.md"
 LINE = re.compile(
     r"cost: idle daemon \(concurrency 8\) \$(?P<idle>[\d.]+)/month, 1M inline jobs \$[\d.]+, "
     r"1M 100 MiB jobs \$[\d.]+, fixed \$[\d.]+/month"
+    # issue 35: the same jobs in a namespace with retention consume, at most $90
+    r", 1M 100 MiB jobs under consume \$(?P<consume>[\d.]+)"
 )
 
 
@@ -22,6 +24,8 @@ def test_cost_doc_ends_with_the_cost_line_and_the_idle_daemon_meets_its_goal():
     assert match, lines[-1]
     # The goal of issue 23: an idle daemon with concurrency 8 costs at most $8 a month
     assert float(match["idle"]) <= 8
+    # The goal of issue 35: 1 M 100 MiB jobs under retention consume cost at most $90
+    assert float(match["consume"]) <= 90
 
 
 def test_cost_doc_is_current_with_the_prices_and_the_memory():
@@ -31,3 +35,13 @@ def test_cost_doc_is_current_with_the_prices_and_the_memory():
         assert f"| {name} | {price.usd:.10g} | {price.unit} | {price.source} |" in text, name
     for group in ("daemon", "jobs"):
         assert f"| {group} | {FUNCTION_TUNING[group].memory_mb} | x86_64 |" in text, group
+
+
+def test_an_inline_job_costs_at_most_2_calls_and_1m_of_them_at_most_10_dollars():
+    # The goals of issue 34, from the table and the summary `make cost` writes
+    text = DOC.read_text()
+    calls = re.search(r"\| \*\*all calls\*\* \| \*\*(?P<inline>[\d.]+)\*\* \|", text)
+    assert calls, "no calls-per-job table"
+    assert float(calls["inline"]) <= 2
+    inline = re.search(r"1M inline jobs \$(?P<usd>[\d.]+)", text.strip().splitlines()[-1])
+    assert inline and float(inline["usd"]) <= 10

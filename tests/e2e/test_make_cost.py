@@ -13,6 +13,8 @@ REPO = Path(__file__).resolve().parents[2]
 LINE = re.compile(
     r"cost: idle daemon \(concurrency 8\) \$(?P<idle>[\d.]+)/month, 1M inline jobs \$[\d.]+, "
     r"1M 100 MiB jobs \$[\d.]+, fixed \$[\d.]+/month"
+    # issue 35: the same jobs in a namespace with retention consume, at most $90
+    r", 1M 100 MiB jobs under consume \$(?P<consume>[\d.]+)"
 )
 
 
@@ -39,6 +41,11 @@ def test_make_cost_writes_the_document_and_prints_the_cost_line(tmp_path):
     assert re.search(r"\| 8 \| [56]\.\d+ \| (0\.9\d\d|1\.000) \| none \|", text), text
     # And it meets the goal of issue 23 (at most $8 a month)
     assert float(LINE.fullmatch(result.stdout.strip())["idle"]) <= 8
-    # And the inline job's enqueue and result read were counted, once each
-    assert "| `POST /v1/namespaces/{ns}/queues/{queue}/jobs` | 1 |" in text
-    assert "| `GET /v1/namespaces/{ns}/jobs/{job_id}/result` | 1 |" in text
+    # And the goal of issue 35 (1 M 100 MiB jobs under retention consume: at most $90)
+    assert float(LINE.fullmatch(result.stdout.strip())["consume"]) <= 90
+    # And an inline job at steady load is one enqueue that waits for its result (no result
+    # read) and one result post that fetched the next job: 2 calls (issue 34)
+    assert "| `POST /v1/namespaces/{ns}/queues/{queue}/jobs ?wait` | 1 |" in text
+    assert "| `POST /v1/namespaces/{ns}/jobs/{job_id}/result +next` | 1 |" in text
+    assert "| `GET /v1/namespaces/{ns}/jobs/{job_id}/result` |" not in text
+    assert re.search(r"\| \*\*all calls\*\* \| \*\*2\*\* \|", text), text

@@ -315,7 +315,11 @@ def test_saved_objects_come_back_until_the_lifecycle_would_expire_them(s3_client
     from payloadstore.devstack.services import create_payload_bucket
     from payloadstore.devstack.stack import restore_bucket, snapshot_bucket
 
-    # Given a bucket with a payload (with its checksum) and an object outside payloads/
+    # Given a bucket with a payload (with its checksum, tagged with the default retention class
+    # as every upload is), one of a 7-day namespace under a KMS key, and an object outside
+    # payloads/
+    from payloadstore_controlplane.models.policy import LOCAL_KMS_KEY_ARN
+
     source, target = f"snap-{uuid.uuid4().hex[:8]}", f"restore-{uuid.uuid4().hex[:8]}"
     create_payload_bucket(s3_client, source)
     blob = os.urandom(70_000)
@@ -326,12 +330,26 @@ def test_saved_objects_come_back_until_the_lifecycle_would_expire_them(s3_client
         Body=blob,
         ContentType="application/msgpack",
         ChecksumSHA256=checksum,
+        Tagging="payloadstore-retention=2d",
+    )
+    s3_client.put_object(
+        Bucket=source,
+        Key="payloads/2026/01/01/j2/args",
+        Body=b"week",
+        Tagging="payloadstore-retention=7d",
+        ServerSideEncryption="aws:kms",
+        SSEKMSKeyId=LOCAL_KMS_KEY_ARN,
     )
     s3_client.put_object(Bucket=source, Key="exec/log.txt", Body=b"log")
     # When it is saved and put back into a fresh bucket
-    assert snapshot_bucket(s3_client, source, tmp_path / "s3") == 2
+    assert snapshot_bucket(s3_client, source, tmp_path / "s3") == 3
     create_payload_bucket(s3_client, target)
-    assert restore_bucket(s3_client, target, tmp_path / "s3") == 2
+    assert restore_bucket(s3_client, target, tmp_path / "s3") == 3
+    # Then the 7-day object keeps its tag and key
+    head = s3_client.head_object(Bucket=target, Key="payloads/2026/01/01/j2/args")
+    assert (head["ServerSideEncryption"], head["SSEKMSKeyId"]) == ("aws:kms", LOCAL_KMS_KEY_ARN)
+    tags = s3_client.get_object_tagging(Bucket=target, Key="payloads/2026/01/01/j2/args")
+    assert tags["TagSet"] == [{"Key": "payloadstore-retention", "Value": "7d"}]
 
     # Then bytes, content type and checksum are as they were
     def read(bucket):
@@ -344,12 +362,13 @@ def test_saved_objects_come_back_until_the_lifecycle_would_expire_them(s3_client
     assert got["ContentType"] == "application/msgpack"
     # (the emulator may not report checksums; whatever it reported is carried over)
     assert got.get("ChecksumSHA256") == original.get("ChecksumSHA256")
-    # And three days later the payload is not restored (the 2-day rule), the other prefix is
+    # And three days later the 2-day payload is not restored (its class's rule), the 7-day one
+    # and the other prefix are
     later = f"later-{uuid.uuid4().hex[:8]}"
     create_payload_bucket(s3_client, later)
-    assert restore_bucket(s3_client, later, tmp_path / "s3", now=time.time() + 3 * 86400) == 1
+    assert restore_bucket(s3_client, later, tmp_path / "s3", now=time.time() + 3 * 86400) == 2
     keys = [o["Key"] for o in s3_client.list_objects_v2(Bucket=later).get("Contents", [])]
-    assert keys == ["exec/log.txt"]
+    assert sorted(keys) == ["exec/log.txt", "payloads/2026/01/01/j2/args"]
 
 
 def test_tokens_minted_and_revoked_while_running_stay_so_after_a_restart(tmp_path, stacks):

@@ -197,3 +197,42 @@ def test_sse_kms_payloads_in_parts_move_through_presigned_urls(
         )
         tags = s3_client.get_object_tagging(Bucket=ref["bucket"], Key=ref["key"])["TagSet"]
         assert tags == [{"Key": RETENTION_TAG, "Value": "2d"}]
+
+
+def test_the_async_client_uploads_small_payloads_of_an_inline_never_namespace(
+    local_gateway, ssm_client
+):
+    import asyncio
+
+    from payloadstore import AsyncClient
+
+    ns, tokens = _namespace(local_gateway, ssm_client, "anever")
+    assert _cli(local_gateway, "namespace", "policy", ns, "--inline", "never").returncode == 0
+
+    async def run() -> list[str]:
+        async with AsyncClient(local_gateway.url, tokens["client"], ns) as client:
+            queue = client.queue(unique_queue("anever"))
+            one = await queue.add(b"tiny")
+            many = await queue.map([b"a", b"b"])
+            return [one.tier, *(job.tier for job in many)]
+
+    # When the async client sends a few bytes, one by one and as a batch
+    tiers = asyncio.run(run())
+    # Then each went through S3, the namespace keeping nothing inline
+    assert tiers and set(tiers) == {"s3"}
+
+
+def test_a_policy_changed_to_never_while_a_client_runs_sends_its_bytes_through_s3(
+    local_gateway, ssm_client
+):
+    # Given a client that read its namespace's config while inline was allowed
+    ns, tokens = _namespace(local_gateway, ssm_client, "late")
+    client = Client(local_gateway.url, tokens["client"], ns)
+    assert client.config.policy.inline == "allowed"
+    queue = client.queue(unique_queue("late"))
+    assert queue.add(b"before").tier == "inline"
+    # When the policy becomes inline never
+    assert _cli(local_gateway, "namespace", "policy", ns, "--inline", "never").returncode == 0
+    # Then the next small payloads are refused inline (409 inline_never) and go through S3
+    assert queue.add(b"after").tier == "s3"
+    assert {job.tier for job in queue.map([b"x", b"y"])} == {"s3"}

@@ -141,3 +141,42 @@ def test_the_async_client_adds_and_reads_multipart_payloads(small_parts_gateway,
     # Then the bytes come back whole, and the file holds the stored result
     assert value == data
     assert written == (tmp_path / "r.bin").stat().st_size > len(data)
+
+
+def test_a_multipart_job_needs_no_parts_call_on_either_side_and_carries_its_crc(
+    small_parts_gateway,
+):
+    # Given a client and a daemon whose control-plane calls are recorded
+    import httpx
+
+    from payloadstore import Client, _checksum
+
+    seen: list[str] = []
+
+    def record(request: httpx.Request) -> None:
+        seen.append(f"{request.method} {request.url.path}")
+
+    def client_for(role: str) -> Client:
+        return Client(
+            small_parts_gateway.url,
+            small_parts_gateway.token("dev", role),
+            "dev",
+            http=httpx.Client(timeout=60, event_hooks={"request": [record]}),
+        )
+
+    queue = unique_queue("multipart-calls")
+    data = random.randbytes(23 * MiB + 17)  # 5 parts of this stack's 5 MiB
+    client, daemon_client = client_for("client"), client_for("daemon")
+    with client, daemon_client, daemon_thread(daemon_client, queue, echo):
+        # When a multipart job goes through, args and result
+        job = client.queue(queue).add(data)
+        assert bytes(job.result(timeout=120)) == data
+        status = job.status()
+    # Then neither side asked for part URLs (they came with each presign), and both references
+    # carry the whole object's CRC64NVME, which S3 checked at completion
+    assert not [call for call in seen if call.endswith("/payloads/parts")], seen
+    assert sum(call.endswith("/payloads/presign") for call in seen) == 2
+    encoded_args = status.payload_ref
+    assert encoded_args["multipart"] == {"part_bytes": 5 * MiB, "part_count": 5}
+    assert _checksum.from_b64(encoded_args["crc64nvme"]) >= 0
+    assert status.result_ref["crc64nvme"] and "sha256" not in status.result_ref

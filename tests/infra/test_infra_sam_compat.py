@@ -35,7 +35,7 @@ pytestmark = pytest.mark.infra
 EVENTS = Path(__file__).resolve().parents[2] / "events"
 PLACEHOLDER_TOKEN = "pst_replace_with_a_minted_token"
 # The template's values that name AWS resources; everything else is used exactly as deployed.
-RESOURCE_BACKED = {"PAYLOAD_BUCKET", "REDIS_URL", "REDIS_AUTH_SECRET"}
+RESOURCE_BACKED = {"PAYLOAD_BUCKET", "REDIS_URL", "REDIS_AUTH_SECRET", "KMS_KEY_ARN"}
 # A database of its own on the session redis-server, emptied first: the events use fixed names
 # (namespace "dev", queue "default") that other suites may use too.
 REDIS_DB = 9
@@ -155,6 +155,8 @@ class DeployedFunction:
             "REDIS_URL": redis.url,
             # The template asks a replica to confirm each write; the local nodes have none.
             "REDIS_MIN_REPLICA_ACKS": "0",
+            # No KMS locally: kms_key `stack` takes the S3 emulator's stand-in key.
+            "KMS_KEY_ARN": "",
             "POWERTOOLS_TRACE_DISABLED": "true",
         }
         if not redis.cluster:
@@ -357,8 +359,13 @@ def test_scheduled_functions_serve_their_schedule_events(deployed, function_env,
         function_env(fn, local_redis)
         # When EventBridge's scheduled event reaches the handler resolved in the staged asset
         summary = invoke(fn, load_event(schedule.event))
+        assert isinstance(summary, dict), summary
+        if schedule.function == "renewals":
+            # Then it answers what it renewed (nothing is due in a fresh Redis)
+            assert summary["failed"] == 0 and summary["renewed"] >= 0, summary
+            continue
         # Then it answers with what it published (queues may be none in a fresh Redis)
-        assert isinstance(summary, dict) and isinstance(summary.get("queues"), list), summary
+        assert isinstance(summary.get("queues"), list), summary
         assert summary["redis_memory"]["used"] > 0
 
 

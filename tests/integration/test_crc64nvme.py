@@ -195,3 +195,41 @@ def test_a_sha256_client_keeps_working(cp, small_multipart):
     big = presign(cp, 12 * MiB, sha256=None)
     assert big.status == 200 and "parts" not in big.json["multipart"]
     assert big.json["checksum_algorithm"] == "SHA256"
+
+
+def blob_post(cp, body: dict):
+    return cp.call("payloads", "POST", "/v1/namespaces/{ns}/blobs", {"ns": cp.ns}, body=body)
+
+
+def test_a_blob_in_parts_gets_its_part_urls_and_is_verified_whole(cp, small_multipart):
+    # Given a 12 MiB blob, asked for with CRC64NVME
+    data = payload(12 * MiB, seed=5)
+    sha = hashlib.sha256(data).hexdigest()
+    first = blob_post(cp, {"sha256": sha, "size": len(data), "checksum_algorithm": "CRC64NVME"})
+    assert first.status == 200 and first.json["exists"] is False, first.raw_body
+    mp = first.json["multipart"]
+    # Then the answer holds all three part URLs: no parts call
+    assert mp["checksum_type"] == "FULL_OBJECT" and len(mp["parts"]) == 3
+    # When a POST without the CRC comes before the upload: the instructions again
+    again = blob_post(cp, {"sha256": sha, "size": len(data)})
+    assert again.json["exists"] is False and again.json["multipart"]["upload_id"] == mp["upload_id"]
+    # And the parts are uploaded and the blob POSTed with its whole CRC
+    put_parts(first.json, data, PART)
+    done = blob_post(cp, {"sha256": sha, "size": len(data), "crc64nvme": crc(data)})
+    # Then the blob exists, and a job may reference it
+    assert done.status == 200 and done.json["exists"] is True, done.raw_body
+    assert blob_post(cp, {"sha256": sha, "size": len(data)}).json["exists"] is True
+    out = cp.enqueue(body={"payloadInline": base64.b64encode(b"\x90").decode(), "blobs": [sha]})
+    assert out.status in (200, 201), out.raw_body
+
+
+def test_a_blob_part_swapped_for_other_bytes_is_refused_at_completion(cp, small_multipart):
+    data = payload(12 * MiB, seed=6)
+    sha = hashlib.sha256(data).hexdigest()
+    first = blob_post(cp, {"sha256": sha, "size": len(data), "checksum_algorithm": "CRC64NVME"})
+    put_parts(first.json, data, PART, replace={1: payload(PART, seed=8)})
+    done = blob_post(cp, {"sha256": sha, "size": len(data), "crc64nvme": crc(data)})
+    assert done.status == 409 and done.error["reason"] == "checksum_mismatch", done.raw_body
+    # nothing was recorded: the next POST starts a new upload
+    again = blob_post(cp, {"sha256": sha, "size": len(data)})
+    assert again.json["exists"] is False

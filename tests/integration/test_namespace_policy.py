@@ -397,3 +397,47 @@ def test_on_a_local_emulator_the_stack_key_needs_no_setting(cp_env, ssm_client):
     cp = ControlPlane(ns, NamespacePolicy("2d", "stack", "allowed"))
     headers = cp.presign_put(10).json["headers"]
     assert headers["x-amz-server-side-encryption-aws-kms-key-id"] == LOCAL_KMS_KEY_ARN
+
+
+def test_a_download_signed_by_a_role_without_the_key_grant_is_refused_by_s3(kms_ns, s3_client):
+    # Given an issued payload key whose object is encrypted with a key the functions' roles are
+    # not granted on (written there by the operator, who may)
+    data = b"k" * 64
+    ref = upload(kms_ns, data)
+    s3_client.put_object(
+        Bucket=ref["bucket"],
+        Key=ref["key"],
+        Body=data,
+        ServerSideEncryption="aws:kms",
+        SSEKMSKeyId=UNGRANTED_KEY,
+    )
+    # When a daemon downloads it through a URL the control plane presigned
+    url = kms_ns.presign_get(ref["key"]).json["url"]
+    got = requests.get(url, timeout=30)
+    # Then S3 refuses: the signer may not decrypt with that key
+    assert got.status_code == 403, got.text
+    assert "AccessDenied" in got.text
+    # While the same object under the stack's key downloads
+    s3_client.put_object(
+        Bucket=ref["bucket"],
+        Key=ref["key"],
+        Body=data,
+        ServerSideEncryption="aws:kms",
+        SSEKMSKeyId=LOCAL_KMS_KEY_ARN,
+    )
+    assert requests.get(url, timeout=30).content == data
+
+
+def test_inline_never_refuses_each_inline_item_of_a_batch_and_takes_references(kms_ns):
+    import base64
+
+    from tests.integration.test_batch import batch
+
+    # Given a batch of an inline item and a reference, for an inline-never namespace
+    ref = upload(kms_ns, b"r" * 100)
+    r = batch(kms_ns, [{"payloadInline": base64.b64encode(b"\x01").decode()}, {"payloadRef": ref}])
+    # Then the inline item answers 409 inline_never in place, the reference is a job
+    assert r.status == 200, r.raw_body
+    first, second = r.json["jobs"]
+    assert first["error"]["code"] == "inline_never"
+    assert second["tier"] == "s3" and second["job_id"]

@@ -176,3 +176,26 @@ def test_next_without_daemon_id_and_bad_next_bodies(cp):
         r = post(cp, "result", queued, {"resultInline": b64(b"\x05"), "next": bad})
         assert r.status == 422, (bad, r.raw_body)
     assert cp.status(queued).json["state"] == "running"
+
+
+def test_next_takes_only_the_jobs_its_answer_can_carry(cp, settings_env):
+    # Given INLINE_THRESHOLD raised to 400 KiB, a running job and 16 queued jobs of ~390 KiB
+    import os
+
+    from payloadstore_controlplane.models.limits import LAMBDA_RESPONSE_LIMIT
+
+    settings_env(INLINE_THRESHOLD=str(400 * 1024))
+    first = running_job(cp)
+    for _ in range(16):
+        assert cp.enqueue(raw=os.urandom(390 * 1024)).status == 201
+    # When the result post asks for 16 next jobs
+    r = post(cp, "result", first, {"resultInline": b64(b"\x05"), "next": nxt(cp, max_jobs=16)})
+    # Then its answer stays under Lambda's 6 MB, and the jobs it could not carry stay queued,
+    # never leased
+    assert r.status == 200 and r.proxy_bytes <= LAMBDA_RESPONSE_LIMIT
+    taken = len(r.json["jobs"])
+    assert 1 <= taken < 16
+    stats = cp.call(
+        "jobs", "GET", "/v1/namespaces/{ns}/queues/{queue}", {"ns": cp.ns, "queue": cp.queue}
+    ).json
+    assert (stats["queued"], stats["in_flight"]) == (16 - taken, taken), stats

@@ -181,6 +181,9 @@ def race_stack(cluster: bool = False, workdir: Path | None = None) -> Iterator[S
         )
         create_payload_bucket(s3, BUCKET)
         world = Stack(cluster, url, s3srv.endpoint, client, s3)
+        from payloadstore_controlplane.runtime import clock as cp_clock
+
+        stack.callback(setattr, cp_clock, "now", cp_clock.now)
         _hand_over_clocks(world.clock)
         stack.callback(_reset_caches)
         yield world

@@ -53,6 +53,38 @@ def test_given_the_admin_function_refuses_when_minting_then_config_error_with_it
         LambdaTokenAdmin("ps-admin", lambda_client=fake).mint("Bad NS", "client")
 
 
+def test_given_the_admin_function_namespace_policy_sends_set_or_get_policy():
+    policy = {"retention": "7d", "kms_key": "stack", "inline": "never"}
+    fake = FakeLambda({"namespace": "team", "policy": policy})
+    admin = LambdaTokenAdmin("ps-admin", lambda_client=fake)
+    assert admin.policy("team", {"retention": "7d", "inline": "never"}) == policy
+    assert admin.policy("team", {}) == policy
+    assert [e for _, e in fake.events] == [
+        {"action": "set_policy", "namespace": "team", "retention": "7d", "inline": "never"},
+        {"action": "get_policy", "namespace": "team"},
+    ]
+
+
+def test_given_the_admin_function_refuses_a_policy_the_command_exits_2_with_its_reason(
+    monkeypatch,
+):
+    fake = FakeLambda({"error": "retention '3x' must be one of consume, 1d, 2d, 7d, 30d"})
+    monkeypatch.setattr("payloadstore.cli.LambdaTokenAdmin.__init__", _fake_init(fake))
+    result = CliRunner().invoke(
+        cli, ["namespace", "policy", "team", "--kms-key", "x", "--admin-function", "ps-admin"]
+    )
+    assert result.exit_code == 2, result.output
+    assert "must be one of" in result.output
+    assert fake.events[0][1]["kms_key"] == "x"
+
+
+def _fake_init(fake):
+    def init(self, function_name, lambda_client=None, region=None):
+        self._lambda, self._function = fake, function_name
+
+    return init
+
+
 def test_given_neither_file_nor_json_when_enqueueing_then_usage_error_exit_2():
     result = CliRunner().invoke(cli, ["--endpoint", "http://x", "--token", "pst_x", "enqueue", "q"])
     assert result.exit_code == 2 and "exactly one of --file, --json or --jsonl" in result.output

@@ -12,7 +12,7 @@ Each figure below is a list of (item, dollars) lines so the document can show it
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tools.cost.prices import price
 
@@ -113,6 +113,9 @@ class Usage:
     s3_calls: dict[str, float]
     idle_polls_per_min: dict[int, float]  # concurrency -> polls per minute
     idle_in_flight: dict[int, float]  # concurrency -> share of the time a poll is held
+    # tier -> what an enqueue that waits for its job holds the jobs function beyond a plain
+    # enqueue (ms, measured): priced as I/O wait of that call.
+    enqueue_wait_held_ms: dict[str, float] = field(default_factory=dict)
 
 
 Lines = list[tuple[str, float]]

@@ -19,6 +19,21 @@ POLL = "POST /v1/daemon/poll"
 RESULT_POST = "POST /v1/namespaces/{ns}/jobs/{job_id}/result"
 RESULT_GET = "GET /v1/namespaces/{ns}/jobs/{job_id}/result"
 PRESIGN = "POST /v1/namespaces/{ns}/payloads/presign"
+# A call that also waits for its job (enqueue ?wait) or fetches the next job (`next` on a result
+# post): tools/cost/measure.py names them with these suffixes.
+WAITS = " ?wait"
+NEXT = " +next"
+ENQUEUE_WAIT = ENQUEUE + WAITS
+RESULT_POST_NEXT = RESULT_POST + NEXT
+# Such a call does the work of two measured calls in one invocation: priced as both (CPU, log
+# lines and I/O added up), plus, for the enqueue, the measured time it holds its function while
+# the job runs. The wait of a result post for a next job that is not there yet is what a poll's
+# wait is: the idle cost, not priced per job.
+COMPOSED_ROUTE = {
+    (ENQUEUE_WAIT, "inline"): ("enqueue inline", "result get inline"),
+    (ENQUEUE_WAIT, "s3"): ("enqueue s3", "result get inline"),
+    (RESULT_POST_NEXT, "s3"): ("result post s3", "poll with s3 job"),
+}
 # The bench's measured call (bench/bench_function_cpu.py) for each route and tier.
 BENCH_ROUTE = {
     (ENQUEUE, "inline"): "enqueue inline",
@@ -26,6 +41,7 @@ BENCH_ROUTE = {
     (POLL, "inline"): "poll with job",
     (POLL, "s3"): "poll with s3 job",
     (RESULT_POST, "inline"): "result post inline",
+    (RESULT_POST_NEXT, "inline"): "result post inline next",
     (RESULT_POST, "s3"): "result post s3",
     (RESULT_GET, "inline"): "result get inline",
     (RESULT_GET, "s3"): "result get s3",
@@ -54,16 +70,36 @@ class Figures:
 def bench_route(bench: dict, name: str) -> Route:
     row = bench["routes"][name]
     io = model.REDIS_CALL_MS + (model.S3_HEAD_MS if name in S3_HEAD_CALLS else 0.0)
+    if name.endswith(" next"):
+        io += model.REDIS_CALL_MS  # the post, then the next job's delivery
     if name == "config":
         io = 0.0
     return Route(row["function"], row["cpu_ms"], row["log_bytes"], io)
 
 
-def routes_for(bench: dict, calls: dict[str, float], tier: str) -> dict[str, Route]:
-    """The priced Route of each measured call: the bench's figure for that route and tier, else
-    the median of the function's measured routes."""
+def composed_route(bench: dict, names: tuple[str, ...], held_ms: float = 0.0) -> Route:
+    """One invocation doing the work of several measured calls (see COMPOSED_ROUTE)."""
+    parts = [bench_route(bench, n) for n in names]
+    return Route(
+        parts[0].function,
+        sum(p.cpu_ms for p in parts),
+        sum(p.log_bytes for p in parts),
+        sum(p.io_ms for p in parts) + held_ms,
+    )
+
+
+def routes_for(
+    bench: dict, calls: dict[str, float], tier: str, held_ms: float = 0.0
+) -> dict[str, Route]:
+    """The priced Route of each measured call: the bench's figure for that route and tier (or
+    the figures it is composed of, COMPOSED_ROUTE; `held_ms` what an enqueue that waits holds),
+    else the median of the function's measured routes."""
     out: dict[str, Route] = {}
     for key in calls:
+        composed = COMPOSED_ROUTE.get((key, tier))
+        if composed:
+            out[key] = composed_route(bench, composed, held_ms if key == ENQUEUE_WAIT else 0.0)
+            continue
         name = BENCH_ROUTE.get((key, tier))
         if name:
             out[key] = bench_route(bench, name)
@@ -81,7 +117,7 @@ def routes_for(bench: dict, calls: dict[str, float], tier: str) -> dict[str, Rou
 def function_of(key: str) -> str:
     from payloadstore_controlplane.routes import ROUTES
 
-    method, path = key.split(" ", 1)
+    method, path = key.split(" ", 2)[:2]
     for route in ROUTES:
         if route.method.upper() == method and route.path == path:
             return route.function
@@ -123,13 +159,17 @@ def figures(shape: Shape, usage: Usage, bench: dict) -> Figures:
     auth = bench_route(bench, "authorizer (cached token)")
     fixed = model.fixed_monthly(shape, metrics)
     idle = {c: model.idle_daemon(shape, usage, c, poll, auth) for c in usage.idle_polls_per_min}
+    held = usage.enqueue_wait_held_ms
     inline = model.workload(
-        shape, usage.inline_calls, routes_for(bench, usage.inline_calls, "inline"), JOBS
+        shape,
+        usage.inline_calls,
+        routes_for(bench, usage.inline_calls, "inline", held.get("inline", 0.0)),
+        JOBS,
     )
     s3 = model.workload(
         shape,
         usage.s3_calls,
-        routes_for(bench, usage.s3_calls, "s3"),
+        routes_for(bench, usage.s3_calls, "s3", held.get("s3", 0.0)),
         JOBS,
         S3_PAYLOAD,
         s3_requests(S3_PAYLOAD),
@@ -314,13 +354,18 @@ def render(shape: Shape, usage: Usage, bench: dict, measured: dict, f: Figures) 
     doc += [
         "",
         (
-            f"Calls per job, by route ({measured['jobs']} inline and {measured['s3_jobs']} S3-tier jobs "
-            "through `queue.add` + `job.result` and a Daemon with concurrency 8; the daemon's empty "
-            "polls are the idle cost, not counted here):"
+            f"Calls per job at steady load, by route ({measured['jobs']} inline jobs, one after "
+            f"the other, then {measured['s3_jobs']} S3-tier jobs of "
+            f"{measured.get('s3_single_bytes', 0) / MIB:g} MiB (a single PUT) and "
+            f"{measured['s3_jobs']} of 100 MiB (a multipart upload), each through `queue.call`, "
+            "whose enqueue waits for the result (`?wait`), served by a Daemon whose result posts "
+            "fetch its next job (`+next`). A call counts for the job it is about; the warm-up job "
+            "(delivered by a poll to an idle daemon), the daemon's empty polls (the idle cost) "
+            "and the per-process config read are not counted):"
         ),
         "",
-        "| route | inline job | 100 MiB job |",
-        "|---|---:|---:|",
+        "| route | inline job | S3-tier job (single PUT) | multipart job (100 MiB) |",
+        "|---|---:|---:|---:|",
     ]
     if measured.get("s3_fallback"):
         doc[-2:-2] = [
@@ -333,10 +378,27 @@ def render(shape: Shape, usage: Usage, bench: dict, measured: dict, f: Figures) 
             ),
             "",
         ]
-    for key in sorted(set(usage.inline_calls) | set(usage.s3_calls)):
+    single = measured.get("s3_single_calls") or {}
+    for key in sorted(set(usage.inline_calls) | set(single) | set(usage.s3_calls)):
         doc.append(
-            f"| `{key}` | {usage.inline_calls.get(key, 0):g} | {usage.s3_calls.get(key, 0):g} |"
+            f"| `{key}` | {usage.inline_calls.get(key, 0):g} | {single.get(key, 0):g} | "
+            f"{usage.s3_calls.get(key, 0):g} |"
         )
+    doc.append(
+        f"| **all calls** | **{sum(usage.inline_calls.values()):g}** | "
+        f"**{sum(single.values()):g}** | **{sum(usage.s3_calls.values()):g}** |"
+    )
+    held = usage.enqueue_wait_held_ms
+    doc += [
+        "",
+        (
+            f"An enqueue that waits holds the jobs function while its job runs (and, under a "
+            "backlog, while it is queued: size the daemons so that jobs do not wait): measured "
+            f"{held.get('inline', 0.0):g} ms beyond a plain enqueue for an inline job and "
+            f"{held.get('s3', 0.0):g} ms for a 100 MiB one (the daemon's download), priced as that "
+            "call's wait. An inline job's `+next` post is measured as such (`result post inline next`); a 100 MiB job's is priced as a result post and a poll in one invocation."
+        ),
+    ]
     doc += [
         "",
         (
@@ -395,7 +457,15 @@ def render(shape: Shape, usage: Usage, bench: dict, measured: dict, f: Figures) 
         (
             f"- I/O wait per call on AWS: {model.REDIS_CALL_MS:g} ms (Redis in the VPC, with the "
             f"replica's WAIT), +{model.S3_HEAD_MS:g} ms where the call HEADs an upload, "
-            f"{model.AUTHORIZER_IO_MS:g} ms for an authorizer run on an API Gateway cache miss."
+            f"{model.AUTHORIZER_IO_MS:g} ms for an authorizer run on an API Gateway cache miss; "
+            "twice the Redis wait for a result post that also takes the next job."
+        ),
+        (
+            "- Calls with no row of their own in the CPU table are priced as the calls they do "
+            "in one invocation: an enqueue that waits as an enqueue and a result read plus the "
+            "measured time it holds its function; a 100 MiB job's `+next` post as a result post "
+            "and a poll. A post's wait for a next job that is not queued yet is a poll's wait: "
+            "the idle daemon's cost, already priced there."
         ),
         (
             f"- Log bytes per call: {model.ACCESS_LOG_BYTES} (API Gateway access log) + "
@@ -442,4 +512,8 @@ def usage_from(measured: dict) -> Usage:
         s3_calls=priced_s3_calls(measured),
         idle_polls_per_min={int(k): v for k, v in measured["idle_polls_per_min"].items()},
         idle_in_flight={int(k): v for k, v in measured["idle_in_flight"].items()},
+        enqueue_wait_held_ms={
+            "inline": float(measured.get("enqueue_wait_held_ms") or 0.0),
+            "s3": float(measured.get("enqueue_wait_held_ms_s3") or 0.0),
+        },
     )

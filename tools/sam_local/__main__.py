@@ -336,6 +336,9 @@ def env_vars(template: dict, redis: Relay, s3: Relay, services: Services) -> dic
         "REDIS_MIN_REPLICA_ACKS": "0",
         # Under SAM the secret's Ref resolves to a logical id: no AUTH locally.
         "REDIS_AUTH_SECRET": "",
+        # Under SAM the key's GetAtt resolves to no key: kms_key `stack` takes the local stand-in
+        # the S3 emulator knows (models/policy.py) when this is empty.
+        "KMS_KEY_ARN": "",
         "TOKEN_PARAMETER_PATH": services.token_path,
         "S3_ENDPOINT_URL": s3_url,
         "AWS_ENDPOINT_URL_SSM": s3_url,

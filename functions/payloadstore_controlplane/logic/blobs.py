@@ -4,11 +4,11 @@ A blob's key is `blobs/<namespace>/<sha256>`: the namespace is part of the key, 
 in one namespace gives nothing in another (its record, its object and its URLs are its own).
 The control plane records a blob (store/jobs/blobs.py) only once its upload is verified (HEAD:
 size and the sha256 checksum S3 computed, which was signed into the PUT), and refuses with 409
-`unknown_blob` a job or a result that names a blob its namespace does not have. A blob lives as
-long as the newest job that references it, within the retention: when a job references a blob
-older than half the retention, the object is copied onto itself (S3 CopyObject: no bytes
-through the control plane) so the bucket's lifecycle counts from then, and its record is
-renewed.
+`unknown_blob` a job or a result that names a blob its namespace does not have. A job keeps the
+blobs it references readable for its own remaining life (models/blob_lifetime.py): the request
+path only records, in Redis, until when a reference needs a blob whose object expires sooner;
+the scheduled renewer (logic/renewals.py) copies those objects onto themselves ahead of their
+expiry. No S3 copy runs on a request.
 
 A blob above MULTIPART_THRESHOLD is uploaded in parts with the payloads' multipart code: POST
 .../blobs opens the upload (`multipart`), POST .../payloads/parts {"blob": sha256, ...} signs
@@ -28,8 +28,10 @@ from ..models.api import (
     BlobUpload,
     PartsRequest,
     PartsResponse,
+    PresignMultipart,
 )
 from ..models.errors import Conflict, NotFound, UnknownBlob
+from ..models.policy import RETENTION_DAYS, RETENTION_TAG
 from ..observability import logger, metrics_count
 from ..store.records import (
     BlobUploadRecord,
@@ -38,6 +40,7 @@ from ..store.records import (
     PartsIssued,
     sha256_hex_to_b64,
 )
+from ..store.s3_objects import ObjectInfo
 from .context import Deps, Principal
 from .policy import policy_headers
 from .presign import (
@@ -47,13 +50,16 @@ from .presign import (
     multipart_spec,
     sign_parts,
 )
-from .verify import PartsPlan, check_composite, complete_upload
+from .verify import PartsPlan, check_composite, check_full_object, complete_upload
 
 BLOB_PREFIX = "blobs/"
 BLOB_CONTENT_TYPE = "application/octet-stream"
 # The bucket's lifecycle aborts an incomplete multipart upload after a day: the CP forgets it
 # by then too.
 BLOB_UPLOAD_TTL_S = 86_400
+# A reference's need is rounded up to this step: a blob in steady use costs one zset write per
+# second at most, not one per job.
+NEED_STEP_MS = 1000
 
 
 def blob_key(namespace: str, sha256: str) -> str:
@@ -73,10 +79,10 @@ def ensure_blob(p: Principal, req: BlobRequest, deps: Deps) -> BlobResponse:
     """The blob as the namespace has it (`exists`), else a presigned PUT of it (above
     MULTIPART_THRESHOLD: a multipart upload). An object found at the key (an upload just done)
     is verified and recorded here, a multipart upload completed and verified: POST again after
-    the upload."""
+    the upload. An object too close to its lifecycle expiry to be referenced is uploaded again
+    (the new upload moves its expiry): no copy on this path."""
     sha, size, now = req.sha256, req.size, deps.clock()
     key = blob_key(p.namespace, sha)
-    retention = deps.settings.retention_s
     record = deps.jobs.blob_records(p.namespace, [sha])[0]
     if record is not None:
         if record.size != size:
@@ -84,42 +90,54 @@ def ensure_blob(p: Principal, req: BlobRequest, deps: Deps) -> BlobResponse:
                 f"the namespace's blob {sha} has {record.size} bytes, not {size}",
                 reason="size_mismatch",
             )
-        expires = renew_old(p.namespace, {sha: record}, deps).get(sha, now + record.ttl_ms / 1000)
-        return _exists(sha, size, key, expires)
+        return _exists(sha, size, key, now + record.ttl_ms / 1000)
     upload = deps.jobs.blob_upload(p.namespace, sha)
     if upload is not None:
         return _continue_upload(p, req, upload, deps)
     info = deps.objects.head(key)
-    if info is not None and info.size == size and _is_the_blob(info.sha256_b64, sha):
-        age = max(now - (info.last_modified or now), 0.0)
-        ttl = int(retention - age)
-        if age > retention / 2 or ttl <= 0:
-            # Uploaded long ago and never recorded (or its record expired): renew it first.
-            if not deps.objects.copy_onto_itself(key, BLOB_CONTENT_TYPE):
-                return _upload(p, sha, size, now, deps)
-            ttl = retention
-        deps.jobs.record_blob(p.namespace, sha, size, ttl)
-        metrics_count("BlobsVerified")
-        logger.info("blob verified", extra={"sha256": sha, "size": size})
-        return _exists(sha, size, key, now + ttl)
-    return _upload(p, sha, size, now, deps)
+    if info is not None and info.size == size and _is_the_blob(info, sha):
+        written = info.last_modified if info.last_modified is not None else now
+        life = deps.settings.blob_lifetime(lifecycle_days_of(key, info, deps))
+        ttl_s = life.record_ttl_s(written, now)
+        if ttl_s > 0:
+            deps.jobs.record_blob(p.namespace, sha, size, int(ttl_s * 1000))
+            metrics_count("BlobsVerified")
+            logger.info("blob verified", extra={"sha256": sha, "size": size})
+            return _exists(sha, size, key, now + ttl_s)
+        logger.info("blob found too close to its expiry, upload again", extra={"sha256": sha})
+    return _upload(p, sha, size, now, deps, req.checksum_algorithm)
 
 
-def _is_the_blob(checksum: str | None, sha: str) -> bool:
+def lifecycle_days_of(key: str, info: ObjectInfo, deps: Deps) -> int:
+    """The days of the lifecycle rule that expires this blob's object: its retention tag's class
+    (the namespace policy it was uploaded under), else the `blobs/` backstop (an object uploaded
+    before namespace policies, or without a tag). S3 honours the shortest rule that matches."""
+    tags = deps.objects.tags(key) if info.tag_count else {}
+    retention = (tags or {}).get(RETENTION_TAG)
+    return RETENTION_DAYS.get(retention or "", max(RETENTION_DAYS.values()))
+
+
+def _is_the_blob(info: ObjectInfo, sha: str) -> bool:
     """S3's checksum of an object at a blob's key is the blob's: its sha256 (a single PUT, or a
-    copy) or the COMPOSITE of a multipart upload (`<base64>-<parts>`), which only the CP
-    completes at that key after checking each part against the checksum it signed."""
-    return checksum == sha256_hex_to_b64(sha) or (checksum is not None and "-" in checksum)
+    copy), the COMPOSITE of a multipart upload (`<base64>-<parts>`), which only the CP
+    completes at that key after checking each part against the checksum it signed, or the
+    FULL_OBJECT CRC64NVME of one the CP completed with the uploader's CRC (no sha256 then)."""
+    checksum = info.sha256_b64
+    if checksum == sha256_hex_to_b64(sha) or (checksum is not None and "-" in checksum):
+        return True
+    return checksum is None and bool(info.crc64nvme_b64) and info.checksum_type == "FULL_OBJECT"
 
 
 def _exists(sha: str, size: int, key: str, expires: float) -> BlobResponse:
     return BlobResponse(sha256=sha, size=size, exists=True, key=key, expires_at=iso_utc(expires))
 
 
-def _upload(p: Principal, sha: str, size: int, now: float, deps: Deps) -> BlobResponse:
+def _upload(
+    p: Principal, sha: str, size: int, now: float, deps: Deps, algorithm: str | None = None
+) -> BlobResponse:
     key = blob_key(p.namespace, sha)
     if deps.settings.multipart(size):
-        return _open_upload(p, sha, size, deps)
+        return _open_upload(p, sha, size, deps, algorithm or "SHA256")
     signed = deps.objects.presign_put(
         key, size, BLOB_CONTENT_TYPE, sha, policy_headers=policy_headers(p.policy, deps)
     )
@@ -138,38 +156,44 @@ def _upload(p: Principal, sha: str, size: int, now: float, deps: Deps) -> BlobRe
     )
 
 
-def _open_upload(p: Principal, sha: str, size: int, deps: Deps) -> BlobResponse:
+def _open_upload(p: Principal, sha: str, size: int, deps: Deps, algorithm: str) -> BlobResponse:
     """Create the blob's multipart upload (an upload a concurrent caller opened first wins: its
     instructions are answered and ours is aborted)."""
     key = blob_key(p.namespace, sha)
     part_bytes = deps.settings.multipart_part_bytes_for(size)
     created = deps.objects.create_multipart(
-        key, BLOB_CONTENT_TYPE, policy_headers=policy_headers(p.policy, deps)
+        key, BLOB_CONTENT_TYPE, algorithm, policy_headers=policy_headers(p.policy, deps)
     )
-    upload_id, _, part_bytes = deps.jobs.open_blob_upload(
-        p.namespace, sha, created, size, part_bytes, BLOB_UPLOAD_TTL_S
+    upload_id, _, part_bytes, algorithm = deps.jobs.open_blob_upload(
+        p.namespace, sha, created, size, part_bytes, BLOB_UPLOAD_TTL_S, algorithm
     )
     if upload_id != created:
         deps.objects.abort_multipart(key, created)
     metrics_count("Presigns", op="multipart")
-    logger.info("blob multipart upload created", extra={"sha256": sha, "size": size})
-    return _multipart_answer(key, sha, size, upload_id, part_bytes, deps)
+    logger.info(
+        "blob multipart upload created",
+        extra={"sha256": sha, "size": size, "checksum": algorithm},
+    )
+    return _multipart_answer(key, sha, size, upload_id, part_bytes, algorithm, deps)
 
 
-def _blob_spec(key: str, upload_id: str, size: int, part_bytes: int, deps: Deps):
-    """A blob's upload in parts: SHA256 (COMPOSITE), each part's sha256 signed into its URL."""
-    return multipart_spec(key, upload_id, size, part_bytes, "SHA256", deps.clock(), deps)
+def _blob_spec(
+    key: str, upload_id: str, size: int, part_bytes: int, algorithm: str, deps: Deps
+) -> PresignMultipart:
+    """A blob's upload in parts: CRC64NVME (FULL_OBJECT), its first part URLs in the answer,
+    or SHA256 (COMPOSITE), each part's sha256 signed into its URL by a parts call."""
+    return multipart_spec(key, upload_id, size, part_bytes, algorithm, deps.clock(), deps)
 
 
 def _multipart_answer(
-    key: str, sha: str, size: int, upload_id: str, part_bytes: int, deps: Deps
+    key: str, sha: str, size: int, upload_id: str, part_bytes: int, algorithm: str, deps: Deps
 ) -> BlobResponse:
     return BlobResponse(
         sha256=sha,
         size=size,
         exists=False,
         key=key,
-        multipart=_blob_spec(key, upload_id, size, part_bytes, deps),
+        multipart=_blob_spec(key, upload_id, size, part_bytes, algorithm, deps),
     )
 
 
@@ -186,8 +210,13 @@ def _continue_upload(
             f"the blob {sha} is being uploaded with {upload.size} bytes, not {req.size}",
             reason="size_mismatch",
         )
-    if not upload.parts:
-        return _multipart_answer(key, sha, upload.size, upload.upload_id, upload.part_bytes, deps)
+    full_object = upload.algorithm == "CRC64NVME"
+    if (full_object and not req.crc64nvme) or (not full_object and not upload.parts):
+        # Nothing to complete yet (a CRC64NVME upload is completed with the whole blob's CRC,
+        # which only its uploader knows): the upload's instructions again.
+        return _multipart_answer(
+            key, sha, upload.size, upload.upload_id, upload.part_bytes, upload.algorithm, deps
+        )
     plan = PartsPlan(key, upload.size, upload.part_bytes)
     aborted: list[bool] = []
 
@@ -198,16 +227,21 @@ def _continue_upload(
     try:
         composite = complete_upload(
             plan,
-            MultipartUpload(upload_id=upload.upload_id, parts=upload.parts),
+            MultipartUpload(
+                upload_id=upload.upload_id, parts=upload.parts, algorithm=upload.algorithm
+            ),
             deps,
             forget=forget,
             log_extra={"sha256": sha},
+            crc64nvme=req.crc64nvme if full_object else None,
         )
     except Conflict as e:
         if not aborted:
             # Still open: whoever POSTed (the uploader missing a part, or another uploader of
             # the same content, e.g. after the first crashed) may upload the parts and POST again.
-            spec = _blob_spec(key, upload.upload_id, upload.size, upload.part_bytes, deps)
+            spec = _blob_spec(
+                key, upload.upload_id, upload.size, upload.part_bytes, upload.algorithm, deps
+            )
             e.details["multipart"] = spec.model_dump()
         raise
     info = deps.objects.head(key)
@@ -218,15 +252,21 @@ def _continue_upload(
             "blob not uploaded: its multipart upload is gone; POST again to start a new one",
             reason="not_uploaded",
         )
-    check_composite(info, plan, composite)
-    retention = deps.settings.retention_s
-    deps.jobs.record_blob(p.namespace, sha, upload.size, retention, uploaded=True)
+    if full_object:
+        check_full_object(info, plan, req.crc64nvme or "")
+    else:
+        check_composite(info, plan, composite)
+    # Written no earlier than this request began: its expiry counts from then.
+    # (the upload was created with the namespace's retention tag: its class's rule expires it)
+    life = deps.settings.blob_lifetime(p.policy.retention_days)
+    ttl_s = life.record_ttl_s(now, deps.clock())
+    deps.jobs.record_blob(p.namespace, sha, upload.size, int(ttl_s * 1000), uploaded=True)
     metrics_count("BlobsVerified")
     logger.info(
         "blob multipart completed",
         extra={"sha256": sha, "size": upload.size, "parts": plan.part_count},
     )
-    return _exists(sha, upload.size, key, now + retention)
+    return _exists(sha, upload.size, key, deps.clock() + ttl_s)
 
 
 def presign_blob_parts(p: Principal, req: PartsRequest, deps: Deps) -> PartsResponse:
@@ -239,7 +279,7 @@ def presign_blob_parts(p: Principal, req: PartsRequest, deps: Deps) -> PartsResp
             f"the namespace has no multipart upload open for blob {sha}: POST .../blobs first"
         )
     check_part_sizes(req, upload.size, upload.part_bytes)
-    check_part_checksums(req, "SHA256")
+    check_part_checksums(req, upload.algorithm)
     outcome = deps.jobs.issue_blob_parts(
         p.namespace, sha, [(part.number, part.sha256) for part in req.parts]
     )
@@ -265,38 +305,31 @@ def presign_blob_parts(p: Principal, req: PartsRequest, deps: Deps) -> PartsResp
     )
 
 
-def renew_old(namespace: str, records: dict, deps: Deps) -> dict[str, float]:
-    """Renew each blob of `records` (sha256 -> BlobRecord) older than half the retention: copy
-    its object onto itself and record it again for the whole retention. Returns sha256 -> new
-    expiry of those renewed; a blob whose object is gone is left out (and not renewed)."""
-    retention = deps.settings.retention_s
-    renewed: dict[str, float] = {}
-    for sha, record in records.items():
-        if record.ttl_ms >= retention * 500:
-            continue
-        if deps.objects.copy_onto_itself(blob_key(namespace, sha), BLOB_CONTENT_TYPE):
-            deps.jobs.record_blob(namespace, sha, record.size, retention)
-            renewed[sha] = deps.clock() + retention
-            metrics_count("BlobsRenewed")
-            logger.info("blob renewed", extra={"sha256": sha, "size": record.size})
-    return renewed
-
-
-def referenced(namespace: str, sha256s: Iterable[str], deps: Deps) -> set[str]:
-    """Check the blobs some jobs (or a result) reference, renewing old ones: the set of those
-    the namespace does not have (empty: all good). One Redis round trip for all of them."""
+def referenced(
+    namespace: str, sha256s: Iterable[str], deps: Deps, *, result: bool = False
+) -> set[str]:
+    """Check the blobs a job's args (or, `result`, a result) reference and record until when
+    they are needed (models/blob_lifetime.py): the set of those the namespace does not have
+    (empty: all good). One Redis script for all of them; no S3 call."""
     wanted = sorted({s.lower() for s in sha256s})
     if not wanted:
         return set()
-    records = deps.jobs.blob_records(namespace, wanted)
-    found = {sha: r for sha, r in zip(wanted, records, strict=True) if r is not None}
-    renew_old(namespace, found, deps)
-    return set(wanted) - set(found)
+    life = deps.settings.blob_lifetime()  # (the need and the margin: not the lifecycle's days)
+    now = deps.clock()
+    need = life.need_for_result(now) if result else life.need_for_args(now)
+    # Rounded up to a step (a write at most once per step per blob, and never a need too short).
+    step_ms = NEED_STEP_MS
+    need_ms = -(-int(need * 1000) // step_ms) * step_ms
+    return deps.jobs.reference_blobs(
+        namespace, wanted, int(now * 1000), need_ms, int(life.known_margin_s * 1000)
+    )
 
 
-def check_referenced(namespace: str, sha256s: Iterable[str], deps: Deps) -> None:
+def check_referenced(
+    namespace: str, sha256s: Iterable[str], deps: Deps, *, result: bool = False
+) -> None:
     """409 unknown_blob unless the namespace has every one of these blobs."""
-    missing = referenced(namespace, sha256s, deps)
+    missing = referenced(namespace, sha256s, deps, result=result)
     if missing:
         raise unknown_blob(missing)
 

@@ -104,24 +104,9 @@ def presign_put(p: Principal, req: PresignRequest, deps: Deps) -> PresignPutResp
     key = key_for(job_id, req.kind, attempt)
     algorithm = req.checksum_algorithm or "SHA256"
     if part_bytes:
-        upload_id = deps.objects.create_multipart(
-            key, req.content_type, algorithm, policy_headers(p.policy, deps)
+        return _multipart_presign(
+            p, req, job_id, key, size, part_bytes, algorithm, attempt, now, deps
         )
-        first = first_part_count(size, part_bytes) if crc else 0
-        if not deps.jobs.record_upload(job_id, req.kind.value, upload_id, algorithm, first):
-            raise NotFound(f"job {job_id} not found")
-        metrics_count("Presigns", op="multipart")
-        logger.info(
-            "multipart upload created",
-            extra={
-                "job_id": job_id,
-                "kind": req.kind.value,
-                "size": size,
-                "parts": part_bytes,
-                "checksum": algorithm,
-            },
-        )
-        return _multipart_answer(key, job_id, upload_id, size, part_bytes, algorithm, now, deps)
     signed = deps.objects.presign_put(
         key,
         size,
@@ -141,6 +126,48 @@ def presign_put(p: Principal, req: PresignRequest, deps: Deps) -> PresignPutResp
         expires_at=iso_utc(now + deps.settings.presign_ttl_s),
         checksum_algorithm=algorithm,
     )
+
+
+def _multipart_presign(
+    p: Principal,
+    req: PresignRequest,
+    job_id: str,
+    key: str,
+    size: int,
+    part_bytes: int,
+    algorithm: str,
+    attempt: int | None,
+    now: float,
+    deps: Deps,
+) -> PresignPutResponse:
+    """Create the key's multipart upload and record it (a result's: for `attempt` only)."""
+    crc = algorithm == "CRC64NVME"
+    upload_id = deps.objects.create_multipart(
+        key, req.content_type, algorithm, policy_headers(p.policy, deps)
+    )
+    first = first_part_count(size, part_bytes) if crc else 0
+    recorded = deps.jobs.record_upload(
+        job_id, req.kind.value, upload_id, algorithm, first, attempt=attempt
+    )
+    if recorded is None:
+        # This delivery's lease lapsed while S3 created the upload, and a redelivery issued
+        # its own result since: that one stays on record. Ours is never completed; the
+        # bucket's lifecycle aborts it (payloads may not abort: grants.py).
+        raise lease_mismatch(job_id)
+    if not recorded:
+        raise NotFound(f"job {job_id} not found")
+    metrics_count("Presigns", op="multipart")
+    logger.info(
+        "multipart upload created",
+        extra={
+            "job_id": job_id,
+            "kind": req.kind.value,
+            "size": size,
+            "parts": part_bytes,
+            "checksum": algorithm,
+        },
+    )
+    return _multipart_answer(key, job_id, upload_id, size, part_bytes, algorithm, now, deps)
 
 
 def first_part_count(size: int, part_bytes: int) -> int:

@@ -116,7 +116,8 @@ def with_results(p: Principal, answers: list, wait_s: float, deps: Deps) -> list
     waited on job by job) with its result; refused items as they were. The answer keeps under
     Lambda's limit (models/limits.py): a result that would not fit is left out, and that job
     answers its id only (its result stays readable with GET .../result)."""
-    deadline = deps.clock() + wait_s
+    # One wait for the whole batch, capped as a single result wait is (RESULT_MAX_WAIT_S).
+    deadline = deps.clock() + min(wait_s, deps.settings.result_max_wait_s)
     left = DELIVERIES_BUDGET
     out = []
     for answer in answers:

@@ -137,7 +137,7 @@ def _verify_multipart(
         # A CRC64NVME upload completed before (a repeated enqueue or result post): the HEAD
         # decides, against the whole-object CRC S3 checked at completion.
         info = deps.objects.head(issued.key)
-        _check_full_object(info, PartsPlan.of(issued), issued.crc64nvme)
+        check_full_object(info, PartsPlan.of(issued), issued.crc64nvme)
         _check_policy(issued.key, info, policy, deps)
         return
     if issued.composite_sha256 is None:
@@ -213,7 +213,7 @@ def _complete_full_object(
         crc64nvme=ref.crc64nvme,
     )
     info = deps.objects.head(issued.key)
-    _check_full_object(info, plan, ref.crc64nvme)
+    check_full_object(info, plan, ref.crc64nvme)
     _check_policy(issued.key, info, policy, deps)
     # Kept only while the issue and the upload are still the ones completed here (as for a
     # SHA256 upload below).
@@ -227,7 +227,7 @@ def _complete_full_object(
     )
 
 
-def _check_full_object(info: ObjectInfo | None, plan: PartsPlan, crc64nvme: str) -> None:
+def check_full_object(info: ObjectInfo | None, plan: PartsPlan, crc64nvme: str) -> None:
     """The object is there, of the plan's size, with S3's FULL_OBJECT CRC64NVME `crc64nvme`."""
     if info is None:
         raise Conflict("payload not uploaded: no object at the issued key", reason="not_uploaded")
@@ -339,13 +339,16 @@ def _part_problems(
     for n in range(1, count + 1):
         signed, part = upload.parts.get(n), by_number.get(n)
         size = plan.part_bytes if n < count else last
-        if signed is None:
+        if signed is None and not full_object:
+            # (A FULL_OBJECT upload's part URLs may have gone with the presign or blob answer,
+            # unrecorded: any part there came from a URL this CP signed, and S3 checks the
+            # whole object at completion.)
             problems.append(f"part {n} was never presigned")
         elif part is None:
             problems.append(f"part {n} is missing")
         elif part.size != size:
             problems.append(f"part {n} has {part.size} bytes, not {size}")
-        elif not full_object and part.sha256_b64 != base64.b64encode(signed).decode():
+        elif not full_object and part.sha256_b64 != base64.b64encode(signed or b"").decode():
             # (A FULL_OBJECT upload's parts are checked whole, by S3, at completion.)
             problems.append(f"part {n} has another sha256 than the one signed")
     problems += [f"part {n} was not issued" for n in sorted(by_number) if n > count]

@@ -487,6 +487,18 @@ class BlobRequest(_Strict):
 
     sha256: Sha256Hex
     size: int = Field(ge=1, le=MAX_BLOB_BYTES, description="exact byte size (at most 5 GiB)")
+    checksum_algorithm: ChecksumAlgorithm | None = Field(
+        None,
+        description="above MULTIPART_THRESHOLD, the transfer checksum of a new upload in parts: "
+        "CRC64NVME (FULL_OBJECT, its first part URLs in the answer) or SHA256 (COMPOSITE, the "
+        "default: clients before CRC64NVME). The blob is named and verified by its sha256 "
+        "either way; a single PUT always signs the sha256",
+    )
+    crc64nvme: Crc64Nvme | None = Field(
+        None,
+        description="the POST that completes a CRC64NVME upload in parts: the whole blob's "
+        "CRC64NVME, which S3 checks against the parts at completion",
+    )
 
     @model_validator(mode="after")
     def _lower(self):

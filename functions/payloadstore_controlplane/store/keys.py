@@ -104,18 +104,29 @@ def namespaces() -> str:
 
 
 def blob(namespace: str, sha256_hex: str) -> bytes:
-    """STRING: the blob's size, with a TTL of the retention, once its upload was verified (see
-    docs/design.md "Blobs"). The key ends with the 32 raw bytes of the sha256 (not 64 hex
-    characters, nor 43 of base64) so the record stays within 128 B (MEMORY USAGE, cluster mode
-    included) for namespaces up to 11 characters. Its age is the retention less its TTL: no
-    timestamp is stored. In the namespace's slot."""
+    """STRING: the blob's size, once its upload was verified (see docs/design.md "Blobs"), with
+    a TTL ending `known margin` before its object's lifecycle expiry (models/blob_lifetime.py):
+    the TTL tells the object's expiry, so no timestamp is stored. The key ends with the 32 raw
+    bytes of the sha256 (not 64 hex characters, nor 43 of base64) so the record stays within
+    128 B (MEMORY USAGE, cluster mode included) for namespaces up to 11 characters. In the
+    namespace's slot."""
     return f"{PREFIX}:{{ns:{namespace}}}:b:".encode() + bytes.fromhex(sha256_hex)
+
+
+def blob_needs(namespace: str) -> str:
+    """ZSET of the namespace's blobs that a reference needs past their object's expiry: member
+    the sha256 (32 raw bytes), score until when (ms since the epoch). Written by the request path
+    (blobs_reference.lua, only when a need goes past the expiry), read and emptied by the
+    scheduled renewer (logic/renewals.py), which copies each due blob onto itself. In the
+    namespace's slot, beside the records."""
+    return f"{PREFIX}:{{ns:{namespace}}}:bn"
 
 
 def blob_upload(namespace: str, sha256_hex: str) -> bytes:
     """HASH of a blob's multipart upload in progress (a blob above MULTIPART_THRESHOLD): `u` the
-    S3 upload id, `z` the blob's size, `b` its part size, and one field per issued part number holding the sha256 (32 raw bytes) signed into
-    its URL. Deleted when the upload is completed and the blob recorded; it expires after a day
+    S3 upload id, `z` the blob's size, `b` its part size, `k` = 'c' for a CRC64NVME (FULL_OBJECT)
+    upload, and one field per issued part number holding the sha256 (32 raw bytes) signed into
+    its URL (empty for a CRC64NVME upload's part). Deleted when the upload is completed and the blob recorded; it expires after a day
     (the bucket's lifecycle aborts an incomplete upload then). In the namespace's slot, beside
     the blob's record."""
     return f"{PREFIX}:{{ns:{namespace}}}:bu:".encode() + bytes.fromhex(sha256_hex)

@@ -324,6 +324,7 @@ class BlobUploadRecord:
     size: int
     part_bytes: int
     parts: dict[int, bytes]  # part number -> the sha256 (32 raw bytes) signed into its URL
+    algorithm: str = "SHA256"  # CRC64NVME: FULL_OBJECT, S3 checks the whole blob at completion
 
 
 # Completion.

@@ -111,14 +111,19 @@ class PresignSteps(StoreBase):
         upload_id: str,
         algorithm: str = "SHA256",
         first_parts: int = 0,
-    ) -> bool:
+        attempt: int | None = None,
+    ) -> bool | None:
         """Remember the multipart upload created for the job's `kind` key, its checksum
         algorithm, and parts 1..first_parts as issued (their URLs went with the presign: a
-        later parts call for one of them counts as a re-presign); False: no job."""
+        later parts call for one of them counts as a re-presign); False: no job. A result's
+        upload (`attempt`: the delivery whose key it is) is recorded only while that attempt
+        still owns the result issue: None when a redelivery issued its own since."""
         keys_ = [keys.job(job_id), keys.parts(job_id, kind)]
         flat: list[Any] = [upload_id, "c" if algorithm == "CRC64NVME" else ""]
+        flat.append("" if attempt is None else attempt)
         flat += range(1, first_parts + 1)
-        return bool(self._run("presign_upload", keys_, flat))
+        recorded = int(self._run("presign_upload", keys_, flat))
+        return None if recorded < 0 else bool(recorded)
 
     def issue_parts(
         self,

@@ -1,0 +1,334 @@
+"""The hot path of a small job: the four handlers (enqueue, poll, result post, result get, called
+in-process as Lambda calls them) against the minimal hand-written redis-py sequence doing the
+same steps on the same redis-server, side by side in interleaved blocks (issue 34):
+
+    raw: HSET job + XADD; XREADGROUP + HSET running; HSET result + RPUSH done + XACK + XDEL;
+         BLMOVE done + HGETALL -- 10 round trips, no Lua, no WAIT.
+
+The payload is 1 KiB of msgpack (the SDK's raw-body enqueue) and the result 1 KiB (the SDK's
+resultInline post). A handler sample is the time spent inside the four `lambda_handler` calls
+(building the proxy events, which API Gateway does on AWS, is left out); a raw sample is the
+ten commands. Blocks alternate (handlers, raw, handlers, raw, ...) so that a machine whose load
+moves under the run moves both; the figure is the median of each side over all blocks, and the
+ratio of those medians (the per-block ratios beside it). The process runs nothing else (no local
+gateway, no scheduler thread), as a Lambda container runs one invocation at a time; the
+redis-server is one of its own (appendonly, as the local stack's).
+
+    .venv/bin/python bench/bench_hot_path.py [--n 1000] [--blocks 5] [--json out.json]
+    .venv/bin/python bench/bench_hot_path.py --profile [--n 300]   # cProfile of the handlers
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import copy
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "functions")]
+
+NS = "dev"
+PAYLOAD_BYTES = 1024
+GOAL_RATIO = 2.0
+DEVNULL = open(os.devnull, "w")  # noqa: SIM115 - the process's whole life
+
+
+def _payload() -> tuple[bytes, bytes]:
+    """A 1 KiB call ({"args": [<bytes>], "kwargs": {}}) and a 1 KiB result, msgpack as the SDK."""
+    import msgpack
+
+    call = msgpack.packb({"args": [b"a" * 1000], "kwargs": {}})
+    call = msgpack.packb({"args": [b"a" * (1000 + PAYLOAD_BYTES - len(call))], "kwargs": {}})
+    result = msgpack.packb(b"r" * (PAYLOAD_BYTES - 3))
+    assert len(call) == len(result) == PAYLOAD_BYTES, (len(call), len(result))
+    return call, result
+
+
+def _env(redis_url: str) -> dict[str, str]:
+    from payloadstore.devstack.stack import handler_env
+
+    # S3 is never contacted by an inline job: the endpoint need not answer. Logs at INFO, as
+    # deployed (written to /dev/null: formatting them is the cost), metrics off, as the local
+    # stack runs them (--metrics: on, as deployed, their EMF lines to /dev/null too).
+    return handler_env(
+        redis_url=redis_url,
+        s3_endpoint="http://127.0.0.1:9",
+        bucket="bench-payloads",
+        extra={"POWERTOOLS_METRICS_DISABLED": "true", "POWERTOOLS_LOG_LEVEL": "INFO"},
+    )
+
+
+class Context:
+    function_name = "bench"
+    function_version = "$LATEST"
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:bench"
+    memory_limit_in_mb = 512
+    aws_request_id = "bench"
+    log_group_name = "/aws/lambda/bench"
+    log_stream_name = "bench"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 30_000
+
+
+class Handlers:
+    """One small job through the four handlers; run() gives the seconds spent inside them."""
+
+    def __init__(self, queue: str):
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("bench_events", REPO / "events/generate.py")
+        assert spec and spec.loader
+        self.ev = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(self.ev)
+        from payloadstore_controlplane.handlers import daemon, jobs
+        from payloadstore_controlplane.observability import logger
+
+        self.jobs, self.daemon = jobs, daemon
+        logger.registered_handler.setStream(DEVNULL)
+        self.ctx = Context()
+        self.queue = queue
+        call, result = _payload()
+        self.result_b64 = base64.b64encode(result).decode()
+        self.enqueue_event = self.ev.event(
+            "POST",
+            "/v1/namespaces/{ns}/queues/{queue}/jobs",
+            {"ns": NS, "queue": queue},
+            body=base64.b64encode(call).decode(),
+            headers={"Content-Type": "application/msgpack", "Idempotency-Key": "k"},
+            b64=True,
+        )
+        self.poll_event = self.ev.event(
+            "POST",
+            "/v1/daemon/poll",
+            None,
+            role="daemon",
+            body={"namespace": NS, "queues": [queue], "wait_s": 0, "daemon_id": "bench-d"},
+        )
+
+    def _call(self, fn, event, ok: int) -> tuple[float, dict | None]:
+        started = time.perf_counter()
+        with contextlib.redirect_stdout(DEVNULL):  # EMF metric lines, when on
+            out = fn.lambda_handler(event, self.ctx)
+        body = json.loads(out["body"]) if out.get("body") else None
+        took = time.perf_counter() - started
+        if out["statusCode"] != ok:
+            raise SystemExit(f"{event['path']} answered {out['statusCode']}: {out.get('body')}")
+        return took, body
+
+    def run(self) -> float:
+        enqueue = copy.deepcopy(self.enqueue_event)
+        key = uuid.uuid4().hex
+        enqueue["headers"]["Idempotency-Key"] = key
+        enqueue["multiValueHeaders"]["Idempotency-Key"] = [key]
+        t1, enq = self._call(self.jobs, enqueue, 201)
+        job_id = enq["job_id"]
+        t2, polled = self._call(self.daemon, copy.deepcopy(self.poll_event), 200)
+        if polled["job_id"] != job_id:
+            raise SystemExit(f"polled {polled['job_id']}, enqueued {job_id}")
+        post = self.ev.event(
+            "POST",
+            "/v1/namespaces/{ns}/jobs/{job_id}/result",
+            {"ns": NS, "job_id": job_id},
+            role="daemon",
+            body={"resultInline": self.result_b64, "lease": polled["lease"]},
+        )
+        t3, _ = self._call(self.daemon, post, 204)
+        get = self.ev.event(
+            "GET",
+            "/v1/namespaces/{ns}/jobs/{job_id}/result",
+            {"ns": NS, "job_id": job_id},
+            query={"wait": "0"},
+        )
+        t4, got = self._call(self.jobs, get, 200)
+        if not got or got.get("state") != "succeeded":
+            raise SystemExit(f"round trip ended {got}")
+        return t1 + t2 + t3 + t4
+
+
+class Raw:
+    """The same job by hand with redis-py: 10 round trips, no Lua, no WAIT."""
+
+    def __init__(self, redis_url: str):
+        import redis
+
+        self.r = redis.Redis.from_url(redis_url)
+        tag = uuid.uuid4().hex[:6]
+        self.stream, self.group = f"raw:{{q{tag}}}:stream", "g"
+        self.done_prefix = f"raw:{{q{tag}}}"
+        self.r.xgroup_create(self.stream, self.group, id="0", mkstream=True)
+        self.payload, self.result = _payload()
+
+    def run(self) -> float:
+        r = self.r
+        started = time.perf_counter()
+        job_id = uuid.uuid4().hex
+        key = f"raw:{{j:{job_id}}}"
+        done = f"{self.done_prefix}:done:{job_id}"
+        # enqueue
+        r.hset(key, mapping={"ns": NS, "queue": "q", "state": "queued", "attempts": 0})
+        r.xadd(self.stream, {"job": job_id, "inline": self.payload})
+        # poll
+        entries = r.xreadgroup(self.group, "c", {self.stream: ">"}, count=1)
+        sid = entries[0][1][0][0]
+        r.hset(key, mapping={"state": "running", "attempts": 1})
+        # result post
+        r.hset(key, mapping={"state": "succeeded", "result": self.result})
+        r.rpush(done, "1")
+        r.xack(self.stream, self.group, sid)
+        r.xdel(self.stream, sid)
+        # result get
+        r.blmove(done, done, 0.01, "LEFT", "RIGHT")
+        got = r.hgetall(key)
+        took = time.perf_counter() - started
+        if got[b"state"] != b"succeeded" or got[b"result"] != self.result:
+            raise SystemExit("raw round trip failed")
+        r.delete(key, done)
+        return took
+
+
+def measure(redis_url: str, n: int, blocks: int, warm: int = 50) -> dict:
+    handlers, raw = Handlers(f"hp-{uuid.uuid4().hex[:6]}"), Raw(redis_url)
+    for _ in range(warm):  # imports, connections, scripts
+        handlers.run()
+        raw.run()
+    per_block = max(1, n // blocks)
+    h_all: list[float] = []
+    r_all: list[float] = []
+    ratios = []
+    cpu = {"handlers": 0.0, "raw": 0.0}
+    for _ in range(blocks):
+        c0 = time.process_time()
+        h = [handlers.run() for _ in range(per_block)]
+        c1 = time.process_time()
+        r = [raw.run() for _ in range(per_block)]
+        c2 = time.process_time()
+        cpu["handlers"] += c1 - c0
+        cpu["raw"] += c2 - c1
+        h_all += h
+        r_all += r
+        ratios.append(statistics.median(h) / statistics.median(r))
+    h_med, r_med = statistics.median(h_all), statistics.median(r_all)
+    jobs = per_block * blocks
+    return {
+        "n": jobs,
+        "blocks": blocks,
+        "payload_bytes": PAYLOAD_BYTES,
+        "handlers_us": h_med * 1e6,
+        "raw_us": r_med * 1e6,
+        "ratio": h_med / r_med,
+        "block_ratios": ratios,
+        "handlers_cpu_us": cpu["handlers"] / jobs * 1e6,
+        "raw_cpu_us": cpu["raw"] / jobs * 1e6,
+        "load_average": os.getloadavg(),
+        "goal": GOAL_RATIO,
+    }
+
+
+def report(out: dict) -> str:
+    load = " ".join(f"{x:.1f}" for x in out["load_average"])
+    return (
+        f"small job hot path, {out['n']:,} jobs in {out['blocks']} interleaved blocks, "
+        f"{out['payload_bytes']:,} B payload and result, INFO logs, metrics "
+        f"{'on' if out.get('metrics') else 'off'}, load average {load}: "
+        f"handlers {out['handlers_us']:,.0f} us, raw redis-py (10 round trips) "
+        f"{out['raw_us']:,.0f} us, ratio {out['ratio']:.2f}x (goal <= {out['goal']:.0f}x; per "
+        f"block {', '.join(f'{x:.2f}' for x in out['block_ratios'])}); CPU of this process per "
+        f"job: handlers {out['handlers_cpu_us']:,.0f} us, raw {out['raw_cpu_us']:,.0f} us"
+    )
+
+
+def profile(n: int) -> None:
+    import cProfile
+    import pstats
+
+    handlers = Handlers(f"hp-{uuid.uuid4().hex[:6]}")
+    for _ in range(50):
+        handlers.run()
+    # CPU time, not wall: a wait on a socket (Redis, or the scheduler of a loaded machine) is not
+    # what this profile is after.
+    prof = cProfile.Profile(time.thread_time)
+    prof.enable()
+    for _ in range(n):
+        handlers.run()
+    prof.disable()
+    stats = pstats.Stats(prof)
+    if os.environ.get("BENCH_PROFILE_DUMP"):
+        stats.dump_stats(os.environ["BENCH_PROFILE_DUMP"])
+    # Own time by where the code lives (socket waits apart: they are Redis and the scheduler).
+    groups: dict[str, float] = {}
+    for (file, _line, name), (_cc, _nc, tt, _ct, _callers) in stats.stats.items():  # type: ignore[attr-defined]
+        if "socket" in name or "select" in name:
+            group = "socket waits"
+        elif "site-packages/" in file:
+            group = file.split("site-packages/")[1].split("/")[0]
+        elif "payloadstore_controlplane" in file:
+            group = (
+                "payloadstore_controlplane/"
+                + file.split("payloadstore_controlplane/")[1].split("/")[0]
+            )
+        elif file.startswith("~") or "python3" in file:
+            group = "stdlib/builtins"
+        else:
+            group = "other"
+        groups[group] = groups.get(group, 0.0) + tt
+    for group, tt in sorted(groups.items(), key=lambda kv: -kv[1]):
+        print(f"{group:<48} {tt / n * 1e6:>8,.0f} us per job (profiled)")
+    stats.sort_stats("tottime").print_stats(45)
+    stats.sort_stats("cumulative").print_stats(60)
+
+
+def run(n: int = 1000, blocks: int = 5, metrics: bool = False) -> dict:
+    """The figure on a redis-server of its own (run_all.py calls this)."""
+    from payloadstore.devstack.services import RedisServer
+
+    with tempfile.TemporaryDirectory(prefix="bench-hot-") as tmp:
+        server = RedisServer(data_dir=Path(tmp) / "redis").start()
+        try:
+            for name, value in _env(server.url).items():
+                os.environ[name] = value
+            os.environ["POWERTOOLS_METRICS_DISABLED"] = "false" if metrics else "true"
+            out = measure(server.url, n, blocks)
+            out["metrics"] = metrics
+            return out
+        finally:
+            server.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--n", type=int, default=1000)
+    parser.add_argument("--blocks", type=int, default=5)
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--metrics", action="store_true", help="EMF metrics on, as deployed")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    if args.profile:
+        from payloadstore.devstack.services import RedisServer
+
+        with tempfile.TemporaryDirectory(prefix="bench-hot-") as tmp:
+            server = RedisServer(data_dir=Path(tmp) / "redis").start()
+            try:
+                for name, value in _env(server.url).items():
+                    os.environ[name] = value
+                profile(args.n)
+            finally:
+                server.stop()
+        return
+    out = run(args.n, args.blocks, args.metrics)
+    print(report(out))
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
