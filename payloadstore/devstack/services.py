@@ -430,6 +430,8 @@ class MotoServer:
     proc: subprocess.Popen | None = None
     log_path: Path | None = None
     detach: bool = False  # see _own_group_dying_with_parent (the dev stack sets it)
+    # More environment for the emulator (e.g. PAYLOADSTORE_S3_DAY_S, a test's lifecycle days)
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def endpoint(self) -> str:
@@ -438,7 +440,7 @@ class MotoServer:
     def start(self, timeout_s: float = 30.0) -> MotoServer:
         # The child writes this log for as long as it runs: no context manager.
         out = open_private_log(self.log_path) if self.log_path else subprocess.DEVNULL
-        env = {**os.environ, "MOTO_ALLOW_NONEXISTENT_REGION": "true"}
+        env = {**os.environ, "MOTO_ALLOW_NONEXISTENT_REGION": "true", **self.env}
         self.proc = subprocess.Popen(
             [
                 sys.executable,
