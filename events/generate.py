@@ -238,6 +238,15 @@ def main() -> None:
         "queue_purge": event(
             "POST", "/v1/namespaces/{ns}/queues/{queue}/purge", {"ns": "dev", "queue": "default"}
         ),
+        "queue_throughput": event(
+            "GET",
+            "/v1/namespaces/{ns}/throughput",
+            {"ns": "dev"},
+            query={"queue": "default"},
+        ),
+        "job_payloads": event(
+            "GET", "/v1/namespaces/{ns}/jobs/{job_id}/payloads", {"ns": "dev", "job_id": JOB}
+        ),
         "failure_report": event(
             "POST",
             "/v1/namespaces/{ns}/jobs/{job_id}/failure",

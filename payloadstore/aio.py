@@ -52,12 +52,14 @@ from ._wire import (
     Enqueued,
     JobInfo,
     JobPage,
+    JobPayloads,
     PurgeAnswer,
     QueueInfo,
     RedriveAnswer,
     ResultAnswer,
     RetryAnswer,
     ServerConfig,
+    Throughput,
 )
 from .client import (
     DEFAULT_MAP_CONCURRENCY,
@@ -266,6 +268,10 @@ class AsyncClient:
     async def queues(self) -> list[QueueInfo]:
         return await self.wire.queue_list()
 
+    async def throughput(self, queue: str | None = None) -> Throughput:
+        """As `Client.throughput`."""
+        return await self.wire.throughput(queue)
+
     async def health(self) -> tuple[bool, dict]:
         answer = await self.wire.health()
         return answer.healthy, answer.body
@@ -343,6 +349,10 @@ class AsyncQueue:
 
     async def stats(self) -> QueueInfo:
         return await self.client.wire.queue_stats(self.name)
+
+    async def throughput(self) -> Throughput:
+        """As `Queue.throughput`."""
+        return await self.client.wire.throughput(self.name)
 
     async def add(self, *args: Any, wait: float | None = None, **kwargs: Any) -> AsyncJob:
         """As `Queue.add`, `wait=S` included."""
@@ -591,6 +601,10 @@ class AsyncJob(JobHandle):
         self.tier = self.tier or status.tier
         self.queue = self.queue or status.queue
         return status
+
+    async def payloads(self) -> JobPayloads:
+        """As `Job.payloads`."""
+        return await self.client.wire.job_payloads(self.job_id)
 
     async def _wait_within(self, timeout: float) -> None:
         """As `Job._wait_within`."""

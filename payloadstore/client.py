@@ -46,6 +46,7 @@ from ._wire import (
     ItemRefused,
     JobInfo,
     JobPage,
+    JobPayloads,
     JobStatus,
     PurgeAnswer,
     QueueInfo,
@@ -53,6 +54,7 @@ from ._wire import (
     ResultAnswer,
     RetryAnswer,
     ServerConfig,
+    Throughput,
     Wire,
 )
 from .errors import (
@@ -290,8 +292,14 @@ class Client:
         return Job(self, job_id)
 
     def queues(self) -> list[QueueInfo]:
-        """Every queue of the namespace: queued, in flight and the oldest queued job's age."""
+        """Every queue of the namespace: queued, in flight, the oldest queued job's age and the
+        jobs failed within the retention."""
         return self.wire.queue_list()
+
+    def throughput(self, queue: str | None = None) -> Throughput:
+        """Succeeded and failed jobs per minute over the last hour (60 counts each, the current
+        minute last), of every queue of the namespace or of `queue`."""
+        return self.wire.throughput(queue)
 
     def health(self, details: bool = False) -> tuple[bool, dict]:
         """(healthy, body) from `/v1/health` (ok/failing per check), or with `details=True` from
@@ -340,8 +348,13 @@ class Queue:
         return f"Queue({self.name!r}, namespace={self.client.namespace!r})"
 
     def stats(self) -> QueueInfo:
-        """Queued, in flight and oldest queued age of this queue; QueueNotFound if never used."""
+        """Queued, in flight, oldest queued age and failed count of this queue; QueueNotFound
+        if never used."""
         return self.client.wire.queue_stats(self.name)
+
+    def throughput(self) -> Throughput:
+        """This queue's succeeded and failed jobs per minute over the last hour."""
+        return self.client.wire.throughput(self.name)
 
     def jobs(
         self, state: str = "queued", limit: int = 50, *, cursor: str | None = None
@@ -727,6 +740,13 @@ class Job(JobHandle):
         self.tier = self.tier or status.tier
         self.queue = self.queue or status.queue
         return status
+
+    def payloads(self) -> JobPayloads:
+        """What the job carried, as stored: `.args` and `.result` (None until it ended with a
+        result), each inline bytes or an S3 reference with a GET URL (`payloadstore.codec`
+        decodes the bytes). For operators: it never counts as the result's read under
+        retention `consume`."""
+        return self.client.wire.job_payloads(self.job_id)
 
     def retry(self) -> RetryAnswer:
         """Queue the job again, with the same id, when it failed (failed, payload_lost,

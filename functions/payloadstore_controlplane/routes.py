@@ -402,6 +402,33 @@ QUEUE_PURGE = Route(
     "queue_purge",
     responses={200: ("PurgeResponse", "how many queued jobs were cancelled, and remain")},
 )
+QUEUE_THROUGHPUT = Route(
+    "GET",
+    "/v1/namespaces/{ns}/throughput",
+    "jobs",
+    (CLIENT, DAEMON),
+    "queue_throughput",
+    responses={
+        200: (
+            "ThroughputResponse",
+            "succeeded and failed jobs per minute over the last hour (?queue=Q: one queue)",
+        )
+    },
+)
+JOB_PAYLOADS = Route(
+    "GET",
+    "/v1/namespaces/{ns}/jobs/{job_id}/payloads",
+    "jobs",
+    (CLIENT,),
+    "job_payloads",
+    responses={
+        200: (
+            "JobPayloadsResponse",
+            "the job's arguments and result: inline bytes, or the S3 reference and a GET URL",
+        ),
+        404: ERROR,
+    },
+)
 
 BLOBS = Route(
     "POST",
@@ -456,6 +483,8 @@ ROUTES: tuple[Route, ...] = (
     QUEUE_REDRIVE,
     QUEUE_PURGE,
     BLOBS,
+    QUEUE_THROUGHPUT,
+    JOB_PAYLOADS,
 )
 
 

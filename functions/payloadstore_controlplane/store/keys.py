@@ -148,6 +148,28 @@ def ended(namespace: str, queue_name: str, group: str) -> str:
     return f"{PREFIX}:{{ns:{namespace}}}:e:{queue_name}:{group}"
 
 
+def failed_jobs(namespace: str, queue_name: str) -> str:
+    """ZSET of a queue's jobs that ended failed (failed, payload_lost, payload_corrupt): member
+    the job id as 16 raw bytes, score when it ended (ms). Added where its ended-jobs index entry
+    is (completion_settle.lua), removed by a retry (operate_requeue.lua), pruned of ends older
+    than the retention at each add: ZCOUNT answers the queue's failed count in O(log n).
+    Expires with its newest job."""
+    return f"{PREFIX}:{{ns:{namespace}}}:f:{queue_name}"
+
+
+# Throughput is counted per minute in hashes of one hour each, so whole hours expire.
+THROUGHPUT_SPAN_S = 3600
+THROUGHPUT_BUCKET_S = 60
+
+
+def throughput(namespace: str, queue_name: str, epoch_s: float) -> str:
+    """HASH of the jobs of a queue that ended in the hour holding `epoch_s`, per minute:
+    field `s<MM>` succeeded, `f<MM>` failed (MM the minute of the hour, 00-59), at most 120
+    small fields (a listpack). HINCRBY in completion_settle.lua; expires two hours after its
+    last count, so the last hour is always this hour's hash and the one before."""
+    return f"{PREFIX}:{{ns:{namespace}}}:tp:{queue_name}:{int(epoch_s) // THROUGHPUT_SPAN_S}"
+
+
 def kept_args(namespace: str, job_id: str) -> str:
     """STRING: the inline args of a failed or cancelled job, moved out of its queue entry when
     the entry is dropped, so the job can be retried until its retention ends (same TTL)."""
