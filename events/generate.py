@@ -238,6 +238,15 @@ def main() -> None:
         "queue_purge": event(
             "POST", "/v1/namespaces/{ns}/queues/{queue}/purge", {"ns": "dev", "queue": "default"}
         ),
+        "queue_throughput": event(
+            "GET",
+            "/v1/namespaces/{ns}/throughput",
+            {"ns": "dev"},
+            query={"queue": "default"},
+        ),
+        "job_payloads": event(
+            "GET", "/v1/namespaces/{ns}/jobs/{job_id}/payloads", {"ns": "dev", "job_id": JOB}
+        ),
         "failure_report": event(
             "POST",
             "/v1/namespaces/{ns}/jobs/{job_id}/failure",
@@ -308,6 +317,12 @@ def main() -> None:
         "region": "us-east-1",
         "resources": ["arn:aws:events:us-east-1:123456789012:rule/payloadstore-metrics"],
         "detail": {},
+    }
+    # ... and the blob renewals function (every 5 minutes).
+    events["renewals_schedule"] = {
+        **events["metrics_schedule"],
+        "id": "00000000-0000-0000-0000-000000000003",
+        "resources": ["arn:aws:events:us-east-1:123456789012:rule/payloadstore-renewals"],
     }
     for name, body in events.items():
         (HERE / f"{name}.json").write_text(json.dumps(body, indent=2) + "\n")

@@ -168,6 +168,10 @@ FUNCTION_TUNING: dict[str, FunctionTuning] = {
     "admin": FunctionTuning(memory_mb=256, timeout_s=30),
     # Scheduled every minute; reads a few keys per queue.
     "metrics": FunctionTuning(memory_mb=256, timeout_s=20),
+    # Scheduled every RENEWAL_EVERY_MINUTES (5): copies due blobs inside S3 (no bytes through
+    # it), a large one in parallel parts; stops starting copies 30 s before its timeout, and
+    # ends before the next run starts.
+    "renewals": FunctionTuning(memory_mb=256, timeout_s=240),
 }
 
 # S3 grants per function group: one table, in the Lambda code asset, read by these roles and by
@@ -175,12 +179,12 @@ FUNCTION_TUNING: dict[str, FunctionTuning] = {
 # OBJECT_ACTIONS are on `<bucket>/payloads/*`, BUCKET_ACTIONS on the bucket (s3:ListBucket for
 # the functions that HEAD or presign GETs: a missing key then answers 404, not 403).
 OBJECT_ACTIONS: dict[str, tuple[str, ...]] = grants.OBJECT_ACTIONS
-# BLOB_OBJECT_ACTIONS are on `<bucket>/blobs/*` (presign, HEAD, renewal by CopyObject).
+# BLOB_OBJECT_ACTIONS are on `<bucket>/blobs/*` (presign, HEAD; the renewals function's copies).
 BLOB_OBJECT_ACTIONS: dict[str, tuple[str, ...]] = grants.BLOB_OBJECT_ACTIONS
 BUCKET_ACTIONS: dict[str, tuple[str, ...]] = grants.BUCKET_ACTIONS
 HEALTH_FUNCTION = "public"
 # Groups that talk to Redis (and so read the AUTH secret). The authorizer and admin only use SSM.
-REDIS_FUNCTIONS: tuple[str, ...] = ("payloads", "jobs", "daemon", "public", "metrics")
+REDIS_FUNCTIONS: tuple[str, ...] = ("payloads", "jobs", "daemon", "public", "metrics", "renewals")
 AUTHORIZER_FUNCTION = "authorizer"
 ADMIN_FUNCTION = "admin"
 METRICS_FUNCTION = "metrics"

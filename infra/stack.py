@@ -78,7 +78,11 @@ class PayloadStoreStack(cdk.Stack):
         destroy = destroy_on_removal(self)
         email, topic_arn = alarm_destination(self, stage)
 
-        self.storage = PayloadStorage(self, "Storage", destroy_on_removal=destroy)
+        self.storage = PayloadStorage(
+            self,
+            "Storage",
+            destroy_on_removal=destroy,
+        )
         self.network = Network(self, "Network", destroy_on_removal=destroy)
         maintenance_window, snapshot_window = cache_windows(
             context_str(self, CTX_CACHE_MAINTENANCE_WINDOW, DEFAULT_MAINTENANCE_WINDOW),

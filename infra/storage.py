@@ -1,8 +1,8 @@
 """The payload bucket: SSE-S3 by default, no public access, TLS only; one lifecycle rule per
 retention class of the namespace policies (by the object tag every presigned upload signs in),
-and `payloads/` and `blobs/` prefix rules as the backstop (a blob a new job references is
-renewed by the control plane: see docs/design.md). The stack's own KMS key (rotation on), for
-namespaces whose policy is kms_key `stack`."""
+and `payloads/` and `blobs/` prefix rules as the backstop (a blob a job still needs is renewed
+ahead of its class's expiry by the renewals function: see docs/design.md "Blob lifetimes"). The
+stack's own KMS key (rotation on), for namespaces whose policy is kms_key `stack`."""
 
 from __future__ import annotations
 
@@ -30,9 +30,10 @@ PAYLOAD_PREFIX = "payloads/"
 PAYLOAD_EXPIRATION_DAYS = max(RETENTION_DAYS.values())
 ABORT_MULTIPART_DAYS = 1
 LIFECYCLE_RULE_ID = "expire-payloads"
-# Blobs (`blobs/<namespace>/<sha256>`) expire by the same days, counted from their upload or
-# their last renewal (a copy onto itself, which the control plane makes when a job references a
-# blob older than half the retention).
+# Blobs (`blobs/<namespace>/<sha256>`) expire BLOB_LIFECYCLE_DAYS after their upload or their
+# last renewal (a copy onto itself by the renewals function, ahead of that expiry, while a job
+# still needs the blob): the days are derived from the retentions (models/blob_lifetime.py), the
+# same figure every function computes its arithmetic with.
 BLOB_PREFIX = "blobs/"
 BLOB_LIFECYCLE_RULE_ID = "expire-blobs"
 
@@ -76,7 +77,13 @@ class PayloadStorage(Construct):
     when, and from where.
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, destroy_on_removal: bool) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        destroy_on_removal: bool,
+    ) -> None:
         super().__init__(scope, construct_id)
         removal = cdk.RemovalPolicy.DESTROY if destroy_on_removal else cdk.RemovalPolicy.RETAIN
 

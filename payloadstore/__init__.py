@@ -39,6 +39,7 @@ _EXPORTS = {
     "RetryPolicy": "._http",
     "ApiError": ".errors",
     "AuthError": ".errors",
+    "BlobSourceGone": ".errors",
     "ConfigError": ".errors",
     "ConflictError": ".errors",
     "EnqueueUnconfirmed": ".errors",
@@ -74,6 +75,7 @@ __all__ = [
     "AuthError",
     "BatchError",
     "Blob",
+    "BlobSourceGone",
     "Client",
     "ConfigError",
     "ConflictError",
@@ -150,6 +152,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .errors import (
         ApiError,
         AuthError,
+        BlobSourceGone,
         ConfigError,
         ConflictError,
         EnqueueUnconfirmed,

@@ -324,6 +324,12 @@ class AsyncWire:
     async def retry_job(self, job_id: str) -> RetryAnswer:
         return await self.send(_wire.retry_job(self.namespace, job_id))
 
+    async def throughput(self, queue: str | None = None) -> _wire.Throughput:
+        return await self.send(_wire.throughput(self.namespace, queue))
+
+    async def job_payloads(self, job_id: str) -> _wire.JobPayloads:
+        return await self.send(_wire.job_payloads(self.namespace, job_id))
+
     async def redrive(
         self, queue: str, *, states: list[str] | None = None, limit: int | None = None
     ) -> RedriveAnswer:

@@ -35,6 +35,7 @@ import httpx
 from ._http import RetryPolicy
 from ._transfer import s3_error
 from .errors import (
+    BlobSourceGone,
     ConfigError,
     ConflictError,
     PayloadStoreError,
@@ -46,8 +47,12 @@ log = logging.getLogger("payloadstore.blobs")
 
 # Reads of a source (hashing, uploading): bounded memory whatever the size.
 CHUNK_BYTES = 8 * 1024 * 1024
-# A blob is at most what one S3 PUT takes (and one CopyObject renews).
+# A blob is at most what one S3 PUT takes.
 MAX_BLOB_BYTES = 5 * 1024**3
+# A blob the control plane confirmed is trusted without asking again until the record's end it
+# answered (`expires_at`), and at most this long: a long-lived process asks again now and then
+# rather than keep a sha256 the namespace may have let go.
+KNOWN_MAX_S = 3600.0
 
 # The store a decoded `Blob` reads through, and the value's blob list (the sha256s its job or
 # result carries, in order: the codec's references point into it): set around a decode by the
@@ -203,9 +208,21 @@ def _chunks(local: Path | bytes) -> Iterator[bytes]:
             yield chunk
 
 
+def _epoch(iso: Any) -> float | None:
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(str(iso)).timestamp()
+    except (TypeError, ValueError):
+        return None
+
+
 class BlobStore:
     """One client's (or daemon's) blobs: uploads (once per namespace and process: the shas the
-    control plane confirmed are remembered), the presigned GETs it was handed, and the cache."""
+    control plane confirmed are remembered until the record's end it answered, at most
+    KNOWN_MAX_S), the presigned GETs it was handed, and the cache. A `409 unknown_blob` (the
+    record expired under a long-lived process) makes it forget those blobs, check or upload
+    them again from their sources, and send the call once more (`resend_on_unknown`)."""
 
     def __init__(
         self,
@@ -225,7 +242,9 @@ class BlobStore:
         self._config = config
         self._cache = cache
         self._sleep = sleep
-        self._known: set[str] = set()
+        # sha256 -> wall-clock time until which the namespace is known to have it
+        self._known: dict[str, float] = {}
+        self._clock = time.time
         self._urls: dict[str, str] = {}
         # sha256 -> how to ask for fresh GETs (a result read long after its answer: the URLs
         # live PRESIGN_TTL_S)
@@ -265,8 +284,79 @@ class BlobStore:
             shas[b.sha256] = None
         return tuple(shas)
 
+    def known(self, sha: str) -> bool:
+        until = self._known.get(sha)
+        return until is not None and self._clock() < until
+
+    def forget(self, shas: Any) -> None:
+        """Stop trusting that the namespace has these blobs: the next send asks again."""
+        with self._lock:
+            for sha in shas:
+                self._known.pop(sha, None)
+
+    def restore(self, blobs: Any, missing: Any = ()) -> None:
+        """After a `409 unknown_blob`: forget the blobs it names (all of `blobs` when it names
+        none of them) and check or upload each again from its source: the bytes or file it was
+        made from (checked to still hash to its sha256), else the host's cached copy.
+        BlobSourceGone when none is left."""
+        by_sha = {b.sha256: b for b in blobs or ()}
+        names = [s for s in missing or () if s in by_sha] or list(by_sha)
+        self.forget(names)
+        for sha in names:
+            b = by_sha[sha]
+            log.info("blob unknown to the namespace, sending it again sha256=%s", sha[:16])
+            self.ensure(sha, b.size, self._source_of(b))
+
+    def _source_of(self, b: Blob) -> Path | bytes:
+        local = b._local
+        if isinstance(local, bytes):
+            return local
+        if isinstance(local, Path):
+            try:
+                with open(local, "rb") as f:
+                    sha, size = _hash_stream(f, None)
+            except OSError as e:
+                raise BlobSourceGone(
+                    f"blob {b.sha256} expired from the namespace and its file {local} is gone "
+                    f"({e.strerror}): make it again with client.blob(...)",
+                    status=409,
+                    code="unknown_blob",
+                ) from e
+            if (sha, size) != (b.sha256, b.size):
+                raise BlobSourceGone(
+                    f"blob {b.sha256} expired from the namespace and its file {local} has "
+                    "changed since: make it again with client.blob(...)",
+                    status=409,
+                    code="unknown_blob",
+                )
+            return local
+        if self._cache is not None or b._store is self:
+            try:
+                if self.cache.cached(b.sha256):
+                    return self.cache.file(b.sha256)
+            except OSError:
+                pass
+        raise BlobSourceGone(
+            f"blob {b.sha256} expired from the namespace and this process has no copy of it "
+            "(received, not made here, and not in the host's blob cache): make it again with "
+            "client.blob(...) from its content",
+            status=409,
+            code="unknown_blob",
+        )
+
+    def resend_on_unknown(self, blobs: Any, call: Any) -> Any:
+        """`call()`; on `409 unknown_blob` the blobs are restored (`restore`) and `call()` is
+        sent once more (nothing was written by the refused call)."""
+        try:
+            return call()
+        except ConflictError as e:
+            if e.code != "unknown_blob" or not blobs or isinstance(e, BlobSourceGone):
+                raise
+            self.restore(blobs, e.details.get("blobs") or ())
+        return call()
+
     def ensure(self, sha: str, size: int, local: Path | bytes) -> None:
-        if sha in self._known:
+        if self.known(sha):
             return
         if size < 1 or size > MAX_BLOB_BYTES:
             raise ConfigError(f"a blob is 1 byte to 5 GiB; this one is {size} bytes")
@@ -285,8 +375,10 @@ class BlobStore:
             answer = self.wire.blob(sha, size, crc64nvme=crc) if crc else self.wire.blob(sha, size)
         if not answer.get("exists"):
             raise ServiceUnavailable(f"blob {sha} was uploaded but not verified; retry")
+        now = self._clock()
+        until = min(_epoch(answer.get("expires_at")) or now, now + KNOWN_MAX_S)
         with self._lock:
-            self._known.add(sha)
+            self._known[sha] = until
 
     def _crc64nvme(self) -> bool:
         config = self._config() if self._config is not None else None

@@ -37,6 +37,7 @@ import httpx
 from . import _checksum
 from ._http import RetryPolicy
 from ._transfer import (
+    READ_SLICE_BYTES,
     S3_RETRY_STATUSES,
     SLICE_BYTES,
     Progress,
@@ -443,11 +444,18 @@ class _Ranges(ThreadConnections):
                 conn.close()
             self._connections.clear()
 
-    def read(self, url: str, start: int, target: memoryview) -> httpx.Response | None:
-        """Fill `target` with bytes start..start+len-1; None when done, else S3's refusal."""
+    def read(
+        self,
+        url: str,
+        start: int,
+        target: memoryview,
+        landed: Callable[[memoryview], None] | None = None,
+    ) -> httpx.Response | None:
+        """Fill `target` with bytes start..start+len-1; None when done, else S3's refusal.
+        `landed(view)` is called with each slice as it arrives (checked while still in cache)."""
         headers = {"Range": f"bytes={start}-{start + len(target) - 1}"}
         if not self._direct:
-            return self._read_httpx(url, headers, target)
+            return self._read_httpx(url, headers, target, landed)
         parts = urlsplit(url)
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         conn = self._connection(parts.scheme, parts.hostname or "", parts.port)
@@ -470,9 +478,11 @@ class _Ranges(ThreadConnections):
             )
         filled = 0
         while filled < len(target):
-            n = response.readinto(target[filled:])
+            n = response.readinto(target[filled : filled + READ_SLICE_BYTES])
             if not n:
                 break
+            if landed is not None:
+                landed(target[filled : filled + n])
             filled += n
         if filled != len(target) or response.read(1):
             self.discard()
@@ -481,7 +491,13 @@ class _Ranges(ThreadConnections):
             self.discard()
         return None
 
-    def _read_httpx(self, url: str, headers: dict, target: memoryview) -> httpx.Response | None:
+    def _read_httpx(
+        self,
+        url: str,
+        headers: dict,
+        target: memoryview,
+        landed: Callable[[memoryview], None] | None = None,
+    ) -> httpx.Response | None:
         with self._s3.stream("GET", url, headers=headers) as response:
             if response.status_code not in (200, 206):
                 response.read()
@@ -490,6 +506,8 @@ class _Ranges(ThreadConnections):
             for chunk in response.iter_bytes():
                 n = min(len(chunk), len(target) - filled)
                 target[filled : filled + n] = chunk[:n]
+                if landed is not None and n:
+                    landed(target[filled : filled + n])
                 filled += n
             if filled != len(target):
                 raise http.client.IncompleteRead(b"", len(target) - filled)
@@ -593,9 +611,19 @@ def download_parts(
 
     def fetch(index: int, start: int, length: int) -> None:
         target = writer.target(start, length)
-        _read_range(reader, shared, start, target, retry=retry, sleep=sleep, key=key, job_id=job_id)
+        crc = _read_range(
+            reader,
+            shared,
+            start,
+            target,
+            retry=retry,
+            sleep=sleep,
+            key=key,
+            job_id=job_id,
+            checksum=bool(crc64nvme),
+        )
         if crc64nvme:
-            crcs[index] = (_checksum.of(target), length)
+            crcs[index] = (crc, length)
         elif expected:
             digests[index] = hashlib.sha256(target).digest()
         writer.commit(start, target)
@@ -649,13 +677,20 @@ def _read_range(
     sleep: Callable[[float], None],
     key: str | None,
     job_id: str | None,
-) -> None:
-    """One range, retried alone; a refused URL renewed once for all workers."""
+    checksum: bool = False,
+) -> int:
+    """One range, retried alone; a refused URL renewed once for all workers. `checksum`: its
+    CRC64NVME, taken slice by slice as the bytes land, is answered (else 0)."""
     for attempt in range(retry.max_attempts):
         last = attempt == retry.max_attempts - 1
         grant, generation = shared.get()
+        crc = [_checksum.EMPTY]
+
+        def landed(view: memoryview, crc: list[int] = crc) -> None:
+            crc[0] = _checksum.update(view, crc[0])
+
         try:
-            refused = reader.read(grant["url"], start, target)
+            refused = reader.read(grant["url"], start, target, landed if checksum else None)
         except (httpx.TransportError, OSError, http.client.HTTPException) as e:
             reader.discard()
             if last:
@@ -671,7 +706,7 @@ def _read_range(
             sleep(delay)
             continue
         if refused is None:
-            return
+            return crc[0]
         code, message = s3_error(refused)
         if refused.status_code == 404:
             raise PayloadLost(

@@ -387,6 +387,9 @@ class QueueInfo:
     queued: int
     in_flight: int
     oldest_queued_age_s: float | None
+    # Jobs that ended failed within the retention and were not retried since (0 from a server
+    # before the count).
+    failed: int = 0
 
     @classmethod
     def from_wire(cls, body: Mapping[str, Any]) -> QueueInfo:
@@ -395,6 +398,83 @@ class QueueInfo:
             queued=int(body["queued"]),
             in_flight=int(body["in_flight"]),
             oldest_queued_age_s=body.get("oldest_queued_age_s"),
+            failed=int(body.get("failed") or 0),
+        )
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """`GET .../throughput`: jobs that ended per minute over the last hour, oldest minute first
+    (the current minute last); `queue` None: every queue of the namespace summed."""
+
+    queue: str | None
+    start: int  # the first minute's start, epoch seconds
+    bucket_s: int
+    succeeded: list[int]
+    failed: list[int]
+
+    @classmethod
+    def from_wire(cls, body: Mapping[str, Any]) -> Throughput:
+        return cls(
+            queue=body.get("queue"),
+            start=int(body["start"]),
+            bucket_s=int(body.get("bucket_s") or 60),
+            succeeded=[int(n) for n in body["succeeded"]],
+            failed=[int(n) for n in body["failed"]],
+        )
+
+
+@dataclass(frozen=True)
+class StoredPayload:
+    """A job's arguments or result as stored: `inline` bytes, or an S3 `ref` (the wire's
+    reference, a dict) with a presigned GET (`download_url`), or `gone` saying why neither is
+    there (`not_kept`: a succeeded inline job's arguments are freed at its end)."""
+
+    tier: str | None
+    inline: bytes | None = field(default=None, repr=False)
+    size: int | None = None
+    content_type: str | None = None
+    ref: Mapping[str, Any] | None = None
+    download_url: str | None = field(default=None, repr=False)
+    download_expires_at: str | None = None
+    gone: str | None = None
+
+    @classmethod
+    def from_wire(cls, body: Mapping[str, Any]) -> StoredPayload:
+        download = body.get("download") or {}
+        inline = body.get("inline")
+        return cls(
+            tier=body.get("tier"),
+            inline=base64.b64decode(inline) if inline is not None else None,
+            size=body.get("size"),
+            content_type=body.get("contentType"),
+            ref=body.get("ref"),
+            download_url=download.get("url"),
+            download_expires_at=download.get("expires_at"),
+            gone=body.get("gone"),
+        )
+
+
+@dataclass(frozen=True)
+class JobPayloads:
+    """`GET .../jobs/{job_id}/payloads`: what a job carried, for operators (reading it never
+    schedules a retention `consume` deletion)."""
+
+    job_id: str
+    queue: str
+    state: str
+    args: StoredPayload
+    result: StoredPayload | None
+
+    @classmethod
+    def from_wire(cls, body: Mapping[str, Any]) -> JobPayloads:
+        result = body.get("result")
+        return cls(
+            job_id=body["job_id"],
+            queue=body.get("queue") or "",
+            state=body["state"],
+            args=StoredPayload.from_wire(body.get("args") or {}),
+            result=StoredPayload.from_wire(result) if result else None,
         )
 
 
@@ -742,6 +822,14 @@ def parse_queue_list(response: httpx.Response) -> list[QueueInfo]:
 
 def parse_queue_stats(response: httpx.Response) -> QueueInfo:
     return QueueInfo.from_wire(_json(response))
+
+
+def parse_throughput(response: httpx.Response) -> Throughput:
+    return Throughput.from_wire(_json(response))
+
+
+def parse_job_payloads(response: httpx.Response) -> JobPayloads:
+    return JobPayloads.from_wire(_json(response))
 
 
 def _refused(answer: Mapping[str, Any]) -> ItemRefused:
@@ -1353,6 +1441,28 @@ def list_jobs(
     )
 
 
+def throughput(namespace: str, queue: str | None = None) -> Call[Throughput]:
+    """Succeeded and failed jobs per minute over the last hour: of `queue`, or of every queue."""
+    return Call(
+        "GET",
+        ns_path(namespace, "/throughput"),
+        f"throughput of queue {queue}" if queue else "throughput",
+        parse_throughput,
+        params={"queue": queue} if queue else None,
+    )
+
+
+def job_payloads(namespace: str, job_id: str) -> Call[JobPayloads]:
+    """What the job carried: its arguments and result, inline bytes or S3 references."""
+    return Call(
+        "GET",
+        ns_path(namespace, f"/jobs/{job_id}/payloads"),
+        f"job {job_id} payloads",
+        parse_job_payloads,
+        errors=_job_errors(),
+    )
+
+
 def retry_job(namespace: str, job_id: str) -> Call[RetryAnswer]:
     """Queue a failed or cancelled job again; `NotRetryable` (with `.reason`) otherwise. Safe
     to retry: a retry of a job still queued from a retry answers the same."""
@@ -1678,6 +1788,12 @@ class Wire:
 
     def retry_job(self, job_id: str) -> RetryAnswer:
         return self.send(retry_job(self.namespace, job_id))
+
+    def throughput(self, queue: str | None = None) -> Throughput:
+        return self.send(throughput(self.namespace, queue))
+
+    def job_payloads(self, job_id: str) -> JobPayloads:
+        return self.send(job_payloads(self.namespace, job_id))
 
     def redrive(
         self, queue: str, *, states: list[str] | None = None, limit: int | None = None

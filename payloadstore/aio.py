@@ -52,12 +52,14 @@ from ._wire import (
     Enqueued,
     JobInfo,
     JobPage,
+    JobPayloads,
     PurgeAnswer,
     QueueInfo,
     RedriveAnswer,
     ResultAnswer,
     RetryAnswer,
     ServerConfig,
+    Throughput,
 )
 from .client import (
     DEFAULT_MAP_CONCURRENCY,
@@ -76,7 +78,9 @@ from .client import (
 )
 from .errors import (
     INLINE_REFUSED,
+    BlobSourceGone,
     ConfigError,
+    ConflictError,
     InlineNever,
     InlineUnavailable,
     PayloadStoreError,
@@ -238,6 +242,18 @@ class AsyncClient:
         a worker thread) and return its `Blob`."""
         return await asyncio.to_thread(self.blob_store().put, source)
 
+    async def _resend_on_unknown(self, blobs: Any, call: Any) -> Any:
+        """As BlobStore.resend_on_unknown, for an awaited call: on `409 unknown_blob` the
+        blobs are checked or uploaded again from their sources (in a worker thread) and the
+        call is sent once more."""
+        try:
+            return await call()
+        except ConflictError as e:
+            if e.code != "unknown_blob" or not blobs or isinstance(e, BlobSourceGone):
+                raise
+            await asyncio.to_thread(self.blob_store().restore, blobs, e.details.get("blobs"))
+        return await call()
+
     async def _send_blobs(self, encoded: Any) -> tuple[str, ...]:
         if not getattr(encoded, "blobs", ()):
             return ()
@@ -251,6 +267,10 @@ class AsyncClient:
 
     async def queues(self) -> list[QueueInfo]:
         return await self.wire.queue_list()
+
+    async def throughput(self, queue: str | None = None) -> Throughput:
+        """As `Client.throughput`."""
+        return await self.wire.throughput(queue)
 
     async def health(self) -> tuple[bool, dict]:
         answer = await self.wire.health()
@@ -330,6 +350,10 @@ class AsyncQueue:
     async def stats(self) -> QueueInfo:
         return await self.client.wire.queue_stats(self.name)
 
+    async def throughput(self) -> Throughput:
+        """As `Queue.throughput`."""
+        return await self.client.wire.throughput(self.name)
+
     async def add(self, *args: Any, wait: float | None = None, **kwargs: Any) -> AsyncJob:
         """As `Queue.add`, `wait=S` included."""
         return await self.submit(args, kwargs, wait=wait)
@@ -381,8 +405,11 @@ class AsyncQueue:
         if size <= config.inline_limit:
             key = idempotency_key or uuid.uuid4().hex
             try:
-                enqueued = await client.wire.enqueue_inline(
-                    self.name, encoded.tobytes(), idempotency_key=key, blobs=blobs, wait_s=wait
+                enqueued = await client._resend_on_unknown(
+                    getattr(encoded, "blobs", ()),
+                    lambda: client.wire.enqueue_inline(
+                        self.name, encoded.tobytes(), idempotency_key=key, blobs=blobs, wait_s=wait
+                    ),
                 )
             except (InlineUnavailable, InlineNever):
                 enqueued = await self._enqueue_through_s3(encoded, progress, blobs, wait)
@@ -406,7 +433,10 @@ class AsyncQueue:
         payloads = await self.client.payloads()
         ref, job_id = await asyncio.to_thread(payloads.store, encoded, "args", progress=progress)
         try:
-            return await self.client.wire.enqueue_ref(self.name, ref, blobs=blobs, wait_s=wait)
+            return await self.client._resend_on_unknown(
+                getattr(encoded, "blobs", ()),
+                lambda: self.client.wire.enqueue_ref(self.name, ref, blobs=blobs, wait_s=wait),
+            )
         except ServiceUnavailable as e:
             raise enqueue_unconfirmed(self.name, e, job_id=job_id) from e
 
@@ -499,9 +529,11 @@ class AsyncQueue:
         progress: bool | None,
         *,
         rerouted: bool = False,
+        resent: bool = False,
     ) -> None:
         client = self.client
         reroute: list[Planned] = []
+        resend: list[Planned] = []
         for batch in split_batches([p for p in planned if p.item], await client.config()):
             # Every one of the batch: only planned items that have their item were split.
             items = [p.item for p in batch if p.item is not None]
@@ -518,11 +550,39 @@ class AsyncQueue:
                     )
                 elif answer.code in INLINE_REFUSED and not rerouted:
                     reroute.append(p)
+                elif answer.code == "unknown_blob" and not resent and p.encoded.blobs:
+                    resend.append(p)
                 else:
                     errors[p.index] = item_error(answer, f"item {p.index} on queue {self.name}")
         if reroute:
             await self._prepare(reroute, limit, errors, progress, force_s3=True)
             await self._enqueue_planned(reroute, limit, jobs, errors, progress, rerouted=True)
+        if resend:
+            await self._resend(resend, limit, jobs, errors, progress, rerouted=rerouted)
+
+    async def _resend(
+        self,
+        planned: list[Planned],
+        limit: asyncio.Semaphore,
+        jobs: list[AsyncJob | None],
+        errors: dict[int, Exception],
+        progress: bool | None,
+        *,
+        rerouted: bool,
+    ) -> None:
+        """A blob the namespace let go since it was sent: restored from its source, then those
+        items are sent once more."""
+        again: list[Planned] = []
+        for p in planned:
+            try:
+                await asyncio.to_thread(self.client.blob_store().restore, p.encoded.blobs)
+            except PayloadStoreError as e:
+                errors[p.index] = e
+                continue
+            again.append(p)
+        await self._enqueue_planned(
+            again, limit, jobs, errors, progress, rerouted=rerouted, resent=True
+        )
 
 
 class AsyncJob(JobHandle):
@@ -541,6 +601,10 @@ class AsyncJob(JobHandle):
         self.tier = self.tier or status.tier
         self.queue = self.queue or status.queue
         return status
+
+    async def payloads(self) -> JobPayloads:
+        """As `Job.payloads`."""
+        return await self.client.wire.job_payloads(self.job_id)
 
     async def _wait_within(self, timeout: float) -> None:
         """As `Job._wait_within`."""

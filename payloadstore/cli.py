@@ -636,14 +636,51 @@ def result(settings: Settings, job_id, wait, out, progress) -> None:
 
 @cli.command()
 @click.argument("job_id")
+@click.option(
+    "--show-args",
+    is_flag=True,
+    help="also print the job's arguments (and result, once there is one): a decoded preview "
+    "of inline values (S3 ones too, up to 1 MiB or their structure), the S3 reference of S3 ones",
+)
 @click.pass_obj
-def status(settings: Settings, job_id) -> None:
-    """Print a job's status as JSON."""
+def status(settings: Settings, job_id, show_args: bool) -> None:
+    """Print a job's status as JSON; with --show-args, then what it carried."""
     try:
         with settings.client("client") as client:
-            click.echo(json.dumps(client.job(job_id).status().raw))
+            job = client.job(job_id)
+            click.echo(json.dumps(job.status().raw))
+            if show_args:
+                stored = job.payloads()
+                show_payload("args", stored.args, client)
+                if stored.result is not None:
+                    show_payload("result", stored.result, client)
     except PayloadStoreError as e:
         fail(e, settings.verbose)
+
+
+def show_payload(name: str, stored, client: Client) -> None:
+    """`args: inline 12 B` or `args: s3 s3://bucket/key 5242880 B application/msgpack`, then the
+    preview indented (never executes or unpickles anything: payloadstore._preview)."""
+    from ._preview import describe
+
+    facts = describe(stored, client.wire.http)
+    line = [f"{name}:", str(facts["tier"] or "-")]
+    if facts.get("key"):
+        line.append(f"s3://{facts.get('bucket')}/{facts['key']}")
+    if facts.get("size") is not None:
+        line.append(f"{facts['size']} B")
+    if facts.get("content_type"):
+        line.append(str(facts["content_type"]))
+    click.echo(" ".join(line))
+    if facts.get("gone"):
+        why = {"not_kept": "not kept (an inline job's arguments are freed when it succeeds)"}
+        click.echo("  " + why.get(facts["gone"], f"gone: {facts['gone']}"))
+    elif facts.get("preview_error"):
+        click.echo(f"  (no preview: {facts['preview_error']})")
+    elif facts.get("preview") is not None:
+        text = facts["preview"] + (" …(truncated)" if facts.get("truncated") else "")
+        for row in text.splitlines() or [""]:
+            click.echo("  " + row)
 
 
 @cli.command()

@@ -46,6 +46,7 @@ from ._wire import (
     ItemRefused,
     JobInfo,
     JobPage,
+    JobPayloads,
     JobStatus,
     PurgeAnswer,
     QueueInfo,
@@ -53,6 +54,7 @@ from ._wire import (
     ResultAnswer,
     RetryAnswer,
     ServerConfig,
+    Throughput,
     Wire,
 )
 from .errors import (
@@ -290,8 +292,14 @@ class Client:
         return Job(self, job_id)
 
     def queues(self) -> list[QueueInfo]:
-        """Every queue of the namespace: queued, in flight and the oldest queued job's age."""
+        """Every queue of the namespace: queued, in flight, the oldest queued job's age and the
+        jobs failed within the retention."""
         return self.wire.queue_list()
+
+    def throughput(self, queue: str | None = None) -> Throughput:
+        """Succeeded and failed jobs per minute over the last hour (60 counts each, the current
+        minute last), of every queue of the namespace or of `queue`."""
+        return self.wire.throughput(queue)
 
     def health(self, details: bool = False) -> tuple[bool, dict]:
         """(healthy, body) from `/v1/health` (ok/failing per check), or with `details=True` from
@@ -340,8 +348,13 @@ class Queue:
         return f"Queue({self.name!r}, namespace={self.client.namespace!r})"
 
     def stats(self) -> QueueInfo:
-        """Queued, in flight and oldest queued age of this queue; QueueNotFound if never used."""
+        """Queued, in flight, oldest queued age and failed count of this queue; QueueNotFound
+        if never used."""
         return self.client.wire.queue_stats(self.name)
+
+    def throughput(self) -> Throughput:
+        """This queue's succeeded and failed jobs per minute over the last hour."""
+        return self.client.wire.throughput(self.name)
 
     def jobs(
         self, state: str = "queued", limit: int = 50, *, cursor: str | None = None
@@ -467,9 +480,11 @@ class Queue:
         progress: bool | None,
         *,
         rerouted: bool = False,
+        resent: bool = False,
     ) -> None:
         client = self.client
         reroute: list[Planned] = []
+        resend: list[Planned] = []
         for batch in split_batches([p for p in planned if p.item], client.config):
             # Every one of the batch: only planned items that have their item were split.
             items = [p.item for p in batch if p.item is not None]
@@ -484,6 +499,8 @@ class Queue:
                     jobs[p.index] = Job(client, answer.job_id, tier=answer.tier, queue=self.name)
                 elif answer.code in INLINE_REFUSED and not rerouted:
                     reroute.append(p)
+                elif answer.code == "unknown_blob" and not resent and p.encoded.blobs:
+                    resend.append(p)
                 else:
                     errors[p.index] = item_error(answer, f"item {p.index} on queue {self.name}")
         if reroute:
@@ -493,6 +510,30 @@ class Queue:
             )
             self._prepare(reroute, pool, errors, progress, force_s3=True)
             self._enqueue_planned(reroute, pool, jobs, errors, progress, rerouted=True)
+        if resend:
+            # A blob the namespace let go since this process sent it: check or upload it again
+            # from its source, then send those items once more.
+            self._resend(resend, pool, jobs, errors, progress, rerouted=rerouted)
+
+    def _resend(
+        self,
+        planned: list[Planned],
+        pool: ThreadPoolExecutor,
+        jobs: list[Job | None],
+        errors: dict[int, Exception],
+        progress: bool | None,
+        *,
+        rerouted: bool,
+    ) -> None:
+        again: list[Planned] = []
+        for p in planned:
+            try:
+                self.client.blobs.restore(p.encoded.blobs)
+            except PayloadStoreError as e:
+                errors[p.index] = e
+                continue
+            again.append(p)
+        self._enqueue_planned(again, pool, jobs, errors, progress, rerouted=rerouted, resent=True)
 
     def add(self, *args: Any, wait: float | None = None, **kwargs: Any) -> Job:
         """Enqueue a call of the daemon's function with these arguments.
@@ -565,9 +606,17 @@ class Queue:
             # One key per call, sent on every retry: a lost 201 retried gives back the same job.
             key = idempotency_key or uuid.uuid4().hex
             try:
+                # (a blob the namespace let go since it was sent: restored and sent once more)
                 enqueued = self._confirm(
-                    lambda: client.wire.enqueue_inline(
-                        self.name, encoded.tobytes(), idempotency_key=key, blobs=blobs, wait_s=wait
+                    lambda: client.blobs.resend_on_unknown(
+                        getattr(encoded, "blobs", ()),
+                        lambda: client.wire.enqueue_inline(
+                            self.name,
+                            encoded.tobytes(),
+                            idempotency_key=key,
+                            blobs=blobs,
+                            wait_s=wait,
+                        ),
                     ),
                     idempotency_key=key,
                 )
@@ -613,7 +662,10 @@ class Queue:
         # The upload is done once; enqueueing the same issued key again is idempotent on the
         # server, so the wire's retries never re-upload.
         return self._confirm(
-            lambda: self.client.wire.enqueue_ref(self.name, ref, blobs=blobs, wait_s=wait),
+            lambda: self.client.blobs.resend_on_unknown(
+                getattr(encoded, "blobs", ()),
+                lambda: self.client.wire.enqueue_ref(self.name, ref, blobs=blobs, wait_s=wait),
+            ),
             job_id=job_id,
             idempotency_key=idempotency_key,
         )
@@ -688,6 +740,13 @@ class Job(JobHandle):
         self.tier = self.tier or status.tier
         self.queue = self.queue or status.queue
         return status
+
+    def payloads(self) -> JobPayloads:
+        """What the job carried, as stored: `.args` and `.result` (None until it ended with a
+        result), each inline bytes or an S3 reference with a GET URL (`payloadstore.codec`
+        decodes the bytes). For operators: it never counts as the result's read under
+        retention `consume`."""
+        return self.client.wire.job_payloads(self.job_id)
 
     def retry(self) -> RetryAnswer:
         """Queue the job again, with the same id, when it failed (failed, payload_lost,

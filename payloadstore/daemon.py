@@ -43,6 +43,7 @@ from ._wire import MAX_POLL_JOBS, HeartbeatAnswer, NextJobs, PolledJob, polled_j
 from .client import Client
 from .errors import (
     AuthError,
+    BlobSourceGone,
     ConflictError,
     InlineNever,
     InlineUnavailable,
@@ -753,7 +754,12 @@ class Daemon:
             if encoded.nbytes <= client.config.inline_limit:
                 try:
                     return self._post_result(
-                        job_id, SUCCEEDED, inline=encoded.tobytes(), lease=lease, blobs=blobs
+                        job_id,
+                        SUCCEEDED,
+                        inline=encoded.tobytes(),
+                        lease=lease,
+                        blobs=blobs,
+                        sent=encoded.blobs,
                     )
                 except (InlineUnavailable, InlineNever) as e:
                     # Redis is above its high-water mark (or the namespace keeps nothing inline): the result goes through S3 instead.
@@ -778,7 +784,9 @@ class Daemon:
             )
             if current.lease_lost:
                 return TAKEN
-            return self._post_result(job_id, SUCCEEDED, ref=ref, lease=lease, blobs=blobs)
+            return self._post_result(
+                job_id, SUCCEEDED, ref=ref, lease=lease, blobs=blobs, sent=encoded.blobs
+            )
         except PayloadStoreError as e:
             log.error("result not stored job_id=%s error=%s", job_id, e)
             return ABANDONED
@@ -864,14 +872,29 @@ class Daemon:
             log.error("error not posted job_id=%s error=%s", job_id, e)
             return ABANDONED
 
-    def _post_result(self, job_id: str, outcome: str, **result: Any) -> str:
+    def _post_result(self, job_id: str, outcome: str, *, sent: Any = (), **result: Any) -> str:
         """Post exactly one of inline=, ref=, error= (with lease=); REFUSED when the control plane
         says 409 (lease_mismatch: the job was delivered again; conflict: another result stands).
-        In run()'s loops the post also asks for the worker's next job (`next`)."""
+        In run()'s loops the post also asks for the worker's next job (`next`).
+        `sent`: the result's blobs: one the namespace let go since this process uploaded it
+        (`409 unknown_blob`) is checked or uploaded again from its source and the post sent once
+        more; with its source gone, the job fails `BlobUploadFailed`."""
         self._mark_finishing()
         wire = self.client.wire
         try:
-            self._with_next(lambda nxt: wire.post_result(job_id, **result, next=nxt))
+            self._with_next(
+                lambda nxt: self.client.blobs.resend_on_unknown(
+                    sent, lambda: wire.post_result(job_id, **result, next=nxt)
+                )
+            )
+        except BlobSourceGone as e:
+            return self._post_error(
+                job_id,
+                "BlobUploadFailed",
+                f"cannot store a blob of the result: {e}",
+                None,
+                lease=result.get("lease"),
+            )
         except ConflictError as e:
             log.warning("result refused job_id=%s reason=%s", job_id, e.message)
             return REFUSED

@@ -66,6 +66,13 @@ class ConflictError(ApiError):
     different result was already posted."""
 
 
+class BlobSourceGone(ConflictError):
+    """409 `unknown_blob` the SDK could not recover from by itself: a blob this process sent
+    before expired from the namespace, and the file it was made from is gone or changed (or it
+    was received, not made here, and is not in the host's blob cache). Make the `Blob` again
+    (`client.blob(...)`) from the content."""
+
+
 class LeaseMismatch(ConflictError):
     """409 `lease_mismatch`: the delivery's lease is no longer current (the job was delivered
     again after its lease ran out, finished, or cancelled): the job was taken from this daemon."""

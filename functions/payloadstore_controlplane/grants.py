@@ -23,12 +23,17 @@ each), bucket actions on the bucket itself. A presigned URL can do only what its
   (POST .../blobs); above MULTIPART_THRESHOLD it creates the blob's multipart upload, presigns
   its parts and completes it at the second POST .../blobs, so it also lists the parts
   (s3:ListMultipartUploadParts) and aborts an upload S3 refuses to complete
-  (s3:AbortMultipartUpload); jobs and daemon presign the GETs of the blobs a job or result references and
-  renew an old blob a new job or result references by copying it onto itself (CopyObject takes
-  s3:GetObject on the source and s3:PutObject on the target), so all three hold both;
+  (s3:AbortMultipartUpload); jobs and daemon presign the GETs of the blobs a job or result
+  references (s3:GetObject), and write nothing there: no request copies a blob;
+- renewals (the scheduled blob renewer) copies a blob onto itself ahead of its lifecycle expiry:
+  CopyObject, or a multipart copy (CreateMultipartUpload, UploadPartCopy, Complete: s3:PutObject
+  on the target, s3:GetObject on the source; s3:AbortMultipartUpload for a copy that failed), on
+  `blobs/*` only, reads the blob's retention tag and writes it on the copy (tagging), uses the
+  namespace's KMS key where its policy names one, and holds s3:ListBucket so a HEAD of a blob
+  gone answers 404;
 - tagging: an upload carries the namespace's retention tag (PutObject with tags and
   CreateMultipartUpload with tags take s3:PutObjectTagging), the verifying read reads it
-  (s3:GetObjectTagging), and a blob's copy onto itself copies it;
+  (s3:GetObjectTagging);
 - metrics (the scheduled function) deletes the payloads of retention `consume` namespaces
   that are due (DeleteObjects: s3:DeleteObject on payloads/*);
 - public (health) reads the bucket's configuration: HeadBucket (s3:ListBucket), its region,
@@ -76,14 +81,16 @@ OBJECT_ACTIONS: dict[str, tuple[str, ...]] = {
 # Function group -> S3 actions on `<bucket>/blobs/*`.
 BLOB_OBJECT_ACTIONS: dict[str, tuple[str, ...]] = {
     "payloads": ("s3:GetObject", *MULTIPART_COMPLETION, *TAGGING),
-    "jobs": ("s3:GetObject", "s3:PutObject", *TAGGING),
-    "daemon": ("s3:GetObject", "s3:PutObject", *TAGGING),
+    "jobs": ("s3:GetObject", *TAGGING),
+    "daemon": ("s3:GetObject", *TAGGING),
+    "renewals": ("s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload", *TAGGING),
 }
 # Function group -> S3 actions on the bucket itself.
 BUCKET_ACTIONS: dict[str, tuple[str, ...]] = {
     "payloads": (LIST_BUCKET,),
     "jobs": (LIST_BUCKET,),
     "daemon": (LIST_BUCKET,),
+    "renewals": (LIST_BUCKET,),
     "public": (
         "s3:GetBucketLocation",
         "s3:GetEncryptionConfiguration",
@@ -99,6 +106,8 @@ KMS_ACTIONS: dict[str, tuple[str, ...]] = {
     "payloads": ("kms:GenerateDataKey", "kms:Decrypt"),
     "jobs": ("kms:GenerateDataKey", "kms:Decrypt"),
     "daemon": ("kms:GenerateDataKey", "kms:Decrypt"),
+    # a renewal copies a blob of an SSE-KMS namespace under its key again
+    "renewals": ("kms:GenerateDataKey", "kms:Decrypt"),
 }
 # The object prefixes KMS use is allowed for (kms:EncryptionContext:aws:s3:arn).
 KMS_PREFIXES = (PAYLOAD_PREFIX, BLOB_PREFIX)

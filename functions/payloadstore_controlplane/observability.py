@@ -139,9 +139,12 @@ EMITTED_METRICS = frozenset(
         # the memory guard: inline bytes refused (and so rerouted through S3), enqueues refused
         "InlineRefused",
         "EnqueueRefused",
-        # blobs: uploads verified, old blobs renewed (copied onto themselves)
+        # blobs: uploads verified; the renewer's copies, failures (tried again by its next runs)
+        # and needed blobs found gone
         "BlobsVerified",
         "BlobsRenewed",
+        "BlobRenewalsFailed",
+        "BlobsLost",
         # a Redis node with fewer online replicas than REDIS_MIN_REPLICA_ACKS (alarm)
         REPLICA_ACKS_BELOW_TARGET,
         QUEUE_DEPTH,

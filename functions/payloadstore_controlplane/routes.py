@@ -28,6 +28,8 @@ FUNCTIONS: dict[str, str] = {
     "admin": "payloadstore_controlplane.handlers.admin.lambda_handler",
     # Not behind the API: run on a schedule (SCHEDULES) to publish queue metrics.
     "metrics": "payloadstore_controlplane.handlers.metrics.lambda_handler",
+    # Not behind the API: run on a schedule (SCHEDULES) to renew the blobs jobs still need.
+    "renewals": "payloadstore_controlplane.handlers.renewals.lambda_handler",
 }
 
 
@@ -68,7 +70,13 @@ class Schedule:
 
 
 # Functions run on a timer: an EventBridge rule in CDK, a timer thread in the local stack.
-SCHEDULES: tuple[Schedule, ...] = (Schedule("metrics", 1, "metrics_schedule"),)
+# The renewer's period P enters the blob arithmetic (models/blob_lifetime.py): a blob is referenced
+# only while its object has BLOB_RENEW_AHEAD_S / 2 left, which must cover P and a copy.
+RENEWAL_EVERY_MINUTES = 5
+SCHEDULES: tuple[Schedule, ...] = (
+    Schedule("metrics", 1, "metrics_schedule"),
+    Schedule("renewals", RENEWAL_EVERY_MINUTES, "renewals_schedule"),
+)
 
 
 @dataclass(frozen=True)
@@ -394,6 +402,33 @@ QUEUE_PURGE = Route(
     "queue_purge",
     responses={200: ("PurgeResponse", "how many queued jobs were cancelled, and remain")},
 )
+QUEUE_THROUGHPUT = Route(
+    "GET",
+    "/v1/namespaces/{ns}/throughput",
+    "jobs",
+    (CLIENT, DAEMON),
+    "queue_throughput",
+    responses={
+        200: (
+            "ThroughputResponse",
+            "succeeded and failed jobs per minute over the last hour (?queue=Q: one queue)",
+        )
+    },
+)
+JOB_PAYLOADS = Route(
+    "GET",
+    "/v1/namespaces/{ns}/jobs/{job_id}/payloads",
+    "jobs",
+    (CLIENT,),
+    "job_payloads",
+    responses={
+        200: (
+            "JobPayloadsResponse",
+            "the job's arguments and result: inline bytes, or the S3 reference and a GET URL",
+        ),
+        404: ERROR,
+    },
+)
 
 BLOBS = Route(
     "POST",
@@ -448,6 +483,8 @@ ROUTES: tuple[Route, ...] = (
     QUEUE_REDRIVE,
     QUEUE_PURGE,
     BLOBS,
+    QUEUE_THROUGHPUT,
+    JOB_PAYLOADS,
 )
 
 

@@ -381,6 +381,11 @@ class DashboardHandler(BaseHTTPRequestHandler):
     def info(self, match: re.Match[str], query: dict[str, list[str]]) -> None:
         backend = self.dashboard.backend
         endpoint = urlsplit(backend.endpoint)
+        try:
+            policy: dict[str, Any] | None = backend.policy()
+        except PayloadStoreError as e:  # the page still works without it
+            log.info("policy not read code=%s", getattr(e, "code", None))
+            policy = None
         self.send_json(
             200,
             {
@@ -391,8 +396,52 @@ class DashboardHandler(BaseHTTPRequestHandler):
                 + endpoint.path,
                 "states": list(STATES),
                 "refresh_s": self.dashboard.refresh_s,
+                "policy": policy,
             },
         )
+
+    def throughput(self, match: re.Match[str], query: dict[str, list[str]]) -> None:
+        queue = _one(query, "queue") or None
+        if queue is not None:
+            check_queue(queue)
+        self.send_json(200, self.dashboard.backend.throughput(queue))
+
+    def payloads(self, match: re.Match[str], query: dict[str, list[str]]) -> None:
+        job_id = check_job_id(match.group("job_id"))
+        self.send_json(200, self.dashboard.backend.payloads(job_id))
+
+    def download(self, match: re.Match[str], query: dict[str, list[str]]) -> None:
+        """The job's arguments or result as a file: streamed through this process from the
+        presigned GET it fetches (the browser never sees the URL), never shown inline."""
+        job_id = check_job_id(match.group("job_id"))
+        kind = match.group("kind")
+        with self.dashboard.backend.download(job_id, kind) as found:
+            if found is None:
+                raise Refused(404, "not_found", f"job {job_id} has no {kind} to download")
+            log.info("dashboard download job_id=%s kind=%s", job_id, kind)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header(
+                "Content-Disposition", f'attachment; filename="{job_id}-{kind}.msgpack"'
+            )
+            if found.size is not None:
+                self.send_header("Content-Length", str(found.size))
+            else:
+                self.send_header("Connection", "close")
+                self.close_connection = True
+            self.send_header("Cache-Control", "no-store")
+            self.send_header("X-Content-Type-Options", "nosniff")
+            self.send_header("Content-Security-Policy", "default-src 'none'; sandbox")
+            self.send_header("Referrer-Policy", "no-referrer")
+            self.end_headers()
+            if self.command == "HEAD":
+                return
+            try:
+                for chunk in found.chunks:
+                    self.wfile.write(chunk)
+            except Exception:  # the answer has begun: cut it short, the browser sees a failure
+                log.exception("dashboard download cut short job_id=%s kind=%s", job_id, kind)
+                self.close_connection = True
 
     def queues(self, match: re.Match[str], query: dict[str, list[str]]) -> None:
         self.send_json(200, {"queues": self.dashboard.backend.queues()})
@@ -456,6 +505,12 @@ GET_ROUTES: list[tuple[re.Pattern[str], Route]] = [
     (re.compile(r"/api/queues"), DashboardHandler.queues),
     (re.compile(rf"/api/queues/(?P<queue>{_SEGMENT})/jobs"), DashboardHandler.jobs),
     (re.compile(rf"/api/jobs/(?P<job_id>{_SEGMENT})"), DashboardHandler.job),
+    (re.compile(r"/api/throughput"), DashboardHandler.throughput),
+    (re.compile(rf"/api/jobs/(?P<job_id>{_SEGMENT})/payloads"), DashboardHandler.payloads),
+    (
+        re.compile(rf"/api/jobs/(?P<job_id>{_SEGMENT})/(?P<kind>args|result)/download"),
+        DashboardHandler.download,
+    ),
 ]
 POST_ROUTES: list[tuple[re.Pattern[str], Route]] = [
     (re.compile(rf"/api/jobs/(?P<job_id>{_SEGMENT})/cancel"), DashboardHandler.cancel),

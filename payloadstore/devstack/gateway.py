@@ -453,6 +453,10 @@ class GatewayProcess:
     log_path: Path | None = None
     authorizer_cache_s: float = 0.0
     timeout_s: float | None = None
+    # Scheduled functions (routes.SCHEDULES names) this gateway also runs on their timer, their
+    # periods multiplied by schedule_scale (a test's blob renewer every fraction of a second).
+    schedules: tuple[str, ...] = ()
+    schedule_scale: float = 1.0
     proc: Any = None
 
     @property
@@ -482,6 +486,9 @@ class GatewayProcess:
         ]
         if self.timeout_s is not None:
             args += ["--timeout-s", str(self.timeout_s)]
+        if self.schedules:
+            args += ["--schedules", ",".join(self.schedules)]
+            args += ["--schedule-scale", repr(self.schedule_scale)]
         # The child writes this log for as long as it runs.
         out = open_private_log(self.log_path) if self.log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(
@@ -541,10 +548,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--timeout-s", type=float, default=None, help="integration timeout (default 29)"
     )
+    parser.add_argument(
+        "--schedules",
+        default="",
+        help="scheduled functions to run on their timer too, comma separated (e.g. renewals)",
+    )
+    parser.add_argument(
+        "--schedule-scale", type=float, default=1.0, help="multiply their periods by this"
+    )
     args = parser.parse_args(argv)
     configure_logging()
     gateway = LocalGateway(authorizer_cache_s=args.authorizer_cache_s, timeout_s=args.timeout_s)
     gateway.warm()
+    if args.schedules:
+        from payloadstore.devstack.scheduler import Scheduler
+        from payloadstore_controlplane.routes import SCHEDULES
+
+        names = set(args.schedules.split(","))
+        Scheduler(
+            os.environ.get("AWS_REGION", "us-east-1"),
+            period_scale=args.schedule_scale,
+            schedules=[s for s in SCHEDULES if s.function in names],
+        ).start()
     try:
         server = bind_or_explain(gateway, args.host, args.port)
     except PortInUseError as e:

@@ -63,6 +63,14 @@ A ranged GET (`Range: bytes=a-b`) of an object is answered from moto's stored by
 offset: moto itself reads the whole object for every range, which made a parallel ranged
 download of 1 GiB cost ~64 GiB of copying.
 
+UploadPartCopy into an upload created with `ChecksumAlgorithm=SHA256` answers the copied range's
+`ChecksumSHA256` in its CopyPartResult, as S3 does, and the completion takes it.
+
+The bucket's lifecycle Expiration rules are applied (`LifecycleExpiry`: moto stores rules and
+never acts on them): an object is gone once its rule's days have passed since its last write,
+rounded up to the next midnight, and PAYLOADSTORE_S3_DAY_S makes a day that many seconds, so a
+test can watch a blob expire, or outlive the jobs that reference it through its renewals.
+
 Requests signed in the `Authorization` header otherwise go to moto as they are (their signature
 is not checked). The log line of each request carries its path only: query strings (signatures,
 credentials) never reach the log.
@@ -355,6 +363,10 @@ class PresignedUrlRules:
         bucket, _, key = environ.get("PATH_INFO", "").lstrip("/").partition("/")
         action = s3_action(environ.get("REQUEST_METHOD", "GET"), key or None, query)
         if not bucket or granted is None or not granted.allows(action, key or None):
+            return _error(start_response, "403 Forbidden", "AccessDenied", "Access Denied")
+        source = _copy_source(environ.get("HTTP_X_AMZ_COPY_SOURCE", ""))
+        if source is not None and not granted.allows("s3:GetObject", source[1]):
+            # A copy (CopyObject, UploadPartCopy) also reads its source.
             return _error(start_response, "403 Forbidden", "AccessDenied", "Access Denied")
         if (
             key
@@ -771,6 +783,8 @@ class MultipartChecksums:
         return _answer(start_response, status, headers, body)
 
     def _upload_part(self, environ, start_response, upload: str, query: dict):
+        if environ.get("HTTP_X_AMZ_COPY_SOURCE"):
+            return self._upload_part_copy(environ, start_response, upload, query)
         streaming = (environ.get("HTTP_X_AMZ_CONTENT_SHA256") or "").startswith("STREAMING")
         if streaming or "aws-chunked" in (environ.get("HTTP_CONTENT_ENCODING") or ""):
             return self.app(environ, start_response)  # a chunked body: moto decodes it
@@ -817,6 +831,34 @@ class MultipartChecksums:
                 _PART_DIGESTS.setdefault(upload, {})[number] = actual
             headers = [*headers, (f"x-amz-checksum-{algorithm.lower()}", actual)]
         return _answer(start_response, status, headers, answer)
+
+    def _upload_part_copy(self, environ, start_response, upload: str, query: dict):
+        """UploadPartCopy: moto copies the range; S3 also computes the part's checksum for an
+        upload created with one, answers it in CopyPartResult and keeps it for the completion."""
+        status, headers, body = _captured(self.app, environ)
+        if not status.startswith("200"):
+            return _answer(start_response, status, headers, body)
+        with self._lock:
+            state = self._uploads.get(upload) or _Upload()
+        source = _copy_source(environ.get("HTTP_X_AMZ_COPY_SOURCE", ""))
+        stored = _stored(*source) if source else None
+        if state.algorithm in ("SHA256", "CRC64NVME") and stored is not None:
+            m = _RANGE.match(environ.get("HTTP_X_AMZ_COPY_SOURCE_RANGE", "").strip())
+            begin, end = (int(m.group(1)), int(m.group(2))) if m and m.group(2) else (0, None)
+            with stored.lock:
+                stored._value_buffer.seek(begin)
+                data = stored._value_buffer.read(None if end is None else end - begin + 1)
+            if state.algorithm == "SHA256":
+                actual = _sha256_b64(data)
+            else:
+                actual = _crc64nvme_b64(data)
+            number = int(query["partNumber"][0])
+            with self._lock:
+                self._uploads.setdefault(upload, state).parts[number] = (actual, len(data))
+                _PART_DIGESTS.setdefault(upload, {})[number] = actual
+            name = "ChecksumSHA256" if state.algorithm == "SHA256" else "ChecksumCRC64NVME"
+            body = body.replace(b"</ETag>", f"</ETag><{name}>{actual}</{name}>".encode(), 1)
+        return _answer(start_response, status, headers, body)
 
     def _list_parts(self, environ, start_response, upload: str):
         status, headers, body = _captured(self.app, environ)
@@ -1043,6 +1085,170 @@ class MultipartChecksums:
         return _answer(start_response, "206 Partial Content", headers, data)
 
 
+def _copy_source(header: str) -> tuple[str, str] | None:
+    """(bucket, key) of an `x-amz-copy-source` header (`/bucket/key` or `bucket/key`, URL-encoded,
+    maybe with `?versionId=`)."""
+    from urllib.parse import unquote
+
+    path = unquote(header.partition("?")[0]).lstrip("/")
+    bucket, _, key = path.partition("/")
+    return (bucket, key) if bucket and key else None
+
+
+# Seconds in a lifecycle day: 86,400 as on S3; a test makes days seconds long to watch the rules
+# act (e.g. PAYLOADSTORE_S3_DAY_S=4: an object of a 1-day rule is gone 4 to 8 s after its write).
+DAY_ENV = "PAYLOADSTORE_S3_DAY_S"
+
+
+def day_seconds(environ: dict[str, str] | None = None) -> float:
+    env = os.environ if environ is None else environ
+    raw = env.get(DAY_ENV) or ""
+    try:
+        value = float(raw) if raw else 86_400.0
+    except ValueError:
+        value = 86_400.0
+    return value if value > 0 else 86_400.0
+
+
+class LifecycleExpiry:
+    """The bucket's lifecycle Expiration rules, applied as S3 applies them (moto stores the rules
+    and never acts on them): an object under a rule's prefix is deleted once `Days` days have
+    passed since its last write, S3 rounding the time up to the next midnight UTC. S3 deletes in
+    the background, some time after that; here the object is gone at that moment for every
+    request that touches it (GET, HEAD, a copy's source, a listing of the bucket), and a sweep
+    removes the rest every so often, so tests can rely on both sides of the instant.
+
+    A "day" is PAYLOADSTORE_S3_DAY_S seconds (86,400 by default), and midnight a multiple of it
+    since the epoch: a test with days of a few seconds watches objects expire, and a copy of an
+    object onto itself (a renewal) move its expiry."""
+
+    def __init__(self, app, day_s: float | None = None, clock=None, sweep_every_s=None):
+        import time as _time
+
+        self.app = app
+        self.day_s = day_s if day_s is not None else day_seconds()
+        self.clock = clock or _time.time
+        self.sweep_every_s = (
+            sweep_every_s if sweep_every_s is not None else min(60.0, self.day_s / 8)
+        )
+        self.expired = 0  # objects this emulator deleted by a rule
+        self._lock = threading.Lock()
+
+    def start_sweeping(self) -> LifecycleExpiry:
+        def loop() -> None:
+            import time as _time
+
+            while True:
+                _time.sleep(self.sweep_every_s)
+                try:
+                    self.sweep()
+                except Exception:  # noqa: BLE001, S112 - a sweep races moto's own requests; the next one retries
+                    continue
+
+        threading.Thread(target=loop, name="lifecycle-sweep", daemon=True).start()
+        return self
+
+    def __call__(self, environ, start_response):
+        bucket, _, key = environ.get("PATH_INFO", "").lstrip("/").partition("/")
+        if bucket and key:
+            self.expire(bucket, key)
+        elif bucket and environ.get("REQUEST_METHOD") == "GET":
+            self.sweep(bucket)
+        source = _copy_source(environ.get("HTTP_X_AMZ_COPY_SOURCE", ""))
+        if source is not None:
+            self.expire(*source)
+        return self.app(environ, start_response)
+
+    def expiry(self, written: float, days: float) -> float:
+        """When a rule of `days` deletes an object written at `written` (epoch seconds)."""
+        import math
+
+        return math.ceil((written + days * self.day_s) / self.day_s) * self.day_s
+
+    def _rules(self, bucket_name: str) -> list[tuple[str, dict[str, str], float]]:
+        """(prefix, tags that must match, days) of each enabled Expiration rule."""
+        from moto.s3.models import s3_backends
+
+        partition, account = s3_backends.bucket_accounts[bucket_name]
+        bucket = s3_backends[account][partition].buckets[bucket_name]
+        found = []
+        for rule in getattr(bucket, "rules", ()):
+            if (rule.status or "").lower() != "enabled" or not rule.expiration_days:
+                continue
+            prefix, tags = rule.prefix, {}
+            f = rule.filter
+            if f is not None:
+                if f.prefix is not None:
+                    prefix = f.prefix
+                if f.tag_key:
+                    tags[f.tag_key] = f.tag_value or ""
+                if f.and_filter is not None:
+                    prefix = f.and_filter.prefix or prefix
+                    tags.update(f.and_filter.tags or {})
+            found.append((prefix or "", tags, float(rule.expiration_days)))
+        return found
+
+    def _backend(self, bucket_name: str):
+        from moto.s3.models import s3_backends
+
+        partition, account = s3_backends.bucket_accounts[bucket_name]
+        return s3_backends[account][partition]
+
+    def _tags(self, bucket_name: str, stored) -> dict[str, str]:
+        try:
+            raw = self._backend(bucket_name).get_object_tagging(stored)
+        except Exception:  # noqa: BLE001 - no tags to tell
+            return {}
+        return {t["Key"]: t["Value"] for t in raw.get("Tags", [])}
+
+    def expire(self, bucket_name: str, key: str) -> bool:
+        """Delete the object if a rule has expired it (S3 honours the shortest of the rules that
+        match its key and tags); whether it did."""
+        try:
+            rules = [
+                (tags, days)
+                for prefix, tags, days in self._rules(bucket_name)
+                if key.startswith(prefix)
+            ]
+        except Exception:  # noqa: BLE001 - no such bucket: moto answers for itself
+            return False
+        if not rules:
+            return False
+        stored = _stored(bucket_name, key)
+        if stored is None:
+            return False
+        own = self._tags(bucket_name, stored) if any(tags for tags, _ in rules) else {}
+        days = [d for tags, d in rules if all(own.get(k) == v for k, v in tags.items())]
+        if not days:
+            return False
+        written = stored.last_modified.replace(tzinfo=UTC).timestamp()
+        if self.clock() < self.expiry(written, min(days)):
+            return False
+        with self._lock:
+            if _stored(bucket_name, key) is not stored:
+                return False  # written again meanwhile
+            self._backend(bucket_name).delete_object(bucket_name, key)
+            self.expired += 1
+        return True
+
+    def sweep(self, bucket_name: str | None = None) -> int:
+        """Apply the rules to every object (of one bucket, or of all): how many were deleted."""
+        from moto.s3.models import s3_backends
+
+        names = [bucket_name] if bucket_name else list(s3_backends.bucket_accounts.keys())
+        deleted = 0
+        for name in names:
+            try:
+                if not self._rules(name):
+                    continue
+                keys = list(self._backend(name).buckets[name].keys.keys())
+            except Exception:  # noqa: BLE001, S112 - a bucket deleted meanwhile
+                continue
+            for key in keys:
+                deleted += self.expire(name, key)
+        return deleted
+
+
 _QUERY = re.compile(r"\?[^\s\"']*")
 
 
@@ -1098,7 +1304,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("-p", "--port", type=int, default=5000)
     args = parser.parse_args(argv)
     os.environ.setdefault("MOTO_PORT", str(args.port))
-    app = PresignedUrlRules(MultipartChecksums(_dispatcher()))
+    # Outermost: an expired object is gone for every layer (the ranged GETs read moto directly).
+    app = LifecycleExpiry(PresignedUrlRules(MultipartChecksums(_dispatcher()))).start_sweeping()
     run_simple(args.host, args.port, app, threaded=True, request_handler=_request_handler())
 
 

@@ -90,8 +90,13 @@ def _apt_installed(package: str, binary: str) -> str | None:
     if not (hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get")):
         return None
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update", "-qq"], check=False, env=env)
-    subprocess.run(["apt-get", "install", "-y", "-qq", package], check=False, env=env)
+    # Another apt-get (unattended upgrades, a second make target) may hold dpkg's lock: wait
+    # for it rather than failing at once with "Could not get lock".
+    wait_for_lock = ["-o", "DPkg::Lock::Timeout=300"]
+    subprocess.run(["apt-get", *wait_for_lock, "update", "-qq"], check=False, env=env)
+    subprocess.run(
+        ["apt-get", *wait_for_lock, "install", "-y", "-qq", package], check=False, env=env
+    )
     return shutil.which(binary)
 
 
@@ -430,6 +435,8 @@ class MotoServer:
     proc: subprocess.Popen | None = None
     log_path: Path | None = None
     detach: bool = False  # see _own_group_dying_with_parent (the dev stack sets it)
+    # More environment for the emulator (e.g. PAYLOADSTORE_S3_DAY_S, a test's lifecycle days)
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def endpoint(self) -> str:
@@ -438,7 +445,7 @@ class MotoServer:
     def start(self, timeout_s: float = 30.0) -> MotoServer:
         # The child writes this log for as long as it runs: no context manager.
         out = open_private_log(self.log_path) if self.log_path else subprocess.DEVNULL
-        env = {**os.environ, "MOTO_ALLOW_NONEXISTENT_REGION": "true"}
+        env = {**os.environ, "MOTO_ALLOW_NONEXISTENT_REGION": "true", **self.env}
         self.proc = subprocess.Popen(
             [
                 sys.executable,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from payloadstore import codec
 from payloadstore.dashboard import ClientBackend, Dashboard
 from tests.e2e.sdk_helpers import clients, unique_queue
 from tests.support.dashboard import post, request
@@ -79,3 +80,50 @@ def test_a_retry_of_a_queued_job_is_a_409_saying_why(served):
     assert error["code"] == "not_retryable"
     assert error["reason"] == "queued"
     assert "only a failed or cancelled job is retried" in error["message"]
+
+
+def test_given_jobs_that_ended_when_the_page_reads_then_counts_chart_and_arguments_are_the_control_planes(
+    served, local_gateway
+):
+    from payloadstore.errors import JobFailed
+    from tests.e2e.sdk_helpers import daemon_thread
+
+    dashboard, client = served
+    _, daemon_client = clients(local_gateway)
+    queue = unique_queue("dashboard-views")
+
+    def work(value):
+        if value == "boom":
+            raise ValueError("no boom allowed")
+        return {"doubled": value * 2}
+
+    # Given: two jobs that succeeded and one that failed, all within the last minute
+    with daemon_thread(daemon_client, queue, work):
+        ok = [client.queue(queue).add(n) for n in (1, 2)]
+        bad = client.queue(queue).add("boom")
+        assert [j.result(timeout=60) for j in ok] == [{"doubled": 2}, {"doubled": 4}]
+        with pytest.raises(JobFailed):
+            bad.result(timeout=60)
+
+    # When: the page reads the queues, the queue's throughput and the failed job's payloads
+    (row,) = [
+        q for q in request(dashboard, "GET", "/api/queues").json()["queues"] if q["name"] == queue
+    ]
+    chart = request(dashboard, "GET", f"/api/throughput?queue={queue}").json()
+    failed = request(dashboard, "GET", f"/api/jobs/{bad.job_id}/payloads").json()
+    done = request(dashboard, "GET", f"/api/jobs/{ok[0].job_id}/payloads").json()
+
+    # Then: one failed, nothing queued or running; the chart's last minutes hold the three ends
+    assert (row["queued"], row["in_flight"], row["failed"]) == (0, 0, 1)
+    assert (sum(chart["succeeded"]), sum(chart["failed"])) == (2, 1)
+    assert len(chart["succeeded"]) == 60
+    # And: the failed job's arguments read as text; the succeeded one's result too (its inline
+    # arguments were freed at its end, and the page says so)
+    assert failed["args"]["preview"] == "{'args': ['boom'], 'kwargs': {}}"
+    assert failed["result"] is None
+    assert done["args"]["gone"] == "not_kept"
+    assert done["result"]["preview"] == "{'doubled': 2}"
+    # And: a download of the arguments is the stored bytes
+    raw = request(dashboard, "GET", f"/api/jobs/{bad.job_id}/args/download")
+    assert raw.status == 200
+    assert codec.decode(raw.content) == {"args": ["boom"], "kwargs": {}}

@@ -19,6 +19,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from payloadstore.devstack.services import ServiceError, find_chromium
@@ -217,3 +218,109 @@ def test_given_failed_and_queued_jobs_when_purged_and_redriven_in_the_dashboard_
         for job in failed:
             expect(page.locator(f'#jobs tbody tr[data-job-id="{job.job_id}"]')).to_be_visible()
     page.close()
+
+
+def test_given_a_namespace_with_a_policy_when_opened_then_counts_chart_policy_and_arguments_show(
+    local_gateway, browser, ssm_client, tmp_path
+):
+    from playwright.sync_api import expect
+
+    from payloadstore import Client, codec
+    from payloadstore.dashboard import ClientBackend, Dashboard
+    from tests.e2e.test_namespace_policies import _cli, _namespace
+
+    # Given: a namespace whose policy is 7d + the stack's key + inline never (every payload in
+    # S3), three jobs that succeeded and one that failed on arrays
+    ns, tokens = _namespace(local_gateway, ssm_client, "dash")
+    policy = ("--retention", "7d", "--kms-key", "stack", "--inline", "never")
+    assert _cli(local_gateway, "namespace", "policy", ns, *policy).returncode == 0
+    client = Client(local_gateway.url, tokens["client"], ns)
+    daemon_client = Client(local_gateway.url, tokens["daemon"], ns)
+    queue = unique_queue("dashboard-views")
+
+    def work(image, label):
+        if label == "corrupt":
+            raise ValueError(f"label {label!r} refused for an image of {image.shape}")
+        return {"label": label, "mean": float(image.mean()), "mask": image > 0}
+
+    image = np.arange(48, dtype=np.float32).reshape(4, 12)
+    with daemon_thread(daemon_client, queue, work):
+        ok = [client.queue(queue).add(image, label) for label in ("cat", "dog", "bird")]
+        bad = client.queue(queue).add(image, "corrupt")
+        for job in ok:
+            job.result(timeout=60)
+        with pytest.raises(JobFailed):
+            bad.result(timeout=60)
+
+    with Dashboard(
+        ClientBackend(client),
+        "127.0.0.1",
+        0,
+        secrets_to_hide=ClientBackend.secrets(client),
+        refresh_s=1.0,
+    ) as dashboard:
+        dashboard.start()
+        page = browser.new_page(viewport={"width": 1280, "height": 1100}, accept_downloads=True)
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+
+        # When: the operator opens the page
+        page.goto(dashboard.url)
+
+        # Then: the header shows the namespace's policy
+        expect(page.locator("#namespace")).to_have_text(ns)
+        expect(page.locator("#policy-retention")).to_have_text("7d")
+        expect(page.locator("#policy-kms")).to_have_text("stack")
+        expect(page.locator("#policy-inline")).to_have_text("never")
+        # And: the queue's row counts jobs per state: none queued or running, one failed
+        row = page.locator("#queues tbody tr", has_text=queue)
+        expect(row.locator(".count-queued")).to_have_text("0")
+        expect(row.locator(".count-running")).to_have_text("0")
+        expect(row.locator(".count-failed")).to_have_text("1")
+        # And: the chart has the hour's ends: 3 succeeded and 1 failed, drawn as bars
+        expect(page.locator("#throughput-succeeded")).to_have_text("3")
+        expect(page.locator("#throughput-failed")).to_have_text("1")
+        expect(page.locator("#throughput-chart rect.bar-succeeded").first).to_be_attached()
+        expect(page.locator("#throughput-chart rect.bar-failed").first).to_be_attached()
+
+        # When: they open the failed job
+        row.click()
+        expect(page.locator("#throughput-scope")).to_have_text(f"queue {queue}")
+        page.get_by_role("tab", name="failed").click()
+        page.locator(f'#jobs tbody tr[data-job-id="{bad.job_id}"]').click()
+
+        # Then: its arguments show decoded (the array as shape and dtype), from S3, with a link
+        args = page.locator("#args-preview")
+        expect(args).to_contain_text("<ndarray shape=(4, 12) dtype=<f4, 192 bytes>")
+        expect(args).to_contain_text("'corrupt'")
+        expect(page.locator("#args-meta")).to_contain_text("S3")
+        expect(page.locator("#args-meta")).to_contain_text(f"{bad.job_id}/args")
+        expect(page.locator("#result-preview")).to_contain_text("no result (failed)")
+        expect(page.locator("#result-download")).to_be_hidden()
+        expect(page.locator("#args-download")).to_be_visible()
+        expect(page.locator("#error-message")).to_contain_text("refused for an image of (4, 12)")
+        shot = Path(os.environ.get(SCREENSHOT_ENV) or tmp_path / "dashboard.png")
+        shot = shot.with_name(shot.stem + "-policy" + shot.suffix)
+        page.screenshot(path=str(shot), full_page=True)
+        assert shot.stat().st_size > 10_000
+
+        # When: they download the arguments
+        with page.expect_download() as download:
+            page.locator("#args-download").click()
+        # Then: the file is the stored payload, through the dashboard (no S3 URL in the page)
+        saved = tmp_path / "args.msgpack"
+        download.value.save_as(saved)
+        decoded = codec.decode(saved.read_bytes())
+        assert decoded["args"][1] == "corrupt"
+        assert np.array_equal(decoded["args"][0], image)
+        assert "X-Amz-Signature" not in page.content()
+
+        # And: a succeeded job shows its result, with its array's shape
+        page.get_by_role("tab", name="succeeded").click()
+        page.locator(f'#jobs tbody tr[data-job-id="{ok[0].job_id}"]').click()
+        expect(page.locator("#result-preview")).to_contain_text("'label': 'cat'")
+        expect(page.locator("#result-preview")).to_contain_text("<ndarray shape=(4, 12) dtype=|b1")
+        assert errors == []
+        page.close()
+    client.close()
+    daemon_client.close()

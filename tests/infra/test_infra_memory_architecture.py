@@ -74,6 +74,7 @@ def test_the_long_poll_functions_get_their_measured_memory_by_default(template):
         "authorizer": 512,
         "admin": 256,
         "metrics": 256,
+        "renewals": 256,
     }
 
 

@@ -24,10 +24,12 @@ def _role_of(template, group):
 
 def test_a_schedule_rule_runs_the_metrics_function_every_minute(template):
     # Given the schedules the control plane declares
-    assert [(s.function, s.every_minutes) for s in SCHEDULES] == [("metrics", 1)]
+    assert ("metrics", 1) in [(s.function, s.every_minutes) for s in SCHEDULES]
     rules = resources(template, "AWS::Events::Rule")
     # Then one rule fires every minute and targets exactly the metrics function
-    [rule] = [r for r in rules.values() if r["Properties"].get("ScheduleExpression")]
+    [rule] = [
+        r for r in rules.values() if r["Properties"].get("ScheduleExpression") == "rate(1 minute)"
+    ]
     assert rule["Properties"]["ScheduleExpression"] == "rate(1 minute)"
     assert rule["Properties"].get("State", "ENABLED") == "ENABLED"
     [target] = rule["Properties"]["Targets"]
@@ -105,3 +107,27 @@ def test_every_metric_name_in_the_code_is_declared_in_emitted_metrics():
         literal |= set(re.findall(r'metrics_(?:count|bytes)\(\s*"(\w+)"', text))
     assert literal, "found no metric in the code"
     assert literal <= observability.EMITTED_METRICS, literal - observability.EMITTED_METRICS
+
+
+def test_a_schedule_rule_runs_the_blob_renewals_function_every_five_minutes(template):
+    # Given the renewer's schedule (its period enters the blob arithmetic: docs/design.md)
+    assert ("renewals", 5) in [(s.function, s.every_minutes) for s in SCHEDULES]
+    rules = resources(template, "AWS::Events::Rule")
+    [rule] = [
+        r for r in rules.values() if r["Properties"].get("ScheduleExpression") == "rate(5 minutes)"
+    ]
+    [target] = rule["Properties"]["Targets"]
+    assert render(target["Arn"]) == f"<{function_logical_id('renewals')}.Arn>"
+    permissions = [
+        p["Properties"]
+        for p in resources(template, "AWS::Lambda::Permission").values()
+        if render(p["Properties"]["FunctionName"]) == f"<{function_logical_id('renewals')}.Arn>"
+    ]
+    assert [p["Principal"] for p in permissions] == ["events.amazonaws.com"]
+    # And no route reaches it
+    for method in resources(template, "AWS::ApiGateway::Method").values():
+        uri = json.dumps(method["Properties"].get("Integration", {}))
+        assert function_logical_id("renewals") not in uri
+    # And it ends before the next run starts (a copy never overlaps its own next run)
+    fn = template["Resources"][function_logical_id("renewals")]["Properties"]
+    assert fn["Timeout"] < 5 * 60

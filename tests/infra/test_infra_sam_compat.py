@@ -359,8 +359,13 @@ def test_scheduled_functions_serve_their_schedule_events(deployed, function_env,
         function_env(fn, local_redis)
         # When EventBridge's scheduled event reaches the handler resolved in the staged asset
         summary = invoke(fn, load_event(schedule.event))
+        assert isinstance(summary, dict), summary
+        if schedule.function == "renewals":
+            # Then it answers what it renewed (nothing is due in a fresh Redis)
+            assert summary["failed"] == 0 and summary["renewed"] >= 0, summary
+            continue
         # Then it answers with what it published (queues may be none in a fresh Redis)
-        assert isinstance(summary, dict) and isinstance(summary.get("queues"), list), summary
+        assert isinstance(summary.get("queues"), list), summary
         assert summary["redis_memory"]["used"] > 0
 
 

@@ -132,6 +132,8 @@ def test_the_stack_key_rotates_and_its_policy_allows_the_functions_for_payload_o
         "Daemon",
         "Jobs",
         "Payloads",
+        # the blob renewer copies a KMS namespace's blob under its key again
+        "Renewals",
     ]
     # For objects under payloads/ and blobs/ only (S3 passes the object's ARN as context)
     allowed = statement["Condition"]["StringLike"]["kms:EncryptionContext:aws:s3:arn"]
@@ -305,8 +307,9 @@ def test_one_function_per_group_with_its_handler_runtime_tracing_and_timeout(tem
         assert props["Runtime"] == "python3.13"
         assert props["Architectures"] == ["x86_64"]
         assert props["TracingConfig"] == {"Mode": "Active"}
-        if group not in ("admin",):
+        if group not in ("admin", "renewals"):
             # Answers must reach the client before API Gateway's 29 s integration timeout
+            # (the admin is invoked directly, the renewer by its schedule)
             assert props["Timeout"] < API_GATEWAY_TIMEOUT_S, group
         assert len(props["Layers"]) == 1
         isolated = {f"<{k}>" for k in resources(template, "AWS::EC2::Subnet")}
@@ -384,11 +387,10 @@ def test_s3_permissions_are_exactly_what_each_function_signs_or_checks(template)
     bucket_arn = f"<{_payload_bucket_id(template)}.Arn>"
     objects = f"{bucket_arn}/payloads/*"
     blobs = f"{bucket_arn}/blobs/*"
-    # Blobs: presign, HEAD and renew (CopyObject onto itself: Get on the source, Put on the target)
-    # Namespace policies: an upload signs the retention tag in (s3:PutObjectTagging with the
-    # PutObject), the verifying read reads it (s3:GetObjectTagging), a blob's copy copies it.
+    # Blobs: presign their GETs and read the retention tag; nothing written: no request copies a
+    # blob (the renewals function does)
     tagging = ("s3:GetObjectTagging", "s3:PutObjectTagging")
-    blob_grant = (tuple(sorted(("s3:GetObject", "s3:PutObject", *tagging))), (blobs,), "Allow")
+    blob_grant = (tuple(sorted(("s3:GetObject", *tagging))), (blobs,), "Allow")
 
     def summary(group):
         return sorted(
@@ -460,6 +462,21 @@ def test_s3_permissions_are_exactly_what_each_function_signs_or_checks(template)
             "Allow",
         )
     ]
+    # The renewer: copies onto themselves (CopyObject, UploadPartCopy: Get on the source, Put on
+    # the target; abort a failed multipart copy; the retention tag read and carried over) of
+    # blobs/* only, HEAD of a blob gone answering 404 (ListBucket); nothing of payloads/*
+    assert summary("renewals") == sorted(
+        [
+            (
+                tuple(
+                    sorted(("s3:AbortMultipartUpload", "s3:GetObject", "s3:PutObject", *tagging))
+                ),
+                (blobs,),
+                "Allow",
+            ),
+            list_bucket,
+        ]
+    )
     # The authorizer and the admin functions never touch S3; the metrics function (scheduled)
     # deletes the due payloads of retention `consume` namespaces, and nothing else
     assert summary("authorizer") == [] and summary("admin") == []
@@ -527,7 +544,7 @@ def test_token_store_permissions(template):
         ("ssm:PutParameter", f"{path}/*"),
     ]
     # The metrics function lists namespaces from Redis, not the token store (issue 23)
-    for group in ("payloads", "jobs", "daemon", "public", "metrics"):
+    for group in ("payloads", "jobs", "daemon", "public", "metrics", "renewals"):
         assert ssm(group) == [], group
 
 

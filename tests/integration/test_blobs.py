@@ -1,5 +1,5 @@
 """Blobs (issue 25): uploaded once per namespace, referenced by many jobs and results, isolated
-between namespaces, renewed near the retention edge, downloadable only through a job."""
+between namespaces, downloadable only through a job (their renewal: test_blob_renewals.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,9 @@ from payloadstore_controlplane.store import keys
 from tests.support.control_plane import create_blob, put_presigned, sha256_hex, upload
 
 RETENTION_S = 172_800
+# A record's TTL: the blob's lifecycle (its namespace's retention class, 2 days by default) less
+# the known margin (3 h).
+RECORD_S = 2 * 86_400 - 3 * 3600
 
 
 @pytest.fixture
@@ -173,42 +176,12 @@ def test_a_result_naming_an_unknown_blob_is_refused_and_the_job_stays_running(cp
     assert cp.status(job_id).json["state"] == "running"
 
 
-def test_a_blob_record_costs_at_most_128_bytes_and_lives_for_the_retention(cp, r):
+def test_a_blob_record_costs_at_most_128_bytes_and_lives_until_the_known_margin(cp, r):
     sha = create_blob(cp, blob_bytes())
     key = keys.blob(cp.ns, sha)
     assert r.memory_usage(key) <= 128
-    assert RETENTION_S - 5 <= r.ttl(key) <= RETENTION_S
-
-
-def test_a_blob_older_than_half_the_retention_is_renewed_when_a_job_references_it(
-    cp, r, s3_client, payload_bucket
-):
-    # Given a blob verified 25 h ago (its record has 23 h left), its object as old
-    sha = create_blob(cp, blob_bytes())
-    key = keys.blob(cp.ns, sha)
-    r.expire(key, RETENTION_S - 25 * 3600)
-    before = s3_client.head_object(Bucket=payload_bucket, Key=f"blobs/{cp.ns}/{sha}")
-    # When a new job references it
-    assert enqueue_with(cp, [sha]).status == 201
-    # Then the object was copied onto itself (the lifecycle counts from now), its checksum kept,
-    # and its record lives the whole retention again
-    after = s3_client.head_object(
-        Bucket=payload_bucket, Key=f"blobs/{cp.ns}/{sha}", ChecksumMode="ENABLED"
-    )
-    assert after["Metadata"].get("renewed-at")
-    assert after["LastModified"] >= before["LastModified"]
-    assert after["ChecksumSHA256"] == base64.b64encode(bytes.fromhex(sha)).decode()
-    assert r.ttl(key) > RETENTION_S - 60
-
-
-def test_a_blob_younger_than_half_the_retention_is_not_copied(cp, r, s3_client, payload_bucket):
-    sha = create_blob(cp, blob_bytes())
-    key = keys.blob(cp.ns, sha)
-    r.expire(key, RETENTION_S - 23 * 3600)
-    assert enqueue_with(cp, [sha]).status == 201
-    head = s3_client.head_object(Bucket=payload_bucket, Key=f"blobs/{cp.ns}/{sha}")
-    assert "renewed-at" not in head["Metadata"]
-    assert r.ttl(key) <= RETENTION_S - 23 * 3600
+    # (the object's lifecycle, its retention class's 2 days by default, less the margin of 3 h)
+    assert RECORD_S - 5 <= r.ttl(key) <= RECORD_S
 
 
 def test_an_expired_blob_is_unknown(cp, r):
@@ -219,26 +192,26 @@ def test_an_expired_blob_is_unknown(cp, r):
     assert enqueue_with(cp, [sha]).error["code"] == "unknown_blob"
 
 
-def test_an_old_upload_found_without_its_record_is_renewed_before_it_is_recorded(
+def test_an_old_upload_found_without_its_record_is_uploaded_again_not_copied(
     cp, r, s3_client, payload_bucket, monkeypatch
 ):
-    # Given a blob whose record expired while its object lingers (S3's lifecycle rounds up to
-    # midnight), uploaded 30 h ago by the control plane's clock
+    # Given a blob whose record expired while its object lingers, uploaded 47 h ago by the
+    # control plane's clock (its object's 2-day lifecycle ends within the known margin)
     from payloadstore_controlplane.runtime import clock
 
     data = blob_bytes()
     sha = create_blob(cp, data)
     r.delete(keys.blob(cp.ns, sha))
     real_now = clock.now()
-    monkeypatch.setattr(clock, "now", lambda: real_now + 30 * 3600)
+    monkeypatch.setattr(clock, "now", lambda: real_now + 47 * 3600)
     # When a client asks for it again
     again = cp.blob(sha, len(data))
-    # Then the object is renewed (copied onto itself) before the blob is usable again, so the
-    # lifecycle cannot delete it under the jobs about to reference it
-    assert again.json["exists"] is True
+    # Then it is not usable as it is (no job could be sure to outlive it, and no request copies
+    # in S3): the client uploads it again, which moves its expiry
+    assert again.json["exists"] is False and again.json["upload"]["url"]
+    assert not r.exists(keys.blob(cp.ns, sha))
     head = s3_client.head_object(Bucket=payload_bucket, Key=f"blobs/{cp.ns}/{sha}")
-    assert head["Metadata"].get("renewed-at")
-    assert r.ttl(keys.blob(cp.ns, sha)) > RETENTION_S - 60
+    assert "renewed-at" not in head["Metadata"]
 
 
 def test_a_recent_upload_found_without_its_record_is_recorded_for_what_is_left(
@@ -254,8 +227,9 @@ def test_a_recent_upload_found_without_its_record_is_recorded_for_what_is_left(
     assert cp.blob(sha, len(data)).json["exists"] is True
     head = s3_client.head_object(Bucket=payload_bucket, Key=f"blobs/{cp.ns}/{sha}")
     assert "renewed-at" not in head["Metadata"]
-    # (its record lives for what is left of the retention since the upload: ~38 h)
-    assert RETENTION_S - 10 * 3600 - 120 <= r.ttl(keys.blob(cp.ns, sha)) <= RETENTION_S - 10 * 3600
+    # (its record lives for what is left of its object's lifecycle since the upload, less the
+    # known margin)
+    assert RECORD_S - 10 * 3600 - 120 <= r.ttl(keys.blob(cp.ns, sha)) <= RECORD_S - 10 * 3600
 
 
 @pytest.mark.parametrize("tier", ["inline", "s3"])
@@ -481,22 +455,6 @@ def upload_in_parts(cp, data: bytes) -> str:
     return sha
 
 
-def test_an_old_multipart_blob_is_renewed_by_a_copy_onto_itself(
-    cp, small_multipart, r, s3_client, payload_bucket
-):
-    # Given a blob uploaded in parts, verified 25 h ago
-    data = blob_bytes(12 * MiB)
-    sha = upload_in_parts(cp, data)
-    r.expire(keys.blob(cp.ns, sha), RETENTION_S - 25 * 3600)
-    # When a new job references it
-    assert enqueue_with(cp, [sha]).status == 201
-    # Then the object was copied onto itself (same bytes) and its record renewed
-    after = s3_client.get_object(Bucket=payload_bucket, Key=f"blobs/{cp.ns}/{sha}")
-    assert after["Metadata"].get("renewed-at")
-    assert sha256_hex(after["Body"].read()) == sha
-    assert r.ttl(keys.blob(cp.ns, sha)) > RETENTION_S - 60
-
-
 def test_a_multipart_blob_found_without_its_record_is_recorded_again(cp, small_multipart, r):
     # Given a blob uploaded in parts whose record is gone (the object lingers)
     data = blob_bytes(12 * MiB)
@@ -568,23 +526,3 @@ def test_a_redrive_skips_the_jobs_whose_blobs_expired(cp, r):
     assert (answer.json["retried"], answer.json["skipped"]) == (1, 1)
     got = cp.poll()
     assert got.json["job_id"] == good_job != lost_job
-
-
-def test_a_retry_of_a_job_whose_blob_is_old_renews_it_as_an_enqueue_does(
-    cp, r, s3_client, payload_bucket
-):
-    # Given a failed job whose blob is now older than half the retention (record: 23 h left)
-    sha = create_blob(cp, blob_bytes())
-    job_id = failed_job_with(cp, sha, "inline")
-    key = keys.blob(cp.ns, sha)
-    r.expire(key, RETENTION_S - 25 * 3600)
-    # When a client retries it
-    assert retry(cp, job_id).status == 200
-    # Then the blob was renewed (copied onto itself, its record for the whole retention) and the
-    # new delivery hands out its GET
-    head = s3_client.head_object(Bucket=payload_bucket, Key=f"blobs/{cp.ns}/{sha}")
-    assert head["Metadata"].get("renewed-at")
-    assert r.ttl(key) > RETENTION_S - 60
-    got = cp.poll()
-    assert got.json["job_id"] == job_id
-    assert [b["sha256"] for b in got.json["blobs"]] == [sha]

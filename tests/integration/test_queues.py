@@ -70,6 +70,7 @@ def test_an_empty_queue_reports_zeros_and_no_age(cp):
         "queued": 0,
         "in_flight": 0,
         "oldest_queued_age_s": None,
+        "failed": 0,
     }
 
 

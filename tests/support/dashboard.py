@@ -14,6 +14,7 @@ class Answer:
     status: int
     headers: dict[str, str]
     text: str
+    content: bytes = b""
 
     def json(self) -> dict:
         return json.loads(self.text)
@@ -32,10 +33,12 @@ def request(
     sent = {"Host": host or f"127.0.0.1:{server.port}", **(headers or {})}
     conn.request(method, path, body=body, headers=sent)
     response = conn.getresponse()
+    raw = response.read()
     answer = Answer(
         response.status,
         {k.lower(): v for k, v in response.getheaders()},
-        response.read().decode(),
+        raw.decode(errors="replace"),
+        raw,
     )
     conn.close()
     return answer

@@ -6,12 +6,14 @@ The browser test (tests/e2e/test_dashboard_browser.py) runs the page against the
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import msgpack
 import pytest
 
 from payloadstore import Client
@@ -25,6 +27,30 @@ OTHER_JOB = "01JD0000000000000000000001"
 STATIC = Path(__file__).resolve().parents[2] / "payloadstore" / "dashboard" / "static"
 
 
+CONFIG = {
+    "inline_threshold": 262144,
+    "max_payload_bytes": 104857600,
+    "presign_ttl_s": 900,
+    "policy": {"retention": "7d", "kms_key": "stack", "inline": "never"},
+}
+ARGS = msgpack.packb({"args": [21, "<script>x</script>"], "kwargs": {}})
+# Not msgpack a preview can read: the preview says so, the download still gives the bytes.
+S3_RESULT = b"\xc1 not msgpack"
+S3_URL = "https://s3.example/payloads/r?X-Amz-Signature=secret-signature"
+PAYLOADS = {
+    "job_id": JOB,
+    "queue": "q",
+    "state": "succeeded",
+    "args": {"tier": "inline", "inline": base64.b64encode(ARGS).decode(), "size": len(ARGS)},
+    "result": {
+        "tier": "s3",
+        "size": len(S3_RESULT),
+        "ref": {"kind": "s3", "bucket": "b", "key": "payloads/r", "size": len(S3_RESULT)},
+        "download": {"url": S3_URL, "expires_at": "2030-01-01T00:00:00Z"},
+    },
+}
+
+
 @dataclass
 class ControlPlane:
     """Answers the routes the dashboard calls, and records what it was asked."""
@@ -32,7 +58,11 @@ class ControlPlane:
     calls: list[tuple[str, str, dict]] = field(default_factory=list)
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
-        assert request.headers["Authorization"] == f"Bearer {TOKEN}"
+        if request.url.host == "s3.example":
+            # A presigned GET: the URL is the grant; the token must never travel to S3.
+            assert "Authorization" not in request.headers
+        else:
+            assert request.headers["Authorization"] == f"Bearer {TOKEN}"
         body = json.loads(request.content) if request.content else {}
         path = request.url.path
         self.calls.append((request.method, path, dict(request.url.params) or body))
@@ -42,10 +72,34 @@ class ControlPlane:
                 200,
                 json={
                     "queues": [
-                        {"name": "q", "queued": 2, "in_flight": 1, "oldest_queued_age_s": 9.5}
+                        {
+                            "name": "q",
+                            "queued": 2,
+                            "in_flight": 1,
+                            "oldest_queued_age_s": 9.5,
+                            "failed": 3,
+                        }
                     ]
                 },
             )
+        if path == "/v1/config":
+            return httpx.Response(200, json=CONFIG)
+        if path == f"{base}/throughput":
+            queue = request.url.params.get("queue")
+            return httpx.Response(
+                200,
+                json={
+                    "queue": queue,
+                    "start": 1_700_000_000,
+                    "bucket_s": 60,
+                    "succeeded": [0] * 58 + [4, 2],
+                    "failed": [0] * 59 + [1],
+                },
+            )
+        if path == f"{base}/jobs/{JOB}/payloads":
+            return httpx.Response(200, json=PAYLOADS)
+        if request.url.host == "s3.example":
+            return httpx.Response(200, content=S3_RESULT)
         if path == f"{base}/queues/q/jobs":
             more = "next-page" if request.url.params.get("cursor") else None
             return httpx.Response(200, json={"jobs": [self.status(JOB)], "next_cursor": more})
@@ -170,7 +224,9 @@ def test_given_queues_when_read_then_json_with_depth_in_flight_and_oldest_age(da
     assert answer.status == 200
     assert answer.headers["content-type"] == "application/json; charset=utf-8"
     assert answer.json() == {
-        "queues": [{"name": "q", "queued": 2, "in_flight": 1, "oldest_queued_age_s": 9.5}]
+        "queues": [
+            {"name": "q", "queued": 2, "in_flight": 1, "oldest_queued_age_s": 9.5, "failed": 3}
+        ]
     }
 
 
@@ -387,3 +443,61 @@ def test_the_host_names_accepted_are_the_served_address_and_localhost_on_loopbac
     assert allowed_hosts("127.0.0.1", 8765) == {"127.0.0.1:8765", "localhost:8765"}
     assert allowed_hosts("::1", 8765) == {"[::1]:8765", "localhost:8765"}
     assert allowed_hosts("10.1.2.3", 80) == {"10.1.2.3:80"}
+
+
+def test_given_a_namespace_policy_when_the_page_starts_then_info_carries_it(dashboard):
+    info = request(dashboard, "GET", "/api/info").json()
+    assert info["policy"] == {"retention": "7d", "kms_key": "stack", "inline": "never"}
+
+
+def test_given_throughput_when_read_then_the_minutes_come_for_a_queue_or_all(
+    dashboard, control_plane
+):
+    every = request(dashboard, "GET", "/api/throughput")
+    one = request(dashboard, "GET", "/api/throughput?queue=q")
+    assert every.status == one.status == 200
+    assert (sum(one.json()["succeeded"]), sum(one.json()["failed"])) == (6, 1)
+    assert one.json()["queue"] == "q" and every.json()["queue"] is None
+    assert control_plane.calls[-1] == ("GET", "/v1/namespaces/dev/throughput", {"queue": "q"})
+    assert request(dashboard, "GET", "/api/throughput?queue=bad%20name").status == 400
+
+
+def test_given_a_jobs_payloads_when_read_then_previews_and_no_url_reach_the_page(dashboard):
+    # When the page reads a job's arguments (inline) and result (S3)
+    answer = request(dashboard, "GET", f"/api/jobs/{JOB}/payloads")
+    # Then the arguments are previewed as text, the result's reference is named, and neither
+    # the presigned URL nor its signature is anywhere in the answer
+    assert answer.status == 200
+    body = answer.json()
+    assert body["args"]["preview"] == "{'args': [21, '<script>x</script>'], 'kwargs': {}}"
+    assert body["args"]["tier"] == "inline" and body["args"]["size"] == len(ARGS)
+    assert body["result"]["key"] == "payloads/r" and body["result"]["tier"] == "s3"
+    assert body["result"]["preview_error"].startswith("not a payloadstore msgpack value")
+    assert "secret-signature" not in answer.text and "s3.example" not in answer.text
+
+
+def test_given_an_s3_result_when_downloaded_then_the_server_streams_it_as_an_attachment(
+    dashboard, control_plane
+):
+    # When the page's download link is followed
+    answer = request(dashboard, "GET", f"/api/jobs/{JOB}/result/download")
+    # Then the bytes are the object's, sent as a file (never rendered), and the browser never
+    # saw the presigned URL: the dashboard fetched it
+    assert answer.status == 200
+    assert answer.content == S3_RESULT
+    assert answer.headers["content-type"] == "application/octet-stream"
+    assert answer.headers["content-disposition"].startswith("attachment;")
+    assert "sandbox" in answer.headers["content-security-policy"]
+    assert "Location" not in answer.headers
+    assert any(call[1] == "/payloads/r" for call in control_plane.calls)
+
+
+def test_given_inline_args_when_downloaded_then_the_bytes_are_the_stored_ones(dashboard):
+    answer = request(dashboard, "GET", f"/api/jobs/{JOB}/args/download")
+    assert answer.status == 200 and answer.content == ARGS
+
+
+def test_a_download_of_something_else_is_refused(dashboard):
+    assert request(dashboard, "GET", f"/api/jobs/{JOB}/other/download").status == 404
+    assert request(dashboard, "GET", "/api/jobs/not-a-job/args/download").status == 400
+    assert request(dashboard, "POST", f"/api/jobs/{JOB}/args/download").status in (403, 405)

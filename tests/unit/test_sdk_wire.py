@@ -422,6 +422,76 @@ def test_given_queue_routes_when_asking_then_queue_info_and_not_found_is_queue_n
     ]
 
 
+def test_given_operator_routes_when_asking_then_failed_throughput_and_payloads_are_parsed():
+    from payloadstore import JobNotFound
+
+    args = b"\x92\x01\x02"
+    rec = Recorder(
+        httpx.Response(
+            200,
+            json={
+                "name": "q",
+                "queued": 0,
+                "in_flight": 0,
+                "oldest_queued_age_s": None,
+                "failed": 4,
+            },
+        ),
+        httpx.Response(
+            200,
+            json={
+                "queue": "q",
+                "start": 1_700_000_000,
+                "bucket_s": 60,
+                "succeeded": [1] * 60,
+                "failed": [0] * 60,
+            },
+        ),
+        httpx.Response(
+            200,
+            json={
+                "job_id": "J1",
+                "queue": "q",
+                "state": "succeeded",
+                "args": {"tier": "inline", "inline": base64.b64encode(args).decode(), "size": 3},
+                "result": {
+                    "tier": "s3",
+                    "size": 9,
+                    "ref": {"kind": "s3", "bucket": "b", "key": "k", "size": 9},
+                    "download": {"url": "https://s3/k?sig", "expires_at": "2030-01-01T00:00:00Z"},
+                },
+            },
+        ),
+        error(404, "not_found", "job J2 not found"),
+    )
+    wire = wire_with(rec)
+    assert wire.queue_stats("q").failed == 4
+    chart = wire.throughput("q")
+    assert (chart.queue, chart.start, sum(chart.succeeded), len(chart.failed)) == (
+        "q",
+        1_700_000_000,
+        60,
+        60,
+    )
+    stored = wire.job_payloads("J1")
+    assert stored.args.inline == args and stored.args.tier == "inline"
+    assert stored.result is not None and stored.result.ref == {
+        "kind": "s3",
+        "bucket": "b",
+        "key": "k",
+        "size": 9,
+    }
+    assert stored.result.download_url == "https://s3/k?sig" and stored.result.inline is None
+    with pytest.raises(JobNotFound):
+        wire.job_payloads("J2")
+    assert [(r.url.path, dict(r.url.params)) for r in rec.requests] == [
+        ("/v1/namespaces/team/queues/q", {}),
+        ("/v1/namespaces/team/throughput", {"queue": "q"}),
+        ("/v1/namespaces/team/jobs/J1/payloads", {}),
+        ("/v1/namespaces/team/jobs/J2/payloads", {}),
+    ]
+
+
 # -- result-and-next, enqueue-and-wait (issue 34) ------------------------------------------------
 
 

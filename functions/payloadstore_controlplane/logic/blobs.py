@@ -4,11 +4,11 @@ A blob's key is `blobs/<namespace>/<sha256>`: the namespace is part of the key, 
 in one namespace gives nothing in another (its record, its object and its URLs are its own).
 The control plane records a blob (store/jobs/blobs.py) only once its upload is verified (HEAD:
 size and the sha256 checksum S3 computed, which was signed into the PUT), and refuses with 409
-`unknown_blob` a job or a result that names a blob its namespace does not have. A blob lives as
-long as the newest job that references it, within the retention: when a job references a blob
-older than half the retention, the object is copied onto itself (S3 CopyObject: no bytes
-through the control plane) so the bucket's lifecycle counts from then, and its record is
-renewed.
+`unknown_blob` a job or a result that names a blob its namespace does not have. A job keeps the
+blobs it references readable for its own remaining life (models/blob_lifetime.py): the request
+path only records, in Redis, until when a reference needs a blob whose object expires sooner;
+the scheduled renewer (logic/renewals.py) copies those objects onto themselves ahead of their
+expiry. No S3 copy runs on a request.
 
 A blob above MULTIPART_THRESHOLD is uploaded in parts with the payloads' multipart code: POST
 .../blobs opens the upload (`multipart`), POST .../payloads/parts {"blob": sha256, ...} signs
@@ -31,6 +31,7 @@ from ..models.api import (
     PresignMultipart,
 )
 from ..models.errors import Conflict, NotFound, UnknownBlob
+from ..models.policy import RETENTION_DAYS, RETENTION_TAG
 from ..observability import logger, metrics_count
 from ..store.records import (
     BlobUploadRecord,
@@ -56,6 +57,9 @@ BLOB_CONTENT_TYPE = "application/octet-stream"
 # The bucket's lifecycle aborts an incomplete multipart upload after a day: the CP forgets it
 # by then too.
 BLOB_UPLOAD_TTL_S = 86_400
+# A reference's need is rounded up to this step: a blob in steady use costs one zset write per
+# second at most, not one per job.
+NEED_STEP_MS = 1000
 
 
 def blob_key(namespace: str, sha256: str) -> str:
@@ -75,10 +79,10 @@ def ensure_blob(p: Principal, req: BlobRequest, deps: Deps) -> BlobResponse:
     """The blob as the namespace has it (`exists`), else a presigned PUT of it (above
     MULTIPART_THRESHOLD: a multipart upload). An object found at the key (an upload just done)
     is verified and recorded here, a multipart upload completed and verified: POST again after
-    the upload."""
+    the upload. An object too close to its lifecycle expiry to be referenced is uploaded again
+    (the new upload moves its expiry): no copy on this path."""
     sha, size, now = req.sha256, req.size, deps.clock()
     key = blob_key(p.namespace, sha)
-    retention = deps.settings.retention_s
     record = deps.jobs.blob_records(p.namespace, [sha])[0]
     if record is not None:
         if record.size != size:
@@ -86,25 +90,31 @@ def ensure_blob(p: Principal, req: BlobRequest, deps: Deps) -> BlobResponse:
                 f"the namespace's blob {sha} has {record.size} bytes, not {size}",
                 reason="size_mismatch",
             )
-        expires = renew_old(p.namespace, {sha: record}, deps).get(sha, now + record.ttl_ms / 1000)
-        return _exists(sha, size, key, expires)
+        return _exists(sha, size, key, now + record.ttl_ms / 1000)
     upload = deps.jobs.blob_upload(p.namespace, sha)
     if upload is not None:
         return _continue_upload(p, req, upload, deps)
     info = deps.objects.head(key)
     if info is not None and info.size == size and _is_the_blob(info, sha):
-        age = max(now - (info.last_modified or now), 0.0)
-        ttl = int(retention - age)
-        if age > retention / 2 or ttl <= 0:
-            # Uploaded long ago and never recorded (or its record expired): renew it first.
-            if not deps.objects.copy_onto_itself(key, BLOB_CONTENT_TYPE):
-                return _upload(p, sha, size, now, deps, req.checksum_algorithm)
-            ttl = retention
-        deps.jobs.record_blob(p.namespace, sha, size, ttl)
-        metrics_count("BlobsVerified")
-        logger.info("blob verified", extra={"sha256": sha, "size": size})
-        return _exists(sha, size, key, now + ttl)
+        written = info.last_modified if info.last_modified is not None else now
+        life = deps.settings.blob_lifetime(lifecycle_days_of(key, info, deps))
+        ttl_s = life.record_ttl_s(written, now)
+        if ttl_s > 0:
+            deps.jobs.record_blob(p.namespace, sha, size, int(ttl_s * 1000))
+            metrics_count("BlobsVerified")
+            logger.info("blob verified", extra={"sha256": sha, "size": size})
+            return _exists(sha, size, key, now + ttl_s)
+        logger.info("blob found too close to its expiry, upload again", extra={"sha256": sha})
     return _upload(p, sha, size, now, deps, req.checksum_algorithm)
+
+
+def lifecycle_days_of(key: str, info: ObjectInfo, deps: Deps) -> int:
+    """The days of the lifecycle rule that expires this blob's object: its retention tag's class
+    (the namespace policy it was uploaded under), else the `blobs/` backstop (an object uploaded
+    before namespace policies, or without a tag). S3 honours the shortest rule that matches."""
+    tags = deps.objects.tags(key) if info.tag_count else {}
+    retention = (tags or {}).get(RETENTION_TAG)
+    return RETENTION_DAYS.get(retention or "", max(RETENTION_DAYS.values()))
 
 
 def _is_the_blob(info: ObjectInfo, sha: str) -> bool:
@@ -246,14 +256,17 @@ def _continue_upload(
         check_full_object(info, plan, req.crc64nvme or "")
     else:
         check_composite(info, plan, composite)
-    retention = deps.settings.retention_s
-    deps.jobs.record_blob(p.namespace, sha, upload.size, retention, uploaded=True)
+    # Written no earlier than this request began: its expiry counts from then.
+    # (the upload was created with the namespace's retention tag: its class's rule expires it)
+    life = deps.settings.blob_lifetime(p.policy.retention_days)
+    ttl_s = life.record_ttl_s(now, deps.clock())
+    deps.jobs.record_blob(p.namespace, sha, upload.size, int(ttl_s * 1000), uploaded=True)
     metrics_count("BlobsVerified")
     logger.info(
         "blob multipart completed",
         extra={"sha256": sha, "size": upload.size, "parts": plan.part_count},
     )
-    return _exists(sha, upload.size, key, now + retention)
+    return _exists(sha, upload.size, key, deps.clock() + ttl_s)
 
 
 def presign_blob_parts(p: Principal, req: PartsRequest, deps: Deps) -> PartsResponse:
@@ -292,38 +305,31 @@ def presign_blob_parts(p: Principal, req: PartsRequest, deps: Deps) -> PartsResp
     )
 
 
-def renew_old(namespace: str, records: dict, deps: Deps) -> dict[str, float]:
-    """Renew each blob of `records` (sha256 -> BlobRecord) older than half the retention: copy
-    its object onto itself and record it again for the whole retention. Returns sha256 -> new
-    expiry of those renewed; a blob whose object is gone is left out (and not renewed)."""
-    retention = deps.settings.retention_s
-    renewed: dict[str, float] = {}
-    for sha, record in records.items():
-        if record.ttl_ms >= retention * 500:
-            continue
-        if deps.objects.copy_onto_itself(blob_key(namespace, sha), BLOB_CONTENT_TYPE):
-            deps.jobs.record_blob(namespace, sha, record.size, retention)
-            renewed[sha] = deps.clock() + retention
-            metrics_count("BlobsRenewed")
-            logger.info("blob renewed", extra={"sha256": sha, "size": record.size})
-    return renewed
-
-
-def referenced(namespace: str, sha256s: Iterable[str], deps: Deps) -> set[str]:
-    """Check the blobs some jobs (or a result) reference, renewing old ones: the set of those
-    the namespace does not have (empty: all good). One Redis round trip for all of them."""
+def referenced(
+    namespace: str, sha256s: Iterable[str], deps: Deps, *, result: bool = False
+) -> set[str]:
+    """Check the blobs a job's args (or, `result`, a result) reference and record until when
+    they are needed (models/blob_lifetime.py): the set of those the namespace does not have
+    (empty: all good). One Redis script for all of them; no S3 call."""
     wanted = sorted({s.lower() for s in sha256s})
     if not wanted:
         return set()
-    records = deps.jobs.blob_records(namespace, wanted)
-    found = {sha: r for sha, r in zip(wanted, records, strict=True) if r is not None}
-    renew_old(namespace, found, deps)
-    return set(wanted) - set(found)
+    life = deps.settings.blob_lifetime()  # (the need and the margin: not the lifecycle's days)
+    now = deps.clock()
+    need = life.need_for_result(now) if result else life.need_for_args(now)
+    # Rounded up to a step (a write at most once per step per blob, and never a need too short).
+    step_ms = NEED_STEP_MS
+    need_ms = -(-int(need * 1000) // step_ms) * step_ms
+    return deps.jobs.reference_blobs(
+        namespace, wanted, int(now * 1000), need_ms, int(life.known_margin_s * 1000)
+    )
 
 
-def check_referenced(namespace: str, sha256s: Iterable[str], deps: Deps) -> None:
+def check_referenced(
+    namespace: str, sha256s: Iterable[str], deps: Deps, *, result: bool = False
+) -> None:
     """409 unknown_blob unless the namespace has every one of these blobs."""
-    missing = referenced(namespace, sha256s, deps)
+    missing = referenced(namespace, sha256s, deps, result=result)
     if missing:
         raise unknown_blob(missing)
 

@@ -69,7 +69,7 @@ def enqueue(
     validate_queue_name(queue)
     if (payload_inline is None) == (payload_ref is None):
         raise Unprocessable("give exactly one of payloadRef or payloadInline")
-    # 409 unknown_blob before anything is written; old blobs are renewed here.
+    # 409 unknown_blob before anything is written; the blobs' need is recorded for the renewer.
     check_referenced(p.namespace, blobs or (), deps)
     refs = packed(blobs or ())
     if payload_inline is not None:

@@ -9,8 +9,8 @@ A retry keeps the job's id, its created time and its attempt count (the next del
 `attempt` goes on from there), and starts the delivery cap again (MAX_DELIVERIES counts the
 deliveries since the retry). Its inline args were kept when it ended; an S3-tier job's args
 object lives for the retention, counted from the job's creation. The blobs it references (its
-blob list, kept with its args) must still be in the namespace: a retry renews the old ones, as
-an enqueue does, and is refused (`blob_expired`) when one has expired."""
+blob list, kept with its args) must still be in the namespace: a retry records that the retried
+job needs them, as an enqueue does, and is refused (`blob_expired`) when one has expired."""
 
 from __future__ import annotations
 
@@ -187,8 +187,8 @@ def _previous_entry(namespace: str, job: JobRecord, deps: Deps):
 
 def _check_blobs(namespace: str, job: JobRecord, deps: Deps) -> None:
     """409 blob_expired when a blob the job references is gone from the namespace (its record
-    expired: the daemon would end the job payload_lost); the others older than half the
-    retention are renewed, as an enqueue renews them."""
+    expired: the daemon would end the job payload_lost); the others are needed for the retried
+    job's life, recorded for the renewer as an enqueue records them."""
     blob_list = deps.jobs.kept_blob_list(namespace, job.job_id)
     if not blob_list:
         entry = _previous_entry(namespace, job, deps)

@@ -624,10 +624,62 @@ class QueueStats(WireModel):
     oldest_queued_age_s: float | None = Field(
         None, description="age of the oldest job waiting for a daemon; null when none waits"
     )
+    failed: int = Field(
+        0,
+        description=(
+            "jobs that ended failed (failed, payload_lost, payload_corrupt) within the "
+            "retention and were not retried since"
+        ),
+    )
 
 
 class QueueListResponse(WireModel):
     queues: list[QueueStats]
+
+
+class ThroughputResponse(WireModel):
+    """Jobs that ended per minute over the last hour (the current minute last)."""
+
+    queue: str | None = Field(None, description="the queue asked for; null: every queue summed")
+    start: int = Field(description="the first minute's start, epoch seconds")
+    bucket_s: int = Field(60, description="seconds per bucket")
+    succeeded: list[int] = Field(description="jobs that succeeded, one count per minute")
+    failed: list[int] = Field(
+        description="jobs that ended failed, payload_lost or payload_corrupt, per minute"
+    )
+
+
+class PayloadView(OmitsNull):
+    """A job's arguments or result as an operator reads them: the inline bytes (base64), or the
+    S3 reference with a presigned GET, or why neither is there (`gone`)."""
+
+    tier: Literal["inline", "s3"] | None = None
+    inline: str | None = Field(
+        None, description="the inline bytes, base64 (at most INLINE_THRESHOLD)"
+    )
+    size: int | None = None
+    contentType: str | None = None
+    ref: PayloadRef | None = None
+    download: DownloadUrl | None = None
+    gone: str | None = Field(
+        None,
+        description=(
+            "why nothing is there: not_kept (a succeeded inline job's arguments are freed at "
+            "its end), not_uploaded, expired"
+        ),
+    )
+
+
+class JobPayloadsResponse(OmitsNull):
+    """`GET .../jobs/{job_id}/payloads`: what the job carried, for operators (the dashboard,
+    `payloadstore status --show-args`). Reading it is not the result's read under retention
+    `consume` (no deletion is scheduled)."""
+
+    job_id: str
+    queue: str
+    state: JobStatus
+    args: PayloadView
+    result: PayloadView | None = Field(None, description="null until the job ended with a result")
 
 
 # -- operating the queues: list, retry, redrive, purge ---------------------------------------

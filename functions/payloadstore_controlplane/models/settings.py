@@ -8,6 +8,12 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..runtime.once import built_once
+from .blob_lifetime import BlobLifetime
+from .policy import DEFAULT_RETENTION, RETENTION_DAYS
+
+# A blob's lifecycle is its namespace's retention class; the default policy's, and the shortest.
+DEFAULT_BLOB_DAYS = RETENTION_DAYS[DEFAULT_RETENTION]
+SHORTEST_BLOB_DAYS = min(RETENTION_DAYS.values())
 from .limits import DELIVERIES_BUDGET, LAMBDA_RESPONSE_LIMIT, largest_inline_threshold
 
 
@@ -65,6 +71,14 @@ class Settings(BaseModel):
     result_max_wait_s: float = Field(20.0, ge=0, le=25)
     # Queue streams are trimmed of entries older than this (MINID ~); defaults to result_ttl_s.
     queue_retention_s: int | None = Field(None, ge=60)
+    # Blob lifetimes (models/blob_lifetime.py, docs/design.md "Blob lifetimes"): how far ahead of
+    # its lifecycle expiry the renewer copies a blob still needed, the length of a lifecycle day
+    # (86,400 s on AWS; the local S3 emulator's time scale in tests), and the part size of a
+    # renewal's multipart copy (a blob above it is copied in parts, in parallel). A blob's
+    # lifecycle days are its namespace's retention class (its object's tag).
+    blob_renew_ahead_s: int = Field(21_600, ge=1)
+    blob_day_s: int = Field(86_400, ge=1, le=86_400)
+    copy_part_bytes: int = Field(512 * 1024**2, ge=5 * 1024**2, le=5 * 1024**3)
     # A repeated inline enqueue with the same Idempotency-Key finds the first job this long.
     idempotency_ttl_s: int = Field(3600, ge=60, le=21_600)
     # Redis memory guard, in percent of maxmemory (per node): past the high-water mark inline
@@ -126,6 +140,17 @@ class Settings(BaseModel):
     def retention_s(self) -> int:
         return self.queue_retention_s or self.result_ttl_s
 
+    def blob_lifetime(self, lifecycle_days: int = DEFAULT_BLOB_DAYS) -> BlobLifetime:
+        """The blob arithmetic for objects a lifecycle rule of `lifecycle_days` expires (the
+        retention class of the namespace that uploaded them: models/policy.py)."""
+        return BlobLifetime(
+            queue_retention_s=self.retention_s,
+            result_ttl_s=self.result_ttl_s,
+            lifecycle_days=lifecycle_days,
+            renew_ahead_s=self.blob_renew_ahead_s,
+            day_s=self.blob_day_s,
+        )
+
     def multipart(self, size: int) -> bool:
         """Whether an upload of `size` bytes is a multipart upload."""
         return size > self.multipart_threshold
@@ -167,6 +192,8 @@ class Settings(BaseModel):
                 "job whose daemon dies would be past the retention before it could be "
                 "delivered again; set VISIBILITY_TIMEOUT_S < the retention"
             )
+        # The shortest retention class must leave the renewer room (models/blob_lifetime.py).
+        problems += self.blob_lifetime(SHORTEST_BLOB_DAYS).problems()
         if self.redis_memory_high_water_pct > self.redis_memory_hard_pct:
             problems.append(
                 f"REDIS_MEMORY_HIGH_WATER_PCT={self.redis_memory_high_water_pct} is above "
@@ -227,6 +254,9 @@ SETTINGS_ENV: dict[str, str] = {
     "batch_max_jobs": "BATCH_MAX_JOBS",
     "batch_max_bytes": "BATCH_MAX_BYTES",
     "idempotency_ttl_s": "IDEMPOTENCY_TTL_S",
+    "blob_renew_ahead_s": "BLOB_RENEW_AHEAD_S",
+    "blob_day_s": "BLOB_DAY_S",
+    "copy_part_bytes": "COPY_PART_BYTES",
     "redis_memory_high_water_pct": "REDIS_MEMORY_HIGH_WATER_PCT",
     "redis_memory_hard_pct": "REDIS_MEMORY_HARD_PCT",
     "payload_bucket": "PAYLOAD_BUCKET",

@@ -104,12 +104,22 @@ def namespaces() -> str:
 
 
 def blob(namespace: str, sha256_hex: str) -> bytes:
-    """STRING: the blob's size, with a TTL of the retention, once its upload was verified (see
-    docs/design.md "Blobs"). The key ends with the 32 raw bytes of the sha256 (not 64 hex
-    characters, nor 43 of base64) so the record stays within 128 B (MEMORY USAGE, cluster mode
-    included) for namespaces up to 11 characters. Its age is the retention less its TTL: no
-    timestamp is stored. In the namespace's slot."""
+    """STRING: the blob's size, once its upload was verified (see docs/design.md "Blobs"), with
+    a TTL ending `known margin` before its object's lifecycle expiry (models/blob_lifetime.py):
+    the TTL tells the object's expiry, so no timestamp is stored. The key ends with the 32 raw
+    bytes of the sha256 (not 64 hex characters, nor 43 of base64) so the record stays within
+    128 B (MEMORY USAGE, cluster mode included) for namespaces up to 11 characters. In the
+    namespace's slot."""
     return f"{PREFIX}:{{ns:{namespace}}}:b:".encode() + bytes.fromhex(sha256_hex)
+
+
+def blob_needs(namespace: str) -> str:
+    """ZSET of the namespace's blobs that a reference needs past their object's expiry: member
+    the sha256 (32 raw bytes), score until when (ms since the epoch). Written by the request path
+    (blobs_reference.lua, only when a need goes past the expiry), read and emptied by the
+    scheduled renewer (logic/renewals.py), which copies each due blob onto itself. In the
+    namespace's slot, beside the records."""
+    return f"{PREFIX}:{{ns:{namespace}}}:bn"
 
 
 def blob_upload(namespace: str, sha256_hex: str) -> bytes:
@@ -136,6 +146,28 @@ def ended(namespace: str, queue_name: str, group: str) -> str:
     job (`j` = the job id as 16 raw bytes, `r` = its retries when it ended), trimmed by age
     (MINID ~) and expiring with its newest job. A job retried since is told by its `rt`."""
     return f"{PREFIX}:{{ns:{namespace}}}:e:{queue_name}:{group}"
+
+
+def failed_jobs(namespace: str, queue_name: str) -> str:
+    """ZSET of a queue's jobs that ended failed (failed, payload_lost, payload_corrupt): member
+    the job id as 16 raw bytes, score when it ended (ms). Added where its ended-jobs index entry
+    is (completion_settle.lua), removed by a retry (operate_requeue.lua), pruned of ends older
+    than the retention at each add: ZCOUNT answers the queue's failed count in O(log n).
+    Expires with its newest job."""
+    return f"{PREFIX}:{{ns:{namespace}}}:f:{queue_name}"
+
+
+# Throughput is counted per minute in hashes of one hour each, so whole hours expire.
+THROUGHPUT_SPAN_S = 3600
+THROUGHPUT_BUCKET_S = 60
+
+
+def throughput(namespace: str, queue_name: str, epoch_s: float) -> str:
+    """HASH of the jobs of a queue that ended in the hour holding `epoch_s`, per minute:
+    field `s<MM>` succeeded, `f<MM>` failed (MM the minute of the hour, 00-59), at most 120
+    small fields (a listpack). HINCRBY in completion_settle.lua; expires two hours after its
+    last count, so the last hour is always this hour's hash and the one before."""
+    return f"{PREFIX}:{{ns:{namespace}}}:tp:{queue_name}:{int(epoch_s) // THROUGHPUT_SPAN_S}"
 
 
 def kept_args(namespace: str, job_id: str) -> str:

@@ -120,6 +120,16 @@ class QueueCounts:
     queued: int  # entries no daemon has received yet
     in_flight: int  # delivered, not yet acknowledged by a result (the group's pending list)
     oldest_queued_ms: int | None  # creation time of the oldest entry not yet delivered
+    failed: int = 0  # jobs that ended failed within the retention, not retried since
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """Jobs of a queue (or summed over queues) that ended per minute, oldest minute first."""
+
+    start_s: int  # the first minute's start (epoch seconds)
+    succeeded: list[int]
+    failed: list[int]
 
 
 # -- answers: one type per thing a script can say --------------------------------------------

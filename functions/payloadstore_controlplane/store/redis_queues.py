@@ -18,15 +18,22 @@ import time
 import redis
 
 from . import keys
-from .records import QueueCounts
+from .records import QueueCounts, Throughput
 
-# KEYS: queue streams of one namespace (one slot)  ARGV[1]: consumer group
-# -> per key {exists, xlen, pending, oldest_undelivered_id or ''}
+# The throughput chart's span: the last hour, per minute.
+THROUGHPUT_MINUTES = 60
+
+# KEYS: queue streams of one namespace (one slot), then each queue's failed-jobs set, in the
+# same order  ARGV[1]: consumer group  ARGV[2]: the failed count's start (ms: the retention's)
+# -> per queue {exists, xlen, pending, oldest_undelivered_id or '', failed}
 _QUEUE_STATS = """
 local out = {}
-for i, key in ipairs(KEYS) do
+local n = #KEYS / 2
+for i = 1, n do
+  local key = KEYS[i]
+  local failed = redis.call('ZCOUNT', KEYS[n + i], ARGV[2], '+inf')
   if redis.call('EXISTS', key) == 0 then
-    out[i] = {0, 0, 0, ''}
+    out[i] = {0, 0, 0, '', failed}
   else
     local len = redis.call('XLEN', key)
     local pending, last = 0, nil
@@ -46,7 +53,7 @@ for i, key in ipairs(KEYS) do
     end
     local oldest = ''
     if first[1] then oldest = first[1][1] end
-    out[i] = {1, len, pending, oldest}
+    out[i] = {1, len, pending, oldest, failed}
   end
 end
 return out
@@ -93,13 +100,20 @@ class RedisQueueStats:
     def queue_names(self, namespace: str) -> list[str]:
         return sorted(_s(m) for m in self._r.smembers(keys.queue_names(namespace)))
 
-    def counts(self, namespace: str, queues: list[str]) -> list[QueueCounts]:
+    def counts(
+        self, namespace: str, queues: list[str], failed_since_ms: int = 0
+    ) -> list[QueueCounts]:
+        """Each queue's figures; `failed` counts the jobs that ended failed since
+        `failed_since_ms` (the retention's start) and were not retried since."""
         if not queues:
             return []
         stream_keys = [keys.queue(namespace, q) for q in queues]
-        rows = self._stats(keys=stream_keys, args=[keys.CONSUMER_GROUP])
+        failed_keys = [keys.failed_jobs(namespace, q) for q in queues]
+        rows = self._stats(
+            keys=stream_keys + failed_keys, args=[keys.CONSUMER_GROUP, failed_since_ms]
+        )
         out = []
-        for name, (exists, length, pending, oldest) in zip(queues, rows, strict=True):
+        for name, (exists, length, pending, oldest, failed) in zip(queues, rows, strict=True):
             oldest_id = _s(oldest)
             length, pending = int(length), int(pending)
             out.append(
@@ -111,9 +125,39 @@ class RedisQueueStats:
                     queued=max(length - pending, 0),
                     in_flight=pending,
                     oldest_queued_ms=int(oldest_id.split("-")[0]) if oldest_id else None,
+                    failed=int(failed),
                 )
             )
         return out
+
+    def throughput(self, namespace: str, queues: list[str], now_s: float) -> Throughput:
+        """The jobs of `queues` that ended per minute over the last hour (60 minutes, the
+        current one last), summed: two small hashes per queue (this hour's and the one
+        before), one pipeline in the namespace's slot."""
+        minutes = THROUGHPUT_MINUTES
+        bucket = keys.THROUGHPUT_BUCKET_S
+        now_minute = int(now_s) // bucket
+        first_minute = now_minute - minutes + 1
+        succeeded, failed = [0] * minutes, [0] * minutes
+        hours = sorted({(m * bucket) // keys.THROUGHPUT_SPAN_S for m in (first_minute, now_minute)})
+        if queues:
+            pipe = self._r.pipeline(transaction=False)
+            for q in queues:
+                for hour in hours:
+                    pipe.hgetall(keys.throughput(namespace, q, hour * keys.THROUGHPUT_SPAN_S))
+            answers = pipe.execute()
+            per_hour = keys.THROUGHPUT_SPAN_S // bucket
+            for i, fields in enumerate(answers):
+                hour = hours[i % len(hours)]
+                for field, value in fields.items():
+                    name = _s(field)
+                    if len(name) < 2 or name[0] not in "sf" or not name[1:].isdigit():
+                        continue
+                    minute = hour * per_hour + int(name[1:])
+                    if first_minute <= minute <= now_minute:
+                        counts = succeeded if name[0] == "s" else failed
+                        counts[minute - first_minute] += int(value)
+        return Throughput(start_s=first_minute * bucket, succeeded=succeeded, failed=failed)
 
     def memory(self) -> tuple[int, int]:
         """(used_memory, maxmemory) of the fullest node; maxmemory 0 means no limit is set."""

@@ -18,6 +18,7 @@
     nextCursor: null,
     jobId: null,
     job: null,
+    payloadsOf: null, // "job id/state" whose arguments and result are shown
   };
 
   const $ = (id) => document.getElementById(id);
@@ -149,7 +150,14 @@
       const row = el("tr");
       row.dataset.queue = q.name;
       if (q.name === view.queue) row.classList.add("selected");
-      row.append(el("td", q.name, "wrap"), el("td", q.queued, "num"), el("td", q.in_flight, "num"), el("td", age(q.oldest_queued_age_s), "num"));
+      const failed = typeof q.failed === "number" ? q.failed : 0;
+      row.append(
+        el("td", q.name, "wrap"),
+        el("td", q.queued, "num count-queued"),
+        el("td", q.in_flight, "num count-running"),
+        el("td", failed, "num count-failed" + (failed > 0 ? " bad" : "")),
+        el("td", age(q.oldest_queued_age_s), "num"),
+      );
       activate(row, () => selectQueue(q.name));
       rows.push(row);
     }
@@ -181,6 +189,71 @@
     $("queue-name").textContent = name;
     $("jobs-panel").hidden = false;
     refreshJobs().catch((e) => notify(e.message, true));
+    refreshThroughput().catch((e) => notify(e.message, true));
+  }
+
+  // -- throughput: succeeded and failed per minute over the last hour, an inline SVG -------
+
+  async function refreshThroughput() {
+    const queue = view.queue;
+    const path = "/api/throughput" + (queue ? "?" + new URLSearchParams({ queue }) : "");
+    const answer = await api(path);
+    if (queue !== view.queue) return;
+    $("throughput-scope").textContent = queue ? "queue " + queue : "every queue";
+    drawChart(answer);
+  }
+
+  function svg(tag, attrs, text) {
+    // The chart's own namespace (the HTML parser gives an <svg> element SVG's): no URL here.
+    const node = document.createElementNS($("throughput-chart").namespaceURI, tag);
+    for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, String(v));
+    if (text !== undefined) node.textContent = String(text);
+    return node;
+  }
+
+  function minuteText(epoch) {
+    return new Date(epoch * 1000).toISOString().slice(11, 16) + " UTC";
+  }
+
+  function drawChart(answer) {
+    const ok = answer.succeeded || [];
+    const bad = answer.failed || [];
+    const n = Math.max(ok.length, bad.length, 1);
+    const sum = (xs) => xs.reduce((a, b) => a + b, 0);
+    $("throughput-succeeded").textContent = sum(ok);
+    $("throughput-failed").textContent = sum(bad);
+    const width = 360, height = 150, left = 26, bottom = 18, top = 8;
+    const plotW = width - left - 4, plotH = height - bottom - top;
+    let peak = 1;
+    for (let i = 0; i < n; i++) peak = Math.max(peak, (ok[i] || 0) + (bad[i] || 0));
+    const step = plotW / n;
+    const barW = Math.max(step - 1, 1);
+    const nodes = [];
+    for (const frac of [0.5, 1]) {
+      const y = top + plotH - frac * plotH;
+      nodes.push(svg("line", { x1: left, x2: width - 4, y1: y, y2: y, class: "grid" }));
+      nodes.push(svg("text", { x: left - 4, y: y + 3, "text-anchor": "end" }, Math.round(frac * peak)));
+    }
+    nodes.push(svg("line", { x1: left, x2: width - 4, y1: top + plotH, y2: top + plotH, class: "axis" }));
+    const start = answer.start || 0;
+    const bucket = answer.bucket_s || 60;
+    for (let i = 0; i < n; i++) {
+      const s = ok[i] || 0, f = bad[i] || 0;
+      const x = left + i * step + 1;
+      const hS = (s / peak) * plotH, hF = (f / peak) * plotH;
+      const group = svg("g", { "data-minute": i });
+      group.append(svg("title", {}, minuteText(start + i * bucket) + ": " + s + " succeeded, " + f + " failed"));
+      if (s > 0) group.append(svg("rect", { x, y: top + plotH - hS, width: barW, height: hS, class: "bar-succeeded" }));
+      if (f > 0) group.append(svg("rect", { x, y: top + plotH - hS - hF, width: barW, height: hF, class: "bar-failed" }));
+      // An invisible full-height target, so the minute's tooltip shows over empty minutes too.
+      group.append(svg("rect", { x, y: top, width: barW, height: plotH, fill: "transparent" }));
+      nodes.push(group);
+    }
+    const labels = [[0, "start"], [Math.floor(n / 2), "middle"], [n - 1, "end"]];
+    for (const [i, anchor] of labels) {
+      nodes.push(svg("text", { x: left + i * step + step / 2, y: height - 4, "text-anchor": anchor }, minuteText(start + i * bucket)));
+    }
+    $("throughput-chart").replaceChildren(...nodes);
   }
 
   // -- jobs of a queue --------------------------------------------------------------------
@@ -269,6 +342,16 @@
     field(items, "Updated", when(job.updated_at));
     if (job.cancel_requested) field(items, "Cancel", "requested");
     $("detail-fields").replaceChildren(...items);
+    // Arguments and result: read again only when the job or its state changed (an S3 value's
+    // preview costs the dashboard server a ranged GET).
+    const shown = job.job_id + "/" + job.state;
+    if (view.payloadsOf !== shown) {
+      view.payloadsOf = shown;
+      refreshPayloads(job.job_id).catch((e) => {
+        view.payloadsOf = null;
+        notify(e.message, true);
+      });
+    }
     const error = job.error;
     $("detail-error").hidden = !error;
     $("error-type").textContent = error ? error.type || "" : "";
@@ -277,6 +360,45 @@
     $("retry").disabled = !RETRYABLE.has(job.state);
     $("cancel").disabled = !CANCELLABLE.has(job.state);
     $("detail-panel").hidden = false;
+  }
+
+  // -- a job's arguments and result: a preview decoded by the dashboard server --------------
+
+  function showPayload(kind, jobId, value, absent) {
+    const meta = $(kind + "-meta");
+    const pre = $(kind + "-preview");
+    const link = $(kind + "-download");
+    pre.classList.remove("empty");
+    if (!value) {
+      meta.textContent = "";
+      pre.textContent = absent;
+      pre.classList.add("empty");
+      link.hidden = true;
+      return;
+    }
+    const facts = [value.tier === "s3" ? "S3" : "inline"];
+    if (typeof value.size === "number") facts.push(bytes(value.size));
+    if (value.key) facts.push(value.key);
+    meta.textContent = "(" + facts.join(", ") + ")";
+    if (value.gone) {
+      pre.textContent = value.gone === "not_kept" ? "not kept: an inline job's arguments are freed when it succeeds" : "gone: " + value.gone;
+      pre.classList.add("empty");
+    } else if (typeof value.preview === "string" && !value.preview_error) {
+      pre.textContent = value.preview + (value.truncated ? "\n… (truncated)" : "");
+    } else {
+      pre.textContent = value.preview_error || "no preview";
+      pre.classList.add("empty");
+    }
+    link.hidden = Boolean(value.gone);
+    link.href = "/api/jobs/" + encodeURIComponent(jobId) + "/" + kind + "/download";
+    link.setAttribute("download", jobId + "-" + kind + ".msgpack");
+  }
+
+  async function refreshPayloads(jobId) {
+    const answer = await api("/api/jobs/" + encodeURIComponent(jobId) + "/payloads");
+    if (jobId !== view.jobId) return;
+    showPayload("args", jobId, answer.args, "none");
+    showPayload("result", jobId, answer.result, answer.state === "succeeded" ? "none" : "no result (" + answer.state + ")");
   }
 
   // -- actions, each after a confirmation --------------------------------------------------
@@ -341,11 +463,18 @@
 
   async function refreshAll() {
     try {
-      await Promise.all([refreshQueues(), refreshJobs(), refreshJob()]);
+      await Promise.all([refreshQueues(), refreshJobs(), refreshJob(), refreshThroughput()]);
       $("refreshed").textContent = "updated " + new Date().toLocaleTimeString();
     } catch (e) {
       $("refreshed").textContent = "refresh failed: " + e.message;
     }
+  }
+
+  function showPolicy(policy) {
+    const known = policy && typeof policy === "object";
+    $("policy-retention").textContent = known ? policy.retention : "?";
+    $("policy-kms").textContent = known ? policy.kms_key : "?";
+    $("policy-inline").textContent = known ? policy.inline : "?";
   }
 
   async function start() {
@@ -353,6 +482,7 @@
       const info = await api("/api/info");
       $("namespace").textContent = info.namespace;
       $("endpoint").textContent = info.endpoint;
+      showPolicy(info.policy);
     } catch (e) {
       notify(e.message, true);
     }

@@ -1,9 +1,11 @@
 """Blobs: one record per verified blob per namespace (blobs_record.lua, namespace slot).
 
-The record is a string holding the size, with a TTL of the retention; the blob's age (since its
-upload was verified or it was last renewed) is the retention less the TTL left, so no timestamp
-is stored. A job's references to blobs are not records of their own: they ride in its queue
-entry (`B`) and, for a result, in its hash (`rb0`, `rb1`, ...), 32 raw bytes each.
+The record is a string holding the size, with a TTL that ends a known margin before the
+object's lifecycle expiry (models/blob_lifetime.py), so the TTL tells the expiry and no
+timestamp is stored. A job's references to blobs are not records of their own: they ride in its
+queue entry (`B`) and, for a result, in its hash (`rb0`, `rb1`, ...), 32 raw bytes each. What a
+reference needs past its blob's expiry goes to the namespace's needs zset (blobs_reference.lua),
+which the scheduled renewer reads and empties (blobs_renewed.lua).
 
 A blob above MULTIPART_THRESHOLD is uploaded in parts: its upload (id, size, part size and the
 sha256 signed into each part's URL) lives in an upload hash beside the record until the upload
@@ -51,16 +53,54 @@ class BlobSteps(StoreBase):
         return out
 
     def record_blob(
-        self, namespace: str, sha256: str, size: int, ttl_s: int, *, uploaded: bool = False
+        self, namespace: str, sha256: str, size: int, ttl_ms: int, *, uploaded: bool = False
     ) -> None:
-        """Remember (or renew) a verified blob for `ttl_s`; acknowledged by replicas as every
-        reported write is (REDIS_MIN_REPLICA_ACKS). `uploaded`: its multipart upload was just
-        completed (its upload hash goes, in the same script)."""
+        """Remember a verified blob for `ttl_ms`; acknowledged by replicas as every reported
+        write is (REDIS_MIN_REPLICA_ACKS). `uploaded`: its multipart upload was just completed
+        (its upload hash goes, in the same script)."""
         # (binary keys: redis-py sends bytes keys as they are)
         keys_ = [cast(str, keys.blob(namespace, sha256))]
         if uploaded:
             keys_.append(cast(str, keys.blob_upload(namespace, sha256)))
-        self._run("blobs_record", keys_, [size, ttl_s])
+        self._run("blobs_record", keys_, [size, max(int(ttl_ms), 1)])
+
+    def reference_blobs(
+        self, namespace: str, sha256s: list[str], now_ms: int, need_ms: int, margin_ms: int
+    ) -> set[str]:
+        """Check that the namespace has these blobs and record, for those whose object expires
+        before `need_ms`, that the renewer must keep them until then (one script; nothing
+        written for a blob whose object outlives the need): the sha256s it does not have."""
+        if not sha256s:
+            return set()
+        keys_ = [keys.blob_needs(namespace)] + [
+            cast(str, keys.blob(namespace, sha)) for sha in sha256s
+        ]
+        args: list[Any] = [now_ms, need_ms, margin_ms] + [sha_raw(sha) for sha in sha256s]
+        missing = self._run("blobs_reference", keys_, args)
+        return {sha256s[int(i) - 1] for i in missing or ()}
+
+    def blob_needs(self, namespace: str) -> list[tuple[str, int]]:
+        """(sha256, need in ms) of every blob of the namespace a reference needs past its
+        object's expiry, soonest need first."""
+        raw = self._r.zrange(keys.blob_needs(namespace), 0, -1, withscores=True)
+        return [(bytes(member).hex(), int(score)) for member, score in raw]
+
+    def blob_renewed(
+        self,
+        namespace: str,
+        sha256: str,
+        expiry_ms: int,
+        *,
+        size: int | None = None,
+        record_ttl_ms: int = 0,
+    ) -> int:
+        """After a renewal (`size` given: the record gets `record_ttl_ms`) or a check that found
+        the object outlives its need: forget the need if `expiry_ms` covers it. The need left
+        (ms), or 0."""
+        keys_ = [keys.blob_needs(namespace), cast(str, keys.blob(namespace, sha256))]
+        args: list[Any] = [sha_raw(sha256), expiry_ms]
+        args += ["", 0] if size is None else [size, max(int(record_ttl_ms), 1)]
+        return int(self._run("blobs_renewed", keys_, args))
 
     # -- multipart ---------------------------------------------------------------------------
 

@@ -29,6 +29,15 @@ from ._base import StoreBase
 _RESULT_KIND = {"inline": "i", "s3": "s", "error": "e"}
 
 
+def throughput_field(group: str | None, now_ms: int) -> str:
+    """The field of keys.throughput an end counts in: `s<MM>` / `f<MM>` (minute of the hour),
+    '' for a group not charted (cancelled) or no index entry."""
+    if group not in ("succeeded", "failed"):
+        return ""
+    minute = (now_ms // 1000 % keys.THROUGHPUT_SPAN_S) // keys.THROUGHPUT_BUCKET_S
+    return f"{group[0]}{minute:02d}"
+
+
 class CompletionSteps(StoreBase):
     def complete(
         self,
@@ -157,6 +166,8 @@ class CompletionSteps(StoreBase):
                     keys.kept_args(namespace, job_id),
                     keys.kept_blobs(namespace, job_id),
                     keys.requeued(namespace, job_id),
+                    keys.failed_jobs(namespace, queue),
+                    keys.throughput(namespace, queue, now_ms / 1000),
                 ],
                 [
                     keys.CONSUMER_GROUP,
@@ -169,6 +180,9 @@ class CompletionSteps(StoreBase):
                     "1" if keep_args else "0",
                     "1" if undelivered_only else "0",
                     consumer,
+                    throughput_field(group if index else None, now_ms),
+                    (2 * keys.THROUGHPUT_SPAN_S) * 1000,
+                    now_ms,
                 ],
             )
         )

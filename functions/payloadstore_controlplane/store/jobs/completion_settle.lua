@@ -18,6 +18,11 @@
 --          taken since is its delivery's to decide
 -- ARGV[10] the consumer whose delivery the caller settles ('' none: a cancel, purge, a repeated
 --          post): see below
+-- KEYS[6]  the queue's failed-jobs set (keys.failed_jobs)   KEYS[7] the queue's throughput hash
+--          of this hour (keys.throughput)
+-- ARGV[11] the throughput field counted with the index entry ('s<MM>' succeeded, 'f<MM>'
+--          failed, '' none: cancelled)   ARGV[12] the throughput hash's expiry (ms)
+-- ARGV[13] now (ms): a failed job's score in KEYS[6]; ends before ARGV[13] - ARGV[7] are pruned
 --
 -- A retry may have come between the job slot's end and this step (the record's retries are
 -- above ARGV[5]). If it relied on this entry (`=<this id>`, or `=` with no id known): an entry
@@ -80,6 +85,19 @@ if entry ~= '' then
 end
 if ARGV[4] == 'add' or (ARGV[4] == 'if_dropped' and dropped == 1) then
   redis.call('XADD', KEYS[2], 'MINID', '~', ARGV[6], '*', 'j', ARGV[3], 'r', ARGV[5])
+  -- The dashboard's figures, counted once per end with its index entry (a few tens of bytes).
+  if ARGV[11] ~= '' then
+    redis.call('HINCRBY', KEYS[7], ARGV[11], 1)
+    redis.call('PEXPIRE', KEYS[7], ARGV[12])
+    -- A retry that came after this end (and may have run its requeue already) took the job
+    -- out of the failed count: this end does not put it back.
+    if string.sub(ARGV[11], 1, 1) == 'f' and retry == nil then
+      local now = tonumber(ARGV[13])
+      redis.call('ZADD', KEYS[6], now, ARGV[3])
+      redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', '(' .. (now - tonumber(ARGV[7])))
+      redis.call('PEXPIRE', KEYS[6], ARGV[7])
+    end
+  end
 end
 -- Also on a repeat that adds nothing: a write, so the caller's WAIT covers the first run's
 -- index entry and kept args (replication is in order), which a retry of the job needs.

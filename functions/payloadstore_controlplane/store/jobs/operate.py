@@ -32,6 +32,7 @@ from ..records import (
     ScannedEntry,
     StaleEntry,
     Started,
+    job_id_bytes,
     job_id_from_bytes,
     number,
     post_digest,
@@ -39,6 +40,10 @@ from ..records import (
 )
 from . import layout1
 from ._base import StoreBase, decoded
+
+# The most queue entries read looking for a queued inline job's entry (it has no hash, so no
+# entry id): from its creation time, an entry appended later than this many others is not shown.
+INLINE_ARGS_SEARCH = 200
 
 
 class OperateSteps(StoreBase):
@@ -116,6 +121,25 @@ class OperateSteps(StoreBase):
             for job_id, raw in raws.items()
             if raw
         }
+
+    def inline_args(
+        self, namespace: str, queue: str, job_id: str, entry_id: str | None, created_ms: int
+    ) -> bytes | None:
+        """An inline job's argument bytes for an operator's look (operate_args.lua): from its
+        queue entry or the args kept at its end; None when neither holds them (a succeeded
+        job's are freed at its end)."""
+        reply = self._script("operate_args")(
+            keys=[
+                keys.queue(namespace, queue),
+                keys.kept_args(namespace, job_id),
+                keys.requeued(namespace, job_id),
+            ],
+            args=[entry_id or "", job_id, max(created_ms - 1000, 0), INLINE_ARGS_SEARCH],
+        )
+        if not reply or reply[0] in (b"none", "none"):
+            return None
+        value = reply[1]
+        return value if isinstance(value, bytes) else str(value).encode()
 
     def args_kept(self, namespace: str, job_id: str) -> bool:
         """Whether the inline args of an ended job are kept (completion_settle.lua)."""
@@ -214,6 +238,7 @@ class OperateSteps(StoreBase):
                 keys.kept_args(namespace, job_id),
                 keys.kept_blobs(namespace, job_id),
                 keys.requeued(namespace, job_id),
+                keys.failed_jobs(namespace, queue),
             ],
             [
                 f"{min_id_ms}-0",
@@ -224,6 +249,7 @@ class OperateSteps(StoreBase):
                 retries,
                 previous_entry,
                 self._ttl * 1000,
+                job_id_bytes(job_id),
             ],
         )
         return decoded([reply])[0]

@@ -10,6 +10,8 @@
 -- ARGV[5]  tier: 'i' inline | 's' S3   ARGV[6] the job's retries after this retry (`rt`)
 -- ARGV[7]  the job's entry id before the retry ('' none known: cancelled while queued before
 --          any delivery, or after a requeue)   ARGV[8] ttl_ms (the record's)
+-- KEYS[6]  the queue's failed-jobs set (keys.failed_jobs)   ARGV[9] the job id (16 raw bytes):
+--          a retried job no longer counts as failed
 --
 -- In order:
 -- 1. This retry's record exists (a retry sent again, or this script re-sent): nothing more is
@@ -33,6 +35,7 @@ if rec then
     return what
   end
 end
+redis.call('ZREM', KEYS[6], ARGV[9])
 local function record(what)
   redis.call('SET', KEYS[5], ARGV[6] .. ' ' .. what, 'PX', ARGV[8])
 end
