@@ -296,6 +296,9 @@ def test_admin_sets_and_gets_a_policy_and_the_authorizer_passes_it_on(policy_env
     assert _admin({"action": "get_policy", "namespace": ns})["policy"]["kms_key"] == "stack"
     context = _authorize(token)["context"]
     assert NamespacePolicy.from_context(context) == NamespacePolicy("7d", "stack", "never")
+    # And the token listing shows tokens only, the policy beside them left out
+    listed = _admin({"action": "list"})["tokens"]
+    assert [t["role"] for t in listed if t["namespace"] == ns] == ["client"]
 
 
 @pytest.mark.parametrize(
