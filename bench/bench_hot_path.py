@@ -14,7 +14,8 @@ ratio of those medians (the per-block ratios beside it). The process runs nothin
 gateway, no scheduler thread), as a Lambda container runs one invocation at a time; the
 redis-server is one of its own (appendonly, as the local stack's).
 
-    .venv/bin/python bench/bench_hot_path.py [--n 1000] [--blocks 5] [--json out.json]
+    .venv/bin/python bench/bench_hot_path.py [--n 1000] [--blocks 5] [--log-level INFO]
+        [--metrics] [--json out.json]
     .venv/bin/python bench/bench_hot_path.py --profile [--n 300]   # cProfile of the handlers
 """
 
@@ -53,17 +54,17 @@ def _payload() -> tuple[bytes, bytes]:
     return call, result
 
 
-def _env(redis_url: str) -> dict[str, str]:
+def _env(redis_url: str, log_level: str = "INFO") -> dict[str, str]:
     from payloadstore.devstack.stack import handler_env
 
-    # S3 is never contacted by an inline job: the endpoint need not answer. Logs at INFO, as
-    # deployed (written to /dev/null: formatting them is the cost), metrics off, as the local
-    # stack runs them (--metrics: on, as deployed, their EMF lines to /dev/null too).
+    # S3 is never contacted by an inline job: the endpoint need not answer. Logs at INFO by
+    # default, as deployed (written to /dev/null: formatting them is the cost), metrics off, as
+    # the local stack runs them (--metrics: on, as deployed, their EMF lines to /dev/null too).
     return handler_env(
         redis_url=redis_url,
         s3_endpoint="http://127.0.0.1:9",
         bucket="bench-payloads",
-        extra={"POWERTOOLS_METRICS_DISABLED": "true", "POWERTOOLS_LOG_LEVEL": "INFO"},
+        extra={"POWERTOOLS_METRICS_DISABLED": "true", "POWERTOOLS_LOG_LEVEL": log_level},
     )
 
 
@@ -238,7 +239,7 @@ def report(out: dict) -> str:
     load = " ".join(f"{x:.1f}" for x in out["load_average"])
     return (
         f"small job hot path, {out['n']:,} jobs in {out['blocks']} interleaved blocks, "
-        f"{out['payload_bytes']:,} B payload and result, INFO logs, metrics "
+        f"{out['payload_bytes']:,} B payload and result, {out.get('log_level', 'INFO')} logs, metrics "
         f"{'on' if out.get('metrics') else 'off'}, load average {load}: "
         f"handlers {out['handlers_us']:,.0f} us, raw redis-py (10 round trips) "
         f"{out['raw_us']:,.0f} us, ratio {out['ratio']:.2f}x (goal <= {out['goal']:.0f}x; per "
@@ -287,18 +288,18 @@ def profile(n: int) -> None:
     stats.sort_stats("cumulative").print_stats(60)
 
 
-def run(n: int = 1000, blocks: int = 5, metrics: bool = False) -> dict:
-    """The figure on a redis-server of its own (run_all.py calls this)."""
+def run(n: int = 1000, blocks: int = 5, metrics: bool = False, log_level: str = "INFO") -> dict:
+    """The figure on a redis-server of its own."""
     from payloadstore.devstack.services import RedisServer
 
     with tempfile.TemporaryDirectory(prefix="bench-hot-") as tmp:
         server = RedisServer(data_dir=Path(tmp) / "redis").start()
         try:
-            for name, value in _env(server.url).items():
+            for name, value in _env(server.url, log_level).items():
                 os.environ[name] = value
             os.environ["POWERTOOLS_METRICS_DISABLED"] = "false" if metrics else "true"
             out = measure(server.url, n, blocks)
-            out["metrics"] = metrics
+            out.update(metrics=metrics, log_level=log_level)
             return out
         finally:
             server.stop()
@@ -310,6 +311,7 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=5)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--metrics", action="store_true", help="EMF metrics on, as deployed")
+    parser.add_argument("--log-level", default="INFO", help="POWERTOOLS_LOG_LEVEL (as deployed)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if args.profile:
@@ -324,7 +326,7 @@ def main() -> None:
             finally:
                 server.stop()
         return
-    out = run(args.n, args.blocks, args.metrics)
+    out = run(args.n, args.blocks, args.metrics, args.log_level)
     print(report(out))
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
