@@ -14,7 +14,7 @@ ratio of those medians (the per-block ratios beside it). The process runs nothin
 gateway, no scheduler thread), as a Lambda container runs one invocation at a time; the
 redis-server is one of its own (appendonly, as the local stack's).
 
-    .venv/bin/python bench/bench_hot_path.py [--n 1000] [--blocks 5] [--log-level INFO]
+    .venv/bin/python bench/bench_hot_path.py [--n 1000] [--blocks 20] [--log-level INFO]
         [--metrics] [--json out.json]
     .venv/bin/python bench/bench_hot_path.py --profile [--n 300]   # cProfile of the handlers
 """
@@ -228,6 +228,7 @@ def measure(redis_url: str, n: int, blocks: int, warm: int = 50) -> dict:
         "raw_us": r_med * 1e6,
         "ratio": h_med / r_med,
         "block_ratios": ratios,
+        "block_ratio_median": statistics.median(ratios),
         "handlers_cpu_us": cpu["handlers"] / jobs * 1e6,
         "raw_cpu_us": cpu["raw"] / jobs * 1e6,
         "load_average": os.getloadavg(),
@@ -243,8 +244,9 @@ def report(out: dict) -> str:
         f"{'on' if out.get('metrics') else 'off'}, load average {load}: "
         f"handlers {out['handlers_us']:,.0f} us, raw redis-py (10 round trips) "
         f"{out['raw_us']:,.0f} us, ratio {out['ratio']:.2f}x (goal <= {out['goal']:.0f}x; per "
-        f"block {', '.join(f'{x:.2f}' for x in out['block_ratios'])}); CPU of this process per "
-        f"job: handlers {out['handlers_cpu_us']:,.0f} us, raw {out['raw_cpu_us']:,.0f} us"
+        f"block: median {out['block_ratio_median']:.2f}x, "
+        f"{min(out['block_ratios']):.2f}-{max(out['block_ratios']):.2f}x); CPU of this process "
+        f"per job: handlers {out['handlers_cpu_us']:,.0f} us, raw {out['raw_cpu_us']:,.0f} us"
     )
 
 
@@ -288,7 +290,7 @@ def profile(n: int) -> None:
     stats.sort_stats("cumulative").print_stats(60)
 
 
-def run(n: int = 1000, blocks: int = 5, metrics: bool = False, log_level: str = "INFO") -> dict:
+def run(n: int = 1000, blocks: int = 20, metrics: bool = False, log_level: str = "INFO") -> dict:
     """The figure on a redis-server of its own."""
     from payloadstore.devstack.services import RedisServer
 
@@ -308,7 +310,8 @@ def run(n: int = 1000, blocks: int = 5, metrics: bool = False, log_level: str = 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=1000)
-    parser.add_argument("--blocks", type=int, default=5)
+    # Many short blocks: the load of this shared machine moves within seconds; both sides see it.
+    parser.add_argument("--blocks", type=int, default=20)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--metrics", action="store_true", help="EMF metrics on, as deployed")
     parser.add_argument("--log-level", default="INFO", help="POWERTOOLS_LOG_LEVEL (as deployed)")

@@ -132,7 +132,7 @@ def hot_path_bench() -> dict:
                 "--n",
                 str(env_int("BENCH_HOT_N", 1000)),
                 "--blocks",
-                str(env_int("BENCH_HOT_BLOCKS", 5)),
+                str(env_int("BENCH_HOT_BLOCKS", 20)),
                 "--json",
                 str(out_json),
             ],
