@@ -329,3 +329,34 @@ def test_each_namespace_object_expires_by_the_rule_of_its_retention_class(
         assert time.monotonic() - written < 8 * DAY_S + 2, "the 7-day object outlived 7 days"
         time.sleep(0.2)
     assert time.monotonic() - written >= 6 * DAY_S - 0.5
+
+
+def test_a_policy_changed_between_upload_and_enqueue_is_uploaded_again_once(
+    local_gateway, ssm_client, s3_client
+):
+    # Given a client whose first upload is signed under the default policy, and a policy that
+    # changes to 7d + the stack's key right after that upload (before the enqueue)
+    ns, tokens = _namespace(local_gateway, ssm_client, "race")
+    client = Client(local_gateway.url, tokens["client"], ns)
+    store = TokenStore(ssm_client, local_gateway.token_path, cache_s=0)
+    original = client.payloads.store
+    uploads = []
+
+    def store_then_change_policy(*args, **kwargs):
+        answer = original(*args, **kwargs)
+        uploads.append(answer)
+        if len(uploads) == 1:
+            store.set_policy(ns, retention="7d", kms_key="stack", stack_key_arn=LOCAL_KMS_KEY_ARN)
+        return answer
+
+    client.payloads.store = store_then_change_policy  # type: ignore[method-assign]
+    # When it enqueues a payload through S3
+    job = client.queue(unique_queue("race")).add(os.urandom(300_000))
+    # Then the first enqueue was refused (409 policy_mismatch), the bytes went up once more
+    # under the new policy, and the job's object carries its key and tag
+    assert len(uploads) == 2
+    ref = job.status().payload_ref
+    head = s3_client.head_object(Bucket=ref["bucket"], Key=ref["key"])
+    assert (head["ServerSideEncryption"], head["SSEKMSKeyId"]) == ("aws:kms", LOCAL_KMS_KEY_ARN)
+    tags = s3_client.get_object_tagging(Bucket=ref["bucket"], Key=ref["key"])["TagSet"]
+    assert tags == [{"Key": RETENTION_TAG, "Value": "7d"}]
