@@ -222,6 +222,13 @@ def preview(data: bytes, *, max_chars: int = MAX_CHARS) -> Preview:
 FETCH_WHOLE_MAX = 1024 * 1024
 
 
+def _refused(status: int) -> str:
+    if status in (403, 404):
+        # A presigned GET of a deleted key: 404, or 403 where the signer may not list the bucket.
+        return f"S3 answered {status}: the object is gone (retention consume, or lifecycle)"
+    return f"S3 answered {status}"
+
+
 def fetch_for_preview(http: Any, url: str, size: int | None) -> tuple[bytes | None, str | None]:
     """The bytes of an S3 value its preview needs, through its presigned GET (`http` an
     httpx.Client that sends no credentials of its own: the URL is the grant). Returns (bytes,
@@ -229,11 +236,11 @@ def fetch_for_preview(http: Any, url: str, size: int | None) -> tuple[bytes | No
     if size is not None and size <= FETCH_WHOLE_MAX:
         response = http.get(url)
         if response.status_code != 200:
-            return None, f"S3 answered {response.status_code}"
+            return None, _refused(response.status_code)
         return response.content[:FETCH_WHOLE_MAX], None
     head = http.get(url, headers={"Range": f"bytes=0-{HEAD_BYTES - 1}"})
     if head.status_code not in (200, 206):
-        return None, f"S3 answered {head.status_code}"
+        return None, _refused(head.status_code)
     needed = needed_prefix(head.content[:HEAD_BYTES])
     if needed is None:
         return None, f"{size} bytes of plain msgpack: too large to preview, download it"
@@ -241,7 +248,7 @@ def fetch_for_preview(http: Any, url: str, size: int | None) -> tuple[bytes | No
         return None, f"the structure is {needed} bytes: too large to preview, download it"
     body = http.get(url, headers={"Range": f"bytes=0-{needed - 1}"})
     if body.status_code not in (200, 206):
-        return None, f"S3 answered {body.status_code}"
+        return None, _refused(body.status_code)
     return body.content[:needed], None
 
 

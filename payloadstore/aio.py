@@ -84,6 +84,7 @@ from .errors import (
     InlineNever,
     InlineUnavailable,
     PayloadStoreError,
+    PolicyMismatch,
     ResultTimeout,
     ServiceUnavailable,
     WaitTimeout,
@@ -424,6 +425,19 @@ class AsyncQueue:
         return job
 
     async def _enqueue_through_s3(
+        self,
+        encoded: Any,
+        progress: bool | None,
+        blobs: tuple[str, ...] = (),
+        wait: float | None = None,
+    ) -> Enqueued:
+        try:
+            return await self._enqueue_through_s3_once(encoded, progress, blobs, wait)
+        except PolicyMismatch:
+            # As Queue's: the policy changed between the presign and the enqueue; once more.
+            return await self._enqueue_through_s3_once(encoded, progress, blobs, wait)
+
+    async def _enqueue_through_s3_once(
         self,
         encoded: Any,
         progress: bool | None,

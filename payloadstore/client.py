@@ -69,6 +69,7 @@ from .errors import (
     PayloadCorrupt,
     PayloadLost,
     PayloadStoreError,
+    PolicyMismatch,
     ResultTimeout,
     ServiceUnavailable,
     WaitTimeout,
@@ -643,6 +644,30 @@ class Queue:
         return job
 
     def _enqueue_through_s3(
+        self,
+        encoded: Any,
+        progress: bool | None,
+        *,
+        idempotency_key: str | None = None,
+        blobs: tuple[str, ...] = (),
+        wait: float | None = None,
+    ) -> Enqueued:
+        def once() -> Enqueued:
+            return self._enqueue_through_s3_once(
+                encoded, progress, idempotency_key=idempotency_key, blobs=blobs, wait=wait
+            )
+
+        try:
+            return once()
+        except PolicyMismatch:
+            # The namespace's policy changed between the presign and the enqueue: the object
+            # carries the old tag or key and made no job. Once more, signed under the new one.
+            log.info(
+                "namespace policy changed during the upload, uploading again queue=%s", self.name
+            )
+            return once()
+
+    def _enqueue_through_s3_once(
         self,
         encoded: Any,
         progress: bool | None,

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 import warnings
 
-from aws_lambda_powertools.logging import Logger, correlation_paths
+from aws_lambda_powertools.logging import Logger
 from aws_lambda_powertools.metrics.functions import is_metrics_disabled
 
 from .runtime.once import built_once
@@ -84,9 +85,19 @@ def metrics_bytes(name: str, value: float, **dimensions: str) -> None:
     _emit(name, "Bytes", value, dimensions)
 
 
+# POWERTOOLS_METRICS_DISABLED as lambda_entry read it for the invocation this thread serves
+# (None outside one): read once per invocation, not once per metric.
+_invocation = threading.local()
+
+
+def _metrics_off() -> bool:
+    off = getattr(_invocation, "metrics_off", None)
+    return is_metrics_disabled() if off is None else off
+
+
 def _emit(name: str, unit: str, value: float, dimensions: dict[str, str]) -> None:
     # single_metric prints at once and ignores POWERTOOLS_METRICS_DISABLED; honour it here too.
-    if is_metrics_disabled():
+    if _metrics_off():
         return
     from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
@@ -200,12 +211,22 @@ def lambda_entry(handler):
     @functools.wraps(inner)
     def run(event, context):
         nonlocal measured
-        if is_metrics_disabled():
-            return inner(event, context)
-        if measured is None:
-            measured = get_metrics().log_metrics(capture_cold_start_metric=True)(inner)
-        return measured(event, context)
+        # Powertools' correlation_id_path=API_GATEWAY_REST ("requestContext.requestId"), read
+        # without a JMESPath search per invocation (None when absent, as the search gives).
+        logger.set_correlation_id(_request_id(event))
+        _invocation.metrics_off = off = is_metrics_disabled()
+        try:
+            if off:
+                return inner(event, context)
+            if measured is None:
+                measured = get_metrics().log_metrics(capture_cold_start_metric=True)(inner)
+            return measured(event, context)
+        finally:
+            _invocation.metrics_off = None
 
-    return logger.inject_lambda_context(
-        correlation_id_path=correlation_paths.API_GATEWAY_REST, clear_state=True
-    )(run)
+    return logger.inject_lambda_context(clear_state=True)(run)
+
+
+def _request_id(event) -> str | None:
+    context = event.get("requestContext") if isinstance(event, dict) else None
+    return context.get("requestId") if isinstance(context, dict) else None

@@ -15,7 +15,8 @@ front of moto, answers like S3:
 - past `X-Amz-Date + X-Amz-Expires`: 403 `AccessDenied` "Request has expired";
 - no signature at all (no `Authorization` header, no `X-Amz-Signature`): 403 `AccessDenied`
   (the bucket blocks public access, as the deployed one does);
-- a PUT body whose sha256 differs from the signed checksum: 400 `BadDigest`.
+- a PUT body whose sha256 or CRC64NVME differs from the checksum it carries: 400 `BadDigest`
+  (checked for header-signed PUTs too; the checksum is kept for HEAD, as S3 keeps it).
 
 It also enforces the template's S3 grants (payloadstore_controlplane/grants.py, the table the
 CDK roles are written from). Each function signs with local keys of its own
@@ -54,6 +55,11 @@ the checks above):
   a missing or different one is 400 `InvalidPart`; its answer carries the object's composite
   `ChecksumSHA256` ("<base64 of sha256 of the parts' binary sha256s>-<part count>"), which
   HeadObject with checksum mode answers too (moto computes that one);
+- CRC64NVME uploads are FULL_OBJECT (COMPOSITE with CRC64NVME, or FULL_OBJECT with SHA256, is
+  400 `InvalidRequest` at CreateMultipartUpload, as S3 answers); a part may carry its CRC (400
+  `BadDigest` when it differs) or none; CompleteMultipartUpload's `x-amz-checksum-crc64nvme` is
+  checked against the parts' CRCs combined (400 `BadDigest`: a part swapped for other bytes of
+  the same length is caught), and HeadObject answers the whole object's CRC, FULL_OBJECT;
 - a completion moto takes longer than a second to assemble answers as S3 does: 200 at once, a
   space every second to keep the connection alive, then the result (or an `<Error>`, which
   botocore reads as the error); requests on that key or upload wait until the object is stored,

@@ -90,8 +90,13 @@ def _apt_installed(package: str, binary: str) -> str | None:
     if not (hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get")):
         return None
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update", "-qq"], check=False, env=env)
-    subprocess.run(["apt-get", "install", "-y", "-qq", package], check=False, env=env)
+    # Another apt-get (unattended upgrades, a second make target) may hold dpkg's lock: wait
+    # for it rather than failing at once with "Could not get lock".
+    wait_for_lock = ["-o", "DPkg::Lock::Timeout=300"]
+    subprocess.run(["apt-get", *wait_for_lock, "update", "-qq"], check=False, env=env)
+    subprocess.run(
+        ["apt-get", *wait_for_lock, "install", "-y", "-qq", package], check=False, env=env
+    )
     return shutil.which(binary)
 
 

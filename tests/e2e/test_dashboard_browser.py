@@ -121,7 +121,9 @@ def test_given_a_failed_job_when_retried_in_the_dashboard_then_its_traceback_sho
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(dashboard_url)
         expect(page.locator("#namespace")).to_have_text("dev")
-        page.locator("#queues tbody tr", has_text=queue).click()
+        queue_row = page.locator("#queues tbody tr", has_text=queue)
+        expect(queue_row.locator(".count-failed")).to_have_text("1")
+        queue_row.click()
         page.get_by_role("tab", name="failed").click()
         row = page.locator(f'#jobs tbody tr[data-job-id="{job.job_id}"]')
         expect(row).to_contain_text("RuntimeError")
@@ -149,6 +151,8 @@ def test_given_a_failed_job_when_retried_in_the_dashboard_then_its_traceback_sho
         expect(page.locator("#notice")).to_contain_text("queued again")
         expect(page.locator("#detail-fields")).to_contain_text("succeeded", timeout=60_000)
         expect(page.locator("#retry")).to_be_disabled()
+        # And: the queue no longer counts it failed
+        expect(queue_row.locator(".count-failed")).to_have_text("0")
         page.screenshot(path=str(shot.with_name(shot.stem + "-retried.png")), full_page=True)
         assert job.result(timeout=30) == 42
         assert runs == [21, 21]

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -236,3 +237,126 @@ def test_a_policy_changed_to_never_while_a_client_runs_sends_its_bytes_through_s
     # Then the next small payloads are refused inline (409 inline_never) and go through S3
     assert queue.add(b"after").tier == "s3"
     assert {job.tier for job in queue.map([b"x", b"y"])} == {"s3"}
+
+
+# -- the lifecycle rule of each namespace's class applies (an emulator with 1-second days) ----
+
+DAY_S = 1
+LIFECYCLE_BUCKET = "policy-lifecycle"
+
+
+@pytest.fixture(scope="module")
+def one_second_days(_gateway_services, redis_server, tmp_path_factory):
+    """An emulator whose lifecycle days last a second, and a gateway in front of it."""
+    import boto3
+    from botocore.config import Config
+
+    from payloadstore.devstack.gateway import GatewayProcess
+    from payloadstore.devstack.s3_emulator import DAY_ENV
+    from payloadstore.devstack.services import (
+        LOCAL_ACCESS_KEY_ID,
+        LOCAL_SECRET_ACCESS_KEY,
+        MotoServer,
+        create_payload_bucket,
+    )
+
+    logs = Path(tmp_path_factory.mktemp("policy-lifecycle"))
+    emulator = MotoServer(log_path=logs / "s3.log", env={DAY_ENV: str(DAY_S)}).start()
+    try:
+        s3 = boto3.client(
+            "s3",
+            endpoint_url=emulator.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id=LOCAL_ACCESS_KEY_ID,
+            aws_secret_access_key=LOCAL_SECRET_ACCESS_KEY,
+            config=Config(signature_version="s3v4"),
+        )
+        create_payload_bucket(s3, LIFECYCLE_BUCKET)
+        env = {
+            **_gateway_services["env"],
+            "AWS_ENDPOINT_URL_S3": emulator.endpoint,
+            "S3_ENDPOINT_URL": emulator.endpoint,
+            "PAYLOAD_BUCKET": LIFECYCLE_BUCKET,
+            "REDIS_URL": redis_server.url.rsplit("/", 1)[0] + "/4",
+        }
+        gateway = GatewayProcess(env=env, log_path=logs / "gateway.log").start()
+        try:
+            yield gateway, s3
+        finally:
+            gateway.stop()
+    finally:
+        emulator.stop()
+
+
+def test_each_namespace_object_expires_by_the_rule_of_its_retention_class(
+    one_second_days, _gateway_services, ssm_client
+):
+    gateway, s3 = one_second_days
+    store = TokenStore(ssm_client, _gateway_services["token_path"], cache_s=0)
+
+    def namespace_with(retention: str, kms_key: str, inline: str) -> Client:
+        ns = f"life-{retention}-{uuid.uuid4().hex[:6]}"
+        store.set_policy(
+            ns, retention=retention, kms_key=kms_key, inline=inline, stack_key_arn=LOCAL_KMS_KEY_ARN
+        )
+        return Client(gateway.url, store.mint(ns, "client")[0], ns)
+
+    def exists(key: str) -> bool:
+        try:
+            s3.head_object(Bucket=LIFECYCLE_BUCKET, Key=key)
+        except s3.exceptions.ClientError as e:
+            if e.response["Error"]["Code"] in ("404", "NoSuchKey", "NotFound"):
+                return False
+            raise
+        return True
+
+    # Given the two namespaces of the issue (7d + stack key + inline never; consume + SSE-S3)
+    week = namespace_with("7d", "stack", "never")
+    consume = namespace_with("consume", "none", "allowed")
+    # When each enqueues a payload through S3 (days here last one second)
+    keys = {}
+    for client in (week, consume):
+        job = client.queue(unique_queue("life")).add(os.urandom(300_000))
+        keys[client.namespace] = job.status().payload_ref["key"]
+    written = time.monotonic()
+    # Then S3's lifecycle removes each by its class's rule: `consume` (2 days, its backstop)
+    # first, while the 7-day object stays, which then goes after its 7 days
+    while exists(keys[consume.namespace]):
+        assert time.monotonic() - written < 3 * DAY_S + 2, "the consume object outlived 2 days"
+        time.sleep(0.2)
+    assert exists(keys[week.namespace]), "the 7-day object went with the 2-day one"
+    while exists(keys[week.namespace]):
+        assert time.monotonic() - written < 8 * DAY_S + 2, "the 7-day object outlived 7 days"
+        time.sleep(0.2)
+    assert time.monotonic() - written >= 6 * DAY_S - 0.5
+
+
+def test_a_policy_changed_between_upload_and_enqueue_is_uploaded_again_once(
+    local_gateway, ssm_client, s3_client
+):
+    # Given a client whose first upload is signed under the default policy, and a policy that
+    # changes to 7d + the stack's key right after that upload (before the enqueue)
+    ns, tokens = _namespace(local_gateway, ssm_client, "race")
+    client = Client(local_gateway.url, tokens["client"], ns)
+    store = TokenStore(ssm_client, local_gateway.token_path, cache_s=0)
+    original = client.payloads.store
+    uploads = []
+
+    def store_then_change_policy(*args, **kwargs):
+        answer = original(*args, **kwargs)
+        uploads.append(answer)
+        if len(uploads) == 1:
+            store.set_policy(ns, retention="7d", kms_key="stack", stack_key_arn=LOCAL_KMS_KEY_ARN)
+        return answer
+
+    client.payloads.store = store_then_change_policy  # type: ignore[method-assign]
+    # When it enqueues a payload through S3
+    job = client.queue(unique_queue("race")).add(os.urandom(300_000))
+    # Then the first enqueue was refused (409 policy_mismatch), the bytes went up once more
+    # under the new policy, and the job's object carries its key and tag
+    assert len(uploads) == 2
+    ref = job.status().payload_ref
+    head = s3_client.head_object(Bucket=ref["bucket"], Key=ref["key"])
+    assert (head["ServerSideEncryption"], head["SSEKMSKeyId"]) == ("aws:kms", LOCAL_KMS_KEY_ARN)
+    tags = s3_client.get_object_tagging(Bucket=ref["bucket"], Key=ref["key"])["TagSet"]
+    assert tags == [{"Key": RETENTION_TAG, "Value": "7d"}]

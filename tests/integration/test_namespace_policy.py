@@ -296,6 +296,9 @@ def test_admin_sets_and_gets_a_policy_and_the_authorizer_passes_it_on(policy_env
     assert _admin({"action": "get_policy", "namespace": ns})["policy"]["kms_key"] == "stack"
     context = _authorize(token)["context"]
     assert NamespacePolicy.from_context(context) == NamespacePolicy("7d", "stack", "never")
+    # And the token listing shows tokens only, the policy beside them left out
+    listed = _admin({"action": "list"})["tokens"]
+    assert [t["role"] for t in listed if t["namespace"] == ns] == ["client"]
 
 
 @pytest.mark.parametrize(
@@ -441,3 +444,31 @@ def test_inline_never_refuses_each_inline_item_of_a_batch_and_takes_references(k
     first, second = r.json["jobs"]
     assert first["error"]["code"] == "inline_never"
     assert second["tier"] == "s3" and second["job_id"]
+
+
+def test_a_finished_job_of_a_7d_namespace_keeps_its_record_for_7_days(
+    kms_ns, consume_ns, redis_server, monkeypatch
+):
+    import redis as redis_lib
+
+    from payloadstore_controlplane.runtime import clock
+    from payloadstore_controlplane.store import keys
+
+    r = redis_lib.Redis.from_url(redis_server.url)
+    ids = {}
+    for cp in (kms_ns, consume_ns):
+        # Given a job of each namespace that finished with a result in S3
+        _, result_ref, job_id = _succeed_through_s3(cp, b"A" * 200, b"R" * 300)
+        ids[cp.ns] = (job_id, result_ref)
+    # Then the 7d namespace's job record lives 7 days, the other's RESULT_TTL_S (48 h at most)
+    week_job, week_result = ids[kms_ns.ns]
+    assert 7 * 86_400 - 60 <= r.ttl(keys.job(week_job)) <= 7 * 86_400
+    assert r.ttl(keys.done(week_job)) >= 7 * 86_400 - 60
+    assert r.ttl(keys.job(ids[consume_ns.ns][0])) <= 2 * 86_400
+    # And its result is still served 3 days on (past 48 h), and refused past its 7 days
+    real_now = clock.now()
+    monkeypatch.setattr(clock, "now", lambda: real_now + 3 * 86_400)
+    assert kms_ns.presign_get(week_result["key"]).status == 200
+    assert kms_ns.result(week_job).json["state"] == "succeeded"
+    monkeypatch.setattr(clock, "now", lambda: real_now + 7 * 86_400 + 60)
+    assert kms_ns.presign_get(week_result["key"]).status == 410

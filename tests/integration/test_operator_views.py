@@ -204,3 +204,20 @@ def test_a_daemon_token_or_another_namespace_cannot_read_a_jobs_payloads(cp, oth
     job = cp.enqueue(raw=msgpack.packb(1)).json["job_id"]
     assert payloads(cp, job, role="daemon").status == 403
     assert payloads(other_cp, job).status == 404
+
+
+def test_given_a_retry_between_a_jobs_end_and_its_settle_then_it_is_not_counted_failed(cp, r):
+    from payloadstore_controlplane.handlers._deps import get_deps
+
+    # Given: a job whose end (failed, retries 0) is settled after a retry (retries 1) recorded
+    # its requeue (the record operate_requeue.lua writes)
+    job = cp.enqueue(raw=msgpack.packb(1)).json["job_id"]
+    deps = get_deps()
+    r.set(keys.requeued(cp.ns, job), "1 =", px=60_000)
+    # When: the end's settle runs
+    deps.jobs.settle(
+        cp.ns, cp.queue, job, "", state="failed", retries=0, now_ms=int(deps.clock() * 1000)
+    )
+    # Then: the job is not counted failed (the retry took it out), yet its end is charted
+    assert queue_stats(cp).json["failed"] == 0
+    assert sum(throughput(cp, cp.queue).json["failed"]) == 1

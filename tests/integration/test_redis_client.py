@@ -22,6 +22,7 @@ from payloadstore_controlplane.store.redis_client import (
     PayloadConnection,
     PayloadSSLConnection,
     RoutedRedis,
+    SizedPacker,
     make_redis,
     make_routed_redis,
 )
@@ -240,10 +241,12 @@ def test_cluster_client_runs_the_measured_packer(tmp_path):
         client = make_redis(f"redis://127.0.0.1:{port}/0", cluster=True)
         client.set("{t}k", b"v" * 300_000)
         assert client.get("{t}k") == b"v" * 300_000
-        # Then every node connection is ours, with redis-py's packer
+        # Then every node connection is ours, with the sized packer (hiredis for small
+        # commands, redis-py's packer behind it for large values)
         conns = _node_connections(client)
         assert conns and all(type(c) is PayloadConnection for c in conns)
-        assert all(isinstance(c._command_packer, PythonRespSerializer) for c in conns)
+        assert all(isinstance(c._command_packer, SizedPacker) for c in conns)
+        assert all(isinstance(c._command_packer.python, PythonRespSerializer) for c in conns)
         client.close()
     finally:
         _stop(proc)

@@ -290,3 +290,21 @@ def test_given_a_repeated_query_parameter_when_answered_then_both_ways_agree():
     )
     # Then the same
     assert direct == chain and direct_calls == chain_calls
+
+
+@pytest.mark.parametrize(
+    "body",
+    [json.dumps([VALID_POLL]), "null", json.dumps({**VALID_POLL, "max_jobs": 3})],
+    ids=["a list holding the body", "null", "with max_jobs"],
+)
+def test_given_odd_but_parsable_poll_bodies_when_answered_then_both_ways_agree(body):
+    # Given a poll body Powertools reads in its own way (a list: its first item; null: missing)
+    event = {**_poll(VALID_POLL), "body": body}
+    app = app_of(routes.POLL)
+    # When answered directly and through the chain
+    direct, chain, direct_calls, chain_calls = both_ways(
+        app, routes.POLL, event, canned(routes.POLL)
+    )
+    # Then the function got the same arguments (or none), and the answers are the same
+    assert direct_calls == chain_calls
+    assert direct == chain

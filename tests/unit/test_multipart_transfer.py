@@ -290,3 +290,72 @@ def test_a_file_is_read_by_part_with_few_parts_held_at_once(tmp_path, monkeypatc
     # And the hashing waited for the uploads (at most 2 parts in flight per worker beyond the
     # batch of URLs being asked for: 4, 8, 16, ... parts), not reading the whole file ahead
     assert pending["most"] <= 2 * 2 + 16 + 4
+
+
+# -- CRC64NVME (FULL_OBJECT): first part URLs with the presign, the whole object's CRC -----------
+
+
+def crc_of(data: bytes) -> str:
+    from payloadstore import _checksum
+
+    return _checksum.to_b64(_checksum.of(data))
+
+
+def test_crc_upload_uses_the_presigns_part_urls_and_returns_the_whole_crc():
+    # Given a 10-part CRC64NVME upload whose presign answer carried the first 6 part URLs
+    data = body(10 * PART - 3)
+    s3 = FakeS3()
+    asked = PartsAsked()
+    first = asked([{"number": n, "size": PART} for n in range(1, 7)])
+    asked.calls.clear()
+    multipart = {"part_bytes": PART, "part_count": 10, **first}
+    with httpx.Client(transport=httpx.MockTransport(s3.handler)) as client:
+        # When it is uploaded
+        crc = upload_parts(
+            client,
+            {**multipart, "parts": first["parts"], "parts_expire_at": first["expires_at"]},
+            [memoryview(data)],
+            len(data),
+            ask_parts=asked,
+            retry=RETRY,
+            progress=False,
+            algorithm="CRC64NVME",
+        )
+    # Then only parts 7..10 were asked for (with their CRCs), every part is S3's, and the
+    # answer is the CRC of the whole payload (the parts' CRCs combined)
+    assert asked.calls == [[7, 8, 9, 10]]
+    assert b"".join(s3.parts[n] for n in range(1, 11)) == data
+    assert crc == crc_of(data)
+
+
+def test_crc_download_combines_the_ranges_and_catches_a_changed_byte(tmp_path):
+    data = body(3 * PART + 17)
+    multipart = {"part_bytes": PART, "part_count": 4}
+
+    def read(obj: bytes, into=None):
+        s3 = FakeS3(obj)
+        with httpx.Client(transport=httpx.MockTransport(s3.handler)) as client:
+            return download_parts(
+                client,
+                {"url": "http://s3.test/object"},
+                size=len(data),
+                multipart=multipart,
+                presign_again=dict,
+                retry=RETRY,
+                key="k",
+                progress=False,
+                crc64nvme=crc_of(data),
+                into=into,
+            )
+
+    # Given the object as stored: read whole, into memory and into a file
+    assert bytes(read(data)) == data
+    out = tmp_path / "out.bin"
+    read(data, into=out)
+    assert out.read_bytes() == data
+    # Given one byte changed in the third range: PayloadCorrupt naming both CRCs
+    damaged = data[: 2 * PART + 5] + bytes([data[2 * PART + 5] ^ 1]) + data[2 * PART + 6 :]
+    with pytest.raises(PayloadCorrupt) as e:
+        read(damaged)
+    assert e.value.expected_crc64nvme == crc_of(data)
+    assert e.value.actual_crc64nvme == crc_of(damaged)

@@ -77,3 +77,19 @@ def test_the_stack_key_is_the_setting_else_the_local_stand_in_on_an_emulator():
     assert stack_key_arn(STACK, "http://127.0.0.1:5000") == STACK
     assert stack_key_arn(None, "http://127.0.0.1:5000") == LOCAL_KMS_KEY_ARN
     assert stack_key_arn(None, None) is None
+
+
+def test_the_read_window_is_the_class_for_7d_and_30d_and_at_most_the_record_ttl_otherwise():
+    two_days = 2 * 86_400
+    assert NamespacePolicy("7d").read_window_s(two_days) == 7 * 86_400
+    assert NamespacePolicy("30d").read_window_s(two_days) == 30 * 86_400
+    assert NamespacePolicy("1d").read_window_s(two_days) == 86_400
+    assert NamespacePolicy("2d").read_window_s(3600) == 3600
+    assert NamespacePolicy("consume").read_window_s(two_days) == two_days
+    assert [NamespacePolicy(r).outlives_records for r in ("consume", "1d", "2d", "7d", "30d")] == [
+        False,
+        False,
+        False,
+        True,
+        True,
+    ]

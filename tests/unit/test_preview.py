@@ -79,3 +79,33 @@ def test_a_preview_of_arrays_does_not_import_numpy():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.splitlines() == ["{'a': <ndarray shape=(2, 2) dtype=<f8, 32 bytes>}", "False"]
+
+
+def test_an_s3_value_is_previewed_from_its_first_bytes_and_a_deleted_one_says_why():
+    import httpx
+
+    from payloadstore._preview import describe
+    from payloadstore._wire import StoredPayload
+
+    big = codec.encode({"args": [np.zeros((1000, 1000))], "kwargs": {}}).tobytes()
+    asked: list[str | None] = []
+
+    def s3(request: httpx.Request) -> httpx.Response:
+        asked.append(request.headers.get("Range"))
+        if request.url.path == "/gone":
+            return httpx.Response(404)
+        first, last = request.headers["Range"].removeprefix("bytes=").split("-")
+        return httpx.Response(206, content=big[int(first) : int(last) + 1])
+
+    http = httpx.Client(transport=httpx.MockTransport(s3))
+    ref = {"kind": "s3", "bucket": "b", "key": "k", "size": len(big)}
+    stored = StoredPayload(tier="s3", size=len(big), ref=ref, download_url="https://s3.example/k")
+    facts = describe(stored, http)
+    # Two ranged GETs: the first 15 bytes, then the structure; never the 8 MB of data
+    assert asked == ["bytes=0-14", f"bytes=0-{needed_prefix(big[:HEAD_BYTES]) - 1}"]
+    assert facts["preview"] == (
+        "{'args': [<ndarray shape=(1000, 1000) dtype=<f8, 8000000 bytes>], 'kwargs': {}}"
+    )
+    assert facts["key"] == "k" and "download_url" not in facts
+    gone = StoredPayload(tier="s3", size=10, ref=ref, download_url="https://s3.example/gone")
+    assert "the object is gone" in describe(gone, http)["preview_error"]

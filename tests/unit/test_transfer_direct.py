@@ -215,3 +215,55 @@ def test_huge_page_advice_can_be_turned_off(monkeypatch, setting, advised):
     # Then huge pages were asked for by default, and not with PAYLOADSTORE_HUGE_PAGES=0
     assert len(buffer) == 3 * _transfer.FRESH_BUFFER_MIN_BYTES
     assert bool(calls) is advised
+
+
+# -- CRC64NVME: the transfer checksum, taken slice by slice as the bytes land -------------------
+
+
+def crc_of(data: bytes) -> str:
+    from payloadstore import _checksum
+
+    return _checksum.to_b64(_checksum.of(data))
+
+
+def get_crc(http, crc: str, url: str, size: int = SIZE):
+    return download(
+        http,
+        {"url": url, "method": "GET"},
+        size=size,
+        sha256=None,
+        crc64nvme=crc,
+        presign_again=lambda: {"url": url, "method": "GET"},
+        retry=RetryPolicy(max_attempts=3, base_s=0.0, max_backoff_s=0.0),
+        key="payloads/k",
+        progress=False,
+        sleep=lambda s: None,
+    )
+
+
+@pytest.mark.parametrize("plain", [True, False], ids=["readinto", "httpx stream"])
+def test_a_crc_reference_is_verified_on_both_paths(http, server, plain):
+    # Given the SDK's own client (readinto) or an injected one (httpx's stream)
+    class Injected(httpx.HTTPTransport):
+        """A transport of the caller's: the SDK uses httpx's stream, not readinto."""
+
+    client = http if plain else httpx.Client(transport=Injected(), timeout=30)
+    assert (_transfer.direct_getter(client) is not None) is plain
+    # When the object is downloaded against its CRC64NVME: the bytes
+    assert get_crc(client, crc_of(BODY), server.url) == BODY
+    # And other bytes of the same size: PayloadCorrupt naming both CRCs, no sha256
+    altered = bytearray(BODY)
+    altered[SIZE // 2] ^= 1
+    server.script.append((200, bytes(altered), {}))
+    with pytest.raises(PayloadCorrupt) as e:
+        get_crc(client, crc_of(BODY), server.url)
+    assert e.value.expected_crc64nvme == crc_of(BODY)
+    assert e.value.actual_crc64nvme == crc_of(bytes(altered))
+    assert e.value.expected_sha256 is None
+
+
+def test_more_bytes_than_recorded_are_checked_by_crc_and_refused(http, server):
+    server.script.append((200, BODY + b"extra", {}))
+    with pytest.raises(PayloadCorrupt) as e:
+        get_crc(http, crc_of(BODY), server.url)
+    assert e.value.actual_crc64nvme == crc_of(BODY + b"extra")

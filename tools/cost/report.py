@@ -145,9 +145,12 @@ PARTS_PER_CALL = 100  # docs/wire.md: 1..100 parts a call
 
 def priced_s3_calls(measured: dict) -> dict[str, float]:
     """The measured calls of an S3-tier job; when the SDK could only send a single-PUT job (no
-    multipart uploads yet), plus the parts calls a 100 MiB multipart upload makes."""
+    multipart uploads yet), plus the parts calls a 100 MiB multipart upload makes: none for the
+    first FIRST_PART_URLS parts, whose URLs come with the presign answer (issue 34)."""
+    from payloadstore_controlplane.logic.presign import FIRST_PART_URLS
+
     calls = dict(measured["s3_calls"])
-    parts = s3_requests(S3_PAYLOAD)["put"] - 2
+    parts = s3_requests(S3_PAYLOAD)["put"] - 2 - FIRST_PART_URLS
     if measured.get("s3_fallback") and parts > 0 and PARTS not in calls:
         calls[PARTS] = float(-(-int(parts) // PARTS_PER_CALL))
     return calls
@@ -374,7 +377,8 @@ def render(shape: Shape, usage: Usage, bench: dict, measured: dict, f: Figures) 
                 "the SDK of this commit could not send 100 MiB (`"
                 + measured["s3_fallback"][:120].replace("|", "/")
                 + "`), so the multipart upload's parts calls (one per "
-                f"{PARTS_PER_CALL} parts) are added by the model, not measured."
+                f"{PARTS_PER_CALL} parts past the first 64, whose URLs come with the presign) "
+                "are added by the model, not measured."
             ),
             "",
         ]

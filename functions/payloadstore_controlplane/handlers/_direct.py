@@ -30,11 +30,14 @@ from typing import Any
 from aws_lambda_powertools.event_handler.api_gateway import ResponseBuilder, Route
 from aws_lambda_powertools.event_handler.middlewares.openapi_validation import (
     _get_multi_value_query_params,
+    _is_or_contains_sequence,
     _normalize_multi_params,
     _request_body_to_args,
     _request_params_to_args,
 )
 from aws_lambda_powertools.event_handler.openapi.params import Param
+from pydantic import BaseModel
+from pydantic._internal._utils import lenient_issubclass
 
 from ._requests import NOT_PARSED
 
@@ -61,13 +64,24 @@ class Plan:
     path_params: list
     query_params: list
     body_params: list
+    # Every path parameter a plain `str`: validating a string as one gives it back, so the
+    # matched values are the arguments (the route's regex always fills every group).
+    plain_path: bool = False
+    # The one body parameter, a model taking the whole body (not embedded), and whether its
+    # annotation is a sequence (Powertools' _normalize_field_value takes a list's first item
+    # otherwise): _request_body_to_args reduced to what it does for such a route.
+    whole_body: Any = None
+    body_is_sequence: bool = False
 
     def bind(self, proxy, route_args: dict[str, str], parsed_json: Any) -> dict | None:
         """The route function's arguments, as the validation middleware would make them; None
         when they do not validate or the body is not one to take from `parsed_json`."""
-        values, errors = _request_params_to_args(self.path_params, route_args)
-        if errors:
-            return None
+        if self.plain_path:
+            values = {f.name: route_args[f.alias] for f in self.path_params}
+        else:
+            values, errors = _request_params_to_args(self.path_params, route_args)
+            if errors:
+                return None
         if self.query_params:
             query = _normalize_multi_params(
                 dict(proxy.resolved_query_string_parameters or {}),
@@ -79,13 +93,25 @@ class Plan:
                 return None
             values.update(query_values)
         if self.body_params:
-            if not _body_parsed_as_powertools_would(proxy, parsed_json):
-                return None
-            body_values, errors = _request_body_to_args(self.body_params, parsed_json)
-            if errors:
+            body_values = self._bind_body(proxy, parsed_json)
+            if body_values is None:
                 return None
             values.update(body_values)
         return values
+
+    def _bind_body(self, proxy, parsed_json: Any) -> dict | None:
+        if not _body_parsed_as_powertools_would(proxy, parsed_json):
+            return None
+        if self.whole_body is None:
+            values, errors = _request_body_to_args(self.body_params, parsed_json)
+            return None if errors else values
+        value = parsed_json
+        if not self.body_is_sequence and isinstance(value, list) and value:
+            value = value[0]
+        if value is None:
+            return None  # "field required": the chain's 422
+        validated, errors = self.whole_body.validate(value=value, loc=("body",))
+        return None if errors else {self.whole_body.name: validated}
 
     def call(self, app, route: Route, values: dict) -> ResponseBuilder:
         """`_call_route` without the chain: the function, the answer's validation, or the
@@ -144,8 +170,24 @@ def plan(app, route: Route) -> Plan | None:
         return None
     if not all(isinstance(f.field_info, Param) for f in dependant.query_params):
         return None
+    body = dependant.body_params
+    whole_body = (
+        body[0]
+        if len(body) == 1
+        and not getattr(body[0].field_info, "embed", None)
+        and lenient_issubclass(body[0].field_info.annotation, BaseModel)
+        else None
+    )
     return Plan(
         path_params=list(dependant.path_params),
         query_params=list(dependant.query_params),
-        body_params=list(dependant.body_params),
+        body_params=list(body),
+        plain_path=all(
+            f.field_info.annotation is str and not f.field_info.metadata
+            for f in dependant.path_params
+        ),
+        whole_body=whole_body,
+        body_is_sequence=(
+            whole_body is not None and _is_or_contains_sequence(whole_body.field_info.annotation)
+        ),
     )

@@ -339,6 +339,15 @@ def post_result(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> None
     _settle(p, job_id, outcome, deps)
     _completed(outcome, new_state, form, size)
     _consume_args(p, job_id, outcome, deps)
+    _keep_for_retention(p, job_id, outcome, deps)
+
+
+def _keep_for_retention(p: Principal, job_id: str, outcome: object, deps: Deps) -> None:
+    """Retention `7d`/`30d`: a finished job's record lives as long as its namespace keeps its
+    payloads, so its status, result and downloads stay readable that long (Redis holds the
+    record that much longer: docs/operations.md, "Namespace policies")."""
+    if isinstance(outcome, Completed) and p.policy.outlives_records:
+        deps.jobs.keep_finished_job(job_id, p.policy.retention_s)
 
 
 def _consume_args(p: Principal, job_id: str, outcome: object, deps: Deps) -> None:
@@ -389,6 +398,7 @@ def _post_at_once(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> bo
     if isinstance(outcome, Completed):
         _completed(outcome, new_state, form, size)
         _consume_args(p, job_id, outcome, deps)
+        _keep_for_retention(p, job_id, outcome, deps)
     return True
 
 

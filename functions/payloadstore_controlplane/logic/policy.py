@@ -35,8 +35,9 @@ def check_object_policy(key: str, info: ObjectInfo, policy: NamespacePolicy, dep
     """The object HEAD found carries the namespace's encryption and retention tag; 409
     policy_mismatch otherwise (the reference is not accepted, nothing is written).
 
-    The encryption comes with the HEAD; the tag's value takes a GetObjectTagging (HEAD only
-    answers how many tags there are), skipped when HEAD says there are none."""
+    The encryption comes with the HEAD; the tag's value takes a GetObjectTagging (HEAD answers
+    at most how many tags there are; read whatever it says, so an answer without the count
+    never refuses a well-tagged upload)."""
     expected_key = resolve_kms_key(policy, deps.settings.stack_kms_key)
     if expected_key is not None:
         if info.sse != SSE_KMS or not _same_key(info.kms_key, expected_key):
@@ -45,7 +46,7 @@ def check_object_policy(key: str, info: ObjectInfo, policy: NamespacePolicy, dep
             )
     elif info.sse == SSE_KMS:
         _mismatch(key, "the object is SSE-KMS encrypted; the namespace's policy is SSE-S3")
-    tags = deps.objects.tags(key) if info.tag_count else {}
+    tags = deps.objects.tags(key)
     found = (tags or {}).get(RETENTION_TAG)
     if found != policy.retention:
         _mismatch(

@@ -349,8 +349,9 @@ def _represign(
 
 def presign_get(p: Principal, req: PresignRequest, deps: Deps) -> PresignGetResponse:
     now = deps.clock()
-    # The shorter of the record's lifetime and the namespace's retention class.
-    retention = min(deps.settings.result_ttl_s, p.policy.retention_s)
+    # The namespace's retention class: `1d` cuts RESULT_TTL_S short, `7d`/`30d` records of
+    # finished jobs live that long (logic/daemon.py keeps them).
+    retention = p.policy.read_window_s(deps.settings.result_ttl_s)
     parsed = parse_key(req.key)
     if parsed is None:
         raise NotFound("key was never issued to this namespace")

@@ -73,6 +73,19 @@ class NamespacePolicy:
         return self.retention_days * 86_400
 
     @property
+    def outlives_records(self) -> bool:
+        """A class longer than the default's (`7d`, `30d`): a finished job's record is kept as
+        long as its payloads (beyond RESULT_TTL_S)."""
+        return self.retention_days > RETENTION_DAYS[DEFAULT_RETENTION]
+
+    def read_window_s(self, result_ttl_s: int) -> int:
+        """How long after issue a payload key may be read through the control plane: the
+        class's days for `7d`/`30d`, else the shorter of RESULT_TTL_S and the class."""
+        if self.outlives_records:
+            return self.retention_s
+        return min(result_ttl_s, self.retention_s)
+
+    @property
     def consume(self) -> bool:
         return self.retention == "consume"
 

@@ -39,6 +39,11 @@ from redis.retry import Retry
 
 from ..runtime.once import built_once
 
+try:
+    import hiredis
+except ImportError:  # redis[hiredis] is what the layer pins; without it, redis-py's packer
+    hiredis = None  # type: ignore[assignment]
+
 FAST_SOCKET_TIMEOUT_S = 1.5
 CONNECT_TIMEOUT_S = 1.0
 FAST_RETRIES = 1
@@ -68,15 +73,46 @@ BLOCKING_COMMANDS = frozenset(
 BLOCK_ARGUMENT = {"xread": 2, "xreadgroup": 4}
 
 
+class SizedPacker:
+    """hiredis packs a small command ~10x faster than redis-py's Python packer (a 1 KiB EVALSHA
+    of ~20 arguments: 2 us against 30 us; bench/RESULTS.md, "hot path"), but copies every value
+    into one fresh buffer: a 256 KiB XADD took ~3x longer (page faults), where redis-py's packer
+    sends a large value as its own buffer. So: hiredis for a command whose arguments are all
+    str, bytes or int, none longer than the Python packer's own cutoff, and whose name is one
+    word; redis-py's packer for anything else (large values, floats, memoryviews, the types it
+    refuses with DataError), so what is sent, and what is raised, is what it gives."""
+
+    def __init__(self, python: PythonRespSerializer, cutoff: int):
+        self.python = python
+        self.cutoff = cutoff
+
+    def pack(self, *args):
+        cutoff = self.cutoff
+        for arg in args:
+            kind = type(arg)
+            if kind is int:
+                continue
+            if (kind is not bytes and kind is not str) or len(arg) > cutoff:
+                return self.python.pack(*args)
+        name = args[0]
+        # "CONFIG GET": redis-py's packers send a name of several words as separate arguments.
+        if (" " if type(name) is str else b" ") in name:
+            return self.python.pack(*args)
+        try:
+            return [hiredis.pack_command(args)]
+        except Exception:  # noqa: BLE001 - e.g. a str that is not UTF-8: redis-py's own error
+            return self.python.pack(*args)
+
+
 class _PythonPackerMixin:
-    """hiredis parses replies 3-6x faster, but its command packer made a 256 KiB XADD ~3x slower
-    (page faults on a fresh buffer; see bench/RESULTS.md). Keep hiredis's parser, use redis-py's
-    packer, which sends large values as their own buffers instead of copying them."""
+    """hiredis parses replies 3-6x faster; commands are packed by SizedPacker (hiredis for small
+    ones, redis-py's Python packer, which does not copy large values, for the rest)."""
 
     def _construct_command_packer(self, packer):
         if packer is not None:
             return packer
-        return PythonRespSerializer(self._buffer_cutoff, self.encoder.encode)
+        python = PythonRespSerializer(self._buffer_cutoff, self.encoder.encode)
+        return python if hiredis is None else SizedPacker(python, self._buffer_cutoff)
 
 
 class PayloadConnection(_PythonPackerMixin, Connection):

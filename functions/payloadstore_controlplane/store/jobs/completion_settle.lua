@@ -89,7 +89,9 @@ if ARGV[4] == 'add' or (ARGV[4] == 'if_dropped' and dropped == 1) then
   if ARGV[11] ~= '' then
     redis.call('HINCRBY', KEYS[7], ARGV[11], 1)
     redis.call('PEXPIRE', KEYS[7], ARGV[12])
-    if string.sub(ARGV[11], 1, 1) == 'f' then
+    -- A retry that came after this end (and may have run its requeue already) took the job
+    -- out of the failed count: this end does not put it back.
+    if string.sub(ARGV[11], 1, 1) == 'f' and retry == nil then
       local now = tonumber(ARGV[13])
       redis.call('ZADD', KEYS[6], now, ARGV[3])
       redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', '(' .. (now - tonumber(ARGV[7])))

@@ -1,5 +1,7 @@
-"""Due deletions of retention `consume` namespaces (keys.consume_due): plain sorted-set commands
-on the namespace's slot, no script (each is one command)."""
+"""Namespace policies in Redis: the due deletions of retention `consume` namespaces
+(keys.consume_due, plain sorted-set commands on the namespace's slot), and the longer life of a
+finished job of a `7d`/`30d` namespace (EXPIRE of its hash and done list, the job's slot). No
+script: each step is one command, or two on one slot."""
 
 from __future__ import annotations
 
@@ -27,3 +29,12 @@ class ConsumeSteps(StoreBase):
         """When the key is due for deletion, or None when it is not scheduled."""
         score = self._r.zscore(keys.consume_due(namespace), object_key)
         return None if score is None else int(score)
+
+    def keep_finished_job(self, job_id: str, ttl_s: int) -> None:
+        """A finished job of a namespace whose retention is longer than RESULT_TTL_S keeps its
+        record (state, references, an inline result or error) for `ttl_s` from now: its hash
+        and done list (the job's slot), only ever lengthened (GT)."""
+        pipe = self._r.pipeline(transaction=False)
+        pipe.expire(keys.job(job_id), ttl_s, gt=True)
+        pipe.expire(keys.done(job_id), ttl_s, gt=True)
+        pipe.execute()

@@ -5,6 +5,7 @@ retry and a job id is never handed out for a job that is in no queue."""
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from .. import keys
@@ -24,6 +25,35 @@ from . import layout1
 from ._base import StoreBase, decoded
 
 
+@lru_cache(maxsize=16)
+def _candidate_layout(
+    namespace: str, candidate_minutes: tuple[tuple[str, int], ...]
+) -> tuple[tuple[str, ...], dict[int, int], str, str]:
+    """The index hashes of the candidate minutes (KEYS[3..], in order), their KEYS numbers by
+    index span, and ARGV[3] and ARGV[4] of enqueue_inline.lua: the minutes' time chars, and per
+    run of consecutive minutes in one hash its KEYS number and length. Computed once per
+    namespace and minute (the candidates are the same for every request of a minute)."""
+    index_keys: list[str] = []
+    numbers: dict[int, int] = {}
+    runs: list[list[int]] = []
+    for _, ms in candidate_minutes:
+        span = ms // keys.INLINE_INDEX_SPAN_MS
+        run_number = numbers.get(span)
+        if run_number is None:
+            index_keys.append(keys.inline_index(namespace, ms))
+            run_number = numbers[span] = 2 + len(index_keys)  # KEYS[3..]
+        if runs and runs[-1][0] == run_number and runs[-1][1] < 99:
+            runs[-1][1] += 1
+        else:
+            runs.append([run_number, 1])
+    return (
+        tuple(index_keys),
+        numbers,
+        "".join([chars for chars, _ in candidate_minutes]) if runs else "",
+        "".join([f"{n:02d}{count:02d}" for n, count in runs]),
+    )
+
+
 class EnqueueSteps(StoreBase):
     def enqueue_inline_many(  # noqa: C901 - builds the KEYS/ARGV layout enqueue_inline.lua documents, in that order
         self,
@@ -38,8 +68,15 @@ class EnqueueSteps(StoreBase):
         single node or cluster: every key is in the namespace's slot), each unless one of its
         key's candidate ids (a minute's 10 time chars + `job.candidate_tail`, for each
         (chars, ms) of `candidate_minutes`, newest first) is indexed already."""
-        index_keys: list[str] = []
-        numbers: dict[int, int] = {}  # index span -> KEYS number of its hash
+        if any(job.candidate_tail for job in jobs):
+            # The candidates' index hashes come first; the same for every request of a minute.
+            first_keys, first_numbers, minutes_arg, runs_arg = _candidate_layout(
+                namespace, candidate_minutes
+            )
+        else:
+            first_keys, first_numbers, minutes_arg, runs_arg = (), {}, "", ""
+        index_keys: list[str] = list(first_keys)
+        numbers: dict[int, int] = dict(first_numbers)  # index span -> KEYS number of its hash
 
         def index_number(ms: int) -> int:
             span = ms // keys.INLINE_INDEX_SPAN_MS
@@ -49,19 +86,11 @@ class EnqueueSteps(StoreBase):
                 found = numbers[span] = 2 + len(index_keys)  # KEYS[3..]
             return found
 
-        runs: list[list[int]] = []
-        if any(job.candidate_tail for job in jobs):
-            for _, ms in candidate_minutes:
-                run_number = index_number(ms)
-                if runs and runs[-1][0] == run_number and runs[-1][1] < 99:
-                    runs[-1][1] += 1
-                else:
-                    runs.append([run_number, 1])
         args: list[Any] = [
             f"{min_id_ms}-0",
             queue,
-            "".join([chars for chars, _ in candidate_minutes]) if runs else "",
-            "".join([f"{n:02d}{count:02d}" for n, count in runs]),
+            minutes_arg,
+            runs_arg,
             keys.CONSUMER_GROUP,
         ]
         legacy_keys: list[str] = []
