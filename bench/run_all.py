@@ -9,6 +9,8 @@ Sections (each module runs alone too; see its docstring):
 - on a local stack: CP calls and bytes per S3-tier job, queue.add()/job.result() vs curl by size,
   S3-tier queue.add() of 1 MiB in jobs/s (one client), a small job's round trip through the handlers vs raw redis-py, Redis bytes per job vs payload
   size, ours vs naive inline (bench_e2e.py);
+- the small job's hot path: the four handlers vs the 10-round-trip raw redis-py sequence of the
+  same steps, 1 KiB, interleaved blocks, in a process of its own (bench_hot_path.py, issue 34);
 - multipart (issues 24, 34): queue.add(), job.result() and job.result_into(file) of a numpy
   array of 64 MiB, 256 MiB and 1 GiB vs curl single PUT/GET (GET to a file for result_into) on
   the same emulator, and the peak RSS of result_into(file) of 1 GiB (bench_multipart.py, in a
@@ -16,10 +18,10 @@ Sections (each module runs alone too; see its docstring):
 - bench_redis.py (Redis bytes per job against its goals), when present, as it prints.
 
 Bounded in time: small repeat counts by default (BENCH_REPEAT, BENCH_COLD_N, BENCH_RT_N, BENCH_ADD_N,
-BENCH_MIB override them); a section that fails is reported as failed and the others still run.
+BENCH_HOT_N, BENCH_MIB override them); a section that fails is reported as failed and the others still run.
 
     .venv/bin/python bench/run_all.py [--no-write]
-        [--sections cold,presign,transfer,e2e,multipart,redis]
+        [--sections cold,presign,transfer,e2e,hotpath,multipart,redis]
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ GOALS = {
     "add_ratio": 1.15,
     "result_ratio": 1.15,
     "round_trip_ratio": 1.5,
+    # issue 34: the four handlers of a small job vs the 10-round-trip raw redis-py sequence
+    "hot_path_ratio": 2.0,
     "presign_ratio": 2.0,
     # a throughput: at least this many times the baseline
     "add_rate_ratio": 2.0,
@@ -107,6 +111,34 @@ def multipart_bench() -> dict:
             capture_output=True,
             text=True,
             timeout=3600,
+            check=False,
+        )
+        if out.returncode != 0:
+            return {"error": out.stderr[-2000:]}
+        return json.loads(out_json.read_text())
+
+
+def hot_path_bench() -> dict:
+    """bench_hot_path.py in a process of its own (its handlers' settings and log level are not
+    this process's): the four handlers vs the 10-round-trip raw sequence, interleaved blocks."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out_json = Path(tmp) / "hot.json"
+        out = subprocess.run(
+            [
+                sys.executable,
+                str(HERE / "bench_hot_path.py"),
+                "--n",
+                str(env_int("BENCH_HOT_N", 1000)),
+                "--blocks",
+                str(env_int("BENCH_HOT_BLOCKS", 20)),
+                "--json",
+                str(out_json),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
             check=False,
         )
         if out.returncode != 0:
@@ -343,6 +375,16 @@ def summary_table(results: dict) -> list[str]:
             f"| {rt['raw_us']:,.0f} µs | {rt['ratio']:.2f}x | ≤ {GOALS['round_trip_ratio']}x "
             f"| {verdict(rt['ratio'], GOALS['round_trip_ratio'])} |"
         )
+    hot = results.get("hotpath") if isinstance(results.get("hotpath"), dict) else {}
+    if "ratio" in hot:
+        goal = GOALS["hot_path_ratio"]
+        rows.append(
+            f"| small job hot path, 4 handlers vs raw redis-py (10 round trips), "
+            f"{hot['payload_bytes']:,} B, {hot.get('log_level', 'INFO')} logs, "
+            f"{hot['blocks']} interleaved blocks | {hot['handlers_us']:,.0f} µs "
+            f"| {hot['raw_us']:,.0f} µs | {hot['ratio']:.2f}x | ≤ {goal:.0f}x "
+            f"| {verdict(hot['ratio'], goal)} |"
+        )
     cold = results.get("cold") if isinstance(results.get("cold"), dict) else {}
     for r in cold.get("rows") or []:
         rows.append(
@@ -363,6 +405,7 @@ def summary_table(results: dict) -> list[str]:
 
 def render(results: dict, timings: dict, made: list[str], started_at: str) -> str:
     from bench_e2e import report as e2e_report
+    from bench_hot_path import report as hot_path_report
     from bench_layer_cold_import import report as cold_report
     from bench_multipart import report as multipart_report
     from bench_presign import report as presign_report
@@ -401,6 +444,11 @@ def render(results: dict, timings: dict, made: list[str], started_at: str) -> st
             multipart_report,
         ),
         ("transfer", "SDK transfer functions vs curl (same presigned URLs)", transfer_report),
+        (
+            "hotpath",
+            "Small job hot path: the four handlers vs the 10-round-trip raw redis-py sequence",
+            hot_path_report,
+        ),
         ("cold", "Cold start per function", cold_report),
         ("presign", "Presign vs signing alone", presign_report),
     ]
@@ -434,7 +482,7 @@ def write_results(block: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--sections", default="presign,transfer,e2e,multipart,cold,redis")
+    parser.add_argument("--sections", default="presign,transfer,e2e,hotpath,multipart,cold,redis")
     parser.add_argument("--no-write", action="store_true", help="print, leave RESULTS.md alone")
     parser.add_argument("--json", type=Path, default=HERE / "plots" / "results.json")
     parser.add_argument(
@@ -493,6 +541,8 @@ def main() -> None:
         )
     if "multipart" in wanted:
         run_section("multipart", multipart_bench, results, timings)
+    if "hotpath" in wanted:
+        run_section("hotpath", hot_path_bench, results, timings)
     if "cold" in wanted:
         import bench_layer_cold_import
 
