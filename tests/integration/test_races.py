@@ -488,3 +488,139 @@ def test_given_a_purge_about_to_cancel_a_queued_job_when_a_daemon_takes_it_first
     assert answer.status == 200, answer.raw_body
     assert answer.json["cancelled"] == 0
     assert_left_running_and_redelivered(cp, job, lease)
+
+
+# -- races A and D (tests/races/FOUND.md): a requeue's '*' and an entry about to be dropped -------
+
+
+def lapsed_s3_job(cp: ControlPlane, s3_client) -> tuple[str, str]:
+    """An S3-tier job delivered to daemon a, its args object gone, its 1 s lease lapsed."""
+    ref = upload(cp, b"\x0d" * 2000)
+    job = cp.enqueue(ref=ref).json["job_id"]
+    lease = delivered(cp, job, daemon_id="a")["lease"]
+    s3_client.delete_object(Bucket=ref["bucket"], Key=ref["key"])
+    time.sleep(1.2)
+    return job, lease
+
+
+def assert_redelivered_when_its_daemon_dies(cp: ControlPlane, job: str, attempt: int) -> None:
+    """The job runs (attempt `attempt`) on an entry a lapsed lease lets another daemon take."""
+    assert cp.status(job).json["state"] == "running"
+    time.sleep(1.3)
+    again = cp.poll(daemon_id="c")
+    assert again.status == 200, f"the job was stranded: {again.status} {again.raw_body}"
+    assert (again.json["job_id"], again.json["attempt"]) == (job, attempt + 1)
+    assert cp.poll(daemon_id="d").status == 204
+
+
+def test_given_a_poll_that_took_back_a_lapsed_entry_when_the_lapsed_delivery_reports_payload_lost_then_the_job_runs_on_a_live_entry(
+    cp: ControlPlane, settings_env, monkeypatch, s3_client
+):
+    # Given: a lease of 1 s, an S3-tier job whose delivery (daemon a) lapsed, and a poll of
+    # daemon b that took its entry back (past the visibility timeout) and is paused before it
+    # starts the delivery
+    settings_env(VISIBILITY_TIMEOUT_S="1")
+    job, lease_a = lapsed_s3_job(cp, s3_client)
+    paused: list[Paused] = []
+    pause_first(monkeypatch, RedisJobStore, "start_delivery", paused)
+    polling = Paused(lambda: cp.poll(daemon_id="b"))
+    paused.append(polling)
+    polling.start()
+    # When: delivery a reports payload_lost (its lease is still the job's: accepted, the job
+    # requeued once), then the poll goes on
+    lost = cp.report(job, {"state": "payload_lost", "detail": "GET 404", "lease": lease_a})
+    assert lost.status == 204, lost.raw_body
+    got = polling.go()
+    # Then: the job is delivered again (attempt 2), and if that daemon dies it is delivered
+    # once more; before, the poll started it from the entry the report had deleted, and the
+    # report's new entry was dropped as a stale double: the job ran with no entry
+    assert got.status == 200, got.raw_body
+    assert (got.json["job_id"], got.json["attempt"]) == (job, 2)
+    assert_redelivered_when_its_daemon_dies(cp, job, 2)
+
+
+def test_given_a_payload_lost_report_that_appended_the_new_entry_when_a_poll_starts_the_job_from_the_old_one_then_that_one_is_kept(
+    cp: ControlPlane, settings_env, monkeypatch, s3_client
+):
+    # Given: a lease of 1 s, an S3-tier job whose delivery (daemon a) lapsed, and its
+    # payload_lost report paused once it appended the requeued job's new entry
+    settings_env(VISIBILITY_TIMEOUT_S="1")
+    job, lease_a = lapsed_s3_job(cp, s3_client)
+    paused: list[Paused] = []
+    pause_first(monkeypatch, RedisJobStore, "append", paused, after=True)
+    reporting = Paused(
+        lambda: cp.report(job, {"state": "payload_lost", "detail": "GET 404", "lease": lease_a})
+    )
+    paused.append(reporting)
+    reporting.start()
+    # When: daemon b's poll takes the old entry back and starts the job from it, then the
+    # report goes on
+    got = delivered(cp, job, daemon_id="b")
+    assert got["attempt"] == 2
+    assert reporting.go().status == 204
+    # Then: the entry b runs the job on is kept (the new one is the stale double): if b dies,
+    # the job is delivered again; before, the report deleted it
+    assert_redelivered_when_its_daemon_dies(cp, job, 2)
+
+
+def test_given_a_retry_between_a_failing_post_and_its_settle_when_a_poll_takes_the_old_entry_back_then_the_retried_job_runs_on_a_live_entry(
+    cp: ControlPlane, settings_env, monkeypatch
+):
+    # Given: a lease of 1 s, a running inline job whose daemon (a) posts an error, paused after
+    # the job slot made it failed and before the settle step drops its entry
+    settings_env(VISIBILITY_TIMEOUT_S="1")
+    job = cp.enqueue(raw=b"\x0e").json["job_id"]
+    delivered(cp, job, daemon_id="a")
+    in_post: list[Paused] = []
+    pause_first(monkeypatch, RedisJobStore, "settle", in_post)
+    post = Paused(lambda: cp.post_result(job, {"error": {"type": "ValueError", "message": "x"}}))
+    in_post.append(post)
+    post.start()
+    # And: a retry paused after its job-slot step (the job queued), before its namespace step
+    in_retry: list[Paused] = []
+    pause_first(monkeypatch, RedisJobStore, "requeue", in_retry)
+    retrying = Paused(lambda: retry(cp, job))
+    in_retry.append(retrying)
+    retrying.start()
+    # When: the old entry's visibility timeout passes and daemon b polls (taking it back),
+    # then the post and the retry go on
+    time.sleep(1.2)
+    first = cp.poll(daemon_id="b")
+    assert post.go().status == 204
+    retried = retrying.go()
+    assert (retried.status, (retried.json or {}).get("state")) == (200, "queued"), retried.raw_body
+    # Then: the retried job is delivered once (attempt 2) with its arguments, and if its daemon
+    # dies it is delivered again; before, b started it from the entry the settle then deleted,
+    # and the retry's own entry was dropped as a stale double
+    got = first if first.status == 200 else cp.poll(daemon_id="b")
+    assert got.status == 200, got.raw_body
+    assert (got.json["job_id"], got.json["attempt"]) == (job, 2)
+    assert base64.b64decode(got.json["payloadInline"]) == b"\x0e"
+    assert_redelivered_when_its_daemon_dies(cp, job, 2)
+
+
+def test_given_a_retry_before_a_failing_posts_settle_when_the_same_daemon_takes_the_old_entry_back_then_the_retried_job_runs_on_a_live_entry(
+    cp: ControlPlane, settings_env, monkeypatch
+):
+    # Given: a lease of 1 s, a running inline job whose daemon (a) posts an error, paused
+    # before the settle step drops its entry, and the job retried meanwhile (answered queued)
+    settings_env(VISIBILITY_TIMEOUT_S="1")
+    job = cp.enqueue(raw=b"\x0f").json["job_id"]
+    delivered(cp, job, daemon_id="a")
+    paused: list[Paused] = []
+    pause_first(monkeypatch, RedisJobStore, "settle", paused)
+    post = Paused(lambda: cp.post_result(job, {"error": {"type": "ValueError", "message": "x"}}))
+    paused.append(post)
+    post.start()
+    retried = retry(cp, job)
+    assert (retried.status, (retried.json or {}).get("state")) == (200, "queued"), retried.raw_body
+    # When: past the visibility timeout the same daemon (a) polls again and runs the retried
+    # job, and only then the post's settle goes on
+    time.sleep(1.2)
+    got = delivered(cp, job, daemon_id="a")
+    assert got["attempt"] == 2
+    assert base64.b64decode(got["payloadInline"]) == b"\x0f"
+    assert post.go().status == 204
+    # Then: if a dies now, the job is delivered again; before, the settle took a's entry for
+    # the failed delivery's own (same consumer) and replaced it under the running job
+    assert_redelivered_when_its_daemon_dies(cp, job, 2)

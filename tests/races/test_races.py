@@ -19,12 +19,7 @@ from tests.races.world import race_stack
 FOUND = sorted((Path(__file__).parent / "found").glob("*.json"))
 # Defects of issue 33 whose fix has not landed yet: their replays are expected to fail, each
 # for the named defect (the lead's list; remove an entry when its fix lands).
-NOT_FIXED_YET: dict[str, str] = {
-    "new-a-payload-lost-racing-a-redelivery": "race A of tests/races/FOUND.md (not fixed yet): a "
-    "lapsed delivery's payload_lost report racing the redelivery of the same entry",
-    "new-d-retry-between-complete-and-settle": "race D of tests/races/FOUND.md (not fixed yet): a "
-    "retry between a result post's complete and settle, and a poll taking the old entry back",
-}
+NOT_FIXED_YET: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")

@@ -27,6 +27,7 @@ JOB_SLOT = {
     "lifecycle_cancel",
     "operate_retry",
     "operate_purge",
+    "requeue_record",
 }
 
 

@@ -529,8 +529,11 @@ def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps)
         min_id = max(now_ms - deps.settings.retention_s * 1000, 0)
         # The script left the job queued with no entry of its own ('*'): whichever of its
         # entries a daemon takes first becomes the job's (a daemon blocked on this queue may
-        # take the new one at once), and a later delivery of the other one is dropped as stale.
-        deps.jobs.append(
+        # take the new one at once). The new one is then recorded as the job's, and only after
+        # that is the old one dropped: a poll that took the old one back (its lease lapsed)
+        # and started the job from it before the record keeps it, and the new one is the
+        # stale double (docs/design.md "Under races").
+        new_stream_id = deps.jobs.append(
             p.namespace,
             queue,
             job_id,
@@ -538,7 +541,13 @@ def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps)
             min_id_ms=min_id,
             blobs=entry.blobs if entry else b"",
         )
-        deps.jobs.drop_entry(p.namespace, queue, old_stream_id)
+        recorded = deps.jobs.record_requeue(
+            job_id, new_stream_id, lost=True, replaced=old_stream_id
+        )
+        if recorded == "kept":
+            deps.jobs.drop_entry(p.namespace, queue, new_stream_id)
+        else:
+            deps.jobs.drop_entry(p.namespace, queue, old_stream_id)
         logger.warning("payload lost, job requeued", extra={"queue": queue})
         return
     if isinstance(lost, LostForGood):

@@ -234,7 +234,7 @@ def _retry(
     if isinstance(started, RetryRefused):
         raise _refusal(job_id, started.state)
     min_id = max(now_ms - deps.settings.retention_s * 1000, 0)
-    deps.jobs.requeue(
+    appended = deps.jobs.requeue(
         namespace,
         started.queue,
         job_id,
@@ -243,6 +243,11 @@ def _retry(
         retries=started.retries,
         previous_entry=started.previous_entry,
     )
+    # The entry the retry runs on becomes the job's: until then (`x` = '*') a poll could take
+    # another of its entries, and never the one before the retry, which the settle step of its
+    # end may still drop (docs/design.md "Under races").
+    if appended or started.previous_entry:
+        deps.jobs.record_requeue(job_id, appended or started.previous_entry)
     if not started.resumed:
         metrics_count("JobsRetried", previous=job.state.value)
     logger.info(

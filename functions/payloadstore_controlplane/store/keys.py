@@ -19,8 +19,10 @@ live in the done list.
     q   queue name                            succeeded | failed | payload_lost |
     t   tier: i (inline) | s (S3)             payload_corrupt | cancelled
     a   deliveries so far (attempt)       x   id of the job's current queue stream entry;
-                                              '*' after a payload_lost requeue: the first of
-                                              its entries delivered becomes its entry
+                                              '*' from a payload_lost requeue or a retry until
+                                              requeue_record.lua names its entry: the first
+                                              of its entries delivered becomes its entry
+                                              (never a retry's `rq`)
     ca  enqueued at, ms since epoch       ua  last state change, ms since epoch
     pz  args size (bytes)                 rz  result size (issued at result presign)
     pc  args content type, only when      rc  result content type, only when not

@@ -5,11 +5,12 @@
 -- ARGV[1]  max_requeues   ARGV[2] digest   ARGV[3] now_ms   ARGV[4] ttl_s
 -- ARGV[5]  error JSON     ARGV[6] lease
 --
--- running -> queued (requeue, up to max_requeues: the caller then appends a new entry and
--- drops the old one) or running -> payload_lost. A requeue sets `x` to '*' here, in the same
--- step: whichever of the job's entries is delivered first becomes its entry, so a daemon
--- blocked on the queue that takes the new entry before anything else happens runs the job
--- (it is never taken for a stale double). The requeueing lease stays in `lt` (the job is not
+-- running -> queued (requeue, up to max_requeues: the caller then appends a new entry, records
+-- it as the job's (requeue_record.lua) and drops the old one, or the new one if a poll started
+-- the job from the old one first) or running -> payload_lost. A requeue sets `x` to '*' here,
+-- in the same step: whichever of the job's entries is delivered first becomes its entry, so a
+-- daemon blocked on the queue that takes the new entry before anything else happens runs the
+-- job (it is never taken for a stale double). The requeueing lease stays in `lt` (the job is not
 -- running, so it finishes nothing) so that this script re-sent after a lost reply answers
 -- 'requeue' again: the caller's append is then done, and a doubled entry is dropped as stale.
 -- Returns {'missing'} | {'legacy'} | {'same', entry_id, queue, state, retries}

@@ -183,7 +183,9 @@ class DeliverySteps(StoreBase):
                 return Delivered(attempt=int(attempt), tier=tier, args=args)
             case "stale":
                 return StaleEntry()
-            case "leased":
+            case "leased" | "wait":
+                # 'wait': a retried job's entry before the retry, not yet the retry's: left
+                # pending as a live lease's is (delivery_start.lua).
                 return Leased()
             case "terminal":
                 return Ended(reply[1], retries=number(reply[2]) if len(reply) > 2 else 0)

@@ -12,12 +12,18 @@
 -- (`lx`) and the consumer holding the entry (`d`); the attempt count `a` goes up by one.
 -- queued|running -> cancelled when a cancel was requested (`cr`); -> failed past max_deliveries
 -- deliveries since the last retry (`a` - `ab`). A delivery ends a retry's `rq`.
--- The entry must be the job's current one (`x`), or `x` is '*' (requeued after payload_lost:
--- whichever of its entries is delivered first becomes the job's).
+-- The entry must be the job's current one (`x`), or `x` is '*' (requeued after payload_lost or
+-- a retry, until requeue_record.lua names the requeue's entry: whichever of its entries is
+-- delivered first becomes the job's) -- but never a retried job's `rq`, the entry of the end it
+-- was retried from, while `x` is '*': that end's settle step may still drop it (a poll that
+-- took it back after the visibility timeout would run the job on a deleted entry). Such an
+-- entry is answered 'wait' and left pending: the retry's entry runs the job, or, once the
+-- retry relies on this one and records it, it is taken back again after the timeout.
 -- The hash lives at least RESULT_TTL_S past the lease's expiry: a job that waited long in its
 -- queue does not vanish while it runs (heartbeats move this on).
 -- Re-sent with the same lease (a reply lost to a timeout): answered as the first time.
 -- Returns {'missing'} | {'legacy'} | {'terminal', state, retries} | {'stale'} | {'leased'}
+--       | {'wait'}
 --       | {'cancelled', retries} | {'limit', deliveries, retries}
 --       | {'ok', attempt, tier, pz, pc, ph hex, pb, pm hex}   (retries: `rt`, for the ended-jobs
 --         index)
@@ -45,6 +51,7 @@ if s ~= 'queued' and s ~= 'running' then
 end
 local x = redis.call('HGET', KEYS[1], 'x')
 if x and x ~= ARGV[1] and x ~= '*' then return {'stale'} end
+if x == '*' and redis.call('HGET', KEYS[1], 'rq') == ARGV[1] then return {'wait'} end
 if s == 'running' and redis.call('HGET', KEYS[1], 'lt') == ARGV[7] then
   return args_facts(tonumber(redis.call('HGET', KEYS[1], 'a')))
 end

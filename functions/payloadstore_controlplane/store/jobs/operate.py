@@ -10,10 +10,12 @@ index entry of a job retried since (its `rt` moved on) is skipped.
 
 A retry is the job slot first (operate_retry.lua: the job is `queued` with `x` = '*' and `rq`
 = its entry before), then the namespace slot (operate_requeue.lua: the job gets exactly one
-deliverable entry: its previous one if still in the stream, else one appended from the args and
-blob list kept when it ended; a record says which, so a retry sent again adds nothing). A crash
-in between leaves the job queued with `rq` set and no entry: the client's retry of the retry is
-answered 'resume' and does the namespace step then."""
+deliverable entry: its previous one if still in the stream and no daemon holds it, else one
+appended from that entry's fields or from the args and blob list kept when it ended; a record
+says which, so a retry sent again adds nothing), then the job slot again (requeue_record.lua:
+that entry becomes the job's `x`, so no other can start it). A crash in between leaves the job
+queued with `rq` set: the client's retry of the retry is answered 'resume' and does the
+remaining steps then."""
 
 from __future__ import annotations
 
@@ -215,6 +217,19 @@ class OperateSteps(StoreBase):
             case "stale":
                 return StaleEntry()
         return Missing()
+
+    def record_requeue(
+        self, job_id: str, entry_id: str, *, lost: bool = False, replaced: str = ""
+    ) -> str:
+        """Name the requeue's entry as the job's (requeue_record.lua): a retry's once
+        operate_requeue gave it one, a payload_lost requeue's (`lost`; `replaced`: the entry it
+        drops, '' none known) once appended. 'recorded' | 'kept' (the job runs on `replaced`: drop the new entry, keep
+        that one) | 'moved' (a delivery since) | 'missing'."""
+        mode = "lost" if lost else "retry"
+        reply = self._run_on_job(
+            "requeue_record", job_id, [keys.job(job_id)], [entry_id, mode, replaced]
+        )
+        return reply[0]
 
     def requeue(
         self,

@@ -17,8 +17,13 @@
 -- 1. This retry's record exists (a retry sent again, or this script re-sent): nothing more is
 --    done, its answer is given again. A second entry would have no args left to carry.
 -- 2. The job's previous entry is still in the stream (its end not settled yet, or it never was
---    delivered): that entry runs the retry (`x` is '*'); the settle step that drops it, if a
---    daemon had taken it, appends the retry's entry from it (completion_settle.lua).
+--    delivered). In a pending list (a daemon took it: the delivery that ended, or a poll that
+--    found the job ended or took it back after its visibility timeout): the retry's entry is
+--    appended from its fields (`j`, `b`, `B`) and the settle step of the end drops the old one
+--    (the record names the new one); a poll holding it never starts the retry from it
+--    (delivery_start.lua answers 'wait', then 'stale' once requeue_record.lua named the new
+--    one). Else (cancelled while queued, never taken): that entry runs the retry; a settle
+--    step that finds it taken since leaves it to its delivery (completion_settle.lua).
 -- 3. The end was settled (kept args or kept blob list exist): an entry is appended from them
 --    (as enqueue_append: a queue is created with its group at its first entry), and they go.
 -- 4. No entry id known and nothing settled: the job's entry is still in the stream, somewhere
@@ -40,9 +45,17 @@ local function record(what)
   redis.call('SET', KEYS[5], ARGV[6] .. ' ' .. what, 'PX', ARGV[8])
 end
 local prev = ARGV[7]
-if prev ~= '' and redis.call('XRANGE', KEYS[1], prev, prev)[1] then
-  record('=' .. prev)
-  return ''
+local rows = prev ~= '' and redis.call('XRANGE', KEYS[1], prev, prev) or {}
+if rows[1] then
+  local p = redis.pcall('XPENDING', KEYS[1], ARGV[3], prev, prev, 1)
+  if not (type(p) == 'table' and not p.err and p[1] ~= nil) then
+    record('=' .. prev)
+    return ''
+  end
+  local id = redis.call('XADD', KEYS[1], 'MINID', '~', ARGV[1], '*', unpack(rows[1][2]))
+  redis.call('SADD', KEYS[2], ARGV[2])
+  record(id)
+  return id
 end
 local args = redis.call('GET', KEYS[3])
 local blobs = redis.call('GET', KEYS[4])

@@ -6,10 +6,11 @@
 -- ARGV[4]  the states it may leave, comma-separated (e.g. 'failed,payload_lost,cancelled')
 --
 -- failed|payload_lost|payload_corrupt|cancelled -> queued, with `x` = '*' (whichever of its
--- entries is delivered first becomes its entry, as after a payload_lost requeue) and `rq` = the
--- job's entry id before the retry (1: it had none of its own) until that delivery; the caller
--- then appends an entry, or relies on that one if it is still in the stream
--- (operate_requeue.lua). Kept: the id, `ca`, `a` (attempts go on counting), the result issue;
+-- entries is delivered first becomes its entry, as after a payload_lost requeue, but never
+-- `rq`: delivery_start.lua) and `rq` = the job's entry id before the retry (1: it had none of
+-- its own) until that delivery; the caller then appends an entry, or relies on that one if it
+-- is still in the stream and no daemon holds it (operate_requeue.lua), and records the entry
+-- as the job's `x` (requeue_record.lua). Kept: the id, `ca`, `a` (attempts go on counting), the result issue;
 -- `ab` = `a` so the delivery cap counts again from here; `rt` goes up by one. Dropped: the
 -- outcome (`g`, `rk`, the done list), `cr`, `l`, `lx`, `d`. The hash lives at least ttl_s from
 -- now. A retry of a job still queued from a retry (`rq`) is answered 'resume' with the same
