@@ -59,6 +59,7 @@ from .errors import (
     JobNotFound,
     LeaseMismatch,
     NotRetryable,
+    PayloadConsumed,
     PayloadLost,
     PayloadTooLarge,
     PolicyMismatch,
@@ -579,6 +580,9 @@ CODE_ERRORS: dict[str, ErrorFactory] = {
     "inline_unavailable": InlineUnavailable,
     "inline_never": InlineNever,
     "policy_mismatch": PolicyMismatch,
+    # retention `consume`: a result read past its grace, a succeeded job's arguments (410)
+    "result_consumed": PayloadConsumed,
+    "arguments_consumed": PayloadConsumed,
     "storage_error": ServiceUnavailable,
     "internal_error": ServiceUnavailable,
 }
@@ -611,7 +615,7 @@ def error_for(call: Call[Any], response: httpx.Response) -> Exception:
         or status_error(status)
     )
     error = factory(text, status=status, code=code)
-    if isinstance(error, ApiError):
+    if isinstance(error, (ApiError, PayloadConsumed)):
         error.details = error_details(response)
     return error
 
@@ -1096,6 +1100,9 @@ def presign_get(namespace: str, key: str, *, job_id: str | None = None) -> Call[
 
         return factory
 
+    def consumed(text: str, **kw: Any) -> Exception:
+        return PayloadConsumed(text, job_id=job_id, key=key, **kw)
+
     never_issued, expired = lost("unknown to the control plane"), lost("past retention")
     return Call(
         "POST",
@@ -1103,7 +1110,14 @@ def presign_get(namespace: str, key: str, *, job_id: str | None = None) -> Call[
         "presign download",
         parse_download_grant,
         json={"op": "get", "key": key},
-        errors={"not_found": never_issued, "gone": expired, 404: never_issued, 410: expired},
+        errors={
+            "not_found": never_issued,
+            "gone": expired,
+            "result_consumed": consumed,
+            "arguments_consumed": consumed,
+            404: never_issued,
+            410: expired,
+        },
     )
 
 
@@ -1213,6 +1227,12 @@ def job_status(namespace: str, job_id: str) -> Call[JobStatus]:
 
 
 def job_result(namespace: str, job_id: str, *, wait_s: float) -> Call[ResultAnswer]:
+    """`GET .../jobs/{id}/result`; 410 `result_consumed` (retention `consume`, a re-read past
+    the first read's grace) raises `PayloadConsumed`."""
+
+    def consumed(text: str, **kw: Any) -> Exception:
+        return PayloadConsumed(text, job_id=job_id, **kw)
+
     return Call(
         "GET",
         ns_path(namespace, f"/jobs/{job_id}/result"),
@@ -1221,7 +1241,7 @@ def job_result(namespace: str, job_id: str, *, wait_s: float) -> Call[ResultAnsw
         ok=frozenset({200, 202}),
         params={"wait": f"{wait_s:g}"},
         timeout_s=wait_s + 20.0,
-        errors=_job_errors(),
+        errors={**_job_errors(), "result_consumed": consumed},
     )
 
 

@@ -673,7 +673,10 @@ def show_payload(name: str, stored, client: Client) -> None:
         line.append(str(facts["content_type"]))
     click.echo(" ".join(line))
     if facts.get("gone"):
-        why = {"not_kept": "not kept (an inline job's arguments are freed when it succeeds)"}
+        why = {
+            "not_kept": "not kept (an inline job's arguments are freed when it succeeds)",
+            "consumed": "consumed (retention consume deleted the object)",
+        }
         click.echo("  " + why.get(facts["gone"], f"gone: {facts['gone']}"))
     elif facts.get("preview_error"):
         click.echo(f"  (no preview: {facts['preview_error']})")

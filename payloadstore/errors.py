@@ -189,6 +189,39 @@ class PayloadLost(PayloadError):
     """The stored object is gone (S3 404, or past the 48 h retention)."""
 
 
+class PayloadConsumed(PayloadLost):
+    """410 `result_consumed` / `arguments_consumed`: the namespace's retention is `consume` and
+    the payload was deleted on purpose: a result read once, whose grace (CONSUME_RESULT_GRACE_S,
+    5 minutes by default) is over, or the arguments of a job that succeeded. Read a result
+    within the grace, or keep it when you first read it. A `PayloadLost`, so code that handles
+    a lost payload handles this one too."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        job_id: str | None = None,
+        key: str | None = None,
+        status: int | None = None,
+        code: str | None = None,
+    ):
+        super().__init__(message, job_id=job_id, key=key)
+        self.status = status
+        self.code = code
+        #: the error body's fields beyond code and message (`reason`, `deleted_at`)
+        self.details: dict = {}
+
+    @property
+    def reason(self) -> str | None:
+        """`result_consumed` or `arguments_consumed`."""
+        return self.details.get("reason") or self.code
+
+    @property
+    def deleted_at(self) -> str | None:
+        """When the object was deleted (ISO 8601, UTC)."""
+        return self.details.get("deleted_at")
+
+
 class JobFailed(PayloadStoreError):
     """The job's function raised on the daemon; carries the remote exception as reported."""
 

@@ -111,7 +111,11 @@ PRESIGN = Route(
         200: ("PresignPutResponse|PresignGetResponse", "a presigned PUT (op=put) or GET"),
         404: ("ErrorResponse", "no such job, or a key never issued to this namespace"),
         409: ERROR,
-        410: ("ErrorResponse", "the key is past retention"),
+        410: (
+            "ErrorResponse",
+            "the key is past retention (gone), or retention consume deleted it "
+            "(result_consumed, arguments_consumed)",
+        ),
         413: ("ErrorResponse", "size over MAX_PAYLOAD_BYTES"),
         429: ("ErrorResponse", "past MAX_PRESIGNS_PER_JOB for this job"),
     },
@@ -190,6 +194,10 @@ RESULT_GET = Route(
         200: ("ResultResponse", "the result, or the terminal failure"),
         202: ("ResultResponse", "still queued or running after the wait"),
         404: ERROR,
+        410: (
+            "ErrorResponse",
+            "result_consumed: retention consume deleted the result, read past its grace",
+        ),
     },
 )
 CANCEL = Route(

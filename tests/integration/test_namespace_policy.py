@@ -231,6 +231,71 @@ def test_consume_deletes_a_succeeded_jobs_args_and_a_read_result(consume_ns, s3_
     assert not _exists(s3_client, bucket, result_ref["key"])
 
 
+def test_consume_a_re_read_past_the_grace_is_410_result_consumed(
+    consume_ns, s3_client, monkeypatch
+):
+    from payloadstore_controlplane.runtime import clock
+
+    # Given a `consume` namespace's job that succeeded (args grace 0 s, result grace 1 s here)
+    args_ref, result_ref, job_id = _succeed_through_s3(consume_ns, b"A" * 400, b"R" * 500)
+    bucket = args_ref["bucket"]
+    real_now = clock.now()
+    monkeypatch.setattr(clock, "now", lambda: real_now)
+    # When the client reads the result, then reads it again and presigns it within the grace
+    assert consume_ns.result(job_id).status == 200
+    again = consume_ns.result(job_id)
+    # Then the re-read still downloads the bytes
+    assert again.status == 200, again.raw_body
+    assert requests.get(again.json["download"]["url"], timeout=30).content == b"R" * 500
+    assert consume_ns.presign_get(result_ref["key"], role="client").status == 200
+    # And the succeeded job's arguments (grace 0 s) are refused as consumed, not presigned
+    args = consume_ns.presign_get(args_ref["key"], role="client")
+    assert args.status == 410, args.raw_body
+    assert args.error["code"] == "arguments_consumed"
+    assert args.error["reason"] == "arguments_consumed"
+    # When the grace is over and the scheduled function deleted the result object
+    monkeypatch.setattr(clock, "now", lambda: real_now + 2)
+    _run_scheduled()
+    assert not _exists(s3_client, bucket, result_ref["key"])
+    # Then a re-read of the result answers 410 result_consumed, saying when it was deleted
+    late = consume_ns.result(job_id)
+    assert late.status == 410, late.raw_body
+    assert late.error["code"] == "result_consumed"
+    assert late.error["reason"] == "result_consumed"
+    assert "consumed" in late.error["message"] and late.error["deleted_at"].endswith("Z")
+    # And a presign of its key too: no URL to an object that is not there
+    for role in ("client", "daemon"):
+        presigned = consume_ns.presign_get(result_ref["key"], role=role)
+        assert presigned.status == 410, presigned.raw_body
+        assert presigned.error["code"] == "result_consumed"
+    # And the operators' view shows both as consumed, references kept, no download
+    view = consume_ns.call(
+        "jobs",
+        "GET",
+        "/v1/namespaces/{ns}/jobs/{job_id}/payloads",
+        {"ns": consume_ns.ns, "job_id": job_id},
+    ).json
+    assert view["args"]["gone"] == "consumed" and "download" not in view["args"]
+    assert (
+        view["result"]["gone"] == "consumed" and view["result"]["ref"]["key"] == result_ref["key"]
+    )
+
+
+def test_consume_a_result_never_read_is_not_refused(consume_ns, monkeypatch):
+    from payloadstore_controlplane.runtime import clock
+
+    # Given a `consume` job that succeeded, its result not read yet
+    _, result_ref, job_id = _succeed_through_s3(consume_ns, b"A" * 400, b"R" * 500)
+    real_now = clock.now()
+    # When an hour passes and the scheduled function runs (the read starts the grace, not the end)
+    monkeypatch.setattr(clock, "now", lambda: real_now + 3600)
+    _run_scheduled()
+    # Then the first read gets its result
+    first = consume_ns.result(job_id)
+    assert first.status == 200, first.raw_body
+    assert requests.get(first.json["download"]["url"], timeout=30).content == b"R" * 500
+
+
 def test_consume_keeps_a_failed_jobs_args_for_a_retry(consume_ns, s3_client):
     # Given a `consume` job that failed
     ref = upload(consume_ns, b"F" * 400)

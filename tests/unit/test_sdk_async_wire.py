@@ -9,7 +9,13 @@ import inspect
 import httpx
 import pytest
 
-from payloadstore import InlineUnavailable, JobNotFound, RetryPolicy, ServiceUnavailable
+from payloadstore import (
+    InlineUnavailable,
+    JobNotFound,
+    PayloadConsumed,
+    RetryPolicy,
+    ServiceUnavailable,
+)
 from payloadstore._async_wire import AsyncWire
 from payloadstore._wire import Enqueued, Wire
 
@@ -74,6 +80,8 @@ def test_given_a_dropped_connection_and_a_503_when_enqueueing_async_then_retried
     [
         (404, "not_found", lambda w: w.job_status("J9"), JobNotFound),
         (503, "inline_unavailable", lambda w: w.post_result("J1", inline=b"x"), InlineUnavailable),
+        (410, "result_consumed", lambda w: w.job_result("J1", wait_s=0), PayloadConsumed),
+        (410, "arguments_consumed", lambda w: w.presign_get("k0", job_id="J1"), PayloadConsumed),
     ],
 )
 def test_given_an_error_code_when_sent_async_then_the_same_typed_error_as_sync(

@@ -19,6 +19,7 @@ from payloadstore import (
     InvalidRequest,
     JobNotFound,
     LeaseMismatch,
+    PayloadConsumed,
     PayloadLost,
     RetryPolicy,
     ServiceUnavailable,
@@ -324,6 +325,39 @@ def test_given_presign_get_of_an_unknown_or_expired_key_when_asking_then_payload
     assert (info.value.key, info.value.job_id) == ("k1", "J1")
     with pytest.raises(PayloadLost, match="past retention"):
         wire.presign_get("k1")
+
+
+def test_given_a_consumed_result_or_arguments_when_read_again_then_payload_consumed():
+    # Given a control plane answering 410 result_consumed / arguments_consumed (retention consume)
+    body = {
+        "error": {
+            "code": "result_consumed",
+            "message": "the result of job J1 was consumed",
+            "reason": "result_consumed",
+            "deleted_at": "2026-12-03T15:00:00Z",
+        }
+    }
+    rec = Recorder(
+        httpx.Response(410, json=body),
+        httpx.Response(410, json=body),
+        error(410, "arguments_consumed", "the arguments of job J1 were consumed"),
+    )
+    wire = wire_with(rec)
+    # When the result is read again, and its key presigned
+    with pytest.raises(PayloadConsumed, match="was consumed") as read:
+        wire.job_result("J1", wait_s=0)
+    with pytest.raises(PayloadConsumed) as presign:
+        wire.presign_get("k1", job_id="J1")
+    with pytest.raises(PayloadConsumed) as args:
+        wire.presign_get("k0", job_id="J1")
+    # Then each is a PayloadConsumed (a PayloadLost) naming the job, the key and the reason,
+    # answered once (a 410 is final, never retried)
+    assert isinstance(read.value, PayloadLost) and read.value.job_id == "J1"
+    assert read.value.reason == "result_consumed" and read.value.status == 410
+    assert read.value.deleted_at == "2026-12-03T15:00:00Z"
+    assert (presign.value.key, presign.value.reason) == ("k1", "result_consumed")
+    assert (args.value.key, args.value.reason) == ("k0", "arguments_consumed")
+    assert len(rec.requests) == 3
 
 
 @pytest.mark.parametrize(

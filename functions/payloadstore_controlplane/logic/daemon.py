@@ -357,7 +357,9 @@ def _consume_args(p: Principal, job_id: str, outcome: object, deps: Deps) -> Non
     if p.policy.consume and isinstance(outcome, Completed) and outcome.state is JobStatus.SUCCEEDED:
         schedule_consume(
             p.namespace,
-            [key_for(job_id, PayloadKind.ARGS)],
+            job_id,
+            PayloadKind.ARGS,
+            key_for(job_id, PayloadKind.ARGS),
             deps.settings.consume_args_grace_s,
             deps,
         )

@@ -14,6 +14,7 @@ from ..models.domain import JobStatus, PayloadKind, Tier
 from ..store.records import JobRecord
 from .context import Deps, Principal, load_job, payload_ref
 from .downloads import download_for
+from .policy import consumed_at_ms
 
 
 def _args(job: JobRecord, deps: Deps) -> PayloadView:
@@ -21,6 +22,10 @@ def _args(job: JobRecord, deps: Deps) -> PayloadView:
         ref = payload_ref(job.job_id, PayloadKind.ARGS, job.args, deps)
         if ref is None:
             return PayloadView(tier="s3", gone="not_uploaded")
+        if consumed_at_ms(job, PayloadKind.ARGS, deps) is not None:
+            return PayloadView(
+                tier="s3", size=ref.size, contentType=ref.contentType, ref=ref, gone="consumed"
+            )
         return PayloadView(
             tier="s3",
             size=ref.size,
@@ -47,6 +52,10 @@ def _result(job: JobRecord, deps: Deps) -> PayloadView | None:
             ref = payload_ref(job.job_id, PayloadKind.RESULT, job.result_issue, deps)
             if ref is None:
                 return None
+            if consumed_at_ms(job, PayloadKind.RESULT, deps) is not None:
+                return PayloadView(
+                    tier="s3", size=ref.size, contentType=ref.contentType, ref=ref, gone="consumed"
+                )
             return PayloadView(
                 tier="s3",
                 size=ref.size,

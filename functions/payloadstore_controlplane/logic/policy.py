@@ -4,7 +4,10 @@ deletions of retention `consume` (drained by the scheduled function, handlers/me
 
 from __future__ import annotations
 
-from ..models.errors import InlineNever, PolicyMismatch
+import time
+
+from ..models.domain import PayloadKind
+from ..models.errors import ArgumentsConsumed, InlineNever, PolicyMismatch, ResultConsumed
 from ..models.policy import (
     RETENTION_TAG,
     SSE_KMS,
@@ -13,6 +16,7 @@ from ..models.policy import (
     upload_headers,
 )
 from ..observability import logger, metrics_count
+from ..store.records import JobRecord
 from ..store.s3_objects import ObjectInfo
 from .context import Deps, Principal
 
@@ -71,16 +75,55 @@ def _mismatch(key: str, detail: str) -> None:
     )
 
 
-def schedule_consume(namespace: str, keys: list[str], delay_s: float, deps: Deps) -> None:
-    """Record S3 keys of a `consume` namespace for deletion `delay_s` from now (the scheduled
-    function deletes what is due). A key already scheduled keeps its first time: a re-read of a
-    result within the grace does not push its deletion back."""
-    if not keys:
-        return
+# The job hash field that remembers when a consumed payload is deleted (store/keys.py).
+_DELETED_FIELD = {PayloadKind.ARGS: "pd", PayloadKind.RESULT: "rd"}
+
+
+def schedule_consume(
+    namespace: str, job_id: str, kind: PayloadKind, key: str, delay_s: float, deps: Deps
+) -> None:
+    """Record the S3 key of a `consume` namespace's job for deletion `delay_s` from now (the
+    scheduled function deletes what is due), and the same time on the job's hash, which answers
+    a read past it (`refuse_consumed`). A key already scheduled keeps its first time: a re-read
+    of a result within the grace does not push its deletion back."""
     due_ms = int((deps.clock() + delay_s) * 1000)
-    deps.jobs.schedule_deletions(namespace, keys, due_ms)
+    deps.jobs.schedule_deletions(namespace, [key], due_ms)
+    deps.jobs.mark_consumed(job_id, _DELETED_FIELD[kind], due_ms)
     logger.info(
-        "consume scheduled", extra={"namespace": namespace, "keys": len(keys), "in_s": delay_s}
+        "consume scheduled",
+        extra={"namespace": namespace, "job_id": job_id, "kind": kind.value, "in_s": delay_s},
+    )
+
+
+def consumed_at_ms(job: JobRecord, kind: PayloadKind, deps: Deps) -> int | None:
+    """When the job's payload of `kind` was deleted by retention `consume` (its grace is over),
+    or None while it is kept (never scheduled, or still within the grace)."""
+    due_ms = job.args_deleted_ms if kind is PayloadKind.ARGS else job.result_deleted_ms
+    if due_ms is None or deps.clock() * 1000 < due_ms:
+        return None
+    return due_ms
+
+
+def refuse_consumed(job: JobRecord, kind: PayloadKind, deps: Deps) -> None:
+    """410 result_consumed / arguments_consumed once the payload's grace is over: its object is
+    deleted (or about to be, by the next scheduled run), so a download URL would only find
+    nothing. Answered from the job's hash: no S3 call."""
+    due_ms = consumed_at_ms(job, kind, deps)
+    if due_ms is None:
+        return
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(due_ms / 1000))
+    if kind is PayloadKind.RESULT:
+        raise ResultConsumed(
+            f"the result of job {job.job_id} was consumed: it was read, and its object was "
+            f"deleted at {when} (retention consume, CONSUME_RESULT_GRACE_S after the first read)",
+            reason="result_consumed",
+            deleted_at=when,
+        )
+    raise ArgumentsConsumed(
+        f"the arguments of job {job.job_id} were consumed: the job succeeded, and their object "
+        f"was deleted at {when} (retention consume)",
+        reason="arguments_consumed",
+        deleted_at=when,
     )
 
 

@@ -39,7 +39,7 @@ from .context import Deps, Principal, find_job, issue_record
 from .guard import refuse_enqueue
 from .lifecycle import lease_mismatch
 from .payload_keys import key_for, parse_key
-from .policy import policy_headers
+from .policy import policy_headers, refuse_consumed
 
 # A CRC64NVME multipart presign answers the URLs of this many first parts with the upload: at
 # the default part size (16 MiB) an upload up to 1 GiB needs no parts call at all.
@@ -369,6 +369,10 @@ def presign_get(p: Principal, req: PresignRequest, deps: Deps) -> PresignGetResp
     if now - issued.issued_at > retention:
         # S3's lifecycle rounds to midnight UTC, so the object may linger: refuse it anyway.
         raise Gone(f"key is past the {retention // 3600} h retention")
+    # Retention `consume`: the object of a succeeded job's arguments, or of a result read past
+    # its grace, is deleted: 410 arguments_consumed / result_consumed, not a URL to nothing.
+    if job is not None:
+        refuse_consumed(job, kind, deps)
     url = deps.objects.presign_get(issued.key)
     metrics_count("Presigns", op="get")
     return PresignGetResponse(url=url, expires_at=iso_utc(now + deps.settings.presign_ttl_s))

@@ -14,7 +14,7 @@ from ..store.records import JobRecord
 from .blobs import downloads
 from .context import Deps, Principal, load_job, payload_ref
 from .downloads import download_for
-from .policy import schedule_consume
+from .policy import refuse_consumed, schedule_consume
 
 
 def _done_value(job: JobRecord, deps: Deps) -> bytes | None:
@@ -74,11 +74,22 @@ def get_result(p: Principal, job_id: str, wait_s: float, deps: Deps) -> ResultRe
     if not state.terminal:
         return ResultResponse(job_id=job_id, state=state)
     inline = _done_value(job, deps) if job.result_kind == "i" else None
+    if job.result_kind == "s":
+        # Retention `consume`: past the grace of the first read the object is deleted: 410
+        # result_consumed (from the hash; whatever the namespace's policy is now).
+        refuse_consumed(job, PayloadKind.RESULT, deps)
     ref = _result_ref(job, deps)
     if ref is not None and p.policy.consume:
         # Retention `consume`: the first complete read starts the result's grace; a re-read
-        # within it works (the time is the first read's: ZADD NX).
-        schedule_consume(p.namespace, [ref.key], deps.settings.consume_result_grace_s, deps)
+        # within it works (the time is the first read's: ZADD NX, HSETNX).
+        schedule_consume(
+            p.namespace,
+            job_id,
+            PayloadKind.RESULT,
+            ref.key,
+            deps.settings.consume_result_grace_s,
+            deps,
+        )
     return ResultResponse(
         job_id=job_id,
         state=state,

@@ -665,7 +665,8 @@ class PayloadView(OmitsNull):
         None,
         description=(
             "why nothing is there: not_kept (a succeeded inline job's arguments are freed at "
-            "its end), not_uploaded, expired"
+            "its end), not_uploaded, expired, consumed (retention consume deleted the object: "
+            "the reference is shown, no download)"
         ),
     )
 

@@ -66,6 +66,19 @@ class Gone(PayloadStoreError):
     status, code = 410, "gone"
 
 
+class ResultConsumed(Gone):
+    """Retention `consume`: the result was read and its grace (CONSUME_RESULT_GRACE_S) is
+    over, so its object is deleted: a re-read has nothing to download."""
+
+    code = "result_consumed"
+
+
+class ArgumentsConsumed(Gone):
+    """Retention `consume`: the job succeeded and its arguments' object is deleted."""
+
+    code = "arguments_consumed"
+
+
 class PayloadTooLarge(PayloadStoreError):
     status, code = 413, "payload_too_large"
 

@@ -44,6 +44,9 @@ live in the done list.
     ab  deliveries before the last retry (the delivery cap counts `a` - `ab` of them)
     rq  from a retry until the job's next delivery: the job's entry id before the retry, or 1
         when it had none of its own (a repeated retry is answered 'resume')
+    pd  retention `consume`: when the    rd  retention `consume`: when the result
+        args object is deleted (ms),          object is deleted (ms), set at its first
+        set at the job's success              complete read (consume_mark.lua)
 
 Leases and cancel: `lt` lease token of the current delivery (kept after a payload_lost requeue,
 so a re-sent report is answered as the first), `lx` lease expiry (ms), `d` the consumer holding

@@ -77,6 +77,10 @@ class JobRecord:
     args_size: int | None = None
     # The blobs the accepted result references (hash fields rb0, rb1, ...), hex.
     result_blobs: tuple[str, ...] = ()
+    # Retention `consume`: when the arguments (`pd`) and the result (`rd`) object are deleted,
+    # ms since epoch (None: not scheduled).
+    args_deleted_ms: int | None = None
+    result_deleted_ms: int | None = None
 
 
 @dataclass(frozen=True)

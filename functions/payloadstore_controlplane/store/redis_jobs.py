@@ -106,6 +106,8 @@ def decode_job(
         retries=number(f.get("rt")),
         args_size=number(f.get("pz"), 0) or None,
         result_blobs=_result_blobs(f),
+        args_deleted_ms=number(f.get("pd"), 0) or None,
+        result_deleted_ms=number(f.get("rd"), 0) or None,
     )
 
 

@@ -1,7 +1,8 @@
 """Namespace policies in Redis: the due deletions of retention `consume` namespaces
 (keys.consume_due, plain sorted-set commands on the namespace's slot), and the longer life of a
-finished job of a `7d`/`30d` namespace (EXPIRE of its hash and done list, the job's slot). No
-script: each step is one command, or two on one slot."""
+finished job of a `7d`/`30d` namespace (EXPIRE of its hash and done list, the job's slot). Each
+step is one command, or two on one slot, but the mark of a consumed payload on its job's hash
+(consume_mark.lua: only on a hash that exists)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,11 @@ class ConsumeSteps(StoreBase):
         """Record S3 keys for deletion at due_ms; a key already recorded keeps its time (NX)."""
         if object_keys:
             self._r.zadd(keys.consume_due(namespace), dict.fromkeys(object_keys, due_ms), nx=True)
+
+    def mark_consumed(self, job_id: str, field: str, due_ms: int) -> None:
+        """Record on the job's hash (`pd` arguments, `rd` result) when its payload is deleted;
+        the first time stays. Reads past it answer 410 from the hash alone."""
+        self._run("consume_mark", [keys.job(job_id)], [field, due_ms])
 
     def due_deletions(self, namespace: str, now_ms: int, limit: int) -> list[str]:
         """Up to `limit` keys due by now_ms, oldest first."""
