@@ -113,8 +113,7 @@ PRESIGN = Route(
         409: ERROR,
         410: (
             "ErrorResponse",
-            "the key is past retention (gone), or retention consume deleted it "
-            "(result_consumed, arguments_consumed)",
+            "gone: past retention; result_consumed, arguments_consumed: deleted (consume)",
         ),
         413: ("ErrorResponse", "size over MAX_PAYLOAD_BYTES"),
         429: ("ErrorResponse", "past MAX_PRESIGNS_PER_JOB for this job"),

@@ -395,3 +395,41 @@ def test_a_daemon_whose_policy_changes_before_its_result_post_uploads_it_again(
     ref = job.status().result_ref
     head = s3_client.head_object(Bucket=ref["bucket"], Key=ref["key"])
     assert (head["ServerSideEncryption"], head["SSEKMSKeyId"]) == ("aws:kms", LOCAL_KMS_KEY_ARN)
+
+
+def test_a_consumed_result_read_past_its_grace_raises_payload_consumed(
+    start_local_gateway, ssm_client
+):
+    import asyncio
+
+    from payloadstore import AsyncClient, PayloadConsumed
+
+    # Given a stack whose results are consumed 1 s after their first read, and a `consume`
+    # namespace keeping nothing inline (so both payloads go through S3)
+    gateway = start_local_gateway(CONSUME_RESULT_GRACE_S="1")
+    ns, tokens = _namespace(gateway, ssm_client, "eaten")
+    policy = ("--retention", "consume", "--inline", "never")
+    assert _cli(gateway, "namespace", "policy", ns, *policy).returncode == 0
+    client = Client(gateway.url, tokens["client"], ns)
+    worker = Client(gateway.url, tokens["daemon"], ns)
+    queue = unique_queue("eaten")
+    with daemon_thread(worker, queue, lambda data: data + b"-done"):
+        job = client.queue(queue).add(b"eat me")
+        # When the client reads the result, and reads it again within the grace
+        assert job.result(timeout=60) == b"eat me-done"
+        assert client.job(job.job_id).result(timeout=10) == b"eat me-done"
+    # When it reads it again after the grace
+    time.sleep(1.3)
+    with pytest.raises(PayloadConsumed) as late:
+        client.job(job.job_id).result(timeout=10)
+    # Then the SDK says the result was consumed (a PayloadLost for code that handles those)
+    assert late.value.reason == "result_consumed" and late.value.job_id == job.job_id
+    assert "consumed" in str(late.value) and late.value.deleted_at
+
+    async def read_async() -> None:
+        async with AsyncClient(gateway.url, tokens["client"], ns) as aclient:
+            await aclient.job(job.job_id).result(timeout=10)
+
+    # And the async client says the same
+    with pytest.raises(PayloadConsumed, match="consumed"):
+        asyncio.run(read_async())

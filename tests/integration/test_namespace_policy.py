@@ -285,7 +285,7 @@ def test_consume_a_result_never_read_is_not_refused(consume_ns, monkeypatch):
     from payloadstore_controlplane.runtime import clock
 
     # Given a `consume` job that succeeded, its result not read yet
-    _, result_ref, job_id = _succeed_through_s3(consume_ns, b"A" * 400, b"R" * 500)
+    _, _, job_id = _succeed_through_s3(consume_ns, b"A" * 400, b"R" * 500)
     real_now = clock.now()
     # When an hour passes and the scheduled function runs (the read starts the grace, not the end)
     monkeypatch.setattr(clock, "now", lambda: real_now + 3600)
