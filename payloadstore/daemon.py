@@ -53,6 +53,7 @@ from .errors import (
     PayloadCorrupt,
     PayloadLost,
     PayloadStoreError,
+    PolicyMismatch,
     ServiceUnavailable,
 )
 
@@ -779,14 +780,31 @@ class Daemon:
                     None,
                     lease=lease,
                 )
-            ref, _ = client.payloads.store(
-                encoded, "result", job_id=job_id, lease=lease, progress=self.progress
-            )
-            if current.lease_lost:
-                return TAKEN
-            return self._post_result(
-                job_id, SUCCEEDED, ref=ref, lease=lease, blobs=blobs, sent=encoded.blobs
-            )
+            for first in (True, False):
+                ref, _ = client.payloads.store(
+                    encoded, "result", job_id=job_id, lease=lease, progress=self.progress
+                )
+                if current.lease_lost:
+                    return TAKEN
+                try:
+                    return self._post_result(
+                        job_id,
+                        SUCCEEDED,
+                        ref=ref,
+                        lease=lease,
+                        blobs=blobs,
+                        sent=encoded.blobs,
+                        policy_mismatch_raises=first,
+                    )
+                except PolicyMismatch:
+                    # The namespace's policy changed between the presign and the post: the
+                    # same key is presigned again under the new policy and uploaded once more.
+                    log.info(
+                        "namespace policy changed during the result upload, uploading again "
+                        "job_id=%s",
+                        job_id,
+                    )
+            return REFUSED
         except PayloadStoreError as e:
             log.error("result not stored job_id=%s error=%s", job_id, e)
             return ABANDONED
@@ -872,7 +890,15 @@ class Daemon:
             log.error("error not posted job_id=%s error=%s", job_id, e)
             return ABANDONED
 
-    def _post_result(self, job_id: str, outcome: str, *, sent: Any = (), **result: Any) -> str:
+    def _post_result(
+        self,
+        job_id: str,
+        outcome: str,
+        *,
+        sent: Any = (),
+        policy_mismatch_raises: bool = False,
+        **result: Any,
+    ) -> str:
         """Post exactly one of inline=, ref=, error= (with lease=); REFUSED when the control plane
         says 409 (lease_mismatch: the job was delivered again; conflict: another result stands).
         In run()'s loops the post also asks for the worker's next job (`next`).
@@ -895,6 +921,11 @@ class Daemon:
                 None,
                 lease=result.get("lease"),
             )
+        except PolicyMismatch as e:
+            if policy_mismatch_raises:
+                raise
+            log.warning("result refused job_id=%s reason=%s", job_id, e.message)
+            return REFUSED
         except ConflictError as e:
             log.warning("result refused job_id=%s reason=%s", job_id, e.message)
             return REFUSED

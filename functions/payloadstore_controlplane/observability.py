@@ -145,6 +145,12 @@ EMITTED_METRICS = frozenset(
         "BlobsRenewed",
         "BlobRenewalsFailed",
         "BlobsLost",
+        # result-and-next: a result post stored, but fetching the next jobs failed (answered none)
+        "NextFetchFailed",
+        # namespace policies: an upload refused for a missing retention tag or SSE key; objects
+        # of `consume` namespaces deleted by the control plane
+        "PolicyMismatch",
+        "ConsumedDeleted",
         # a Redis node with fewer online replicas than REDIS_MIN_REPLICA_ACKS (alarm)
         REPLICA_ACKS_BELOW_TARGET,
         QUEUE_DEPTH,

@@ -360,3 +360,38 @@ def test_a_policy_changed_between_upload_and_enqueue_is_uploaded_again_once(
     assert (head["ServerSideEncryption"], head["SSEKMSKeyId"]) == ("aws:kms", LOCAL_KMS_KEY_ARN)
     tags = s3_client.get_object_tagging(Bucket=ref["bucket"], Key=ref["key"])["TagSet"]
     assert tags == [{"Key": RETENTION_TAG, "Value": "7d"}]
+
+
+def test_a_daemon_whose_policy_changes_before_its_result_post_uploads_it_again(
+    local_gateway, ssm_client, s3_client
+):
+    # Given a daemon whose first result upload is signed under the default policy, and a policy
+    # that turns to the stack's key right after that upload (before the result post)
+    ns, tokens = _namespace(local_gateway, ssm_client, "dpol")
+    client = Client(local_gateway.url, tokens["client"], ns)
+    worker = Client(local_gateway.url, tokens["daemon"], ns)
+    store = TokenStore(ssm_client, local_gateway.token_path, cache_s=0)
+    original = worker.payloads.store
+    result_uploads = []
+
+    def store_then_change_policy(encoded, kind, *args, **kwargs):
+        answer = original(encoded, kind, *args, **kwargs)
+        if kind == "result":
+            result_uploads.append(answer)
+            if len(result_uploads) == 1:
+                store.set_policy(ns, kms_key="stack", stack_key_arn=LOCAL_KMS_KEY_ARN)
+        return answer
+
+    worker.payloads.store = store_then_change_policy  # type: ignore[method-assign]
+    queue = unique_queue("dpol")
+    data = os.urandom(300_000)
+    # When the daemon runs a job whose result goes through S3
+    with daemon_thread(worker, queue, lambda value: bytes(value)[::-1]):
+        job = client.queue(queue).add(data)
+        # Then its first post was refused (409 policy_mismatch), the result went up once more
+        # under the new policy, and the job succeeded with it
+        assert job.result(timeout=60) == data[::-1]
+    assert len(result_uploads) == 2
+    ref = job.status().result_ref
+    head = s3_client.head_object(Bucket=ref["bucket"], Key=ref["key"])
+    assert (head["ServerSideEncryption"], head["SSEKMSKeyId"]) == ("aws:kms", LOCAL_KMS_KEY_ARN)

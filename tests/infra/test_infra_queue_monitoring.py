@@ -54,8 +54,14 @@ def test_the_metrics_function_reads_nothing_in_s3_or_ssm(template):
     actions = sorted({a for s in statements for a in as_list(s["Action"])})
     # Then: its logs, the VPC interface calls Lambda makes and the Redis AUTH secret; namespaces
     # come from Redis, so the token store is not read (SSM's shared Get* quota stays the
-    # authorizer's)
-    assert not [a for a in actions if a.startswith("s3:")]
+    # authorizer's). In S3 it only deletes what retention `consume` made due, under payloads/
+    s3_statements = [
+        s for s in statements if any(a.startswith("s3:") for a in as_list(s["Action"]))
+    ]
+    assert [a for s in s3_statements for a in as_list(s["Action"])] == ["s3:DeleteObject"]
+    for statement in s3_statements:
+        for resource in as_list(statement["Resource"]):
+            assert render(resource).endswith("/payloads/*"), render(resource)
     assert not [a for a in actions if a.startswith("ssm:")]
     assert "secretsmanager:GetSecretValue" in actions
     assert not [a for a in actions if a.endswith(":*") or a == "*"]

@@ -84,16 +84,23 @@ def schedule_consume(namespace: str, keys: list[str], delay_s: float, deps: Deps
     )
 
 
+# DeleteObjects calls one scheduled run makes at most (1000 keys each, ~0.1-0.3 s on S3): a
+# backlog beyond ~20,000 due keys waits for the next minute instead of the function's timeout.
+MAX_DELETE_CALLS = 20
+
+
 def drain_consumed(namespaces: list[str], deps: Deps, *, limit: int = 1000) -> int:
     """Delete the due objects of each namespace (S3 DeleteObjects), then forget them; what S3
     could not delete stays due for the next run. Returns how many were deleted."""
     now_ms = int(deps.clock() * 1000)
     deleted = 0
+    calls = 0
     for ns in namespaces:
-        while True:
+        while calls < MAX_DELETE_CALLS:
             due = deps.jobs.due_deletions(ns, now_ms, limit)
             if not due:
                 break
+            calls += 1
             failed = set(deps.objects.delete_many(due))
             done = [k for k in due if k not in failed]
             deps.jobs.forget_deletions(ns, done)
