@@ -539,6 +539,7 @@ def redis_bytes(stack, sizes: list[int]) -> list[dict]:
 
     from payloadstore_controlplane.handlers import jobs as jobs_fn
     from payloadstore_controlplane.handlers import payloads as payloads_fn
+    from payloadstore_controlplane.models.policy import DEFAULT_RETENTION, RETENTION_TAG
     from payloadstore_controlplane.store import s3_objects
 
     ev = _events_module()
@@ -548,7 +549,7 @@ def redis_bytes(stack, sizes: list[int]) -> list[dict]:
     r.config_set("appendonly", "no")
     issued: dict[str, tuple[int, str]] = {}
     uploaded_parts: dict[str, list] = {}
-    stubbed = ("head", "create_multipart", "list_parts", "complete_multipart")
+    stubbed = ("head", "tags", "create_multipart", "list_parts", "complete_multipart")
     real = {name: getattr(s3_objects.S3Objects, name) for name in stubbed}
 
     def head(self, key):
@@ -559,8 +560,12 @@ def redis_bytes(stack, sizes: list[int]) -> list[dict]:
             content_type="application/msgpack",
         )
 
+    # The verifying check reads the retention tag (issue 35): the default policy's, as signed.
+    def tags(self, key):
+        return {RETENTION_TAG: DEFAULT_RETENTION}
+
     # Above MULTIPART_THRESHOLD a job is multipart: S3 answers its parts as issued.
-    def create_multipart(self, key, content_type, algorithm="SHA256"):
+    def create_multipart(self, key, content_type, algorithm="SHA256", policy_headers=None):
         return "upload-" + uuid.uuid4().hex * 3
 
     def list_parts(self, key, upload_id):
@@ -692,6 +697,7 @@ def redis_bytes(stack, sizes: list[int]) -> list[dict]:
 
     rows = []
     s3_objects.S3Objects.head = head
+    s3_objects.S3Objects.tags = tags
     s3_objects.S3Objects.create_multipart = create_multipart
     s3_objects.S3Objects.list_parts = list_parts
     s3_objects.S3Objects.complete_multipart = complete_multipart
