@@ -57,6 +57,7 @@ from payloadstore_controlplane.models.api import (
     ResultPost,
 )
 from payloadstore_controlplane.models.domain import PayloadRef
+from payloadstore_controlplane.models.policy import DEFAULT_RETENTION, RETENTION_TAG
 from payloadstore_controlplane.models.settings import Settings
 from payloadstore_controlplane.store import keys
 from payloadstore_controlplane.store.redis_client import make_redis
@@ -98,7 +99,17 @@ class UploadedObjects(S3Objects):
             return ObjectInfo(size, sha, "application/msgpack")
         return ObjectInfo(size, sha256_hex_to_b64(sha) if sha else None, "application/msgpack")
 
-    def create_multipart(self, key: str, content_type: str, algorithm: str = "SHA256") -> str:
+    def tags(self, key: str) -> dict[str, str]:
+        # the verifying check reads the retention tag the presign signed (namespace policies)
+        return {RETENTION_TAG: DEFAULT_RETENTION}
+
+    def create_multipart(
+        self,
+        key: str,
+        content_type: str,
+        algorithm: str = "SHA256",
+        policy_headers: dict[str, str] | None = None,
+    ) -> str:
         return "upload-" + uuid.uuid4().hex * 3  # S3's ids are long: kept out of the job hash
 
     def list_parts(self, key: str, upload_id: str):
