@@ -263,6 +263,30 @@ class TemporaryStack:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def stack_target(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, starting_note: str
+) -> tuple[str, str, str, TemporaryStack | None]:
+    """(endpoint, client token, daemon token, stack to stop) for --endpoint, else the running
+    local stack, else a temporary one started here (the caller stops it when done)."""
+    if args.endpoint:
+        if not (args.token and args.daemon_token):
+            parser.error("--endpoint needs --token (client) and --daemon-token")
+        return args.endpoint, args.token, args.daemon_token, None
+    stack = None
+    state = _running_stack(args.state_file)
+    if state is None:
+        print(f"no running stack at {args.state_file}: {starting_note}", flush=True)
+        stack = TemporaryStack().start()
+        state = stack.state
+    try:
+        tokens = state["namespaces"][args.namespace]
+        return state["endpoint"], tokens["client_token"], tokens["daemon_token"], stack
+    except BaseException:
+        if stack is not None:
+            stack.stop()
+        raise
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="a small and an 8 MiB job through a daemon")
     parser.add_argument("--endpoint", help="API endpoint (smoke test of a deployed stack)")
@@ -286,21 +310,9 @@ def main(argv: list[str] | None = None) -> int:
 
     stack = None
     try:
-        if args.endpoint:
-            if not (args.token and args.daemon_token):
-                parser.error("--endpoint needs --token (client) and --daemon-token")
-            endpoint, client_token, daemon_token = args.endpoint, args.token, args.daemon_token
-        else:
-            state = _running_stack(args.state_file)
-            if state is None:
-                print(
-                    f"no running stack at {args.state_file}: starting one for the demo", flush=True
-                )
-                stack = TemporaryStack().start()
-                state = stack.state
-            endpoint = state["endpoint"]
-            tokens = state["namespaces"][args.namespace]
-            client_token, daemon_token = tokens["client_token"], tokens["daemon_token"]
+        endpoint, client_token, daemon_token, stack = stack_target(
+            parser, args, "starting one for the demo"
+        )
         reports = run_round_trip(endpoint, client_token, daemon_token, args.namespace)
     except Exception as e:  # noqa: BLE001 - one clear line for the user, non-zero exit
         print(f"demo failed: {type(e).__name__}: {e}", file=sys.stderr)

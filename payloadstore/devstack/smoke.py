@@ -43,9 +43,8 @@ from payloadstore.devstack.demo import (
     INVERT,
     ByteCounter,
     CountingTransport,
-    TemporaryStack,
-    _running_stack,
     human,
+    stack_target,
 )
 
 # --only takes these keys.
@@ -360,19 +359,7 @@ def main(argv: list[str] | None = None) -> int:
 
     stack = None
     try:
-        if args.endpoint:
-            if not (args.token and args.daemon_token):
-                parser.error("--endpoint needs --token (client) and --daemon-token")
-            endpoint, client_token, daemon_token = args.endpoint, args.token, args.daemon_token
-        else:
-            state = _running_stack(args.state_file)
-            if state is None:
-                print(f"no running stack at {args.state_file}: starting one", flush=True)
-                stack = TemporaryStack().start()
-                state = stack.state
-            endpoint = state["endpoint"]
-            tokens = state["namespaces"][args.namespace]
-            client_token, daemon_token = tokens["client_token"], tokens["daemon_token"]
+        endpoint, client_token, daemon_token, stack = stack_target(parser, args, "starting one")
         print(f"smoke test of {endpoint} (namespace {args.namespace})", flush=True)
         with Smoke(endpoint, client_token, daemon_token, args.namespace) as smoke:
             outcomes = smoke.run(only, lambda line: print(line, flush=True))

@@ -10,11 +10,26 @@ from __future__ import annotations
 import base64
 
 from ..models.api import JobPayloadsResponse, PayloadView
-from ..models.domain import JobStatus, PayloadKind, Tier
+from ..models.domain import JobStatus, PayloadKind, PayloadRef, Tier
 from ..store.records import JobRecord
 from .context import Deps, Principal, load_job, payload_ref
 from .downloads import download_for
 from .policy import consumed_at_ms
+
+
+def _s3_view(job: JobRecord, kind: PayloadKind, ref: PayloadRef, deps: Deps) -> PayloadView:
+    """An S3 payload: its reference, and a presigned GET unless retention `consume` deleted it."""
+    if consumed_at_ms(job, kind, deps) is not None:
+        return PayloadView(
+            tier="s3", size=ref.size, contentType=ref.contentType, ref=ref, gone="consumed"
+        )
+    return PayloadView(
+        tier="s3",
+        size=ref.size,
+        contentType=ref.contentType,
+        ref=ref,
+        download=download_for(ref, deps),
+    )
 
 
 def _args(job: JobRecord, deps: Deps) -> PayloadView:
@@ -22,17 +37,7 @@ def _args(job: JobRecord, deps: Deps) -> PayloadView:
         ref = payload_ref(job.job_id, PayloadKind.ARGS, job.args, deps)
         if ref is None:
             return PayloadView(tier="s3", gone="not_uploaded")
-        if consumed_at_ms(job, PayloadKind.ARGS, deps) is not None:
-            return PayloadView(
-                tier="s3", size=ref.size, contentType=ref.contentType, ref=ref, gone="consumed"
-            )
-        return PayloadView(
-            tier="s3",
-            size=ref.size,
-            contentType=ref.contentType,
-            ref=ref,
-            download=download_for(ref, deps),
-        )
+        return _s3_view(job, PayloadKind.ARGS, ref, deps)
     raw = deps.jobs.inline_args(
         job.namespace,
         job.queue or "",
@@ -52,17 +57,7 @@ def _result(job: JobRecord, deps: Deps) -> PayloadView | None:
             ref = payload_ref(job.job_id, PayloadKind.RESULT, job.result_issue, deps)
             if ref is None:
                 return None
-            if consumed_at_ms(job, PayloadKind.RESULT, deps) is not None:
-                return PayloadView(
-                    tier="s3", size=ref.size, contentType=ref.contentType, ref=ref, gone="consumed"
-                )
-            return PayloadView(
-                tier="s3",
-                size=ref.size,
-                contentType=ref.contentType,
-                ref=ref,
-                download=download_for(ref, deps),
-            )
+            return _s3_view(job, PayloadKind.RESULT, ref, deps)
         case "i":
             raw = job.done if job.done_read else deps.jobs.done_value(job.job_id)
             if raw is None:

@@ -248,46 +248,45 @@ class SigV4Presigner:
         """(scheme, host, path, headers) of a HeadObject with checksum mode, SigV4-signed in the
         Authorization header as botocore's S3SigV4Auth signs it (every header sent is signed;
         the payload hash is the empty body's)."""
-        access_key, secret, token = self._current_credentials()
-        scheme, netloc, path = self.target(bucket, key)
-        stamp = sigv4.amz_date(now)
-        headers = {
-            "host": netloc,
-            "x-amz-checksum-mode": "ENABLED",
-            "x-amz-content-sha256": sigv4.EMPTY_SHA256,
-            "x-amz-date": stamp,
-        }
-        if token:
-            headers["x-amz-security-token"] = token
-        headers["authorization"] = sigv4.authorization(
-            "HEAD",
-            path,
-            headers,
-            sigv4.EMPTY_SHA256,
-            credentials=(access_key, secret),
-            stamp=stamp,
-            region=self.region,
-            service="s3",
+        return self._signed_bodiless_request(
+            "HEAD", bucket, key, now, extra_headers={"x-amz-checksum-mode": "ENABLED"}
         )
-        return scheme, netloc, path, headers
 
     def tagging_request(
         self, bucket: str, key: str, now: float | None = None
     ) -> tuple[str, str, str, dict[str, str]]:
         """(scheme, host, path with `?tagging`, headers) of a GetObjectTagging, SigV4-signed in
         the Authorization header as head_request is."""
+        scheme, netloc, path, headers = self._signed_bodiless_request(
+            "GET", bucket, key, now, query="tagging="
+        )
+        return scheme, netloc, f"{path}?tagging", headers
+
+    def _signed_bodiless_request(
+        self,
+        method: str,
+        bucket: str,
+        key: str,
+        now: float | None,
+        *,
+        extra_headers: dict[str, str] | None = None,
+        query: str = "",
+    ) -> tuple[str, str, str, dict[str, str]]:
+        """(scheme, host, path, headers) of an empty-bodied request on one object, every header
+        sent signed into the Authorization header as botocore's S3SigV4Auth signs it."""
         access_key, secret, token = self._current_credentials()
         scheme, netloc, path = self.target(bucket, key)
         stamp = sigv4.amz_date(now)
         headers = {
             "host": netloc,
+            **(extra_headers or {}),
             "x-amz-content-sha256": sigv4.EMPTY_SHA256,
             "x-amz-date": stamp,
         }
         if token:
             headers["x-amz-security-token"] = token
         headers["authorization"] = sigv4.authorization(
-            "GET",
+            method,
             path,
             headers,
             sigv4.EMPTY_SHA256,
@@ -295,9 +294,9 @@ class SigV4Presigner:
             stamp=stamp,
             region=self.region,
             service="s3",
-            query="tagging=",
+            query=query,
         )
-        return scheme, netloc, f"{path}?tagging", headers
+        return scheme, netloc, path, headers
 
 
 def direct_head_allowed(environ: dict[str, str] | None = None) -> bool:
