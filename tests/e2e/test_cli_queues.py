@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import pty
 import select
+import signal
 import time
 
 import pytest
@@ -81,6 +82,9 @@ def test_top_refreshes_in_a_terminal_and_ctrl_c_leaves_it_cleanly(shell, local_g
     pid, master = pty.fork()
     if pid == 0:  # the child: a session leader whose controlling terminal is the pty
         os.chdir(shell.dir)
+        # As in a user's terminal: Ctrl-C interrupts. A test run started in the background by a
+        # shell (`make test &`) inherits SIGINT ignored, and exec keeps that.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         command = payloadstore_command() + ["top", "--interval", "0.3"]
         os.execvpe(command[0], command, shell.env)
     try:
