@@ -17,9 +17,6 @@ from tests.races.sched import install_hooks
 from tests.races.world import race_stack
 
 FOUND = sorted((Path(__file__).parent / "found").glob("*.json"))
-# Defects of issue 33 whose fix has not landed yet: their replays are expected to fail, each
-# for the named defect (the lead's list; remove an entry when its fix lands).
-NOT_FIXED_YET: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")
@@ -38,16 +35,7 @@ def _namespace() -> str:
     return f"t{next(_runs)}"
 
 
-@pytest.mark.parametrize(
-    "path",
-    [
-        pytest.param(p, marks=pytest.mark.xfail(reason=NOT_FIXED_YET[p.stem], strict=False))
-        if p.stem in NOT_FIXED_YET
-        else p
-        for p in FOUND
-    ],
-    ids=[p.stem for p in FOUND],
-)
+@pytest.mark.parametrize("path", FOUND, ids=[p.stem for p in FOUND])
 def test_a_found_sequence_replays_without_a_violation(found_world, path):
     saved = json.loads(path.read_text())
     # Given the shrunk sequence that once broke an invariant (its defect: saved["defect"])
