@@ -46,6 +46,7 @@ SWARM_KEYS = (
     "redrive",
     "policy",
     "status",
+    "view",
     "inline",
     "s3",
     "multipart",
@@ -318,6 +319,7 @@ class Runner:
             "redrive": 0.6,
             "policy": 0.3,
             "status": 0.2 if njobs else 0.0,
+            "view": 0.2 if njobs else 0.0,
             "blob": 0.1,
         }
         weights = {k: w * self.swarm.get(k, 1.0) for k, w in weights.items()}
@@ -364,7 +366,7 @@ class Runner:
             return name, {"job": self._pick_job(self._jobs_in("queued", "running"))}
         if name == "retry":
             return name, {"job": self._pick_job(self._jobs_in(*invariants.RETRYABLE, "queued"))}
-        if name == "status":
+        if name in ("status", "view"):
             return name, {"job": self._pick_job([])}
         if name == "blob":
             return name, {"label": f"b{self.serial}"}

@@ -258,6 +258,41 @@ def status(m: Model, job: int) -> None:
         _no_5xx(m, "status", m.cp.status(jobs[job % len(jobs)].job_id))
 
 
+def view(m: Model, job: int) -> None:
+    """The operators' read routes (the dashboard, `status --show-args`): a job's payloads and
+    the namespace's throughput. Invariants: never a 5xx; inline arguments read back are the
+    bytes the client sent; a throughput answer holds one count per minute, none negative."""
+    jobs = [j for j in m.jobs() if j.job_id]
+    if jobs:
+        intent = jobs[job % len(jobs)]
+        r = _no_5xx(
+            m,
+            "payloads",
+            m.cp.call(
+                "jobs",
+                "GET",
+                "/v1/namespaces/{ns}/jobs/{job_id}/payloads",
+                {"ns": m.namespace, "job_id": intent.job_id},
+            ),
+        )
+        shown = (r.json or {}).get("args", {}).get("inline") if r.status == 200 else None
+        if (
+            shown is not None
+            and intent.inline is not None
+            and base64.b64decode(shown) != intent.inline
+        ):
+            m.violation("wrong_bytes", f"job {intent.job_id}: its arguments read back differ")
+    r = _no_5xx(
+        m,
+        "throughput",
+        m.cp.call("jobs", "GET", "/v1/namespaces/{ns}/throughput", {"ns": m.namespace}),
+    )
+    if r.status == 200:
+        counts = (r.json or {}).get("succeeded", []) + (r.json or {}).get("failed", [])
+        if len(counts) != 120 or min(counts) < 0:
+            m.violation("throughput", f"throughput answered {r.raw_body[:200]!r}")
+
+
 def create_blob(m: Model, label: str) -> None:
     data = _bytes_of(label, 1024)
     sha = sha256_hex(data)
@@ -536,6 +571,7 @@ OPERATIONS: dict[str, Callable[..., None]] = {
     "cancel": cancel_job,
     "retry": retry,
     "status": status,
+    "view": view,
     "blob": create_blob,
     "purge": purge,
     "redrive": redrive,
