@@ -287,9 +287,10 @@ def stack_target(
         raise
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="a small and an 8 MiB job through a daemon")
-    parser.add_argument("--endpoint", help="API endpoint (smoke test of a deployed stack)")
+def add_target_arguments(parser: argparse.ArgumentParser, endpoint_help: str) -> None:
+    """--endpoint, --token, --daemon-token (tokens from the environment by default: not in
+    `ps`) and --namespace: which stack `stack_target` reaches (demo and smoke alike)."""
+    parser.add_argument("--endpoint", help=endpoint_help)
     parser.add_argument(
         "--token",
         default=os.environ.get("PAYLOADSTORE_SMOKE_TOKEN"),
@@ -301,6 +302,11 @@ def main(argv: list[str] | None = None) -> int:
         help="daemon token for --endpoint (or PAYLOADSTORE_SMOKE_DAEMON_TOKEN)",
     )
     parser.add_argument("--namespace", default="dev")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="a small and an 8 MiB job through a daemon")
+    add_target_arguments(parser, "API endpoint (smoke test of a deployed stack)")
     parser.add_argument(
         "--state-file",
         type=Path,

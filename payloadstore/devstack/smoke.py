@@ -43,6 +43,7 @@ from payloadstore.devstack.demo import (
     INVERT,
     ByteCounter,
     CountingTransport,
+    add_target_arguments,
     human,
     stack_target,
 )
@@ -327,18 +328,7 @@ def summary(outcomes: list[Outcome]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="every S3 path of the control plane, once")
-    parser.add_argument("--endpoint", help="the deployed API (its ApiUrl); else the local stack")
-    parser.add_argument(
-        "--token",
-        default=os.environ.get("PAYLOADSTORE_SMOKE_TOKEN"),
-        help="client token for --endpoint (or PAYLOADSTORE_SMOKE_TOKEN)",
-    )
-    parser.add_argument(
-        "--daemon-token",
-        default=os.environ.get("PAYLOADSTORE_SMOKE_DAEMON_TOKEN"),
-        help="daemon token for --endpoint (or PAYLOADSTORE_SMOKE_DAEMON_TOKEN)",
-    )
-    parser.add_argument("--namespace", default="dev")
+    add_target_arguments(parser, "the deployed API (its ApiUrl); else the local stack")
     parser.add_argument(
         "--only",
         default="",
