@@ -512,14 +512,22 @@ def test_inline_never_refuses_each_inline_item_of_a_batch_and_takes_references(k
 
 
 def test_a_finished_job_of_a_7d_namespace_keeps_its_record_for_7_days(
-    kms_ns, consume_ns, redis_server, monkeypatch
+    kms_ns, consume_ns, redis_target, monkeypatch
 ):
     import redis as redis_lib
+    from redis.cluster import RedisCluster
 
     from payloadstore_controlplane.runtime import clock
     from payloadstore_controlplane.store import keys
 
-    r = redis_lib.Redis.from_url(redis_server.url)
+    # the control plane's own Redis: the single test server, or the cluster under
+    # PAYLOADSTORE_REDIS=cluster
+    url = redis_target["REDIS_URL"]
+    r = (
+        RedisCluster.from_url(url)
+        if redis_target.get("REDIS_CLUSTER")
+        else redis_lib.Redis.from_url(url)
+    )
     ids = {}
     for cp in (kms_ns, consume_ns):
         # Given a job of each namespace that finished with a result in S3
