@@ -12,10 +12,15 @@ ten commands. Blocks alternate (handlers, raw, handlers, raw, ...) so that a mac
 moves under the run moves both; the figure is the median of each side over all blocks, and the
 ratio of those medians (the per-block ratios beside it). The process runs nothing else (no local
 gateway, no scheduler thread), as a Lambda container runs one invocation at a time; the
-redis-server is one of its own (appendonly, as the local stack's).
+redis-server is one of its own (appendonly, as the local stack's). The namespace is one that has
+enqueued keyed jobs for over an hour, as on any control plane past its first hour: its
+keyed-since marker is in the past, so a repeated Idempotency-Key is looked up by its key field
+alone (store/jobs/enqueue_inline.lua). `--first-hour` leaves the marker unset: the first hour
+after an upgrade from a control plane without key fields, when minutes before the marker are
+also looked up one by one.
 
     .venv/bin/python bench/bench_hot_path.py [--n 1000] [--blocks 20] [--log-level INFO]
-        [--metrics] [--json out.json]
+        [--metrics] [--first-hour] [--json out.json]
     .venv/bin/python bench/bench_hot_path.py --profile [--n 300]   # cProfile of the handlers
 """
 
@@ -240,7 +245,8 @@ def report(out: dict) -> str:
     load = " ".join(f"{x:.1f}" for x in out["load_average"])
     return (
         f"small job hot path, {out['n']:,} jobs in {out['blocks']} interleaved blocks, "
-        f"{out['payload_bytes']:,} B payload and result, {out.get('log_level', 'INFO')} logs, metrics "
+        f"{out['payload_bytes']:,} B payload and result, {out.get('log_level', 'INFO')} logs, "
+        f"{'first hour of key fields, ' if out.get('first_hour') else ''}metrics "
         f"{'on' if out.get('metrics') else 'off'}, load average {load}: "
         f"handlers {out['handlers_us']:,.0f} us, raw redis-py (10 round trips) "
         f"{out['raw_us']:,.0f} us, ratio {out['ratio']:.2f}x (goal <= {out['goal']:.0f}x; per "
@@ -290,18 +296,38 @@ def profile(n: int) -> None:
     stats.sort_stats("cumulative").print_stats(60)
 
 
-def run(n: int = 1000, blocks: int = 20, metrics: bool = False, log_level: str = "INFO") -> dict:
+def _past_first_hour(redis_url: str) -> None:
+    """The namespace's keyed-since marker two hours back, as a control plane past its first
+    hour has it (see the module docstring)."""
+    import redis
+
+    from payloadstore_controlplane.models.domain import job_id_time_chars
+    from payloadstore_controlplane.store import keys
+
+    since = job_id_time_chars(int(time.time() * 1000) - 7_200_000)
+    redis.Redis.from_url(redis_url).set(keys.inline_keyed_since(NS), since)
+
+
+def run(
+    n: int = 1000,
+    blocks: int = 20,
+    metrics: bool = False,
+    log_level: str = "INFO",
+    first_hour: bool = False,
+) -> dict:
     """The figure on a redis-server of its own."""
     from payloadstore.devstack.services import RedisServer
 
     with tempfile.TemporaryDirectory(prefix="bench-hot-") as tmp:
         server = RedisServer(data_dir=Path(tmp) / "redis").start()
         try:
+            if not first_hour:
+                _past_first_hour(server.url)
             for name, value in _env(server.url, log_level).items():
                 os.environ[name] = value
             os.environ["POWERTOOLS_METRICS_DISABLED"] = "false" if metrics else "true"
             out = measure(server.url, n, blocks)
-            out.update(metrics=metrics, log_level=log_level)
+            out.update(metrics=metrics, log_level=log_level, first_hour=first_hour)
             return out
         finally:
             server.stop()
@@ -315,6 +341,9 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--metrics", action="store_true", help="EMF metrics on, as deployed")
     parser.add_argument("--log-level", default="INFO", help="POWERTOOLS_LOG_LEVEL (as deployed)")
+    parser.add_argument(
+        "--first-hour", action="store_true", help="keyed-since marker unset (see the docstring)"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if args.profile:
@@ -323,13 +352,15 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="bench-hot-") as tmp:
             server = RedisServer(data_dir=Path(tmp) / "redis").start()
             try:
+                if not args.first_hour:
+                    _past_first_hour(server.url)
                 for name, value in _env(server.url).items():
                     os.environ[name] = value
                 profile(args.n)
             finally:
                 server.stop()
         return
-    out = run(args.n, args.blocks, args.metrics, args.log_level)
+    out = run(args.n, args.blocks, args.metrics, args.log_level, args.first_hour)
     print(report(out))
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))

@@ -137,6 +137,70 @@ def test_idempotency_key_repeat_across_an_hour_of_the_inline_index(cp, r, monkey
     assert r.xlen(keys.queue(cp.ns, cp.queue)) == 1
 
 
+def _commands(r) -> dict[str, int]:
+    return {k.removeprefix("cmdstat_"): v["calls"] for k, v in r.info("commandstats").items()}
+
+
+def test_repeated_key_is_found_by_its_key_field_not_minute_by_minute(private_cp, monkeypatch):
+    # Given a control plane that has enqueued keyed jobs for a while (its keyed-since marker,
+    # set by the first keyed enqueue, lies in the past), and a job enqueued with a key then
+    from payloadstore_controlplane.logic.enqueue import idempotency_tail
+    from payloadstore_controlplane.runtime import clock
+
+    cp, r = private_cp
+    t0 = (int(time.time()) // 3600) * 3600 - 1800.0
+    monkeypatch.setattr(clock, "now", lambda: t0)
+    cp.enqueue(raw=b"\x00", headers={"Idempotency-Key": "first-of-the-namespace"})
+    monkeypatch.setattr(clock, "now", lambda: t0 + 1200)
+    first = cp.enqueue(raw=b"\x01", headers={"Idempotency-Key": "order-k"}).json["job_id"]
+    # Then its index hash names the key's newest job by its minute
+    tail = idempotency_tail(cp.ns, "order-k")
+    index = keys.inline_index(cp.ns, int((t0 + 1200) * 1000))
+    assert r.hget(index, "k" + tail) == first[:10].encode()
+    # When the same key comes 50 minutes later (the next hour: two index hashes to look in)
+    monkeypatch.setattr(clock, "now", lambda: t0 + 1200 + 3000)
+    r.config_resetstat()
+    again = cp.enqueue(raw=b"\x01", headers={"Idempotency-Key": "order-k"})
+    calls = _commands(r)
+    # Then it is the same job, found with one HGET per index hash and its queue's: no
+    # per-minute lookups (there were 61 for the hour window)
+    assert (again.status, again.json["job_id"]) == (200, first)
+    assert "hmget" not in calls and calls.get("hget", 0) <= 3, calls
+    assert r.xlen(keys.queue(cp.ns, cp.queue)) == 2
+    # And once the key's hour (IDEMPOTENCY_TTL_S) has passed, the key makes a new job
+    monkeypatch.setattr(clock, "now", lambda: t0 + 1200 + 3600 + 61)
+    later = cp.enqueue(raw=b"\x01", headers={"Idempotency-Key": "order-k"})
+    assert later.status == 201 and later.json["job_id"] != first
+
+
+def test_repeated_key_finds_a_job_an_older_control_plane_enqueued(private_cp, monkeypatch):
+    # Given a keyed inline job as the control plane before key fields wrote it: its id is the
+    # minute's chars + the key's tail, indexed by id alone, and no keyed-since marker
+    from payloadstore_controlplane.logic.enqueue import idempotency_tail
+    from payloadstore_controlplane.models.domain import job_id_time_chars
+    from payloadstore_controlplane.runtime import clock
+
+    cp, r = private_cp
+    t0 = (int(time.time()) // 60) * 60.0
+    minute_ms = int(t0 * 1000)
+    old_job = job_id_time_chars(minute_ms) + idempotency_tail(cp.ns, "order-old")
+    index = keys.inline_index(cp.ns, minute_ms)
+    r.hset(index, old_job, cp.queue)
+    r.pexpireat(index, minute_ms + 7_200_000)
+    assert not r.exists(keys.inline_keyed_since(cp.ns))
+    # When this control plane sees the key again, 5 and 40 minutes later (the second after its
+    # marker's grace: the old job's minute is still before the marker)
+    for later_s in (300, 2400):
+        monkeypatch.setattr(clock, "now", lambda later_s=later_s: t0 + later_s)
+        again = cp.enqueue(raw=b"\x01", headers={"Idempotency-Key": "order-old"})
+        # Then it is the older control plane's job, not a second one
+        assert (again.status, again.json["job_id"]) == (200, old_job)
+    assert r.xlen(keys.queue(cp.ns, cp.queue)) == 0
+    # And the marker holds the minute from which keys are looked up by their field
+    marker = r.get(keys.inline_keyed_since(cp.ns))
+    assert marker == job_id_time_chars(minute_ms + 300_000 + 600_000).encode()
+
+
 # -- bytes per job, on a private redis-server ---------------------------------------------
 
 

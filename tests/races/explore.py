@@ -139,9 +139,21 @@ class Runner:
         self.world.flush()
         self.world.clock.reset()
         forget_container_state()
+        self._past_first_hour()
         for i in range(2):
             ops.create_blob(self.model, f"{self.ns}-blob{i}")
         self.snap = snapshot(self.world, self.ns)
+
+    def _past_first_hour(self) -> None:
+        """The namespace as a control plane past its first hour has it: its keyed-since marker
+        two hours back, so a repeated Idempotency-Key is found by its key field (the lookup that
+        lives on; the per-minute one only serves the hour after an upgrade, and is tested in
+        tests/integration/test_redis_layout.py)."""
+        from payloadstore_controlplane.models.domain import job_id_time_chars
+        from payloadstore_controlplane.store import keys
+
+        since = job_id_time_chars(int((self.world.clock.now() - 7200) * 1000))
+        self.world.client.set(keys.inline_keyed_since(self.ns), since)
 
     # -- one decision -------------------------------------------------------------------------
     def apply(self, d: Decision, out: Outcome) -> bool:

@@ -205,12 +205,24 @@ def blobs_alive(snap: Snapshot, prev, model: Model, busy: set[str]):
     return out
 
 
+def key_fields_name_their_jobs(snap: Snapshot, prev, model: Model, busy: set[str]):
+    """An Idempotency-Key's field in an inline index hash names a job indexed in that hash: the
+    key's job is one lookup away, never a dangling minute (enqueue_inline.lua writes both in
+    one HSET)."""
+    return [
+        ("key_field_dangling", f"key field k{tail} names minute {chars}: no such job indexed")
+        for tail, chars, indexed in snap.key_fields
+        if not indexed
+    ]
+
+
 INVARIANTS: list[Callable[..., list[Violation]]] = [
     state_edges,
     queued_and_running,
     retryable_kept,
     acked_writes,
     blobs_alive,
+    key_fields_name_their_jobs,
 ]
 
 

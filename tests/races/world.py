@@ -240,6 +240,9 @@ class Snapshot:
     kept_args: set[str]
     kept_blobs: dict[str, bytes]
     parts: dict[str, bytes]  # key suffix -> upload id, for parts hashes (job id:kind)
+    # Idempotency-Key fields of the inline index: (key tail, minute chars, whether the job id
+    # they make is indexed in the same hash)
+    key_fields: list[tuple[str, str, bool]] = field(default_factory=list)
 
     def state(self, job_id: str) -> str | None:
         h = self.jobs.get(job_id)
@@ -271,6 +274,7 @@ def snapshot(world: Stack, namespace: str) -> Snapshot:
             parts[f"{job_id}:{k.rsplit(':', 1)[1]}"] = r.hget(key, "u") or b""
     entries: dict[str, list[Entry]] = {}
     inline_index: dict[str, str] = {}
+    key_fields: list[tuple[str, str, bool]] = []
     blob_records: set[str] = set()
     kept_args: set[str] = set()
     kept_blobs: dict[str, bytes] = {}
@@ -301,8 +305,13 @@ def snapshot(world: Stack, namespace: str) -> Snapshot:
                 if not any(e.stream_id == sid for e in entries[queue]):
                     entries[queue].append(Entry(sid, "", None, None, consumer))
         elif rest.startswith(b"ix:"):
-            for jid, q in r.hgetall(key).items():
-                inline_index[jid.decode()] = q.decode()
+            fields = {f.decode(): v.decode() for f, v in r.hgetall(key).items()}
+            for name, value in fields.items():
+                if len(name) == 17 and name.startswith("k"):
+                    # a keyed job's key field: `k<tail>` -> its minute's chars
+                    key_fields.append((name[1:], value, value + name[1:] in fields))
+                else:
+                    inline_index[name] = value
         elif rest.startswith(b"b:"):
             blob_records.add(rest[2:].hex())
         elif rest.startswith(b"a:"):
@@ -311,4 +320,6 @@ def snapshot(world: Stack, namespace: str) -> Snapshot:
                 kept_blobs[tail[:-2]] = r.get(key) or b""
             else:
                 kept_args.add(tail)
-    return Snapshot(jobs, entries, inline_index, blob_records, kept_args, kept_blobs, parts)
+    return Snapshot(
+        jobs, entries, inline_index, blob_records, kept_args, kept_blobs, parts, key_fields
+    )

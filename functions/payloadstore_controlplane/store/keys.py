@@ -145,6 +145,14 @@ def inline_index(namespace: str, job_ms: int) -> str:
     return f"{PREFIX}:{{ns:{namespace}}}:ix:{job_ms // INLINE_INDEX_SPAN_MS}"
 
 
+def inline_keyed_since(namespace: str) -> str:
+    """STRING: the 10 time chars of the first minute from which every inline job enqueued with an
+    Idempotency-Key also has its key field (`k<tail>` -> its minute's chars) in its index hash.
+    Set once, by the first enqueue_inline.lua that looks a key up; minutes before it are looked
+    up job id by job id, as jobs of an older control plane have no key field."""
+    return f"{PREFIX}:{{ns:{namespace}}}:ixk"
+
+
 def ended(namespace: str, queue_name: str, group: str) -> str:
     """STREAM of a queue's jobs that ended in one group of states (`succeeded`, `failed`:
     failed, payload_lost and payload_corrupt, `cancelled`), newest last: one small entry per

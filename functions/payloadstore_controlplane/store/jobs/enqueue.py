@@ -8,6 +8,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
+from ...models.domain import job_id_time_chars
 from .. import keys
 from ..records import (
     InlineCreated,
@@ -29,7 +30,7 @@ from ._base import StoreBase, decoded
 def _candidate_layout(
     namespace: str, candidate_minutes: tuple[tuple[str, int], ...]
 ) -> tuple[tuple[str, ...], dict[int, int], str, str]:
-    """The index hashes of the candidate minutes (KEYS[3..], in order), their KEYS numbers by
+    """The index hashes of the candidate minutes (KEYS[4..], in order), their KEYS numbers by
     index span, and ARGV[3] and ARGV[4] of enqueue_inline.lua: the minutes' time chars, and per
     run of consecutive minutes in one hash its KEYS number and length. Computed once per
     namespace and minute (the candidates are the same for every request of a minute)."""
@@ -41,7 +42,7 @@ def _candidate_layout(
         run_number = numbers.get(span)
         if run_number is None:
             index_keys.append(keys.inline_index(namespace, ms))
-            run_number = numbers[span] = 2 + len(index_keys)  # KEYS[3..]
+            run_number = numbers[span] = 3 + len(index_keys)  # KEYS[4..]
         if runs and runs[-1][0] == run_number and runs[-1][1] < 99:
             runs[-1][1] += 1
         else:
@@ -52,6 +53,21 @@ def _candidate_layout(
         "".join([chars for chars, _ in candidate_minutes]) if runs else "",
         "".join([f"{n:02d}{count:02d}" for n, count in runs]),
     )
+
+
+# How long instances of an older control plane (which write no key fields) may still enqueue
+# after the first enqueue of this one: a deploy replaces a function's instances within a request
+# timeout; ten minutes is far more.
+KEYED_SINCE_GRACE_MS = 600_000
+
+
+def _keyed_since(candidate_minutes: tuple[tuple[str, int], ...]) -> str:
+    """ARGV[6] of enqueue_inline.lua: the marker's value when a namespace has none yet, this
+    minute's chars plus the grace (the same encoding as a job id's time, so chars compare as
+    the times do)."""
+    if not candidate_minutes:
+        return ""
+    return job_id_time_chars(candidate_minutes[0][1] + KEYED_SINCE_GRACE_MS)
 
 
 class EnqueueSteps(StoreBase):
@@ -83,7 +99,7 @@ class EnqueueSteps(StoreBase):
             found = numbers.get(span)
             if found is None:
                 index_keys.append(keys.inline_index(namespace, ms))
-                found = numbers[span] = 2 + len(index_keys)  # KEYS[3..]
+                found = numbers[span] = 3 + len(index_keys)  # KEYS[4..]
             return found
 
         args: list[Any] = [
@@ -92,6 +108,7 @@ class EnqueueSteps(StoreBase):
             minutes_arg,
             runs_arg,
             keys.CONSUMER_GROUP,
+            _keyed_since(candidate_minutes),
         ]
         legacy_keys: list[str] = []
         for job in jobs:
@@ -108,11 +125,16 @@ class EnqueueSteps(StoreBase):
                 legacy,
                 job.blobs,
             ]
-        legacy_base = 2 + len(index_keys)  # legacy_keys[n] is KEYS[legacy_base + n + 1]
-        for i in range(5 + 5, len(args), 7):
+        legacy_base = 3 + len(index_keys)  # legacy_keys[n] is KEYS[legacy_base + n + 1]
+        for i in range(6 + 5, len(args), 7):
             if args[i] < 0:
                 args[i] = legacy_base - args[i]
-        keys_ = [keys.queue(namespace, queue), keys.queue_names(namespace), *index_keys]
+        keys_ = [
+            keys.queue(namespace, queue),
+            keys.queue_names(namespace),
+            keys.inline_keyed_since(namespace),
+            *index_keys,
+        ]
         replies = self._run("enqueue_inline", [*keys_, *legacy_keys], args)
         answers: list[InlineCreated | InlineExists | LegacyIdempotency] = []
         for reply in map(decoded, replies):
