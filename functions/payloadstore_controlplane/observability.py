@@ -17,12 +17,13 @@ import warnings
 from aws_lambda_powertools.logging import Logger
 from aws_lambda_powertools.metrics.functions import is_metrics_disabled
 
+from .runtime.logformat import LeanJsonFormatter
 from .runtime.once import built_once
 
 SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME", "payloadstore")
 METRICS_NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "PayloadStore")
 
-logger = Logger(service=SERVICE)
+logger = Logger(service=SERVICE, logger_formatter=LeanJsonFormatter())
 
 
 def tracing_enabled() -> bool:

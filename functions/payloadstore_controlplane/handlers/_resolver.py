@@ -9,7 +9,7 @@ from typing import Any
 
 import redis
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
-from aws_lambda_powertools.event_handler.api_gateway import BaseRouter
+from aws_lambda_powertools.event_handler.api_gateway import BaseRouter, ResponseBuilder
 from aws_lambda_powertools.event_handler.exceptions import ServiceError
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 from botocore.exceptions import BotoCoreError
@@ -84,6 +84,23 @@ def redis_error_response(e: redis.RedisError) -> Response:
 _invocation = threading.local()
 
 
+class _ResponseBuilder(ResponseBuilder):
+    """Powertools' response builder, without reading the request's headers for a response that
+    is never compressed: it builds (and case-folds) a dictionary of every header on every
+    answer to find Accept-Encoding first, and decides "no" whenever neither the route nor the
+    response asks for compression, as none of ours does."""
+
+    @staticmethod
+    def _has_compression_enabled(route_compression, response_compression, event) -> bool:
+        if not route_compression and not response_compression:
+            return False
+        return ResponseBuilder._has_compression_enabled(
+            route_compression=route_compression,
+            response_compression=response_compression,
+            event=event,
+        )
+
+
 class PayloadStoreResolver(APIGatewayRestResolver):
     """Powertools' REST resolver, with the byte-level checks of `_requests.precheck` run first.
 
@@ -97,6 +114,7 @@ class PayloadStoreResolver(APIGatewayRestResolver):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self._response_builder_class = _ResponseBuilder
         self._direct_plans: dict[Any, _direct.Plan | None] = {}
 
     @property
