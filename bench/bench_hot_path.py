@@ -20,7 +20,14 @@ after an upgrade from a control plane without key fields, when minutes before th
 also looked up one by one.
 
     .venv/bin/python bench/bench_hot_path.py [--n 1000] [--blocks 20] [--log-level INFO]
-        [--metrics] [--first-hour] [--json out.json]
+        [--metrics] [--first-hour] [--one-core] [--json out.json]
+
+`--one-core` runs this process and its redis-server on one CPU. Without it, on this 2-core VM,
+the figure is bimodal: a quiet machine idles a CPU at every round trip, and waking it costs each
+of the raw sequence's 10 round trips ~100 us (raw 1,400-1,900 us, ratio 2.1-2.3x), while with
+another process busy the same code measures raw 550-750 us (ratio 3.8-4.4x). On one CPU every
+round trip is a switch between two processes that never idles, which is reproducible run to
+run; it is the harder comparison for the handlers, whose cost is CPU, not waiting.
     .venv/bin/python bench/bench_hot_path.py --profile [--n 300]   # cProfile of the handlers
 """
 
@@ -243,16 +250,21 @@ def measure(redis_url: str, n: int, blocks: int, warm: int = 50) -> dict:
 
 def report(out: dict) -> str:
     load = " ".join(f"{x:.1f}" for x in out["load_average"])
+    # run_all.py's section: the unpinned run, with the one-CPU run beside it.
+    pinned = out.get("one_core")
+    also = "\n" + report(pinned) if isinstance(pinned, dict) else ""
     return (
         f"small job hot path, {out['n']:,} jobs in {out['blocks']} interleaved blocks, "
         f"{out['payload_bytes']:,} B payload and result, {out.get('log_level', 'INFO')} logs, "
-        f"{'first hour of key fields, ' if out.get('first_hour') else ''}metrics "
+        f"{'first hour of key fields, ' if out.get('first_hour') else ''}"
+        f"{'one CPU, ' if out.get('pinned') is True else ''}metrics "
         f"{'on' if out.get('metrics') else 'off'}, load average {load}: "
         f"handlers {out['handlers_us']:,.0f} us, raw redis-py (10 round trips) "
         f"{out['raw_us']:,.0f} us, ratio {out['ratio']:.2f}x (goal <= {out['goal']:.0f}x; per "
         f"block: median {out['block_ratio_median']:.2f}x, "
         f"{min(out['block_ratios']):.2f}-{max(out['block_ratios']):.2f}x); CPU of this process "
         f"per job: handlers {out['handlers_cpu_us']:,.0f} us, raw {out['raw_cpu_us']:,.0f} us"
+        + also
     )
 
 
@@ -314,9 +326,14 @@ def run(
     metrics: bool = False,
     log_level: str = "INFO",
     first_hour: bool = False,
+    one_core: bool = False,
 ) -> dict:
     """The figure on a redis-server of its own."""
     from payloadstore.devstack.services import RedisServer
+
+    if one_core:
+        # Before the server starts: it inherits the affinity.
+        os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
 
     with tempfile.TemporaryDirectory(prefix="bench-hot-") as tmp:
         server = RedisServer(data_dir=Path(tmp) / "redis").start()
@@ -327,7 +344,9 @@ def run(
                 os.environ[name] = value
             os.environ["POWERTOOLS_METRICS_DISABLED"] = "false" if metrics else "true"
             out = measure(server.url, n, blocks)
-            out.update(metrics=metrics, log_level=log_level, first_hour=first_hour)
+            out.update(
+                metrics=metrics, log_level=log_level, first_hour=first_hour, pinned=one_core
+            )
             return out
         finally:
             server.stop()
@@ -343,6 +362,9 @@ def main() -> None:
     parser.add_argument("--log-level", default="INFO", help="POWERTOOLS_LOG_LEVEL (as deployed)")
     parser.add_argument(
         "--first-hour", action="store_true", help="keyed-since marker unset (see the docstring)"
+    )
+    parser.add_argument(
+        "--one-core", action="store_true", help="this process and its redis-server on one CPU"
     )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -360,7 +382,7 @@ def main() -> None:
             finally:
                 server.stop()
         return
-    out = run(args.n, args.blocks, args.metrics, args.log_level, args.first_hour)
+    out = run(args.n, args.blocks, args.metrics, args.log_level, args.first_hour, args.one_core)
     print(report(out))
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
