@@ -344,9 +344,7 @@ def run(
                 os.environ[name] = value
             os.environ["POWERTOOLS_METRICS_DISABLED"] = "false" if metrics else "true"
             out = measure(server.url, n, blocks)
-            out.update(
-                metrics=metrics, log_level=log_level, first_hour=first_hour, pinned=one_core
-            )
+            out.update(metrics=metrics, log_level=log_level, first_hour=first_hour, pinned=one_core)
             return out
         finally:
             server.stop()
