@@ -29,6 +29,7 @@ another process busy the same code measures raw 550-750 us (ratio 3.8-4.4x). On 
 round trip is a switch between two processes that never idles, which is reproducible run to
 run; it is the harder comparison for the handlers, whose cost is CPU, not waiting.
     .venv/bin/python bench/bench_hot_path.py --profile [--n 300]   # cProfile of the handlers
+    .venv/bin/python bench/bench_hot_path.py --floor [--one-core]  # time inside redis-py calls
 """
 
 from __future__ import annotations
@@ -268,6 +269,51 @@ def report(out: dict) -> str:
     )
 
 
+def floor(redis_url: str, n: int = 500, rounds: int = 3) -> list[dict]:
+    """How much of the handlers' time is spent inside redis-py calls (the scripts, their round
+    trips and the client's own work), against the raw sequence: the part of the ratio no change
+    to the handlers' Python can remove while a small job takes these six round trips."""
+    import redis.client as rc
+
+    handlers, raw = Handlers(f"hp-{uuid.uuid4().hex[:6]}"), Raw(redis_url)
+    inside = [0.0]
+    depth = [0]
+
+    def timed(cls, name):
+        original = getattr(cls, name)
+
+        def call(*a, **k):
+            depth[0] += 1
+            started = time.perf_counter()
+            try:
+                return original(*a, **k)
+            finally:
+                depth[0] -= 1
+                if depth[0] == 0:
+                    inside[0] += time.perf_counter() - started
+
+        setattr(cls, name, call)
+        return original
+
+    originals = [(rc.Redis, "execute_command"), (rc.Pipeline, "execute")]
+    saved = [timed(cls, name) for cls, name in originals]
+    try:
+        for _ in range(50):
+            handlers.run()
+            raw.run()
+        out = []
+        for _ in range(rounds):
+            inside[0] = 0.0
+            h = statistics.mean(handlers.run() for _ in range(n))
+            in_redis = inside[0] / n
+            r = statistics.mean(raw.run() for _ in range(n))
+            out.append({"handlers_us": h * 1e6, "in_redis_us": in_redis * 1e6, "raw_us": r * 1e6})
+        return out
+    finally:
+        for (cls, name), original in zip(originals, saved, strict=True):
+            setattr(cls, name, original)
+
+
 def profile(n: int) -> None:
     import cProfile
     import pstats
@@ -356,6 +402,9 @@ def main() -> None:
     # Many short blocks: the load of this shared machine moves within seconds; both sides see it.
     parser.add_argument("--blocks", type=int, default=20)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument(
+        "--floor", action="store_true", help="time inside redis-py calls vs the raw sequence"
+    )
     parser.add_argument("--metrics", action="store_true", help="EMF metrics on, as deployed")
     parser.add_argument("--log-level", default="INFO", help="POWERTOOLS_LOG_LEVEL (as deployed)")
     parser.add_argument(
@@ -366,6 +415,26 @@ def main() -> None:
     )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    if args.floor:
+        from payloadstore.devstack.services import RedisServer
+
+        if args.one_core:
+            os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
+        with tempfile.TemporaryDirectory(prefix="bench-hot-") as tmp:
+            server = RedisServer(data_dir=Path(tmp) / "redis").start()
+            try:
+                _past_first_hour(server.url)
+                for name, value in _env(server.url, args.log_level).items():
+                    os.environ[name] = value
+                for row in floor(server.url):
+                    print(
+                        f"handlers {row['handlers_us']:,.0f} us a job, of it inside redis-py "
+                        f"{row['in_redis_us']:,.0f} us ({row['in_redis_us'] / row['raw_us']:.2f}x "
+                        f"raw); raw {row['raw_us']:,.0f} us"
+                    )
+            finally:
+                server.stop()
+        return
     if args.profile:
         from payloadstore.devstack.services import RedisServer
 
