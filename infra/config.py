@@ -49,6 +49,8 @@ DEFAULT_ARCHITECTURE = "x86_64"
 SERVICE_NAME = "payloadstore"
 METRICS_NAMESPACE_PREFIX = "PayloadStore"
 LOG_LEVEL = "INFO"
+# What `-c payloadstore:logLevel` takes (POWERTOOLS_LOG_LEVEL of every function).
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 REDIS_PORT = 6379
 
@@ -88,6 +90,8 @@ CTX_ARCHITECTURE = "payloadstore:architecture"  # "x86_64" (default) | "arm64"
 # Latency, IntegrationLatency for each of the ~23 methods: 5 custom metrics each, ~$34.50 a
 # month; docs/cost.md). Off, the API still publishes the same five for the stage as a whole, free.
 CTX_DETAILED_METRICS = "payloadstore:detailedMetrics"
+# "INFO" (default): a job's enqueue and end lines (docs/operations.md); "WARNING" drops them.
+CTX_LOG_LEVEL = "payloadstore:logLevel"
 # Memory of one function group in MB, e.g. -c payloadstore:memory:daemon=256 (FUNCTION_TUNING
 # holds the defaults and why).
 CTX_MEMORY_PREFIX = "payloadstore:memory:"
@@ -253,6 +257,16 @@ def detailed_metrics_of(scope: Construct) -> bool:
     if value not in ("on", "off", "true", "false"):
         raise ValueError(f"context {CTX_DETAILED_METRICS} must be on or off, got {value!r}")
     return value in ("on", "true")
+
+
+def log_level_of(scope: Construct) -> str:
+    """-c payloadstore:logLevel=DEBUG|INFO|WARNING|ERROR (default INFO), case-insensitive."""
+    value = context_str(scope, CTX_LOG_LEVEL, LOG_LEVEL).upper()
+    if value not in LOG_LEVELS:
+        raise ValueError(
+            f"context {CTX_LOG_LEVEL} must be one of {', '.join(LOG_LEVELS)}, got {value!r}"
+        )
+    return value
 
 
 def cache_replicas_of(scope: Construct, stage: str, production: int, dev: int) -> int:

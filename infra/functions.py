@@ -20,13 +20,13 @@ from infra.config import (
     FUNCTION_TUNING,
     FUNCTIONS_DIR,
     LOCK_FILE,
-    LOG_LEVEL,
     OBJECT_ACTIONS,
     PYTHON_VERSION,
     REDIS_FUNCTIONS,
     SERVICE_NAME,
     StageNames,
     architecture_of,
+    log_level_of,
     memory_of,
     reserved_concurrency_of,
 )
@@ -230,7 +230,7 @@ class ControlPlaneFunctions(Construct):
         powertools_env = {
             "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
             "POWERTOOLS_METRICS_NAMESPACE": names.metrics_namespace,
-            "POWERTOOLS_LOG_LEVEL": LOG_LEVEL,
+            "POWERTOOLS_LOG_LEVEL": log_level_of(self),
             # The layer holds no pydantic plugin: pydantic need not look for one (and so the
             # functions need not import importlib.metadata at cold start; lazyimport.py).
             "PYDANTIC_DISABLE_PLUGINS": "__all__",

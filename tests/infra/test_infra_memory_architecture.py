@@ -14,7 +14,7 @@ import aws_cdk as cdk
 import pytest
 
 from infra.bundling import LayerBundling
-from infra.config import LOCK_FILE, architecture_of, memory_of
+from infra.config import LOCK_FILE, architecture_of, log_level_of, memory_of
 from tests.infra.cfn import resources
 from tests.infra.test_infra_snapstart import functions_by_group
 from tests.support.infra import CDK_ENV, STACK
@@ -42,7 +42,11 @@ def arm_synth(tmp_path_factory):
     return synth_with(
         tmp_path_factory,
         "cdk-arm64",
-        {"payloadstore:architecture": "arm64", "payloadstore:memory:daemon": "256"},
+        {
+            "payloadstore:architecture": "arm64",
+            "payloadstore:memory:daemon": "256",
+            "payloadstore:logLevel": "warning",
+        },
     )
 
 
@@ -98,6 +102,20 @@ def test_arm64_flag_builds_the_layer_for_graviton_and_runs_every_function_on_arm
     assert memory(template)["jobs"] == 256
 
 
+def log_levels(template: dict) -> dict[str, str]:
+    return {
+        g: res["Properties"]["Environment"]["Variables"]["POWERTOOLS_LOG_LEVEL"]
+        for g, (_, res) in functions_by_group(template).items()
+    }
+
+
+def test_every_function_logs_at_info_by_default_and_at_the_flag_s_level(template, arm_synth):
+    # Given the default synth, Then every function logs at INFO (a job's enqueue and end lines)
+    assert set(log_levels(template).values()) == {"INFO"}
+    # And with -c payloadstore:logLevel=warning, every function at WARNING (no per-job lines)
+    assert set(log_levels(arm_synth[0]).values()) == {"WARNING"}
+
+
 def flags(context: dict):
     return cdk.Stack(cdk.App(context=context), "S")
 
@@ -110,6 +128,8 @@ def test_bad_architecture_or_memory_flags_are_refused_at_synth():
         memory_of(flags({"payloadstore:memory:daemon": "64"}), "daemon")
     with pytest.raises(ValueError, match="integer"):
         memory_of(flags({"payloadstore:memory:jobs": "lots"}), "jobs")
+    with pytest.raises(ValueError, match="payloadstore:logLevel must be one of DEBUG, INFO"):
+        log_level_of(flags({"payloadstore:logLevel": "verbose"}))
 
 
 def test_the_arm64_layer_build_asks_pip_for_aarch64_wheels(monkeypatch, tmp_path):
