@@ -209,3 +209,37 @@ def test_importlib_metadata_waits_for_a_use_when_pydantic_plugins_are_off(plugin
     # the first real use gets the real module
     assert out[0] == first
     assert out[1] == "True"
+
+
+JMESPATH_PROBE = """
+import sys
+import payloadstore_controlplane.handlers.public
+print("jmespath" in sys.modules)
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.logging import correlation_paths
+
+logger = Logger(service="probe")
+
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST)
+def handler(event, context):
+    return logger.get_correlation_id()
+
+class Context:
+    function_name = "probe"
+    memory_limit_in_mb = 128
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:probe"
+    aws_request_id = "r"
+
+print(handler({"requestContext": {"requestId": "abc"}}, Context()))
+"""
+
+
+def test_powertools_jmespath_helpers_wait_for_a_correlation_id_path():
+    # Given a function's handler module imported as Lambda does
+    env = {**os.environ, "PYTHONPATH": str(FUNCTIONS), "PAYLOAD_BUCKET": "b"}
+    # When its cold import is done, and then a logger asks for a correlation id path
+    out = subprocess.run(
+        [sys.executable, "-c", JMESPATH_PROBE], capture_output=True, text=True, env=env, check=True
+    ).stdout.split()
+    # Then JMESPath was not imported for the handler, and the path still resolves on first use
+    assert out == ["False", "abc"]

@@ -1,7 +1,9 @@
 """API models (v1): the request and response bodies the control plane validates with pydantic
 and publishes as OpenAPI. (The SDK's own HTTP client is `payloadstore._wire`.)"""
 
-from __future__ import annotations
+# Annotations are not postponed (no `from __future__ import annotations`) in the pydantic model
+# modules: pydantic would otherwise compile and evaluate every field's annotation string when
+# the class is created, on every cold start.
 
 import base64
 import binascii

@@ -1,6 +1,8 @@
 """Domain vocabulary shared by logic and store."""
 
-from __future__ import annotations
+# Annotations are not postponed (no `from __future__ import annotations`) in the pydantic model
+# modules: pydantic would otherwise compile and evaluate every field's annotation string when
+# the class is created, on every cold start.
 
 import os
 import re

@@ -1,6 +1,8 @@
 """Control-plane settings: environment variables, one value for the whole fleet."""
 
-from __future__ import annotations
+# Annotations are not postponed (no `from __future__ import annotations`) in the pydantic model
+# modules: pydantic would otherwise compile and evaluate every field's annotation string when
+# the class is created, on every cold start.
 
 import os
 from enum import StrEnum
@@ -165,7 +167,7 @@ class Settings(BaseModel):
         return -(-least // mib) * mib
 
     @model_validator(mode="after")
-    def _consistent(self) -> Settings:
+    def _consistent(self) -> "Settings":
         """Refuse combinations that are valid one by one but break a promise together."""
         result_ttl = f"RESULT_TTL_S={self.result_ttl_s}"
         retention = (
@@ -222,7 +224,7 @@ class Settings(BaseModel):
         return self
 
     @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
+    def from_env(cls, environ: dict[str, str] | None = None) -> "Settings":
         env = os.environ if environ is None else environ
         values: dict[str, str] = {}
         for field, env_name in SETTINGS_ENV.items():

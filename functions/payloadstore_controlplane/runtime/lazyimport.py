@@ -28,7 +28,13 @@ import types
 
 _LOAD_LOCK = threading.RLock()
 
-DEFERRED = (("redis", "asyncio"),)
+DEFERRED = (
+    ("redis", "asyncio"),
+    # Powertools' logger imports its JMESPath helpers (jmespath, gzip, ~5 ms) for
+    # inject_lambda_context(correlation_id_path=...), which observability.lambda_entry does not
+    # use: it reads the request id itself.
+    ("aws_lambda_powertools.utilities", "jmespath_utils"),
+)
 # Packages of which a dependency imports a few names eagerly but the control plane uses none:
 # only the submodules defining those names are imported, the rest on first use of anything else.
 # redis-py's parsers do `from asyncio import IncompleteReadError, StreamReader` and its event
@@ -97,14 +103,15 @@ def defer_subpackage(package: str, name: str) -> bool:
     """Put a placeholder for the subpackage `package.name` in place before `package` is
     imported. Returns whether it did (not when already imported, or not found)."""
     full = f"{package}.{name}"
-    if full in sys.modules or package in sys.modules:
+    top, _, inner = package.partition(".")
+    if full in sys.modules or top in sys.modules:
         return False
     try:
-        spec = importlib.util.find_spec(package)  # a top-level package: this does not import it
+        spec = importlib.util.find_spec(top)  # a top-level package: this does not import it
     except (ImportError, ValueError):
         return False
     for base in (spec.submodule_search_locations or []) if spec else []:
-        init = os.path.join(base, name, "__init__.py")
+        init = os.path.join(base, *(inner.split(".") if inner else ()), name, "__init__.py")
         if os.path.exists(init):
             sys.modules[full] = DeferredPackage(full, init)
             return True
