@@ -6,6 +6,7 @@ Kept in one module so the stack, the tests and the README agree on every name.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -230,14 +231,18 @@ def memory_of(scope: Construct, group: str) -> int:
     return memory
 
 
+def context_choice(scope: Construct, key: str, default: str, choices: Iterable[str]) -> str:
+    """One of `choices`, as spelled there, for a flag given in any case; refused otherwise."""
+    spelled = {choice.lower(): choice for choice in choices}
+    raw = context_str(scope, key, default)
+    if raw.lower() not in spelled:
+        raise ValueError(f"context {key} must be one of {', '.join(spelled.values())}, got {raw!r}")
+    return spelled[raw.lower()]
+
+
 def architecture_of(scope: Construct) -> str:
     """Lambda's architecture name from -c payloadstore:architecture (x86_64 or arm64)."""
-    value = context_str(scope, CTX_ARCHITECTURE, DEFAULT_ARCHITECTURE).lower()
-    if value not in ARCHITECTURES:
-        raise ValueError(
-            f"context {CTX_ARCHITECTURE} must be one of {', '.join(ARCHITECTURES)}, got {value!r}"
-        )
-    return value
+    return context_choice(scope, CTX_ARCHITECTURE, DEFAULT_ARCHITECTURE, ARCHITECTURES)
 
 
 def reserved_concurrency_of(scope: Construct) -> dict[str, int]:
@@ -261,12 +266,7 @@ def detailed_metrics_of(scope: Construct) -> bool:
 
 def log_level_of(scope: Construct) -> str:
     """-c payloadstore:logLevel=DEBUG|INFO|WARNING|ERROR (default INFO), case-insensitive."""
-    value = context_str(scope, CTX_LOG_LEVEL, LOG_LEVEL).upper()
-    if value not in LOG_LEVELS:
-        raise ValueError(
-            f"context {CTX_LOG_LEVEL} must be one of {', '.join(LOG_LEVELS)}, got {value!r}"
-        )
-    return value
+    return context_choice(scope, CTX_LOG_LEVEL, LOG_LEVEL, LOG_LEVELS)
 
 
 def cache_replicas_of(scope: Construct, stage: str, production: int, dev: int) -> int:
