@@ -90,69 +90,41 @@ def run_section(name: str, fn, results: dict, timings: dict) -> None:
     PARTIAL.write_text(json.dumps({**PREVIOUS, **results}, indent=2, default=str))
 
 
-def multipart_bench() -> dict:
-    """bench_multipart.py in a process of its own (its stack's settings are not this one's)."""
+def _json_bench(script: str, args: list[str], timeout_s: int) -> dict:
+    """A bench script in a process of its own (its stack's or handlers' settings are not this
+    process's), asked for its figures as JSON: them, or {"error": its stderr's tail}."""
     import tempfile
 
-    sizes = os.environ.get("BENCH_MP_MIB", "64 256 1024").split()
     with tempfile.TemporaryDirectory() as tmp:
-        out_json = Path(tmp) / "mp.json"
+        out_json = Path(tmp) / "out.json"
         out = subprocess.run(
-            [
-                sys.executable,
-                str(HERE / "bench_multipart.py"),
-                "--mib",
-                *sizes,
-                "--repeat",
-                str(env_int("BENCH_MP_REPEAT", 2)),
-                "--json",
-                str(out_json),
-            ],
+            [sys.executable, str(HERE / script), *args, "--json", str(out_json)],
             capture_output=True,
             text=True,
-            timeout=3600,
+            timeout=timeout_s,
             check=False,
         )
         if out.returncode != 0:
             return {"error": out.stderr[-2000:]}
         return json.loads(out_json.read_text())
+
+
+def multipart_bench() -> dict:
+    """bench_multipart.py: SDK against curl at each size, and result_into's memory."""
+    sizes = os.environ.get("BENCH_MP_MIB", "64 256 1024").split()
+    repeat = str(env_int("BENCH_MP_REPEAT", 2))
+    return _json_bench("bench_multipart.py", ["--mib", *sizes, "--repeat", repeat], 3600)
 
 
 def hot_path_bench() -> dict:
-    """bench_hot_path.py in a process of its own (its handlers' settings and log level are not
-    this process's): the four handlers vs the 10-round-trip raw sequence, interleaved blocks;
-    then the same on one CPU (`one_core`; bench_hot_path.py says why both)."""
-    out = _hot_path_once([])
+    """bench_hot_path.py: the four handlers vs the 10-round-trip raw sequence, interleaved
+    blocks; then the same on one CPU (`one_core`; bench_hot_path.py says why both)."""
+    args = ["--n", str(env_int("BENCH_HOT_N", 1000))]
+    args += ["--blocks", str(env_int("BENCH_HOT_BLOCKS", 20))]
+    out = _json_bench("bench_hot_path.py", args, 900)
     if "error" not in out:
-        out["one_core"] = _hot_path_once(["--one-core"])
+        out["one_core"] = _json_bench("bench_hot_path.py", [*args, "--one-core"], 900)
     return out
-
-
-def _hot_path_once(extra: list[str]) -> dict:
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        out_json = Path(tmp) / "hot.json"
-        out = subprocess.run(
-            [
-                sys.executable,
-                str(HERE / "bench_hot_path.py"),
-                "--n",
-                str(env_int("BENCH_HOT_N", 1000)),
-                "--blocks",
-                str(env_int("BENCH_HOT_BLOCKS", 20)),
-                "--json",
-                str(out_json),
-                *extra,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=900,
-            check=False,
-        )
-        if out.returncode != 0:
-            return {"error": out.stderr[-2000:]}
-        return json.loads(out_json.read_text())
 
 
 def redis_footprint_bench() -> dict:
