@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from ..models.errors import PayloadStoreError
 from ..observability import logger, metrics_count
@@ -39,15 +39,8 @@ class RenewalRun:
     errors: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
-        return {
-            "checked": self.checked,
-            "renewed": self.renewed,
-            "renewed_in_parts": self.renewed_in_parts,
-            "covered": self.covered,
-            "lost": self.lost,
-            "failed": self.failed,
-            "deferred": self.deferred,
-        }
+        """The counts (the errors go to their own log lines)."""
+        return {k: v for k, v in asdict(self).items() if k != "errors"}
 
 
 def renew_blobs(
@@ -79,10 +72,7 @@ def renew_blobs(
                 # object may still be there to renew.
                 info = deps.objects.head(key)
                 if info is None:
-                    deps.jobs.blob_renewed(ns, sha, 2**62)
-                    run.lost += 1
-                    metrics_count("BlobsLost")
-                    logger.warning("blob needed but gone", extra={"namespace": ns, "sha256": sha})
+                    _lost(ns, sha, deps, run)
                     continue
                 size = info.size
                 own = deps.settings.blob_lifetime(lifecycle_days_of(key, info, deps))
@@ -99,6 +89,14 @@ def renew_blobs(
             _renew_one(ns, sha, size, deps, run)
     logger.info("blob renewal run", extra=run.as_dict())
     return run
+
+
+def _lost(ns: str, sha: str, deps: Deps, run: RenewalRun) -> None:
+    """A needed blob whose object is gone: dropped from the needs (nothing can renew it)."""
+    deps.jobs.blob_renewed(ns, sha, 2**62)
+    run.lost += 1
+    metrics_count("BlobsLost")
+    logger.warning("blob needed but gone", extra={"namespace": ns, "sha256": sha})
 
 
 def _renew_one(ns: str, sha: str, size: int, deps: Deps, run: RenewalRun) -> None:
@@ -124,10 +122,7 @@ def _renew_one(ns: str, sha: str, size: int, deps: Deps, run: RenewalRun) -> Non
         return
     info = deps.objects.head(key) if copied else None
     if info is None:
-        deps.jobs.blob_renewed(ns, sha, 2**62)
-        run.lost += 1
-        metrics_count("BlobsLost")
-        logger.warning("blob needed but gone", extra={"namespace": ns, "sha256": sha})
+        _lost(ns, sha, deps, run)
         return
     # The copy was written no earlier than it started: the lifecycle counts from then, by the
     # rule of the retention class its tag (copied with it) names.

@@ -733,9 +733,7 @@ class S3Objects:
         current = self.head(key)
         if current is None:
             return False
-        keep_key: dict[str, str] = {}
-        if current.sse == "aws:kms" and current.kms_key:
-            keep_key = {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": current.kms_key}
+        keep_key = _same_encryption(current)
         try:
             self._s3.copy_object(
                 Bucket=self.bucket,
@@ -772,9 +770,7 @@ class S3Objects:
         current = self.head(key)
         if current is None:
             return False
-        keep: dict[str, Any] = {}
-        if current.sse == "aws:kms" and current.kms_key:
-            keep = {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": current.kms_key}
+        keep: dict[str, Any] = dict(_same_encryption(current))
         tags = self.tags(key) if current.tag_count else {}
         if tags:
             keep["Tagging"] = urlencode(tags)
@@ -1002,3 +998,11 @@ def _brief(e: Exception) -> str:
         err = e.response.get("Error", {})
         return f"{err.get('Code', 'error')}"
     return type(e).__name__
+
+
+def _same_encryption(current: ObjectInfo) -> dict[str, str]:
+    """What a copy of `current` onto itself must ask for to keep its SSE-KMS key (a copy takes
+    the bucket's default, SSE-S3, otherwise); nothing for an SSE-S3 object."""
+    if current.sse == "aws:kms" and current.kms_key:
+        return {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": current.kms_key}
+    return {}
