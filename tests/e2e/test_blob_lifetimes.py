@@ -13,23 +13,15 @@ import os
 import time
 from pathlib import Path
 
-import boto3
 import httpx
 import pytest
-from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from payloadstore import Client, codec
 from payloadstore._blob_cache import ENV_BLOB_CACHE
 from payloadstore.devstack.gateway import GatewayProcess
-from payloadstore.devstack.s3_emulator import DAY_ENV
-from payloadstore.devstack.services import (
-    LOCAL_ACCESS_KEY_ID,
-    LOCAL_SECRET_ACCESS_KEY,
-    MotoServer,
-    create_payload_bucket,
-)
 from tests.e2e.sdk_helpers import daemon_thread, unique_queue
+from tests.support.emulator import scaled_days_emulator
 
 pytestmark = pytest.mark.e2e
 
@@ -47,17 +39,7 @@ def scaled_stack(_gateway_services, redis_server, tmp_path_factory):
     and whose renewer runs every 0.2 s (its 5 minutes, scaled). Tokens are the session's (SSM of
     the session's emulator)."""
     logs = Path(tmp_path_factory.mktemp("lifetimes"))
-    emulator = MotoServer(log_path=logs / "s3.log", env={DAY_ENV: str(DAY_S)}).start()
-    try:
-        s3 = boto3.client(
-            "s3",
-            endpoint_url=emulator.endpoint,
-            region_name="us-east-1",
-            aws_access_key_id=LOCAL_ACCESS_KEY_ID,
-            aws_secret_access_key=LOCAL_SECRET_ACCESS_KEY,
-            config=Config(signature_version="s3v4"),
-        )
-        create_payload_bucket(s3, BUCKET)
+    with scaled_days_emulator(logs, DAY_S, BUCKET) as (emulator, s3):
         env = {
             **_gateway_services["env"],
             "AWS_ENDPOINT_URL_S3": emulator.endpoint,
@@ -81,8 +63,6 @@ def scaled_stack(_gateway_services, redis_server, tmp_path_factory):
             yield gateway, s3, _gateway_services["tokens"]["dev"]
         finally:
             gateway.stop()
-    finally:
-        emulator.stop()
 
 
 @pytest.fixture(autouse=True)

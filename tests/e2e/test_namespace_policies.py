@@ -248,30 +248,11 @@ LIFECYCLE_BUCKET = "policy-lifecycle"
 @pytest.fixture(scope="module")
 def one_second_days(_gateway_services, redis_server, tmp_path_factory):
     """An emulator whose lifecycle days last a second, and a gateway in front of it."""
-    import boto3
-    from botocore.config import Config
-
     from payloadstore.devstack.gateway import GatewayProcess
-    from payloadstore.devstack.s3_emulator import DAY_ENV
-    from payloadstore.devstack.services import (
-        LOCAL_ACCESS_KEY_ID,
-        LOCAL_SECRET_ACCESS_KEY,
-        MotoServer,
-        create_payload_bucket,
-    )
+    from tests.support.emulator import scaled_days_emulator
 
     logs = Path(tmp_path_factory.mktemp("policy-lifecycle"))
-    emulator = MotoServer(log_path=logs / "s3.log", env={DAY_ENV: str(DAY_S)}).start()
-    try:
-        s3 = boto3.client(
-            "s3",
-            endpoint_url=emulator.endpoint,
-            region_name="us-east-1",
-            aws_access_key_id=LOCAL_ACCESS_KEY_ID,
-            aws_secret_access_key=LOCAL_SECRET_ACCESS_KEY,
-            config=Config(signature_version="s3v4"),
-        )
-        create_payload_bucket(s3, LIFECYCLE_BUCKET)
+    with scaled_days_emulator(logs, DAY_S, LIFECYCLE_BUCKET) as (emulator, s3):
         env = {
             **_gateway_services["env"],
             "AWS_ENDPOINT_URL_S3": emulator.endpoint,
@@ -284,8 +265,6 @@ def one_second_days(_gateway_services, redis_server, tmp_path_factory):
             yield gateway, s3
         finally:
             gateway.stop()
-    finally:
-        emulator.stop()
 
 
 def test_each_namespace_object_expires_by_the_rule_of_its_retention_class(
