@@ -281,6 +281,18 @@ def pause_first(
     monkeypatch.setattr(owner, method, wrapped)
 
 
+def paused_at(
+    monkeypatch, owner, method: str, call: Callable[[], Reply], *, after: bool = False
+) -> Paused:
+    """`call` started in a thread that stops at the first call of owner.<method> (pause_first:
+    before it runs, or once it answered with `after`) until the test lets it go."""
+    paused: list[Paused] = []
+    pause_first(monkeypatch, owner, method, paused, after=after)
+    request = Paused(call)
+    paused.append(request)
+    return request.start()
+
+
 def test_given_a_cancelled_inline_job_when_a_retry_races_the_poll_dropping_its_entry_then_the_job_runs(
     cp: ControlPlane, monkeypatch
 ):
@@ -289,11 +301,7 @@ def test_given_a_cancelled_inline_job_when_a_retry_races_the_poll_dropping_its_e
     job = cp.enqueue(raw=b"\x0a\x0b").json["job_id"]
     assert cancel(cp, job).json["state"] == "cancelled"
     # And: a poll that found it cancelled, paused before it drops the entry (keeping its args)
-    paused: list[Paused] = []
-    pause_first(monkeypatch, RedisJobStore, "settle", paused)
-    poll = Paused(lambda: cp.poll(daemon_id="a"))
-    paused.append(poll)
-    poll.start()
+    poll = paused_at(monkeypatch, RedisJobStore, "settle", lambda: cp.poll(daemon_id="a"))
     # When: the client retries the job (answered queued), and then the poll goes on
     retried = retry(cp, job)
     assert (retried.status, (retried.json or {}).get("state")) == (200, "queued"), retried.raw_body
@@ -324,11 +332,12 @@ def test_given_a_job_failing_when_a_retry_races_the_settle_of_its_end_then_the_j
         assert made.status == 201, made.raw_body
         job = made.json["job_id"]
     delivered(cp, job)
-    paused: list[Paused] = []
-    pause_first(monkeypatch, RedisJobStore, "settle", paused)
-    post = Paused(lambda: cp.post_result(job, {"error": {"type": "ValueError", "message": "x"}}))
-    paused.append(post)
-    post.start()
+    post = paused_at(
+        monkeypatch,
+        RedisJobStore,
+        "settle",
+        lambda: cp.post_result(job, {"error": {"type": "ValueError", "message": "x"}}),
+    )
     # When: the client, woken by the failure, retries at once; then the post goes on
     assert cp.status(job).json["state"] == "failed"
     retried = retry(cp, job)
@@ -351,11 +360,12 @@ def test_given_a_failing_post_paused_past_the_lease_when_a_retry_runs_on_another
     settings_env(VISIBILITY_TIMEOUT_S="1")
     job = cp.enqueue(raw=b"\x0c").json["job_id"]
     delivered(cp, job, daemon_id="a")
-    paused: list[Paused] = []
-    pause_first(monkeypatch, RedisJobStore, "settle", paused)
-    post = Paused(lambda: cp.post_result(job, {"error": {"type": "ValueError", "message": "x"}}))
-    paused.append(post)
-    post.start()
+    post = paused_at(
+        monkeypatch,
+        RedisJobStore,
+        "settle",
+        lambda: cp.post_result(job, {"error": {"type": "ValueError", "message": "x"}}),
+    )
     # When: the job is retried, and once the entry's visibility timeout passed daemon b
     # reclaims it and runs the retried job; only then the paused post goes on
     retried = retry(cp, job)
@@ -382,16 +392,10 @@ def test_given_a_cancel_settling_an_entry_a_poll_took_when_a_retry_comes_between
     # before it starts the delivery
     settings_env(VISIBILITY_TIMEOUT_S="1")
     job = queued_job(cp, "s3")
-    in_cancel: list[Paused] = []
-    pause_first(monkeypatch, RedisJobStore, "settle", in_cancel)
-    cancelling = Paused(lambda: cancel(cp, job))
-    in_cancel.append(cancelling)
-    cancelling.start()
-    in_poll: list[Paused] = []
-    pause_first(monkeypatch, RedisJobStore, "start_delivery", in_poll)
-    polling = Paused(lambda: cp.poll(daemon_id="a"))
-    in_poll.append(polling)
-    polling.start()
+    cancelling = paused_at(monkeypatch, RedisJobStore, "settle", lambda: cancel(cp, job))
+    polling = paused_at(
+        monkeypatch, RedisJobStore, "start_delivery", lambda: cp.poll(daemon_id="a")
+    )
     # When: the client retries the cancelled job, then the cancel goes on, then the poll
     retried = retry(cp, job)
     assert (retried.status, (retried.json or {}).get("state")) == (200, "queued"), retried.raw_body
@@ -449,11 +453,7 @@ def test_given_a_purge_that_scanned_a_queued_job_when_a_daemon_takes_it_then_pur
     # Given: a queued job, and a purge paused right after it scanned the queue
     settings_env(VISIBILITY_TIMEOUT_S="1")
     job = queued_job(cp, tier)
-    paused: list[Paused] = []
-    pause_first(monkeypatch, RedisJobStore, "scan_queue", paused, after=True)
-    purging = Paused(lambda: purge(cp))
-    paused.append(purging)
-    purging.start()
+    purging = paused_at(monkeypatch, RedisJobStore, "scan_queue", lambda: purge(cp), after=True)
     # When: a daemon takes the job, then the purge goes on
     lease = delivered(cp, job, daemon_id="a")["lease"]
     answer = purging.go()
@@ -521,11 +521,9 @@ def test_given_a_poll_that_took_back_a_lapsed_entry_when_the_lapsed_delivery_rep
     # starts the delivery
     settings_env(VISIBILITY_TIMEOUT_S="1")
     job, lease_a = lapsed_s3_job(cp, s3_client)
-    paused: list[Paused] = []
-    pause_first(monkeypatch, RedisJobStore, "start_delivery", paused)
-    polling = Paused(lambda: cp.poll(daemon_id="b"))
-    paused.append(polling)
-    polling.start()
+    polling = paused_at(
+        monkeypatch, RedisJobStore, "start_delivery", lambda: cp.poll(daemon_id="b")
+    )
     # When: delivery a reports payload_lost (its lease is still the job's: accepted, the job
     # requeued once), then the poll goes on
     lost = cp.report(job, {"state": "payload_lost", "detail": "GET 404", "lease": lease_a})
@@ -571,17 +569,14 @@ def test_given_a_retry_between_a_failing_post_and_its_settle_when_a_poll_takes_t
     settings_env(VISIBILITY_TIMEOUT_S="1")
     job = cp.enqueue(raw=b"\x0e").json["job_id"]
     delivered(cp, job, daemon_id="a")
-    in_post: list[Paused] = []
-    pause_first(monkeypatch, RedisJobStore, "settle", in_post)
-    post = Paused(lambda: cp.post_result(job, {"error": {"type": "ValueError", "message": "x"}}))
-    in_post.append(post)
-    post.start()
+    post = paused_at(
+        monkeypatch,
+        RedisJobStore,
+        "settle",
+        lambda: cp.post_result(job, {"error": {"type": "ValueError", "message": "x"}}),
+    )
     # And: a retry paused after its job-slot step (the job queued), before its namespace step
-    in_retry: list[Paused] = []
-    pause_first(monkeypatch, RedisJobStore, "requeue", in_retry)
-    retrying = Paused(lambda: retry(cp, job))
-    in_retry.append(retrying)
-    retrying.start()
+    retrying = paused_at(monkeypatch, RedisJobStore, "requeue", lambda: retry(cp, job))
     # When: the old entry's visibility timeout passes and daemon b polls (taking it back),
     # then the post and the retry go on
     time.sleep(1.2)
@@ -607,11 +602,12 @@ def test_given_a_retry_before_a_failing_posts_settle_when_the_same_daemon_takes_
     settings_env(VISIBILITY_TIMEOUT_S="1")
     job = cp.enqueue(raw=b"\x0f").json["job_id"]
     delivered(cp, job, daemon_id="a")
-    paused: list[Paused] = []
-    pause_first(monkeypatch, RedisJobStore, "settle", paused)
-    post = Paused(lambda: cp.post_result(job, {"error": {"type": "ValueError", "message": "x"}}))
-    paused.append(post)
-    post.start()
+    post = paused_at(
+        monkeypatch,
+        RedisJobStore,
+        "settle",
+        lambda: cp.post_result(job, {"error": {"type": "ValueError", "message": "x"}}),
+    )
     retried = retry(cp, job)
     assert (retried.status, (retried.json or {}).get("state")) == (200, "queued"), retried.raw_body
     # When: past the visibility timeout the same daemon (a) polls again and runs the retried
