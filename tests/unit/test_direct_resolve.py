@@ -28,6 +28,7 @@ from payloadstore_controlplane.handlers._routing import powertools_path
 from payloadstore_controlplane.models.api import EnqueueResponse, PollResponse, ResultResponse
 from payloadstore_controlplane.models.domain import JobStatus, Tier
 from payloadstore_controlplane.models.errors import NotFound
+from tests.support.events import FakeLambdaContext
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
 JOB = "01KB7Z6Q3N4V8W2X5Y9Z0A1B2C"
@@ -43,19 +44,6 @@ def _generate():
 
 
 gen = _generate()
-
-
-class Context:
-    function_name = "test"
-    function_version = "$LATEST"
-    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:test"
-    memory_limit_in_mb = 512
-    aws_request_id = "test"
-    log_group_name = "/aws/lambda/test"
-    log_stream_name = "test"
-
-    def get_remaining_time_in_millis(self) -> int:
-        return 10_000
 
 
 def app_of(route: routes.Route) -> PayloadStoreResolver:
@@ -115,9 +103,9 @@ def chain_only(app):
 def both_ways(app, route, event, answer):
     """(direct answer, chain answer, arguments the function got each way)."""
     with recorded(app, route, answer) as direct_calls:
-        direct = app.resolve(copy.deepcopy(event), Context())
+        direct = app.resolve(copy.deepcopy(event), FakeLambdaContext())
     with recorded(app, route, answer) as chain_calls, chain_only(app):
-        chain = app.resolve(copy.deepcopy(event), Context())
+        chain = app.resolve(copy.deepcopy(event), FakeLambdaContext())
     return direct, chain, direct_calls, chain_calls
 
 
@@ -127,7 +115,7 @@ def taken_directly(app, event) -> bool:
     refused, app.parsed_json = checked_body(event)
     assert refused is None
     try:
-        return app._resolve_direct(event, Context()) is not None
+        return app._resolve_direct(event, FakeLambdaContext()) is not None
     finally:
         app.clear_context()
 

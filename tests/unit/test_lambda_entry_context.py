@@ -13,19 +13,7 @@ import pytest
 from aws_lambda_powertools.logging import correlation_paths
 
 from payloadstore_controlplane.observability import lambda_entry, logger, metrics_count
-
-
-class Context:
-    function_name = "f"
-    function_version = "$LATEST"
-    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:f"
-    memory_limit_in_mb = 128
-    aws_request_id = "lambda-request"
-    log_group_name = "/aws/lambda/f"
-    log_stream_name = "s"
-
-    def get_remaining_time_in_millis(self) -> int:
-        return 1000
+from tests.support.events import FakeLambdaContext
 
 
 @pytest.fixture
@@ -58,12 +46,13 @@ def test_given_an_event_when_its_invocation_logs_then_the_correlation_id_is_the_
         return {"statusCode": 200}
 
     # When invoked with the event
-    handler(event, Context())
+    context = FakeLambdaContext()
+    handler(event, context)
     (line,) = log_lines()
     # Then its correlation_id is what Powertools' API Gateway REST path finds (absent: none)
     expected = jmespath.search(correlation_paths.API_GATEWAY_REST, event)
     assert line.get("correlation_id") == expected
-    assert line["function_request_id"] == "lambda-request"
+    assert line["function_request_id"] == context.aws_request_id
 
 
 @pytest.mark.parametrize("disabled", ["true", "false"])
@@ -79,7 +68,7 @@ def test_given_metrics_switched_when_an_invocation_emits_then_the_switch_is_hono
         return {"statusCode": 200}
 
     # When an invocation emits a metric
-    handler({}, Context())
+    handler({}, FakeLambdaContext())
     lines = [ln for ln in capsys.readouterr().out.splitlines() if '"JobsEnqueued"' in ln]
     # Then it is printed only when metrics are on
     assert (len(lines) == 1) is (disabled == "false")

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from payloadstore_controlplane.observability import metrics_bytes
+from tests.support.events import FakeLambdaContext
 
 FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"
 
@@ -47,7 +48,7 @@ def test_disabled_metrics_print_no_cold_start_metric(capsys, monkeypatch):
         return {"statusCode": 200}
 
     # When the first invocation runs
-    assert handler({}, FakeContext())["statusCode"] == 200
+    assert handler({}, FakeLambdaContext())["statusCode"] == 200
     # Then no metric line at all is printed, ColdStart included
     assert emf_lines(capsys.readouterr().out) == []
 
@@ -67,22 +68,9 @@ def test_enabled_metrics_print_the_cold_start_metric(capsys, monkeypatch):
         return {"statusCode": 200}
 
     # When the first invocation runs, Then its ColdStart metric is printed once
-    handler({}, FakeContext())
+    handler({}, FakeLambdaContext())
     lines = [line for line in emf_lines(capsys.readouterr().out) if "ColdStart" in line]
     assert len(lines) == 1 and lines[0]["function_name"] == "payloadstore-test"
-
-
-class FakeContext:
-    function_name = "payloadstore-test"
-    function_version = "$LATEST"
-    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:payloadstore-test"
-    memory_limit_in_mb = 512
-    aws_request_id = "req-1"
-    log_group_name = "/aws/lambda/test"
-    log_stream_name = "test"
-
-    def get_remaining_time_in_millis(self) -> int:
-        return 10_000
 
 
 def run_probe(code: str, **env: str) -> str:
