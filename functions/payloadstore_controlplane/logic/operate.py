@@ -247,7 +247,9 @@ def _retry(
     # another of its entries, and never the one before the retry, which the settle step of its
     # end may still drop (docs/design.md "Under races").
     if appended or started.previous_entry:
-        deps.jobs.record_requeue(job_id, appended or started.previous_entry)
+        deps.jobs.record_requeue(
+            job_id, appended or started.previous_entry, retries=started.retries
+        )
     if not started.resumed:
         metrics_count("JobsRetried", previous=job.state.value)
     logger.info(

@@ -219,15 +219,22 @@ class OperateSteps(StoreBase):
         return Missing()
 
     def record_requeue(
-        self, job_id: str, entry_id: str, *, lost: bool = False, replaced: str = ""
+        self,
+        job_id: str,
+        entry_id: str,
+        *,
+        lost: bool = False,
+        replaced: str = "",
+        retries: int = 0,
     ) -> str:
         """Name the requeue's entry as the job's (requeue_record.lua): a retry's once
-        operate_requeue gave it one, a payload_lost requeue's (`lost`; `replaced`: the entry it
-        drops, '' none known) once appended. 'recorded' | 'kept' (the job runs on `replaced`: drop the new entry, keep
-        that one) | 'moved' (a delivery since) | 'missing'."""
+        operate_requeue gave it one (`retries`: the job's after that retry), a payload_lost
+        requeue's (`lost`; `replaced`: the entry it drops, '' none known) once appended.
+        'recorded' | 'kept' (the job runs on `replaced`: drop the new entry, keep that one) |
+        'moved' (a delivery, an end or another retry since) | 'missing'."""
         mode = "lost" if lost else "retry"
         reply = self._run_on_job(
-            "requeue_record", job_id, [keys.job(job_id)], [entry_id, mode, replaced]
+            "requeue_record", job_id, [keys.job(job_id)], [entry_id, mode, replaced, retries]
         )
         return reply[0]
 
