@@ -130,8 +130,20 @@ def staged_dirs(cdk_out: Path) -> tuple[Path, Path]:
     return code, layer
 
 
-def first_event(name: str, token: str) -> dict:
-    event = json.loads((REPO / "events" / f"{name}.json").read_text())
+def first_event(name: str, token: str, ref: str | None = None) -> dict:
+    """The function's sample event from events/, of this tree or (ref) of a git commit: a
+    baseline's code is asked what that commit's wire said (presign_put's checksum kind, say)."""
+    path = f"events/{name}.json"
+    if ref is None:
+        text = (REPO / path).read_text()
+    else:
+        text = subprocess.run(
+            ["git", "-C", str(REPO), "show", f"{ref}:{path}"],
+            capture_output=True,
+            check=True,
+            text=True,
+        ).stdout
+    event = json.loads(text)
     if name == "daemon_poll":
         body = json.loads(event["body"])
         body["wait_s"] = 0
@@ -293,9 +305,13 @@ def measure_many(
     runs: int,
     services: LocalServices,
     only: tuple[str, ...] = (),
+    refs: list[str | None] | None = None,
 ) -> list[dict[str, list[Sample]]]:
     """Samples per code asset, per function. Interleaved (function by function, asset by asset),
-    so a burst of load on the shared machine hits every function and asset alike."""
+    so a burst of load on the shared machine hits every function and asset alike. `refs`: the
+    git commit each asset was staged from (None: this tree), whose events/ its requests come
+    from."""
+    refs = refs if refs is not None else [None] * len(codes)
     out: list[dict[str, list[Sample]]] = [
         {g: [] for g in FIRST_REQUEST if not only or g in only} for _ in codes
     ]
@@ -305,9 +321,9 @@ def measure_many(
                 continue
             env = dict(services.env)
             env["AWS_LAMBDA_FUNCTION_NAME"] = f"payloadstore-{group}"
-            for code, samples in zip(codes, out, strict=True):
+            for code, ref, samples in zip(codes, refs, out, strict=True):
                 sample = run_probe(
-                    python, code, layer, group, first_event(event_name, services.token), env
+                    python, code, layer, group, first_event(event_name, services.token, ref), env
                 )
                 if sample.status not in statuses:
                     raise SystemExit(
@@ -383,10 +399,11 @@ def run(
         code, layer = staged_dirs(cdk_out) if cdk_out else stage_assets(tmp / "staged")
         with LocalServices(tmp, redis_auth) as services:
             baseline = interpreter_start(python, runs)
-            codes = [code]
+            codes, refs = [code], [None]
             if baseline_ref:
                 codes.append(stage_code_at(baseline_ref, tmp / "baseline"))
-            measured = measure_many(python, codes, layer, runs, services, only)
+                refs.append(baseline_ref)
+            measured = measure_many(python, codes, layer, runs, services, only, refs)
             rows = summarize(measured[0], baseline)
             result = {
                 "python": Path(python).name,
