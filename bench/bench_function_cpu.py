@@ -57,7 +57,7 @@ INLINE_MAX = 256 * 1024
 S3_BYTES = 1 << 20  # what is uploaded per S3-tier job here; the control plane never sees bytes
 # The runtime interface client of Lambda's managed Python runtimes, imported in each container.
 RIC = "awslambdaric==4.2.2"
-GROUPS = ("authorizer", "payloads", "jobs", "daemon", "public", "metrics")
+GROUPS = ("authorizer", "payloads", "jobs", "daemon", "public", "metrics", "renewals")
 
 # One container: imports its handler, then answers invocations read from stdin (answers on a pipe).
 WORKER = r"""
@@ -349,6 +349,9 @@ class Bench:
         got = self.poll("poll empty (wait)", self.wait_s)
         assert status_of(got) == 204
         self.call("metrics (schedule)", "metrics", fixture("metrics_schedule"), (0, -2, 200))
+        # The blob renewer's run with no blob due (its every run but the few that copy): it
+        # reads the namespaces and their renewal schedules from Redis (make cost's fixed cost).
+        self.call("renewals (schedule)", "renewals", fixture("renewals_schedule"), (-2,))
 
     def largest(self) -> None:
         """The biggest requests and answers each function handles: its peak memory."""

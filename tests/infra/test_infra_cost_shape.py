@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from payloadstore_controlplane.routes import FUNCTIONS, ROUTES
+import pytest
+
+from payloadstore_controlplane.routes import FUNCTIONS, RENEWAL_EVERY_MINUTES, ROUTES
 from tools.cost.model import Function
 from tools.cost.shape import shape_of
 
@@ -17,11 +19,16 @@ def test_the_cost_model_reads_the_default_stage_from_its_template(template):
     assert (shape.cache_node_type, shape.cache_nodes) == ("cache.t4g.small", 2)
     # And two interface endpoints (Secrets Manager, SSM) in two AZs, no NAT gateway
     assert (shape.interface_endpoints, shape.availability_zones, shape.nat_gateways) == (2, 2, 0)
-    # And one dashboard, per-method metrics off (payloadstore:detailedMetrics), the schedule
+    # And one dashboard, per-method metrics off (payloadstore:detailedMetrics)
     assert shape.dashboards == 1
     assert shape.method_metrics is False
     assert shape.api_methods == len(ROUTES)
-    assert shape.schedule_per_minute == 1
+    # And both scheduled functions at their rules' rates: metrics every minute, the blob renewer
+    # every RENEWAL_EVERY_MINUTES
+    assert shape.schedules == {
+        "metrics": 1.0,
+        "renewals": pytest.approx(1 / RENEWAL_EVERY_MINUTES),
+    }
     # And every alarm is counted by the metrics it reads (a metric-math alarm by each metric)
     assert shape.alarm_metrics >= len(
         [r for r in template["Resources"].values() if r["Type"] == "AWS::CloudWatch::Alarm"]

@@ -50,7 +50,8 @@ def detailed_template(tmp_path_factory) -> dict:
 
 
 def fixed_api_metrics(template: dict) -> float:
-    lines = model.fixed_monthly(shape_of(template), Route("metrics", 1.0))
+    shape = shape_of(template)
+    lines = model.fixed_monthly(shape, {group: Route(group, 1.0) for group in shape.schedules})
     return sum(usd for label, usd in lines if label.startswith("API Gateway per-method metrics"))
 
 

@@ -18,6 +18,7 @@ FUNCTIONS = {
     "authorizer": Function(512),
     "admin": Function(256),
     "metrics": Function(256),
+    "renewals": Function(256),
 }
 SHAPE = Shape(functions=FUNCTIONS)
 POLL = Route("daemon", cpu_ms=1.0)
@@ -97,17 +98,39 @@ def test_sqs_with_the_extended_client_costs_six_requests_a_job_and_an_hour_of_st
 
 
 def test_the_fixed_cost_prices_what_the_stack_creates():
-    lines = model.fixed_monthly(SHAPE, Route("metrics", 1.0))
+    lines = model.fixed_monthly(SHAPE, {"metrics": Route("metrics", 1.0)})
     assert item(lines, "ElastiCache: 2 x cache.t4g.small") == pytest.approx(46.08)
     assert item(lines, "VPC interface endpoints") == pytest.approx(28.80)
     assert item(lines, "NAT gateways: 0") == 0
     assert item(lines, "CloudWatch dashboards") == pytest.approx(3.00)
     no_metrics = Shape(functions=FUNCTIONS, api_methods=17)
     with_metrics = Shape(functions=FUNCTIONS, api_methods=17, method_metrics=True)
-    assert item(model.fixed_monthly(with_metrics, Route("metrics", 1.0)), "API Gateway") == (
+    metrics_run = {"metrics": Route("metrics", 1.0)}
+    assert item(model.fixed_monthly(with_metrics, metrics_run), "API Gateway") == (
         pytest.approx(25.50)
     )
-    assert item(model.fixed_monthly(no_metrics, Route("metrics", 1.0)), "API Gateway") == 0
+    assert item(model.fixed_monthly(no_metrics, metrics_run), "API Gateway") == 0
+
+
+def test_every_scheduled_function_is_priced_by_its_runs():
+    # Given the metrics function every minute and the blob renewer every 5 minutes, each run
+    # measured at 1 ms of CPU and 500 B of logs
+    shape = Shape(functions=FUNCTIONS, schedules={"metrics": 1.0, "renewals": 0.2})
+    run = {g: Route(g, cpu_ms=1.0, log_bytes=500) for g in ("metrics", "renewals")}
+    lines = model.fixed_monthly(shape, run)
+    # Then the renewer's line counts 8,640 runs a month (43,200 minutes / 5)
+    (label,) = [name for name, _ in lines if name.startswith("renewals function")]
+    assert "8,640 runs" in label
+    ms = 9.0  # ceil(1 ms x 1769/256 MB + 2 ms of Redis): billed ms at 256 MB
+    per_run = (
+        0.20 / 1e6 + 0.25 * ms / 1000 * 0.0000166667 + (420 + 500) / 1024**3 * 0.50 + 5.0 / 1e6
+    )
+    assert item(lines, "renewals function") == pytest.approx(8_640 * per_run, rel=1e-3)
+    # And five times as many runs cost the metrics function five times as much
+    assert item(lines, "metrics function") == pytest.approx(5 * item(lines, "renewals function"))
+    # And a scheduled function without a measured run is refused, not priced at zero
+    with pytest.raises(ValueError, match="renewals"):
+        model.fixed_monthly(shape, {"metrics": run["metrics"]})
 
 
 def test_the_cost_line_ends_with_the_consume_figure_when_given():

@@ -100,7 +100,8 @@ class Shape:
     api_methods: int = 0
     method_metrics: bool = False  # payloadstore:detailedMetrics (off by default)
     secrets: int = 1
-    schedule_per_minute: int = 1  # the metrics function
+    # Scheduled functions: group -> runs per minute (its EventBridge rule's rate).
+    schedules: dict[str, float] = field(default_factory=lambda: {"metrics": 1.0})
     queues: int = 1
 
 
@@ -152,13 +153,30 @@ def api_call_cost(route: Route, shape: Shape, xray_fraction: float = XRAY_BUSY_F
     ]
 
 
-def fixed_monthly(shape: Shape, metrics_route: Route) -> Lines:
-    """What a stage costs a month with no traffic at all."""
+def scheduled_monthly(
+    group: str, per_minute: float, route: Route, shape: Shape
+) -> tuple[str, float]:
+    """A scheduled function's month with nothing to do: its runs (Lambda, the log lines each
+    run prints with the platform's, an X-Ray trace each: the sampling reservoir takes them)."""
+    runs = per_minute * MONTH_MIN
+    fn = shape.functions[group]
+    return (
+        f"{group} function: {runs:,.0f} runs (Lambda, the log ingestion baseline, X-Ray)",
+        lambda_cost(fn, billed_ms(route, fn), runs)
+        + log_cost(runs * (LAMBDA_PLATFORM_LOG_BYTES + route.log_bytes))
+        + runs * XRAY_IDLE_FRACTION * price("xray_trace"),
+    )
+
+
+def fixed_monthly(shape: Shape, scheduled: dict[str, Route]) -> Lines:
+    """What a stage costs a month with no traffic at all. `scheduled`: the measured run of each
+    scheduled function (every one the shape has must be measured)."""
     hours = MONTH_H
     emf = EMF_EVENT_SERIES + len(shape.functions) - 1 + EMF_STACK_SERIES
     emf += EMF_SERIES_PER_QUEUE * shape.queues
-    runs = shape.schedule_per_minute * MONTH_MIN
-    metrics_fn = shape.functions[metrics_route.function]
+    missing = set(shape.schedules) - set(scheduled)
+    if missing:
+        raise ValueError(f"no measured run for the scheduled function(s) {sorted(missing)}")
     lines: Lines = [
         (
             f"ElastiCache: {shape.cache_nodes} x {shape.cache_node_type}",
@@ -191,12 +209,10 @@ def fixed_monthly(shape: Shape, metrics_route: Route) -> Lines:
         ),
         (f"EMF custom metrics: {emf} series ({shape.queues} queue)", emf * price("custom_metric")),
         (f"Secrets Manager: {shape.secrets} secret", shape.secrets * price("secret_month")),
-        (
-            f"metrics function: {runs:,.0f} runs (Lambda, the log ingestion baseline, X-Ray)",
-            lambda_cost(metrics_fn, billed_ms(metrics_route, metrics_fn), runs)
-            + log_cost(runs * (LAMBDA_PLATFORM_LOG_BYTES + metrics_route.log_bytes))
-            + runs * XRAY_IDLE_FRACTION * price("xray_trace"),
-        ),
+    ]
+    lines += [
+        scheduled_monthly(group, per_minute, scheduled[group], shape)
+        for group, per_minute in sorted(shape.schedules.items())
     ]
     return lines
 

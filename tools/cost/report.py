@@ -157,10 +157,10 @@ def priced_s3_calls(measured: dict) -> dict[str, float]:
 
 
 def figures(shape: Shape, usage: Usage, bench: dict) -> Figures:
-    metrics = bench_route(bench, "metrics (schedule)")
+    scheduled = {group: bench_route(bench, f"{group} (schedule)") for group in shape.schedules}
     poll = bench_route(bench, "poll empty (wait)")
     auth = bench_route(bench, "authorizer (cached token)")
-    fixed = model.fixed_monthly(shape, metrics)
+    fixed = model.fixed_monthly(shape, scheduled)
     idle = {c: model.idle_daemon(shape, usage, c, poll, auth) for c in usage.idle_polls_per_min}
     held = usage.enqueue_wait_held_ms
     inline = model.workload(
@@ -484,6 +484,13 @@ def render(shape: Shape, usage: Usage, bench: dict, measured: dict, f: Figures) 
         (
             "- API Gateway authorizer: cached per token for 60 s, so a busy workload's authorizer "
             "calls are negligible; an idle daemon causes about one a minute."
+        ),
+        (
+            "- Scheduled functions (the metrics function every minute, the blob renewer every "
+            "RENEWAL_EVERY_MINUTES): each run priced as the bench's run with nothing to do. A "
+            "renewer's run that copies blobs costs more, and its copies are S3 requests (a "
+            "CopyObject, or an UploadPartCopy per COPY_PART_BYTES part, once per lifecycle period of "
+            "each blob jobs still reference); neither is in these figures."
         ),
         (
             "- Per-method metrics: 5 metrics per method; EMF series: every series emitted all month "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -57,14 +58,50 @@ def shape_of(template: dict) -> Shape:
         api_methods=len(_of_type(template, "AWS::ApiGateway::Method")),
         method_metrics=method_metrics,
         secrets=len(_of_type(template, "AWS::SecretsManager::Secret")),
-        # The metrics function's rule (every minute); the blob renewer's runs every 5 minutes
-        # and does nothing without blobs due (docs/cost.md).
-        schedule_per_minute=sum(
-            1
-            for rule in _of_type(template, "AWS::Events::Rule")
-            if rule.get("Properties", {}).get("ScheduleExpression") == "rate(1 minute)"
-        ),
+        schedules=schedules_of(template),
     )
+
+
+_RATE = re.compile(r"rate\((\d+) (minute|minutes|hour|hours|day|days)\)")
+_RATE_MINUTES = {"minute": 1, "hour": 60, "day": 1440}
+
+
+def _function_group(template: dict, target_arn: Any) -> str | None:
+    """The function group a rule's target ARN names (Fn::GetAtt of the function, or of an alias
+    or version of it)."""
+    if not isinstance(target_arn, dict):
+        return None
+    if "Fn::GetAtt" in target_arn:
+        logical_id = target_arn["Fn::GetAtt"][0]
+    elif "Ref" in target_arn:
+        logical_id = target_arn["Ref"]
+    else:
+        return None
+    resource = template["Resources"].get(logical_id) or {}
+    if resource.get("Type") in ("AWS::Lambda::Alias", "AWS::Lambda::Version"):
+        return _function_group(template, resource["Properties"].get("FunctionName"))
+    if resource.get("Type") != "AWS::Lambda::Function":
+        return None
+    handler = resource["Properties"].get("Handler")
+    return next((g for g, h in FUNCTIONS.items() if h == handler), None)
+
+
+def schedules_of(template: dict) -> dict[str, float]:
+    """Runs per minute of each scheduled function group, from the EventBridge rules' rates and
+    their targets (the metrics function every minute, the blob renewer every
+    RENEWAL_EVERY_MINUTES)."""
+    out: dict[str, float] = {}
+    for rule in _of_type(template, "AWS::Events::Rule"):
+        props = rule.get("Properties", {})
+        rate = _RATE.fullmatch(str(props.get("ScheduleExpression", "")))
+        if rate is None or props.get("State", "ENABLED") != "ENABLED":
+            continue
+        minutes = int(rate.group(1)) * _RATE_MINUTES[rate.group(2).rstrip("s")]
+        for target in props.get("Targets", []):
+            group = _function_group(template, target.get("Arn"))
+            if group is not None:
+                out[group] = out.get(group, 0.0) + 1 / minutes
+    return out
 
 
 def synthesize(context: dict[str, Any] | None = None) -> dict:
