@@ -35,8 +35,9 @@ def redis_target(redis_server, tmp_path_factory):
     """The Redis the control plane's handlers use in tests: the session's redis-server, or with
     PAYLOADSTORE_REDIS=cluster a local cluster of 3 primaries with a replica each (two with
     PAYLOADSTORE_REDIS_REPLICAS=2), the handlers
-    in cluster mode with REDIS_MIN_REPLICA_ACKS=1 (tests that inspect `redis_server` directly
-    still see the single server). Answers the handlers' Redis settings."""
+    in cluster mode with REDIS_MIN_REPLICA_ACKS=1 (tests that look at what the handlers wrote
+    read it through `redis_view`; `redis_server` stays the single server). Answers the handlers'
+    Redis settings."""
     if os.environ.get("PAYLOADSTORE_REDIS", "single") != "cluster":
         yield {"REDIS_URL": redis_server.url}
         return
@@ -47,6 +48,22 @@ def redis_target(redis_server, tmp_path_factory):
     ).start()
     yield {"REDIS_URL": cluster.url, "REDIS_CLUSTER": "true", "REDIS_MIN_REPLICA_ACKS": "1"}
     cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_view(redis_target):
+    """A client on the Redis the handlers use: the session's redis-server, or under
+    PAYLOADSTORE_REDIS=cluster the local cluster (a cluster client, which finds each key's
+    node), for tests that look at what the handlers wrote."""
+    import redis
+
+    url = redis_target["REDIS_URL"]
+    if redis_target.get("REDIS_CLUSTER") == "true":
+        client = redis.RedisCluster.from_url(url)
+    else:
+        client = redis.Redis.from_url(url)
+    yield client
+    client.close()
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,6 @@ import base64
 import time
 
 import msgpack
-import redis
 
 from payloadstore_controlplane.store import keys
 from payloadstore_controlplane.store.records import ResultIssuedBefore
@@ -145,7 +144,7 @@ def test_job_not_acknowledged_is_redelivered_after_visibility_timeout(cp, settin
     assert cp.poll(daemon_id="c").status == 204
 
 
-def test_result_inline_completes_job_acks_and_frees_the_entry(cp, redis_server):
+def test_result_inline_completes_job_acks_and_frees_the_entry(cp, redis_view):
     job = cp.enqueue(raw=b"\x01" * 1000).json["job_id"]
     cp.poll()
     r = cp.post_result(job, {"resultInline": b64(msgpack.packb("done"))})
@@ -154,7 +153,7 @@ def test_result_inline_completes_job_acks_and_frees_the_entry(cp, redis_server):
     assert result.status == 200 and result.json["state"] == "succeeded"
     assert msgpack.unpackb(base64.b64decode(result.json["resultInline"])) == "done"
     # The queue entry (and its inline bytes) is gone from Redis and from the pending list
-    client = redis.Redis.from_url(redis_server.url)
+    client = redis_view
     assert client.xlen(keys.queue(cp.ns, cp.queue)) == 0
     assert client.xpending(keys.queue(cp.ns, cp.queue), keys.CONSUMER_GROUP)["pending"] == 0
 

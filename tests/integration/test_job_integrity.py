@@ -34,8 +34,8 @@ def ns_keys(r: redis.Redis, namespace: str) -> set[bytes]:
 
 
 @pytest.fixture
-def r(redis_server) -> redis.Redis:
-    return redis.Redis.from_url(redis_server.url)
+def r(redis_view) -> redis.Redis:
+    return redis_view
 
 
 # -- 1. a payload_lost requeue while another daemon is blocked polling --------------------------

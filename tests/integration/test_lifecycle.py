@@ -7,7 +7,6 @@ import base64
 import time
 
 import msgpack
-import redis
 
 from payloadstore_controlplane.store import keys
 from tests.support.control_plane import cancel, heartbeat
@@ -208,7 +207,7 @@ def test_given_max_deliveries_when_a_job_keeps_timing_out_then_it_ends_failed_de
 # -- cancel --------------------------------------------------------------------------------
 
 
-def test_given_a_queued_job_when_cancelled_then_200_cancelled_and_never_delivered(cp, redis_server):
+def test_given_a_queued_job_when_cancelled_then_200_cancelled_and_never_delivered(cp, redis_view):
     job = cp.enqueue(raw=b"\x01").json["job_id"]
     r = cancel(cp, job)
     assert r.status == 200
@@ -219,7 +218,7 @@ def test_given_a_queued_job_when_cancelled_then_200_cancelled_and_never_delivere
     assert result.status == 200 and result.json["state"] == "cancelled"
     assert result.json["error"]["type"] == "Cancelled"
     # The queue entry (and its inline bytes) is gone
-    client = redis.Redis.from_url(redis_server.url)
+    client = redis_view
     assert client.xlen(keys.queue(cp.ns, cp.queue)) == 0
     # A cancel again (a client's retry after a lost 200) says in data that it is cancelled
     again = cancel(cp, job)
@@ -293,11 +292,11 @@ def test_given_an_s3_tier_queued_job_when_cancelled_then_cancelled(cp, payload_b
 
 
 def test_given_idle_consumers_with_nothing_pending_when_polled_then_they_are_removed(
-    cp, settings_env, redis_server
+    cp, settings_env, redis_view
 ):
     # Given: consumers a (finished its job: nothing pending) and b (holding a job)
     settings_env(STALE_CONSUMER_IDLE_S="1")
-    client = redis.Redis.from_url(redis_server.url)
+    client = redis_view
     stream = keys.queue(cp.ns, cp.queue)
     first = cp.enqueue(raw=b"\x01").json["job_id"]
     assert cp.poll(daemon_id="a").status == 200

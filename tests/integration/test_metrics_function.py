@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 
 import msgpack
-import redis
 
 from tests.support.events import FakeLambdaContext
 
@@ -74,11 +73,11 @@ def test_the_local_stack_scheduler_runs_the_metrics_function_on_its_timer(cp):
     assert "queues" in scheduler.last_result["metrics"]
 
 
-def test_the_schedule_removes_a_queue_nobody_uses_any_more(cp, settings_env, redis_server):
+def test_the_schedule_removes_a_queue_nobody_uses_any_more(cp, settings_env, redis_view):
     from payloadstore_controlplane.handlers import metrics
     from payloadstore_controlplane.store import keys
 
-    r_client = redis.Redis.from_url(redis_server.url)
+    r_client = redis_view
     # Given a namespace whose only queue was drained and has had no job for STALE_CONSUMER_IDLE_S,
     # and no daemon polls it any more
     settings_env(STALE_CONSUMER_IDLE_S="1")
@@ -97,7 +96,7 @@ def test_the_schedule_removes_a_queue_nobody_uses_any_more(cp, settings_env, red
 
 
 def test_namespaces_come_from_redis_and_the_token_store_is_never_read(
-    cp, other_cp, redis_server, monkeypatch
+    cp, other_cp, redis_view, monkeypatch
 ):
     """Issue 23: the metrics function does not list tokens (SSM's Get* rate is the
     authorizer's); it lists the namespaces that enqueued or polled, kept in Redis."""
@@ -107,7 +106,7 @@ def test_namespaces_come_from_redis_and_the_token_store_is_never_read(
     # Given one namespace that enqueued and one whose daemon only polled (no token minted)
     cp.enqueue(raw=b"\x01")
     assert other_cp.poll().status == 204
-    members = redis.Redis.from_url(redis_server.url).smembers(keys.namespaces())
+    members = redis_view.smembers(keys.namespaces())
     assert {cp.ns.encode(), other_cp.ns.encode()} <= members
 
     # When the schedule runs with every token-store read failing

@@ -9,7 +9,6 @@ import hashlib
 from urllib.parse import parse_qs, urlparse
 
 import pytest
-import redis
 import requests
 from botocore.exceptions import ClientError
 
@@ -191,12 +190,12 @@ def test_a_part_with_other_bytes_is_refused_by_s3(cp, small_multipart):
         ({"number": 1, "size": PART, "sha256": "xyz"}, "sha256"),
     ],
 )
-def test_bad_parts_are_422_and_nothing_is_recorded(cp, small_multipart, redis_server, spec, says):
+def test_bad_parts_are_422_and_nothing_is_recorded(cp, small_multipart, redis_view, spec, says):
     r = cp.presign_put(12 * MiB, sha256=None)
     out = ask_parts(cp, r.json["job_id"], [spec])
     assert out.status == 422 and says in out.raw_body
     parts_key = keys.parts(r.json["job_id"], "args")
-    assert redis.Redis.from_url(redis_server.url).hkeys(parts_key) == [b"u"]
+    assert redis_view.hkeys(parts_key) == [b"u"]
 
 
 def test_more_than_100_parts_a_call_is_422(cp, settings_env):
@@ -376,7 +375,7 @@ def ref_of(presigned: dict) -> dict:
 
 
 def test_enqueue_completes_the_upload_and_the_job_keeps_the_composite(
-    cp, small_multipart, s3_client, redis_server
+    cp, small_multipart, s3_client, redis_view
 ):
     # Given a 12 MiB payload uploaded in its 3 parts
     data = payload(12 * MiB)
@@ -402,7 +401,7 @@ def test_enqueue_completes_the_upload_and_the_job_keeps_the_composite(
     }
     assert "sha256" not in ref
     # And Redis keeps no upload state: the parts hash is gone
-    r_ = redis.Redis.from_url(redis_server.url)
+    r_ = redis_view
     assert not r_.exists(keys.parts(job_id, "args"))
     # And a repeat of the enqueue finds the same job (200)
     again = cp.enqueue(ref=ref_of({**presigned, "size": len(data)}))
@@ -501,11 +500,11 @@ def test_result_parts_with_another_deliverys_lease_are_409(cp, small_multipart):
     assert out.status == 409 and out.error["code"] == "lease_mismatch"
 
 
-def test_a_queued_multipart_job_costs_redis_at_most_512_bytes(cp, small_multipart, redis_server):
+def test_a_queued_multipart_job_costs_redis_at_most_512_bytes(cp, small_multipart, redis_view):
     data = payload(12 * MiB)
     presigned = upload_all(cp, data)
     assert cp.enqueue(ref=ref_of({**presigned, "size": len(data)})).status == 201
-    r_ = redis.Redis.from_url(redis_server.url)
+    r_ = redis_view
     job_id = presigned["job_id"]
     used = r_.memory_usage(keys.job(job_id)) or 0
     assert 0 < used <= 512

@@ -5,12 +5,12 @@ from __future__ import annotations
 import hashlib
 from urllib.parse import parse_qs, urlparse
 
-import redis
 import requests
 
 from payloadstore_controlplane.models.domain import new_job_id
 from payloadstore_controlplane.store import keys
 from tests.support.control_plane import put_presigned, sha256_hex, upload
+from tests.support.redis_stats import key_count
 
 
 def test_put_url_signs_length_type_and_checksum_and_round_trips_bytes(cp, s3_client):
@@ -44,16 +44,16 @@ def test_put_url_signs_length_type_and_checksum_and_round_trips_bytes(cp, s3_cli
     assert hashlib.sha256(fetched.content).hexdigest() == sha
 
 
-def test_put_without_sha_is_refused_and_issues_nothing(cp, redis_server):
+def test_put_without_sha_is_refused_and_issues_nothing(cp, redis_view):
     # Given a client that does not say what it will upload
-    r_ = redis.Redis.from_url(redis_server.url)
-    before = r_.dbsize()
+    r_ = redis_view
+    before = key_count(r_)
     # When it asks for a presigned PUT
     r = cp.presign_put(10, sha256=None)
     # Then 422 says a sha256 is needed (without one signed in, same-size bytes could replace
     # the object after the CP checked it), and no job was born for it
     assert r.status == 422 and "needs sha256" in r.raw_body
-    assert r_.dbsize() == before
+    assert key_count(r_) == before
 
 
 def test_size_over_cap_is_413_naming_the_cap(cp):
@@ -145,7 +145,7 @@ def test_get_is_410_past_48h_even_if_s3_still_has_it(cp, monkeypatch):
     assert cp.presign_get(ref["key"]).status == 200
 
 
-def test_get_of_expired_record_is_410_not_404(cp, redis_server):
+def test_get_of_expired_record_is_410_not_404(cp, redis_view):
     # Given a key minted 3 days ago whose record Redis has already expired
     import time
 
@@ -157,13 +157,12 @@ def test_get_of_expired_record_is_410_not_404(cp, redis_server):
     assert cp.presign_get(key_for(old_id, PayloadKind.ARGS)).status == 410
 
 
-def test_presign_is_recorded_in_redis_with_its_facts(cp, redis_server):
-    import redis
+def test_presign_is_recorded_in_redis_with_its_facts(cp, redis_view):
 
     # When a client presigns an args key
     r = cp.presign_put(4096, sha256="cd" * 32)
     # Then the job is born awaiting its upload, holding only what cannot be rebuilt
-    client = redis.Redis.from_url(redis_server.url)
+    client = redis_view
     key = keys.job(r.json["job_id"])
     rec = client.hgetall(key)
     assert rec == {

@@ -7,7 +7,7 @@ from payloadstore_controlplane.store import keys
 from tests.support.control_plane import upload
 
 
-def test_s3_down_at_enqueue_is_503_and_creates_no_job(cp, settings_env, redis_server):
+def test_s3_down_at_enqueue_is_503_and_creates_no_job(cp, settings_env, redis_view):
     # Given an uploaded payload, then S3 becomes unreachable
     ref = upload(cp, b"\x01" * 100)
     settings_env(S3_ENDPOINT_URL=f"http://127.0.0.1:{free_port()}")
@@ -17,10 +17,9 @@ def test_s3_down_at_enqueue_is_503_and_creates_no_job(cp, settings_env, redis_se
     assert r.status == 503, r.raw_body
     assert r.headers.get("Retry-After")
     assert "object storage" in r.error["message"] and "Traceback" not in r.raw_body
-    import redis
 
     job_id = ref["key"].split("/")[-2]
-    job = redis.Redis.from_url(redis_server.url).hgetall(keys.job(job_id))
+    job = redis_view.hgetall(keys.job(job_id))
     assert job[b"s"] == b"awaiting_upload"  # still only what presign issued
     assert cp.status(job_id).status == 404
     # And health names the bucket checks

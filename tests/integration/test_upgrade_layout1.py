@@ -128,8 +128,8 @@ class Layout1:
 
 
 @pytest.fixture
-def old(cp, redis_server, payload_bucket) -> Layout1:
-    return Layout1(redis.Redis.from_url(redis_server.url), cp.ns, cp.queue, payload_bucket)
+def old(cp, redis_view, payload_bucket) -> Layout1:
+    return Layout1(redis_view, cp.ns, cp.queue, payload_bucket)
 
 
 def test_queued_s3_job_of_layout1_is_delivered_and_finishes(cp, old, s3_client):

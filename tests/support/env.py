@@ -18,3 +18,9 @@ def patched_environ(values: dict[str, str]):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def single_server_env(url: str) -> dict[str, str]:
+    """The handlers' settings for one private redis-server, whatever PAYLOADSTORE_REDIS says:
+    tests that read a server's own figures (commandstats, used memory) start one of these."""
+    return {"REDIS_URL": url, "REDIS_CLUSTER": "false", "REDIS_MIN_REPLICA_ACKS": "0"}
