@@ -26,6 +26,7 @@ from payloadstore_controlplane.store.redis_client import (
     make_redis,
     make_routed_redis,
 )
+from tests.support.env import single_server_env
 
 
 @pytest.fixture
@@ -58,8 +59,8 @@ def hung_redis():
 def test_a_hung_node_gives_503_well_inside_each_functions_lambda_timeout(
     cp, settings_env, hung_redis
 ):
-    # Given a control plane whose Redis accepts connections but never answers
-    settings_env(REDIS_URL=hung_redis)
+    # Given a control plane whose Redis (one node) accepts connections but never answers
+    settings_env(**single_server_env(hung_redis))
     calls = {
         "payloads": lambda: cp.presign_put(1000),
         "jobs": lambda: cp.status("01J00000000000000000000000"),

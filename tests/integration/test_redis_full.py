@@ -14,6 +14,7 @@ import redis
 from payloadstore.devstack.services import RedisServer
 from payloadstore_controlplane.store import keys
 from tests.support.control_plane import ControlPlane, upload
+from tests.support.env import single_server_env
 
 CHUNK = b"\x05" * 65_536
 
@@ -29,7 +30,7 @@ def small_redis(tmp_path: Path, settings_env):
     server = RedisServer(data_dir=tmp_path / "redis", appendonly=False, maxmemory="4mb").start()
 
     def use(**guard: str) -> tuple[ControlPlane, redis.Redis]:
-        settings_env(REDIS_URL=server.url, **guard)
+        settings_env(**single_server_env(server.url), **guard)
         return ControlPlane("m" + uuid.uuid4().hex[:10]), redis.Redis.from_url(server.url)
 
     try:

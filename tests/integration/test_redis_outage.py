@@ -6,9 +6,14 @@ import time
 
 import pytest
 
+from tests.support.env import single_server_env
+
 
 @pytest.fixture
-def restart_redis_after(redis_server):
+def restart_redis_after(redis_server, settings_env):
+    # The session's own redis-server (appendonly) serves the handlers, whatever
+    # PAYLOADSTORE_REDIS says: a local cluster's outages are the failover suite's (RELIABILITY.md).
+    settings_env(**single_server_env(redis_server.url))
     yield redis_server
     if redis_server.proc is None:
         redis_server.start()
