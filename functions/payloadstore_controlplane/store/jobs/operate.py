@@ -225,16 +225,22 @@ class OperateSteps(StoreBase):
         *,
         lost: bool = False,
         replaced: str = "",
-        retries: int = 0,
+        retries: int | None = None,
     ) -> str:
         """Name the requeue's entry as the job's (requeue_record.lua): a retry's once
         operate_requeue gave it one (`retries`: the job's after that retry), a payload_lost
         requeue's (`lost`; `replaced`: the entry it drops, '' none known) once appended.
         'recorded' | 'kept' (the job runs on `replaced`: drop the new entry, keep that one) |
         'moved' (a delivery, an end or another retry since) | 'missing'."""
+        if not lost and retries is None:
+            # the record step matches this retry by its count: without it, nothing is recorded
+            raise TypeError("a retry's record needs the job's retries after that retry")
         mode = "lost" if lost else "retry"
         reply = self._run_on_job(
-            "requeue_record", job_id, [keys.job(job_id)], [entry_id, mode, replaced, retries]
+            "requeue_record",
+            job_id,
+            [keys.job(job_id)],
+            [entry_id, mode, replaced, "" if retries is None else retries],
         )
         return reply[0]
 

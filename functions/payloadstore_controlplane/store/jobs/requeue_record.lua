@@ -16,14 +16,14 @@
 -- a payload_lost requeue; and while the job is still queued by this requeue: `queued`, and
 -- for a retry with this retry's `rt`. A purge or cancel may have ended the job since (it keeps
 -- `x` = '*' and `rq`), and a later retry queued it again on an entry of its own: naming this
--- requeue's entry then would point the job at an entry the end dropped. After this step no other entry can start the job, so the caller may
--- drop the one it replaces: a poll that took that entry back after its visibility timeout
--- finds it stale. If a poll started the job from the replaced entry first (`x` or, after an
--- end and a retry since, `rq` names it), that entry is kept and the new one is a stale double.
+-- requeue's entry then would point the job at an entry the end dropped. After this step no
+-- other entry can start the job, so the caller may drop the one it replaces: a poll that took
+-- that entry back after its visibility timeout finds it stale. If a poll started the job from
+-- the replaced entry first (`x` or, after an end and a retry since, `rq` names it), that entry
+-- is kept and the new one is a stale double.
 -- allow-oom: one short field. Returns {'recorded'} | {'kept'} (drop the new entry, keep the
 -- replaced one) | {'moved'} (a delivery, an end or another retry since: the job's entry is
--- neither) | {'missing'}
---       | {'legacy'}
+-- neither) | {'missing'} | {'legacy'}
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing'} end
 if redis.call('HEXISTS', KEYS[1], 'state') == 1 then return {'legacy'} end
 local f = redis.call('HMGET', KEYS[1], 'x', 'rq', 's', 'rt')
