@@ -26,11 +26,17 @@ def alarm_metrics(alarm: dict) -> int:
     return sum(1 for m in metrics if "MetricStat" in m)
 
 
+def _group_of(resource: dict) -> str | None:
+    """The function group a Lambda function resource serves, by its handler."""
+    handler = resource.get("Properties", {}).get("Handler")
+    return next((g for g, h in FUNCTIONS.items() if h == handler), None)
+
+
 def shape_of(template: dict) -> Shape:
     functions: dict[str, Function] = {}
     for res in _of_type(template, "AWS::Lambda::Function"):
         props = res["Properties"]
-        group = next((g for g, h in FUNCTIONS.items() if h == props.get("Handler")), None)
+        group = _group_of(res)
         if group is not None:
             functions[group] = Function(props["MemorySize"], props["Architectures"][0])
     (cache,) = _of_type(template, "AWS::ElastiCache::ReplicationGroup")
@@ -66,26 +72,6 @@ _RATE = re.compile(r"rate\((\d+) (minute|minutes|hour|hours|day|days)\)")
 _RATE_MINUTES = {"minute": 1, "hour": 60, "day": 1440}
 
 
-def _function_group(template: dict, target_arn: Any) -> str | None:
-    """The function group a rule's target ARN names (Fn::GetAtt of the function, or of an alias
-    or version of it)."""
-    if not isinstance(target_arn, dict):
-        return None
-    if "Fn::GetAtt" in target_arn:
-        logical_id = target_arn["Fn::GetAtt"][0]
-    elif "Ref" in target_arn:
-        logical_id = target_arn["Ref"]
-    else:
-        return None
-    resource = template["Resources"].get(logical_id) or {}
-    if resource.get("Type") in ("AWS::Lambda::Alias", "AWS::Lambda::Version"):
-        return _function_group(template, resource["Properties"].get("FunctionName"))
-    if resource.get("Type") != "AWS::Lambda::Function":
-        return None
-    handler = resource["Properties"].get("Handler")
-    return next((g for g, h in FUNCTIONS.items() if h == handler), None)
-
-
 def schedules_of(template: dict) -> dict[str, float]:
     """Runs per minute of each scheduled function group, from the EventBridge rules' rates and
     their targets (the metrics function every minute, the blob renewer every
@@ -98,7 +84,9 @@ def schedules_of(template: dict) -> dict[str, float]:
             continue
         minutes = int(rate.group(1)) * _RATE_MINUTES[rate.group(2).rstrip("s")]
         for target in props.get("Targets", []):
-            group = _function_group(template, target.get("Arn"))
+            # infra/schedules.py targets the function itself: {"Fn::GetAtt": [id, "Arn"]}
+            logical_id = target.get("Arn", {}).get("Fn::GetAtt", [None])[0]
+            group = _group_of(template["Resources"].get(logical_id, {}))
             if group is not None:
                 out[group] = out.get(group, 0.0) + 1 / minutes
     return out
