@@ -29,7 +29,9 @@ another process busy the same code measures raw 550-750 us (ratio 3.8-4.4x). On 
 round trip is a switch between two processes that never idles, which is reproducible run to
 run; it is the harder comparison for the handlers, whose cost is CPU, not waiting.
     .venv/bin/python bench/bench_hot_path.py --profile [--n 300]   # cProfile of the handlers
-    .venv/bin/python bench/bench_hot_path.py --floor [--one-core]  # time inside redis-py calls
+    .venv/bin/python bench/bench_hot_path.py --floor [--one-core]  # time inside redis-py calls,
+        # four calls to an empty route, and the bound both set on the ratio
+    .venv/bin/python bench/bench_hot_path.py --server-time  # redis-server's time, per script
 """
 
 from __future__ import annotations
@@ -265,13 +267,133 @@ def report(out: dict) -> str:
     )
 
 
-def floor(redis_url: str, n: int = 500, rounds: int = 3) -> list[dict]:
+def server_time(redis_url: str, n: int = 1000) -> str:
+    """Redis's own time per job (`INFO commandstats`, which counts a script's whole run under
+    EVALSHA and the commands it calls under their own names as well), and per script."""
+    import hashlib
+
+    import redis
+
+    handlers = Handlers(f"hp-{uuid.uuid4().hex[:6]}")
+    for _ in range(50):
+        handlers.run()
+    scripts_dir = REPO / "functions/payloadstore_controlplane/store/jobs"
+    names = {hashlib.sha1(f.read_bytes()).hexdigest(): f.stem for f in scripts_dir.glob("*.lua")}
+    r = redis.Redis.from_url(redis_url)
+    r.config_resetstat()
+    r.config_set("slowlog-log-slower-than", 0)
+    r.config_set("slowlog-max-len", 100 * n)
+    r.slowlog_reset()
+    for _ in range(n):
+        handlers.run()
+    stats = r.info("commandstats")
+    per_script: dict[str, float] = {}
+    for entry in r.slowlog_get(100 * n):
+        command = entry["command"]
+        words = command.split() if isinstance(command, (bytes, str)) else command
+        word = [w.decode() if isinstance(w, bytes) else w for w in words[:2]]
+        if word and word[0].upper() == "EVALSHA":
+            name = names.get(word[1], word[1][:8])
+            per_script[name] = per_script.get(name, 0.0) + entry["duration"] / n
+    evalsha = stats.get("cmdstat_evalsha", {}).get("usec", 0) / n
+    called = sum(
+        v["usec"] / n
+        for k, v in stats.items()
+        if k.startswith("cmdstat_") and k != "cmdstat_evalsha" and "|" not in k
+    )
+    scripts_a_job = stats.get("cmdstat_evalsha", {}).get("calls", 0) / n
+    lines = [
+        (
+            f"redis-server time per job ({n:,} jobs, commandstats): EVALSHA {evalsha:,.0f} us "
+            f"({scripts_a_job:.0f} a job), commands {called:,.0f} us (those the scripts call "
+            "and the rest)"
+        )
+    ]
+    lines += [
+        f"  {name:<24} {us:6.1f} us a job (SLOWLOG)"
+        for name, us in sorted(per_script.items(), key=lambda kv: -kv[1])
+    ]
+    return "\n".join(lines)
+
+
+def floor_report(row: dict) -> str:
+    """One floor round: what the handlers' time is made of, and the bound the framework and
+    the six round trips set on the ratio whatever the control plane's own code costs."""
+    raw, redis_part, framework = row["raw_us"], row["in_redis_us"], row["framework_us"]
+    ours = row["handlers_us"] - redis_part - framework
+    bound = (redis_part + framework) / raw
+    room = GOAL_RATIO * raw - redis_part - framework
+    return (
+        f"handlers {row['handlers_us']:,.0f} us a job, of it inside redis-py {redis_part:,.0f} us "
+        f"({redis_part / raw:.2f}x raw); raw {raw:,.0f} us; four calls to an empty route "
+        f"{framework:,.0f} us; the rest (the control plane's own code) {ours:,.0f} us; "
+        f"bound with no code of ours {bound:.2f}x, room for ours under {GOAL_RATIO:.0f}x "
+        f"{room:,.0f} us"
+    )
+
+
+class EmptyRoutes:
+    """The framework alone, as a lower bound: four calls per job, as a small job makes, to a
+    route that does nothing, on the handlers' own resolver (`new_resolver()`: Powertools' REST
+    resolver with validation, taken by the direct path) behind their own `lambda_entry` (logger
+    context, correlation id, the same formatter), two of the four writing one INFO line as a
+    job's enqueue and result post do. No Redis, no code of a route, an answer of two fields."""
+
+    def __init__(self, handlers: Handlers):
+        from pydantic import BaseModel
+
+        from payloadstore_controlplane.handlers._resolver import new_resolver
+        from payloadstore_controlplane.observability import lambda_entry, logger
+
+        class Answer(BaseModel):
+            job_id: str
+            state: str
+
+        app = new_resolver()
+        self.log_line = [False]
+
+        def empty(ns: str, job_id: str) -> Answer:
+            if self.log_line[0]:
+                logger.info("job read")
+            return Answer(job_id=job_id, state="succeeded")
+
+        # Real types, not this module's postponed strings: the resolver validates with them.
+        empty.__annotations__.update(ns=str, job_id=str, return_=Answer)
+        empty.__annotations__["return"] = empty.__annotations__.pop("return_")
+        app.get("/v1/namespaces/<ns>/jobs/<job_id>/result")(empty)
+
+        @lambda_entry
+        def lambda_handler(event, context):
+            return app.resolve(event, context)
+
+        self.handlers = handlers
+        self.fn = type("EmptyModule", (), {"lambda_handler": staticmethod(lambda_handler)})
+        self.event = handlers.ev.event(
+            "GET",
+            "/v1/namespaces/{ns}/jobs/{job_id}/result",
+            {"ns": NS, "job_id": "01M8Z0XCA0CJEVW6CXBCRMBX0M"},
+            query={"wait": "0"},
+        )
+
+    def run(self) -> float:
+        took = 0.0
+        for logs in (True, False, True, False):
+            self.log_line[0] = logs
+            t, _ = self.handlers._call(self.fn, copy.deepcopy(self.event), 200)
+            took += t
+        return took
+
+
+def floor(redis_url: str, n: int = 1000, rounds: int = 3, blocks: int = 20) -> list[dict]:
     """How much of the handlers' time is spent inside redis-py calls (the scripts, their round
-    trips and the client's own work), against the raw sequence: the part of the ratio no change
-    to the handlers' Python can remove while a small job takes these six round trips."""
+    trips and the client's own work) and in the framework alone (four calls to an empty route,
+    `EmptyRoutes`), against the raw sequence: together the part of the ratio no change to the
+    control plane's own Python can remove while a small job takes these six round trips on this
+    stack. Medians over interleaved blocks, per round."""
     import redis.client as rc
 
     handlers, raw = Handlers(f"hp-{uuid.uuid4().hex[:6]}"), Raw(redis_url)
+    empty = EmptyRoutes(handlers)
     inside = [0.0]
     depth = [0]
 
@@ -297,13 +419,29 @@ def floor(redis_url: str, n: int = 500, rounds: int = 3) -> list[dict]:
         for _ in range(50):
             handlers.run()
             raw.run()
+            empty.run()
         out = []
         for _ in range(rounds):
-            inside[0] = 0.0
-            h = statistics.mean(handlers.run() for _ in range(n))
-            in_redis = inside[0] / n
-            r = statistics.mean(raw.run() for _ in range(n))
-            out.append({"handlers_us": h * 1e6, "in_redis_us": in_redis * 1e6, "raw_us": r * 1e6})
+            # Interleaved blocks, medians per side, as measure(): the load moves under a run.
+            h_all: list[float] = []
+            in_all: list[float] = []
+            r_all: list[float] = []
+            e_all: list[float] = []
+            for _ in range(blocks):
+                for _ in range(n // blocks):
+                    inside[0] = 0.0
+                    h_all.append(handlers.run())
+                    in_all.append(inside[0])
+                r_all += [raw.run() for _ in range(n // blocks)]
+                e_all += [empty.run() for _ in range(n // blocks)]
+            out.append(
+                {
+                    "handlers_us": statistics.median(h_all) * 1e6,
+                    "in_redis_us": statistics.median(in_all) * 1e6,
+                    "raw_us": statistics.median(r_all) * 1e6,
+                    "framework_us": statistics.median(e_all) * 1e6,
+                }
+            )
         return out
     finally:
         for (cls, name), original in zip(originals, saved, strict=True):
@@ -401,6 +539,9 @@ def main() -> None:
     parser.add_argument(
         "--floor", action="store_true", help="time inside redis-py calls vs the raw sequence"
     )
+    parser.add_argument(
+        "--server-time", action="store_true", help="redis-server's time per job and per script"
+    )
     parser.add_argument("--metrics", action="store_true", help="EMF metrics on, as deployed")
     parser.add_argument("--log-level", default="INFO", help="POWERTOOLS_LOG_LEVEL (as deployed)")
     parser.add_argument(
@@ -411,7 +552,7 @@ def main() -> None:
     )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    if args.floor:
+    if args.floor or args.server_time:
         from payloadstore.devstack.services import RedisServer
 
         if args.one_core:
@@ -422,12 +563,11 @@ def main() -> None:
                 _past_first_hour(server.url)
                 for name, value in _env(server.url, args.log_level).items():
                     os.environ[name] = value
-                for row in floor(server.url):
-                    print(
-                        f"handlers {row['handlers_us']:,.0f} us a job, of it inside redis-py "
-                        f"{row['in_redis_us']:,.0f} us ({row['in_redis_us'] / row['raw_us']:.2f}x "
-                        f"raw); raw {row['raw_us']:,.0f} us"
-                    )
+                if args.server_time:
+                    print(server_time(server.url))
+                else:
+                    for row in floor(server.url):
+                        print(floor_report(row))
             finally:
                 server.stop()
         return
