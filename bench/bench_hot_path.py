@@ -566,8 +566,13 @@ def main() -> None:
                 if args.server_time:
                     print(server_time(server.url))
                 else:
-                    for row in floor(server.url):
+                    rows = floor(server.url)
+                    for row in rows:
                         print(floor_report(row))
+                    if args.json:
+                        args.json.write_text(
+                            json.dumps({"rounds": rows, "pinned": args.one_core}, indent=1)
+                        )
             finally:
                 server.stop()
         return
