@@ -183,6 +183,9 @@ class RedisServer:
     def start(self, timeout_s: float = 10.0) -> RedisServer:
         binary = find_redis_server()
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        # redis-server appends to its log with the umask's mode (0644): created here first, it
+        # is as private as the stack's other logs.
+        open_private_log(self.data_dir / "redis.log").close()
         args = [
             binary,
             "--bind",

@@ -12,6 +12,11 @@ integration tests never reach an e2e daemon, and its token path is private to th
 `start_local_gateway(**settings_env)` starts one more gateway with other settings (e.g.
 VISIBILITY_TIMEOUT_S="1"), sharing the same services, tokens and Redis database; it is stopped
 at the end of the test.
+
+With PAYLOADSTORE_REDIS=cluster the gateways' handlers use the session's local cluster
+(`redis_target`, database 0: run the e2e suite alone so that no integration test's jobs share
+it), and `local_gateway.redis_client()` is a cluster client; tests that need a Redis database of
+their own keep a single server (`single_server_env`).
 """
 
 from __future__ import annotations
@@ -39,6 +44,16 @@ class LocalGatewayInfo:
     tokens: dict[str, dict[str, str]]  # {ns: {"client_token": ..., "daemon_token": ...}}
     log_path: Path
     env: dict[str, str] = field(repr=False, default_factory=dict)
+    redis_cluster: bool = False
+
+    def redis_client(self):
+        """A client on what the handlers wrote: a cluster client on a cluster (it finds each
+        key's node), else one on the gateway's database."""
+        import redis
+
+        if self.redis_cluster:
+            return redis.RedisCluster.from_url(self.redis_url)
+        return redis.Redis.from_url(self.redis_url)
 
     def token(self, namespace: str, role: str) -> str:
         return self.tokens[namespace][f"{role}_token"]
@@ -62,10 +77,15 @@ def _redis_db_url(base_url: str, db: int) -> str:
 
 
 @pytest.fixture(scope="session")
-def _gateway_services(redis_server, moto_server, payload_bucket, ssm_client, tmp_path_factory):
+def _gateway_services(
+    redis_server, redis_target, moto_server, payload_bucket, ssm_client, tmp_path_factory
+):
     token_path = f"/payloadstore-e2e/{uuid.uuid4().hex[:8]}/tokens"
     tokens = mint_tokens(ssm_client, token_path)
-    redis_url = _redis_db_url(redis_server.url, E2E_REDIS_DB)
+    cluster = redis_target.get("REDIS_CLUSTER") == "true"
+    redis_url = (
+        redis_target["REDIS_URL"] if cluster else _redis_db_url(redis_server.url, E2E_REDIS_DB)
+    )
     env = handler_env(
         redis_url=redis_url,
         s3_endpoint=moto_server.endpoint,
@@ -75,8 +95,11 @@ def _gateway_services(redis_server, moto_server, payload_bucket, ssm_client, tmp
         # Revocation must be visible at once in tests (deployed default: 60 s).
         extra={"TOKEN_CACHE_S": "0", "POWERTOOLS_LOG_LEVEL": "WARNING"},
     )
+    if cluster:
+        env.update(redis_target)
     return {
         "env": env,
+        "redis_cluster": cluster,
         "tokens": tokens,
         "token_path": token_path,
         "redis_url": redis_url,
@@ -94,13 +117,14 @@ def _start(
     proc = GatewayProcess(env=env, log_path=log_path, **gateway_kwargs).start()
     info = LocalGatewayInfo(
         url=proc.url,
-        redis_url=services["redis_url"],
+        redis_url=env["REDIS_URL"],
         s3_endpoint=services["s3_endpoint"],
         bucket=services["bucket"],
         token_path=services["token_path"],
         tokens=services["tokens"],
         log_path=log_path,
         env=env,
+        redis_cluster=env.get("REDIS_CLUSTER") == "true",
     )
     return proc, info
 

@@ -22,6 +22,7 @@ from payloadstore._blob_cache import ENV_BLOB_CACHE
 from payloadstore.devstack.gateway import GatewayProcess
 from tests.e2e.sdk_helpers import daemon_thread, unique_queue
 from tests.support.emulator import scaled_days_emulator
+from tests.support.env import single_server_env
 
 pytestmark = pytest.mark.e2e
 
@@ -45,7 +46,7 @@ def scaled_stack(_gateway_services, redis_server, tmp_path_factory):
             "AWS_ENDPOINT_URL_S3": emulator.endpoint,
             "S3_ENDPOINT_URL": emulator.endpoint,
             "PAYLOAD_BUCKET": BUCKET,
-            "REDIS_URL": redis_server.url.rsplit("/", 1)[0] + f"/{REDIS_DB}",
+            **single_server_env(redis_server.url.rsplit("/", 1)[0] + f"/{REDIS_DB}"),
             "QUEUE_RETENTION_S": str(RETENTION_S),
             "RESULT_TTL_S": str(RETENTION_S),
             "VISIBILITY_TIMEOUT_S": "30",

@@ -69,7 +69,12 @@ def command_of(pid: int) -> str:
 
 
 class StackProcess:
-    def __init__(self, tmp_path: Path, command: list[str], port: int | None = None):
+    """A stack as `make dev` starts it. `redis` is its PAYLOADSTORE_REDIS, `single` (the
+    default a user meets) unless a test asks for `cluster`, whatever the suite's own is."""
+
+    def __init__(
+        self, tmp_path: Path, command: list[str], port: int | None = None, redis: str = "single"
+    ):
         self.port = port or free_port()
         self.state_dir = tmp_path / "state"
         self.state_file = tmp_path / "devstack.json"
@@ -80,6 +85,7 @@ class StackProcess:
             "PAYLOADSTORE_STATE_DIR": str(self.state_dir),
             "PAYLOADSTORE_STATE_FILE": str(self.state_file),
             "PYTHONUNBUFFERED": "1",
+            "PAYLOADSTORE_REDIS": redis,
         }
         env.pop("MAKEFLAGS", None)  # a `make test` parent must not turn this make into a sub-make
         env.pop("MAKELEVEL", None)
@@ -184,6 +190,63 @@ def test_make_dev_serves_the_api_and_ctrl_c_leaves_no_child(tmp_path, stacks):
     assert json.loads((stack.state_dir / "tokens.json").read_text()) == state["namespaces"]
     # And the file describing a running stack is gone with it
     assert not stack.state_file.exists()
+
+
+def test_make_dev_on_a_cluster_runs_a_job_and_ctrl_c_leaves_no_node(tmp_path, stacks):
+    # Given `PAYLOADSTORE_REDIS=cluster make dev` (docs/local-stack.md)
+    stack = StackProcess(tmp_path, ["make", "--no-print-directory", "dev"], redis="cluster")
+    stacks.append(stack)
+    # When .devstack.json appears
+    state = stack.wait_ready()
+    # Then it lists the cluster's nodes: 3 primaries, each with its replica
+    assert set(state) == STATE_KEYS | {"redis_nodes"}
+    nodes = state["redis_nodes"]
+    primaries = {n["port"] for n in nodes if n["role"] == "primary"}
+    replicas = [n for n in nodes if n["role"] == "replica"]
+    assert len(primaries) == 3 and sorted(n["primary_port"] for n in replicas) == sorted(primaries)
+    # And a job runs through it: enqueue, poll, result (the handlers in cluster mode, writes
+    # acknowledged by a replica)
+    url, dev = state["endpoint"], state["namespaces"]["dev"]
+    client = {"Authorization": f"Bearer {dev['client_token']}"}
+    daemon = {"Authorization": f"Bearer {dev['daemon_token']}"}
+    queue = f"cl-{uuid.uuid4().hex[:6]}"
+    enq = requests.post(
+        f"{url}/v1/namespaces/dev/queues/{queue}/jobs",
+        headers=client,
+        json={"payloadInline": base64.b64encode(b"on a cluster").decode()},
+        timeout=30,
+    )
+    assert enq.status_code == 201, enq.text
+    polled = requests.post(
+        f"{url}/v1/daemon/poll",
+        headers=daemon,
+        json={"namespace": "dev", "queues": [queue], "wait_s": 5, "daemon_id": "d1"},
+        timeout=30,
+    )
+    assert polled.status_code == 200, polled.text
+    assert polled.json()["job_id"] == enq.json()["job_id"]
+    job_id = polled.json()["job_id"]
+    posted = requests.post(
+        f"{url}/v1/namespaces/dev/jobs/{job_id}/result",
+        headers=daemon,
+        json={"resultInline": base64.b64encode(b"done").decode(), "lease": polled.json()["lease"]},
+        timeout=30,
+    )
+    assert posted.status_code == 204, posted.text
+    got = requests.get(
+        f"{url}/v1/namespaces/dev/jobs/{job_id}/result?wait=5", headers=client, timeout=30
+    )
+    assert got.status_code == 200, got.text
+    assert got.json()["state"] == "succeeded"
+    assert base64.b64decode(got.json()["resultInline"]) == b"done"
+    # When the user presses Ctrl-C
+    children = descendants(stack.proc.pid)
+    assert sum("redis-server" in command_of(p) for p in children) == len(nodes)
+    stack.ctrl_c()
+    # Then no node nor any other process it started is left, and no node's port stays open
+    assert [f"{p} {command_of(p)}" for p in children if alive(p)] == []
+    for port in [stack.port, *(n["port"] for n in nodes)]:
+        assert not port_is_open(port), f"port {port} still open"
 
 
 def test_restart_keeps_queued_jobs_their_s3_payloads_and_the_tokens(tmp_path, stacks):

@@ -14,13 +14,13 @@ import uuid
 from pathlib import Path
 
 import pytest
-import redis
 
 from payloadstore import Client
 from payloadstore.devstack.s3_emulator import LOCAL_KMS_KEY_ARN
 from payloadstore_controlplane.models.policy import RETENTION_TAG
 from payloadstore_controlplane.store.tokens import TokenStore
 from tests.e2e.sdk_helpers import daemon_thread, unique_queue
+from tests.support.env import single_server_env
 
 pytestmark = pytest.mark.e2e
 
@@ -53,9 +53,9 @@ def _namespace(gateway, ssm_client, prefix: str) -> tuple[str, dict[str, str]]:
     return ns, {role: store.mint(ns, role)[0] for role in ("client", "daemon")}
 
 
-def _redis_bytes(url: str) -> list[bytes]:
-    """Every key and every value of the database, whatever its type."""
-    r = redis.Redis.from_url(url)
+def _redis_bytes(r) -> list[bytes]:
+    """Every key and every value of the database (every primary's, on a cluster), whatever its
+    type."""
     out: list[bytes] = []
     for key in r.scan_iter(count=1000):
         out.append(key)
@@ -165,7 +165,7 @@ def test_two_namespaces_get_what_their_policies_say(local_gateway, ssm_client, s
         assert tags == [{"Key": RETENTION_TAG, "Value": "7d"}]
     # And no byte of the inline-never namespace's payloads is in Redis, while the other's
     # inline result is (the scan can see a payload when one is there)
-    every = b"\n".join(_redis_bytes(local_gateway.redis_url))
+    every = b"\n".join(_redis_bytes(local_gateway.redis_client()))
     assert marker + kms_ns.encode() not in every
     assert marker + plain_ns.encode() in every
 
@@ -258,7 +258,7 @@ def one_second_days(_gateway_services, redis_server, tmp_path_factory):
             "AWS_ENDPOINT_URL_S3": emulator.endpoint,
             "S3_ENDPOINT_URL": emulator.endpoint,
             "PAYLOAD_BUCKET": LIFECYCLE_BUCKET,
-            "REDIS_URL": redis_server.url.rsplit("/", 1)[0] + "/4",
+            **single_server_env(redis_server.url.rsplit("/", 1)[0] + "/4"),
         }
         gateway = GatewayProcess(env=env, log_path=logs / "gateway.log").start()
         try:

@@ -15,6 +15,7 @@ from payloadstore.devstack.services import RedisServer
 from payloadstore.errors import EnqueueUnconfirmed
 from payloadstore_controlplane.store import keys
 from tests.e2e.sdk_helpers import clients, daemon_thread, unique_queue
+from tests.support.env import single_server_env
 
 pytestmark = pytest.mark.e2e
 
@@ -37,7 +38,7 @@ def test_inline_submits_into_a_full_redis_never_return_a_phantom(
     # defaults (85 % / 95 %) or switched off (Redis itself refuses with OOM)
     server = RedisServer(data_dir=tmp_path / "redis", appendonly=False, maxmemory="6mb").start()
     try:
-        settings = {"REDIS_URL": server.url}
+        settings = single_server_env(server.url)
         if guard == "off":
             settings.update(REDIS_MEMORY_HIGH_WATER_PCT="100", REDIS_MEMORY_HARD_PCT="100")
         gateway = start_local_gateway(**settings)

@@ -10,7 +10,6 @@ import hashlib
 import os
 
 import pytest
-import redis
 
 import payloadstore as ps
 from payloadstore import AsyncClient
@@ -34,7 +33,7 @@ def sha(data: bytes) -> str:
 
 def expire(gateway, s3_client, sha256: str, *, object_too: bool, namespace: str = "dev") -> None:
     """The namespace forgets the blob: its record is gone (and its object, with object_too)."""
-    redis.Redis.from_url(gateway.redis_url).delete(keys.blob(namespace, sha256))
+    gateway.redis_client().delete(keys.blob(namespace, sha256))
     if object_too:
         s3_client.delete_object(Bucket=gateway.bucket, Key=f"blobs/{namespace}/{sha256}")
 

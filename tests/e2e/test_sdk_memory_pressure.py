@@ -15,6 +15,7 @@ import redis
 from payloadstore import Client, RetryPolicy, ServiceUnavailable
 from payloadstore.devstack.services import RedisServer
 from tests.e2e.sdk_helpers import daemon_thread, unique_queue
+from tests.support.env import single_server_env
 
 HEADROOM = 6 << 20  # maxmemory = what Redis uses at start + this
 FILLER_BYTES = 64 << 10
@@ -74,7 +75,7 @@ def test_given_redis_above_its_high_water_mark_when_adding_200_kib_then_args_and
 ):
     # Given: a control plane on a Redis between its high-water (85 %) and hard (95 %) marks
     server, r = small_redis
-    gateway = start_local_gateway(REDIS_URL=server.url)
+    gateway = start_local_gateway(**single_server_env(server.url))
     client, daemon_client = clients_for(gateway)
     queue = unique_queue("pressure")
     payload = os.urandom(200 << 10)
@@ -106,7 +107,7 @@ def test_given_redis_past_its_hard_mark_when_adding_then_a_typed_error_and_no_jo
 ):
     # Given: Redis past the hard mark (95 %)
     server, r = small_redis
-    gateway = start_local_gateway(REDIS_URL=server.url)
+    gateway = start_local_gateway(**single_server_env(server.url))
     client, _ = clients_for(gateway, retry=RetryPolicy(max_attempts=2, max_retry_after_s=1.0))
     queue = unique_queue("full")
     client.config  # noqa: B018 - read before the wall
@@ -130,7 +131,9 @@ def test_given_a_redis_that_fills_up_when_submitting_many_inline_jobs_then_every
     server, _ = small_redis
     caplog.set_level(logging.WARNING, logger="payloadstore")
     gateway = start_local_gateway(
-        REDIS_URL=server.url, REDIS_MEMORY_HIGH_WATER_PCT="100", REDIS_MEMORY_HARD_PCT="100"
+        **single_server_env(server.url),
+        REDIS_MEMORY_HIGH_WATER_PCT="100",
+        REDIS_MEMORY_HARD_PCT="100",
     )
     client, daemon_client = clients_for(
         gateway, retry=RetryPolicy(max_attempts=3, base_s=0.05, max_retry_after_s=0.3)

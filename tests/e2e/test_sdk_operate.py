@@ -7,7 +7,6 @@ import asyncio
 import os
 
 import pytest
-import redis
 
 from payloadstore import AsyncClient, JobFailed, NotRetryable
 from payloadstore._blob_cache import ENV_BLOB_CACHE
@@ -166,7 +165,7 @@ def test_a_job_whose_blob_expired_is_not_retried_and_one_whose_blob_is_intact_is
             with pytest.raises(JobFailed):
                 job.result(timeout=30)
         # and the first job's blob then expired from the namespace
-        redis.Redis.from_url(local_gateway.redis_url).delete(keys.blob("dev", gone.sha256))
+        local_gateway.redis_client().delete(keys.blob("dev", gone.sha256))
         broken["on"] = False
         # When each is retried (sync and async)
         with pytest.raises(NotRetryable) as refused:
