@@ -17,13 +17,16 @@ Sections (each module runs alone too; see its docstring):
   array of 64 MiB, 256 MiB and 1 GiB vs curl single PUT/GET (GET to a file for result_into) on
   the same emulator, and the peak RSS of result_into(file) of 1 GiB (bench_multipart.py, in a
   process of its own: its stack takes payloads up to 2 GiB);
+- many small jobs (issue 34): `queue.map` of 300 x 1 KiB jobs against 300 sequential `add()`
+  calls on a local stack of its own, alternating, medians of three (bench_many.py
+  --enqueue-only);
 - bench_redis.py (Redis bytes per job against its goals), when present, as it prints.
 
 Bounded in time: small repeat counts by default (BENCH_REPEAT, BENCH_COLD_N, BENCH_RT_N, BENCH_ADD_N,
-BENCH_HOT_N, BENCH_MIB override them); a section that fails is reported as failed and the others still run.
+BENCH_HOT_N, BENCH_MAP_N, BENCH_MIB override them); a section that fails is reported as failed and the others still run.
 
     .venv/bin/python bench/run_all.py [--no-write]
-        [--sections cold,presign,transfer,e2e,hotpath,multipart,redis]
+        [--sections cold,presign,transfer,e2e,hotpath,multipart,many,redis]
 """
 
 from __future__ import annotations
@@ -64,6 +67,9 @@ GOALS = {
     "add_rate_ratio": 2.0,
     # peak RSS of result_into(file) of 1 GiB above the process's baseline (issue 24)
     "result_rss_mib": 256,
+    # queue.map of 300 small jobs against 300 sequential add(): at least this many times faster
+    # (issue 34)
+    "map_speedup": 10.0,
 }
 
 
@@ -129,6 +135,12 @@ def hot_path_bench() -> dict:
         # What bounds the one-CPU figure: the six round trips and an empty route's four calls.
         out["one_core_floor"] = _json_bench("bench_hot_path.py", ["--floor", "--one-core"], 900)
     return out
+
+
+def many_bench() -> dict:
+    """bench_many.py --enqueue-only: queue.map of BENCH_MAP_N small jobs vs as many add()."""
+    n = str(env_int("BENCH_MAP_N", 300))
+    return _json_bench("bench_many.py", ["--n", n, "--enqueue-only", "--repeat", "3"], 900)
 
 
 def redis_footprint_bench() -> dict:
@@ -393,6 +405,16 @@ def summary_table(results: dict) -> list[str]:
                 f"| {r['raw_us']:,.0f} µs | {bound_us / r['raw_us']:.2f}x | ≤ {goal:.0f}x "
                 f"| for reference: room for our code {room_us:,.0f} µs, ours {ours_us:,.0f} µs |"
             )
+    many = results.get("many") if isinstance(results.get("many"), dict) else {}
+    if "speedup" in many:
+        goal = GOALS["map_speedup"]
+        rows.append(
+            f"| queue.map of {many['n']} x 1 KiB jobs vs {many['n']} sequential add() "
+            f"({many['map_requests']} vs {many['sequential_requests']} requests) "
+            f"| {many['map_s']:.3f} s | {many['sequential_s']:.3f} s "
+            f"| {many['speedup']:.1f}x faster | ≥ {goal:.0f}x "
+            f"| {verdict_at_least(many['speedup'], goal)} |"
+        )
     cold = results.get("cold") if isinstance(results.get("cold"), dict) else {}
     for r in cold.get("rows") or []:
         rows.append(
@@ -415,6 +437,7 @@ def render(results: dict, timings: dict, made: list[str], started_at: str) -> st
     from bench_e2e import report as e2e_report
     from bench_hot_path import report as hot_path_report
     from bench_layer_cold_import import report as cold_report
+    from bench_many import enqueue_report as many_report
     from bench_multipart import report as multipart_report
     from bench_presign import report as presign_report
     from bench_sdk_transfer import report as transfer_report
@@ -457,6 +480,7 @@ def render(results: dict, timings: dict, made: list[str], started_at: str) -> st
             "Small job hot path: the four handlers vs the 10-round-trip raw redis-py sequence",
             hot_path_report,
         ),
+        ("many", "Many small jobs: queue.map against sequential add()", many_report),
         ("cold", "Cold start per function", cold_report),
         ("presign", "Presign vs signing alone", presign_report),
     ]
@@ -490,7 +514,9 @@ def write_results(block: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--sections", default="presign,transfer,e2e,hotpath,multipart,cold,redis")
+    parser.add_argument(
+        "--sections", default="presign,transfer,e2e,hotpath,multipart,many,cold,redis"
+    )
     parser.add_argument("--no-write", action="store_true", help="print, leave RESULTS.md alone")
     parser.add_argument("--json", type=Path, default=HERE / "plots" / "results.json")
     parser.add_argument(
@@ -551,6 +577,8 @@ def main() -> None:
         run_section("multipart", multipart_bench, results, timings)
     if "hotpath" in wanted:
         run_section("hotpath", hot_path_bench, results, timings)
+    if "many" in wanted:
+        run_section("many", many_bench, results, timings)
     if "cold" in wanted:
         import bench_layer_cold_import
 
