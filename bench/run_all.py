@@ -270,9 +270,16 @@ def verdict_at_least(value: float | None, goal: float) -> str:
     return "met" if value >= goal else f"missed by {goal / value:.2f}x"
 
 
+def _figures(section: dict, key: str) -> dict:
+    """`section[key]` when it is a dict of figures, else {} (a section not run, or a value of
+    another shape in an older results.json)."""
+    value = section.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def summary_table(results: dict) -> list[str]:
     rows = ["| figure | ours | baseline | ratio | goal | verdict |", "|---|---|---|---|---|---|"]
-    e2e = results.get("e2e") if isinstance(results.get("e2e"), dict) else {}
+    e2e = _figures(results, "e2e")
     per_job = (e2e.get("transfers") or {}).get("per_job") if e2e else None
     if per_job:
         c, d = per_job["client"], per_job["daemon"]
@@ -313,7 +320,7 @@ def summary_table(results: dict) -> list[str]:
             f"| {r['curl_get_s']:.3f} s | {r['result_ratio']:.2f}x | ≤ {GOALS['result_ratio']}x "
             f"| {verdict(r['result_ratio'], GOALS['result_ratio'])} |"
         )
-    multipart = results.get("multipart") if isinstance(results.get("multipart"), dict) else {}
+    multipart = _figures(results, "multipart")
     for r in multipart.get("by_size") or []:
         size = f"{r['mib'] // 1024} GiB" if r["mib"] % 1024 == 0 else f"{r['mib']} MiB"
         rows.append(
@@ -372,7 +379,7 @@ def summary_table(results: dict) -> list[str]:
             f"| {rt['raw_us']:,.0f} µs | {rt['ratio']:.2f}x | ≤ {GOALS['round_trip_ratio']}x "
             f"| {verdict(rt['ratio'], GOALS['round_trip_ratio'])} |"
         )
-    hot = results.get("hotpath") if isinstance(results.get("hotpath"), dict) else {}
+    hot = _figures(results, "hotpath")
     if "ratio" in hot:
         goal = GOALS["hot_path_ratio"]
         rows.append(
@@ -382,14 +389,14 @@ def summary_table(results: dict) -> list[str]:
             f"| {hot['raw_us']:,.0f} µs | {hot['ratio']:.2f}x | ≤ {goal:.0f}x "
             f"| {verdict(hot['ratio'], goal)} |"
         )
-        one = hot.get("one_core") if isinstance(hot.get("one_core"), dict) else {}
+        one = _figures(hot, "one_core")
         if "ratio" in one:
             rows.append(
                 f"| the same, this process and its redis-server on one CPU "
                 f"| {one['handlers_us']:,.0f} µs | {one['raw_us']:,.0f} µs | {one['ratio']:.2f}x "
                 f"| ≤ {goal:.0f}x | {verdict(one['ratio'], goal)} |"
             )
-        floor = hot.get("one_core_floor") if isinstance(hot.get("one_core_floor"), dict) else {}
+        floor = _figures(hot, "one_core_floor")
         if floor.get("rounds"):
             # The median round by its bound: inside redis-py plus four empty-route calls.
             rounds = sorted(
@@ -405,7 +412,7 @@ def summary_table(results: dict) -> list[str]:
                 f"| {r['raw_us']:,.0f} µs | {bound_us / r['raw_us']:.2f}x | ≤ {goal:.0f}x "
                 f"| for reference: room for our code {room_us:,.0f} µs, ours {ours_us:,.0f} µs |"
             )
-    many = results.get("many") if isinstance(results.get("many"), dict) else {}
+    many = _figures(results, "many")
     if "speedup" in many:
         goal = GOALS["map_speedup"]
         rows.append(
@@ -415,14 +422,14 @@ def summary_table(results: dict) -> list[str]:
             f"| {many['speedup']:.1f}x faster | ≥ {goal:.0f}x "
             f"| {verdict_at_least(many['speedup'], goal)} |"
         )
-    cold = results.get("cold") if isinstance(results.get("cold"), dict) else {}
+    cold = _figures(results, "cold")
     for r in cold.get("rows") or []:
         rows.append(
             f"| cold start {r['function']} (import + 1st request, CPU, Redis AUTH as deployed) | {r['cold_cpu_ms']:.0f} ms "
             f"| `-c pass` {r['baseline_cpu_ms']:.0f} ms | {r['cold_cpu_ms'] / max(r['baseline_cpu_ms'], 1):.0f}x "
             f"| ≤ {r['goal_ms']:.0f} ms | {verdict(r['cold_cpu_ms'], r['goal_ms'])} (wall {r['cold_ms']:.0f} ms) |"
         )
-    presign = results.get("presign") if isinstance(results.get("presign"), dict) else {}
+    presign = _figures(results, "presign")
     if "put_ours_us" in presign:
         for op in ("put", "get"):
             rows.append(
