@@ -152,7 +152,12 @@ def retry_503(call, within_s: float = 30.0) -> int:
         time.sleep(0.5)
 
 
-def test_a_poll_during_a_replica_stall_answers_the_jobs_it_took(cp, acked):
+def test_a_poll_during_a_replica_stall_answers_the_jobs_it_took(cp, acked, settings_env):
+    # Leases that outlast the test: each delivery step waits out the 100 ms ack budget in the
+    # stall, so the two polls take ~0.6 s, ~1.5 s on a loaded 2-core machine; with the module's
+    # 1 s visibility the first job's lease ran out and the second poll rightly took it back
+    # (attempt 2) before the third job. Leases expiring is not what this test is about.
+    settings_env(VISIBILITY_TIMEOUT_S="30")
     # Given three queued jobs, then every replica stalled: no write reaches a replica
     jobs = [cp.enqueue(raw=bytes([i])).json["job_id"] for i in range(3)]
     replicas = [n["port"] for n in acked.topology() if n["role"] == "replica"]
