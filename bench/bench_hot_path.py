@@ -24,9 +24,9 @@ also looked up one by one.
 
 Unpinned, on a machine running nothing else, is issue 34's measure and the goal's: redis-server
 runs on a CPU of its own and every round trip waits for it, as every call from Lambda waits for
-ElastiCache across the network (raw, here: 46-50 us of redis-py CPU and 30-32 us of waiting a command).
-With another process busy the figure moves towards the one-CPU one (3.15x on 2026-12-04 with
-one busy loop beside it, 1.59x without), so run it on a quiet machine.
+ElastiCache across the network (a raw command here: 46-50 us of redis-py CPU, 30-32 us of
+waiting). With another process busy the figure moves towards the one-CPU one (3.15x on
+2026-12-04 with one busy loop beside it, 1.59x without), so run it on a quiet machine.
 `--one-core` runs this process and its redis-server on one CPU: no wait at all, Redis's CPU on
 the handlers' timeline, a switch between the two processes at every round trip. That is the
 CPU-bound extreme, reproducible run to run, and the harder comparison for the handlers, whose
@@ -331,19 +331,14 @@ def floor_report(row: dict) -> str:
     ours = row["handlers_us"] - redis_part - framework
     bound = (redis_part + framework) / raw
     room = GOAL_RATIO * raw - redis_part - framework
-    trips = (
-        f"; round trips a job: handlers {row['handlers_round_trips']:g}, raw "
-        f"{row['raw_round_trips']:g}; under {GOAL_RATIO:.0f}x from a network round trip of "
-        f"{break_even_rtt_us(row):,.0f} us"
-        if "handlers_round_trips" in row
-        else ""
-    )
     return (
         f"handlers {row['handlers_us']:,.0f} us a job, of it inside redis-py {redis_part:,.0f} us "
         f"({redis_part / raw:.2f}x raw); raw {raw:,.0f} us; four calls to an empty route "
         f"{framework:,.0f} us; the rest (the control plane's own code) {ours:,.0f} us; "
         f"bound with no code of ours {bound:.2f}x, room for ours under {GOAL_RATIO:.0f}x "
-        f"{room:,.0f} us" + trips
+        f"{room:,.0f} us; round trips a job: handlers {row['handlers_round_trips']:g}, raw "
+        f"{row['raw_round_trips']:g}; under {GOAL_RATIO:.0f}x from a network round trip of "
+        f"{break_even_rtt_us(row):,.0f} us"
     )
 
 
