@@ -412,6 +412,45 @@ def test_given_a_cancel_settling_an_entry_a_poll_took_when_a_retry_comes_between
     assert cp.poll(daemon_id="c").status == 204
 
 
+# -- race G: a retry's requeue late after a purge ended the job it queued --------------------------
+
+
+@pytest.mark.parametrize("tier", ["inline", "s3"])
+def test_given_a_retry_paused_before_its_requeue_when_a_resumed_retry_and_a_purge_end_the_job_first_then_its_arguments_stay_for_the_next_retry(
+    cp: ControlPlane, monkeypatch, tier
+):
+    # Given: a job referencing a blob, cancelled while queued (its end keeps its args and blob
+    # list for a retry)
+    sha = create_blob(cp, b"weights " * 1000)
+    if tier == "s3":
+        body = {"payloadRef": upload(cp, b"\x07" * 3000), "blobs": [sha]}
+    else:
+        body = {"payloadInline": base64.b64encode(b"\x0c\x0d").decode(), "blobs": [sha]}
+    job = cp.enqueue(body=body).json["job_id"]
+    assert cancel(cp, job).json["state"] == "cancelled"
+    # And: a retry paused before its requeue (the job slot says queued already)
+    late = paused_at(monkeypatch, RedisJobStore, "requeue", lambda: retry(cp, job))
+    # When: the retry is sent again (answered as a resume: it appends the job's entry), a
+    # purge cancels the job again, and then the paused retry goes on
+    assert retry(cp, job).status == 200
+    assert purge(cp).json["cancelled"] == 1
+    assert late.go().status == 200
+    # Then: the job stays cancelled, with nothing left queued for it (a second purge finds
+    # nothing: before, the late requeue had appended an entry from the kept args and blob list,
+    # deleted them, and this purge dropped that entry as stale)
+    assert cp.status(job).json["state"] == "cancelled"
+    assert purge(cp).json["cancelled"] == 0
+    # And: retried, it runs whole: its arguments and its blob list
+    assert retry(cp, job).status == 200
+    got = delivered(cp, job)
+    assert blob_shas(got) == [sha]
+    if tier == "inline":
+        assert base64.b64decode(got["payloadInline"]) == b"\x0c\x0d"
+    else:
+        assert got["payloadRef"]["key"].endswith(f"{job}/args")
+    assert cp.poll(daemon_id="d2").status == 204
+
+
 # -- defect 2: purge racing a poll ------------------------------------------------------------------
 
 

@@ -131,22 +131,36 @@ def explore(cluster: bool, seed: int, max_steps: int, time_s: float | None, a, w
                     found.append((kind, seed, run, out.decisions))
                     run += 1
                     continue
-                print(
+                headline = (
                     f"VIOLATION {kind} ({where}, seed {seed}, run {run}, after decision "
-                    f"{out.at}): {detail}",
-                    flush=True,
+                    f"{out.at}): {detail}"
                 )
+                print(headline, flush=True)
                 decisions = out.decisions
                 if not a.no_shrink:
                     decisions = shrink(world, decisions, kind, namespace, a.shrink_s)
                 again = Runner(world, namespace()).run(decisions)
-                print(
-                    f"shortest sequence found: {len(decisions)} decisions (JSON below; "
-                    f"python -m tests.races{' --cluster' if cluster else ''} --replay FILE)"
-                )
-                print(json.dumps(decisions))
-                print("\n".join(again.log))
+                replays = again.violation is not None and again.violation[0] == kind
+                if replays:
+                    print(
+                        f"shortest sequence found: {len(decisions)} decisions (JSON below; "
+                        f"python -m tests.races{' --cluster' if cluster else ''} --replay FILE)"
+                    )
+                    print(json.dumps(decisions))
+                    print("\n".join(again.log))
+                else:
+                    # The decisions alone did not bring it back: something they do not fix
+                    # (the machine's time, a timeout) took part. The run as it happened is all
+                    # there is to go on: its own log, and its decisions.
+                    print(
+                        f"not replayed from its {len(out.decisions)} decisions (replay: "
+                        f"{again.violation}); the run as it happened:"
+                    )
+                    print(json.dumps(out.decisions))
+                    print("\n".join(out.log))
+                # Last, so the tail of a CI log says what broke.
                 print(f"replayed: {again.violation}", flush=True)
+                print(headline, flush=True)
                 found.append((kind, seed, run, decisions))
                 if a.out:
                     with a.out.open("a") as f:
@@ -159,7 +173,8 @@ def explore(cluster: bool, seed: int, max_steps: int, time_s: float | None, a, w
                                     "run": run,
                                     "cluster": cluster,
                                     "replayed": again.violation,
-                                    "decisions": decisions,
+                                    "log": None if replays else out.log,
+                                    "decisions": decisions if replays else out.decisions,
                                 }
                             )
                             + "\n"

@@ -202,8 +202,10 @@ def requeued(namespace: str, job_id: str) -> str:
     `<retries> <entry id>` (the entry it appended) or `<retries> =<entry id>` (it relied on the
     job's entry still in the stream; `=` alone: an entry whose id the job slot does not know),
     so a retry sent again appends nothing more, and the settle step that drops a relied-on
-    entry a daemon took appends the retry's entry from it (completion_settle.lua). Spent (and
-    deleted) at the job's next end; expires with the job (RESULT_TTL_S)."""
+    entry a daemon took appends the retry's entry from it (completion_settle.lua). Spent at the
+    job's next end, which marks it `<retries> -`: a retry's requeue that comes later (paused
+    while a purge or cancel ended the job it queued) then appends nothing and leaves the kept
+    args and blob list for the next retry. Expires with the job (RESULT_TTL_S)."""
     return f"{PREFIX}:{{ns:{namespace}}}:a:{job_id}:R"
 
 

@@ -4,7 +4,8 @@
 --
 -- KEYS[1]  queue stream   KEYS[2] the queue's ended-jobs stream of the job's state group
 -- KEYS[3]  the job's kept-args string   KEYS[4] the job's kept blob list
--- KEYS[5]  the job's requeue record (keys.requeued, written by operate_requeue.lua)
+-- KEYS[5]  the job's requeue record (keys.requeued, written by operate_requeue.lua; this step
+--          marks it `<retries> -` once the end of a retried job is settled)
 -- ARGV[1]  consumer group   ARGV[2] entry id ('' none)   ARGV[3] job id (16 raw bytes)
 -- ARGV[4]  index: 'add' | 'if_dropped' (only when this call dropped the entry: a repeat after a
 --          lost reply, whose first run dropped and indexed it, adds nothing) | '' (none)
@@ -31,19 +32,33 @@
 -- appended from its fields (the record then names it); one another consumer holds (a poll that
 -- took it since a cancel, or that reclaimed it after a visibility timeout: it may be running
 -- the retry) is left to that delivery, which runs the retry or settles it in turn. If the retry has an entry of its own, this one is dropped and
--- nothing kept. A record of an earlier retry is spent: deleted.
+-- nothing kept. A record of an earlier retry is spent: marked `<retries> -` (a retried job) or
+-- deleted.
 -- No job state changes here. allow-oom: the drain path (the entry's bytes are freed or moved,
 -- an index entry is a few tens of bytes). Returns 1 this call dropped the entry | 0 it was gone
 -- already, left, or none was named.
 local entry = ARGV[2]
 local retry = nil  -- 'relied' | 'own': a retry after this end, and what its requeue did
+local over = tonumber(ARGV[5])  -- the retries whose queued time is over
 local rec = redis.call('GET', KEYS[5])
 if rec then
   local rt, what = string.match(rec, '^(%d+) (.*)$')
-  if rt and tonumber(rt) > tonumber(ARGV[5]) then
+  rt = tonumber(rt)
+  if rt and rt > over and what == '-' then
+    over = rt  -- a later retry that has ended too (this settle came late)
+  elseif rt and rt > over then
     retry = 'own'
     if what == '=' or what == '=' .. entry then retry = 'relied' end
-  else
+  end
+end
+if retry == nil then
+  -- The record is spent. A retried job's end leaves its mark instead (`<retries> -`): a
+  -- retry's requeue still on its way (paused before operate_requeue.lua while this end came)
+  -- then does nothing, rather than take the kept args and blob list for an entry the job,
+  -- ended, would never run from. A job never retried needs no mark: no requeue can be late.
+  if over > 0 then
+    redis.call('SET', KEYS[5], over .. ' -', 'PX', ARGV[7])
+  elseif rec then
     redis.call('DEL', KEYS[5])
   end
 end

@@ -29,7 +29,7 @@ if found then return {'entry', found} end
 local kept = redis.call('GET', KEYS[2])
 if kept then return {'kept', kept} end
 local rec = redis.call('GET', KEYS[3])
-if rec then
+if rec and not string.match(rec, '^%d+ %-$') then
   found = at(string.match(rec, '^%d+ =?(.*)$'))
   if found then return {'entry', found} end
 end

@@ -5,7 +5,8 @@
 -- KEYS[1]  queue stream   KEYS[2] the namespace's queue-name set   KEYS[3] the job's kept args
 -- KEYS[4]  the job's kept blob list (kept by the settle step of its end, even empty for an
 --          S3-tier job: it exists once that end was settled)
--- KEYS[5]  the job's requeue record (keys.requeued: `<retries> <entry id>` | `<retries> =<id>`)
+-- KEYS[5]  the job's requeue record (keys.requeued: `<retries> <entry id>` | `<retries> =<id>`
+--          | `<retries> -`: the job's end at that count was settled)
 -- ARGV[1]  min_id (MINID ~)   ARGV[2] queue name   ARGV[3] consumer group   ARGV[4] job_id
 -- ARGV[5]  tier: 'i' inline | 's' S3   ARGV[6] the job's retries after this retry (`rt`)
 -- ARGV[7]  the job's entry id before the retry ('' none known: cancelled while queued before
@@ -15,7 +16,11 @@
 --
 -- In order:
 -- 1. This retry's record exists (a retry sent again, or this script re-sent): nothing more is
---    done, its answer is given again. A second entry would have no args left to carry.
+--    done, its answer is given again. A second entry would have no args left to carry. A
+--    record of a later retry, or an end's mark (`<retries> -`, completion_settle.lua) at this
+--    retry's count or above: the job ended since this retry queued it (a purge or cancel came
+--    before this step), so nothing is done and nothing answered: the kept args and blob list
+--    stay for the next retry.
 -- 2. The job's previous entry is still in the stream (its end not settled yet, or it never was
 --    delivered). In a pending list (a daemon took it: the delivery that ended, or a poll that
 --    found the job ended or took it back after its visibility timeout): the retry's entry is
@@ -35,7 +40,13 @@
 local rec = redis.call('GET', KEYS[5])
 if rec then
   local rt, what = string.match(rec, '^(%d+) (.*)$')
-  if rt == ARGV[6] then
+  rt = tonumber(rt)
+  local mine = tonumber(ARGV[6])
+  -- A later retry's record, or the end of this retry or a later one (`-`): this retry's
+  -- queued time is over, and what it would append (from the kept args and blob list the end
+  -- just kept) would take them from the job, leaving it ended with nothing to retry from.
+  if rt and (rt > mine or (rt == mine and what == '-')) then return '' end
+  if rt == mine then
     if string.sub(what, 1, 1) == '=' then return '' end
     return what
   end
