@@ -576,6 +576,36 @@ def test_given_a_poll_that_took_back_a_lapsed_entry_when_the_lapsed_delivery_rep
     assert_redelivered_when_its_daemon_dies(cp, job, 2)
 
 
+def test_given_a_payload_lost_report_and_a_poll_holding_the_old_entry_when_a_cancel_and_a_retry_come_between_then_the_job_runs_on_a_live_entry(
+    cp: ControlPlane, settings_env, monkeypatch, s3_client
+):
+    # Given: a lease of 1 s, an S3-tier job whose delivery (daemon a) lapsed; its payload_lost
+    # report accepted (the job requeued, `x` = '*') and paused before its entries are sorted
+    # out; and a poll of daemon a that took the old entry back and is paused before it starts
+    # the delivery
+    settings_env(VISIBILITY_TIMEOUT_S="1")
+    job, lease_a = lapsed_s3_job(cp, s3_client)
+    report = {"state": "payload_lost", "detail": "GET 404", "lease": lease_a}
+    reporting = paused_at(monkeypatch, RedisJobStore, "read_entry", lambda: cp.report(job, report))
+    polling = paused_at(
+        monkeypatch, RedisJobStore, "start_delivery", lambda: cp.poll(daemon_id="a")
+    )
+    # When: a client cancels the job (queued: cancelled at once), the report goes on (its
+    # record step finds the job moved on), the client retries the job (queued again on
+    # whichever of its entries a daemon starts first), and the poll goes on
+    assert cancel(cp, job).json["state"] == "cancelled"
+    assert reporting.go().status == 204
+    assert retry(cp, job).status == 200
+    got = polling.go()
+    # Then: the poll runs the job from the entry it holds (attempt 2), and if that daemon dies
+    # the job is delivered once more; before, the report deleted that entry after its record
+    # step (answered 'moved'), under the poll about to start the job from it: the job ran with
+    # no entry, and a dead daemon's job was never delivered again
+    assert got.status == 200, got.raw_body
+    assert (got.json["job_id"], got.json["attempt"]) == (job, 2)
+    assert_redelivered_when_its_daemon_dies(cp, job, 2)
+
+
 def test_given_a_payload_lost_report_that_appended_the_new_entry_when_a_poll_starts_the_job_from_the_old_one_then_that_one_is_kept(
     cp: ControlPlane, settings_env, monkeypatch, s3_client
 ):

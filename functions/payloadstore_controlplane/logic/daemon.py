@@ -535,9 +535,12 @@ def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps)
         # The script left the job queued with no entry of its own ('*'): whichever of its
         # entries a daemon takes first becomes the job's (a daemon blocked on this queue may
         # take the new one at once). The new one is then recorded as the job's, and only after
-        # that is the old one dropped: a poll that took the old one back (its lease lapsed)
-        # and started the job from it before the record keeps it, and the new one is the
-        # stale double (docs/design.md "Under races").
+        # that does the other go: a poll that took the old one back (its lease lapsed) and
+        # started the job from it before the record keeps it, and the new one is the stale
+        # double. The one that goes is deleted only if no daemon holds it; one a poll took
+        # (back) may be about to start the job from it (after a cancel and a retry since, any
+        # entry may), so it is left to the next poll's pending-list scan, at once due, where
+        # delivery_start decides (docs/design.md "Under races", race H of tests/races).
         new_stream_id = deps.jobs.append(
             p.namespace,
             queue,
@@ -549,10 +552,12 @@ def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps)
         recorded = deps.jobs.record_requeue(
             job_id, new_stream_id, lost=True, replaced=old_stream_id
         )
-        if recorded == "kept":
-            deps.jobs.drop_entry(p.namespace, queue, new_stream_id)
-        else:
-            deps.jobs.drop_entry(p.namespace, queue, old_stream_id)
+        deps.jobs.release_lost_entry(
+            p.namespace,
+            queue,
+            new_stream_id if recorded == "kept" else old_stream_id,
+            visibility_ms=deps.settings.visibility_timeout_s * 1000,
+        )
         logger.warning("payload lost, job requeued", extra={"queue": queue})
         return
     if isinstance(lost, LostForGood):

@@ -22,6 +22,7 @@ from ..records import (
     SamePost,
     job_id_bytes,
     number,
+    text,
 )
 from ._base import StoreBase
 
@@ -130,6 +131,23 @@ class CompletionSteps(StoreBase):
             case "lease_mismatch":
                 return LeaseMismatch(reply[1])
         return Missing()
+
+    def release_lost_entry(
+        self, namespace: str, queue: str, stream_id: str, *, visibility_ms: int
+    ) -> str:
+        """The payload_lost requeue's entry it will not run the job from
+        (completion_lost_release.lua): deleted if no daemon holds it, else left pending and
+        made due for the next poll's pending-list scan, which drops it as stale or runs the job
+        from it. 'dropped' | 'released' | 'gone'. Upkeep: reported to nobody, so no WAIT."""
+        if not stream_id:
+            return "gone"
+        reply = self._run(
+            "completion_lost_release",
+            [keys.queue(namespace, queue)],
+            [keys.CONSUMER_GROUP, stream_id, visibility_ms],
+            acked=False,
+        )
+        return text(reply)
 
     def settle(
         self,
