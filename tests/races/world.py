@@ -3,7 +3,8 @@ environment, a clock it moves by hand, and a snapshot of the whole Redis state.
 
 The clock. The control plane reads time from `runtime.clock.now()` (the handlers' `deps.clock`)
 and paces its upkeep (pending-list scans, queue collection) by the store's monotonic clock;
-both are the explorer's here, moved only by its `advance` steps. Redis keeps one clock of its
+both are the explorer's here, moved only by its `advance` steps, and each run starts it at the
+same place in the hour (run_start), 1-2 h ahead of the machine. Redis keeps one clock of its
 own that matters: a pending entry's idle time (XAUTOCLAIM hands out an entry idle for
 VISIBILITY_TIMEOUT_S). An `advance` adds the same seconds to every pending entry's idle time
 (XCLAIM ... IDLE ... JUSTID to its own consumer), so a lease lapses exactly when the clock
@@ -52,20 +53,35 @@ SETTINGS = {
 }
 
 
+def run_start(now: float) -> float:
+    """Where a run's wall clock starts: one second past the whole hour that follows the next.
+
+    So a run's decisions alone fix what it does (a saved sequence replays as it ran, and a
+    shrunk one still fails). Two things would otherwise depend on when the run happened:
+    - where the minute and hour boundaries fall among its steps (an Idempotency-Key's minute,
+      the inline index's hour, the throughput buckets);
+    - how old Redis's entries look: Redis stamps them with the machine's time, which the
+      explorer cannot move, and a queue is collected when its newest entry is older than
+      STALE_CONSUMER_IDLE_S by the control plane's clock. Starting 1-2 h ahead of the
+      machine, every entry looks that old, whatever the machine's speed (before, a run whose
+      clock had moved 124 s collected a queue or not by how many real seconds had passed).
+    Both stay far below what expires anything here (the shortest retention is a day)."""
+    return (int(now // 3600) + 2) * 3600 + 1.0
+
+
 class Clock:
     """The control plane's wall clock and its upkeep's monotonic clock, moved by hand."""
 
     def __init__(self) -> None:
         self.offset = 0.0
-        self._wall0 = time.time()
+        self._wall0 = run_start(time.time())
         self._mono0 = 1_000_000.0
 
     def reset(self) -> None:
-        """A run starts at the machine's time (Redis stamps stream entries with it); the
-        monotonic clock only ever moves on."""
+        """A run starts at run_start(); the monotonic clock only ever moves on."""
         self._mono0 += self.offset + 1000.0
         self.offset = 0.0
-        self._wall0 = time.time()
+        self._wall0 = run_start(time.time())
 
     def now(self) -> float:
         return self._wall0 + self.offset
