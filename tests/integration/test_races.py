@@ -606,6 +606,38 @@ def test_given_a_payload_lost_report_and_a_poll_holding_the_old_entry_when_a_can
     assert_redelivered_when_its_daemon_dies(cp, job, 2)
 
 
+def test_given_a_payload_lost_report_whose_old_entry_a_poll_settled_when_the_report_goes_on_then_the_cancelled_job_keeps_its_arguments(
+    cp: ControlPlane, settings_env, monkeypatch
+):
+    # Given: a lease of 1 s, an inline job referencing a blob, delivered to daemon a and asked
+    # to cancel while it runs; its lease lapsed
+    settings_env(VISIBILITY_TIMEOUT_S="1")
+    sha = create_blob(cp, b"weights " * 1000)
+    body = {"payloadInline": base64.b64encode(b"\x0e\x0f").decode(), "blobs": [sha]}
+    job = cp.enqueue(body=body).json["job_id"]
+    lease_a = delivered(cp, job, daemon_id="a")["lease"]
+    assert cancel(cp, job).json["cancel_requested"] is True
+    time.sleep(1.2)
+    # And: delivery a's payload_lost report, accepted (the job requeued) and paused before it
+    # reads the old entry to append the new one
+    report = {"state": "payload_lost", "detail": "GET 404", "lease": lease_a}
+    reporting = paused_at(monkeypatch, RedisJobStore, "read_entry", lambda: cp.report(job, report))
+    # When: a poll takes the old entry back, finds the cancel requested and ends the job
+    # cancelled (its end keeps the args and blob list), then the report goes on
+    assert cp.poll(daemon_id="b").status == 204
+    assert cp.status(job).json["state"] == "cancelled"
+    assert reporting.go().status == 204
+    # Then: nothing is left queued for it (before, the report appended an entry with neither
+    # args nor blob list, and this poll's settle of it replaced the kept blob list with none)
+    assert cp.poll(daemon_id="c").status == 204
+    # And: retried, the job runs whole
+    assert retry(cp, job).status == 200
+    got = delivered(cp, job, daemon_id="c")
+    assert blob_shas(got) == [sha]
+    assert base64.b64decode(got["payloadInline"]) == b"\x0e\x0f"
+    assert cp.poll(daemon_id="d").status == 204
+
+
 def test_given_a_payload_lost_report_that_appended_the_new_entry_when_a_poll_starts_the_job_from_the_old_one_then_that_one_is_kept(
     cp: ControlPlane, settings_env, monkeypatch, s3_client
 ):

@@ -531,6 +531,17 @@ def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps)
     if isinstance(lost, Requeued):
         old_stream_id, queue = lost.entry_id, lost.queue
         entry = deps.jobs.read_entry(p.namespace, queue, old_stream_id) if old_stream_id else None
+        if entry is None:
+            # Nothing to build the new entry from: the old one is gone (a poll took it back,
+            # found the job ended meanwhile, e.g. a cancel requested of this delivery, and
+            # settled it: the job moved on) or unknown (this report's script re-sent after a
+            # lost reply answers none: the old entry is still pending, and a poll takes it back
+            # after the visibility timeout and runs the job from it). An entry without the
+            # args and blob list would hand a daemon a job with neither (race I).
+            logger.warning(
+                "payload lost, old entry gone or unknown: nothing appended", extra={"queue": queue}
+            )
+            return
         min_id = max(now_ms - deps.settings.retention_s * 1000, 0)
         # The script left the job queued with no entry of its own ('*'): whichever of its
         # entries a daemon takes first becomes the job's (a daemon blocked on this queue may
@@ -545,9 +556,9 @@ def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps)
             p.namespace,
             queue,
             job_id,
-            inline=entry.inline if entry else None,
+            inline=entry.inline,
             min_id_ms=min_id,
-            blobs=entry.blobs if entry else b"",
+            blobs=entry.blobs,
         )
         recorded = deps.jobs.record_requeue(
             job_id, new_stream_id, lost=True, replaced=old_stream_id

@@ -40,6 +40,8 @@ live in the done list.
         in the done list)
     g   digest of the accepted result post (kind letter + 15 bytes of sha256), for repeats
     l   payload_lost requeues so far
+    lq  from a payload_lost requeue until the job's next delivery: the entry it replaced (a
+        re-sent report appends the new entry from it again)
     rt  retries so far (POST .../retry, redrive; absent: 0)
     ab  deliveries before the last retry (the delivery cap counts `a` - `ab` of them)
     rq  from a retry until the job's next delivery: the job's entry id before the retry, or 1

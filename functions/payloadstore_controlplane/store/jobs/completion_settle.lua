@@ -91,7 +91,13 @@ if entry ~= '' then
         blobs = f[i + 1]
       end
     end
-    if blobs ~= '' or not inline then redis.call('SET', KEYS[4], blobs, 'PX', ARGV[7]) end
+    if blobs ~= '' then
+      redis.call('SET', KEYS[4], blobs, 'PX', ARGV[7])
+    elseif not inline and redis.call('PEXPIRE', KEYS[4], ARGV[7]) == 0 then
+      -- An entry without a blob list never replaces one kept before (a job's blob list does
+      -- not change); a first end keeps it empty, which tells a retry this end was settled.
+      redis.call('SET', KEYS[4], '', 'PX', ARGV[7])
+    end
   end
   if not left and redis.call('EXISTS', KEYS[1]) == 1 then
     redis.call('XACK', KEYS[1], ARGV[1], entry)

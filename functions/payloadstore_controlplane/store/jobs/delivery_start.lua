@@ -79,6 +79,6 @@ if done >= tonumber(ARGV[10]) then
 end
 redis.call('HSET', KEYS[1], 's', 'running', 'x', ARGV[1], 'ua', ARGV[2], 'lt', ARGV[7],
            'lx', ARGV[8], 'd', ARGV[9])
-redis.call('HDEL', KEYS[1], 'rq')
+redis.call('HDEL', KEYS[1], 'rq', 'lq')
 redis.call('PEXPIREAT', KEYS[1], keep_until, 'GT')
 return args_facts(redis.call('HINCRBY', KEYS[1], 'a', 1))
