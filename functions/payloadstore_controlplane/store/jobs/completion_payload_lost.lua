@@ -7,10 +7,11 @@
 --
 -- running -> queued (requeue, up to max_requeues: the caller then appends a new entry, records
 -- it as the job's (requeue_record.lua) and lets the old one go, or the new one if a poll
--- started the job from the old one first: completion_lost_release.lua) or running -> payload_lost. A requeue sets `x` to '*' here,
--- in the same step: whichever of the job's entries is delivered first becomes its entry, so a
--- daemon blocked on the queue that takes the new entry before anything else happens runs the
--- job (it is never taken for a stale double). The requeueing lease stays in `lt` (the job is not
+-- started the job from the old one first: completion_lost_release.lua) or running ->
+-- payload_lost. A requeue sets `x` to '*' here, in the same step: whichever of the job's
+-- entries is delivered first becomes its entry, so a daemon blocked on the queue that takes
+-- the new entry before anything else happens runs the job (it is never taken for a stale
+-- double). The requeueing lease stays in `lt` (the job is not
 -- running, so it finishes nothing) and the entry it replaces in `lq` (until the next
 -- delivery), so that this script re-sent after a lost reply answers 'requeue' with the same
 -- entry: the caller's append is then done again from it, and a doubled entry is dropped as
