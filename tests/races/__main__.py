@@ -156,7 +156,8 @@ def explore(cluster: bool, seed: int, max_steps: int, time_s: float | None, a, w
                         f"not replayed from its {len(out.decisions)} decisions (replay: "
                         f"{again.violation}); the run as it happened:"
                     )
-                    print(json.dumps(out.decisions))
+                    decisions = out.decisions
+                    print(json.dumps(decisions))
                     print("\n".join(out.log))
                 # Last, so the tail of a CI log says what broke.
                 print(f"replayed: {again.violation}", flush=True)
@@ -174,7 +175,7 @@ def explore(cluster: bool, seed: int, max_steps: int, time_s: float | None, a, w
                                     "cluster": cluster,
                                     "replayed": again.violation,
                                     "log": None if replays else out.log,
-                                    "decisions": decisions if replays else out.decisions,
+                                    "decisions": decisions,
                                 }
                             )
                             + "\n"
