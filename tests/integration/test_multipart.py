@@ -112,17 +112,19 @@ def test_presign_at_threshold_is_a_single_put_as_before(cp, small_multipart):
 
 
 def test_part_size_grows_so_no_upload_needs_more_than_10000_parts(cp, settings_env):
-    # Given MAX_PAYLOAD_BYTES of 5 TiB and the default part size of 16 MiB
-    settings_env(MAX_PAYLOAD_BYTES=str(5 * 1024**4))
-    # When a client presigns 1 TiB (65,536 parts of 16 MiB)
-    r = cp.presign_put(1024**4, sha256=None)
-    # Then the part size grows to whole MiB so the upload needs at most 10,000 parts
-    assert r.status == 200, r.raw_body
-    mp = r.json["multipart"]
-    assert mp["part_count"] <= 10_000 and mp["part_bytes"] % MiB == 0
-    assert (
-        mp["part_bytes"] * (mp["part_count"] - 1) < 1024**4 <= mp["part_bytes"] * mp["part_count"]
-    )
+    # Given MAX_PAYLOAD_BYTES at S3's largest object (10,000 parts of 5 GiB, ~48.8 TiB) and the
+    # default part size of 16 MiB
+    settings_env(MAX_PAYLOAD_BYTES=str(10_000 * 5 * 1024**3))
+    for size in (1024**4, 40 * 1024**4):
+        # When a client presigns 1 TiB (65,536 parts of 16 MiB) or 40 TiB (no bytes move)
+        r = cp.presign_put(size, sha256=None)
+        # Then the part size grows to whole MiB, at most 5 GiB, so the upload needs at most
+        # 10,000 parts
+        assert r.status == 200, r.raw_body
+        mp = r.json["multipart"]
+        assert mp["part_count"] <= 10_000 and mp["part_bytes"] % MiB == 0
+        assert mp["part_bytes"] <= 5 * 1024**3
+        assert mp["part_bytes"] * (mp["part_count"] - 1) < size <= mp["part_bytes"] * mp["part_count"]
 
 
 def test_config_names_the_multipart_settings(cp, small_multipart):

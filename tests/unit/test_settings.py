@@ -192,3 +192,21 @@ def test_presign_ttl_is_capped_at_an_hour_with_the_reason():
     )
     with pytest.raises(SettingsError, match="PRESIGN_TTL_S=3601 is above 3600: .*session ends"):
         Settings.from_env({"PAYLOAD_BUCKET": "b-b", "PRESIGN_TTL_S": "3601"})
+
+
+# -- S3's largest object (issue 45) ------------------------------------------------------------
+
+
+def test_max_payload_bytes_goes_up_to_s3s_largest_object_and_no_further():
+    # Given S3's limits: 10,000 parts of at most 5 GiB (about 48.8 TiB)
+    largest = 10_000 * 5 * 1024**3
+    # When MAX_PAYLOAD_BYTES is set to that object size, it is taken
+    s = Settings.from_env({"PAYLOAD_BUCKET": "b-b", "MAX_PAYLOAD_BYTES": str(largest)})
+    assert s.max_payload_bytes == largest
+    # And every size up to it fits 10,000 parts of at most 5 GiB
+    for size in (5 * 1024**4 + 1, 40 * 1024**4, largest - 1, largest):
+        part = s.multipart_part_bytes_for(size)
+        assert part <= 5 * 1024**3 and -(-size // part) <= 10_000
+    # But one byte more is refused, naming the setting
+    with pytest.raises(SettingsError, match="max_payload_bytes|MAX_PAYLOAD_BYTES"):
+        Settings.from_env({"PAYLOAD_BUCKET": "b-b", "MAX_PAYLOAD_BYTES": str(largest + 1)})

@@ -37,8 +37,11 @@ class PayloadLostPolicy(StrEnum):
 # does not promise a role session longer than an hour (docs/settings.md).
 PRESIGN_TTL_MAX_S = 3600
 
-# S3's most parts per multipart upload.
+# S3's most parts per multipart upload, and its largest part.
 MULTIPART_MAX_PARTS = 10_000
+MULTIPART_MAX_PART_BYTES = 5 * 1024**3
+# S3's largest object: 10,000 parts of 5 GiB (50,000 GiB, about 48.8 TiB).
+MAX_OBJECT_BYTES = MULTIPART_MAX_PARTS * MULTIPART_MAX_PART_BYTES
 
 
 class SettingsError(RuntimeError):
@@ -50,13 +53,14 @@ class Settings(BaseModel):
 
     # env var name -> field: the names are part of the deployment contract (CDK sets them).
     inline_threshold: int = Field(262_144, ge=1)
-    # Up to S3's largest object (5 TiB): sizes above MULTIPART_THRESHOLD upload in parts.
-    max_payload_bytes: int = Field(104_857_600, ge=1, le=5 * 1024**4)
+    # Up to S3's largest object (MAX_OBJECT_BYTES, ~48.8 TiB): sizes above MULTIPART_THRESHOLD
+    # upload in parts, whose size grows so any size fits MULTIPART_MAX_PARTS parts.
+    max_payload_bytes: int = Field(104_857_600, ge=1, le=MAX_OBJECT_BYTES)
     # Uploads above this size are multipart (a single PUT stays at most 5 GiB, S3's limit).
     multipart_threshold: int = Field(64 * 1024**2, ge=1, le=5 * 1024**3)
     # Part size of a multipart upload (S3: 5 MiB..5 GiB), grown for an upload that would need
     # more than MULTIPART_MAX_PARTS parts (multipart_part_bytes_for).
-    multipart_part_bytes: int = Field(16 * 1024**2, ge=5 * 1024**2, le=5 * 1024**3)
+    multipart_part_bytes: int = Field(16 * 1024**2, ge=5 * 1024**2, le=MULTIPART_MAX_PART_BYTES)
     # At most PRESIGN_TTL_MAX_S (see _consistent: a URL dies with its signer's session).
     presign_ttl_s: int = Field(900, ge=1)
     # The bucket lifecycle deletes payloads after 2 days, so nothing may be promised for longer.
