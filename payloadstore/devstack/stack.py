@@ -48,6 +48,7 @@ from payloadstore.devstack.services import (
     RedisServer,
     ServiceError,
     create_payload_bucket,
+    engine,
     find_redis_server,
     free_port,
     local_aws_env,
@@ -490,7 +491,7 @@ def banner(stack: DevStack) -> str:
 payloadstore local stack is up
   endpoint     {stack.endpoint}
   s3           {stack.moto.endpoint}  bucket={stack.bucket}
-  redis        {redis_line}
+  redis        {redis_line}  engine={engine()}
   tokens       {state_file}  (mode 0600; namespaces: {", ".join(stack.tokens)})
 
   curl {stack.endpoint}/v1/health

@@ -13,7 +13,12 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from payloadstore.devstack.services import find_redis_server, free_port, port_is_open
+from payloadstore.devstack.services import (
+    find_redis_cli,
+    find_redis_server,
+    free_port,
+    port_is_open,
+)
 from tests.support.control_plane import upload
 
 
@@ -59,7 +64,7 @@ def redis_cluster(tmp_path_factory):
         assert not exited, f"cluster node(s) on port {exited} exited; see {base}/*/redis.log"
         assert time.monotonic() < deadline, "cluster nodes did not start"
         time.sleep(0.05)
-    cli = binary.replace("redis-server", "redis-cli")
+    cli = find_redis_cli()
     subprocess.run(
         [
             cli,

