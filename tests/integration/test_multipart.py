@@ -124,7 +124,9 @@ def test_part_size_grows_so_no_upload_needs_more_than_10000_parts(cp, settings_e
         mp = r.json["multipart"]
         assert mp["part_count"] <= 10_000 and mp["part_bytes"] % MiB == 0
         assert mp["part_bytes"] <= 5 * 1024**3
-        assert mp["part_bytes"] * (mp["part_count"] - 1) < size <= mp["part_bytes"] * mp["part_count"]
+        assert (
+            mp["part_bytes"] * (mp["part_count"] - 1) < size <= mp["part_bytes"] * mp["part_count"]
+        )
 
 
 def test_config_names_the_multipart_settings(cp, small_multipart):

@@ -1,0 +1,264 @@
+"""Every Redis script touches only the keys it declares, all of one hash slot (issue 45).
+
+ElastiCache Serverless refuses a script that reaches a key it did not declare in KEYS, or whose
+keys are in more than one slot; Redis Cluster refuses the second too. Reading the sources is not
+proof, so this test runs the workload and lets the server say what each script touched:
+
+- every script of the control plane (store/jobs/*.lua and the queue listing's) is registered
+  with an audit prelude: each `redis.call`/`redis.pcall` first asks the server itself
+  (`COMMAND GETKEYS`, the server's own key specs) which keys the command reaches, and logs any
+  key not in KEYS; the prelude also logs declared keys of more than one hash tag, and each run;
+- the workload is the race explorer's (clients, daemons and an operator on the real handlers,
+  every operation and every way a delivery ends) plus the few paths it does not take (a
+  layout-1 job's conversion, the renewals function, a consumed result, a blob in parts);
+- then the server's log must show every script run at least once and no finding.
+
+A new script that the workload never runs fails the coverage check: add its path here.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.races.explore import Runner
+from tests.races.sched import install_hooks
+from tests.races.world import race_stack
+
+AUDIT = "script-audit"
+
+# Inserted after a script's shebang line; `__call`/`__pcall` replace `redis.call`/`redis.pcall`
+# in its body. A key's hash tag is Redis Cluster's: the text between the first `{` and the
+# next `}`, when not empty; else the whole key.
+PRELUDE = r"""
+local __name = '%(name)s'
+local __declared, __tag = {}, nil
+local function __tag_of(k)
+  local s = string.find(k, '{', 1, true)
+  if s then
+    local e = string.find(k, '}', s + 1, true)
+    if e and e > s + 1 then return string.sub(k, s + 1, e - 1) end
+  end
+  return k
+end
+for _, k in ipairs(KEYS) do
+  __declared[k] = true
+  local t = __tag_of(k)
+  if __tag == nil then __tag = t
+  elseif __tag ~= t then
+    redis.log(redis.LOG_WARNING, '%(audit)s ' .. __name .. ' cross-slot ' .. k)
+  end
+end
+redis.log(redis.LOG_WARNING, '%(audit)s ' .. __name .. ' ran')
+local __keyspace = {SCAN = true, KEYS = true, RANDOMKEY = true, DBSIZE = true,
+                    FLUSHDB = true, FLUSHALL = true}
+local function __check(command, ...)
+  if __keyspace[string.upper(command)] then
+    redis.log(redis.LOG_WARNING, '%(audit)s ' .. __name .. ' keyspace ' .. command)
+    return
+  end
+  local ok, touched = pcall(redis.call, 'COMMAND', 'GETKEYS', command, ...)
+  if ok then
+    for _, k in ipairs(touched) do
+      if not __declared[k] then
+        redis.log(redis.LOG_WARNING, '%(audit)s ' .. __name .. ' undeclared ' .. command .. ' ' .. k)
+      end
+    end
+  end
+end
+local function __call(...) __check(...) return redis.call(...) end
+local function __pcall(...) __check(...) return redis.pcall(...) end
+"""
+
+
+def audited(name: str, text: str) -> str:
+    """`text` with the audit prelude after its shebang line (a shebang must stay first)."""
+    head, body = "", text
+    if text.startswith("#!"):
+        head, _, body = text.partition("\n")
+        head += "\n"
+    body = re.sub(r"\bredis\.pcall\(", "__pcall(", body)
+    body = re.sub(r"\bredis\.call\(", "__call(", body)
+    return head + PRELUDE % {"name": name, "audit": AUDIT} + body
+
+
+def script_names() -> list[str]:
+    from payloadstore_controlplane.store.jobs import names
+
+    return [*names(), "queue_stats"]
+
+
+@pytest.fixture(scope="module")
+def audited_world(tmp_path_factory):
+    """The explorer's world (our own redis-server, the S3 emulator, the real handlers) with every
+    script registered in its audited form, and the path of the server's log."""
+    from payloadstore_controlplane.store import jobs, redis_queues
+    from payloadstore_controlplane.store.jobs import _base
+
+    install_hooks()
+    original = jobs.source
+    mp = pytest.MonkeyPatch()
+    mp.setattr(_base, "source", lambda name: audited(name, original(name)))
+    mp.setattr(redis_queues, "_QUEUE_STATS", audited("queue_stats", redis_queues._QUEUE_STATS))
+    workdir = Path(tmp_path_factory.mktemp("script-keys"))
+    try:
+        with race_stack(cluster=False, workdir=workdir) as world:
+            yield world, workdir / "redis" / "redis.log"
+    finally:
+        mp.undo()
+
+
+# The explorer's runs, each dwelling on some operations (swarm weights), then the paths it does
+# not take. Seeds are fixed: the same workload every time.
+EXPLORER_RUNS = [
+    {},
+    {"retry": 3.0, "finish-error": 3.0},
+    {"finish-payload_lost": 3.0, "forget": 3.0},
+    {"cancel": 3.0, "finish-cancelled": 3.0, "heartbeat": 3.0},
+    {"purge": 3.0, "redrive": 3.0, "finish-error": 3.0},
+    {"multipart": 3.0, "finish-multipart": 3.0, "s3": 3.0},
+    {"policy": 3.0, "view": 3.0, "status": 3.0},
+    {"next": 3.0, "finish-inline": 3.0, "enqueue_again": 3.0},
+]
+
+
+def test_every_script_touches_only_declared_keys_of_one_slot(audited_world):
+    world, log_path = audited_world
+    # Given the control plane's workload: the explorer's runs, each weighted to some operations
+    for i, weights in enumerate(EXPLORER_RUNS * 2):
+        rng = random.Random(f"script-keys:{i}")
+        Runner(world, f"k{i}", rng, length=60, weights=weights).run()
+    # And the paths the explorer does not take
+    extra_paths(world)
+    # When the server's log is read
+    lines = [
+        line.split(AUDIT.encode(), 1)[1].strip()
+        for line in log_path.read_bytes().splitlines()
+        if AUDIT.encode() in line
+    ]
+    ran = {line.split()[0].decode() for line in lines if line.endswith(b" ran")}
+    findings = sorted({line for line in lines if not line.endswith(b" ran")})
+    # Then every script ran at least once
+    assert not set(script_names()) - ran, (
+        f"scripts the workload never ran: {sorted(set(script_names()) - ran)}"
+    )
+    # And none reached a key it did not declare, or declared keys of two slots
+    assert not findings, "\n".join(f.decode(errors="replace") for f in findings)
+
+
+def test_the_audit_sees_an_undeclared_key_and_a_second_slot(audited_world):
+    # Given a script that reads a key it does not declare and declares keys of two hash tags
+    world, log_path = audited_world
+    source = "return redis.call('GET', 'ps:{b}:undeclared')"
+    script = world.client.register_script(audited("probe", source))
+    before = log_path.read_bytes().count(b"probe")
+    # When it runs
+    script(keys=["ps:{a}:one", "ps:{b}:two"])
+    # Then the server's log names both findings (the check above can fail)
+    log = log_path.read_bytes()
+    assert log.count(b"probe") > before
+    assert b"probe undeclared GET ps:{b}:undeclared" in log
+    assert b"probe cross-slot ps:{b}:two" in log
+
+
+def extra_paths(world) -> None:
+    """The paths the explorer's operations do not take, each through the route that runs them:
+    a blob in parts (blobs_upload, blobs_parts), a layout-1 job's conversion, a re-presign
+    (presign_count), a daemon's S3 result (presign_result), an operator's look at inline
+    arguments (operate_args), a result read in a `consume` namespace (consume_mark) and the
+    renewals function (blobs_renewed)."""
+    import base64
+
+    import requests
+
+    from payloadstore_controlplane.handlers import admin, renewals
+    from payloadstore_controlplane.logic.renewals import renew_blobs
+    from payloadstore_controlplane.models.domain import new_job_id
+    from payloadstore_controlplane.models.policy import NamespacePolicy
+    from payloadstore_controlplane.store import keys
+    from tests.integration.test_upgrade_layout1 import Layout1
+    from tests.races.world import BUCKET, forget_container_state
+    from tests.support.control_plane import ControlPlane, sha256_hex, upload
+    from tests.support.events import FakeLambdaContext
+
+    world.flush()
+    forget_container_state()
+    cp = ControlPlane("kx")
+
+    # A blob above MULTIPART_THRESHOLD (5 MiB here): opened, its parts presigned, put, completed
+    part = 5 * 1024 * 1024
+    data = os.urandom(part + 1000)
+    sha = sha256_hex(data)
+    opened = cp.blob(sha, len(data))
+    assert opened.status == 200 and opened.json.get("multipart"), opened.raw_body
+    chunks = [data[:part], data[part:]]
+    specs = [
+        {"number": n + 1, "size": len(c), "sha256": sha256_hex(c)} for n, c in enumerate(chunks)
+    ]
+    urls = cp.call(
+        "payloads", "POST", "/v1/namespaces/{ns}/payloads/parts", {"ns": cp.ns},
+        body={"blob": sha, "parts": specs},
+    )  # fmt: skip
+    assert urls.status == 200, urls.raw_body
+    for u, chunk in zip(urls.json["parts"], chunks, strict=True):
+        assert requests.put(u["url"], data=chunk, headers=u["headers"], timeout=60).ok
+    assert cp.blob(sha, len(data)).json["exists"] is True
+
+    # A job that references the blob, whose object is due for renewal: the renewals function
+    job = cp.enqueue(body={"blobs": [sha], "payloadInline": base64.b64encode(b"\x91\x01").decode()})
+    assert job.status == 201, job.raw_body
+    world.client.pexpire(keys.blob(cp.ns, sha), 3600 * 1000)
+    renew_blobs([cp.ns], renewals.renewal_deps())
+
+    # An S3-tier job presigned twice (a re-presign counts), then delivered; the daemon's result
+    # goes through S3; an operator looks at an inline job's arguments
+    args = os.urandom(300_000)
+    first = cp.presign_put(len(args), sha256=sha256_hex(args))
+    again = cp.presign_put(len(args), sha256=sha256_hex(args), job_id=first.json["job_id"])
+    assert again.status == 200, again.raw_body
+    assert requests.put(again.json["url"], data=args, headers=again.json["headers"], timeout=60).ok
+    ref = {"kind": "s3", "bucket": again.json["bucket"], "key": again.json["key"],
+           "size": len(args), "contentType": "application/msgpack", "sha256": sha256_hex(args)}  # fmt: skip
+    s3_job = cp.enqueue(ref=ref).json["job_id"]
+    inline_job = job.json["job_id"]
+    for _ in range(2):
+        polled = cp.poll()
+        assert polled.status == 200, polled.raw_body
+        got = polled.json["job_id"]
+        if got == s3_job:
+            result = upload(cp, os.urandom(300_000), role="daemon", job_id=got)
+            assert cp.post_result(got, {"resultRef": result}).status == 204
+        else:
+            assert cp.post_result(got, {"resultInline": "AQ=="}).status == 204
+    cp.call("jobs", "GET", "/v1/namespaces/{ns}/jobs/{job_id}/payloads",
+            {"ns": cp.ns, "job_id": inline_job})  # fmt: skip
+
+    # An S3-tier job whose daemon reports its arguments lost: requeued once (payload_lost policy
+    # retry_once), its old entry released
+    lost = cp.enqueue(ref=upload(cp, os.urandom(300_000))).json["job_id"]
+    assert cp.poll().json["job_id"] == lost
+    reported = cp.report(lost, {"state": "payload_lost", "detail": "404 on GET"})
+    assert reported.status == 204, reported.raw_body
+    assert cp.poll().json["job_id"] == lost
+    assert cp.post_result(lost, {"resultInline": "AQ=="}).status == 204
+
+    # A layout-1 job (written as the previous layout did) converted by the poll that takes it
+    old = Layout1(world.client, cp.ns, cp.queue, BUCKET)
+    legacy = new_job_id()
+    old.job(legacy, tier="inline", size=1)
+    old.entry(legacy, inline=b"\x01")
+    assert cp.poll().json["job_id"] == legacy
+
+    # A result read in a `consume` namespace marks it for deletion after its grace
+    admin.lambda_handler(
+        {"action": "set_policy", "namespace": cp.ns, "retention": "consume"}, FakeLambdaContext()
+    )
+    cp.policy = NamespacePolicy("consume", "none", "allowed")  # as the authorizer passes it
+    consumed = cp.enqueue(inline=b"\x91\x02").json["job_id"]
+    assert cp.poll().json["job_id"] == consumed
+    assert cp.post_result(consumed, {"resultInline": "AQ=="}).status == 204
+    assert cp.result(consumed).status == 200
