@@ -96,11 +96,11 @@ def test_the_largest_delivery_there_can_be_is_within_its_figure():
 
 
 def test_a_budget_never_lets_an_answer_pass_the_limit():
-    # Given the 400 KiB threshold and a poll filling its budget with 390 KiB jobs
-    budget = AnswerBudget(400 * 1024)
+    # Given a poll filling its budget with 390 KiB jobs, each taken only if it fits the room
+    budget = AnswerBudget()
     taken = []
     one = delivery(os.urandom(390 * 1024))
-    while budget.room_for_another() and len(taken) < 16:
+    while len(taken) < 16 and (not taken or 390 * 1024 <= budget.inline_room()):
         taken.append(one)
         budget.charge(one)
     # Then it stopped before 16, the answer is under 6 MB, and the budget is the figure
