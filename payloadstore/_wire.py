@@ -210,6 +210,9 @@ class Enqueued:
     created: bool  # 201: this call created the job; 200: an earlier call with the same key did
     #: an enqueue with `wait`: the job's result answer when it ended within the wait, else None
     result: ResultAnswer | None = None
+    #: an enqueue with `wait`: False when the job is queued but the control plane's wait for it
+    #: failed (`waited: false`); its result is then waited for as usual (`Job.result`)
+    waited: bool = True
 
 
 @dataclass(frozen=True)
@@ -787,6 +790,7 @@ def parse_enqueued(default_tier: str) -> Callable[[httpx.Response], Enqueued]:
             tier=str(body.get("tier") or default_tier),
             created=response.status_code == 201,
             result=ended_result(body),
+            waited=body.get("waited") is not False,
         )
 
     return parse
@@ -854,6 +858,7 @@ def parse_batch(response: httpx.Response) -> list[Enqueued | ItemRefused]:
                     str(answer.get("tier") or ""),
                     True,
                     result=ended_result(answer),
+                    waited=answer.get("waited") is not False,
                 )
             )
         else:

@@ -317,6 +317,12 @@ class EnqueueResponse(OmitsNull):
     blobs: list[BlobDownload] | None = Field(
         None, description="a presigned GET of each blob the result references (none: absent)"
     )
+    waited: bool | None = Field(
+        None,
+        description="with ?wait: false when the job is queued but the wait for its result "
+        "failed (e.g. Redis unreachable): wait for the result as usual (GET .../result); "
+        "absent otherwise",
+    )
 
 
 class JobStatusResponse(OmitsNull):
