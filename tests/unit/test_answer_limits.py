@@ -106,3 +106,28 @@ def test_a_budget_never_lets_an_answer_pass_the_limit():
     # Then it stopped before 16, the answer is under 6 MB, and the budget is the figure
     assert 1 < len(taken) < 16
     assert proxy_bytes(taken) <= DELIVERIES_BUDGET < LAMBDA_RESPONSE_LIMIT
+
+
+def test_error_text_of_any_characters_is_charged_what_the_proxy_answer_holds():
+    # Given a job status whose error holds ASCII, quotes, newlines, accents and emoji (error
+    # text is the user's: any character)
+    from payloadstore_controlplane.models.api import JobError, JobStatusResponse
+
+    text = 'plain "quoted" back\\slash\nnew line é ü 中文 😀🚀 ' * 50
+    status = JobStatusResponse(
+        job_id="01JD0000000000000000000000",
+        queue="q",
+        state="failed",
+        attempts=1,
+        tier="inline",
+        error=JobError(type="ValueError", message=text, traceback=text),
+    )
+    # When Powertools writes the body (ASCII JSON: \uXXXX escapes) and the runtime the proxy
+    # answer around it
+    meta = status.model_dump_json()
+    body = json.dumps(json.loads(meta), separators=(",", ":"))
+    # Then the charge is exactly what the body string takes in the proxy answer
+    from payloadstore_controlplane.models.limits import escaped_len
+
+    assert escaped_len(meta) == len(json.dumps(body))
+    assert delivery_bytes(status) == len(json.dumps(body)) + 1

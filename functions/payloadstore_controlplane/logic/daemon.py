@@ -110,6 +110,10 @@ def poll_many(
         # The first delivery always fits; a later one only within what is left.
         room = budget.inline_room() if found else None
         if room is not None and room < 0:
+            logger.info(
+                "poll answer full",
+                extra={"delivered": len(found), "answer_bytes": budget.used, "max_jobs": want},
+            )
             break
         try:
             entry = deps.jobs.read_next(
@@ -138,11 +142,6 @@ def poll_many(
                 # Measured only when another entry may follow it: the answer's last delivery
                 # (a max_jobs=1 poll's only one) is never weighed (a JSON dump of it, ~40 us).
                 budget.charge(delivery)
-    if len(found) < want and budget.inline_room() < 0:
-        logger.info(
-            "poll answer full",
-            extra={"delivered": len(found), "answer_bytes": budget.used, "max_jobs": want},
-        )
     return found
 
 

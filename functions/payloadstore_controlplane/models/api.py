@@ -802,7 +802,13 @@ class JobStatusError(WireModel):
     error: ErrorBody
 
 
-class JobsStatusResponse(WireModel):
+class JobsStatusResponse(OmitsNull):
     jobs: list[JobStatusResponse | JobStatusError] = Field(
-        description="one answer per job id, in request order"
+        description="one answer per job id, in request order, up to the first that would take "
+        "the answer past Lambda's 6 MB (large errors): those are listed in `unanswered`"
+    )
+    unanswered: list[str] | None = Field(
+        None,
+        description="the job ids, in request order, this answer leaves out to stay under "
+        "Lambda's 6 MB: ask again for them (absent: every job is answered)",
     )

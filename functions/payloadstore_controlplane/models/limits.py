@@ -5,10 +5,10 @@ report), in one place so every answer that hands out jobs counts them the same w
 What Lambda counts: a synchronous invocation's response payload is at most 6 MB (6,291,456 B),
 and it is the whole API Gateway proxy answer, `{"statusCode": ..., "headers": ...,
 "body": "<the JSON answer as a string>", ...}`. So each byte of our JSON answer counts once,
-plus one for every `"` and `\\` escaped inside the body string (a non-ASCII character, which the
-wire's names never hold, could take six: the metadata is measured with `json.dumps`, which
-escapes it so). An inline payload is base64 in the answer: 4 bytes for every 3, no escapes.
-Over the limit, Lambda answers an error (API Gateway: 502) *after* the poll leased the jobs,
+plus one for every `"` and `\\` escaped inside the body string. A non-ASCII character (error
+text may hold any) is `\\uXXXX` in the body (Powertools writes ASCII JSON), so 7 bytes in the
+proxy answer, 14 for one outside the BMP (a surrogate pair): `escaped_len` counts them so. An
+inline payload is base64 in the answer: 4 bytes for every 3, no escapes. Over the limit, Lambda answers an error (API Gateway: 502) *after* the poll leased the jobs,
 which then come back only after the visibility timeout.
 
 How the budget is kept: a delivery is weighed by what it carries, never by a setting. The
@@ -55,13 +55,27 @@ def largest_inline_threshold() -> int:
     return (DELIVERIES_BUDGET - DELIVERY_METADATA_MAX) // 4 * 3
 
 
+def escaped_len(text: str) -> int:
+    """The bytes JSON text (as pydantic writes it, UTF-8) takes once it is the body string of
+    the proxy answer: json.dumps escapes `"`, `\\` and control characters and writes each
+    non-ASCII character as one `\\uXXXX` (a surrogate pair: two), whose backslash the body
+    string escapes once more (one byte each, counted here)."""
+    size = len(json.dumps(text))
+    if not text.isascii():
+        non_ascii = len(text) - len(text.encode("ascii", "ignore"))
+        astral = len(text.encode("utf-16-le")) // 2 - len(text)
+        size += non_ascii + astral
+    return size
+
+
 def delivery_bytes(delivery: Any) -> int:
-    """What one delivery (a PollResponse) adds to an answer, escaped as Lambda counts it: its
-    metadata measured, its inline payload (base64, nothing to escape) counted."""
+    """What one delivery (a PollResponse), or any item of a list answer, adds to an answer,
+    escaped as Lambda counts it: its metadata measured, its inline payload (base64, nothing to
+    escape) counted."""
     inline = getattr(delivery, "payloadInline", None) or ""
     meta = delivery.model_dump_json(exclude={"payloadInline"})
-    # json.dumps(text): the body string's escapes; +1 for the comma between deliveries.
-    size = len(json.dumps(meta)) + 1
+    # The body string's escapes; +1 for the comma between deliveries.
+    size = escaped_len(meta) + 1
     if inline:
         # ,"payloadInline":"…" inside the body string: 4 escaped quotes.
         size += len(',"payloadInline":""') + 4 + len(inline)

@@ -1,0 +1,110 @@
+"""Every answer whose size depends on stored data stays under Lambda's 6 MB (issue 43), at the
+largest settings: failed jobs whose error text is the largest a result post takes (a 16 KiB
+message and a 64 KiB traceback), in the characters that weigh most once escaped (outside the
+BMP: 14 bytes each in the proxy answer). What does not fit one answer is left for the next
+(`unanswered`, `next_cursor`), and nothing is lost. Real handlers, real Redis."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+
+import pytest
+
+from payloadstore_controlplane.models.limits import LAMBDA_RESPONSE_LIMIT
+from tests.integration.test_batch import statuses
+from tests.integration.test_operate import list_jobs
+from tests.support.control_plane import ControlPlane
+
+JOBS = 100
+# A result post's largest error text: message 16,384 and traceback 65,536 characters.
+MESSAGE = "😀" * 16_384
+TRACEBACK = "🚀" * 65_536
+
+
+def failed_jobs(cp: ControlPlane, n: int) -> dict[str, dict]:
+    """n jobs that failed with the largest error text, each message told apart by its job."""
+    items = [{"payloadInline": base64.b64encode(bytes([i % 256])).decode()} for i in range(n)]
+    r = cp.call(
+        "jobs",
+        "POST",
+        "/v1/namespaces/{ns}/queues/{queue}/jobs:batch",
+        {"ns": cp.ns, "queue": cp.queue},
+        body={"jobs": items},
+    )
+    assert r.status == 200, r.raw_body[:300]
+    errors = {}
+    for _ in range(n):
+        got = cp.poll()
+        assert got.status == 200
+        job_id = got.json["job_id"]
+        error = {"type": "ValueError", "message": job_id + MESSAGE[26:], "traceback": TRACEBACK}
+        posted = cp.post_result(job_id, {"error": error})
+        assert posted.status == 204, posted.raw_body[:300]
+        errors[job_id] = error
+    return errors
+
+
+@pytest.fixture(scope="module")
+def failed(cp_env):
+    cp = ControlPlane("b" + uuid.uuid4().hex[:10])
+    return cp, failed_jobs(cp, JOBS)
+
+
+def test_jobs_status_of_100_jobs_with_the_largest_errors_answers_in_parts_under_6_mb(failed):
+    cp, errors = failed
+    # Given 100 failed jobs with the largest error text (~1.1 MB each once escaped)
+    asked = list(errors)
+    seen: dict[str, dict] = {}
+    answers = []
+    # When a client asks for their statuses, and again for the ids an answer leaves out
+    while asked:
+        r = statuses(cp, asked)
+        # Then every answer is under Lambda's 6 MB and answers at least one job
+        assert r.status == 200, r.raw_body[:300]
+        assert r.proxy_bytes <= LAMBDA_RESPONSE_LIMIT
+        answers.append(r.proxy_bytes)
+        jobs = r.json["jobs"]
+        assert jobs and [j["job_id"] for j in jobs] == asked[: len(jobs)]
+        for j in jobs:
+            seen[j["job_id"]] = j["error"]
+        assert r.json.get("unanswered", []) == asked[len(jobs) :]
+        asked = r.json.get("unanswered", [])
+    # And every job came once, its error whole
+    assert seen == errors
+    assert len(answers) > 1
+    print(f"jobs:status of {JOBS} jobs in {len(answers)} answers: {answers}")
+
+
+def test_the_failed_jobs_listing_pages_under_6_mb_and_lists_each_job_once(failed):
+    cp, errors = failed
+    # Given the same 100 failed jobs; the listing leaves tracebacks out (16 KiB messages)
+    listed: list[str] = []
+    cursor = None
+    sizes = []
+    # When a client lists them 100 a page, following next_cursor
+    for _ in range(JOBS):
+        r = list_jobs(cp, state="failed", limit=100, cursor=cursor)
+        # Then every page is under Lambda's 6 MB
+        assert r.status == 200, r.raw_body[:300]
+        assert r.proxy_bytes <= LAMBDA_RESPONSE_LIMIT
+        sizes.append(r.proxy_bytes)
+        for j in r.json["jobs"]:
+            listed.append(j["job_id"])
+            assert j["error"]["message"] == errors[j["job_id"]]["message"]
+        cursor = r.json["next_cursor"]
+        if not cursor:
+            break
+    # And every job is listed exactly once, newest first
+    assert sorted(listed) == sorted(errors) and len(listed) == JOBS
+    assert len(sizes) > 1
+    print(f"failed listing of {JOBS} jobs in {len(sizes)} pages: {sizes}")
+
+
+def test_one_job_with_the_largest_error_answers_status_and_result_under_6_mb(failed):
+    cp, errors = failed
+    job_id, error = next(iter(errors.items()))
+    for r in (cp.status(job_id), cp.result(job_id)):
+        assert r.status == 200, r.raw_body[:300]
+        assert r.proxy_bytes <= LAMBDA_RESPONSE_LIMIT
+        assert r.json["error"]["traceback"] == error["traceback"]
