@@ -867,6 +867,9 @@ def parse_batch(response: httpx.Response) -> list[Enqueued | ItemRefused]:
 
 
 def parse_statuses(response: httpx.Response) -> list[JobStatus | ItemRefused]:
+    """The statuses answered, in request order. An answer over its byte budget leaves the ids
+    from some point on out (listed in `unanswered`): callers match answers by job id, so what
+    is left out simply stays pending and is asked for again (Watch.apply)."""
     out: list[JobStatus | ItemRefused] = []
     for answer in _json(response)["jobs"]:
         if "error" in answer and "state" not in answer:
