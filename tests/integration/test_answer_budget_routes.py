@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from payloadstore_controlplane.models.limits import LAMBDA_RESPONSE_LIMIT
+from payloadstore_controlplane.models.limits import LAMBDA_RESPONSE_LIMIT, largest_inline_threshold
 from tests.integration.test_batch import statuses
 from tests.integration.test_operate import list_jobs
 from tests.support.control_plane import ControlPlane
@@ -108,3 +108,36 @@ def test_one_job_with_the_largest_error_answers_status_and_result_under_6_mb(fai
         assert r.status == 200, r.raw_body[:300]
         assert r.proxy_bytes <= LAMBDA_RESPONSE_LIMIT
         assert r.json["error"]["traceback"] == error["traceback"]
+
+
+def test_a_jobs_payloads_with_both_inline_at_the_largest_threshold_answer_under_6_mb(
+    cp, settings_env, monkeypatch
+):
+    import os
+
+    from payloadstore_controlplane.logic import daemon as daemon_logic
+    from tests.integration.test_operator_views import payloads
+    from tests.integration.test_poll_budget import enqueue
+
+    # Given the largest INLINE_THRESHOLD, and a job with arguments and result inline at it,
+    # whose post stopped between storing the result and dropping the queue entry (the function
+    # killed in between): both are stored
+    size = largest_inline_threshold()
+    settings_env(INLINE_THRESHOLD=str(size))
+    args, result = os.urandom(size), os.urandom(size)
+    job_id = enqueue(cp, args)
+    assert cp.poll().status == 200
+
+    def killed(*a, **kw):
+        raise RuntimeError("function stopped")
+
+    monkeypatch.setattr(daemon_logic, "_settle", killed)
+    assert cp.post_result(job_id, {"resultInline": base64.b64encode(result).decode()}).status == 500
+    monkeypatch.undo()
+    # When an operator reads what the job carried
+    r = payloads(cp, job_id)
+    # Then the answer is under 6 MB: the result whole, the arguments left out, saying why
+    assert r.status == 200, r.raw_body[:300]
+    assert r.proxy_bytes <= LAMBDA_RESPONSE_LIMIT
+    assert base64.b64decode(r.json["result"]["inline"]) == result
+    assert r.json["args"]["gone"] == "answer_limit" and "inline" not in r.json["args"]

@@ -674,7 +674,8 @@ class PayloadView(OmitsNull):
         description=(
             "why nothing is there: not_kept (a succeeded inline job's arguments are freed at "
             "its end), not_uploaded, expired, consumed (retention consume deleted the object: "
-            "the reference is shown, no download)"
+            "the reference is shown, no download), answer_limit (inline arguments left out: "
+            "beside the inline result they would take the answer past Lambda's 6 MB)"
         ),
     )
 
