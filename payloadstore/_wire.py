@@ -824,8 +824,29 @@ def parse_result(job_id: str) -> Callable[[httpx.Response], ResultAnswer]:
     return parse
 
 
-def parse_queue_list(response: httpx.Response) -> list[QueueInfo]:
-    return [QueueInfo.from_wire(q) for q in _json(response)["queues"]]
+class QueuePage(list):
+    """One page of a queue listing (a list of QueueInfo); `next_after`: more follow, from the
+    first after this name (None: the last page)."""
+
+    next_after: str | None = None
+
+
+def parse_queue_list(response: httpx.Response) -> QueuePage:
+    body = _json(response)
+    page = QueuePage(QueueInfo.from_wire(q) for q in body["queues"])
+    page.next_after = body.get("next_after")
+    return page
+
+
+def all_pages(first: QueuePage, more: Callable[[str], QueuePage]) -> list[QueueInfo]:
+    """Every queue: `first`, then the pages `more(after)` answers until the last."""
+    found = list(first)
+    after = first.next_after
+    while after:
+        page = more(after)
+        found += page
+        after = page.next_after
+    return found
 
 
 def parse_queue_stats(response: httpx.Response) -> QueueInfo:
@@ -1282,8 +1303,15 @@ def jobs_status(
     )
 
 
-def queue_list(namespace: str) -> Call[list[QueueInfo]]:
-    return Call("GET", ns_path(namespace, "/queues"), "list queues", parse_queue_list)
+def queue_list(namespace: str, after: str | None = None) -> Call[QueuePage]:
+    """A page of the namespace's queues (10,000 a page, in name order), from after `after`."""
+    return Call(
+        "GET",
+        ns_path(namespace, "/queues"),
+        "list queues",
+        parse_queue_list,
+        params={"after": after} if after else None,
+    )
 
 
 def queue_stats(namespace: str, queue: str) -> Call[QueueInfo]:
@@ -1729,7 +1757,11 @@ class Wire:
         return self.send(jobs_status(self.namespace, job_ids, wait_s=wait_s))
 
     def queue_list(self) -> list[QueueInfo]:
-        return self.send(queue_list(self.namespace))
+        """Every queue of the namespace, page after page."""
+        return all_pages(
+            self.send(queue_list(self.namespace)),
+            lambda after: self.send(queue_list(self.namespace, after)),
+        )
 
     def queue_stats(self, queue: str) -> QueueInfo:
         return self.send(queue_stats(self.namespace, queue))

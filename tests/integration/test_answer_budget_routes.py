@@ -141,3 +141,35 @@ def test_a_jobs_payloads_with_both_inline_at_the_largest_threshold_answer_under_
     assert r.proxy_bytes <= LAMBDA_RESPONSE_LIMIT
     assert base64.b64decode(r.json["result"]["inline"]) == result
     assert r.json["args"]["gone"] == "answer_limit" and "inline" not in r.json["args"]
+
+
+def test_the_queue_listing_of_a_namespace_with_45000_queues_pages_under_6_mb(cp, redis_view):
+    from payloadstore_controlplane.store import keys
+
+    # Given a namespace that used 45,000 queues of 63-character names (~6.3 MB listed at once)
+    names = [f"{i:05d}".ljust(63, "q") for i in range(45_000)]
+    for start in range(0, len(names), 5_000):
+        redis_view.sadd(keys.queue_names(cp.ns), *names[start : start + 5_000])
+    # When a client lists them, page after page
+    listed: list[str] = []
+    sizes = []
+    after = None
+    while True:
+        r = cp.call(
+            "jobs",
+            "GET",
+            "/v1/namespaces/{ns}/queues",
+            {"ns": cp.ns},
+            query={"after": after} if after else None,
+        )
+        # Then every page is under Lambda's 6 MB
+        assert r.status == 200, r.raw_body[:300]
+        assert r.proxy_bytes <= LAMBDA_RESPONSE_LIMIT
+        sizes.append(r.proxy_bytes)
+        listed += [q["name"] for q in r.json["queues"]]
+        after = r.json.get("next_after")
+        if not after:
+            break
+    # And every queue is listed once, in name order
+    assert listed == names
+    print(f"queue listing of {len(names)} queues in {len(sizes)} pages: {sizes}")

@@ -131,3 +131,19 @@ def test_error_text_of_any_characters_is_charged_what_the_proxy_answer_holds():
 
     assert escaped_len(meta) == len(json.dumps(body))
     assert delivery_bytes(status) == len(json.dumps(body)) + 1
+
+
+def test_a_page_of_the_queue_listing_at_its_heaviest_fits_the_budget():
+    # Given the heaviest queue figures there can be: a 63-character name, 20-digit counts
+    from payloadstore_controlplane.logic.queues import QUEUE_LIST_PAGE
+    from payloadstore_controlplane.models.api import QueueStats
+
+    heaviest = QueueStats(
+        name="q" * 63,
+        queued=10**19,
+        in_flight=10**19,
+        oldest_queued_age_s=1e19 + 0.123,
+        failed=10**19,
+    )
+    # Then a full page of them stays within the answer's budget
+    assert QUEUE_LIST_PAGE * delivery_bytes(heaviest) <= DELIVERIES_BUDGET

@@ -641,8 +641,14 @@ class QueueStats(WireModel):
     )
 
 
-class QueueListResponse(WireModel):
-    queues: list[QueueStats]
+class QueueListResponse(OmitsNull):
+    queues: list[QueueStats] = Field(
+        description="in name order, at most QUEUE_LIST_PAGE (10,000) queues per answer"
+    )
+    next_after: str | None = Field(
+        None,
+        description="more queues follow: pass as `after` for the next page (absent: the last)",
+    )
 
 
 class ThroughputResponse(WireModel):
