@@ -173,3 +173,28 @@ def test_the_queue_listing_of_a_namespace_with_45000_queues_pages_under_6_mb(cp,
     # And every queue is listed once, in name order
     assert listed == names
     print(f"queue listing of {len(names)} queues in {len(sizes)} pages: {sizes}")
+
+
+def test_an_inline_result_at_the_largest_threshold_answers_under_6_mb_on_every_route(
+    cp, settings_env
+):
+    import os
+
+    from tests.integration.test_enqueue_wait import daemon, enqueue_wait
+
+    # Given the largest INLINE_THRESHOLD and a daemon answering a result of that size
+    size = largest_inline_threshold()
+    settings_env(INLINE_THRESHOLD=str(size))
+    result = os.urandom(size)
+    worker = daemon(cp, 1, lambda mine, job: {"resultInline": base64.b64encode(result).decode()})
+    # When a client enqueues with ?wait, then reads the result and the status
+    waited = enqueue_wait(cp, 10, raw=b"\x01")
+    worker.join(10)
+    job_id = waited.json["job_id"]
+    answers = [waited, cp.result(job_id), cp.status(job_id)]
+    # Then each answer is under Lambda's 6 MB, the result whole where it is carried
+    for r in answers:
+        assert r.status in (200, 201), r.raw_body[:300]
+        assert r.proxy_bytes <= LAMBDA_RESPONSE_LIMIT
+    assert base64.b64decode(waited.json["resultInline"]) == result
+    assert base64.b64decode(answers[1].json["resultInline"]) == result
