@@ -127,22 +127,26 @@ def with_result(
     only once it has weighed it."""
     try:
         result = read_result(p, answer.job_id, wait_s, deps)
+        if start and result.state.terminal:
+            answered(p, answer.job_id, result.resultRef, deps)
     except Exception as e:  # noqa: BLE001 - the job is queued: whatever failed, answer its id
-        logger.warning(
-            "result not read after enqueue",
-            extra={
-                "job_id": answer.job_id,
-                "error": type(e).__name__,
-                "code": getattr(e, "code", None),
-            },
-        )
-        metrics_count("EnqueueWaitFailed")
-        return answer.model_copy(update={"waited": False})
+        return _not_waited(answer, e)
     if not result.state.terminal:
         return answer
-    if start:
-        answered(p, answer.job_id, result.resultRef, deps)
     return answer.model_copy(update={f: getattr(result, f) for f in _RESULT_FIELDS})
+
+
+def _not_waited(answer: EnqueueResponse, e: Exception) -> EnqueueResponse:
+    logger.warning(
+        "result not read after enqueue",
+        extra={
+            "job_id": answer.job_id,
+            "error": type(e).__name__,
+            "code": getattr(e, "code", None),
+        },
+    )
+    metrics_count("EnqueueWaitFailed")
+    return answer.model_copy(update={"waited": False})
 
 
 def with_results(p: Principal, answers: list, wait_s: float, deps: Deps) -> list:
@@ -170,7 +174,11 @@ def with_results(p: Principal, answers: list, wait_s: float, deps: Deps) -> list
                 full = answer
                 size = delivery_bytes(answer)
             elif full.state is not None:
-                answered(p, full.job_id, full.resultRef, deps)
+                try:
+                    answered(p, full.job_id, full.resultRef, deps)
+                except Exception as e:  # noqa: BLE001 - as a failed wait: the job's id only
+                    full, failed = _not_waited(answer, e), True
+                    size = delivery_bytes(full)
             answer = full
             left -= size
         out.append(answer)
