@@ -230,7 +230,13 @@ class AsyncWire:
         return await self.send(_wire.jobs_status(self.namespace, job_ids, wait_s=wait_s))
 
     async def queue_list(self) -> list[QueueInfo]:
-        return await self.send(_wire.queue_list(self.namespace))
+        """Every queue of the namespace, page after page (as Wire.queue_list)."""
+        page = await self.send(_wire.queue_list(self.namespace))
+        found = list(page)
+        while page.next_after:
+            page = await self.send(_wire.queue_list(self.namespace, page.next_after))
+            found += page
+        return found
 
     async def queue_stats(self, queue: str) -> QueueInfo:
         return await self.send(_wire.queue_stats(self.namespace, queue))

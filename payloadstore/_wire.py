@@ -210,6 +210,9 @@ class Enqueued:
     created: bool  # 201: this call created the job; 200: an earlier call with the same key did
     #: an enqueue with `wait`: the job's result answer when it ended within the wait, else None
     result: ResultAnswer | None = None
+    #: an enqueue with `wait`: False when the job is queued but the control plane's wait for it
+    #: failed (`waited: false`); its result is then waited for as usual (`Job.result`)
+    waited: bool = True
 
 
 @dataclass(frozen=True)
@@ -787,6 +790,7 @@ def parse_enqueued(default_tier: str) -> Callable[[httpx.Response], Enqueued]:
             tier=str(body.get("tier") or default_tier),
             created=response.status_code == 201,
             result=ended_result(body),
+            waited=body.get("waited") is not False,
         )
 
     return parse
@@ -820,8 +824,29 @@ def parse_result(job_id: str) -> Callable[[httpx.Response], ResultAnswer]:
     return parse
 
 
-def parse_queue_list(response: httpx.Response) -> list[QueueInfo]:
-    return [QueueInfo.from_wire(q) for q in _json(response)["queues"]]
+class QueuePage(list):
+    """One page of a queue listing (a list of QueueInfo); `next_after`: more follow, from the
+    first after this name (None: the last page)."""
+
+    next_after: str | None = None
+
+
+def parse_queue_list(response: httpx.Response) -> QueuePage:
+    body = _json(response)
+    page = QueuePage(QueueInfo.from_wire(q) for q in body["queues"])
+    page.next_after = body.get("next_after")
+    return page
+
+
+def all_pages(first: QueuePage, more: Callable[[str], QueuePage]) -> list[QueueInfo]:
+    """Every queue: `first`, then the pages `more(after)` answers until the last."""
+    found = list(first)
+    after = first.next_after
+    while after:
+        page = more(after)
+        found += page
+        after = page.next_after
+    return found
 
 
 def parse_queue_stats(response: httpx.Response) -> QueueInfo:
@@ -854,6 +879,7 @@ def parse_batch(response: httpx.Response) -> list[Enqueued | ItemRefused]:
                     str(answer.get("tier") or ""),
                     True,
                     result=ended_result(answer),
+                    waited=answer.get("waited") is not False,
                 )
             )
         else:
@@ -862,6 +888,9 @@ def parse_batch(response: httpx.Response) -> list[Enqueued | ItemRefused]:
 
 
 def parse_statuses(response: httpx.Response) -> list[JobStatus | ItemRefused]:
+    """The statuses answered, in request order. An answer over its byte budget leaves the ids
+    from some point on out (listed in `unanswered`): callers match answers by job id, so what
+    is left out simply stays pending and is asked for again (Watch.apply)."""
     out: list[JobStatus | ItemRefused] = []
     for answer in _json(response)["jobs"]:
         if "error" in answer and "state" not in answer:
@@ -1274,8 +1303,15 @@ def jobs_status(
     )
 
 
-def queue_list(namespace: str) -> Call[list[QueueInfo]]:
-    return Call("GET", ns_path(namespace, "/queues"), "list queues", parse_queue_list)
+def queue_list(namespace: str, after: str | None = None) -> Call[QueuePage]:
+    """A page of the namespace's queues (10,000 a page, in name order), from after `after`."""
+    return Call(
+        "GET",
+        ns_path(namespace, "/queues"),
+        "list queues",
+        parse_queue_list,
+        params={"after": after} if after else None,
+    )
 
 
 def queue_stats(namespace: str, queue: str) -> Call[QueueInfo]:
@@ -1721,7 +1757,11 @@ class Wire:
         return self.send(jobs_status(self.namespace, job_ids, wait_s=wait_s))
 
     def queue_list(self) -> list[QueueInfo]:
-        return self.send(queue_list(self.namespace))
+        """Every queue of the namespace, page after page."""
+        return all_pages(
+            self.send(queue_list(self.namespace)),
+            lambda after: self.send(queue_list(self.namespace, after)),
+        )
 
     def queue_stats(self, queue: str) -> QueueInfo:
         return self.send(queue_stats(self.namespace, queue))

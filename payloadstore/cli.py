@@ -676,6 +676,7 @@ def show_payload(name: str, stored, client: Client) -> None:
         why = {
             "not_kept": "not kept (an inline job's arguments are freed when it succeeds)",
             "consumed": "consumed (retention consume deleted the object)",
+            "answer_limit": "not shown (with the inline result it would pass the answer limit)",
         }
         click.echo("  " + why.get(facts["gone"], f"gone: {facts['gone']}"))
     elif facts.get("preview_error"):

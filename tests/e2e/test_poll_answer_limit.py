@@ -50,3 +50,44 @@ def test_sixteen_jobs_of_390_kib_come_through_the_gateway_in_answers_under_6_mb(
     assert sorted(delivered) == sorted(jobs)
     assert len(sizes) >= 2 and max(sizes) < LAMBDA_RESPONSE_LIMIT, sizes
     assert time.monotonic() - started < 10
+
+
+def test_jobs_queued_under_a_higher_threshold_come_through_after_it_is_lowered(
+    start_local_gateway,
+):
+    # Given two 2.9 MB inline jobs queued under INLINE_THRESHOLD=3,000,000, and the control
+    # plane deployed again with the default threshold (a new gateway on the same Redis)
+    before = start_local_gateway(INLINE_THRESHOLD="3000000")
+    client = Client(before.url, before.token("dev", "client"), "dev")
+    queue = unique_queue("lowered")
+    jobs = {client.queue(queue).add(os.urandom(2_900_000)).job_id for _ in range(2)}
+    assert {client.job(j).status().tier for j in jobs} == {"inline"}
+    client.close()
+    after = start_local_gateway()
+    # When a daemon polls the new one with max_jobs=16
+    answers = []
+    with httpx.Client(timeout=30) as http:
+        for _ in range(3):
+            answer = http.post(
+                f"{after.url}/v1/daemon/poll",
+                headers=after.auth("dev", "daemon"),
+                json={
+                    "namespace": "dev",
+                    "queues": [queue],
+                    "wait_s": 0,
+                    "daemon_id": "lowered-d1",
+                    "max_jobs": 16,
+                },
+            )
+            answers.append(answer)
+            if answer.status_code == 204:
+                break
+    # Then each job comes in an answer of its own, on its first attempt (over 6 MB the
+    # gateway, as Lambda, would answer 502 and the jobs would wait out their leases)
+    assert [a.status_code for a in answers] == [200, 200, 204], [
+        (a.status_code, a.text[:200]) for a in answers
+    ]
+    got = [j for a in answers[:2] for j in a.json()["jobs"]]
+    assert sorted(j["job_id"] for j in got) == sorted(jobs)
+    assert all(j["attempt"] == 1 for j in got)
+    assert max(len(a.content) for a in answers) < LAMBDA_RESPONSE_LIMIT

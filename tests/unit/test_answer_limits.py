@@ -96,13 +96,54 @@ def test_the_largest_delivery_there_can_be_is_within_its_figure():
 
 
 def test_a_budget_never_lets_an_answer_pass_the_limit():
-    # Given the 400 KiB threshold and a poll filling its budget with 390 KiB jobs
-    budget = AnswerBudget(400 * 1024)
+    # Given a poll filling its budget with 390 KiB jobs, each taken only if it fits the room
+    budget = AnswerBudget()
     taken = []
     one = delivery(os.urandom(390 * 1024))
-    while budget.room_for_another() and len(taken) < 16:
+    while len(taken) < 16 and (not taken or 390 * 1024 <= budget.inline_room()):
         taken.append(one)
         budget.charge(one)
     # Then it stopped before 16, the answer is under 6 MB, and the budget is the figure
     assert 1 < len(taken) < 16
     assert proxy_bytes(taken) <= DELIVERIES_BUDGET < LAMBDA_RESPONSE_LIMIT
+
+
+def test_error_text_of_any_characters_is_charged_what_the_proxy_answer_holds():
+    # Given a job status whose error holds ASCII, quotes, newlines, accents and emoji (error
+    # text is the user's: any character)
+    from payloadstore_controlplane.models.api import JobError, JobStatusResponse
+
+    text = 'plain "quoted" back\\slash\nnew line é ü 中文 😀🚀 ' * 50
+    status = JobStatusResponse(
+        job_id="01JD0000000000000000000000",
+        queue="q",
+        state="failed",
+        attempts=1,
+        tier="inline",
+        error=JobError(type="ValueError", message=text, traceback=text),
+    )
+    # When Powertools writes the body (ASCII JSON: \uXXXX escapes) and the runtime the proxy
+    # answer around it
+    meta = status.model_dump_json()
+    body = json.dumps(json.loads(meta), separators=(",", ":"))
+    # Then the charge is exactly what the body string takes in the proxy answer
+    from payloadstore_controlplane.models.limits import escaped_len
+
+    assert escaped_len(meta) == len(json.dumps(body))
+    assert delivery_bytes(status) == len(json.dumps(body)) + 1
+
+
+def test_a_page_of_the_queue_listing_at_its_heaviest_fits_the_budget():
+    # Given the heaviest queue figures there can be: a 63-character name, 20-digit counts
+    from payloadstore_controlplane.logic.queues import QUEUE_LIST_PAGE
+    from payloadstore_controlplane.models.api import QueueStats
+
+    heaviest = QueueStats(
+        name="q" * 63,
+        queued=10**19,
+        in_flight=10**19,
+        oldest_queued_age_s=1e19 + 0.123,
+        failed=10**19,
+    )
+    # Then a full page of them stays within the answer's budget
+    assert QUEUE_LIST_PAGE * delivery_bytes(heaviest) <= DELIVERIES_BUDGET

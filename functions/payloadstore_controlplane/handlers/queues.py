@@ -21,10 +21,15 @@ def register(app) -> None:
     @route(
         app,
         routes.QUEUE_LIST,
-        summary="Every queue of the namespace: queued, in flight, oldest queued age, failed",
+        summary="Every queue of the namespace: queued, in flight, oldest queued age, failed; "
+        "10,000 a page in name order (?after=the previous page's next_after)",
     )
-    def get_queues(p: Principal, ns: str) -> QueueListResponse:
-        return json_response(200, list_queues(p, get_deps()))
+    def get_queues(
+        p: Principal,
+        ns: str,
+        after: Annotated[str | None, Query(max_length=63)] = None,
+    ) -> QueueListResponse:
+        return json_response(200, list_queues(p, get_deps(), after))
 
     @route(
         app,

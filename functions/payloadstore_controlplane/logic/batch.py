@@ -15,9 +15,11 @@ from ..models.api import (
     JobsStatusRequest,
     JobsStatusResponse,
     JobStatusError,
+    JobStatusResponse,
     b64_bytes,
 )
 from ..models.errors import NotFound, PayloadStoreError, PayloadTooLarge, Unprocessable
+from ..models.limits import DELIVERIES_BUDGET, delivery_bytes
 from ..observability import logger
 from .blobs import packed
 from .context import Deps, Principal
@@ -161,7 +163,14 @@ def enqueue_batch(p: Principal, queue: str, body: dict, deps: Deps) -> BatchEnqu
 
 
 def jobs_status(p: Principal, req: JobsStatusRequest, deps: Deps) -> JobsStatusResponse:
-    """The state of each job; with wait_s, first wait (bounded) until one of them is terminal."""
+    """The state of each job; with wait_s, first wait (bounded) until one of them is terminal.
+
+    The answer keeps its byte budget (models/limits.py: 100 failed jobs with 80 KiB of error
+    text each would be 8 MB, a 502 from Lambda every time): the statuses come in request order
+    up to the first that would not fit; the ids from there on are `unanswered` (not read), for
+    the caller to ask again, and such an answer is given at once, without waiting (only error
+    text fills it, and a job with an error has ended). The first status is always answered: one
+    job's error text is bounded far below the budget."""
     s = deps.settings
     if len(req.job_ids) > s.batch_max_jobs:
         raise Unprocessable(f"{len(req.job_ids)} job ids; BATCH_MAX_JOBS={s.batch_max_jobs}")
@@ -170,17 +179,25 @@ def jobs_status(p: Principal, req: JobsStatusRequest, deps: Deps) -> JobsStatusR
     while True:
         answers: list = []
         any_terminal = False
-        for job_id in req.job_ids:
+        left = DELIVERIES_BUDGET
+        for i, job_id in enumerate(req.job_ids):
+            answer: JobStatusResponse | JobStatusError
             try:
-                status = job_status(p, job_id, deps)
+                answer = job_status(p, job_id, deps)
+                any_terminal = any_terminal or answer.state.terminal
             except NotFound as e:
-                answers.append(
-                    JobStatusError(job_id=job_id, error=ErrorBody(code=e.code, message=e.message))
+                answer = JobStatusError(
+                    job_id=job_id, error=ErrorBody(code=e.code, message=e.message)
                 )
                 any_terminal = True  # nothing to wait for: answer now
-                continue
-            any_terminal = any_terminal or status.state.terminal
-            answers.append(status)
+            left -= delivery_bytes(answer)
+            if left < 0 and answers:
+                logger.info(
+                    "status answer full",
+                    extra={"answered": i, "unanswered": len(req.job_ids) - i},
+                )
+                return JobsStatusResponse(jobs=answers, unanswered=req.job_ids[i:])
+            answers.append(answer)
         if any_terminal or time.monotonic() >= deadline:
             return JobsStatusResponse(jobs=answers)
         time.sleep(min(STATUS_RECHECK_S, max(deadline - time.monotonic(), 0)))

@@ -89,9 +89,11 @@ def poll_many(
     blocking. At most MAX_SKIPPED_ENTRIES stale entries are skipped per poll, as for one job.
     `found`: the list the deliveries are appended to as each is taken (a caller that must not
     lose them when a later step fails passes its own).
-    `budget`: the answer's byte budget (models/limits.py; a new poll answer's by default): no
-    entry is taken unless the heaviest delivery there can be still fits, so the answer stays
-    under Lambda's 6 MB and what does not fit stays queued, never leased."""
+    `budget`: the answer's byte budget (models/limits.py; a new poll answer's by default): the
+    first entry is taken whatever it weighs (one always fits), each later one only if its own
+    inline bytes fit what is left (the store looks before it takes), so the answer stays under
+    Lambda's 6 MB whatever INLINE_THRESHOLD was at its enqueue, and what does not fit stays
+    queued, never leased."""
     if req.namespace != p.namespace:
         raise Forbidden("token does not belong to this namespace")
     deps.queues.remember_namespace(p.namespace)
@@ -101,13 +103,21 @@ def poll_many(
     deadline = deps.clock() + wait_s
     min_idle_ms = s.visibility_timeout_s * 1000
     found = [] if found is None else found
-    budget = budget or AnswerBudget(s.inline_threshold)
+    budget = budget or AnswerBudget()
     skipped = 0
-    while skipped < MAX_SKIPPED_ENTRIES and len(found) < want and budget.room_for_another():
+    while skipped < MAX_SKIPPED_ENTRIES and len(found) < want:
         block_ms = 0 if found else max(int((deadline - deps.clock()) * 1000), 0)
+        # The first delivery always fits; a later one only within what is left.
+        room = budget.inline_room() if found else None
+        if room is not None and room < 0:
+            logger.info(
+                "poll answer full",
+                extra={"delivered": len(found), "answer_bytes": budget.used, "max_jobs": want},
+            )
+            break
         try:
             entry = deps.jobs.read_next(
-                p.namespace, req.queues, req.daemon_id, block_ms, min_idle_ms
+                p.namespace, req.queues, req.daemon_id, block_ms, min_idle_ms, room=room
             )
             if entry is None:
                 if not found:
@@ -132,11 +142,6 @@ def poll_many(
                 # Measured only when another entry may follow it: the answer's last delivery
                 # (a max_jobs=1 poll's only one) is never weighed (a JSON dump of it, ~40 us).
                 budget.charge(delivery)
-    if len(found) < want and not budget.room_for_another():
-        logger.info(
-            "poll answer full",
-            extra={"delivered": len(found), "answer_bytes": budget.used, "max_jobs": want},
-        )
     return found
 
 

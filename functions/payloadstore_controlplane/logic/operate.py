@@ -27,6 +27,7 @@ from ..models.api import (
 )
 from ..models.domain import JobStatus, Tier, job_id_time_s
 from ..models.errors import NotFound, NotRetryable, Unprocessable
+from ..models.limits import DELIVERIES_BUDGET, delivery_bytes
 from ..observability import bind_job, logger, metrics_count
 from ..store.records import (
     GROUP_OF_STATE,
@@ -124,10 +125,15 @@ def _ended(
 ) -> tuple[list[JobStatusResponse], str]:
     out: list[JobStatusResponse] = []
     seen: set[str] = set()
+    # The answer's byte budget (models/limits.py): 100 failed jobs' error messages of 16 KiB
+    # each, in any characters, could take 23 MB. The page ends before the first job that
+    # would not fit, and its cursor resumes there.
+    left = DELIVERIES_BUDGET
     for _ in range(ENDED_READS):
+        start = cursor
         entries, cursor = deps.jobs.ended_entries(namespace, queue, group, cursor, limit - len(out))
         records = deps.jobs.read_jobs([e.job_id for e in entries], errors=True)
-        for entry in entries:
+        for n, entry in enumerate(entries):
             job = records.get(entry.job_id)
             # An entry of a job retried since (its retries moved on), or gone: skipped.
             if (
@@ -138,8 +144,14 @@ def _ended(
                 or job.job_id in seen
             ):
                 continue
+            status = status_of(job, deps, traceback=False)
+            left -= delivery_bytes(status)
+            if left < 0 and out:
+                # The next page starts below the entry read before this one: at this one.
+                logger.info("job list page full", extra={"listed": len(out)})
+                return out, entries[n - 1].stream_id if n else start
             seen.add(job.job_id)
-            out.append(status_of(job, deps, traceback=False))
+            out.append(status)
         if not cursor or len(out) >= limit:
             break
     return out, cursor

@@ -11,6 +11,7 @@ import base64
 
 from ..models.api import JobPayloadsResponse, PayloadView
 from ..models.domain import JobStatus, PayloadKind, PayloadRef, Tier
+from ..models.limits import DELIVERIES_BUDGET, delivery_bytes
 from ..store.records import JobRecord
 from .context import Deps, Principal, load_job, payload_ref
 from .downloads import download_for
@@ -70,10 +71,25 @@ def _result(job: JobRecord, deps: Deps) -> PayloadView | None:
 
 def job_payloads(p: Principal, job_id: str, deps: Deps) -> JobPayloadsResponse:
     job = load_job(p, job_id, deps, with_done=True)
-    return JobPayloadsResponse(
+    answer = JobPayloadsResponse(
         job_id=job.job_id,
         queue=job.queue or "",
         state=JobStatus(job.state),
         args=_args(job, deps),
         result=_result(job, deps),
     )
+    return _within_budget(answer)
+
+
+def _within_budget(answer: JobPayloadsResponse) -> JobPayloadsResponse:
+    """The answer under its byte budget (models/limits.py). Each inline payload alone fits (at
+    most the largest INLINE_THRESHOLD), but arguments and result both inline near it would not:
+    then the arguments' bytes are left out (`gone: answer_limit`) and the result, which
+    `GET .../result` also answers, is kept. Only a job that ended moments ago has both (a
+    succeeded job's inline arguments are freed at its end)."""
+    if answer.result is None or answer.result.inline is None or answer.args.inline is None:
+        return answer
+    if delivery_bytes(answer) <= DELIVERIES_BUDGET:
+        return answer
+    args = answer.args.model_copy(update={"inline": None, "gone": "answer_limit"})
+    return answer.model_copy(update={"args": args})

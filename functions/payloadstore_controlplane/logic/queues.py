@@ -36,8 +36,26 @@ def namespace_queues(namespace: str, deps: Deps) -> list[QueueStats]:
     return [_stats(c, now) for c in counts]
 
 
-def list_queues(p: Principal, deps: Deps) -> QueueListResponse:
-    return QueueListResponse(queues=namespace_queues(p.namespace, deps))
+# The most queues one listing answers: each QueueStats weighs at most ~250 B escaped (a 63-char
+# name, four 20-digit figures), so a page stays far inside the answer's byte budget
+# (models/limits.py); a namespace may use any number of queues.
+QUEUE_LIST_PAGE = 10_000
+
+
+def list_queues(p: Principal, deps: Deps, after: str | None = None) -> QueueListResponse:
+    """The namespace's queues in name order, from the first after `after`, a page at a time."""
+    if after is not None:
+        validate_queue_name(after)
+    names = deps.queues.queue_names(p.namespace)
+    if after is not None:
+        names = [n for n in names if n > after]
+    page = names[:QUEUE_LIST_PAGE]
+    counts = deps.queues.counts(p.namespace, page, _failed_since_ms(deps))
+    now = deps.clock()
+    return QueueListResponse(
+        queues=[_stats(c, now) for c in counts],
+        next_after=page[-1] if len(names) > len(page) else None,
+    )
 
 
 def queue_stats(p: Principal, queue: str, deps: Deps) -> QueueStats:

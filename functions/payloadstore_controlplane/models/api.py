@@ -317,6 +317,12 @@ class EnqueueResponse(OmitsNull):
     blobs: list[BlobDownload] | None = Field(
         None, description="a presigned GET of each blob the result references (none: absent)"
     )
+    waited: bool | None = Field(
+        None,
+        description="with ?wait: false when the job is queued but the wait for its result "
+        "failed (e.g. Redis unreachable): wait for the result as usual (GET .../result); "
+        "absent otherwise",
+    )
 
 
 class JobStatusResponse(OmitsNull):
@@ -635,8 +641,14 @@ class QueueStats(WireModel):
     )
 
 
-class QueueListResponse(WireModel):
-    queues: list[QueueStats]
+class QueueListResponse(OmitsNull):
+    queues: list[QueueStats] = Field(
+        description="in name order, at most QUEUE_LIST_PAGE (10,000) queues per answer"
+    )
+    next_after: str | None = Field(
+        None,
+        description="more queues follow: pass as `after` for the next page (absent: the last)",
+    )
 
 
 class ThroughputResponse(WireModel):
@@ -668,7 +680,8 @@ class PayloadView(OmitsNull):
         description=(
             "why nothing is there: not_kept (a succeeded inline job's arguments are freed at "
             "its end), not_uploaded, expired, consumed (retention consume deleted the object: "
-            "the reference is shown, no download)"
+            "the reference is shown, no download), answer_limit (inline arguments left out: "
+            "beside the inline result they would take the answer past Lambda's 6 MB)"
         ),
     )
 
@@ -796,7 +809,13 @@ class JobStatusError(WireModel):
     error: ErrorBody
 
 
-class JobsStatusResponse(WireModel):
+class JobsStatusResponse(OmitsNull):
     jobs: list[JobStatusResponse | JobStatusError] = Field(
-        description="one answer per job id, in request order"
+        description="one answer per job id, in request order, up to the first that would take "
+        "the answer past Lambda's 6 MB (large errors): those are listed in `unanswered`"
+    )
+    unanswered: list[str] | None = Field(
+        None,
+        description="the job ids, in request order, this answer leaves out to stay under "
+        "Lambda's 6 MB: ask again for them (absent: every job is answered)",
     )

@@ -5,18 +5,21 @@ report), in one place so every answer that hands out jobs counts them the same w
 What Lambda counts: a synchronous invocation's response payload is at most 6 MB (6,291,456 B),
 and it is the whole API Gateway proxy answer, `{"statusCode": ..., "headers": ...,
 "body": "<the JSON answer as a string>", ...}`. So each byte of our JSON answer counts once,
-plus one for every `"` and `\\` escaped inside the body string (a non-ASCII character, which the
-wire's names never hold, could take six: the metadata is measured with `json.dumps`, which
-escapes it so). An inline payload is base64 in the answer: 4 bytes for every 3, no escapes.
-Over the limit, Lambda answers an error (API Gateway: 502) *after* the poll leased the jobs,
+plus one for every `"` and `\\` escaped inside the body string. A non-ASCII character (error
+text may hold any) is `\\uXXXX` in the body (Powertools writes ASCII JSON), so 7 bytes in the
+proxy answer, 14 for one outside the BMP (a surrogate pair): `escaped_len` counts them so. An
+inline payload is base64 in the answer: 4 bytes for every 3, no escapes. Over the limit, Lambda answers an error (API Gateway: 502) *after* the poll leased the jobs,
 which then come back only after the visibility timeout.
 
-How the budget is kept: a poll takes another entry only while what is left of the budget can
-carry the largest delivery there can be (an INLINE_THRESHOLD payload plus
-DELIVERY_METADATA_MAX), so an entry it could not carry is never taken (never leased, its
-attempts never counted, nothing left pending); each delivery taken is then charged what it
-really weighs, escaped. The settings refuse an INLINE_THRESHOLD whose largest delivery alone
-would not fit (`Settings`), so a poll always carries at least one job.
+How the budget is kept: a delivery is weighed by what it carries, never by a setting. The
+first entry of an answer is taken whatever it weighs (one inline entry is bounded by the
+largest INLINE_THRESHOLD the settings accept, `Settings`, so it always fits alone); every
+later one only if its inline bytes fit what is left (`inline_room`, less DELIVERY_METADATA_MAX
+for its other fields): the store looks at the entry before taking it (delivery_take.lua), so an
+entry that would not fit is never taken (never leased, its attempts never counted, nothing left
+pending) and waits for the next poll. This holds whatever INLINE_THRESHOLD was when the entry
+was enqueued: a threshold lowered under queued jobs changes nothing. Each delivery taken is
+then charged what it really weighs, escaped.
 """
 
 from __future__ import annotations
@@ -52,30 +55,50 @@ def largest_inline_threshold() -> int:
     return (DELIVERIES_BUDGET - DELIVERY_METADATA_MAX) // 4 * 3
 
 
+def escaped_len(text: str) -> int:
+    """The bytes JSON text (as pydantic writes it, UTF-8) takes once it is the body string of
+    the proxy answer: json.dumps escapes `"`, `\\` and control characters and writes each
+    non-ASCII character as one `\\uXXXX` (a surrogate pair: two), whose backslash the body
+    string escapes once more (one byte each, counted here)."""
+    size = len(json.dumps(text))
+    if not text.isascii():
+        non_ascii = len(text) - len(text.encode("ascii", "ignore"))
+        astral = len(text.encode("utf-16-le")) // 2 - len(text)
+        size += non_ascii + astral
+    return size
+
+
 def delivery_bytes(delivery: Any) -> int:
-    """What one delivery (a PollResponse) adds to an answer, escaped as Lambda counts it: its
-    metadata measured, its inline payload (base64, nothing to escape) counted."""
+    """What one delivery (a PollResponse), or any item of a list answer, adds to an answer,
+    escaped as Lambda counts it: its metadata measured, its inline payload (base64, nothing to
+    escape) counted."""
     inline = getattr(delivery, "payloadInline", None) or ""
     meta = delivery.model_dump_json(exclude={"payloadInline"})
-    # json.dumps(text): the body string's escapes; +1 for the comma between deliveries.
-    size = len(json.dumps(meta)) + 1
+    # The body string's escapes; +1 for the comma between deliveries.
+    size = escaped_len(meta) + 1
     if inline:
         # ,"payloadInline":"…" inside the body string: 4 escaped quotes.
         size += len(',"payloadInline":""') + 4 + len(inline)
     return size
 
 
+def inline_room(left: int) -> int:
+    """The most inline bytes a delivery may carry and still fit `left` bytes (base64 in the
+    answer, beside DELIVERY_METADATA_MAX of other fields); negative: not even an S3 one."""
+    room = left - DELIVERY_METADATA_MAX
+    return room // 4 * 3 if room >= 0 else -1
+
+
 class AnswerBudget:
     """The bytes left for deliveries in one answer (see the module's docstring)."""
 
-    def __init__(self, inline_threshold: int, budget: int = DELIVERIES_BUDGET):
-        self.largest = largest_delivery(inline_threshold)
+    def __init__(self, budget: int = DELIVERIES_BUDGET):
         self.left = budget
         self.used = 0
 
-    def room_for_another(self) -> bool:
-        """Whether the heaviest delivery there can be still fits: only then is an entry taken."""
-        return self.left >= self.largest
+    def inline_room(self) -> int:
+        """The most inline bytes the next delivery may carry (negative: none fits any more)."""
+        return inline_room(self.left)
 
     def charge(self, delivery: Any) -> None:
         size = delivery_bytes(delivery)

@@ -64,9 +64,16 @@ class DeliverySteps(StoreBase):
         self._last_reclaim.pop(key, None)
 
     def _take_entry(
-        self, stream_keys: list[str], consumer: str, min_idle_ms: int, *, reclaim: bool
-    ) -> tuple[int, str, Any, list[str]]:
-        """One run of delivery_take.lua: (stream number from 1 or 0, entry id, fields, wake ids).
+        self,
+        stream_keys: list[str],
+        consumer: str,
+        min_idle_ms: int,
+        *,
+        reclaim: bool,
+        room: int | None = None,
+    ) -> tuple[str, int, str, Any, list[str]]:
+        """One run of delivery_take.lua: (status, stream number from 1 or 0, entry id, fields,
+        wake ids). `room`: the most inline bytes the entry may carry (None: any).
 
         The pending list of a stream is scanned at most once per RECLAIM_EVERY_S per container
         while the scans find nothing; after a hit it is scanned again at once, so a backlog of
@@ -81,7 +88,14 @@ class DeliverySteps(StoreBase):
         reply = self._run(
             "delivery_take",
             stream_keys,
-            [keys.CONSUMER_GROUP, consumer, min_idle_ms, self.RECLAIM_CALLS, *cursors],
+            [
+                keys.CONSUMER_GROUP,
+                consumer,
+                min_idle_ms,
+                self.RECLAIM_CALLS,
+                "" if room is None else max(room, 0),
+                *cursors,
+            ],
             lag_ok=True,
         )
         status, number, entry_id, fields = text(reply[0]), int(reply[1]), reply[2], reply[3]
@@ -94,25 +108,40 @@ class DeliverySteps(StoreBase):
         if status == "claimed":
             # A timed-out delivery: scan that stream again at once (a backlog drains fast).
             self._last_reclaim.pop(stream_keys[number - 1], None)
+        if status == "full":
+            # A timed-out delivery may have been given back (the cursor is on it): the next
+            # poll scans again at once.
+            for key in stream_keys:
+                self._last_reclaim.pop(key, None)
         if status in ("claimed", "entry"):
-            return number, text(entry_id), _fields(fields), []
-        return 0, "", None, [text(w) for w in reply[4 + n : 4 + 2 * n]]
+            return status, number, text(entry_id), _fields(fields), []
+        return status, 0, "", None, [text(w) for w in reply[4 + n : 4 + 2 * n]]
 
     def read_next(
-        self, namespace: str, queues: list[str], consumer: str, block_ms: int, min_idle_ms: int
+        self,
+        namespace: str,
+        queues: list[str],
+        consumer: str,
+        block_ms: int,
+        min_idle_ms: int,
+        room: int | None = None,
     ) -> QueueEntry | None:
         """One entry for this consumer: first a timed-out delivery, then a new entry (one
         script, delivery_take.lua); with nothing there, wait up to `block_ms` for an entry to
-        be added (XREAD BLOCK, which reads without taking) and try again."""
+        be added (XREAD BLOCK, which reads without taking) and try again.
+        `room`: the most inline bytes the entry may carry (None: any); an entry heavier than
+        that is left where it is, and None is answered at once."""
         stream_keys = [keys.queue(namespace, q) for q in queues]
         deadline = self._mono() + block_ms / 1000
         reclaim = True
         while True:
-            number, entry_id, fields, wake = self._take_entry(
-                stream_keys, consumer, min_idle_ms, reclaim=reclaim
+            status, number, entry_id, fields, wake = self._take_entry(
+                stream_keys, consumer, min_idle_ms, reclaim=reclaim, room=room
             )
             if number:
                 return QueueEntry.parse(queues[number - 1], entry_id, fields)
+            if status == "full":
+                return None
             left_ms = int((deadline - self._mono()) * 1000)
             if left_ms <= 0:
                 return None
