@@ -20,8 +20,6 @@ worker thread (long-polls never block other callers), and starts the gateway as 
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import json
 import logging
 import os
@@ -54,9 +52,11 @@ from payloadstore.devstack.gateway_events import (  # noqa: F401 - re-exported
     OutgoingResponse,
     authorizer_failure,
     compressed,
+    ensure_functions_on_path,
     explicit_deny,
     gateway_response,
     header_maps,
+    import_handler,
     internal_error,
     is_binary,
     missing_route,
@@ -148,27 +148,6 @@ class ConcurrencyCaps:
         if function_name in self.caps:
             with self._lock:
                 self._running[function_name] -= 1
-
-
-def ensure_functions_on_path() -> None:
-    """Handler strings name modules of the `payloadstore_controlplane` package, as in the
-    `functions/` code asset. It is its own distribution (payloadstore-controlplane, from
-    functions/), installed with the `[stack]` extra, so nothing is added to sys.path: this only
-    turns its absence into one clear error."""
-    if importlib.util.find_spec("payloadstore_controlplane") is None:
-        raise ModuleNotFoundError(
-            "the control plane package is not installed: pip install 'payloadstore[stack]'",
-            name="payloadstore_controlplane",
-        )
-
-
-def import_handler(handler: str) -> Handler:
-    """`package.module.function` -> the function, like the Lambda runtime resolves `Handler`."""
-    ensure_functions_on_path()
-    module_name, _, attr = handler.rpartition(".")
-    if not module_name:
-        raise ValueError(f"handler {handler!r} is not of the form module.function")
-    return getattr(importlib.import_module(module_name), attr)
 
 
 # -- routes ----------------------------------------------------------------------------------

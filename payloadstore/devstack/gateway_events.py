@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import base64
 import gzip
+import importlib
+import importlib.util
 import json
 import logging
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -320,3 +323,26 @@ def to_http(result: Any, function: str, request_id: str) -> OutgoingResponse:  #
         out.append(("Content-Type", "application/json"))
     out.append(("x-amzn-RequestId", request_id))
     return OutgoingResponse(result["statusCode"], out, data)
+
+
+# Handler strings as the Lambda runtime resolves them: here, not in gateway.py, so the scheduler
+# (which the gateway starts) imports them without importing the gateway back.
+def ensure_functions_on_path() -> None:
+    """Handler strings name modules of the `payloadstore_controlplane` package, as in the
+    `functions/` code asset. It is its own distribution (payloadstore-controlplane, from
+    functions/), installed with the `[stack]` extra, so nothing is added to sys.path: this only
+    turns its absence into one clear error."""
+    if importlib.util.find_spec("payloadstore_controlplane") is None:
+        raise ModuleNotFoundError(
+            "the control plane package is not installed: pip install 'payloadstore[stack]'",
+            name="payloadstore_controlplane",
+        )
+
+
+def import_handler(handler: str) -> Callable[[dict, Any], Any]:
+    """`package.module.function` -> the function, like the Lambda runtime resolves `Handler`."""
+    ensure_functions_on_path()
+    module_name, _, attr = handler.rpartition(".")
+    if not module_name:
+        raise ValueError(f"handler {handler!r} is not of the form module.function")
+    return getattr(importlib.import_module(module_name), attr)

@@ -43,7 +43,7 @@ class Scheduler:
         self.last_result: dict[str, Any] = {}
 
     def run_once(self, function: str) -> Any:
-        from payloadstore.devstack.gateway import LocalLambdaContext, import_handler
+        from payloadstore.devstack.gateway_events import LocalLambdaContext, import_handler
 
         handler = import_handler(self._functions[function])
         context = LocalLambdaContext(

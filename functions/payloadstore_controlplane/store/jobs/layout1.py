@@ -8,13 +8,21 @@ A layout-1 hash has a `state` field (layout 2 never does). Every job-slot script
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from .. import keys
 from ..records import DEFAULT_CONTENT_TYPE
 
-if TYPE_CHECKING:
-    from ._base import StoreBase
+
+class ScriptRunner(Protocol):
+    """What a conversion needs of the store (StoreBase runs it): its script runner. A protocol,
+    not StoreBase itself, so the base (which converts on a `legacy` answer) and this module do
+    not import each other."""
+
+    def _run(
+        self, name: str, keys_: list[str], args: list, *, acked: bool = True, lag_ok: bool = False
+    ) -> Any: ...
+
 
 LEGACY_FIELD = b"state"
 
@@ -23,7 +31,7 @@ def is_legacy(raw: dict) -> bool:
     return bool(raw) and LEGACY_FIELD in raw
 
 
-def migrate(store: StoreBase, job_id: str) -> bool:
+def migrate(store: ScriptRunner, job_id: str) -> bool:
     """Convert a layout-1 job (and its issue records) to layout 2 in place; False if it was
     not a layout-1 job."""
     return bool(

@@ -23,6 +23,7 @@ from typing import Any
 
 from ...models.domain import Tier
 from .. import keys
+from ..job_hash import decode_job
 from ..records import (
     CancelledQueued,
     Ended,
@@ -99,8 +100,6 @@ class OperateSteps(StoreBase):
         """The hashes of many jobs (one pipeline; in cluster mode, one per node), and with
         `errors` the done list's element of those that ended with an error (a second one: an
         inline result is never read for a listing)."""
-        from ..redis_jobs import decode_job
-
         if not job_ids:
             return {}
         pipe = self._r.pipeline(transaction=False)
