@@ -313,7 +313,7 @@ def _result_form(
 def post_result(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> None:
     _check_forms(p, body)
     # 409 unknown_blob before anything is written; the blobs' need is recorded for the renewer.
-    check_referenced(p.namespace, body.blobs, deps, result=True)
+    check_referenced(p.namespace, body.blobs, deps, result=True, policy=p.policy)
     if _post_at_once(p, job_id, body, deps):
         return
     job = load_job(p, job_id, deps)

@@ -27,6 +27,7 @@ from ..models.api import (
 )
 from ..models.domain import JobStatus, Tier, job_id_time_s
 from ..models.errors import NotFound, NotRetryable, Unprocessable
+from ..models.policy import NamespacePolicy
 from ..observability import bind_job, logger, metrics_count
 from ..store.records import (
     GROUP_OF_STATE,
@@ -157,12 +158,14 @@ def _refusal(job_id: str, state: str) -> NotRetryable:
     )
 
 
-def _args_stored(namespace: str, job: JobRecord, deps: Deps) -> bool:
+def _args_stored(namespace: str, job: JobRecord, policy: NamespacePolicy, deps: Deps) -> bool:
     """Whether the job's arguments are still there to run it again."""
     age_s = deps.clock() - job_id_time_s(job.job_id)
     if job.tier is Tier.S3:
-        # The args object lives for the retention from the job's creation (S3's lifecycle).
-        return age_s < deps.settings.retention_s
+        # The args object lives for its namespace's class from the job's creation (the
+        # lifecycle rule of its tag: a day for `1d`, seven for `7d`), within the retention
+        # for the classes whose records do not outlive it: the window a presign-get serves.
+        return age_s < policy.read_window_s(deps.settings.retention_s)
     if deps.jobs.args_kept(namespace, job.job_id):
         return True
     if _previous_entry(namespace, job, deps) is not None:
@@ -185,7 +188,7 @@ def _previous_entry(namespace: str, job: JobRecord, deps: Deps):
     return deps.jobs.read_entry(namespace, job.queue, job.stream_id)
 
 
-def _check_blobs(namespace: str, job: JobRecord, deps: Deps) -> None:
+def _check_blobs(namespace: str, job: JobRecord, policy: NamespacePolicy, deps: Deps) -> None:
     """409 blob_expired when a blob the job references is gone from the namespace (its record
     expired: the daemon would end the job payload_lost); the others are needed for the retried
     job's life, recorded for the renewer as an enqueue records them."""
@@ -193,7 +196,7 @@ def _check_blobs(namespace: str, job: JobRecord, deps: Deps) -> None:
     if not blob_list:
         entry = _previous_entry(namespace, job, deps)
         blob_list = entry.blobs if entry is not None else b""
-    missing = referenced(namespace, unpacked(blob_list), deps)
+    missing = referenced(namespace, unpacked(blob_list), deps, policy=policy)
     if missing:
         names = sorted(missing)
         raise NotRetryable(
@@ -210,23 +213,28 @@ def retry_job(p: Principal, job_id: str, deps: Deps) -> RetryResponse:
     if job is None:
         raise NotFound(f"job {job_id} not found")
     bind_job(job_id)
-    return _retry(p.namespace, job, RETRYABLE_STATES, deps)
+    return _retry(p.namespace, job, RETRYABLE_STATES, deps, p.policy)
 
 
 def _retry(
-    namespace: str, job: JobRecord, states: frozenset[JobStatus], deps: Deps
+    namespace: str,
+    job: JobRecord,
+    states: frozenset[JobStatus],
+    deps: Deps,
+    policy: NamespacePolicy,
 ) -> RetryResponse:
+    """Retry one job; its arguments and blobs are judged by the namespace's class (`policy`)."""
     job_id = job.job_id
     if job.state not in states and not (job.state is JobStatus.QUEUED and job.stored):
         raise _refusal(job_id, job.state)
-    if job.state in states and not _args_stored(namespace, job, deps):
+    if job.state in states and not _args_stored(namespace, job, policy, deps):
         raise NotRetryable(
             f"job {job_id} can no longer be retried: its arguments are past the retention",
             reason="arguments_expired",
             state=job.state.value,
         )
     if job.state in states:
-        _check_blobs(namespace, job, deps)
+        _check_blobs(namespace, job, policy, deps)
     now_ms = int(deps.clock() * 1000)
     started = deps.jobs.retry(job_id, namespace, now_ms, tuple(s.value for s in states))
     if isinstance(started, Missing):
@@ -287,7 +295,7 @@ def redrive(p: Principal, queue: str, body: RedriveRequest, deps: Deps) -> Redri
                 if retried >= body.limit or deps.clock() >= deadline:
                     break
                 try:
-                    _retry(p.namespace, job, states, deps)
+                    _retry(p.namespace, job, states, deps, p.policy)
                     retried += 1
                 except NotRetryable:
                     skipped += 1

@@ -35,13 +35,19 @@ def refuse_inline_never(p: Principal, what: str) -> None:
         )
 
 
-def check_object_policy(key: str, info: ObjectInfo, policy: NamespacePolicy, deps: Deps) -> None:
+def check_object_policy(
+    key: str,
+    info: ObjectInfo,
+    policy: NamespacePolicy,
+    deps: Deps,
+    tags: dict[str, str] | None = None,
+) -> None:
     """The object HEAD found carries the namespace's encryption and retention tag; 409
     policy_mismatch otherwise (the reference is not accepted, nothing is written).
 
     The encryption comes with the HEAD; the tag's value takes a GetObjectTagging (HEAD answers
     at most how many tags there are; read whatever it says, so an answer without the count
-    never refuses a well-tagged upload)."""
+    never refuses a well-tagged upload), unless the caller read the `tags` already."""
     expected_key = resolve_kms_key(policy, deps.settings.stack_kms_key)
     if expected_key is not None:
         if info.sse != SSE_KMS or not _same_key(info.kms_key, expected_key):
@@ -50,7 +56,8 @@ def check_object_policy(key: str, info: ObjectInfo, policy: NamespacePolicy, dep
             )
     elif info.sse == SSE_KMS:
         _mismatch(key, "the object is SSE-KMS encrypted; the namespace's policy is SSE-S3")
-    tags = deps.objects.tags(key)
+    if tags is None:
+        tags = deps.objects.tags(key)
     found = (tags or {}).get(RETENTION_TAG)
     if found != policy.retention:
         _mismatch(

@@ -78,6 +78,11 @@ class NamespacePolicy:
         long as its payloads (beyond RESULT_TTL_S)."""
         return self.retention_days > RETENTION_DAYS[DEFAULT_RETENTION]
 
+    def finished_record_s(self, result_ttl_s: int) -> int:
+        """How long a finished job's record (its status, result and the blobs they name) is
+        kept: the class's days for `7d`/`30d`, else RESULT_TTL_S."""
+        return self.retention_s if self.outlives_records else result_ttl_s
+
     def read_window_s(self, result_ttl_s: int) -> int:
         """How long after issue a payload key may be read through the control plane: the
         class's days for `7d`/`30d`, else the shorter of RESULT_TTL_S and the class."""
