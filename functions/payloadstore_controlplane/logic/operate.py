@@ -45,6 +45,7 @@ from .context import Deps, Principal, find_job
 from .daemon import RETRYABLE_STATES
 from .enqueue import validate_queue_name
 from .lifecycle import cancelled_error
+from .policy import keep_for_class
 from .results import status_of
 
 CURSOR_RE = re.compile(r"^\d{1,20}-\d{1,20}$")
@@ -326,7 +327,7 @@ def purge(p: Principal, queue: str, deps: Deps) -> PurgeResponse:
         for entry in entries:
             if deps.clock() >= deadline:
                 break
-            cancelled += _purge_entry(p.namespace, queue, entry, deps)
+            cancelled += _purge_entry(p, queue, entry, deps)
         if not cursor:
             break
     [counts] = deps.queues.counts(p.namespace, [queue])
@@ -336,7 +337,8 @@ def purge(p: Principal, queue: str, deps: Deps) -> PurgeResponse:
     return PurgeResponse(cancelled=cancelled, remaining=counts.queued)
 
 
-def _purge_entry(namespace: str, queue: str, entry: ScannedEntry, deps: Deps) -> int:
+def _purge_entry(p: Principal, queue: str, entry: ScannedEntry, deps: Deps) -> int:
+    namespace = p.namespace
     if not entry.job_id:
         deps.jobs.drop_entry(namespace, queue, entry.stream_id)
         return 0
@@ -377,4 +379,6 @@ def _purge_entry(namespace: str, queue: str, entry: ScannedEntry, deps: Deps) ->
         keep_args=True,
         undelivered_only=True,
     )
+    if state is not None:
+        keep_for_class(p, entry.job_id, deps)
     return 1 if state is not None else 0

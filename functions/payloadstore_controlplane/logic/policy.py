@@ -82,6 +82,14 @@ def _mismatch(key: str, detail: str) -> None:
     )
 
 
+def keep_for_class(p: Principal, job_id: str, deps: Deps) -> None:
+    """Retention `7d`/`30d`: a job that ended (cancelled, failed at the delivery cap, its
+    payload lost or corrupt, as well as by a result post) keeps its record as long as its
+    namespace keeps its payloads, so it can be read, listed and retried that long."""
+    if p.policy.outlives_records:
+        deps.jobs.keep_finished_job(job_id, p.policy.retention_s)
+
+
 # The job hash field that remembers when a consumed payload is deleted (store/keys.py).
 _DELETED_FIELD = {PayloadKind.ARGS: "pd", PayloadKind.RESULT: "rd"}
 

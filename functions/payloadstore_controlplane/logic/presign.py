@@ -315,9 +315,7 @@ def _represign(
         upload = deps.jobs.multipart_upload(issued.job_id, issued.kind.value)
         if upload is None:
             if issued.composite_sha256 or issued.crc64nvme:
-                raise Conflict(
-                    f"the multipart upload of job {issued.job_id} was completed already"
-                )
+                raise Conflict(f"the multipart upload of job {issued.job_id} was completed already")
             # Its upload was forgotten without being kept: completed under the policy before
             # a change (refused, 409 policy_mismatch) or aborted. A fresh upload of the same
             # key, under the current policy, takes its place.
