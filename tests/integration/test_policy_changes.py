@@ -318,9 +318,8 @@ def test_a_completed_multipart_result_is_still_not_presigned_again(small_multipa
         assert put_part(url, chunk).status_code == 200
     ref = {"bucket": first.json["bucket"], "key": first.json["key"], "size": len(data)}
     assert cp.post_result(job_id, {"resultRef": ref}).status == 204
-    # When its args' key is asked for again by its client (it was verified at enqueue: a
-    # job's completed upload is never replaced)
-    # Then a re-presign of the stored result is refused: the job is no longer running
+    # When its delivery presigns the result again
+    # Then it is refused (the job is no longer running): a stored result is never replaced
     again = cp.presign_put(len(data), sha256=None, role="daemon", job_id=job_id)
     assert again.status == 409, again.raw_body
 
