@@ -189,6 +189,47 @@ def test_a_blob_in_parts_opened_before_the_key_became_stack_is_uploaded_again(
     assert (head["ServerSideEncryption"], head["SSEKMSKeyId"]) == ("aws:kms", LOCAL_KMS_KEY_ARN)
 
 
+def test_a_blob_recorded_before_the_key_became_stack_is_not_referenced_until_uploaded_again(
+    small_multipart, s3_client, payload_bucket
+):
+    # Given a blob recorded while the namespace's kms_key was `none`, and a failed job that
+    # referenced it then
+    cp = namespace(NamespacePolicy("2d", "none"))
+    data = b"old-weights" * 700
+    sha = create_blob(cp, data)
+    job_id = enqueue_with_blobs(cp, [sha]).json["job_id"]
+    take(cp, job_id)
+    fail(cp, job_id)
+    # When the policy becomes the stack's key and a new job references the blob
+    cp.policy = NamespacePolicy("2d", "stack")
+    refused = enqueue_with_blobs(cp, [sha])
+    # Then it is refused as a payload uploaded before the change is (409 unknown_blob), while
+    # the job that referenced it before is still retried
+    assert refused.status == 409 and refused.error["code"] == "unknown_blob", refused.raw_body
+    assert retry(cp, job_id).status == 200
+    # When the client POSTs the blob: a fresh upload under the stack's key, not `exists`
+    answer = cp.blob(sha, len(data))
+    assert answer.json["exists"] is False, answer.raw_body
+    again = finish_blob(cp, answer.json, data)
+    # Then once uploaded again it is the namespace's blob, encrypted with the stack's key
+    assert again.json["exists"] is True, again.raw_body
+    head = s3_client.head_object(Bucket=payload_bucket, Key=f"blobs/{cp.ns}/{sha}")
+    assert (head["ServerSideEncryption"], head["SSEKMSKeyId"]) == ("aws:kms", LOCAL_KMS_KEY_ARN)
+    assert enqueue_with_blobs(cp, [sha]).status == 201
+
+
+def test_a_blob_recorded_before_a_retention_change_is_still_referenced(cp_env):
+    # Given a blob recorded under `2d`
+    cp = namespace(NamespacePolicy("2d"))
+    sha = create_blob(cp, b"kept" * 900)
+    # When the namespace's class becomes `7d`
+    cp.policy = NamespacePolicy("7d")
+    # Then jobs still reference it (its lifetime follows its references: the renewer keeps
+    # it as long as they need it), and POST .../blobs answers that it exists
+    assert enqueue_with_blobs(cp, [sha]).status == 201
+    assert cp.blob(sha, 900 * 4).json["exists"] is True
+
+
 # -- defect 3: a result's blobs live as long as the result's record ------------------------------
 
 

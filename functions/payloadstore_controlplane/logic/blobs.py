@@ -43,7 +43,7 @@ from ..store.records import (
 )
 from ..store.s3_objects import ObjectInfo
 from .context import Deps, Principal
-from .policy import check_object_policy, policy_headers
+from .policy import check_object_policy, encryption_of, policy_headers
 from .presign import (
     check_part_checksums,
     check_part_sizes,
@@ -85,6 +85,10 @@ def ensure_blob(p: Principal, req: BlobRequest, deps: Deps) -> BlobResponse:
     sha, size, now = req.sha256, req.size, deps.clock()
     key = blob_key(p.namespace, sha)
     record = deps.jobs.blob_records(p.namespace, [sha])[0]
+    if record is not None and record.policy not in (None, encryption_of(p.policy, deps)):
+        # Verified under another encryption than the namespace's now: not its blob any more
+        # (references to it are refused); the object is checked, and uploaded again.
+        record = None
     if record is not None:
         if record.size != size:
             raise Conflict(
@@ -103,7 +107,9 @@ def ensure_blob(p: Principal, req: BlobRequest, deps: Deps) -> BlobResponse:
             life = deps.settings.blob_lifetime(lifecycle_days(tags))
             ttl_s = life.record_ttl_s(written, now)
             if ttl_s > 0:
-                deps.jobs.record_blob(p.namespace, sha, size, int(ttl_s * 1000))
+                deps.jobs.record_blob(
+                    p.namespace, sha, size, int(ttl_s * 1000), policy=encryption_of(p.policy, deps)
+                )
                 metrics_count("BlobsVerified")
                 logger.info("blob verified", extra={"sha256": sha, "size": size})
                 return _exists(sha, size, key, now + ttl_s)
@@ -289,7 +295,14 @@ def _continue_upload(
     written = min(now, info.last_modified) if info.last_modified is not None else now
     life = deps.settings.blob_lifetime(lifecycle_days(tags))
     ttl_s = life.record_ttl_s(written, deps.clock())
-    deps.jobs.record_blob(p.namespace, sha, upload.size, int(ttl_s * 1000), uploaded=True)
+    deps.jobs.record_blob(
+        p.namespace,
+        sha,
+        upload.size,
+        int(ttl_s * 1000),
+        uploaded=True,
+        policy=encryption_of(p.policy, deps),
+    )
     metrics_count("BlobsVerified")
     logger.info(
         "blob multipart completed",
@@ -341,12 +354,16 @@ def referenced(
     *,
     result: bool = False,
     policy: NamespacePolicy | None = None,
+    any_encryption: bool = False,
 ) -> set[str]:
     """Check the blobs a job's args (or, `result`, a result) reference and record until when
     they are needed (models/blob_lifetime.py): the set of those the namespace does not have
-    (empty: all good). One Redis script for all of them; no S3 call. The need follows the
-    namespace's class (`policy`): a finished job of `7d`/`30d` keeps its record, and so names
-    its blobs, that long, not RESULT_TTL_S."""
+    (empty: all good). One Redis script for all of them; no S3 call. With the namespace's
+    `policy`, a blob verified under another encryption than its policy's now is not had (a new
+    reference to it is refused as a payload uploaded before the change is; `any_encryption`:
+    a retry, whose references were accepted before, takes it), and the need follows the
+    namespace's class: a finished job of `7d`/`30d` keeps its record, and so names its blobs,
+    that long, not RESULT_TTL_S."""
     wanted = sorted({s.lower() for s in sha256s})
     if not wanted:
         return set()
@@ -360,8 +377,14 @@ def referenced(
     # Rounded up to a step (a write at most once per step per blob, and never a need too short).
     step_ms = NEED_STEP_MS
     need_ms = -(-int(need * 1000) // step_ms) * step_ms
+    encryption = encryption_of(policy, deps) if policy is not None and not any_encryption else ""
     return deps.jobs.reference_blobs(
-        namespace, wanted, int(now * 1000), need_ms, int(life.known_margin_s * 1000)
+        namespace,
+        wanted,
+        int(now * 1000),
+        need_ms,
+        int(life.known_margin_s * 1000),
+        policy=encryption,
     )
 
 

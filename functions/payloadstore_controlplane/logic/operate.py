@@ -197,7 +197,7 @@ def _check_blobs(namespace: str, job: JobRecord, policy: NamespacePolicy, deps: 
     if not blob_list:
         entry = _previous_entry(namespace, job, deps)
         blob_list = entry.blobs if entry is not None else b""
-    missing = referenced(namespace, unpacked(blob_list), deps, policy=policy)
+    missing = referenced(namespace, unpacked(blob_list), deps, policy=policy, any_encryption=True)
     if missing:
         names = sorted(missing)
         raise NotRetryable(

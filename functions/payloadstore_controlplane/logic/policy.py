@@ -12,6 +12,7 @@ from ..models.policy import (
     RETENTION_TAG,
     SSE_KMS,
     NamespacePolicy,
+    encryption_fingerprint,
     resolve_kms_key,
     upload_headers,
 )
@@ -24,6 +25,11 @@ from .context import Deps, Principal
 def policy_headers(policy: NamespacePolicy, deps: Deps) -> dict[str, str]:
     """The retention tag and SSE headers an upload of this namespace signs in."""
     return upload_headers(policy, deps.settings.stack_kms_key)
+
+
+def encryption_of(policy: NamespacePolicy, deps: Deps) -> str:
+    """The fingerprint of the encryption the namespace's uploads get now (models/policy.py)."""
+    return encryption_fingerprint(resolve_kms_key(policy, deps.settings.stack_kms_key))
 
 
 def refuse_inline_never(p: Principal, what: str) -> None:
