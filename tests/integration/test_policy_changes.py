@@ -21,7 +21,7 @@ from payloadstore_controlplane.models.policy import RETENTION_TAG, NamespacePoli
 from payloadstore_controlplane.store import keys
 from tests.integration.test_blobs import blob_parts, chunks_of, specs
 from tests.integration.test_multipart import ask_parts, part_specs, put_part, split
-from tests.integration.test_operate import direct_redis, fail, redrive, retry, take
+from tests.integration.test_operate import direct_redis, fail, purge, redrive, retry, take
 from tests.support.control_plane import (
     ControlPlane,
     cancel,
@@ -423,24 +423,29 @@ def test_a_7d_jobs_retry_after_three_days_is_accepted_and_runs_from_its_args(cp_
 # -- jobs that end outside a result post keep a 7d/30d record -----------------------------------
 
 
-@pytest.mark.parametrize("how", ["cancelled", "delivery_limit", "payload_lost"])
+@pytest.mark.parametrize(
+    "how", ["cancelled", "purged", "delivery_limit", "payload_lost", "payload_corrupt"]
+)
 def test_a_7d_job_that_ends_outside_a_result_post_keeps_its_record_7_days(how, settings_env, r):
     # Given a `7d` namespace's job (one delivery allowed, one payload_lost ends it)
     settings_env(MAX_DELIVERIES="1", PAYLOAD_LOST_POLICY="fail", VISIBILITY_TIMEOUT_S="1")
     cp = namespace(NamespacePolicy("7d"))
     job_id = cp.enqueue(ref=upload(cp, b"\x06" * 1000)).json["job_id"]
-    # When it ends cancelled while queued, at the delivery cap, or with its payload lost
+    # When it ends cancelled while queued (a cancel, a purge), at the delivery cap, or with its
+    # payload lost or corrupt
     if how == "cancelled":
         assert cancel(cp, job_id).status == 200
+    elif how == "purged":
+        assert purge(cp).json["cancelled"] == 1
     elif how == "delivery_limit":
         take(cp, job_id)
         time.sleep(1.2)  # its daemon died: the lease lapses
         assert cp.poll().status == 204
     else:
         take(cp, job_id)
-        lost = cp.report(job_id, {"state": "payload_lost", "detail": "gone"})
+        lost = cp.report(job_id, {"state": how, "detail": "gone"})
         assert lost.status == 204, lost.raw_body
     state = cp.status(job_id).json["state"]
-    assert state in ("cancelled", "failed", "payload_lost"), state
+    assert state in ("cancelled", "failed", how), state
     # Then its record is kept for the class's 7 days, as a result post's end is
     assert r.ttl(keys.job(job_id)) > 6 * DAY
