@@ -420,6 +420,23 @@ def test_a_7d_jobs_retry_after_three_days_is_accepted_and_runs_from_its_args(cp_
     assert got.status_code == 200 and got.content == b"\x05" * 300_000
 
 
+def test_a_retry_judges_arguments_uploaded_before_a_change_by_their_own_class(cp_env, monkeypatch):
+    from payloadstore_controlplane.logic import operate
+    from payloadstore_controlplane.models.domain import job_id_time_s
+
+    # Given a failed S3-tier job whose args were uploaded while its namespace was `1d`, in a
+    # namespace that is `7d` now, created 3 days ago
+    cp = namespace(NamespacePolicy("1d"))
+    job_id = _failed_s3_job(cp)
+    cp.policy = NamespacePolicy("7d")
+    monkeypatch.setattr(operate, "job_id_time_s", lambda j: job_id_time_s(j) - 3 * DAY)
+    # When a client retries it
+    reply = retry(cp, job_id)
+    # Then it is refused: its args object, of the 1-day class, is gone whatever the class now
+    assert reply.status == 409, reply.raw_body
+    assert reply.error["reason"] == "arguments_expired"
+
+
 # -- jobs that end outside a result post keep a 7d/30d record -----------------------------------
 
 

@@ -25,9 +25,9 @@ from ..models.api import (
     RedriveResponse,
     RetryResponse,
 )
-from ..models.domain import JobStatus, Tier, job_id_time_s
+from ..models.domain import JobStatus, PayloadKind, Tier, job_id_time_s
 from ..models.errors import NotFound, NotRetryable, Unprocessable
-from ..models.policy import NamespacePolicy
+from ..models.policy import RETENTION_DAYS, NamespacePolicy
 from ..observability import bind_job, logger, metrics_count
 from ..store.records import (
     GROUP_OF_STATE,
@@ -40,15 +40,18 @@ from ..store.records import (
     ScannedEntry,
     Started,
 )
-from .blobs import referenced, unpacked
+from .blobs import lifecycle_days, referenced, unpacked
 from .context import Deps, Principal, find_job
 from .daemon import RETRYABLE_STATES
 from .enqueue import validate_queue_name
 from .lifecycle import cancelled_error
+from .payload_keys import key_for
 from .policy import keep_for_class
 from .results import status_of
 
 CURSOR_RE = re.compile(r"^\d{1,20}-\d{1,20}$")
+DAY_S = 86_400
+SHORTEST_DAYS = min(RETENTION_DAYS.values())
 # A listing of ended jobs reads at most this many pages of the index to fill its page (entries
 # of jobs retried since are skipped).
 ENDED_READS = 3
@@ -163,10 +166,13 @@ def _args_stored(namespace: str, job: JobRecord, policy: NamespacePolicy, deps: 
     """Whether the job's arguments are still there to run it again."""
     age_s = deps.clock() - job_id_time_s(job.job_id)
     if job.tier is Tier.S3:
-        # The args object lives for its namespace's class from the job's creation (the
-        # lifecycle rule of its tag: a day for `1d`, seven for `7d`), within the retention
-        # for the classes whose records do not outlive it: the window a presign-get serves.
-        return age_s < policy.read_window_s(deps.settings.retention_s)
+        # The args object lives for its class from the job's creation (the lifecycle rule of
+        # its tag: a day for `1d`, seven for `7d`), within the window the namespace's class
+        # serves it now (presign-get). Every class keeps an object a day; past that its own
+        # tag decides (uploaded before a policy change, it may be of another class).
+        if age_s >= policy.read_window_s(deps.settings.retention_s):
+            return False
+        return age_s < DAY_S * SHORTEST_DAYS or age_s < _args_object_life_s(job, deps)
     if deps.jobs.args_kept(namespace, job.job_id):
         return True
     if _previous_entry(namespace, job, deps) is not None:
@@ -180,6 +186,15 @@ def _args_stored(namespace: str, job: JobRecord, policy: NamespacePolicy, deps: 
         and job.stream_id in (None, "*")
         and age_s < deps.settings.retention_s
     )
+
+
+def _args_object_life_s(job: JobRecord, deps: Deps) -> float:
+    """How long after its upload the job's args object lives: its retention tag's class (0:
+    the object is gone)."""
+    key = key_for(job.job_id, PayloadKind.ARGS)
+    if deps.objects.head(key) is None:
+        return 0
+    return lifecycle_days(deps.objects.tags(key)) * DAY_S
 
 
 def _previous_entry(namespace: str, job: JobRecord, deps: Deps):
