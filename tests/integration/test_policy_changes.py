@@ -118,7 +118,7 @@ def test_a_blob_opened_under_1d_and_completed_under_30d_is_never_promised_past_i
     assert enqueue_with_blobs(cp, [sha]).status == 201
 
 
-def test_a_blob_found_at_its_key_is_recorded_by_its_objects_tag_not_the_policy(
+def test_a_blob_found_at_its_key_of_a_shorter_class_is_uploaded_again_not_recorded_longer(
     cp_env, r, s3_client, payload_bucket
 ):
     # Given a `30d` namespace whose blob key holds an object of the `1d` class (uploaded
