@@ -141,3 +141,42 @@ def test_a_blob_outlives_a_job_queued_for_the_whole_retention_and_its_result_ret
 ):
     # (~2 min: 56 s queued, then the result read 52 s after the job ended)
     lifetime_run(scaled_stack, queued_s=RETENTION_S - 4, result_after_s=RETENTION_S - 8)
+
+
+@pytest.mark.slow
+def test_a_7d_results_blob_outlives_the_result_retention_as_its_record_does(
+    scaled_stack, _gateway_services, ssm_client
+):
+    # (~2 min: the result read back RESULT_TTL_S and a whole 7d lifecycle after it ended)
+    from payloadstore_controlplane.store.tokens import TokenStore
+
+    gateway = scaled_stack[0]
+    # Given a `7d` namespace (its finished jobs keep their records 7 days), a blob of it, and a
+    # daemon whose job's result is that blob (its arguments name no blob)
+    ns = f"week-{os.urandom(4).hex()}"
+    store = TokenStore(ssm_client, _gateway_services["token_path"], cache_s=0)
+    tokens = {role: store.mint(ns, role)[0] for role in ("client", "daemon")}
+    store.set_policy(ns, retention="7d")
+    client = Client(gateway.url, tokens["client"], ns)
+    worker = Client(gateway.url, tokens["daemon"], ns)
+    queue = unique_queue("week")
+    data = os.urandom(100_000)
+    model = client.blob(data)
+    with daemon_thread(worker, queue, lambda _: model):
+        job = client.queue(queue).add(b"the model, please")
+        back = job.result(timeout=60)
+    assert back.sha256 == model.sha256
+    # When RESULT_TTL_S and a whole 7d lifecycle (28 to 32 s here, and a sweep) have passed
+    time.sleep(RETENTION_S + 10 * DAY_S)
+    # Then the result still answers (its record is the class's), and the blob URL it hands out
+    # still downloads the blob: the renewer kept it as long as that record names it
+    answer = httpx.get(
+        f"{gateway.url}/v1/namespaces/{ns}/jobs/{job.job_id}/result",
+        headers={"Authorization": f"Bearer {tokens['client']}"},
+        timeout=30,
+    )
+    assert answer.status_code == 200, answer.text
+    url = answer.json()["blobs"][0]["url"]
+    got = httpx.get(url, timeout=30)
+    assert got.status_code == 200, f"the result's blob is gone: {got.status_code}"
+    assert got.content == data

@@ -376,6 +376,46 @@ def test_a_daemon_whose_policy_changes_before_its_result_post_uploads_it_again(
     assert (head["ServerSideEncryption"], head["SSEKMSKeyId"]) == ("aws:kms", LOCAL_KMS_KEY_ARN)
 
 
+def test_a_daemon_whose_multipart_result_meets_a_policy_change_uploads_it_fresh(
+    small_parts_gateway, ssm_client, s3_client
+):
+    # Given a daemon whose first result upload, 12 MiB in parts, is signed under the default
+    # policy, and a policy that turns to the stack's key right after it (before the post,
+    # which completes the upload and then finds it under the old policy)
+    gateway = small_parts_gateway
+    ns, tokens = _namespace(gateway, ssm_client, "mpol")
+    client = Client(gateway.url, tokens["client"], ns)
+    worker = Client(gateway.url, tokens["daemon"], ns)
+    store = TokenStore(ssm_client, gateway.token_path, cache_s=0)
+    original = worker.payloads.store
+    result_uploads = []
+
+    def store_then_change_policy(encoded, kind, *args, **kwargs):
+        answer = original(encoded, kind, *args, **kwargs)
+        if kind == "result":
+            result_uploads.append(answer)
+            if len(result_uploads) == 1:
+                store.set_policy(ns, kms_key="stack", stack_key_arn=LOCAL_KMS_KEY_ARN)
+        return answer
+
+    worker.payloads.store = store_then_change_policy  # type: ignore[method-assign]
+    queue = unique_queue("mpol")
+    data = os.urandom(12 << 20)
+    # When the daemon runs a job whose result goes up in parts
+    with daemon_thread(worker, queue, lambda value: data):
+        job = client.queue(queue).add(b"x")
+        # Then the first post was refused (409 policy_mismatch), the delivery got a fresh
+        # upload under the new policy (not the completed one), and the job succeeded with it
+        # in this delivery: no run again after the visibility timeout
+        assert job.result(timeout=60) == data
+    assert len(result_uploads) == 2
+    status = job.status()
+    assert status.attempts == 1
+    ref = status.result_ref
+    head = s3_client.head_object(Bucket=ref["bucket"], Key=ref["key"])
+    assert (head["ServerSideEncryption"], head["SSEKMSKeyId"]) == ("aws:kms", LOCAL_KMS_KEY_ARN)
+
+
 def test_a_consumed_result_read_past_its_grace_raises_payload_consumed(
     start_local_gateway, ssm_client
 ):

@@ -20,6 +20,7 @@ so every reader does (the SDK's blob cache): see docs/design.md "Blobs"."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 from ..models.api import (
     BlobDownload,
@@ -30,8 +31,8 @@ from ..models.api import (
     PartsResponse,
     PresignMultipart,
 )
-from ..models.errors import Conflict, NotFound, UnknownBlob
-from ..models.policy import RETENTION_DAYS, RETENTION_TAG
+from ..models.errors import Conflict, NotFound, PolicyMismatch, UnknownBlob
+from ..models.policy import RETENTION_DAYS, RETENTION_TAG, NamespacePolicy
 from ..observability import logger, metrics_count
 from ..store.records import (
     BlobUploadRecord,
@@ -42,7 +43,7 @@ from ..store.records import (
 )
 from ..store.s3_objects import ObjectInfo
 from .context import Deps, Principal
-from .policy import policy_headers
+from .policy import check_object_policy, encryption_of, policy_headers
 from .presign import (
     check_part_checksums,
     check_part_sizes,
@@ -84,6 +85,10 @@ def ensure_blob(p: Principal, req: BlobRequest, deps: Deps) -> BlobResponse:
     sha, size, now = req.sha256, req.size, deps.clock()
     key = blob_key(p.namespace, sha)
     record = deps.jobs.blob_records(p.namespace, [sha])[0]
+    if record is not None and record.policy not in (None, encryption_of(p.policy, deps)):
+        # Verified under another encryption than the namespace's now: not its blob any more
+        # (references to it are refused); the object is checked, and uploaded again.
+        record = None
     if record is not None:
         if record.size != size:
             raise Conflict(
@@ -96,23 +101,46 @@ def ensure_blob(p: Principal, req: BlobRequest, deps: Deps) -> BlobResponse:
         return _continue_upload(p, req, upload, deps)
     info = deps.objects.head(key)
     if info is not None and info.size == size and _is_the_blob(info, sha):
-        written = info.last_modified if info.last_modified is not None else now
-        life = deps.settings.blob_lifetime(lifecycle_days_of(key, info, deps))
-        ttl_s = life.record_ttl_s(written, now)
-        if ttl_s > 0:
-            deps.jobs.record_blob(p.namespace, sha, size, int(ttl_s * 1000))
-            metrics_count("BlobsVerified")
-            logger.info("blob verified", extra={"sha256": sha, "size": size})
-            return _exists(sha, size, key, now + ttl_s)
-        logger.info("blob found too close to its expiry, upload again", extra={"sha256": sha})
+        tags = deps.objects.tags(key) or {}
+        if _meets_policy(p, key, info, tags, deps):
+            written = info.last_modified if info.last_modified is not None else now
+            life = deps.settings.blob_lifetime(lifecycle_days(tags))
+            ttl_s = life.record_ttl_s(written, now)
+            if ttl_s > 0:
+                deps.jobs.record_blob(
+                    p.namespace, sha, size, int(ttl_s * 1000), policy=encryption_of(p.policy, deps)
+                )
+                metrics_count("BlobsVerified")
+                logger.info("blob verified", extra={"sha256": sha, "size": size})
+                return _exists(sha, size, key, now + ttl_s)
+            logger.info("blob found too close to its expiry, upload again", extra={"sha256": sha})
     return _upload(p, sha, size, now, deps, req.checksum_algorithm)
+
+
+def _meets_policy(
+    p: Principal, key: str, info: ObjectInfo, tags: dict[str, str], deps: Deps
+) -> bool:
+    """Whether the blob's object carries the namespace's encryption and retention tag, the
+    check a payload reference passes (logic/policy.py). One that does not (uploaded under the
+    policy before a change) is never recorded: the answer is a fresh upload under the current
+    policy, which replaces the object."""
+    try:
+        check_object_policy(key, info, p.policy, deps, tags)
+    except PolicyMismatch:
+        logger.info("blob uploaded under another policy, upload again", extra={"key": key})
+        return False
+    return True
 
 
 def lifecycle_days_of(key: str, info: ObjectInfo, deps: Deps) -> int:
     """The days of the lifecycle rule that expires this blob's object: its retention tag's class
     (the namespace policy it was uploaded under), else the `blobs/` backstop (an object uploaded
     before namespace policies, or without a tag). S3 honours the shortest rule that matches."""
-    tags = deps.objects.tags(key) if info.tag_count else {}
+    return lifecycle_days(deps.objects.tags(key) if info.tag_count else {})
+
+
+def lifecycle_days(tags: dict[str, str] | None) -> int:
+    """The lifecycle days of an object with these tags (see `lifecycle_days_of`)."""
     retention = (tags or {}).get(RETENTION_TAG)
     return RETENTION_DAYS.get(retention or "", max(RETENTION_DAYS.values()))
 
@@ -256,11 +284,25 @@ def _continue_upload(
         check_full_object(info, plan, req.crc64nvme or "")
     else:
         check_composite(info, plan, composite)
-    # Written no earlier than this request began: its expiry counts from then.
-    # (the upload was created with the namespace's retention tag: its class's rule expires it)
-    life = deps.settings.blob_lifetime(p.policy.retention_days)
-    ttl_s = life.record_ttl_s(now, deps.clock())
-    deps.jobs.record_blob(p.namespace, sha, upload.size, int(ttl_s * 1000), uploaded=True)
+    tags = deps.objects.tags(key) or {}
+    if not _meets_policy(p, key, info, tags, deps):
+        # Opened under the policy before a change: the completed object is not recorded, and
+        # a new upload under the current policy takes its place.
+        deps.jobs.drop_blob_upload(p.namespace, sha)
+        return _upload(p, sha, upload.size, deps.clock(), deps, upload.algorithm)
+    # Written no earlier than this request began (or than S3 says): its expiry counts from
+    # then, by the rule of the class its tag names (the policy when the upload was opened).
+    written = min(now, info.last_modified) if info.last_modified is not None else now
+    life = deps.settings.blob_lifetime(lifecycle_days(tags))
+    ttl_s = life.record_ttl_s(written, deps.clock())
+    deps.jobs.record_blob(
+        p.namespace,
+        sha,
+        upload.size,
+        int(ttl_s * 1000),
+        uploaded=True,
+        policy=encryption_of(p.policy, deps),
+    )
     metrics_count("BlobsVerified")
     logger.info(
         "blob multipart completed",
@@ -306,30 +348,56 @@ def presign_blob_parts(p: Principal, req: PartsRequest, deps: Deps) -> PartsResp
 
 
 def referenced(
-    namespace: str, sha256s: Iterable[str], deps: Deps, *, result: bool = False
+    namespace: str,
+    sha256s: Iterable[str],
+    deps: Deps,
+    *,
+    result: bool = False,
+    policy: NamespacePolicy | None = None,
+    any_encryption: bool = False,
 ) -> set[str]:
     """Check the blobs a job's args (or, `result`, a result) reference and record until when
     they are needed (models/blob_lifetime.py): the set of those the namespace does not have
-    (empty: all good). One Redis script for all of them; no S3 call."""
+    (empty: all good). One Redis script for all of them; no S3 call. With the namespace's
+    `policy`, a blob verified under another encryption than its policy's now is not had (a new
+    reference to it is refused as a payload uploaded before the change is; `any_encryption`:
+    a retry, whose references were accepted before, takes it), and the need follows the
+    namespace's class: a finished job of `7d`/`30d` keeps its record, and so names its blobs,
+    that long, not RESULT_TTL_S."""
     wanted = sorted({s.lower() for s in sha256s})
     if not wanted:
         return set()
-    life = deps.settings.blob_lifetime()  # (the need and the margin: not the lifecycle's days)
+    # (the need and the margin: not the lifecycle's days)
+    life = deps.settings.blob_lifetime()
+    if policy is not None:
+        kept_s = policy.finished_record_s(deps.settings.result_ttl_s)
+        life = replace(life, result_ttl_s=max(life.result_ttl_s, kept_s))
     now = deps.clock()
     need = life.need_for_result(now) if result else life.need_for_args(now)
     # Rounded up to a step (a write at most once per step per blob, and never a need too short).
     step_ms = NEED_STEP_MS
     need_ms = -(-int(need * 1000) // step_ms) * step_ms
+    encryption = encryption_of(policy, deps) if policy is not None and not any_encryption else ""
     return deps.jobs.reference_blobs(
-        namespace, wanted, int(now * 1000), need_ms, int(life.known_margin_s * 1000)
+        namespace,
+        wanted,
+        int(now * 1000),
+        need_ms,
+        int(life.known_margin_s * 1000),
+        policy=encryption,
     )
 
 
 def check_referenced(
-    namespace: str, sha256s: Iterable[str], deps: Deps, *, result: bool = False
+    namespace: str,
+    sha256s: Iterable[str],
+    deps: Deps,
+    *,
+    result: bool = False,
+    policy: NamespacePolicy | None = None,
 ) -> None:
     """409 unknown_blob unless the namespace has every one of these blobs."""
-    missing = referenced(namespace, sha256s, deps, result=result)
+    missing = referenced(namespace, sha256s, deps, result=result, policy=policy)
     if missing:
         raise unknown_blob(missing)
 

@@ -36,7 +36,7 @@ from .downloads import download_for
 from .guard import memory_state, refuse_inline
 from .lifecycle import CANCELLED_ERROR_TYPE, cancelled_error, lease_mismatch
 from .payload_keys import key_for, parse_key
-from .policy import refuse_inline_never, schedule_consume
+from .policy import keep_for_class, refuse_inline_never, schedule_consume
 from .verify import verify_uploaded
 
 # Entries whose job vanished or already ended are dropped; bound how many one poll may skip.
@@ -291,6 +291,9 @@ def _drop_undelivered(
         keep_args=ended in RETRYABLE_STATES,
         consumer=consumer,
     )
+    if state is not None:
+        # Ended here (delivery cap, cancel): kept as long as a result post's end would be.
+        keep_for_class(p, entry.job_id, deps)
 
 
 def _result_form(
@@ -318,7 +321,7 @@ def _result_form(
 def post_result(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> None:
     _check_forms(p, body)
     # 409 unknown_blob before anything is written; the blobs' need is recorded for the renewer.
-    check_referenced(p.namespace, body.blobs, deps, result=True)
+    check_referenced(p.namespace, body.blobs, deps, result=True, policy=p.policy)
     if _post_at_once(p, job_id, body, deps):
         return
     job = load_job(p, job_id, deps)
@@ -517,6 +520,7 @@ def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps)
                     "actual_crc64nvme": report.actual_crc64nvme,
                 },
             )
+            keep_for_class(p, job_id, deps)
         _settle(p, job_id, outcome, deps)
         return
 
@@ -578,4 +582,5 @@ def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps)
         return
     if isinstance(lost, LostForGood):
         logger.warning("payload lost, job failed")
+        keep_for_class(p, job_id, deps)
     _settle(p, job_id, lost, deps)

@@ -70,7 +70,7 @@ def enqueue(
     if (payload_inline is None) == (payload_ref is None):
         raise Unprocessable("give exactly one of payloadRef or payloadInline")
     # 409 unknown_blob before anything is written; the blobs' need is recorded for the renewer.
-    check_referenced(p.namespace, blobs or (), deps)
+    check_referenced(p.namespace, blobs or (), deps, policy=p.policy)
     refs = packed(blobs or ())
     if payload_inline is not None:
         enqueued = _enqueue_inline(p, queue, payload_inline, idempotency_key, deps, refs)
@@ -268,7 +268,7 @@ def enqueue_inline_batch(  # noqa: C901 - each item's refusal is answered in pla
     s = deps.settings
     answers: list[Enqueued | PayloadStoreError | None] = [None] * len(items)
     refs = blobs or [b""] * len(items)
-    missing = set() if checked else referenced(p.namespace, _all_blobs(refs), deps)
+    missing = set() if checked else referenced(p.namespace, _all_blobs(refs), deps, policy=p.policy)
     now_ms = int(deps.clock() * 1000)
     try:
         refuse_inline_never(p, "payload")

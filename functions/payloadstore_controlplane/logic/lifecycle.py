@@ -23,6 +23,7 @@ from ..models.errors import Conflict, LeaseMismatch, NotFound
 from ..observability import bind_job, logger, metrics_count
 from ..store.records import CancelledQueued, Ended, HeartbeatTaken, Missing, dumps
 from .context import Deps, Principal, find_job
+from .policy import keep_for_class
 
 CANCELLED_ERROR_TYPE = "Cancelled"
 
@@ -90,6 +91,7 @@ def cancel(p: Principal, job_id: str, deps: Deps) -> CancelResponse:
                 now_ms=int(deps.clock() * 1000),
                 keep_args=True,
             )
+        keep_for_class(p, job_id, deps)
         metrics_count("JobsCancelled", was="queued")
         logger.info("job cancelled while queued")
         return CancelResponse(job_id=job_id, state=JobStatus.CANCELLED)

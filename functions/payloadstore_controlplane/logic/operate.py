@@ -25,9 +25,10 @@ from ..models.api import (
     RedriveResponse,
     RetryResponse,
 )
-from ..models.domain import JobStatus, Tier, job_id_time_s
+from ..models.domain import JobStatus, PayloadKind, Tier, job_id_time_s
 from ..models.errors import NotFound, NotRetryable, Unprocessable
 from ..models.limits import DELIVERIES_BUDGET, delivery_bytes
+from ..models.policy import RETENTION_DAYS, NamespacePolicy
 from ..observability import bind_job, logger, metrics_count
 from ..store.records import (
     GROUP_OF_STATE,
@@ -40,14 +41,18 @@ from ..store.records import (
     ScannedEntry,
     Started,
 )
-from .blobs import referenced, unpacked
+from .blobs import lifecycle_days, referenced, unpacked
 from .context import Deps, Principal, find_job
 from .daemon import RETRYABLE_STATES
 from .enqueue import validate_queue_name
 from .lifecycle import cancelled_error
+from .payload_keys import key_for
+from .policy import keep_for_class
 from .results import status_of
 
 CURSOR_RE = re.compile(r"^\d{1,20}-\d{1,20}$")
+DAY_S = 86_400
+SHORTEST_DAYS = min(RETENTION_DAYS.values())
 # A listing of ended jobs reads at most this many pages of the index to fill its page (entries
 # of jobs retried since are skipped).
 ENDED_READS = 3
@@ -169,12 +174,17 @@ def _refusal(job_id: str, state: str) -> NotRetryable:
     )
 
 
-def _args_stored(namespace: str, job: JobRecord, deps: Deps) -> bool:
+def _args_stored(namespace: str, job: JobRecord, policy: NamespacePolicy, deps: Deps) -> bool:
     """Whether the job's arguments are still there to run it again."""
     age_s = deps.clock() - job_id_time_s(job.job_id)
     if job.tier is Tier.S3:
-        # The args object lives for the retention from the job's creation (S3's lifecycle).
-        return age_s < deps.settings.retention_s
+        # The args object lives for its class from the job's creation (the lifecycle rule of
+        # its tag: a day for `1d`, seven for `7d`), within the window the namespace's class
+        # serves it now (presign-get). Every class keeps an object a day; past that its own
+        # tag decides (uploaded before a policy change, it may be of another class).
+        if age_s >= policy.read_window_s(deps.settings.retention_s):
+            return False
+        return age_s < DAY_S * SHORTEST_DAYS or age_s < _args_object_life_s(job, deps)
     if deps.jobs.args_kept(namespace, job.job_id):
         return True
     if _previous_entry(namespace, job, deps) is not None:
@@ -190,6 +200,15 @@ def _args_stored(namespace: str, job: JobRecord, deps: Deps) -> bool:
     )
 
 
+def _args_object_life_s(job: JobRecord, deps: Deps) -> float:
+    """How long after its upload the job's args object lives: its retention tag's class (0:
+    the object is gone)."""
+    key = key_for(job.job_id, PayloadKind.ARGS)
+    if deps.objects.head(key) is None:
+        return 0
+    return lifecycle_days(deps.objects.tags(key)) * DAY_S
+
+
 def _previous_entry(namespace: str, job: JobRecord, deps: Deps):
     """The job's own entry, if it is still in the stream (an end not settled yet), or None."""
     if job.stream_id in (None, "", "*") or not job.queue:
@@ -197,7 +216,7 @@ def _previous_entry(namespace: str, job: JobRecord, deps: Deps):
     return deps.jobs.read_entry(namespace, job.queue, job.stream_id)
 
 
-def _check_blobs(namespace: str, job: JobRecord, deps: Deps) -> None:
+def _check_blobs(namespace: str, job: JobRecord, policy: NamespacePolicy, deps: Deps) -> None:
     """409 blob_expired when a blob the job references is gone from the namespace (its record
     expired: the daemon would end the job payload_lost); the others are needed for the retried
     job's life, recorded for the renewer as an enqueue records them."""
@@ -205,7 +224,7 @@ def _check_blobs(namespace: str, job: JobRecord, deps: Deps) -> None:
     if not blob_list:
         entry = _previous_entry(namespace, job, deps)
         blob_list = entry.blobs if entry is not None else b""
-    missing = referenced(namespace, unpacked(blob_list), deps)
+    missing = referenced(namespace, unpacked(blob_list), deps, policy=policy, any_encryption=True)
     if missing:
         names = sorted(missing)
         raise NotRetryable(
@@ -222,23 +241,28 @@ def retry_job(p: Principal, job_id: str, deps: Deps) -> RetryResponse:
     if job is None:
         raise NotFound(f"job {job_id} not found")
     bind_job(job_id)
-    return _retry(p.namespace, job, RETRYABLE_STATES, deps)
+    return _retry(p.namespace, job, RETRYABLE_STATES, deps, p.policy)
 
 
 def _retry(
-    namespace: str, job: JobRecord, states: frozenset[JobStatus], deps: Deps
+    namespace: str,
+    job: JobRecord,
+    states: frozenset[JobStatus],
+    deps: Deps,
+    policy: NamespacePolicy,
 ) -> RetryResponse:
+    """Retry one job; its arguments and blobs are judged by the namespace's class (`policy`)."""
     job_id = job.job_id
     if job.state not in states and not (job.state is JobStatus.QUEUED and job.stored):
         raise _refusal(job_id, job.state)
-    if job.state in states and not _args_stored(namespace, job, deps):
+    if job.state in states and not _args_stored(namespace, job, policy, deps):
         raise NotRetryable(
             f"job {job_id} can no longer be retried: its arguments are past the retention",
             reason="arguments_expired",
             state=job.state.value,
         )
     if job.state in states:
-        _check_blobs(namespace, job, deps)
+        _check_blobs(namespace, job, policy, deps)
     now_ms = int(deps.clock() * 1000)
     started = deps.jobs.retry(job_id, namespace, now_ms, tuple(s.value for s in states))
     if isinstance(started, Missing):
@@ -299,7 +323,7 @@ def redrive(p: Principal, queue: str, body: RedriveRequest, deps: Deps) -> Redri
                 if retried >= body.limit or deps.clock() >= deadline:
                     break
                 try:
-                    _retry(p.namespace, job, states, deps)
+                    _retry(p.namespace, job, states, deps, p.policy)
                     retried += 1
                 except NotRetryable:
                     skipped += 1
@@ -330,7 +354,7 @@ def purge(p: Principal, queue: str, deps: Deps) -> PurgeResponse:
         for entry in entries:
             if deps.clock() >= deadline:
                 break
-            cancelled += _purge_entry(p.namespace, queue, entry, deps)
+            cancelled += _purge_entry(p, queue, entry, deps)
         if not cursor:
             break
     [counts] = deps.queues.counts(p.namespace, [queue])
@@ -340,7 +364,8 @@ def purge(p: Principal, queue: str, deps: Deps) -> PurgeResponse:
     return PurgeResponse(cancelled=cancelled, remaining=counts.queued)
 
 
-def _purge_entry(namespace: str, queue: str, entry: ScannedEntry, deps: Deps) -> int:
+def _purge_entry(p: Principal, queue: str, entry: ScannedEntry, deps: Deps) -> int:
+    namespace = p.namespace
     if not entry.job_id:
         deps.jobs.drop_entry(namespace, queue, entry.stream_id)
         return 0
@@ -381,4 +406,6 @@ def _purge_entry(namespace: str, queue: str, entry: ScannedEntry, deps: Deps) ->
         keep_args=True,
         undelivered_only=True,
     )
+    if state is not None:
+        keep_for_class(p, entry.job_id, deps)
     return 1 if state is not None else 0

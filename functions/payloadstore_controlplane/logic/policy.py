@@ -12,6 +12,7 @@ from ..models.policy import (
     RETENTION_TAG,
     SSE_KMS,
     NamespacePolicy,
+    encryption_fingerprint,
     resolve_kms_key,
     upload_headers,
 )
@@ -26,6 +27,11 @@ def policy_headers(policy: NamespacePolicy, deps: Deps) -> dict[str, str]:
     return upload_headers(policy, deps.settings.stack_kms_key)
 
 
+def encryption_of(policy: NamespacePolicy, deps: Deps) -> str:
+    """The fingerprint of the encryption the namespace's uploads get now (models/policy.py)."""
+    return encryption_fingerprint(resolve_kms_key(policy, deps.settings.stack_kms_key))
+
+
 def refuse_inline_never(p: Principal, what: str) -> None:
     """409 inline_never: the namespace keeps nothing in Redis (`what`: payload or result)."""
     if p.policy.inline_never:
@@ -35,13 +41,19 @@ def refuse_inline_never(p: Principal, what: str) -> None:
         )
 
 
-def check_object_policy(key: str, info: ObjectInfo, policy: NamespacePolicy, deps: Deps) -> None:
+def check_object_policy(
+    key: str,
+    info: ObjectInfo,
+    policy: NamespacePolicy,
+    deps: Deps,
+    tags: dict[str, str] | None = None,
+) -> None:
     """The object HEAD found carries the namespace's encryption and retention tag; 409
     policy_mismatch otherwise (the reference is not accepted, nothing is written).
 
     The encryption comes with the HEAD; the tag's value takes a GetObjectTagging (HEAD answers
     at most how many tags there are; read whatever it says, so an answer without the count
-    never refuses a well-tagged upload)."""
+    never refuses a well-tagged upload), unless the caller read the `tags` already."""
     expected_key = resolve_kms_key(policy, deps.settings.stack_kms_key)
     if expected_key is not None:
         if info.sse != SSE_KMS or not _same_key(info.kms_key, expected_key):
@@ -50,7 +62,8 @@ def check_object_policy(key: str, info: ObjectInfo, policy: NamespacePolicy, dep
             )
     elif info.sse == SSE_KMS:
         _mismatch(key, "the object is SSE-KMS encrypted; the namespace's policy is SSE-S3")
-    tags = deps.objects.tags(key)
+    if tags is None:
+        tags = deps.objects.tags(key)
     found = (tags or {}).get(RETENTION_TAG)
     if found != policy.retention:
         _mismatch(
@@ -73,6 +86,14 @@ def _mismatch(key: str, detail: str) -> None:
     raise PolicyMismatch(
         f"policy mismatch: {detail}; upload again with a new presign", reason="policy_mismatch"
     )
+
+
+def keep_for_class(p: Principal, job_id: str, deps: Deps) -> None:
+    """Retention `7d`/`30d`: a job that ended (cancelled, failed at the delivery cap, its
+    payload lost or corrupt, as well as by a result post) keeps its record as long as its
+    namespace keeps its payloads, so it can be read, listed and retried that long."""
+    if p.policy.outlives_records:
+        deps.jobs.keep_finished_job(job_id, p.policy.retention_s)
 
 
 # The job hash field that remembers when a consumed payload is deleted (store/keys.py).

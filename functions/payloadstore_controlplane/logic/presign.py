@@ -314,7 +314,23 @@ def _represign(
     if issued.part_bytes:
         upload = deps.jobs.multipart_upload(issued.job_id, issued.kind.value)
         if upload is None:
-            raise Conflict(f"the multipart upload of job {issued.job_id} was completed already")
+            if issued.composite_sha256 or issued.crc64nvme:
+                raise Conflict(f"the multipart upload of job {issued.job_id} was completed already")
+            # Its upload was forgotten without being kept: completed under the policy before
+            # a change (refused, 409 policy_mismatch) or aborted. A fresh upload of the same
+            # key, under the current policy, takes its place.
+            return _multipart_presign(
+                p,
+                req,
+                issued.job_id,
+                issued.key,
+                issued.size,
+                issued.part_bytes,
+                req.checksum_algorithm or "SHA256",
+                issued.attempt,
+                now,
+                deps,
+            )
         metrics_count("Presigns", op="multipart")
         return _multipart_answer(
             issued.key,

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..models.domain import IssueRecord, PayloadKind, PayloadRef
-from ..models.errors import Conflict, Unprocessable
+from ..models.errors import Conflict, PolicyMismatch, Unprocessable
 from ..models.policy import NamespacePolicy
 from ..observability import logger
 from ..store.records import MultipartUpload, sha256_hex_to_b64
@@ -112,6 +112,26 @@ def _check_policy(
         check_object_policy(key, info, policy, deps)
 
 
+def _check_completed_policy(
+    issued: IssueRecord,
+    upload: MultipartUpload | None,
+    info: ObjectInfo | None,
+    policy: NamespacePolicy | None,
+    deps: Deps,
+) -> None:
+    """The policy check of an object the key's multipart `upload` made: one created under the
+    policy before a change is refused (409 policy_mismatch) and the upload forgotten, so a
+    re-presign of the key opens a fresh upload under the current policy (logic/presign.py)
+    instead of answering the completed one, whose parts can take no more PUTs."""
+    try:
+        _check_policy(issued.key, info, policy, deps)
+    except PolicyMismatch:
+        if upload is not None:
+            kind = issued.kind.value
+            deps.jobs.drop_upload(issued.job_id, kind, upload.upload_id, issued.attempt)
+        raise
+
+
 def _check_size(size: int, issued: IssueRecord) -> None:
     if size != issued.size:
         raise Conflict(
@@ -170,7 +190,7 @@ def _verify_multipart(
     claimed = ref.multipart.composite_sha256 if ref.multipart else None
     if claimed and claimed.lower() != composite.hex():
         raise _checksum_mismatch("payloadRef.multipart.composite_sha256 is not the object's")
-    _check_policy(issued.key, info, policy, deps)
+    _check_completed_policy(issued, upload, info, policy, deps)
     if upload is not None:
         # Kept only while the issue and the upload are still the ones completed here: a
         # delivery whose lease lapsed while S3 completed its upload must not write its
@@ -214,7 +234,7 @@ def _complete_full_object(
     )
     info = deps.objects.head(issued.key)
     check_full_object(info, plan, ref.crc64nvme)
-    _check_policy(issued.key, info, policy, deps)
+    _check_completed_policy(issued, upload, info, policy, deps)
     # Kept only while the issue and the upload are still the ones completed here (as for a
     # SHA256 upload below).
     if not deps.jobs.finish_multipart(

@@ -17,6 +17,7 @@ authorizer and the S3 emulator import it.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import asdict, dataclass
 from urllib.parse import quote
@@ -77,6 +78,11 @@ class NamespacePolicy:
         """A class longer than the default's (`7d`, `30d`): a finished job's record is kept as
         long as its payloads (beyond RESULT_TTL_S)."""
         return self.retention_days > RETENTION_DAYS[DEFAULT_RETENTION]
+
+    def finished_record_s(self, result_ttl_s: int) -> int:
+        """How long a finished job's record (its status, result and the blobs they name) is
+        kept: the class's days for `7d`/`30d`, else RESULT_TTL_S."""
+        return self.retention_s if self.outlives_records else result_ttl_s
 
     def read_window_s(self, result_ttl_s: int) -> int:
         """How long after issue a payload key may be read through the control plane: the
@@ -146,6 +152,15 @@ def resolve_kms_key(policy: NamespacePolicy, stack_key_arn: str | None) -> str |
     if policy.kms_key == KMS_STACK:
         return stack_key_arn or None
     return policy.kms_key
+
+
+def encryption_fingerprint(kms_key_arn: str | None) -> str:
+    """A short name of an object's encryption (a KMS key's ARN, None: SSE-S3), kept in a blob's
+    record: a reference to a blob verified under another encryption than its namespace's now
+    is refused, as a payload uploaded before the policy changed is. Four hex digits keep a
+    record within 128 B; a change of key is told apart but for one chance in 65,536, and the
+    POST .../blobs that verifies an upload checks the object itself."""
+    return hashlib.sha256((kms_key_arn or SSE_S3).encode()).hexdigest()[:4]
 
 
 def upload_headers(policy: NamespacePolicy, stack_key_arn: str | None) -> dict[str, str]:

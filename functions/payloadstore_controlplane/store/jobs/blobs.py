@@ -1,8 +1,9 @@
 """Blobs: one record per verified blob per namespace (blobs_record.lua, namespace slot).
 
-The record is a string holding the size, with a TTL that ends a known margin before the
-object's lifecycle expiry (models/blob_lifetime.py), so the TTL tells the expiry and no
-timestamp is stored. A job's references to blobs are not records of their own: they ride in its
+The record is a string holding the size and the fingerprint of the policy its object was
+verified under (`<size>|<fingerprint>`: models/policy.py; a record of an older release holds
+the size alone), with a TTL that ends a known margin before the object's lifecycle expiry
+(models/blob_lifetime.py), so the TTL tells the expiry and no timestamp is stored. A job's references to blobs are not records of their own: they ride in its
 queue entry (`B`) and, for a result, in its hash (`rb0`, `rb1`, ...), 32 raw bytes each. What a
 reference needs past its blob's expiry goes to the namespace's needs zset (blobs_reference.lua),
 which the scheduled renewer reads and empties (blobs_renewed.lua).
@@ -32,6 +33,7 @@ from ._base import StoreBase, decoded
 class BlobRecord:
     size: int
     ttl_ms: int  # left before the record (and, with the lifecycle, the object) expires
+    policy: str | None = None  # the fingerprint of the policy it was verified under
 
 
 class BlobSteps(StoreBase):
@@ -48,34 +50,55 @@ class BlobSteps(StoreBase):
         replies = pipe.execute()
         out: list[BlobRecord | None] = []
         for i in range(0, len(replies), 2):
-            size, ttl = replies[i], replies[i + 1]
-            out.append(None if size is None or ttl == -2 else BlobRecord(int(size), int(ttl)))
+            value, ttl = replies[i], replies[i + 1]
+            if value is None or ttl == -2:
+                out.append(None)
+                continue
+            size, _, policy = bytes(value).partition(b"|")
+            out.append(BlobRecord(int(size), int(ttl), policy.decode() or None))
         return out
 
     def record_blob(
-        self, namespace: str, sha256: str, size: int, ttl_ms: int, *, uploaded: bool = False
+        self,
+        namespace: str,
+        sha256: str,
+        size: int,
+        ttl_ms: int,
+        *,
+        uploaded: bool = False,
+        policy: str = "",
     ) -> None:
-        """Remember a verified blob for `ttl_ms`; acknowledged by replicas as every reported
-        write is (REDIS_MIN_REPLICA_ACKS). `uploaded`: its multipart upload was just completed
-        (its upload hash goes, in the same script)."""
+        """Remember a verified blob for `ttl_ms`, verified under the policy of fingerprint
+        `policy`; acknowledged by replicas as every reported write is
+        (REDIS_MIN_REPLICA_ACKS). `uploaded`: its multipart upload was just completed (its
+        upload hash goes, in the same script)."""
         # (binary keys: redis-py sends bytes keys as they are)
         keys_ = [cast(str, keys.blob(namespace, sha256))]
         if uploaded:
             keys_.append(cast(str, keys.blob_upload(namespace, sha256)))
-        self._run("blobs_record", keys_, [size, max(int(ttl_ms), 1)])
+        value = f"{size}|{policy}" if policy else str(size)
+        self._run("blobs_record", keys_, [value, max(int(ttl_ms), 1)])
 
     def reference_blobs(
-        self, namespace: str, sha256s: list[str], now_ms: int, need_ms: int, margin_ms: int
+        self,
+        namespace: str,
+        sha256s: list[str],
+        now_ms: int,
+        need_ms: int,
+        margin_ms: int,
+        policy: str = "",
     ) -> set[str]:
-        """Check that the namespace has these blobs and record, for those whose object expires
-        before `need_ms`, that the renewer must keep them until then (one script; nothing
-        written for a blob whose object outlives the need): the sha256s it does not have."""
+        """Check that the namespace has these blobs, verified under the policy of fingerprint
+        `policy` ('' any), and record, for those whose object expires before `need_ms`, that
+        the renewer must keep them until then (one script; nothing written for a blob whose
+        object outlives the need): the sha256s it does not have."""
         if not sha256s:
             return set()
         keys_ = [keys.blob_needs(namespace)] + [
             cast(str, keys.blob(namespace, sha)) for sha in sha256s
         ]
-        args: list[Any] = [now_ms, need_ms, margin_ms] + [sha_raw(sha) for sha in sha256s]
+        args: list[Any] = [now_ms, need_ms, margin_ms, policy]
+        args += [sha_raw(sha) for sha in sha256s]
         missing = self._run("blobs_reference", keys_, args)
         return {sha256s[int(i) - 1] for i in missing or ()}
 
