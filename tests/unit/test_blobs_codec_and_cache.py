@@ -75,6 +75,33 @@ def test_digest_streams_paths_and_file_objects(tmp_path):
     assert not spool.exists()
 
 
+def test_a_stream_that_fails_while_spooled_leaves_no_file_behind(tmp_path, monkeypatch):
+    # Given a stream that cannot seek and fails after 3 MiB, twice
+    import tempfile
+
+    from payloadstore._blobs import SPOOL_PREFIX
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+    class Failing:
+        def __init__(self):
+            self.sent = 0
+
+        def read(self, n=-1):
+            if self.sent >= 3 * 1024 * 1024:
+                raise OSError("connection reset by peer")
+            self.sent += 1024 * 1024
+            return b"x" * (1024 * 1024)
+
+    client = ps.Client("http://cp.invalid", "t", "ns")
+    for _ in range(2):
+        # When client.blob reads it
+        with pytest.raises(OSError, match="reset"):
+            client.blob(Failing())
+    # Then no spool file is left (issue 46: 2 files, 6 MiB, per failed attempt)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(SPOOL_PREFIX)] == []
+
+
 def serve(blobs: dict[str, bytes], counter: list[int]) -> httpx.Client:
     def handler(request: httpx.Request) -> httpx.Response:
         counter.append(1)
