@@ -53,7 +53,9 @@ class Settings:
         return Path(self.devstack) if self.devstack else find_devstack_file()
 
     def client(self, role: str = "client", **kwargs: Any) -> Client:
-        """Flags, then PAYLOADSTORE_* variables, then the local stack's .devstack.json."""
+        """Flags and PAYLOADSTORE_* variables, else the local stack's .devstack.json: the
+        endpoint and the token from the same one (a given token never goes to a .devstack.json
+        endpoint)."""
         namespace = self.namespace or DEFAULT_NAMESPACE
         endpoint, token = self.endpoint, self.token
         if not (endpoint and token):
@@ -71,14 +73,26 @@ class Settings:
                     f"set {missing}, or start the local stack (payloadstore dev) so .devstack.json exists"
                 )
             _, stack = read_devstack(found)
+            # A token goes only to an endpoint of its own source: a token given (flag or
+            # environment) is never sent to the endpoint a .devstack.json names (any directory
+            # above may hold one, e.g. a cloned repository's), and a .devstack.json token only
+            # to its own stack.
+            if token:
+                raise ConfigError(
+                    f"a token from --token/{ENV_TOKEN} needs its endpoint from the same place: "
+                    f"set --endpoint/{ENV_ENDPOINT} (not taken from {found})"
+                )
+            if endpoint and endpoint.rstrip("/") != str(stack.get("endpoint") or "").rstrip("/"):
+                raise ConfigError(
+                    f"an endpoint from --endpoint/{ENV_ENDPOINT} needs its token from the same "
+                    f"place: set --token/{ENV_TOKEN} ({found} holds tokens of "
+                    f"{stack.get('endpoint')}, not {endpoint})"
+                )
             endpoint = endpoint or stack.get("endpoint")
-            if not token:
-                try:
-                    token = stack["namespaces"][namespace][f"{role}_token"]
-                except (KeyError, TypeError) as e:
-                    raise ConfigError(
-                        f"{found} has no {role} token for namespace {namespace!r}"
-                    ) from e
+            try:
+                token = stack["namespaces"][namespace][f"{role}_token"]
+            except (KeyError, TypeError) as e:
+                raise ConfigError(f"{found} has no {role} token for namespace {namespace!r}") from e
         if not endpoint:
             # A .devstack.json without an endpoint: Client's own refusal, before any other.
             raise ConfigError(f"no control-plane endpoint: pass endpoint= or set {ENV_ENDPOINT}")

@@ -1,0 +1,104 @@
+"""The CLI's contract (issue 46): credentials go only where their source says, output is strict
+JSON, and every bad input is one `error:` line with its exit code, never a traceback."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from collections.abc import Iterator
+
+import pytest
+from click.testing import CliRunner
+
+from payloadstore.cli import cli
+
+
+@pytest.fixture
+def listener() -> Iterator[tuple[str, list[str]]]:
+    """An HTTP server on loopback that records every Authorization header it receives."""
+    seen: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _any(self) -> None:
+            seen.append(self.headers.get("Authorization") or "")
+            body = b'{"queues": []}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = _any
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _devstack(path, endpoint: str) -> None:
+    tokens = {"client_token": "pst_from_the_file", "daemon_token": "pst_daemon_of_the_file"}
+    (path / ".devstack.json").write_text(
+        json.dumps({"endpoint": endpoint, "namespaces": {"dev": tokens}})
+    )
+
+
+def _env(**values: str) -> dict[str, str | None]:
+    names = ("ENDPOINT", "TOKEN", "NAMESPACE", "DEVSTACK")
+    env: dict[str, str | None] = {f"PAYLOADSTORE_{n}": None for n in names}
+    env.update(values)
+    return env
+
+
+def test_a_token_from_the_environment_never_goes_to_a_devstack_json_endpoint(
+    tmp_path, monkeypatch, listener
+):
+    # Given a .devstack.json (say, a cloned repository's) naming a listener, and a token in the
+    # environment with no endpoint
+    url, seen = listener
+    _devstack(tmp_path, url)
+    monkeypatch.chdir(tmp_path)
+    # When a command runs
+    done = CliRunner().invoke(cli, ["queues"], env=_env(PAYLOADSTORE_TOKEN="pst_secret"))
+    # Then it refuses with one line naming what to set (exit 2), and the listener got nothing
+    assert done.exit_code == 2, done.output
+    assert done.output.startswith("error: a token from --token/PAYLOADSTORE_TOKEN needs its")
+    assert len(done.output.splitlines()) == 1
+    assert seen == []
+
+
+def test_a_given_endpoint_never_gets_the_token_of_another_stacks_devstack_json(
+    tmp_path, monkeypatch, listener
+):
+    # Given an endpoint in the environment, and a .devstack.json of another stack
+    url, seen = listener
+    _devstack(tmp_path, "http://127.0.0.1:9")
+    monkeypatch.chdir(tmp_path)
+    done = CliRunner().invoke(cli, ["queues"], env=_env(PAYLOADSTORE_ENDPOINT=url))
+    # Then the file's token is not sent there
+    assert done.exit_code == 2, done.output
+    assert done.output.startswith("error: an endpoint from --endpoint/PAYLOADSTORE_ENDPOINT")
+    assert seen == []
+
+
+def test_the_devstack_json_alone_or_both_given_still_work(tmp_path, monkeypatch, listener):
+    url, seen = listener
+    _devstack(tmp_path, url)
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    # Given only the file: its endpoint gets its own token
+    assert runner.invoke(cli, ["queues", "--json"], env=_env()).exit_code == 0
+    # Given the file's own endpoint: its token goes with it
+    assert runner.invoke(cli, ["queues"], env=_env(PAYLOADSTORE_ENDPOINT=url + "/")).exit_code == 0
+    # Given both in the environment: those two
+    both = _env(PAYLOADSTORE_ENDPOINT=url, PAYLOADSTORE_TOKEN="pst_given")
+    assert runner.invoke(cli, ["queues"], env=both).exit_code == 0
+    assert seen == ["Bearer pst_from_the_file"] * 2 + ["Bearer pst_given"]
