@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import math
 import os
 import sys
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from .client import (
     find_devstack_file,
     read_devstack,
 )
+from .codec import CodecError
 from .errors import ConfigError, JobFailed, PayloadStoreError
 
 ENV_TOKEN_PARAMETER_PATH = "TOKEN_PARAMETER_PATH"
@@ -139,6 +141,64 @@ def json_default(value: Any) -> Any:
     return repr(value)
 
 
+def json_safe(value: Any) -> Any:
+    """A value JSON can hold, by the CLI's documented rule: NaN and the infinities as the strings
+    "NaN", "Infinity", "-Infinity"; map keys as strings (bool and None as JSON writes them,
+    numbers in their JSON form, bytes as their UTF-8 text or else `0x` + hex, anything else its
+    repr; a key that would repeat one already there is its repr); bytes as `{"bytes": N}`,
+    arrays as lists, other types as `json_default` has them."""
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return float(value)
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if value is None or type(value) in (str, bool, int):
+        return value
+    if isinstance(value, (str, bool, int)):
+        return json_safe_scalar(value)
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            key = json_key(k)
+            if key in out:
+                key = repr(k)
+            out[key] = json_safe(v)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    converted = json_default(value)
+    return converted if isinstance(converted, str) else json_safe(converted)
+
+
+def json_safe_scalar(value: Any) -> Any:
+    """A subclass of str, int or bool (an enum, say) as its plain value."""
+    for plain in (bool, int, str):
+        if isinstance(value, plain):
+            return plain(value)
+    return value
+
+
+def json_key(key: Any) -> str:
+    if isinstance(key, str):
+        return str(key)
+    if key is None or isinstance(key, bool):
+        return json.dumps(key)
+    if isinstance(key, (int, float)):
+        safe = json_safe(key)
+        return safe if isinstance(safe, str) else json.dumps(safe)
+    if isinstance(key, (bytes, bytearray, memoryview)):
+        raw = bytes(key)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return "0x" + raw.hex()
+    return repr(key)
+
+
+def dumps_json(value: Any) -> str:
+    """Strict JSON (no NaN, no non-string keys), whatever the value: see `json_safe`."""
+    return json.dumps(json_safe(value), ensure_ascii=False, allow_nan=False)
+
+
 def emit_value(value: Any, out: str | None) -> None:
     """bytes go out raw (to --out or stdout); anything else as JSON."""
     if isinstance(value, (bytes, bytearray, memoryview)):
@@ -149,7 +209,7 @@ def emit_value(value: Any, out: str | None) -> None:
             sys.stdout.buffer.write(data)
             sys.stdout.flush()
         return
-    text = json.dumps(value, default=json_default, ensure_ascii=False)
+    text = dumps_json(value)
     if out:
         Path(out).write_text(text + "\n")
     else:
@@ -531,6 +591,9 @@ def enqueue(
                 emit_value(job.result(timeout=wait, progress=progress), out)
     except PayloadStoreError as e:
         fail(e, settings.verbose)
+    except CodecError as e:
+        # A value msgpack cannot hold (an integer past 64 bits, say): bad input, nothing sent.
+        fail(ConfigError(f"cannot encode the job's argument: {e}"))
 
 
 def one_value(file_path: str | None, json_text: str | None) -> tuple:
@@ -662,7 +725,7 @@ def status(settings: Settings, job_id, show_args: bool) -> None:
     try:
         with settings.client("client") as client:
             job = client.job(job_id)
-            click.echo(json.dumps(job.status().raw))
+            click.echo(dumps_json(job.status().raw))
             if show_args:
                 stored = job.payloads()
                 show_payload("args", stored.args, client)
@@ -755,7 +818,7 @@ def jobs(settings: Settings, queue, state, limit, cursor, every_page, as_json) -
         fail(e, settings.verbose)
     if as_json:
         for job in listed:
-            click.echo(json.dumps(job.raw))
+            click.echo(dumps_json(job.raw))
     else:
         click.echo(jobs_table(listed))
     if next_cursor and not every_page:
@@ -1011,7 +1074,19 @@ def ipaddress_is_loopback(host: str) -> bool:
 
 
 def main(argv: list[str] | None = None) -> None:
-    cli.main(args=argv, prog_name="payloadstore")
+    """The console script: whatever goes wrong is one `error:` line (exit 1 for an error no
+    command anticipated; `-v` adds its traceback), never a bare traceback."""
+    try:
+        cli.main(args=argv, prog_name="payloadstore")
+    except Exception as e:  # noqa: BLE001 - the CLI's contract: one line, whatever it was
+        if "-v" in (argv or sys.argv[1:]) or "--verbose" in (argv or sys.argv[1:]):
+            import traceback
+
+            traceback.print_exc()
+        click.echo(
+            f"error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", err=True
+        )
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ def listener() -> Iterator[tuple[str, list[str]]]:
         def _any(self) -> None:
             seen.append(self.headers.get("Authorization") or "")
             body = b'{"queues": []}'
+            if self.path.startswith("/v1/config"):
+                body = b'{"inline_threshold": 262144, "max_payload_bytes": 104857600}'
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
@@ -102,3 +104,82 @@ def test_the_devstack_json_alone_or_both_given_still_work(tmp_path, monkeypatch,
     both = _env(PAYLOADSTORE_ENDPOINT=url, PAYLOADSTORE_TOKEN="pst_given")
     assert runner.invoke(cli, ["queues"], env=both).exit_code == 0
     assert seen == ["Bearer pst_from_the_file"] * 2 + ["Bearer pst_given"]
+
+
+def _strict(text: str):
+    """json.loads that refuses NaN and the infinities, as strict JSON readers do."""
+
+    def refuse(name: str):
+        raise ValueError(f"not JSON: {name}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_result_output_is_strict_json_by_the_documented_rule(capsys):
+    import numpy as np
+
+    from payloadstore.cli import emit_value
+
+    # Given results with NaN, the infinities (also in arrays) and non-string map keys
+    value = {
+        "nan": float("nan"),
+        "inf": [float("inf"), -float("inf")],
+        "array": np.array([1.0, np.nan]),
+        b"raw key": 1,
+        b"\xff\x00": 2,
+        3: "int key",
+        None: True,
+        1.5: np.float32(2.5),
+    }
+    # When printed as a result
+    emit_value(value, None)
+    emit_value(float("nan"), None)
+    # Then every line is strict JSON, by the rule docs/sdk.md states
+    first, second = capsys.readouterr().out.splitlines()
+    assert _strict(first) == {
+        "nan": "NaN",
+        "inf": ["Infinity", "-Infinity"],
+        "array": [1.0, "NaN"],
+        "raw key": 1,
+        "0xff00": 2,
+        "3": "int key",
+        "null": True,
+        "1.5": 2.5,
+    }
+    assert _strict(second) == "NaN"
+
+
+def test_an_argument_msgpack_cannot_hold_is_one_error_line_and_exit_2(
+    tmp_path, monkeypatch, listener, capsys
+):
+    from payloadstore.cli import main
+
+    url, seen = listener
+    monkeypatch.chdir(tmp_path)
+    for name, value in _env(PAYLOADSTORE_ENDPOINT=url, PAYLOADSTORE_TOKEN="pst_t").items():
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    # When enqueueing an integer past msgpack's 64 bits
+    with pytest.raises(SystemExit) as exited:
+        main(["enqueue", "q", "--json", "18446744073709551616"])
+    # Then one error line, exit 2, and no job was sent
+    err = capsys.readouterr().err
+    assert exited.value.code == 2
+    assert err.startswith("error: cannot encode the job's argument") and len(err.splitlines()) == 1
+    assert not any("Traceback" in line for line in err.splitlines())
+
+
+def test_an_error_no_command_anticipated_is_still_one_line(monkeypatch, capsys):
+    from payloadstore import cli as cli_module
+
+    # Given a command that fails in a way none anticipated
+    def broken(*args, **kwargs):
+        raise RuntimeError("something odd\nsecond line")
+
+    monkeypatch.setattr(cli_module.cli, "main", broken)
+    with pytest.raises(SystemExit) as exited:
+        cli_module.main(["queues"])
+    assert exited.value.code == 1
+    assert capsys.readouterr().err == "error: RuntimeError: something odd\n"
