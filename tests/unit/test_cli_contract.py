@@ -169,6 +169,7 @@ def test_an_argument_msgpack_cannot_hold_is_one_error_line_and_exit_2(
     assert exited.value.code == 2
     assert err.startswith("error: cannot encode the job's argument") and len(err.splitlines()) == 1
     assert not any("Traceback" in line for line in err.splitlines())
+    assert len(seen) <= 1  # at most /v1/config: no enqueue
 
 
 def test_an_error_no_command_anticipated_is_still_one_line(monkeypatch, capsys):
