@@ -627,8 +627,13 @@ def download_parts(
     crcs: list[tuple[int, int]] = [(0, 0)] * len(ranges)
     ok = False
     stop = threading.Event()
-    # A range's backoff ends at once when the download is interrupted.
-    pause = stop.wait if sleep is time.sleep else sleep
+
+    def pause(seconds: float) -> None:
+        # A range's backoff ends at once when the download is interrupted.
+        if sleep is time.sleep:
+            stop.wait(seconds)
+        else:
+            sleep(seconds)
 
     def fetch(index: int, start: int, length: int) -> None:
         if stop.is_set():
