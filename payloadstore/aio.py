@@ -670,9 +670,10 @@ class AsyncJob(JobHandle):
         self, timeout: float | None = None, *, progress: bool | None = None, copy: bool = False
     ) -> Any:
         """As `Job.result`. Cancelling the awaiting task cancels the long-poll at once."""
-        if self._has_result:
+        if self._has_result and not copy:
             return self._result
         answer = await self._done_answer(timeout)
+        self._ended(answer)
         store = self.client.blob_store()
         downloads = answer.raw.get("blobs")
         if downloads:
@@ -699,5 +700,6 @@ class AsyncJob(JobHandle):
             value = codec.decode(data, copy=copy)
         finally:
             store.done_reading(reading)
-        self._result, self._has_result = value, True
+        if not copy:
+            self._result, self._has_result = value, True
         return value

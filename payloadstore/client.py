@@ -802,11 +802,15 @@ class Job(JobHandle):
         daemons kept dying), JobCancelled, PayloadCorrupt, PayloadLost, ResultTimeout,
         JobNotFound.
         """
-        if self._has_result:
+        # The value is kept as decoded without copy=True (read-only arrays over the bytes);
+        # copy=True decodes writable arrays afresh each time, never the kept value.
+        if self._has_result and not copy:
             return self._result
         answer = self._done_answer(timeout)
+        self._ended(answer)
         value = self._value_from(answer, progress=progress, copy=copy)
-        self._result, self._has_result = value, True
+        if not copy:
+            self._result, self._has_result = value, True
         return value
 
     def result_into(
