@@ -187,6 +187,7 @@ def main() -> None:
                     "daemon_id": "daemon-1",
                 },
             },
+            headers={"Idempotency-Key": "post-example-1"},
         ),
         # Enqueue-and-wait (issue 34): 201 with the result when the job ends within 5 s.
         "enqueue_wait": event(

@@ -34,7 +34,8 @@ a request body is a keyword argument of the builder.
 Every SDK write is safe to retry: inline enqueues carry an Idempotency-Key, S3-tier enqueues an
 issued key, and result posts are idempotent on the server. Retry, redrive, purge and cancel
 carry an Idempotency-Key too (one per call, the same on each of its retries): a repeat gets the
-first answer. From a control plane before those keys, a cancel's retry that answers `409` with
+first answer. So does a result post or failure report with `next`: its repeat gets the
+deliveries the first one took. From a control plane before those keys, a cancel's retry that answers `409` with
 `state: cancelled` (the first attempt cancelled the job and its answer was lost) is the cancel
 done (`Call.retried`).
 """
@@ -1386,6 +1387,7 @@ def post_result(
         json=body,
         errors=_job_errors(),
         timeout_s=None if next is None else next.wait_s + 20.0,
+        headers=_next_key(next),
     )
 
 
@@ -1425,7 +1427,14 @@ def report_failure(
         json=body,
         errors=_job_errors(),
         timeout_s=None if next is None else next.wait_s + 20.0,
+        headers=_next_key(next),
     )
+
+
+def _next_key(next: NextJobs | None) -> dict[str, str]:
+    """A post with `next` carries an Idempotency-Key (the same on each retry): sent again after
+    a lost answer, it gets the deliveries the first one took, not a second batch."""
+    return {} if next is None else {"Idempotency-Key": operation_key()}
 
 
 def heartbeat(namespace: str, job_id: str, lease: str) -> Call[HeartbeatAnswer]:

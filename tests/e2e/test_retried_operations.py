@@ -173,3 +173,45 @@ def test_a_key_sent_with_another_request_is_refused_and_a_bad_key_too(local_gate
         f"{url}/redrive", json={"limit": 2}, headers={**auth, "Idempotency-Key": "k-1"}
     )
     assert (again.status_code, again.json()) == (200, first.json())
+
+
+def lossy_daemon_client(gateway, transport: LoseFirstAnswer) -> Client:
+    return Client(
+        gateway.url,
+        gateway.token("dev", "daemon"),
+        "dev",
+        http=httpx.Client(transport=transport),
+        retry=RetryPolicy(max_attempts=4, base_s=0.01, max_backoff_s=0.05),
+    )
+
+
+@pytest.mark.parametrize("lose", ["502", "cut"])
+def test_a_result_post_with_next_sent_again_gets_the_delivery_the_first_took(local_gateway, lose):
+    from payloadstore._wire import NextJobs
+
+    # Given two queued jobs, the first in a daemon's hand
+    client, daemon_client = clients(local_gateway)
+    queue = unique_queue("ops-lost-next")
+    first, second = client.queue(queue).add(1), client.queue(queue).add(2)
+    held = daemon_client.wire.poll([queue], wait_s=2, daemon_id="ops-test")
+    assert isinstance(held, PolledJob) and held.job_id == first.job_id
+    # When its result post, asking for the next job, lands but its answer is lost
+    transport = LoseFirstAnswer("POST", f"/jobs/{first.job_id}/result", lose)
+    worker = lossy_daemon_client(local_gateway, transport)
+    answer = worker.wire.post_result(
+        first.job_id,
+        inline=b"\x01",
+        lease=held.lease,
+        next=NextJobs((queue,), max_jobs=1, wait_s=0, daemon_id="ops-test"),
+    )
+    # Then the post sent again answers the delivery the first one took (same job, same
+    # lease, its first attempt), not nothing while that one waits out the visibility timeout
+    assert transport.lost == 1 and len(transport.sent) == 2
+    assert answer is not None and [j.job_id for j in answer] == [second.job_id]
+    (taken,) = answer
+    assert taken.attempt == 1 and taken.lease and taken.payload_inline is not None
+    assert 0 < (taken.lease_expires_in_s or 0) <= 300
+    # and that delivery is the job's current one: its result is taken
+    daemon_client.wire.post_result(second.job_id, inline=b"\x02", lease=taken.lease)
+    assert second.result(timeout=10) == 2
+    assert second.status().attempts == 1

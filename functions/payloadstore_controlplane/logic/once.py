@@ -1,4 +1,5 @@
-"""Client operations sent with an `Idempotency-Key` (redrive, purge, retry, cancel): done once.
+"""Requests sent with an `Idempotency-Key` answered once: client operations (redrive, purge,
+retry, cancel), and the next deliveries of a daemon's result post or failure report (`next`).
 
 A client re-sends a request whose answer it lost (a cut connection, a gateway's 502/504 after
 the Lambda ran). For these routes the second run is not the first one's answer: a redrive with
@@ -13,6 +14,7 @@ keeps nothing: its key may be sent again and runs then.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import json
@@ -21,8 +23,15 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from ..models.api import NextPoll, PollResponse
+from ..models.domain import JobStatus, PayloadKind
 from ..models.errors import ServiceUnavailable, Unprocessable
-from .context import Deps, Principal
+from ..observability import logger
+from .blobs import downloads as blob_downloads
+from .blobs import unpacked
+from .context import Deps, Principal, payload_ref
+from .daemon import next_deliveries
+from .downloads import download_for
 from .enqueue import IDEMPOTENCY_KEY_RE
 
 M = TypeVar("M", bound=BaseModel)
@@ -84,3 +93,73 @@ def once(
         deps.settings.idempotency_ttl_s,
     )
     return status, result
+
+
+# -- a result post or failure report with `next`, sent again ----------------------------------
+
+# How long the deliveries a post with `next` took are remembered for its repeat: above the
+# SDK's retries of one post (a few attempts, backoff capped at 5 s, each up to wait_s + 20 s).
+NEXT_TAKEN_TTL_S = 120
+
+
+def next_once(
+    p: Principal, key: str | None, nxt: NextPoll, wait_s: float, deps: Deps
+) -> list[PollResponse]:
+    """The next deliveries of a stored post (`next`). With an Idempotency-Key, the post sent
+    again after its answer was lost gets the deliveries the first one took (each still leased
+    to this daemon, same lease), not a second batch while the first waits out
+    VISIBILITY_TIMEOUT_S; a delivery since ended, cancelled or taken elsewhere is left out.
+    The post itself is idempotent already (a repeat of the accepted post changes nothing)."""
+    if key is not None and not IDEMPOTENCY_KEY_RE.match(key):
+        raise Unprocessable("invalid Idempotency-Key: use [A-Za-z0-9_.:-], 1-128 chars")
+    if key is not None:
+        taken = deps.jobs.next_taken(p.namespace, key)
+        if taken is not None:
+            again = [redelivery(p, job_id, lease, deps) for job_id, lease in taken]
+            found = [d for d in again if d is not None]
+            logger.info(
+                "next deliveries answered again", extra={"taken": len(taken), "found": len(found)}
+            )
+            return found
+    found = next_deliveries(p, nxt, wait_s, deps)
+    if key is not None and found:
+        pairs = [(d.job_id, d.lease) for d in found if d.lease]
+        with contextlib.suppress(Exception):
+            # Not kept (Redis away): a repeat takes a new batch, as before keys.
+            deps.jobs.remember_next(p.namespace, key, pairs, NEXT_TAKEN_TTL_S)
+    return found
+
+
+def redelivery(p: Principal, job_id: str, lease: str, deps: Deps) -> PollResponse | None:
+    """The delivery a poll answered for the job under `lease`, built again from the job and its
+    queue entry, while that lease is still the job's running one; else None."""
+    job = deps.jobs.get_job(job_id)
+    if (
+        job is None
+        or job.namespace != p.namespace
+        or job.state is not JobStatus.RUNNING
+        or job.lease != lease
+        or not job.queue
+        or not job.stream_id
+    ):
+        return None
+    entry = deps.jobs.read_entry(p.namespace, job.queue, job.stream_id)
+    expiry_ms = deps.jobs.lease_expiry_ms(job_id)
+    if entry is None or entry.job_id != job_id or expiry_ms is None:
+        return None
+    ref = payload_ref(job_id, PayloadKind.ARGS, job.args, deps) if entry.inline is None else None
+    return PollResponse(
+        job_id=job_id,
+        namespace=p.namespace,
+        queue=entry.queue,
+        attempt=job.attempts,
+        lease=lease,
+        lease_expires_at=expiry_ms / 1000,
+        lease_expires_in_s=max(expiry_ms / 1000 - deps.clock(), 0.0),
+        payloadRef=ref,
+        payloadInline=(
+            base64.b64encode(entry.inline).decode("ascii") if entry.inline is not None else None
+        ),
+        download=download_for(ref, deps),
+        blobs=blob_downloads(p.namespace, unpacked(entry.blobs), deps),
+    )

@@ -124,6 +124,26 @@ class OperateSteps(StoreBase):
         """Drop the claim of a request that failed (nothing to keep): a retry runs it anew."""
         self._run("operate_once", [keys.operation(namespace, key)], ["release", fingerprint, 0])
 
+    def remember_next(
+        self, namespace: str, key: str, taken: list[tuple[str, str]], keep_s: int
+    ) -> None:
+        """The (job id, lease) of each delivery a post with `next` took, kept `keep_s`."""
+        value = ",".join(f"{job_id}:{lease}" for job_id, lease in taken)
+        self._r.set(keys.next_taken(namespace, key), value, ex=keep_s)
+
+    def next_taken(self, namespace: str, key: str) -> list[tuple[str, str]] | None:
+        """What `remember_next` kept for the key, or None (nothing taken, or expired)."""
+        raw = self._r.get(keys.next_taken(namespace, key))
+        if raw is None:
+            return None
+        pairs = [item.partition(":") for item in text(raw).split(",") if item]
+        return [(job_id, lease) for job_id, _, lease in pairs]
+
+    def lease_expiry_ms(self, job_id: str) -> int | None:
+        """The current delivery's lease expiry (`lx`, ms since epoch), or None."""
+        raw = self._r.hget(keys.job(job_id), "lx")
+        return None if raw is None else int(raw)
+
     def read_jobs(self, job_ids: list[str], *, errors: bool) -> dict[str, JobRecord]:
         """The hashes of many jobs (one pipeline; in cluster mode, one per node), and with
         `errors` the done list's element of those that ended with an error (a second one: an
