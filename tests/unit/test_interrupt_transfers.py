@@ -103,6 +103,7 @@ def test_ctrl_c_stops_a_multipart_download_within_a_second_and_leaves_no_file(
     print(f"ctrl-c to stop: {took:.3f} s; ranges started {len(started)}/{PARTS}, after: {after}")
     assert took < 1.0
     assert after == 0
+    assert 0 < len(started) < PARTS
     assert len(started) < PARTS
     assert target.read_bytes() == b"the previous result"
     assert [p.name for p in tmp_path.iterdir()] == ["result.bin"]
@@ -124,3 +125,90 @@ def test_a_download_into_a_path_replaces_it_only_when_whole(slow_object, tmp_pat
     )
     assert target.read_bytes() == data
     assert [p.name for p in tmp_path.iterdir()] == ["result.bin"]
+
+
+@pytest.fixture
+def slow_sink() -> Iterator[tuple[str, list[float]]]:
+    """(url, the time.monotonic() each part PUT arrived): reads every body slowly."""
+    started: list[float] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_PUT(self) -> None:
+            started.append(time.monotonic())
+            left = int(self.headers["Content-Length"])
+            try:
+                while left:
+                    got = self.rfile.read(min(CHUNK, left))
+                    if not got:
+                        return
+                    left -= len(got)
+                    time.sleep(CHUNK_PAUSE_S)
+            except OSError:
+                return
+            self.send_response(200)
+            self.send_header("ETag", '"etag"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", started
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_ctrl_c_stops_a_multipart_upload_within_a_second(slow_sink, monkeypatch):
+    from payloadstore._multipart import upload_parts
+
+    # Given a 64-part upload to a slow S3 (a guard: uploads already cancelled the parts not
+    # started; the parts in flight finish, each within a round)
+    part_mib, parts_count = 1, PARTS
+    monkeypatch.setenv("PAYLOADSTORE_PART_WORKERS", "8")
+    url, started = slow_sink
+    part = part_mib * PART
+    data = os.urandom(part) * parts_count
+    parts = [
+        {"number": n, "url": f"{url}/obj?part={n}", "headers": {"Content-Length": str(part)}}
+        for n in range(1, parts_count + 1)
+    ]
+    interrupted_at: list[float] = []
+
+    def ctrl_c() -> None:
+        interrupted_at.append(time.monotonic())
+        os.kill(os.getpid(), signal.SIGINT)
+
+    timer = threading.Timer(0.6, ctrl_c)
+    # When Ctrl-C arrives 0.6 s into the upload
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            upload_parts(
+                httpx.Client(),
+                {"part_bytes": part, "part_count": parts_count, "parts": parts},
+                [data],
+                len(data),
+                ask_parts=lambda specs: {"parts": []},
+                retry=RetryPolicy(max_attempts=2, base_s=0.01),
+                algorithm="SHA256",
+            )
+        stopped_at = time.monotonic()
+    finally:
+        timer.cancel()
+    # Then it stopped within about a second and no part was started after the interrupt
+    took = stopped_at - interrupted_at[0]
+    after = sum(t > interrupted_at[0] + 0.05 for t in started)
+    print(
+        f"ctrl-c to stop (upload, {part_mib} MiB parts): {took:.3f} s; parts started {len(started)}/{parts_count}, after: {after}"
+    )
+    assert took < 1.0
+    assert after == 0
+    assert 0 < len(started)
