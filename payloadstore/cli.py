@@ -14,6 +14,7 @@ import logging
 import math
 import os
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -1073,9 +1074,23 @@ def ipaddress_is_loopback(host: str) -> bool:
     return ipaddress.ip_address(host).is_loopback
 
 
+def terminate_as_interrupt() -> None:
+    """SIGTERM ends the command as Ctrl-C does (exit 143): a transfer in hand stops within a
+    round and removes its temporary files, where the default action would kill the process
+    with them left behind. `payloadstore daemon` installs its own handlers while it runs."""
+    import signal
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, on_term)
+
+
 def main(argv: list[str] | None = None) -> None:
     """The console script: whatever goes wrong is one `error:` line (exit 1 for an error no
     command anticipated; `-v` adds its traceback), never a bare traceback."""
+    terminate_as_interrupt()
     try:
         cli.main(args=argv, prog_name="payloadstore")
     except Exception as e:  # noqa: BLE001 - the CLI's contract: one line, whatever it was

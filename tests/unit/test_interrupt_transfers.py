@@ -212,3 +212,58 @@ def test_ctrl_c_stops_a_multipart_upload_within_a_second(slow_sink, monkeypatch)
     assert took < 1.0
     assert after == 0
     assert 0 < len(started)
+
+
+CHILD = """
+import sys, httpx
+from payloadstore._http import RetryPolicy
+from payloadstore._multipart import download_parts
+from payloadstore.cli import terminate_as_interrupt
+
+url, size, part, target = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+terminate_as_interrupt()
+print("started", flush=True)
+download_parts(
+    httpx.Client(),
+    {"url": url, "method": "GET", "expires_at": None},
+    size=size,
+    multipart={"part_bytes": part, "part_count": size // part},
+    presign_again=lambda: {"url": url},
+    retry=RetryPolicy(max_attempts=2, base_s=0.01),
+    into=target,
+)
+"""
+
+
+def test_sigterm_stops_the_clis_download_within_a_second_and_leaves_no_temporary_file(
+    slow_object, tmp_path
+):
+    import subprocess
+    import sys
+
+    url, data, started = slow_object
+    target = tmp_path / "result.bin"
+    target.write_bytes(b"the previous result")
+    # Given a CLI process downloading 64 parts into a path
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, url, str(len(data)), str(PART), str(target)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PAYLOADSTORE_PART_WORKERS": "8"},
+    )
+    assert child.stdout is not None and child.stdout.readline().strip() == "started"
+    time.sleep(0.6)
+    # When it gets SIGTERM
+    sent = time.monotonic()
+    child.send_signal(signal.SIGTERM)
+    code = child.wait(timeout=30)
+    took = time.monotonic() - sent
+    print(f"sigterm to exit: {took:.3f} s; ranges started {len(started)}/{PARTS}")
+    # Then it exits 143 within about a second (imports and the interpreter's exit included),
+    # the old file whole, no partial file left
+    assert code == 143, child.stderr.read() if child.stderr else ""
+    assert took < 1.5
+    assert len(started) < PARTS
+    assert target.read_bytes() == b"the previous result"
+    assert [p.name for p in tmp_path.iterdir()] == ["result.bin"]
