@@ -544,11 +544,7 @@ class _Writer:
                 # Into a temporary file beside it, renamed over it once verified: a failed or
                 # interrupted download leaves the old file whole and no partial one.
                 self._path = os.fspath(into)
-                fd, self._temp = tempfile.mkstemp(
-                    prefix=f".{os.path.basename(self._path)}.",
-                    suffix=".part",
-                    dir=os.path.dirname(os.path.abspath(self._path)),
-                )
+                fd, self._temp = temp_beside(self._path)
                 self._file, self._own_file = os.fdopen(fd, "wb"), True
             else:
                 self._file = into
@@ -594,6 +590,34 @@ class _Writer:
                         os.unlink(self._temp)
         if self._view is not None and self.buffer is not None:
             self._view.release()
+
+
+def temp_beside(path: str) -> tuple[int, str]:
+    """(fd, name) of a new file beside `path`, to be renamed over it once whole: with the mode
+    the file has, else the one `open(path, "wb")` would give it (0666 less the umask)."""
+    fd, temp = tempfile.mkstemp(
+        prefix=f".{os.path.basename(path)}.",
+        suffix=".part",
+        dir=os.path.dirname(os.path.abspath(path)),
+    )
+    try:
+        mode = os.stat(path).st_mode & 0o7777
+    except OSError:
+        mode = 0o666 & ~_umask()
+    os.fchmod(fd, mode)
+    return fd, temp
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it (Linux); else the usual 022."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
 
 
 def download_parts(

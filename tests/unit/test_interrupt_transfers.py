@@ -99,7 +99,7 @@ def test_ctrl_c_stops_a_multipart_download_within_a_second_and_leaves_no_file(
     # Then it stopped within about a second (the ranges in flight end at their next slice),
     # no range started after the interrupt, the old file is whole and no partial file is left
     took = stopped_at - interrupted_at[0]
-    after = sum(t > interrupted_at[0] + 0.05 for t in started)
+    after = sum(t > interrupted_at[0] + 0.2 for t in started)
     print(f"ctrl-c to stop: {took:.3f} s; ranges started {len(started)}/{PARTS}, after: {after}")
     assert took < 1.0
     assert after == 0
@@ -205,7 +205,7 @@ def test_ctrl_c_stops_a_multipart_upload_within_a_second(slow_sink, monkeypatch)
         timer.cancel()
     # Then it stopped within about a second and no part was started after the interrupt
     took = stopped_at - interrupted_at[0]
-    after = sum(t > interrupted_at[0] + 0.05 for t in started)
+    after = sum(t > interrupted_at[0] + 0.2 for t in started)
     print(
         f"ctrl-c to stop (upload, {part_mib} MiB parts): {took:.3f} s; parts started {len(started)}/{parts_count}, after: {after}"
     )
@@ -267,3 +267,25 @@ def test_sigterm_stops_the_clis_download_within_a_second_and_leaves_no_temporary
     assert len(started) < PARTS
     assert target.read_bytes() == b"the previous result"
     assert [p.name for p in tmp_path.iterdir()] == ["result.bin"]
+
+
+def test_a_result_written_into_a_path_keeps_the_old_file_on_failure_and_its_mode(tmp_path):
+    from payloadstore._payloads import write_into
+
+    target = tmp_path / "result.bin"
+    target.write_bytes(b"old")
+    target.chmod(0o640)
+    # When a write into it fails midway (here: what is written is not bytes)
+    with pytest.raises(TypeError):
+        write_into(target, object())  # type: ignore[arg-type]
+    # Then the old file is whole and no partial file is left
+    assert target.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["result.bin"]
+    # and a write that succeeds replaces it, keeping its mode; a new file gets the usual mode
+    write_into(target, b"new")
+    assert target.read_bytes() == b"new" and target.stat().st_mode & 0o777 == 0o640
+    umask = os.umask(0o022)
+    os.umask(umask)
+    fresh = tmp_path / "fresh.bin"
+    write_into(fresh, b"x")
+    assert fresh.stat().st_mode & 0o777 == 0o666 & ~umask
