@@ -673,7 +673,6 @@ class AsyncJob(JobHandle):
         if self._has_result and not copy:
             return self._result
         answer = await self._done_answer(timeout)
-        self._ended(answer)
         store = self.client.blob_store()
         downloads = answer.raw.get("blobs")
         if downloads:

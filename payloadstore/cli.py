@@ -217,6 +217,25 @@ def emit_value(value: Any, out: str | None) -> None:
         click.echo(text)
 
 
+class Seconds(click.ParamType):
+    """A duration in seconds: a number >= 0 (`inf`: no limit); NaN and negatives are bad input
+    (exit 2), refused before any call."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if math.isnan(seconds) or seconds < 0:
+            self.fail(f"{value!r} is not a number of seconds >= 0", param, ctx)
+        return seconds
+
+
+SECONDS = Seconds()
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--endpoint", envvar=ENV_ENDPOINT, help=f"control-plane URL [{ENV_ENDPOINT}]")
 @click.option("--token", envvar=ENV_TOKEN, help=f"bearer token [{ENV_TOKEN}]")
@@ -556,7 +575,7 @@ def _kms_keys(settings: Settings, ssm_endpoint: str | None) -> dict:
     "keyword argument NAME (a Blob); repeatable",
 )
 @click.option(
-    "--wait", type=float, default=None, help="then wait up to S seconds and print the result"
+    "--wait", type=SECONDS, default=None, help="then wait up to S seconds and print the result"
 )
 @click.option("--out", type=click.Path(dir_okay=False), help="with --wait: write the result here")
 @click.option(
@@ -696,7 +715,7 @@ def enqueue_lines(settings: Settings, queue: str, values: list[Any], progress) -
 @cli.command()
 @click.argument("job_id")
 @click.option(
-    "--wait", type=float, default=0.0, show_default=True, help="seconds to wait for a pending job"
+    "--wait", type=SECONDS, default=0.0, show_default=True, help="seconds to wait for a pending job"
 )
 @click.option(
     "--out", type=click.Path(dir_okay=False), help="write the result here (bytes raw, else JSON)"
@@ -1092,7 +1111,19 @@ def main(argv: list[str] | None = None) -> None:
     command anticipated; `-v` adds its traceback), never a bare traceback."""
     terminate_as_interrupt()
     try:
-        cli.main(args=argv, prog_name="payloadstore")
+        code = cli.main(args=argv, prog_name="payloadstore", standalone_mode=False)
+    except click.UsageError as e:
+        # A bad option or argument: one line, as every other error (exit 2).
+        hint = f" (see {e.ctx.command_path} --help)" if e.ctx is not None else ""
+        click.echo(f"error: {e.format_message()}{hint}", err=True)
+        sys.exit(2)
+    except click.ClickException as e:
+        click.echo(f"error: {e.format_message()}", err=True)
+        sys.exit(e.exit_code)
+    except click.exceptions.Abort:
+        # A confirmation answered no, or Ctrl-C at a prompt (as click itself: exit 1).
+        click.echo("error: aborted", err=True)
+        sys.exit(1)
     except Exception as e:  # noqa: BLE001 - the CLI's contract: one line, whatever it was
         if "-v" in (argv or sys.argv[1:]) or "--verbose" in (argv or sys.argv[1:]):
             import traceback
@@ -1102,6 +1133,8 @@ def main(argv: list[str] | None = None) -> None:
             f"error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", err=True
         )
         sys.exit(1)
+    # --help, a command's ctx.exit(code): its code (0 when the command returned).
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

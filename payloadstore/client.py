@@ -806,7 +806,6 @@ class Job(JobHandle):
         if self._has_result and not copy:
             return self._result
         answer = self._done_answer(timeout)
-        self._ended(answer)
         value = self._value_from(answer, progress=progress, copy=copy)
         if not copy:
             self._result, self._has_result = value, True

@@ -184,3 +184,29 @@ def test_an_error_no_command_anticipated_is_still_one_line(monkeypatch, capsys):
         cli_module.main(["queues"])
     assert exited.value.code == 1
     assert capsys.readouterr().err == "error: RuntimeError: something odd\n"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["result", "JOB", "--wait", "nan"],
+        ["result", "JOB", "--wait", "-5"],
+        ["enqueue", "q"],
+        ["enqueue", "q", "--json", "{"],
+        ["no-such-command"],
+    ],
+)
+def test_every_bad_input_is_one_error_line_and_exit_2(argv, monkeypatch, capsys, listener):
+    from payloadstore.cli import main
+
+    url, seen = listener
+    monkeypatch.setenv("PAYLOADSTORE_ENDPOINT", url)
+    monkeypatch.setenv("PAYLOADSTORE_TOKEN", "pst_t")
+    # When a command gets a bad input
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    # Then it answers one `error:` line, exit 2, before any call
+    err = capsys.readouterr().err
+    assert exited.value.code == 2
+    assert err.startswith("error: ") and len(err.splitlines()) == 1, err
+    assert seen == []
