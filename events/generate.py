@@ -133,7 +133,10 @@ def main() -> None:
             "GET", "/v1/namespaces/{ns}/jobs/{job_id}", {"ns": "dev", "job_id": JOB}
         ),
         "job_cancel": event(
-            "DELETE", "/v1/namespaces/{ns}/jobs/{job_id}", {"ns": "dev", "job_id": JOB}
+            "DELETE",
+            "/v1/namespaces/{ns}/jobs/{job_id}",
+            {"ns": "dev", "job_id": JOB},
+            headers={"Idempotency-Key": "cancel-example-1"},
         ),
         "result_get": event(
             "GET",
@@ -184,6 +187,7 @@ def main() -> None:
                     "daemon_id": "daemon-1",
                 },
             },
+            headers={"Idempotency-Key": "post-example-1"},
         ),
         # Enqueue-and-wait (issue 34): 201 with the result when the job ends within 5 s.
         "enqueue_wait": event(
@@ -227,16 +231,23 @@ def main() -> None:
             query={"state": "failed", "limit": "20"},
         ),
         "job_retry": event(
-            "POST", "/v1/namespaces/{ns}/jobs/{job_id}/retry", {"ns": "dev", "job_id": JOB}
+            "POST",
+            "/v1/namespaces/{ns}/jobs/{job_id}/retry",
+            {"ns": "dev", "job_id": JOB},
+            headers={"Idempotency-Key": "retry-example-1"},
         ),
         "queue_redrive": event(
             "POST",
             "/v1/namespaces/{ns}/queues/{queue}/redrive",
             {"ns": "dev", "queue": "default"},
             body={"states": ["failed", "payload_lost", "payload_corrupt"], "limit": 100},
+            headers={"Idempotency-Key": "redrive-example-1"},
         ),
         "queue_purge": event(
-            "POST", "/v1/namespaces/{ns}/queues/{queue}/purge", {"ns": "dev", "queue": "default"}
+            "POST",
+            "/v1/namespaces/{ns}/queues/{queue}/purge",
+            {"ns": "dev", "queue": "default"},
+            headers={"Idempotency-Key": "purge-example-1"},
         ),
         "queue_throughput": event(
             "GET",

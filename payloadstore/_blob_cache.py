@@ -22,7 +22,12 @@
   from before it fetches a job's blobs until the job's result is posted); eviction takes that
   lock exclusive without waiting and skips a blob it cannot take, so it never removes a file a
   running function reads (in this process or another). Pinned blobs may hold the cache above
-  its bound for as long as they are in use.
+  its bound for as long as they are in use;
+- eviction also removes the lock and pin files of the blobs it evicts (and of blobs no longer
+  cached), taken exclusive first: every lock is taken on the file its path names at that moment
+  (a holder whose file was removed meanwhile takes the new one), so a removed lock file never
+  lets two holders in; and the `tmp/` files of downloads whose process is gone (killed mid-way),
+  which count against the bound as the blobs do.
 """
 
 from __future__ import annotations
@@ -53,6 +58,9 @@ ATTEMPTS = 3
 # Blobs above this are downloaded in ranges of RANGE_BYTES, several at once.
 PARALLEL_ABOVE_BYTES = 64 * 1024 * 1024
 RANGE_BYTES = 16 * 1024 * 1024
+# A `tmp/` file this old is an abandoned download whatever its pid says (pids are reused, and a
+# cache shared across containers sees other pid namespaces).
+STALE_TMP_S = 24 * 3600
 
 
 def default_cache_dir() -> Path:
@@ -136,10 +144,10 @@ class BlobCache:
         fds: list[int] = []
         try:
             for sha in dict.fromkeys(shas):
-                fd = os.open(self._pin_file(sha), os.O_CREAT | os.O_RDWR, 0o644)
-                fds.append(fd)
                 # Waits only while an eviction holds it (the unlink of one file).
-                fcntl.flock(fd, fcntl.LOCK_SH)
+                fd = _lock_fd(self._pin_file(sha), fcntl.LOCK_SH)
+                assert fd is not None  # a blocking lock is always taken
+                fds.append(fd)
             yield
         finally:
             for fd in fds:
@@ -244,9 +252,10 @@ class BlobCache:
         return got, h.hexdigest()
 
     def evict(self, keep: str | None = None) -> int:
-        """Remove least recently used blobs until the cache is within its bound: bytes freed."""
+        """Remove least recently used blobs until the cache is within its bound: bytes freed
+        (the abandoned downloads' files first, then blobs)."""
         files = []
-        total = 0
+        total, freed_tmp = self._sweep_tmp()
         for mark in self.root.glob("??/*.ok"):
             data = mark.with_suffix("")
             try:
@@ -268,25 +277,100 @@ class BlobCache:
                     continue
                 self._mark(sha).unlink(missing_ok=True)
                 self.file(sha).unlink(missing_ok=True)
+                self._drop_locks(sha)
             freed += nbytes
             log.info("blob evicted sha256=%s bytes=%d", sha[:16], nbytes)
-        return freed
+        self._sweep_locks(keep)
+        return freed + freed_tmp
+
+    def _drop_locks(self, sha: str) -> None:
+        """Remove a blob's lock and pin files (both held exclusive by the caller)."""
+        self._pin_file(sha).unlink(missing_ok=True)
+        (self.root / "locks" / f"{sha}.lock").unlink(missing_ok=True)
+
+    def _sweep_locks(self, keep: str | None) -> None:
+        """The lock and pin files of blobs not cached, that nobody holds: removed."""
+        shas = {p.name.split(".", 1)[0] for p in (self.root / "locks").iterdir()}
+        for sha in shas - {keep}:
+            if self.file(sha).exists():
+                continue
+            unpinned = _flock(self._pin_file(sha), blocking=False)
+            with unpinned as free, self._locked(sha, blocking=False) as held:
+                if free and held and not self.file(sha).exists():
+                    self._drop_locks(sha)
+
+    def _sweep_tmp(self) -> tuple[int, int]:
+        """(bytes of downloads in progress, bytes removed): a `tmp/` file of a process that is
+        gone (killed mid-download: its own clean-up never ran), or older than a day, goes."""
+        kept = removed = 0
+        now = time.time()
+        for path in (self.root / "tmp").iterdir():
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            if now - st.st_mtime > STALE_TMP_S or (
+                now - st.st_mtime > 60 and not _alive(_pid_of(path.name))
+            ):
+                path.unlink(missing_ok=True)
+                removed += st.st_size
+                log.info("abandoned download removed file=%s bytes=%d", path.name, st.st_size)
+            else:
+                kept += st.st_size
+        return kept, removed
 
 
 @contextmanager
 def _flock(path: Path, *, blocking: bool = True) -> Iterator[bool]:
     """An exclusive `flock` of `path`: True once held; False at once when another holds it and
     `blocking` is off."""
-    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+    fd = _lock_fd(path, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+    if fd is None:
+        yield False
+        return
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-        except BlockingIOError:
-            yield False
-            return
         yield True
     finally:
         os.close(fd)
+
+
+def _lock_fd(path: Path, mode: int) -> int | None:
+    """An fd of `path` locked with `mode` (flock), or None when LOCK_NB found it held. The lock
+    is taken on the file the path names once locked: eviction removes lock files it holds, so
+    a file locked after its removal is let go and the path's current file locked instead."""
+    while True:
+        fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(fd, mode)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)
+
+
+def _pid_of(name: str) -> int | None:
+    """The pid in a `tmp/` file's name (`<sha256>.<pid>.<hex>[.ok]`), or None."""
+    parts = name.split(".")
+    return int(parts[1]) if len(parts) >= 3 and parts[1].isdigit() else None
+
+
+def _alive(pid: int | None) -> bool:
+    """Whether a process of that pid runs on this host (unknown: assumed alive)."""
+    if pid is None or pid <= 0:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def _refused(sha: str, response: httpx.Response) -> Exception:

@@ -159,8 +159,13 @@ def digest(source: Any) -> tuple[str, int, Path | bytes]:
                 if start == 0:
                     return digest(Path(name))
         spool = tempfile.NamedTemporaryFile(prefix=SPOOL_PREFIX, delete=False)  # noqa: SIM115 - kept: the upload reads it
-        with spool:
-            sha, size = _hash_stream(source, spool)
+        try:
+            with spool:
+                sha, size = _hash_stream(source, spool)
+        except BaseException:
+            # A stream that fails (or an interrupt) leaves no spool file behind.
+            Path(spool.name).unlink(missing_ok=True)
+            raise
         return sha, size, Path(spool.name)
     raise TypeError(
         f"a blob's source is bytes, a path or a binary file object, not {type(source).__name__}"

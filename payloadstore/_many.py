@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +36,37 @@ def windows(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
     """Consecutive lists of at most `size` items: a long iterable is never held whole."""
     iterator = iter(items)
     while window := list(itertools.islice(iterator, size)):
+        yield window
+
+
+# A map window holds at most this many encoded bytes (beside its item count): a generator of
+# large arrays is encoded a few at a time, each window sent before the next is encoded.
+MAP_WINDOW_BYTES = 256 * 1024 * 1024
+
+
+def planned_windows(
+    calls: Iterable[Any],
+    size: int,
+    encode: Callable[[int, Any], Any],
+    max_bytes: int | None = None,
+) -> Iterator[list[Planned]]:
+    """Consecutive windows of encoded items (`encode(index, call)`), each of at most `size`
+    items and, past its first item, at most `max_bytes` (MAP_WINDOW_BYTES) encoded bytes."""
+    max_bytes = MAP_WINDOW_BYTES if max_bytes is None else max_bytes
+    window: list[Planned] = []
+    held = 0
+    for index, call in enumerate(calls):
+        encoded = encode(index, call)
+        nbytes = int(getattr(encoded, "nbytes", 0))
+        if window and held + nbytes > max_bytes:
+            yield window
+            window, held = [], 0
+        window.append(Planned(index, encoded))
+        held += nbytes
+        if len(window) >= size:
+            yield window
+            window, held = [], 0
+    if window:
         yield window
 
 

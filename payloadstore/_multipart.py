@@ -21,10 +21,12 @@ size of the payload.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.client
 import logging
 import os
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -524,6 +526,8 @@ class _Writer:
         self._fd: int | None = None
         self._file: BinaryIO | None = None
         self._own_file = False
+        self._path: str | None = None
+        self._temp: str | None = None
         self._lock = threading.Lock()
         self._local = threading.local()
         self._part_bytes = part_bytes
@@ -537,7 +541,11 @@ class _Writer:
             self._view = view
         else:
             if isinstance(into, (str, os.PathLike)):
-                self._file, self._own_file = open(into, "wb"), True  # noqa: SIM115 - closed in close()
+                # Into a temporary file beside it, renamed over it once verified: a failed or
+                # interrupted download leaves the old file whole and no partial one.
+                self._path = os.fspath(into)
+                fd, self._temp = temp_beside(self._path)
+                self._file, self._own_file = os.fdopen(fd, "wb"), True
             else:
                 self._file = into
             try:
@@ -574,8 +582,42 @@ class _Writer:
                 self._file.seek(self._base + size)
             if self._own_file:
                 self._file.close()
+            if self._temp is not None and self._path is not None:
+                if ok:
+                    os.replace(self._temp, self._path)
+                else:
+                    with contextlib.suppress(OSError):
+                        os.unlink(self._temp)
         if self._view is not None and self.buffer is not None:
             self._view.release()
+
+
+def temp_beside(path: str) -> tuple[int, str]:
+    """(fd, name) of a new file beside `path`, to be renamed over it once whole: with the mode
+    the file has, else the one `open(path, "wb")` would give it (0666 less the umask)."""
+    fd, temp = tempfile.mkstemp(
+        prefix=f".{os.path.basename(path)}.",
+        suffix=".part",
+        dir=os.path.dirname(os.path.abspath(path)),
+    )
+    try:
+        mode = os.stat(path).st_mode & 0o7777
+    except OSError:
+        mode = 0o666 & ~_umask()
+    os.fchmod(fd, mode)
+    return fd, temp
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it (Linux); else the usual 022."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
 
 
 def download_parts(
@@ -608,8 +650,18 @@ def download_parts(
     digests: list[bytes] = [b""] * len(ranges)
     crcs: list[tuple[int, int]] = [(0, 0)] * len(ranges)
     ok = False
+    stop = threading.Event()
+
+    def pause(seconds: float) -> None:
+        # A range's backoff ends at once when the download is interrupted.
+        if sleep is time.sleep:
+            stop.wait(seconds)
+        else:
+            sleep(seconds)
 
     def fetch(index: int, start: int, length: int) -> None:
+        if stop.is_set():
+            raise _Stopped()
         target = writer.target(start, length)
         crc = _read_range(
             reader,
@@ -617,10 +669,11 @@ def download_parts(
             start,
             target,
             retry=retry,
-            sleep=sleep,
+            sleep=pause,
             key=key,
             job_id=job_id,
             checksum=bool(crc64nvme),
+            stop=stop,
         )
         if crc64nvme:
             crcs[index] = (crc, length)
@@ -634,37 +687,72 @@ def download_parts(
             min(workers(), len(ranges)) or 1, thread_name_prefix="payload-range"
         ) as pool:
             futures = [pool.submit(fetch, i, s, n) for i, (_, s, n) in enumerate(ranges)]
-            wait(futures, return_when=FIRST_EXCEPTION)
-            failed = _first_failure(futures)
-            if failed is not None:
+            try:
+                wait(futures, return_when=FIRST_EXCEPTION)
+                failed = _first_failure(futures)
+                if failed is not None:
+                    raise failed
+            except BaseException:
+                # A failed range, Ctrl-C or SIGTERM: no range starts after this, and those in
+                # flight stop at their next slice, so leaving the pool waits ~ one slice.
+                stop.set()
                 for f in futures:
                     f.cancel()
-                raise failed
-        if crc64nvme:
-            whole = _checksum.to_b64(_checksum.combine_all(crcs))
-            if whole != crc64nvme:
-                raise PayloadCorrupt(
-                    f"payload crc64nvme mismatch: key={key} expected={crc64nvme} actual={whole}",
-                    job_id=job_id,
-                    key=key,
-                    expected_crc64nvme=crc64nvme,
-                    actual_crc64nvme=whole,
-                )
-        actual = composite_hex(digests) if expected and not crc64nvme else None
-        if expected and not crc64nvme and actual != expected:
-            raise PayloadCorrupt(
-                f"payload composite sha256 mismatch: key={key} expected={expected} actual={actual}",
-                job_id=job_id,
-                key=key,
-                expected_sha256=expected,
-                actual_sha256=actual,
-            )
+                raise
+        _verify(crcs, digests, crc64nvme=crc64nvme, expected=expected, key=key, job_id=job_id)
         ok = True
     finally:
         reader.close()
         bar.close()
         writer.close(size, ok)
     return writer.buffer
+
+
+def _verify(
+    crcs: list[tuple[int, int]],
+    digests: list[bytes],
+    *,
+    crc64nvme: str | None,
+    expected: str | None,
+    key: str | None,
+    job_id: str | None,
+) -> None:
+    """PayloadCorrupt unless the ranges make the whole object's CRC64NVME (or, for a SHA256
+    upload, its composite sha256)."""
+    if crc64nvme:
+        whole = _checksum.to_b64(_checksum.combine_all(crcs))
+        if whole != crc64nvme:
+            raise PayloadCorrupt(
+                f"payload crc64nvme mismatch: key={key} expected={crc64nvme} actual={whole}",
+                job_id=job_id,
+                key=key,
+                expected_crc64nvme=crc64nvme,
+                actual_crc64nvme=whole,
+            )
+        return
+    actual = composite_hex(digests) if expected else None
+    if expected and actual != expected:
+        raise PayloadCorrupt(
+            f"payload composite sha256 mismatch: key={key} expected={expected} actual={actual}",
+            job_id=job_id,
+            key=key,
+            expected_sha256=expected,
+            actual_sha256=actual,
+        )
+
+
+class _Stopped(Exception):
+    """The download was interrupted (or another range failed): this range stops here."""
+
+
+def _halting(stop: threading.Event | None) -> Callable[[], None]:
+    """A check that raises `_Stopped` once `stop` is set."""
+
+    def halt() -> None:
+        if stop is not None and stop.is_set():
+            raise _Stopped()
+
+    return halt
 
 
 def _read_range(
@@ -678,19 +766,24 @@ def _read_range(
     key: str | None,
     job_id: str | None,
     checksum: bool = False,
+    stop: threading.Event | None = None,
 ) -> int:
     """One range, retried alone; a refused URL renewed once for all workers. `checksum`: its
-    CRC64NVME, taken slice by slice as the bytes land, is answered (else 0)."""
+    CRC64NVME, taken slice by slice as the bytes land, is answered (else 0). `stop` set: the
+    read ends at its next slice (`_Stopped`)."""
+    halt = _halting(stop)
     for attempt in range(retry.max_attempts):
         last = attempt == retry.max_attempts - 1
+        halt()
         grant, generation = shared.get()
         crc = [_checksum.EMPTY]
 
         def landed(view: memoryview, crc: list[int] = crc) -> None:
-            crc[0] = _checksum.update(view, crc[0])
+            halt()
+            crc[0] = _checksum.update(view, crc[0]) if checksum else crc[0]
 
         try:
-            refused = reader.read(grant["url"], start, target, landed if checksum else None)
+            refused = reader.read(grant["url"], start, target, landed)
         except (httpx.TransportError, OSError, http.client.HTTPException) as e:
             reader.discard()
             if last:

@@ -6,6 +6,7 @@ builds presign requests or S3 references of its own.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable
@@ -15,7 +16,7 @@ import httpx
 
 from . import codec
 from ._http import RetryPolicy
-from ._multipart import download_parts, upload_parts
+from ._multipart import download_parts, temp_beside, upload_parts
 from ._transfer import download, expiry_epoch, upload
 from ._wire import DownloadGrant, PayloadRef, ServerConfig, UploadGrant, Wire
 from .errors import ApiError, PayloadTooLarge
@@ -256,7 +257,16 @@ def write_into(into: Any, data: bytes | bytearray | memoryview) -> None:
     if isinstance(into, (bytearray, memoryview)):
         memoryview(into).cast("B")[: len(data)] = data
     elif isinstance(into, (str, os.PathLike)):
-        with open(into, "wb") as f:
-            f.write(data)
+        # Beside it, then renamed over it: a failed write (a full disk) leaves the old file whole.
+        path = os.fspath(into)
+        fd, temp = temp_beside(path)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(temp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            raise
     else:
         into.write(data)

@@ -36,11 +36,13 @@ def sparkline(values: Iterable[float]) -> str:
 def format_age(seconds: float | None) -> str:
     if seconds is None:
         return "-"
-    if seconds < 60:
-        return f"{seconds:.0f}s"
-    if seconds < 3600:
-        return f"{seconds / 60:.0f}m{seconds % 60:02.0f}s"
-    return f"{seconds / 3600:.0f}h{seconds % 3600 / 60:02.0f}m"
+    # Floored, as a clock reads: 100 s is 1m40s, 7,199 s is 1h59m (never 2m40s or 2h60m).
+    whole = max(int(seconds), 0)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
 
 
 def queue_table(

@@ -32,9 +32,12 @@ A new field in an existing answer is one line in its dataclass and its `parse_..
 a request body is a keyword argument of the builder.
 
 Every SDK write is safe to retry: inline enqueues carry an Idempotency-Key, S3-tier enqueues an
-issued key, and result posts are idempotent on the server. A cancel is retried too: when the
-retry answers `409` with `state: cancelled` (the first attempt cancelled the job and its answer
-was lost), `Call.retried` turns it into the cancel done.
+issued key, and result posts are idempotent on the server. Retry, redrive, purge and cancel
+carry an Idempotency-Key too (one per call, the same on each of its retries): a repeat gets the
+first answer. So does a result post or failure report with `next`: its repeat gets the
+deliveries the first one took. From a control plane before those keys, a cancel's retry that answers `409` with
+`state: cancelled` (the first attempt cancelled the job and its answer was lost) is the cancel
+done (`Call.retried`).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from __future__ import annotations
 import base64
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, NoReturn, TypeVar, overload
@@ -1419,6 +1423,7 @@ def post_result(
         json=body,
         errors=_job_errors(),
         timeout_s=None if next is None else next.wait_s + 20.0,
+        headers=_next_key(next),
     )
 
 
@@ -1458,7 +1463,14 @@ def report_failure(
         json=body,
         errors=_job_errors(),
         timeout_s=None if next is None else next.wait_s + 20.0,
+        headers=_next_key(next),
     )
+
+
+def _next_key(next: NextJobs | None) -> dict[str, str]:
+    """A post with `next` carries an Idempotency-Key (the same on each retry): sent again after
+    a lost answer, it gets the deliveries the first one took, not a second batch."""
+    return {} if next is None else {"Idempotency-Key": operation_key()}
 
 
 def heartbeat(namespace: str, job_id: str, lease: str) -> Call[HeartbeatAnswer]:
@@ -1519,21 +1531,37 @@ def job_payloads(namespace: str, job_id: str) -> Call[JobPayloads]:
     )
 
 
-def retry_job(namespace: str, job_id: str) -> Call[RetryAnswer]:
+def operation_key() -> str:
+    """A fresh Idempotency-Key for one client operation (its retries send the same one)."""
+    return uuid.uuid4().hex
+
+
+def retry_job(
+    namespace: str, job_id: str, *, idempotency_key: str | None = None
+) -> Call[RetryAnswer]:
     """Queue a failed or cancelled job again; `NotRetryable` (with `.reason`) otherwise. Safe
-    to retry: a retry of a job still queued from a retry answers the same."""
+    to retry: its Idempotency-Key (a fresh one unless given) gives a repeat the first answer,
+    even once the job ran and failed again meanwhile."""
     return Call(
         "POST",
         ns_path(namespace, f"/jobs/{job_id}/retry"),
         f"retry job {job_id}",
         parse_retry,
         errors={**_job_errors(), "not_retryable": NotRetryable},
+        headers={"Idempotency-Key": idempotency_key or operation_key()},
     )
 
 
 def redrive(
-    namespace: str, queue: str, *, states: list[str] | None = None, limit: int | None = None
+    namespace: str,
+    queue: str,
+    *,
+    states: list[str] | None = None,
+    limit: int | None = None,
+    idempotency_key: str | None = None,
 ) -> Call[RedriveAnswer]:
+    """Retry up to `limit` ended jobs of the queue. Safe to retry: its Idempotency-Key (a
+    fresh one unless given) gives a repeat the first answer, never `limit` more jobs."""
     body: dict[str, Any] = {}
     if states:
         body["states"] = list(states)
@@ -1545,22 +1573,29 @@ def redrive(
         f"redrive queue {queue}",
         parse_redrive,
         json=body,
+        headers={"Idempotency-Key": idempotency_key or operation_key()},
     )
 
 
-def purge(namespace: str, queue: str) -> Call[PurgeAnswer]:
+def purge(namespace: str, queue: str, *, idempotency_key: str | None = None) -> Call[PurgeAnswer]:
+    """Cancel the queue's queued jobs; with an Idempotency-Key, so a repeat answers the count
+    the first one cancelled."""
     return Call(
         "POST",
         ns_path(namespace, f"/queues/{queue}/purge"),
         f"purge queue {queue}",
         parse_purge,
+        headers={"Idempotency-Key": idempotency_key or operation_key()},
     )
 
 
-def cancel_job(namespace: str, job_id: str) -> Call[CancelAnswer]:
+def cancel_job(
+    namespace: str, job_id: str, *, idempotency_key: str | None = None
+) -> Call[CancelAnswer]:
     """Cancel a queued job (200) or ask its daemon to stop a running one (202); a finished job
-    is `ConflictError`, except that a retry's 409 for a job now `cancelled` is the cancel done
-    (the first attempt may have cancelled it and lost its answer)."""
+    is `ConflictError`. With an Idempotency-Key, a repeat gets the first answer; from a control
+    plane before it, a retry's 409 for a job now `cancelled` is the cancel done (the first
+    attempt may have cancelled it and lost its answer)."""
     return Call(
         "DELETE",
         ns_path(namespace, f"/jobs/{job_id}"),
@@ -1569,6 +1604,7 @@ def cancel_job(namespace: str, job_id: str) -> Call[CancelAnswer]:
         ok=frozenset({200, 202}),
         errors=_job_errors(),
         retried=cancelled_already(job_id),
+        headers={"Idempotency-Key": idempotency_key or operation_key()},
     )
 
 

@@ -41,10 +41,10 @@ from ._many import (
     Watch,
     inline_item,
     item_error,
+    planned_windows,
     raise_if_refused,
     return_when_value,
     split_batches,
-    windows,
 )
 from ._payloads import Payloads, write_into
 from ._wire import (
@@ -484,8 +484,8 @@ class AsyncQueue:
         jobs: list[AsyncJob | None] = []
         errors: dict[int, Exception] = {}
         limit = asyncio.Semaphore(concurrency)
-        for chunk in windows(enumerate(calls), max(config.batch_max_jobs, concurrency * 4)):
-            planned = [Planned(i, codec.encode(call)) for i, call in chunk]
+        window = max(config.batch_max_jobs, concurrency * 4)
+        for planned in planned_windows(calls, window, lambda _, call: codec.encode(call)):
             jobs.extend([None] * len(planned))
             await self._prepare(planned, limit, errors, progress, force_s3=False)
             await self._enqueue_planned(planned, limit, jobs, errors, progress)
@@ -670,7 +670,7 @@ class AsyncJob(JobHandle):
         self, timeout: float | None = None, *, progress: bool | None = None, copy: bool = False
     ) -> Any:
         """As `Job.result`. Cancelling the awaiting task cancels the long-poll at once."""
-        if self._has_result:
+        if self._has_result and not copy:
             return self._result
         answer = await self._done_answer(timeout)
         store = self.client.blob_store()
@@ -699,5 +699,6 @@ class AsyncJob(JobHandle):
             value = codec.decode(data, copy=copy)
         finally:
             store.done_reading(reading)
-        self._result, self._has_result = value, True
+        if not copy:
+            self._result, self._has_result = value, True
         return value

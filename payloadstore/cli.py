@@ -11,8 +11,10 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import math
 import os
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,7 @@ from .client import (
     find_devstack_file,
     read_devstack,
 )
+from .codec import CodecError
 from .errors import ConfigError, JobFailed, PayloadStoreError
 
 ENV_TOKEN_PARAMETER_PATH = "TOKEN_PARAMETER_PATH"
@@ -53,7 +56,9 @@ class Settings:
         return Path(self.devstack) if self.devstack else find_devstack_file()
 
     def client(self, role: str = "client", **kwargs: Any) -> Client:
-        """Flags, then PAYLOADSTORE_* variables, then the local stack's .devstack.json."""
+        """Flags and PAYLOADSTORE_* variables, else the local stack's .devstack.json: the
+        endpoint and the token from the same one (a given token never goes to a .devstack.json
+        endpoint)."""
         namespace = self.namespace or DEFAULT_NAMESPACE
         endpoint, token = self.endpoint, self.token
         if not (endpoint and token):
@@ -71,14 +76,26 @@ class Settings:
                     f"set {missing}, or start the local stack (payloadstore dev) so .devstack.json exists"
                 )
             _, stack = read_devstack(found)
+            # A token goes only to an endpoint of its own source: a token given (flag or
+            # environment) is never sent to the endpoint a .devstack.json names (any directory
+            # above may hold one, e.g. a cloned repository's), and a .devstack.json token only
+            # to its own stack.
+            if token:
+                raise ConfigError(
+                    f"a token from --token/{ENV_TOKEN} needs its endpoint from the same place: "
+                    f"set --endpoint/{ENV_ENDPOINT} (not taken from {found})"
+                )
+            if endpoint and endpoint.rstrip("/") != str(stack.get("endpoint") or "").rstrip("/"):
+                raise ConfigError(
+                    f"an endpoint from --endpoint/{ENV_ENDPOINT} needs its token from the same "
+                    f"place: set --token/{ENV_TOKEN} ({found} holds tokens of "
+                    f"{stack.get('endpoint')}, not {endpoint})"
+                )
             endpoint = endpoint or stack.get("endpoint")
-            if not token:
-                try:
-                    token = stack["namespaces"][namespace][f"{role}_token"]
-                except (KeyError, TypeError) as e:
-                    raise ConfigError(
-                        f"{found} has no {role} token for namespace {namespace!r}"
-                    ) from e
+            try:
+                token = stack["namespaces"][namespace][f"{role}_token"]
+            except (KeyError, TypeError) as e:
+                raise ConfigError(f"{found} has no {role} token for namespace {namespace!r}") from e
         if not endpoint:
             # A .devstack.json without an endpoint: Client's own refusal, before any other.
             raise ConfigError(f"no control-plane endpoint: pass endpoint= or set {ENV_ENDPOINT}")
@@ -125,6 +142,64 @@ def json_default(value: Any) -> Any:
     return repr(value)
 
 
+def json_safe(value: Any) -> Any:
+    """A value JSON can hold, by the CLI's documented rule: NaN and the infinities as the strings
+    "NaN", "Infinity", "-Infinity"; map keys as strings (bool and None as JSON writes them,
+    numbers in their JSON form, bytes as their UTF-8 text or else `0x` + hex, anything else its
+    repr; a key that would repeat one already there is its repr); bytes as `{"bytes": N}`,
+    arrays as lists, other types as `json_default` has them."""
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return float(value)
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if value is None or type(value) in (str, bool, int):
+        return value
+    if isinstance(value, (str, bool, int)):
+        return json_safe_scalar(value)
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            key = json_key(k)
+            if key in out:
+                key = repr(k)
+            out[key] = json_safe(v)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    converted = json_default(value)
+    return converted if isinstance(converted, str) else json_safe(converted)
+
+
+def json_safe_scalar(value: Any) -> Any:
+    """A subclass of str, int or bool (an enum, say) as its plain value."""
+    for plain in (bool, int, str):
+        if isinstance(value, plain):
+            return plain(value)
+    return value
+
+
+def json_key(key: Any) -> str:
+    if isinstance(key, str):
+        return str(key)
+    if key is None or isinstance(key, bool):
+        return json.dumps(key)
+    if isinstance(key, (int, float)):
+        safe = json_safe(key)
+        return safe if isinstance(safe, str) else json.dumps(safe)
+    if isinstance(key, (bytes, bytearray, memoryview)):
+        raw = bytes(key)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return "0x" + raw.hex()
+    return repr(key)
+
+
+def dumps_json(value: Any) -> str:
+    """Strict JSON (no NaN, no non-string keys), whatever the value: see `json_safe`."""
+    return json.dumps(json_safe(value), ensure_ascii=False, allow_nan=False)
+
+
 def emit_value(value: Any, out: str | None) -> None:
     """bytes go out raw (to --out or stdout); anything else as JSON."""
     if isinstance(value, (bytes, bytearray, memoryview)):
@@ -135,11 +210,30 @@ def emit_value(value: Any, out: str | None) -> None:
             sys.stdout.buffer.write(data)
             sys.stdout.flush()
         return
-    text = json.dumps(value, default=json_default, ensure_ascii=False)
+    text = dumps_json(value)
     if out:
         Path(out).write_text(text + "\n")
     else:
         click.echo(text)
+
+
+class Seconds(click.ParamType):
+    """A duration in seconds: a number >= 0 (`inf`: no limit); NaN and negatives are bad input
+    (exit 2), refused before any call."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if math.isnan(seconds) or seconds < 0:
+            self.fail(f"{value!r} is not a number of seconds >= 0", param, ctx)
+        return seconds
+
+
+SECONDS = Seconds()
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -481,7 +575,7 @@ def _kms_keys(settings: Settings, ssm_endpoint: str | None) -> dict:
     "keyword argument NAME (a Blob); repeatable",
 )
 @click.option(
-    "--wait", type=float, default=None, help="then wait up to S seconds and print the result"
+    "--wait", type=SECONDS, default=None, help="then wait up to S seconds and print the result"
 )
 @click.option("--out", type=click.Path(dir_okay=False), help="with --wait: write the result here")
 @click.option(
@@ -517,6 +611,9 @@ def enqueue(
                 emit_value(job.result(timeout=wait, progress=progress), out)
     except PayloadStoreError as e:
         fail(e, settings.verbose)
+    except CodecError as e:
+        # A value msgpack cannot hold (an integer past 64 bits, say): bad input, nothing sent.
+        fail(ConfigError(f"cannot encode the job's argument: {e}"))
 
 
 def one_value(file_path: str | None, json_text: str | None) -> tuple:
@@ -618,7 +715,7 @@ def enqueue_lines(settings: Settings, queue: str, values: list[Any], progress) -
 @cli.command()
 @click.argument("job_id")
 @click.option(
-    "--wait", type=float, default=0.0, show_default=True, help="seconds to wait for a pending job"
+    "--wait", type=SECONDS, default=0.0, show_default=True, help="seconds to wait for a pending job"
 )
 @click.option(
     "--out", type=click.Path(dir_okay=False), help="write the result here (bytes raw, else JSON)"
@@ -648,7 +745,7 @@ def status(settings: Settings, job_id, show_args: bool) -> None:
     try:
         with settings.client("client") as client:
             job = client.job(job_id)
-            click.echo(json.dumps(job.status().raw))
+            click.echo(dumps_json(job.status().raw))
             if show_args:
                 stored = job.payloads()
                 show_payload("args", stored.args, client)
@@ -742,7 +839,7 @@ def jobs(settings: Settings, queue, state, limit, cursor, every_page, as_json) -
         fail(e, settings.verbose)
     if as_json:
         for job in listed:
-            click.echo(json.dumps(job.raw))
+            click.echo(dumps_json(job.raw))
     else:
         click.echo(jobs_table(listed))
     if next_cursor and not every_page:
@@ -997,8 +1094,48 @@ def ipaddress_is_loopback(host: str) -> bool:
     return ipaddress.ip_address(host).is_loopback
 
 
+def terminate_as_interrupt() -> None:
+    """SIGTERM ends the command as Ctrl-C does (exit 143): a transfer in hand stops within a
+    round and removes its temporary files, where the default action would kill the process
+    with them left behind. `payloadstore daemon` installs its own handlers while it runs."""
+    import signal
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, on_term)
+
+
 def main(argv: list[str] | None = None) -> None:
-    cli.main(args=argv, prog_name="payloadstore")
+    """The console script: whatever goes wrong is one `error:` line (exit 1 for an error no
+    command anticipated; `-v` adds its traceback), never a bare traceback."""
+    terminate_as_interrupt()
+    try:
+        code = cli.main(args=argv, prog_name="payloadstore", standalone_mode=False)
+    except click.UsageError as e:
+        # A bad option or argument: one line, as every other error (exit 2).
+        hint = f" (see {e.ctx.command_path} --help)" if e.ctx is not None else ""
+        click.echo(f"error: {e.format_message()}{hint}", err=True)
+        sys.exit(2)
+    except click.ClickException as e:
+        click.echo(f"error: {e.format_message()}", err=True)
+        sys.exit(e.exit_code)
+    except click.exceptions.Abort:
+        # A confirmation answered no, or Ctrl-C at a prompt (as click itself: exit 1).
+        click.echo("error: aborted", err=True)
+        sys.exit(1)
+    except Exception as e:  # noqa: BLE001 - the CLI's contract: one line, whatever it was
+        if "-v" in (argv or sys.argv[1:]) or "--verbose" in (argv or sys.argv[1:]):
+            import traceback
+
+            traceback.print_exc()
+        click.echo(
+            f"error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", err=True
+        )
+        sys.exit(1)
+    # --help, a command's ctx.exit(code): its code (0 when the command returned).
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -32,10 +32,10 @@ from ._many import (
     Watch,
     inline_item,
     item_error,
+    planned_windows,
     raise_if_refused,
     return_when_value,
     split_batches,
-    windows,
 )
 from ._payloads import Payloads, write_into
 from ._wire import (
@@ -423,8 +423,7 @@ class Queue:
         errors: dict[int, Exception] = {}
         window = max(config.batch_max_jobs, concurrency * 4)
         with ThreadPoolExecutor(concurrency, thread_name_prefix="payloadstore-map") as pool:
-            for chunk in windows(enumerate(calls), window):
-                planned = [Planned(i, codec.encode(call)) for i, call in chunk]
+            for planned in planned_windows(calls, window, lambda _, call: codec.encode(call)):
                 jobs.extend([None] * len(planned))
                 self._prepare(planned, pool, errors, progress, force_s3=False)
                 self._enqueue_planned(planned, pool, jobs, errors, progress)
@@ -802,11 +801,14 @@ class Job(JobHandle):
         daemons kept dying), JobCancelled, PayloadCorrupt, PayloadLost, ResultTimeout,
         JobNotFound.
         """
-        if self._has_result:
+        # The value is kept as decoded without copy=True (read-only arrays over the bytes);
+        # copy=True decodes writable arrays afresh each time, never the kept value.
+        if self._has_result and not copy:
             return self._result
         answer = self._done_answer(timeout)
         value = self._value_from(answer, progress=progress, copy=copy)
-        self._result, self._has_result = value, True
+        if not copy:
+            self._result, self._has_result = value, True
         return value
 
     def result_into(

@@ -44,6 +44,7 @@ from .client import Client
 from .errors import (
     AuthError,
     BlobSourceGone,
+    ConfigError,
     ConflictError,
     InlineNever,
     InlineUnavailable,
@@ -70,7 +71,9 @@ class DeliveryOutcome(StrEnum):
     PAYLOAD_LOST = "payload_lost"
     # The control plane would not take the result (409: redelivered elsewhere).
     REFUSED = "refused"
-    # Could not store/post the result; the job is redelivered after the visibility timeout.
+    # Could not fetch its arguments (S3 unreachable or refusing, an unwritable blob cache), store
+    # or post its result, or any other error of this one delivery: nothing was posted, and the
+    # job is delivered again when its lease runs out (VISIBILITY_TIMEOUT_S); the daemon goes on.
     ABANDONED = "abandoned"
     # A client cancelled the job while it ran; posted as error type Cancelled.
     CANCELLED = "cancelled"
@@ -637,7 +640,13 @@ class Daemon:
             raise ValueError("no function: pass process(message, fn) or register one")
         job = message if isinstance(message, PolledJob) else polled_job(message)
         started = time.monotonic()
-        outcome = self._process(job, fn)
+        try:
+            outcome = self._process(job, fn)
+        except (AuthError, ConfigError):
+            raise  # a revoked token or a wrong setup stops the daemon (one line from the CLI)
+        except Exception:  # one job's error never stops the daemon
+            log.exception("job abandoned on an unexpected error job_id=%s", job.job_id)
+            outcome = ABANDONED
         with self._lock:
             self.stats[outcome] += 1
         log.info(
@@ -707,6 +716,16 @@ class Daemon:
             log.error("payload lost job_id=%s key=%s", job_id, e.key)
             self._report_failure(job_id, PAYLOAD_LOST, e.message, lease=lease)
             return PAYLOAD_LOST
+        except AuthError:
+            raise  # a revoked token stops the daemon
+        except (PayloadStoreError, OSError) as e:
+            # S3 unreachable through every retry, a refused download, an unwritable blob cache:
+            # the host's trouble or a passing one, not the job's. Nothing is reported; the job is
+            # delivered again when its lease runs out, and this daemon takes the next one.
+            log.error(
+                "arguments not fetched, job left for redelivery job_id=%s error=%s", job_id, e
+            )
+            return ABANDONED
         # 2. decode and call (blobs in the value read through this daemon's cache)
         reading = client.blobs.reading(job.raw.get("blobs"))
         try:
@@ -805,7 +824,9 @@ class Daemon:
                         job_id,
                     )
             return REFUSED
-        except PayloadStoreError as e:
+        except AuthError:
+            raise
+        except (PayloadStoreError, OSError) as e:
             log.error("result not stored job_id=%s error=%s", job_id, e)
             return ABANDONED
 
@@ -868,6 +889,8 @@ class Daemon:
         error = {"type": CANCELLED_ERROR_TYPE, "message": "cancelled by a client while running"}
         try:
             return self._post_result(job_id, CANCELLED, error=error, lease=lease)
+        except AuthError:
+            raise
         except PayloadStoreError as e:
             log.error("cancel not posted job_id=%s error=%s", job_id, e)
             return ABANDONED
@@ -886,6 +909,8 @@ class Daemon:
             error["traceback"] = tb
         try:
             return self._post_result(job_id, FAILED, error=error, lease=lease)
+        except AuthError:
+            raise
         except PayloadStoreError as e:
             log.error("error not posted job_id=%s error=%s", job_id, e)
             return ABANDONED
@@ -925,6 +950,14 @@ class Daemon:
             if policy_mismatch_raises:
                 raise
             log.warning("result refused job_id=%s reason=%s", job_id, e.message)
+            return REFUSED
+        except InlineNever:
+            # Not a refusal of the result: of its form. The caller sends it through S3 (an
+            # InlineNever is a ConflictError, which would otherwise end the delivery REFUSED and
+            # the job, delivered again and refused again, DeliveryLimitExceeded).
+            if "inline" in result:
+                raise
+            log.warning("error refused inline job_id=%s", job_id)
             return REFUSED
         except ConflictError as e:
             log.warning("result refused job_id=%s reason=%s", job_id, e.message)
@@ -1011,5 +1044,7 @@ class Daemon:
             )
         except ConflictError as e:
             log.warning("failure report refused job_id=%s reason=%s", job_id, e.message)
+        except AuthError:
+            raise
         except PayloadStoreError as e:
             log.error("failure not reported job_id=%s state=%s error=%s", job_id, state, e)

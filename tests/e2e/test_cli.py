@@ -158,7 +158,11 @@ def test_result_of_a_failed_job_exits_1_with_the_remote_error_and_traceback_on_v
 
 
 def test_a_bad_token_exits_3_with_one_line(shell):
-    out = shell.run("--token", "pst_not-a-real-token", "enqueue", "q", "--json", "1")
+    # (a given token goes with a given endpoint: never to a .devstack.json's)
+    url = shell.gateway.url
+    out = shell.run(
+        "--endpoint", url, "--token", "pst_not-a-real-token", "enqueue", "q", "--json", "1"
+    )
     assert out.returncode == 3
     assert "401" in one_error_line(out.stderr)
 
@@ -185,15 +189,14 @@ def test_token_create_works_at_once_and_revoke_locks_it_out(shell, local_gateway
     token = created.stdout.strip()
     assert token.startswith("pst_") and "\n" not in token
     token_id = created.stderr.split("token_id=")[1].split()[0]
-    used = shell.run(
-        "--token", token, "-n", "sandbox", "enqueue", unique_queue("cli-token"), "--json", "1"
-    )
+    given = ["--endpoint", local_gateway.url, "--token", token, "-n", "sandbox"]
+    used = shell.run(*given, "enqueue", unique_queue("cli-token"), "--json", "1")
     assert used.returncode == 0, used.stderr
     listed = shell.run("token", "list", *store)
     assert f"{token_id}\tsandbox\tclient" in listed.stdout
     revoked = shell.run("token", "revoke", token_id, *store)
     assert revoked.returncode == 0, revoked.stderr
-    refused = shell.run("--token", token, "-n", "sandbox", "enqueue", "q", "--json", "1")
+    refused = shell.run(*given, "enqueue", "q", "--json", "1")
     assert refused.returncode == 3
     assert shell.run("token", "revoke", token_id, *store).returncode == 4
 

@@ -75,6 +75,33 @@ def test_digest_streams_paths_and_file_objects(tmp_path):
     assert not spool.exists()
 
 
+def test_a_stream_that_fails_while_spooled_leaves_no_file_behind(tmp_path, monkeypatch):
+    # Given a stream that cannot seek and fails after 3 MiB, twice
+    import tempfile
+
+    from payloadstore._blobs import SPOOL_PREFIX
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+    class Failing:
+        def __init__(self):
+            self.sent = 0
+
+        def read(self, n=-1):
+            if self.sent >= 3 * 1024 * 1024:
+                raise OSError("connection reset by peer")
+            self.sent += 1024 * 1024
+            return b"x" * (1024 * 1024)
+
+    client = ps.Client("http://cp.invalid", "t", "ns")
+    for _ in range(2):
+        # When client.blob reads it
+        with pytest.raises(OSError, match="reset"):
+            client.blob(Failing())
+    # Then no spool file is left (issue 46: 2 files, 6 MiB, per failed attempt)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(SPOOL_PREFIX)] == []
+
+
 def serve(blobs: dict[str, bytes], counter: list[int]) -> httpx.Client:
     def handler(request: httpx.Request) -> httpx.Response:
         counter.append(1)
@@ -93,6 +120,59 @@ def test_the_cache_downloads_once_verifies_and_serves_hits(tmp_path):
     again = cache.get(sha(data), "http://s3/k", size=len(data), http=http)
     assert path == again and path.read_bytes() == data
     assert (cache.downloads, cache.hits, len(gets)) == (1, 1, 1)
+
+
+def test_eviction_removes_lock_files_and_abandoned_downloads_and_counts_them(tmp_path):
+    import subprocess
+    import sys
+
+    # Given a cache bounded at 15,000 bytes holding one 10,000-byte blob (pinned once, so its
+    # lock and pin files exist), and a 20,000-byte download left in tmp/ by a process killed
+    # mid-way a while ago
+    old, new = os.urandom(10_000), os.urandom(10_000)
+    gets: list[int] = []
+    http = serve({"old": old, "new": new}, gets)
+    cache = BlobCache(tmp_path, max_bytes=15_000)
+    with cache.pinned([sha(old)]):
+        cache.get(sha(old), "http://s3/old", size=len(old), http=http)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    abandoned = tmp_path / "tmp" / f"{sha(new)}.{int(dead.stdout)}.abcd1234"
+    abandoned.write_bytes(b"x" * 20_000)
+    os.utime(abandoned, (time.time() - 120, time.time() - 120))
+    # When another blob is downloaded (which evicts down to the bound)
+    cache.get(sha(new), "http://s3/new", size=len(new), http=http)
+    # Then the abandoned download is gone and counted, the older blob was evicted with its lock
+    # and pin files, and only the newest blob's own files remain
+    assert not abandoned.exists()
+    assert not cache.cached(sha(old)) and cache.cached(sha(new))
+    assert sorted(p.name for p in (tmp_path / "locks").iterdir()) == [f"{sha(new)}.lock"]
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_a_lock_file_removed_while_waited_on_is_taken_afresh(tmp_path):
+    # Given a blob's lock held, and its file then removed by eviction while another waits
+    cache = BlobCache(tmp_path)
+    lock = tmp_path / "locks" / "ab.lock"
+    taken: list[int] = []
+    with cache._locked("ab"):
+        import threading
+
+        waiter = threading.Thread(
+            target=lambda: cache._locked("ab").__enter__() and taken.append(lock.stat().st_ino)
+        )
+        waiter.start()
+        time.sleep(0.1)
+        first = lock.stat().st_ino
+        lock.unlink()
+    waiter.join(5)
+    # Then the waiter holds the file the path names now (made afresh), not the removed one
+    assert taken == [lock.stat().st_ino]
+    assert first is not None
 
 
 def test_bytes_that_do_not_hash_to_the_sha256_are_refused_and_not_cached(tmp_path):

@@ -306,3 +306,11 @@ def test_decoding_a_large_structure_leaves_the_gc_as_it_found_it(enabled_before)
         assert gc.isenabled() is enabled_before
     finally:
         (gc.enable if was_enabled else gc.disable)()
+
+
+def test_bytearray_and_memoryview_come_back_as_bytes_as_docs_codec_says():
+    from payloadstore import codec as c
+
+    for value in (bytearray(b"ab"), memoryview(b"ab"), bytearray(5000)):
+        back = c.decode(c.encode(value).tobytes())
+        assert type(back) is bytes and back == bytes(value)

@@ -98,3 +98,37 @@ def test_return_when_accepts_the_short_names():
     assert return_when_value("ALL_COMPLETED") == "ALL_COMPLETED"
     with pytest.raises(ValueError):
         return_when_value("SOME")
+
+
+def test_map_windows_are_bounded_by_bytes_as_well_as_by_count():
+    from types import SimpleNamespace
+
+    from payloadstore._many import MAP_WINDOW_BYTES, planned_windows
+
+    # Given a generator of ten 100 MiB items (issue 46: a window held ~100 encoded items)
+    pulled: list[int] = []
+
+    def calls():
+        for i in range(10):
+            pulled.append(i)
+            yield i
+
+    def encode(index, call):
+        return SimpleNamespace(nbytes=100 * 1024 * 1024)
+
+    # When cut into windows of up to 100 items
+    seen = []
+    for window in planned_windows(calls(), 100, encode):
+        # Then no window holds more than MAP_WINDOW_BYTES (past its first item), and no item
+        # is encoded before the window before it has been handed over
+        assert sum(p.encoded.nbytes for p in window) <= max(
+            MAP_WINDOW_BYTES, window[0].encoded.nbytes
+        )
+        assert len(pulled) <= window[-1].index + 2
+        seen.append([p.index for p in window])
+    assert seen == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]]
+    # and small items are still cut by count, and one item over the bound travels alone
+    small = list(planned_windows(range(5), 2, lambda i, c: SimpleNamespace(nbytes=10)))
+    assert [[p.index for p in w] for w in small] == [[0, 1], [2, 3], [4]]
+    huge = list(planned_windows(range(2), 9, lambda i, c: SimpleNamespace(nbytes=1 << 40)))
+    assert [[p.index for p in w] for w in huge] == [[0], [1]]

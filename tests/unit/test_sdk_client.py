@@ -158,6 +158,28 @@ def test_given_an_inline_result_when_waiting_then_the_value_is_decoded():
     assert job.result(timeout=5) == {"y": [1, 2]}
 
 
+def test_result_copy_after_result_gives_writable_arrays_not_the_kept_views():
+    import numpy as np
+
+    # Given a job whose result is an array, read once as zero-copy views
+    world = FakeWorld()
+    client = make_client(world)
+    job = client.queue("q").add(2)
+    world.jobs[job.job_id]["result"] = {
+        "resultInline": base64.b64encode(codec.encode(np.arange(4.0)).tobytes()).decode()
+    }
+    view = job.result(timeout=5)
+    assert not view.flags.writeable
+    # When the result is asked for with copy=True (twice), then without
+    first, second = job.result(copy=True), job.result(copy=True)
+    # Then each copy is writable and its own (issue 46: the kept read-only views came back),
+    # and result() still answers the kept value
+    assert first.flags.writeable and second.flags.writeable
+    first[0] = 99.0
+    assert second[0] == 0.0 and view[0] == 0.0
+    assert job.result() is view
+
+
 def test_given_a_result_in_s3_when_waiting_then_it_is_downloaded_and_verified():
     world = FakeWorld()
     client = make_client(world)

@@ -12,7 +12,7 @@ import signal
 import pytest
 
 from payloadstore import Daemon, ServiceUnavailable, codec
-from tests.unit.sdk_fakes import FakeWorld, make_client
+from tests.unit.sdk_fakes import FakeWorld, make_client, response
 
 
 def big(n: int) -> bytes:
@@ -272,7 +272,7 @@ def test_given_a_registered_function_when_registering_another_then_value_error_n
 
 DAEMON_SCRIPT = """
 import logging, sys
-from tests.unit.sdk_fakes import FakeWorld, make_client
+from tests.unit.sdk_fakes import FakeWorld, make_client, response
 from payloadstore import Daemon
 if sys.argv[1] == "configured":
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="APP %(name)s %(message)s")
@@ -715,3 +715,49 @@ def test_given_a_stop_while_running_when_the_result_is_posted_then_no_next_job_i
 
     assert daemon.run(fn) == {"succeeded": 1}
     assert next_asks(world) == [] and len(world.queue) == 2
+
+
+def test_an_unexpected_error_of_one_job_is_counted_abandoned_and_the_next_job_runs():
+    # Given a blob cache that fails once (its disk is full), and two jobs
+    world = FakeWorld()
+    client = make_client(world)
+    first, second = client.queue("q").add(1), client.queue("q").add(2)
+    daemon = Daemon(client, ["q"], wait_s=0, install_signal_handlers=False)
+    original = client.blobs.pinned
+    failures = [OSError(28, "No space left on device")]
+
+    def pinned(shas):
+        if failures:
+            raise failures.pop()
+        return original(shas)
+
+    client.blobs.pinned = pinned  # type: ignore[method-assign]
+    # When the daemon runs until idle
+    stats = daemon.run(lambda x: x * 10, stop_when_idle=True)
+    # Then run() went on: the first is abandoned (left for redelivery, nothing posted), the
+    # second succeeded
+    assert stats == {"abandoned": 1, "succeeded": 1}
+    assert not world.calls("POST", f"/jobs/{first.job_id}/result")
+    assert codec.decode(base64.b64decode(posted_result(world, second.job_id)["resultInline"])) == 20
+
+
+def test_a_revoked_token_stops_the_daemon_with_its_error():
+    from payloadstore import AuthError
+
+    # Given a token revoked while a job runs (its result post answers 401)
+    world = FakeWorld()
+    client = make_client(world)
+    client.queue("q").add(1)
+    client.queue("q").add(2)
+    world.fail(
+        "POST",
+        "/result",
+        response(401, json={"error": {"code": "unauthorized", "message": "revoked"}}),
+    )
+    # When the daemon runs, Then it stops with AuthError (the CLI's one `error:` line, exit 3),
+    # not counting the job abandoned and taking no further job
+    with pytest.raises(AuthError, match="revoked"):
+        Daemon(client, ["q"], wait_s=0, install_signal_handlers=False).run(
+            lambda x: x, stop_when_idle=True
+        )
+    assert len(world.calls("POST", "/v1/daemon/poll")) == 1

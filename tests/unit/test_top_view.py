@@ -20,6 +20,17 @@ def test_ages_read_as_a_person_would_say_them():
     assert format_age(2 * 3600 + 5 * 60) == "2h05m"
 
 
+def test_ages_floor_as_a_clock_reads_them():
+    # Given ages just below a unit's boundary, When shown, Then they floor (issue 46: 100 s
+    # read 2m40s, 5,400 s 2h30m and 7,199 s 2h60m).
+    assert format_age(59.9) == "59s"
+    assert format_age(100) == "1m40s"
+    assert format_age(3599.5) == "59m59s"
+    assert format_age(5400) == "1h30m"
+    assert format_age(7199) == "1h59m"
+    assert format_age(-0.2) == "0s"
+
+
 def test_table_aligns_numbers_right_and_names_left():
     text = queue_table(
         [

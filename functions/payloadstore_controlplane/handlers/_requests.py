@@ -95,3 +95,12 @@ def json_body(app: APIGatewayRestResolver) -> dict:
     if not isinstance(value, dict):
         raise Unprocessable("body must be a JSON object")
     return value
+
+
+def idempotency_key(app: APIGatewayRestResolver) -> str | None:
+    """The request's Idempotency-Key header (any case), or None."""
+    headers = app.current_event.headers or {}
+    for name, value in headers.items():
+        if name.lower() == "idempotency-key":
+            return value
+    return None

@@ -8,8 +8,9 @@ from aws_lambda_powertools.event_handler.openapi.params import Body
 
 from .. import routes
 from ..logic.context import Principal
-from ..logic.daemon import next_deliveries, poll, poll_many, post_result, report_failure
+from ..logic.daemon import poll, poll_many, post_result, report_failure
 from ..logic.lifecycle import heartbeat
+from ..logic.once import next_once
 from ..models.api import (
     FailureReport,
     HeartbeatRequest,
@@ -23,6 +24,7 @@ from ..models.api import (
 from ..observability import lambda_entry
 from ._budget import capped_wait
 from ._deps import get_deps
+from ._requests import idempotency_key
 from ._resolver import new_resolver
 from ._responses import empty_response, json_response, json_text_response
 from ._routing import route
@@ -61,14 +63,17 @@ def register(app) -> None:
         raised before this, so it leased nothing."""
         if nxt is None:
             return empty_response(204)
-        # The wait ends in time to answer, whatever the post and the cold start took.
-        jobs = next_deliveries(p, nxt, capped_wait(app, nxt.wait_s), get_deps())
+        # The wait ends in time to answer, whatever the post and the cold start took. With an
+        # Idempotency-Key, the post sent again gets the deliveries the first one took.
+        wait_s = capped_wait(app, nxt.wait_s)
+        jobs = next_once(p, idempotency_key(app), nxt, wait_s, get_deps())
         return json_text_response(200, PollManyResponse(jobs=jobs))
 
     @route(
         app,
         routes.RESULT_POST,
-        summary="Post a job's result or error; with `next`, also take the daemon's next jobs",
+        summary="Post a job's result or error; with `next`, also take the daemon's next jobs "
+        "(with an Idempotency-Key, the post sent again gets the same ones)",
         responses={
             200: {
                 "description": 'with next: {"jobs": [...]}, the next deliveries (maybe none)',

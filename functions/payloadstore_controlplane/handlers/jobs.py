@@ -10,6 +10,7 @@ from .. import routes
 from ..logic.context import Principal
 from ..logic.enqueue import enqueue
 from ..logic.lifecycle import cancel
+from ..logic.once import once
 from ..logic.results import get_result, job_status, with_result
 from ..models.api import (
     CancelResponse,
@@ -23,7 +24,7 @@ from ..observability import lambda_entry
 from . import batch, operate, queues
 from ._budget import capped_wait
 from ._deps import get_deps
-from ._requests import json_body, media_type, raw_body
+from ._requests import idempotency_key, json_body, media_type, raw_body
 from ._resolver import new_resolver
 from ._responses import json_response
 from ._routing import route
@@ -58,7 +59,7 @@ def register(app) -> None:
             queue,
             payload_ref=payload_ref,
             payload_inline=payload_inline,
-            idempotency_key=headers.get("idempotency-key") or headers.get("Idempotency-Key"),
+            idempotency_key=idempotency_key(app),
             deps=get_deps(),
             blobs=blobs,
         )
@@ -90,11 +91,19 @@ def register(app) -> None:
         app,
         routes.CANCEL,
         summary="Cancel: a queued job ends cancelled (200); a running one gets a cancel request "
-        "its daemon sees on its next heartbeat (202); a finished one is 409",
+        "its daemon sees on its next heartbeat (202); a finished one is 409. Honours "
+        "Idempotency-Key (a repeat gets the first answer)",
     )
     def cancel_job(p: Principal, ns: str, job_id: str) -> CancelResponse:
-        response = cancel(p, job_id, get_deps())
-        return json_response(202 if response.cancel_requested else 200, response)
+        deps = get_deps()
+
+        def run() -> tuple[int, CancelResponse]:
+            response = cancel(p, job_id, deps)
+            return (202 if response.cancel_requested else 200), response
+
+        key = idempotency_key(app)
+        status, answer = once(p, key, "cancel", {"job_id": job_id}, CancelResponse, deps, run)
+        return json_response(status, answer)
 
     queues.register(app)
     batch.register(app)

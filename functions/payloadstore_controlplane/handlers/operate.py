@@ -9,6 +9,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Query
 
 from .. import routes
 from ..logic.context import Principal
+from ..logic.once import once
 from ..logic.operate import list_jobs, purge, redrive, retry_job
 from ..models.api import (
     LIST_MAX_JOBS,
@@ -20,7 +21,7 @@ from ..models.api import (
     RetryResponse,
 )
 from ._deps import get_deps
-from ._requests import json_body
+from ._requests import idempotency_key, json_body
 from ._responses import json_response
 from ._routing import route
 
@@ -48,25 +49,56 @@ def register(app) -> None:
         app,
         routes.JOB_RETRY,
         summary="Queue a failed or cancelled job again (same id); 409 not_retryable with the "
-        "reason otherwise",
+        "reason otherwise. Honours Idempotency-Key (a repeat gets the first answer)",
     )
     def post_retry(p: Principal, ns: str, job_id: str) -> RetryResponse:
-        return json_response(200, retry_job(p, job_id, get_deps()))
+        deps = get_deps()
+        status, answer = once(
+            p,
+            idempotency_key(app),
+            "retry",
+            {"job_id": job_id},
+            RetryResponse,
+            deps,
+            lambda: (200, retry_job(p, job_id, deps)),
+        )
+        return json_response(status, answer)
 
     @route(
         app,
         routes.QUEUE_REDRIVE,
         summary="Retry up to `limit` jobs of the queue that ended in `states` (default: every "
-        "failed state)",
+        "failed state). Honours Idempotency-Key (a repeat gets the first answer)",
     )
     def post_redrive(p: Principal, ns: str, queue: str) -> RedriveResponse:
         body = RedriveRequest.model_validate(json_body(app))
-        return json_response(200, redrive(p, queue, body, get_deps()))
+        deps = get_deps()
+        status, answer = once(
+            p,
+            idempotency_key(app),
+            "redrive",
+            {"queue": queue, "body": body.model_dump(mode="json")},
+            RedriveResponse,
+            deps,
+            lambda: (200, redrive(p, queue, body, deps)),
+        )
+        return json_response(status, answer)
 
     @route(
         app,
         routes.QUEUE_PURGE,
-        summary="Cancel every queued job of the queue; answers how many, and how many remain",
+        summary="Cancel every queued job of the queue; answers how many, and how many remain. "
+        "Honours Idempotency-Key (a repeat gets the first answer)",
     )
     def post_purge(p: Principal, ns: str, queue: str) -> PurgeResponse:
-        return json_response(200, purge(p, queue, get_deps()))
+        deps = get_deps()
+        status, answer = once(
+            p,
+            idempotency_key(app),
+            "purge",
+            {"queue": queue},
+            PurgeResponse,
+            deps,
+            lambda: (200, purge(p, queue, deps)),
+        )
+        return json_response(status, answer)

@@ -230,3 +230,17 @@ def issue(job_id: str, kind: str) -> str:
 def idempotency(namespace: str, idempotency_key: str) -> str:
     """Layout 1: STRING job id created for an inline enqueue's Idempotency-Key."""
     return f"{PREFIX}:{{ns:{namespace}}}:idem:{idempotency_key}"
+
+
+def operation(namespace: str, idempotency_key: str) -> str:
+    """HASH of a client operation sent with an Idempotency-Key (redrive, purge, retry, cancel):
+    the request's fingerprint and, once it ended, its answer; expires after IDEMPOTENCY_TTL_S
+    (operate_once.lua)."""
+    return f"{PREFIX}:{{ns:{namespace}}}:op:{idempotency_key}"
+
+
+def next_taken(namespace: str, idempotency_key: str) -> str:
+    """STRING: the deliveries a result post or failure report with `next` and an
+    Idempotency-Key took (`<job id>:<lease>,...`), so the post sent again after a lost answer
+    gets the same ones; expires NEXT_TAKEN_TTL_S after."""
+    return f"{PREFIX}:{{ns:{namespace}}}:nx:{idempotency_key}"

@@ -96,6 +96,55 @@ class OperateSteps(StoreBase):
         next_cursor = text(rows[-1][0]) if len(rows) == count else ""
         return entries, next_cursor
 
+    def operation_claim(
+        self, namespace: str, key: str, fingerprint: str, running_s: int
+    ) -> tuple[str, str | None]:
+        """Claim an Idempotency-Key for a request (operate_once.lua): ('claimed', None), ('running',
+        None) while the first request of the key runs, ('mismatch', None) for a key used by
+        another request, or ('answer', '<status> <json>') the first request answered."""
+        reply = decoded(
+            self._run(
+                "operate_once",
+                [keys.operation(namespace, key)],
+                ["claim", fingerprint, running_s * 1000],
+            )
+        )
+        return reply[0], (reply[1] if len(reply) > 1 else None)
+
+    def operation_done(
+        self, namespace: str, key: str, fingerprint: str, answer: str, keep_s: int
+    ) -> None:
+        """Keep the answer of a claimed request for `keep_s` (IDEMPOTENCY_TTL_S)."""
+        self._run(
+            "operate_once",
+            [keys.operation(namespace, key)],
+            ["done", fingerprint, keep_s * 1000, answer],
+        )
+
+    def operation_release(self, namespace: str, key: str, fingerprint: str) -> None:
+        """Drop the claim of a request that failed (nothing to keep): a retry runs it anew."""
+        self._run("operate_once", [keys.operation(namespace, key)], ["release", fingerprint, 0])
+
+    def remember_next(
+        self, namespace: str, key: str, taken: list[tuple[str, str]], keep_s: int
+    ) -> None:
+        """The (job id, lease) of each delivery a post with `next` took, kept `keep_s`."""
+        value = ",".join(f"{job_id}:{lease}" for job_id, lease in taken)
+        self._r.set(keys.next_taken(namespace, key), value, ex=keep_s)
+
+    def next_taken(self, namespace: str, key: str) -> list[tuple[str, str]] | None:
+        """What `remember_next` kept for the key, or None (nothing taken, or expired)."""
+        raw = self._r.get(keys.next_taken(namespace, key))
+        if raw is None:
+            return None
+        pairs = [item.partition(":") for item in text(raw).split(",") if item]
+        return [(job_id, lease) for job_id, _, lease in pairs]
+
+    def lease_expiry_ms(self, job_id: str) -> int | None:
+        """The current delivery's lease expiry (`lx`, ms since epoch), or None."""
+        raw = self._r.hget(keys.job(job_id), "lx")
+        return None if raw is None else int(raw)
+
     def read_jobs(self, job_ids: list[str], *, errors: bool) -> dict[str, JobRecord]:
         """The hashes of many jobs (one pipeline; in cluster mode, one per node), and with
         `errors` the done list's element of those that ended with an error (a second one: an
