@@ -49,6 +49,17 @@ class Planned:
     item: BatchItem | None = None
 
 
+def encode_item(index: int, call: dict) -> Any:
+    """One map item's call, encoded; a value no reader could decode raises CodecError naming the
+    item (before its window, and so before any job of that window, is sent)."""
+    from . import codec
+
+    try:
+        return codec.encode(call, call=True)
+    except codec.CodecError as e:
+        raise codec.CodecError(f"item {index}: {e}") from e
+
+
 def inline_item(encoded: Any) -> BatchItem:
     # Its own key: a retried batch gives back the same job for this item.
     return BatchItem(inline=encoded.tobytes(), idempotency_key=uuid.uuid4().hex)

@@ -39,6 +39,7 @@ from ._many import (
     FIRST_COMPLETED,
     Planned,
     Watch,
+    encode_item,
     inline_item,
     item_error,
     raise_if_refused,
@@ -364,7 +365,7 @@ class AsyncQueue:
         control plane's long-poll."""
         started = time.monotonic()
         wait = RESULT_WAIT_SLICE_S if timeout is None else min(timeout, RESULT_WAIT_SLICE_S)
-        encoded = codec.encode({"args": list(args), "kwargs": dict(kwargs)})
+        encoded = codec.encode({"args": list(args), "kwargs": dict(kwargs)}, call=True)
         job = await self._submit_encoded(encoded, None, None, wait)
         remaining = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
         return await job.result(timeout=remaining)
@@ -380,7 +381,7 @@ class AsyncQueue:
     ) -> AsyncJob:
         """As `Queue.submit`: only a job the control plane confirmed as queued is returned."""
         started = time.monotonic()
-        encoded = codec.encode({"args": list(args), "kwargs": dict(kwargs or {})})
+        encoded = codec.encode({"args": list(args), "kwargs": dict(kwargs or {})}, call=True)
         job = await self._submit_encoded(
             encoded,
             progress,
@@ -485,7 +486,7 @@ class AsyncQueue:
         errors: dict[int, Exception] = {}
         limit = asyncio.Semaphore(concurrency)
         for chunk in windows(enumerate(calls), max(config.batch_max_jobs, concurrency * 4)):
-            planned = [Planned(i, codec.encode(call)) for i, call in chunk]
+            planned = [Planned(i, encode_item(i, call)) for i, call in chunk]
             jobs.extend([None] * len(planned))
             await self._prepare(planned, limit, errors, progress, force_s3=False)
             await self._enqueue_planned(planned, limit, jobs, errors, progress)

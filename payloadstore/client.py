@@ -30,6 +30,7 @@ from ._many import (
     FIRST_COMPLETED,
     Planned,
     Watch,
+    encode_item,
     inline_item,
     item_error,
     raise_if_refused,
@@ -424,7 +425,7 @@ class Queue:
         window = max(config.batch_max_jobs, concurrency * 4)
         with ThreadPoolExecutor(concurrency, thread_name_prefix="payloadstore-map") as pool:
             for chunk in windows(enumerate(calls), window):
-                planned = [Planned(i, codec.encode(call)) for i, call in chunk]
+                planned = [Planned(i, encode_item(i, call)) for i, call in chunk]
                 jobs.extend([None] * len(planned))
                 self._prepare(planned, pool, errors, progress, force_s3=False)
                 self._enqueue_planned(planned, pool, jobs, errors, progress)
@@ -553,7 +554,7 @@ class Queue:
         argument of that name goes through `submit(args, kwargs)` and `job.result()`)."""
         started = time.monotonic()
         wait = RESULT_WAIT_SLICE_S if timeout is None else min(timeout, RESULT_WAIT_SLICE_S)
-        encoded = codec.encode({"args": list(args), "kwargs": dict(kwargs)})
+        encoded = codec.encode({"args": list(args), "kwargs": dict(kwargs)}, call=True)
         job = self.submit_encoded(encoded, wait=wait)
         remaining = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
         return job.result(timeout=remaining)
@@ -575,7 +576,7 @@ class Queue:
         (a ServiceUnavailable) when it could not get that confirmation through every retry.
         """
         started = time.monotonic()
-        encoded = codec.encode({"args": list(args), "kwargs": dict(kwargs or {})})
+        encoded = codec.encode({"args": list(args), "kwargs": dict(kwargs or {})}, call=True)
         job = self.submit_encoded(
             encoded,
             progress=progress,

@@ -731,7 +731,7 @@ class Daemon:
             return self._post_error(job_id, remote_type_name(value), str(value), tb, lease=lease)
         # 3. store the result by tier and post it
         try:
-            encoded = codec.encode(value)
+            encoded = codec.encode(value, where="result")
         except Exception as e:  # noqa: BLE001
             return self._post_error(
                 job_id,
