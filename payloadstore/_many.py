@@ -108,7 +108,8 @@ class Watch:
         self.pending: dict[str, list[Any]] = {}
         for job in jobs:
             self.pending.setdefault(job.job_id, []).append(job)
-        self.deadline = None if timeout is None else time.monotonic() + timeout
+        self.started = time.monotonic()
+        self.deadline = None if timeout is None else self.started + timeout
         self.chunk = max(1, chunk)
 
     def remaining(self) -> float | None:

@@ -286,7 +286,7 @@ class AsyncClient:
         while watch.pending:
             if watch.expired():
                 pending = [j for js in watch.pending.values() for j in js]
-                raise WaitTimeout(pending, timeout or 0.0)
+                raise WaitTimeout(pending, timeout or 0.0, time.monotonic() - watch.started)
             for ids, wait_s in watch.round():
                 for job in watch.apply(await self.wire.jobs_status(ids, wait_s=wait_s)):
                     yield job
@@ -368,7 +368,13 @@ class AsyncQueue:
         encoded = codec.encode({"args": list(args), "kwargs": dict(kwargs)}, call=True)
         job = await self._submit_encoded(encoded, None, None, wait)
         remaining = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
-        return await job.result(timeout=remaining)
+        try:
+            return await job.result(timeout=remaining)
+        except ResultTimeout as e:
+            # The enqueue waited too: the message states the whole wait, not what was left.
+            raise ResultTimeout(
+                job.job_id, timeout or 0.0, e.state, time.monotonic() - started
+            ) from None
 
     async def submit(
         self,
@@ -633,7 +639,8 @@ class AsyncJob(JobHandle):
         result already known is not asked for again)."""
         if self._answer is not None:
             return self._answer
-        deadline = None if timeout is None else time.monotonic() + timeout
+        started = time.monotonic()
+        deadline = None if timeout is None else started + timeout
         state: str | None = None
         while True:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -643,7 +650,7 @@ class AsyncJob(JobHandle):
             if answer.done:
                 return answer
             if deadline is not None and time.monotonic() >= deadline:
-                raise ResultTimeout(self.job_id, timeout or 0.0, state)
+                raise ResultTimeout(self.job_id, timeout or 0.0, state, time.monotonic() - started)
 
     async def result_into(
         self, into: Any, timeout: float | None = None, *, progress: bool | None = None

@@ -316,7 +316,7 @@ class Client:
         while watch.pending:
             if watch.expired():
                 pending = [j for js in watch.pending.values() for j in js]
-                raise WaitTimeout(pending, timeout or 0.0)
+                raise WaitTimeout(pending, timeout or 0.0, time.monotonic() - watch.started)
             for ids, wait_s in watch.round():
                 yield from watch.apply(self.wire.jobs_status(ids, wait_s=wait_s))
 
@@ -557,7 +557,13 @@ class Queue:
         encoded = codec.encode({"args": list(args), "kwargs": dict(kwargs)}, call=True)
         job = self.submit_encoded(encoded, wait=wait)
         remaining = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
-        return job.result(timeout=remaining)
+        try:
+            return job.result(timeout=remaining)
+        except ResultTimeout as e:
+            # The enqueue waited too: the message states the whole wait, not what was left.
+            raise ResultTimeout(
+                job.job_id, timeout or 0.0, e.state, time.monotonic() - started
+            ) from None
 
     def submit(
         self,
@@ -833,7 +839,8 @@ class Job(JobHandle):
         for again."""
         if self._answer is not None:
             return self._answer
-        deadline = None if timeout is None else time.monotonic() + timeout
+        started = time.monotonic()
+        deadline = None if timeout is None else started + timeout
         state: str | None = None
         while True:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -843,7 +850,7 @@ class Job(JobHandle):
             if answer.done:
                 return answer
             if deadline is not None and time.monotonic() >= deadline:
-                raise ResultTimeout(self.job_id, timeout or 0.0, state)
+                raise ResultTimeout(self.job_id, timeout or 0.0, state, time.monotonic() - started)
 
     def _bytes_into(self, answer: ResultAnswer, into: Any, *, progress: bool | None) -> int:
         if answer.result_inline is not None:
