@@ -161,10 +161,15 @@ def emit_value(value: Any, out: str | None) -> None:
 @click.pass_context
 def cli(ctx: click.Context, endpoint, token, namespace, devstack, verbose) -> None:
     """Queue jobs whose payloads live inline in Redis or in S3, and run daemons for them."""
+    from ._logtime import utc_handler
+
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,
-        stream=sys.stderr,
-        format="%(levelname)s %(name)s %(message)s",
+        handlers=[
+            utc_handler(
+                logging.StreamHandler(sys.stderr), "%(asctime)s %(levelname)s %(name)s %(message)s"
+            )
+        ],
     )
     ctx.obj = Settings(endpoint, token, namespace, devstack, verbose)
 

@@ -235,8 +235,11 @@ def default_job_logging() -> Callable[[], None]:
     on stderr for the length of a run; returns the undo."""
     if logging_configured():
         return lambda: None
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    from ._logtime import utc_handler
+
+    handler = utc_handler(
+        logging.StreamHandler(sys.stderr), "%(asctime)s %(levelname)s %(message)s"
+    )
     saved_level = log.level
     log.addHandler(handler)
     if log.getEffectiveLevel() > logging.INFO:
