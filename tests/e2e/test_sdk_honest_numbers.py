@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import threading
 import time
 
 import pytest
@@ -60,3 +61,39 @@ def test_result_and_as_completed_and_async_call_state_the_real_wait(local_gatewa
     with pytest.raises(ResultTimeout) as async_timeout:
         asyncio.run(async_call())
     assert 1.4 <= seconds_in(str(async_timeout.value)) < 4
+
+
+def test_created_at_is_the_enqueue_time_to_the_ms_queued_listed_and_running(local_gateway):
+    # Given a daemon-less queue and jobs enqueued by the SDK (inline: with an Idempotency-Key;
+    # and one through S3)
+    client, daemon_client = clients(local_gateway)
+    queue = unique_queue("created")
+    q = client.queue(queue)
+    time.sleep(1.2)  # not at the first instant of anything the id might round to
+    before = time.time()
+    job = q.add(1)
+    big = q.submit([b"\x01" * (client.config.inline_limit + 1)])
+    after = time.time()
+    assert big.tier == "s3"
+    time.sleep(1.5)
+    # When its status and the queued listing are read
+    listed = {info.job_id: info for page in q.jobs("queued") for info in page}
+    # Then created_at is the enqueue's time (not its minute), however it is read
+    for j in (job, big):
+        created = j.status().created_at
+        assert before - 0.05 <= created <= after + 0.05, (created - before, j.tier)
+        assert listed[j.job_id].created_at == pytest.approx(created, abs=0.002)
+    # And it stays so once a daemon has taken the job
+    started = threading.Event()
+
+    def hold(x):
+        started.set()
+        time.sleep(1)
+        return x
+
+    with daemon_thread(daemon_client, queue, hold):
+        assert started.wait(30)
+        running = job.status()
+        assert before - 0.05 <= running.created_at <= after + 0.05
+        assert job.result(timeout=30) == 1
+    assert before - 0.05 <= job.status().created_at <= after + 0.05
