@@ -340,7 +340,7 @@
     field(items, "Retried", retried(job.retries));
     field(items, "Created", when(createdAt(job)));
     field(items, "Updated", when(job.updated_at));
-    if (job.cancel_requested) field(items, "Cancel", "requested");
+    if (job.cancel_requested && (job.state === "queued" || job.state === "running")) field(items, "Cancel", "requested");
     $("detail-fields").replaceChildren(...items);
     // Arguments and result: read again only when the job or its state changed (an S3 value's
     // preview costs the dashboard server a ranged GET).
