@@ -29,6 +29,7 @@ from .client import (
     find_devstack_file,
     read_devstack,
 )
+from .codec import CodecError
 from .errors import ConfigError, JobFailed, PayloadStoreError
 
 ENV_TOKEN_PARAMETER_PATH = "TOKEN_PARAMETER_PATH"
@@ -93,6 +94,12 @@ class Settings:
                 f"set --endpoint/{ENV_ENDPOINT}, or start the local stack (payloadstore dev)"
             )
         return read_devstack(found)[1]["endpoint"]
+
+
+def refuse_value(error: CodecError) -> None:
+    """A value the codec refuses (an integer past 64 bits, ...): nothing was enqueued; exit 2."""
+    click.echo(f"error: {error}; nothing was enqueued", err=True)
+    sys.exit(2)
 
 
 def fail(error: BaseException, verbose: bool = False) -> None:
@@ -522,6 +529,8 @@ def enqueue(
                 emit_value(job.result(timeout=wait, progress=progress), out)
     except PayloadStoreError as e:
         fail(e, settings.verbose)
+    except CodecError as e:
+        refuse_value(e)
 
 
 def one_value(file_path: str | None, json_text: str | None) -> tuple:
@@ -611,6 +620,8 @@ def enqueue_lines(settings: Settings, queue: str, values: list[Any], progress) -
                 sys.exit(getattr(first, "exit_code", 1))
     except PayloadStoreError as e:
         fail(e, settings.verbose)
+    except CodecError as e:
+        refuse_value(e)
     for job in jobs:
         click.echo(job.job_id)
     tiers = {t: sum(j.tier == t for j in jobs) for t in ("inline", "s3")}
