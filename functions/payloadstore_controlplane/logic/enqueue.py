@@ -124,7 +124,6 @@ def _inline_job(
     data: bytes,
     idem: str | None,
     now_ms: int,
-    minutes: tuple[tuple[str, int], ...],
     settings: Settings,
     blobs: bytes = b"",
 ) -> InlineJob:
@@ -300,7 +299,7 @@ def enqueue_inline_batch(  # noqa: C901 - each item's refusal is answered in pla
         if lacking:
             answers[i] = unknown_blob(lacking)
             continue
-        jobs.append(_inline_job(p.namespace, data, idem, now_ms, minutes, s, refs[i]))
+        jobs.append(_inline_job(p.namespace, data, idem, now_ms, s, refs[i]))
         positions.append(i)
     created_bytes = created = 0
     outcomes = (
