@@ -23,7 +23,9 @@ def age(seconds: float | None) -> str:
 
 def row(job: JobInfo, now: float) -> tuple[str, ...]:
     error = job.error or {}
-    state = job.state + (" (cancel requested)" if job.cancel_requested else "")
+    # Only while the request is pending: a job cancelled while queued reads `cancelled`.
+    pending = job.cancel_requested and job.state in ("queued", "running")
+    state = job.state + (" (cancel requested)" if pending else "")
     retried = f" ({job.retries} retried)" if job.retries else ""
     return (
         job.job_id,

@@ -80,6 +80,17 @@ class Planned:
     item: BatchItem | None = None
 
 
+def encode_item(index: int, call: dict) -> Any:
+    """One map item's call, encoded; a value no reader could decode raises CodecError naming the
+    item (before its window, and so before any job of that window, is sent)."""
+    from . import codec
+
+    try:
+        return codec.encode(call, call=True)
+    except codec.CodecError as e:
+        raise codec.CodecError(f"item {index}: {e}") from e
+
+
 def inline_item(encoded: Any) -> BatchItem:
     # Its own key: a retried batch gives back the same job for this item.
     return BatchItem(inline=encoded.tobytes(), idempotency_key=uuid.uuid4().hex)
@@ -128,7 +139,8 @@ class Watch:
         self.pending: dict[str, list[Any]] = {}
         for job in jobs:
             self.pending.setdefault(job.job_id, []).append(job)
-        self.deadline = None if timeout is None else time.monotonic() + timeout
+        self.started = time.monotonic()
+        self.deadline = None if timeout is None else self.started + timeout
         self.chunk = max(1, chunk)
 
     def remaining(self) -> float | None:

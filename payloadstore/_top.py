@@ -49,7 +49,7 @@ def queue_table(
     queues: Sequence[Mapping[str, Any]], history: Mapping[str, Iterable[float]] | None = None
 ) -> str:
     """A fixed-width table, one row per queue; a DEPTH TREND column when history is given."""
-    headers = ["QUEUE", "QUEUED", "IN FLIGHT", "OLDEST"]
+    headers = ["QUEUE", "QUEUED", "IN FLIGHT", "FAILED", "OLDEST"]
     if history is not None:
         headers.append("DEPTH TREND")
     rows = []
@@ -58,6 +58,7 @@ def queue_table(
             str(q["name"]),
             str(q["queued"]),
             str(q["in_flight"]),
+            str(q.get("failed") or 0),
             format_age(q.get("oldest_queued_age_s")),
         ]
         if history is not None:
@@ -66,7 +67,7 @@ def queue_table(
     widths = [
         max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
     ]
-    right = {1, 2, 3}
+    right = {1, 2, 3, 4}
 
     def line(cells: list[str]) -> str:
         return "  ".join(

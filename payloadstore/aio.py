@@ -39,6 +39,7 @@ from ._many import (
     FIRST_COMPLETED,
     Planned,
     Watch,
+    encode_item,
     inline_item,
     item_error,
     planned_windows,
@@ -285,7 +286,7 @@ class AsyncClient:
         while watch.pending:
             if watch.expired():
                 pending = [j for js in watch.pending.values() for j in js]
-                raise WaitTimeout(pending, timeout or 0.0)
+                raise WaitTimeout(pending, timeout or 0.0, time.monotonic() - watch.started)
             for ids, wait_s in watch.round():
                 for job in watch.apply(await self.wire.jobs_status(ids, wait_s=wait_s)):
                     yield job
@@ -364,10 +365,16 @@ class AsyncQueue:
         control plane's long-poll."""
         started = time.monotonic()
         wait = RESULT_WAIT_SLICE_S if timeout is None else min(timeout, RESULT_WAIT_SLICE_S)
-        encoded = codec.encode({"args": list(args), "kwargs": dict(kwargs)})
+        encoded = codec.encode({"args": list(args), "kwargs": dict(kwargs)}, call=True)
         job = await self._submit_encoded(encoded, None, None, wait)
         remaining = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
-        return await job.result(timeout=remaining)
+        try:
+            return await job.result(timeout=remaining)
+        except ResultTimeout as e:
+            # The enqueue waited too: the message states the whole wait, not what was left.
+            raise ResultTimeout(
+                job.job_id, timeout or 0.0, e.state, time.monotonic() - started
+            ) from None
 
     async def submit(
         self,
@@ -380,7 +387,7 @@ class AsyncQueue:
     ) -> AsyncJob:
         """As `Queue.submit`: only a job the control plane confirmed as queued is returned."""
         started = time.monotonic()
-        encoded = codec.encode({"args": list(args), "kwargs": dict(kwargs or {})})
+        encoded = codec.encode({"args": list(args), "kwargs": dict(kwargs or {})}, call=True)
         job = await self._submit_encoded(
             encoded,
             progress,
@@ -485,7 +492,7 @@ class AsyncQueue:
         errors: dict[int, Exception] = {}
         limit = asyncio.Semaphore(concurrency)
         window = max(config.batch_max_jobs, concurrency * 4)
-        for planned in planned_windows(calls, window, lambda _, call: codec.encode(call)):
+        for planned in planned_windows(calls, window, encode_item):
             jobs.extend([None] * len(planned))
             await self._prepare(planned, limit, errors, progress, force_s3=False)
             await self._enqueue_planned(planned, limit, jobs, errors, progress)
@@ -632,7 +639,8 @@ class AsyncJob(JobHandle):
         result already known is not asked for again)."""
         if self._answer is not None:
             return self._answer
-        deadline = None if timeout is None else time.monotonic() + timeout
+        started = time.monotonic()
+        deadline = None if timeout is None else started + timeout
         state: str | None = None
         while True:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -642,7 +650,7 @@ class AsyncJob(JobHandle):
             if answer.done:
                 return answer
             if deadline is not None and time.monotonic() >= deadline:
-                raise ResultTimeout(self.job_id, timeout or 0.0, state)
+                raise ResultTimeout(self.job_id, timeout or 0.0, state, time.monotonic() - started)
 
     async def result_into(
         self, into: Any, timeout: float | None = None, *, progress: bool | None = None

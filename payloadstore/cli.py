@@ -112,6 +112,12 @@ class Settings:
         return read_devstack(found)[1]["endpoint"]
 
 
+def refuse_value(error: CodecError) -> None:
+    """A value the codec refuses (an integer past 64 bits, ...): nothing was enqueued; exit 2."""
+    click.echo(f"error: {error}; nothing was enqueued", err=True)
+    sys.exit(2)
+
+
 def fail(error: BaseException, verbose: bool = False) -> None:
     """Print one line (plus the remote traceback when verbose) and exit with the error's code."""
     if isinstance(error, JobFailed):
@@ -255,10 +261,15 @@ SECONDS = Seconds()
 @click.pass_context
 def cli(ctx: click.Context, endpoint, token, namespace, devstack, verbose) -> None:
     """Queue jobs whose payloads live inline in Redis or in S3, and run daemons for them."""
+    from ._logtime import utc_handler
+
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,
-        stream=sys.stderr,
-        format="%(levelname)s %(name)s %(message)s",
+        handlers=[
+            utc_handler(
+                logging.StreamHandler(sys.stderr), "%(asctime)s %(levelname)s %(name)s %(message)s"
+            )
+        ],
     )
     ctx.obj = Settings(endpoint, token, namespace, devstack, verbose)
 
@@ -612,8 +623,7 @@ def enqueue(
     except PayloadStoreError as e:
         fail(e, settings.verbose)
     except CodecError as e:
-        # A value msgpack cannot hold (an integer past 64 bits, say): bad input, nothing sent.
-        fail(ConfigError(f"cannot encode the job's argument: {e}"))
+        refuse_value(e)
 
 
 def one_value(file_path: str | None, json_text: str | None) -> tuple:
@@ -703,6 +713,8 @@ def enqueue_lines(settings: Settings, queue: str, values: list[Any], progress) -
                 sys.exit(getattr(first, "exit_code", 1))
     except PayloadStoreError as e:
         fail(e, settings.verbose)
+    except CodecError as e:
+        refuse_value(e)
     for job in jobs:
         click.echo(job.job_id)
     tiers = {t: sum(j.tier == t for j in jobs) for t in ("inline", "s3")}

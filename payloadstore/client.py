@@ -30,6 +30,7 @@ from ._many import (
     FIRST_COMPLETED,
     Planned,
     Watch,
+    encode_item,
     inline_item,
     item_error,
     planned_windows,
@@ -315,7 +316,7 @@ class Client:
         while watch.pending:
             if watch.expired():
                 pending = [j for js in watch.pending.values() for j in js]
-                raise WaitTimeout(pending, timeout or 0.0)
+                raise WaitTimeout(pending, timeout or 0.0, time.monotonic() - watch.started)
             for ids, wait_s in watch.round():
                 yield from watch.apply(self.wire.jobs_status(ids, wait_s=wait_s))
 
@@ -423,7 +424,7 @@ class Queue:
         errors: dict[int, Exception] = {}
         window = max(config.batch_max_jobs, concurrency * 4)
         with ThreadPoolExecutor(concurrency, thread_name_prefix="payloadstore-map") as pool:
-            for planned in planned_windows(calls, window, lambda _, call: codec.encode(call)):
+            for planned in planned_windows(calls, window, encode_item):
                 jobs.extend([None] * len(planned))
                 self._prepare(planned, pool, errors, progress, force_s3=False)
                 self._enqueue_planned(planned, pool, jobs, errors, progress)
@@ -552,10 +553,16 @@ class Queue:
         argument of that name goes through `submit(args, kwargs)` and `job.result()`)."""
         started = time.monotonic()
         wait = RESULT_WAIT_SLICE_S if timeout is None else min(timeout, RESULT_WAIT_SLICE_S)
-        encoded = codec.encode({"args": list(args), "kwargs": dict(kwargs)})
+        encoded = codec.encode({"args": list(args), "kwargs": dict(kwargs)}, call=True)
         job = self.submit_encoded(encoded, wait=wait)
         remaining = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
-        return job.result(timeout=remaining)
+        try:
+            return job.result(timeout=remaining)
+        except ResultTimeout as e:
+            # The enqueue waited too: the message states the whole wait, not what was left.
+            raise ResultTimeout(
+                job.job_id, timeout or 0.0, e.state, time.monotonic() - started
+            ) from None
 
     def submit(
         self,
@@ -574,7 +581,7 @@ class Queue:
         (a ServiceUnavailable) when it could not get that confirmation through every retry.
         """
         started = time.monotonic()
-        encoded = codec.encode({"args": list(args), "kwargs": dict(kwargs or {})})
+        encoded = codec.encode({"args": list(args), "kwargs": dict(kwargs or {})}, call=True)
         job = self.submit_encoded(
             encoded,
             progress=progress,
@@ -834,7 +841,8 @@ class Job(JobHandle):
         for again."""
         if self._answer is not None:
             return self._answer
-        deadline = None if timeout is None else time.monotonic() + timeout
+        started = time.monotonic()
+        deadline = None if timeout is None else started + timeout
         state: str | None = None
         while True:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -844,7 +852,7 @@ class Job(JobHandle):
             if answer.done:
                 return answer
             if deadline is not None and time.monotonic() >= deadline:
-                raise ResultTimeout(self.job_id, timeout or 0.0, state)
+                raise ResultTimeout(self.job_id, timeout or 0.0, state, time.monotonic() - started)
 
     def _bytes_into(self, answer: ResultAnswer, into: Any, *, progress: bool | None) -> int:
         if answer.result_inline is not None:

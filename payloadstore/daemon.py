@@ -238,8 +238,11 @@ def default_job_logging() -> Callable[[], None]:
     on stderr for the length of a run; returns the undo."""
     if logging_configured():
         return lambda: None
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    from ._logtime import utc_handler
+
+    handler = utc_handler(
+        logging.StreamHandler(sys.stderr), "%(asctime)s %(levelname)s %(message)s"
+    )
     saved_level = log.level
     log.addHandler(handler)
     if log.getEffectiveLevel() > logging.INFO:
@@ -750,7 +753,7 @@ class Daemon:
             return self._post_error(job_id, remote_type_name(value), str(value), tb, lease=lease)
         # 3. store the result by tier and post it
         try:
-            encoded = codec.encode(value)
+            encoded = codec.encode(value, where="result")
         except Exception as e:  # noqa: BLE001
             return self._post_error(
                 job_id,

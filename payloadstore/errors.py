@@ -262,8 +262,11 @@ class ResultTimeout(PayloadStoreError, TimeoutError):
 
     exit_code = 5
 
-    def __init__(self, job_id: str, timeout: float, state: str | None):
-        super().__init__(f"job {job_id} still {state or 'pending'} after {timeout:g}s")
+    def __init__(self, job_id: str, timeout: float, state: str | None, waited: float | None = None):
+        # `waited`: the time measured since the call began (`call`'s enqueue included), which is
+        # what the message states; `timeout` is what the caller asked for.
+        self.waited = timeout if waited is None else waited
+        super().__init__(f"job {job_id} still {state or 'pending'} after {self.waited:.1f}s")
         self.job_id = job_id
         self.timeout = timeout
         self.state = state
@@ -298,7 +301,8 @@ class WaitTimeout(PayloadStoreError, TimeoutError):
 
     exit_code = 5
 
-    def __init__(self, pending: list, timeout: float):
-        super().__init__(f"{len(pending)} jobs still pending after {timeout:g}s")
+    def __init__(self, pending: list, timeout: float, waited: float | None = None):
+        self.waited = timeout if waited is None else waited
+        super().__init__(f"{len(pending)} jobs still pending after {self.waited:.1f}s")
         self.pending = pending
         self.timeout = timeout

@@ -113,6 +113,9 @@ def _emit(name: str, unit: str, value: float, dimensions: dict[str, str]) -> Non
 # Queue figures published every minute by the scheduled metrics function.
 QUEUE_DEPTH = "QueueDepth"
 IN_FLIGHT = "InFlight"
+# Jobs that ended failed within the retention and were not retried since (the queues route's
+# `failed`, what `payloadstore queues` shows under FAILED).
+FAILED_JOBS = "FailedJobs"
 OLDEST_JOB_AGE = "OldestJobAgeSeconds"
 REDIS_MEMORY_USED = "RedisMemoryUsedBytes"
 REDIS_MEMORY_MAX = "RedisMemoryMaxBytes"

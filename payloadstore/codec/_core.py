@@ -34,6 +34,8 @@ _LIFT_BIN_MIN = 1024 * 1024
 _LIFT_EXT_CODE = 0x6C
 # Containers longer than this are not searched (a result that is a list of a million floats).
 _LIFT_MAX_ITEMS = 256
+# msgpack's packer refuses structures nested deeper than this.
+_MAX_DEPTH = 512
 # Chunks smaller than this are coalesced, so many small blocks do not become many tiny writes.
 _COALESCE_BELOW = 16 * 1024
 _ITER_SLICE = 1024 * 1024
@@ -121,6 +123,9 @@ class _Encoder:
         self.blocks: list[tuple[int, bytes | memoryview]] = []  # (offset in data section, bytes)
         self.data_len = 0
         self.blobs: dict[str, Any] = {}
+        # A tuple (or a dict or list subclass) met: it may be a map key, which msgpack writes as
+        # an array or map that no reader can use as a key. Native keys never reach this hook.
+        self.container_met = False
 
     def default(self, value: Any) -> Any:
         blobs = sys.modules.get("payloadstore._blobs")
@@ -148,6 +153,8 @@ class _Encoder:
             from . import _image
 
             return self._ext(fmt.EXT_IMAGE, *_image.to_header_and_bytes(value))
+        if isinstance(value, (tuple, dict, list)):
+            self.container_met = True
         return _plain(value)
 
     def _ext(self, kind: int, header: dict, raw: bytes | memoryview) -> msgpack.ExtType:
@@ -214,8 +221,12 @@ def _direct_bin(value: bytes | bytearray | memoryview) -> Encoded | None:
     return Encoded([struct.pack(">BI", 0xC6, len(view)), view])
 
 
-def encode(obj: Any) -> Encoded:
-    """Encodes `obj` to msgpack with the payloadstore ext types; see the module doc for the layout."""
+def encode(obj: Any, *, where: str = "value", call: bool = False) -> Encoded:
+    """Encodes `obj` to msgpack with the payloadstore ext types; see the module doc for the layout.
+
+    A value no reader could decode (a tuple or frozenset as a dict key) raises CodecError naming
+    where it is, from `where` (the value's name in the message); `call=True`: `obj` is a job's
+    `{"args": [...], "kwargs": {...}}`, and the places read `args[0]`, `kwargs['x']`."""
     if type(obj) in (bytes, bytearray, memoryview) and memoryview(obj).nbytes >= _DIRECT_BIN_MIN:
         direct = _direct_bin(obj)
         if direct is not None:
@@ -223,7 +234,13 @@ def encode(obj: Any) -> Encoded:
     lifted: list[tuple[bytes, bytes]] = []
     shallow = _lift_bytes(obj, lifted, 2)
     encoder = _Encoder()
-    structure = _pack(shallow, encoder.default)
+    try:
+        structure = _pack(shallow, encoder.default)
+    except CodecError:
+        _refuse_bad_key(obj, where, call)
+        raise
+    if encoder.container_met:
+        _check_keys(structure, obj, where, call)
     if lifted:
         spliced = None if encoder.blocks else _splice(structure, lifted)
         if spliced is not None:
@@ -234,6 +251,65 @@ def encode(obj: Any) -> Encoded:
     if not encoder.blocks:
         return Encoded([structure], tuple(encoder.blobs.values()))
     return _envelope(structure, encoder)
+
+
+def _check_keys(structure: bytes, obj: Any, where: str, call: bool) -> None:
+    """Refuses a value whose structure has a map key that decodes unhashable (a tuple key
+    becomes an array): the daemon's decode would fail on it after the job was created. Only
+    asked when the packer met a tuple, so plain values pay nothing; the check is one C-speed
+    unpack of the structure (arrays' bytes are ext payloads, not walked), and the Python walk
+    that names the place runs only once a bad key is known to be there."""
+    try:
+        msgpack.unpackb(
+            structure, ext_hook=_ignore_ext, raw=True, strict_map_key=False, timestamp=0
+        )
+    except (TypeError, ValueError, msgpack.UnpackException):
+        _refuse_bad_key(obj, where, call)
+
+
+def _ignore_ext(code: int, data: bytes) -> None:
+    return None
+
+
+def _refuse_bad_key(obj: Any, where: str, call: bool) -> None:
+    """Raises CodecError naming the first map key of `obj` no reader can take as a key."""
+    found = _bad_key(obj, [])
+    if found is None:
+        return
+    path, key = found
+    if call and path and path[0] in ("args", "kwargs"):
+        where, path = str(path[0]), path[1:]
+    place = where + "".join(f"[{step!r}]" for step in path)
+    why = (
+        "msgpack writes a tuple as an array, and no reader can use an array as a map key"
+        if isinstance(key, tuple)
+        else "map keys must be scalars"
+    )
+    raise CodecError(
+        f"cannot encode the dict key {key!r} (a {type(key).__name__}) in {place}: {why}; use a "
+        "str, int, float, bool, None or bytes key (e.g. a joined string)"
+    )
+
+
+def _bad_key(value: Any, path: list) -> tuple[list, Any] | None:
+    """(path, key) of the first dict key in `value` that is a container (a tuple, frozenset,
+    ...), depth first; None when there is none. Only on the error path: it walks everything, as
+    deep as msgpack packs (a structure that holds itself ends there)."""
+    if len(path) > _MAX_DEPTH:
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, (tuple, frozenset, list, dict, set)):
+                return path, key
+            found = _bad_key(item, [*path, key])
+            if found is not None:
+                return found
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            found = _bad_key(item, [*path, i])
+            if found is not None:
+                return found
+    return None
 
 
 def _lift_bytes(value: Any, lifted: list[tuple[bytes, bytes]], depth: int) -> Any:

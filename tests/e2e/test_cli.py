@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -285,3 +287,42 @@ def test_dev_starts_the_local_stack_that_the_other_commands_find(tmp_path):
     finally:
         if stack.poll() is None:
             stack.kill()
+
+
+def test_the_daemons_log_lines_start_with_an_iso_utc_time(shell):
+    # Given a queued job
+    queue = unique_queue("cli-logtime")
+    assert shell.run("enqueue", queue, "--json", "1").returncode == 0
+    # When the CLI daemon runs it
+    before = datetime.datetime.now(datetime.UTC)
+    daemon = shell.run(
+        "daemon", "tasks:describe", "--queue", queue, "--max-jobs", "1", "--poll-wait", "1"
+    )
+    after = datetime.datetime.now(datetime.UTC)
+    assert daemon.returncode == 0, daemon.stderr
+    # Then each of its log lines (one per job at least) starts with an ISO-8601 UTC time of now
+    lines = [line for line in daemon.stderr.splitlines() if " INFO " in line]
+    assert lines, daemon.stderr
+    for line in lines:
+        stamp = line.split(" ", 1)[0]
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", stamp), line
+        when = datetime.datetime.fromisoformat(stamp)
+        assert before - datetime.timedelta(seconds=1) <= when <= after, line
+
+
+def test_enqueue_of_a_value_the_codec_refuses_exits_2_and_enqueues_nothing(shell, local_gateway):
+    # Given a fresh queue and JSON with an integer past msgpack's 64 bits
+    queue = unique_queue("cli-refused")
+    too_big = str(2**64)
+    # When it is enqueued, alone and as a JSON Lines file
+    one = shell.run("enqueue", queue, "--json", f'{{"n": {too_big}}}')
+    lines = shell.dir / "values.jsonl"
+    lines.write_text(f"1\n{too_big}\n")
+    many = shell.run("enqueue", queue, "--jsonl", str(lines))
+    # Then each says why in one line and exits 2 (no traceback), and no job exists
+    for out in (one, many):
+        assert out.returncode == 2, out.stderr
+        assert out.stderr.startswith("error: ") and "64-bit" in out.stderr, out.stderr
+        assert "Traceback" not in out.stderr and "nothing was enqueued" in out.stderr
+    with Client(local_gateway.url, local_gateway.token("dev", "client"), "dev") as client:
+        assert queue not in [q.name for q in client.queues()]

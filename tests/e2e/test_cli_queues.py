@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from payloadstore import Client
-from tests.e2e.sdk_helpers import unique_queue
+from payloadstore import Client, JobFailed
+from tests.e2e.sdk_helpers import clients, daemon_thread, unique_queue
 from tests.e2e.test_cli import Shell, payloadstore_command
 
 pytestmark = pytest.mark.e2e
@@ -41,8 +41,8 @@ def test_queues_prints_a_table_with_depth_in_flight_and_age(shell, local_gateway
     assert header.split()[:3] == ["QUEUE", "QUEUED", "IN"]
     [row] = [r for r in rows if r.split()[0] == queue]
     cells = row.split()
-    assert cells[1:3] == ["3", "0"]
-    assert cells[3].endswith("s")
+    assert cells[1:4] == ["3", "0", "0"]
+    assert cells[4].endswith("s")
     # And --json gives the same figures to scripts
     as_json = shell.run("queues", "--json")
     assert as_json.returncode == 0, as_json.stderr
@@ -50,6 +50,34 @@ def test_queues_prints_a_table_with_depth_in_flight_and_age(shell, local_gateway
 
     by_name = {q["name"]: q for q in json.loads(as_json.stdout)["queues"]}
     assert by_name[queue]["queued"] == 3 and by_name[queue]["in_flight"] == 0
+
+
+def test_queues_counts_a_cancelled_queued_job_out_and_shows_failed(shell, local_gateway):
+    # Given three jobs waiting on a fresh queue, and a daemon-run job that failed on another
+    queue = unique_queue("cli-counts")
+    enqueue_some(local_gateway, queue, 3)
+    other = unique_queue("cli-failed")
+    client, daemon_client = clients(local_gateway)
+    with daemon_thread(daemon_client, other, lambda: 1 / 0), pytest.raises(JobFailed):
+        client.queue(other).call(timeout=60)
+    [first, *_] = [j for page in client.queue(queue).jobs("queued") for j in page]
+    # When the user cancels one of the waiting jobs
+    cancelled = shell.run("cancel", first.job_id)
+    assert cancelled.returncode == 0, cancelled.stderr
+    # Then `queues` counts 2 queued at once, with a FAILED column (1 on the other queue)
+    out = shell.run("queues")
+    assert out.returncode == 0, out.stderr
+    header, *rows = out.stdout.strip().splitlines()
+    assert header.split() == ["QUEUE", "QUEUED", "IN", "FLIGHT", "FAILED", "OLDEST"]
+    cells = {r.split()[0]: r.split() for r in rows}
+    assert cells[queue][1:4] == ["2", "0", "0"]
+    assert cells[other][1:4] == ["0", "0", "1"]
+    assert client.queue(queue).stats().queued == 2
+    # And the cancelled job lists as `cancelled`, not `cancelled (cancel requested)`
+    listed = shell.run("jobs", queue, "--state", "cancelled")
+    assert listed.returncode == 0, listed.stderr
+    [row] = [r for r in listed.stdout.splitlines() if r.startswith(first.job_id)]
+    assert row.split()[1] == "cancelled" and "requested" not in row
 
 
 def test_queues_for_one_unknown_queue_exits_4(shell):

@@ -16,6 +16,7 @@ import queue as queue_module
 import re
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -328,3 +329,125 @@ def test_given_a_namespace_with_a_policy_when_opened_then_counts_chart_policy_an
         page.close()
     client.close()
     daemon_client.close()
+
+
+CHART_WIDTHS = (1400, 700, 480)
+# Label boxes may touch the chart's edge by antialiasing, not more.
+EDGE_PX = 0.5
+
+_LABEL_BOXES = """() => {
+  const chart = document.querySelector('#throughput-chart').getBoundingClientRect();
+  const texts = [...document.querySelectorAll('#throughput-chart text')].map((t) => {
+    const r = t.getBoundingClientRect();
+    return {text: t.textContent, left: r.left, right: r.right,
+            top: r.top, bottom: r.bottom};
+  });
+  return {chart: {left: chart.left, right: chart.right, top: chart.top, bottom: chart.bottom},
+          texts};
+}"""
+
+
+def _overlap(a: dict, b: dict) -> bool:
+    return (
+        a["left"] < b["right"]
+        and b["left"] < a["right"]
+        and a["top"] < b["bottom"]
+        and b["top"] < a["bottom"]
+    )
+
+
+def _assert_labels_read_right(boxes: dict, peak: int, where: str) -> None:
+    chart, texts = boxes["chart"], boxes["texts"]
+    # Counts on the y axis, times on the x axis
+    y_labels = [t["text"] for t in texts if t["text"].isdigit()]
+    x_labels = [t["text"] for t in texts if not t["text"].isdigit()]
+    # Each label is inside the chart (none clipped, as "1004" was to "ı004")
+    for t in texts:
+        assert t["left"] >= chart["left"] - EDGE_PX and t["right"] <= chart["right"] + EDGE_PX, (
+            where,
+            t,
+            chart,
+        )
+        assert t["top"] >= chart["top"] - EDGE_PX and t["bottom"] <= chart["bottom"] + EDGE_PX, (
+            where,
+            t,
+            chart,
+        )
+    # No two labels overlap, and no label repeats on its axis (an empty chart had "1" twice)
+    for i, a in enumerate(texts):
+        for b in texts[i + 1 :]:
+            assert not _overlap(a, b), (where, a, b)
+    assert len(set(y_labels)) == len(y_labels) >= 2, (where, y_labels)
+    assert len(set(x_labels)) == len(x_labels) >= 3, (where, x_labels)
+    # The y axis reaches the busiest minute; the times are clock times (UTC, as the legend says)
+    assert max(int(v) for v in y_labels) >= max(peak, 1), (where, y_labels)
+    assert all(re.fullmatch(r"\d\d:\d\d", v) for v in x_labels), (where, x_labels)
+
+
+def test_the_throughput_chart_reads_right_at_three_widths_in_one_labelled_time_zone(
+    local_gateway, browser, tmp_path
+):
+    from playwright.sync_api import expect
+
+    from payloadstore import Client
+    from payloadstore.dashboard import ClientBackend, Dashboard
+
+    # An hour from a whole half hour: its first minute is a label's place, beside the y axis's "0"
+    start = (int(time.time()) // 1800) * 1800 - 3600
+    busy = [0] * 60
+    busy[41], busy[55] = 1004, 17
+    failed = [0] * 60
+    failed[41] = 3
+    charts = {
+        "empty": {"queue": None, "start": start, "succeeded": [0] * 60, "failed": [0] * 60},
+        "busy": {"queue": None, "start": start, "succeeded": busy, "failed": failed},
+    }
+
+    class Figures(ClientBackend):
+        """The namespace's real queues and jobs; the chart's figures as set by the test (a
+        minute of 1,007 ended jobs would take minutes to make on the local stack)."""
+
+        shown = "empty"
+
+        def throughput(self, queue):
+            return dict(charts[self.shown])
+
+    client = Client(local_gateway.url, local_gateway.token("dev", "client"), "dev")
+    backend = Figures(client)
+    shots = Path(os.environ.get(SCREENSHOT_ENV) or tmp_path / "dashboard.png")
+    with Dashboard(backend, "127.0.0.1", 0, refresh_s=60.0) as dashboard:
+        dashboard.start()
+        for name, figures in charts.items():
+            backend.shown = name
+            peak = max(s + f for s, f in zip(figures["succeeded"], figures["failed"], strict=True))
+            for width in CHART_WIDTHS:
+                # Given the dashboard open in a window this wide
+                page = browser.new_page(viewport={"width": width, "height": 1000})
+                errors: list[str] = []
+                page.on("pageerror", lambda e, errors=errors: errors.append(str(e)))
+                page.goto(dashboard.url)
+                # When the chart is drawn
+                expect(page.locator("#throughput-succeeded")).to_have_text(
+                    str(sum(figures["succeeded"]))
+                )
+                expect(page.locator("#throughput-chart text").first).to_be_attached()
+                # Then its labels are whole, apart and each once; times are labelled UTC, and so
+                # is the page's "updated" time
+                where = f"{name} chart at {width} px"
+                _assert_labels_read_right(page.evaluate(_LABEL_BOXES), peak, where)
+                expect(page.locator("#throughput-panel .legend")).to_contain_text("UTC")
+                updated = page.locator("#refreshed")
+                expect(updated).to_have_text(re.compile(r"^updated \d\d:\d\d:\d\d UTC$"))
+                # ... whole on the page, not cut at its edge
+                box = updated.bounding_box()
+                assert box and box["x"] >= 0 and box["x"] + box["width"] <= width, (where, box)
+                title = page.locator("#throughput-chart g[data-minute='41'] title")
+                expect(title).to_have_text(re.compile(r"^\d\d:\d\d UTC: "))
+                page.locator("#throughput-panel").screenshot(
+                    path=str(shots.with_name(f"{shots.stem}-chart-{name}-{width}.png"))
+                )
+                if name == "busy":
+                    page.screenshot(path=str(shots.with_name(f"{shots.stem}-page-{width}.png")))
+                assert errors == [], where
+                page.close()
+    client.close()

@@ -226,6 +226,37 @@ def test_given_a_queued_job_when_cancelled_then_200_cancelled_and_never_delivere
     assert (again.error["code"], again.error["state"]) == ("conflict", "cancelled")
 
 
+def test_given_keyed_inline_jobs_when_one_is_cancelled_queued_then_its_entry_goes_at_once_and_a_retry_runs_it(
+    cp, redis_view
+):
+    # Given three queued inline jobs with Idempotency-Keys (as the SDK enqueues; no hash yet)
+    ids = [
+        cp.enqueue(raw=bytes([i]), headers={"Idempotency-Key": f"c-{i}"}).json["job_id"]
+        for i in range(3)
+    ]
+    stream = keys.queue(cp.ns, cp.queue)
+    # When the middle one is cancelled
+    assert cancel(cp, ids[1]).json["state"] == "cancelled"
+    # Then its entry is gone at once: the queue counts two, and polls deliver the other two
+    assert redis_view.xlen(stream) == 2
+    assert (
+        cp.call(
+            "jobs", "GET", "/v1/namespaces/{ns}/queues/{queue}", {"ns": cp.ns, "queue": cp.queue}
+        ).json["queued"]
+        == 2
+    )
+    assert [cp.poll(daemon_id="a").json["job_id"] for _ in range(2)] == [ids[0], ids[2]]
+    assert cp.status(ids[1]).json["cancel_requested"] is True  # the hash says so; lists hide it
+    # And its arguments were kept: a retry runs it with them
+    retried = cp.call(
+        "jobs", "POST", "/v1/namespaces/{ns}/jobs/{job_id}/retry", {"ns": cp.ns, "job_id": ids[1]}
+    )
+    assert retried.status == 200, retried.raw_body
+    again = cp.poll(daemon_id="b")
+    assert again.json["job_id"] == ids[1]
+    assert base64.b64decode(again.json["payloadInline"]) == b"\x01"
+
+
 def test_given_a_running_job_when_cancelled_then_202_the_heartbeat_says_so_and_cancelled_posts_end_it(
     cp,
 ):

@@ -49,11 +49,40 @@ def test_the_schedule_event_publishes_depth_in_flight_and_age_per_queue(cp, caps
     assert value(queue_doc, "OldestJobAgeSeconds") >= 0
     directive = queue_doc["_aws"]["CloudWatchMetrics"][0]
     names = {m["Name"] for m in directive["Metrics"]}
-    assert names == {"QueueDepth", "InFlight", "OldestJobAgeSeconds"}
+    assert names == {"QueueDepth", "InFlight", "FailedJobs", "OldestJobAgeSeconds"}
     assert sorted(directive["Dimensions"][0]) == ["namespace", "queue", "service"]
     [stack_doc] = [d for d in docs if "RedisMemoryUsedBytes" in d]
     assert value(stack_doc, "OldestJobAgeSeconds") >= value(queue_doc, "OldestJobAgeSeconds")
     assert sorted(stack_doc["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0]) == ["service"]
+
+
+def test_the_schedule_publishes_failed_jobs_and_counts_a_cancelled_queued_job_out(cp, capsys):
+    from payloadstore_controlplane.handlers import metrics
+    from tests.support.control_plane import cancel
+
+    # Given three inline jobs (with Idempotency-Keys, as the SDK sends them): one failed on its
+    # daemon, one cancelled while queued (it has no hash yet), one waiting
+    ids = [
+        cp.enqueue(raw=msgpack.packb(i), headers={"Idempotency-Key": f"m-{i}"}).json["job_id"]
+        for i in range(3)
+    ]
+    polled = cp.poll()
+    assert polled.status == 200 and polled.json["job_id"] == ids[0]
+    failed = cp.post_result(ids[0], {"error": {"type": "ValueError", "message": "no"}})
+    assert failed.status == 204, failed.json
+    assert cancel(cp, ids[1]).json["state"] == "cancelled"
+    capsys.readouterr()
+    # When the scheduled event runs the function
+    summary = metrics.lambda_handler(EVENT, FakeLambdaContext())
+    # Then the queue counts one queued (the cancelled job left at once), none in flight, and
+    # one failed, in its answer and in its EMF document
+    [mine] = [q for q in summary["queues"] if q["namespace"] == cp.ns]
+    assert (mine["queued"], mine["in_flight"], mine["failed"]) == (1, 0, 1)
+    docs = emf_documents(capsys.readouterr().out)
+    [doc] = [d for d in docs if d.get("namespace") == cp.ns and d.get("queue") == cp.queue]
+    assert (value(doc, "QueueDepth"), value(doc, "InFlight"), value(doc, "FailedJobs")) == (1, 0, 1)
+    # And the one waiting job is the one a daemon gets next
+    assert cp.poll().json["job_id"] == ids[2]
 
 
 def test_the_local_stack_scheduler_runs_the_metrics_function_on_its_timer(cp):

@@ -296,8 +296,10 @@ def paused_at(
 def test_given_a_cancelled_inline_job_when_a_retry_races_the_poll_dropping_its_entry_then_the_job_runs(
     cp: ControlPlane, monkeypatch
 ):
-    # Given: an inline job cancelled while queued, before any delivery (its entry stays in the
-    # stream until a poll finds the job cancelled)
+    # Given: an inline job cancelled while queued, before any delivery, whose entry the cancel
+    # did not find (past its search bound: it stays in the stream until a poll finds the job
+    # cancelled)
+    monkeypatch.setattr(RedisJobStore, "find_inline_entry", lambda *args, **kwargs: "")
     job = cp.enqueue(raw=b"\x0a\x0b").json["job_id"]
     assert cancel(cp, job).json["state"] == "cancelled"
     # And: a poll that found it cancelled, paused before it drops the entry (keeping its args)

@@ -314,3 +314,33 @@ def test_bytearray_and_memoryview_come_back_as_bytes_as_docs_codec_says():
     for value in (bytearray(b"ab"), memoryview(b"ab"), bytearray(5000)):
         back = c.decode(c.encode(value).tobytes())
         assert type(back) is bytes and back == bytes(value)
+
+
+@pytest.mark.parametrize(
+    ("value", "place"),
+    [
+        ({(1, 2): "x"}, "value"),
+        ([0, {"a": {(1,): 1}}], "value[1]['a']"),
+        ({"k": [np.zeros(3), {frozenset({1}): 2}]}, "value['k'][1]"),
+        # beside a large array (the envelope layout) and large bytes (lifted)
+        ({"big": np.zeros(1 << 17), "m": {("a", "b"): 1}}, "value['m']"),
+        ({"b": b"\0" * (2 << 20), "m": {(1, 2): 1}}, "value['m']"),
+    ],
+)
+def test_a_container_as_a_dict_key_is_refused_naming_its_place(value, place):
+    # Given a value with a tuple or frozenset as a dict key, which no reader could decode
+    # When it is encoded
+    with pytest.raises(codec.CodecError) as refused:
+        codec.encode(value)
+    # Then the error names the key and where it is
+    assert f" in {place}: " in str(refused.value)
+    assert "use a str, int, float, bool, None or bytes key" in str(refused.value)
+
+
+def test_tuples_as_values_and_scalar_keys_still_encode():
+    # Given tuples only as values, and keys of every scalar kind
+    value = {"t": (1, (2, 3)), 7: [(4,)], 1.5: None, None: 0, b"k": (), True: "x"}
+    # When it is encoded and decoded
+    decoded = codec.decode(codec.encode(value).tobytes())
+    # Then the tuples are lists and the keys are as they were
+    assert decoded == {"t": [1, [2, 3]], 7: [[4]], 1.5: None, None: 0, b"k": [], True: "x"}

@@ -34,14 +34,21 @@ def test_ages_floor_as_a_clock_reads_them():
 def test_table_aligns_numbers_right_and_names_left():
     text = queue_table(
         [
-            {"name": "resize", "queued": 12, "in_flight": 3, "oldest_queued_age_s": 75},
+            {
+                "name": "resize",
+                "queued": 12,
+                "in_flight": 3,
+                "oldest_queued_age_s": 75,
+                "failed": 4,
+            },
             {"name": "a", "queued": 0, "in_flight": 0, "oldest_queued_age_s": None},
         ]
     )
     header, first, second = text.splitlines()
-    assert header.startswith("QUEUE ") and "IN FLIGHT" in header
-    assert first.split() == ["resize", "12", "3", "1m15s"]
-    assert second.split() == ["a", "0", "0", "-"]
+    assert header.startswith("QUEUE ") and "IN FLIGHT  FAILED" in header
+    assert first.split() == ["resize", "12", "3", "4", "1m15s"]
+    assert second.split() == ["a", "0", "0", "0", "-"]
+    assert header.index("FAILED") + len("FAILED") == first.index("4  ") + 1
     assert header.index("QUEUED") + len("QUEUED") == first.index("12") + 2
 
 

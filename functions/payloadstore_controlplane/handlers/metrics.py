@@ -1,5 +1,5 @@
-"""Scheduled (EventBridge, every minute): publish queue depth, in flight and oldest queued age per
-namespace and queue, and Redis memory, as EMF metrics. The elasticity controller and the dashboard
+"""Scheduled (EventBridge, every minute): publish queue depth, in flight, failed jobs and oldest
+queued age per namespace and queue, and Redis memory, as EMF metrics. The elasticity controller and the dashboard
 read these; the OldestJobAgeSeconds alarm watches the stack-wide maximum.
 
 Namespaces come from Redis: the set of namespaces that enqueued or polled (keys.namespaces, added
@@ -18,6 +18,7 @@ from __future__ import annotations
 from ..logic.policy import drain_consumed
 from ..logic.queues import namespace_queues
 from ..observability import (
+    FAILED_JOBS,
     IN_FLIGHT,
     OLDEST_JOB_AGE,
     QUEUE_DEPTH,
@@ -50,6 +51,7 @@ def publish(namespaces: list[str]) -> dict:
                 {
                     QUEUE_DEPTH: ("Count", q.queued),
                     IN_FLIGHT: ("Count", q.in_flight),
+                    FAILED_JOBS: ("Count", q.failed),
                     OLDEST_JOB_AGE: ("Seconds", age),
                 },
             )

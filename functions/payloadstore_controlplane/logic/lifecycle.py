@@ -80,16 +80,25 @@ def cancel(p: Principal, job_id: str, deps: Deps) -> CancelResponse:
         if outcome.queue:
             # The entry goes (its inline args kept for a retry) and the job is indexed among
             # the queue's cancelled jobs. A queued inline job that had no hash names no entry:
-            # its entry goes at its delivery, which finds it cancelled.
+            # it is looked up near the job's id time, so the queued count drops at once; one a
+            # daemon took meanwhile (or not found) goes at its delivery, which finds it
+            # cancelled.
+            entry_id, undelivered_only = outcome.entry_id, False
+            if not entry_id and not job.stored:
+                entry_id = deps.jobs.find_inline_entry(
+                    p.namespace, outcome.queue, job_id, job.created_ms or 0
+                )
+                undelivered_only = True
             deps.jobs.settle(
                 p.namespace,
                 outcome.queue,
                 job_id,
-                outcome.entry_id,
+                entry_id,
                 state=JobStatus.CANCELLED,
                 retries=outcome.retries,
                 now_ms=int(deps.clock() * 1000),
                 keep_args=True,
+                undelivered_only=undelivered_only,
             )
         keep_for_class(p, job_id, deps)
         metrics_count("JobsCancelled", was="queued")

@@ -53,7 +53,8 @@ live in the done list.
 Leases and cancel: `lt` lease token of the current delivery (kept after a payload_lost requeue,
 so a re-sent report is answered as the first), `lx` lease expiry (ms), `d` the consumer holding
 the entry, `cr` cancel requested (1). `a` is the delivery count. A queued inline job has no hash: cancelling it means
-creating one (`n`, `q`, `t`=i, `s`=cancelled, with the TTL); delivery creates the hash only when
+creating one (`n`, `q`, `t`=i, `s`=cancelled, with the TTL) and dropping its entry, found near its id's
+time (lifecycle_find_entry.lua); delivery creates the hash only when
 none exists and drops the entry of a job whose hash is in any state but queued/running.
 
 The bucket is one per stack and the S3 key derives from job id + kind (`payload_keys.key_for`),

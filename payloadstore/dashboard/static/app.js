@@ -212,35 +212,72 @@
   }
 
   function minuteText(epoch) {
-    return new Date(epoch * 1000).toISOString().slice(11, 16) + " UTC";
+    return clockText(epoch) + " UTC";
   }
 
+  function clockText(epoch) {
+    return new Date(epoch * 1000).toISOString().slice(11, 16);
+  }
+
+  // The y axis's ticks: whole numbers, each one distinct, 1 to 4 steps of 1, 2 or 5 x 10^k above
+  // 0, the top one at or above the busiest minute (an empty chart reads 0 and 1, not "1" twice).
+  function yTicks(peak) {
+    let step = 1;
+    for (let m = 1; ; m *= 10) {
+      const found = [1, 2, 5].map((b) => b * m).find((c) => Math.ceil(peak / c) <= 4);
+      if (found) {
+        step = found;
+        break;
+      }
+    }
+    const top = Math.max(step, Math.ceil(peak / step) * step);
+    const ticks = [];
+    for (let v = 0; v <= top; v += step) ticks.push(v);
+    return ticks;
+  }
+
+  // Text extents, estimated for the chart's 11px sans-serif digits (the labels are digits and
+  // ':'): used for the margins and for leaving out x labels that would collide.
+  const CHAR_W = 7;
+  let lastChart = null;
+
   function drawChart(answer) {
+    lastChart = answer;
+    const chart = $("throughput-chart");
     const ok = answer.succeeded || [];
     const bad = answer.failed || [];
     const n = Math.max(ok.length, bad.length, 1);
     const sum = (xs) => xs.reduce((a, b) => a + b, 0);
     $("throughput-succeeded").textContent = sum(ok);
     $("throughput-failed").textContent = sum(bad);
-    const width = 360, height = 150, left = 26, bottom = 18, top = 8;
-    const plotW = width - left - 4, plotH = height - bottom - top;
-    let peak = 1;
+    // Drawn at the element's own width (1 unit = 1 CSS px), so labels keep their size at any
+    // window width and the x axis gets as many labels as fit.
+    const width = Math.max(Math.round(chart.clientWidth) || 360, 200), height = 160;
+    chart.setAttribute("viewBox", "0 0 " + width + " " + height);
+    let peak = 0;
     for (let i = 0; i < n; i++) peak = Math.max(peak, (ok[i] || 0) + (bad[i] || 0));
+    const ticks = yTicks(peak);
+    const yMax = ticks[ticks.length - 1];
+    const labelW = Math.max(...ticks.map((v) => String(v).length)) * CHAR_W;
+    const left = labelW + 10, right = 6, bottom = 20, top = 8;
+    const plotW = width - left - right, plotH = height - bottom - top;
     const step = plotW / n;
     const barW = Math.max(step - 1, 1);
     const nodes = [];
-    for (const frac of [0.5, 1]) {
-      const y = top + plotH - frac * plotH;
-      nodes.push(svg("line", { x1: left, x2: width - 4, y1: y, y2: y, class: "grid" }));
-      nodes.push(svg("text", { x: left - 4, y: y + 3, "text-anchor": "end" }, Math.round(frac * peak)));
+    for (const v of ticks) {
+      const y = top + plotH - (v / yMax) * plotH;
+      nodes.push(svg("line", { x1: left, x2: width - right, y1: y, y2: y, class: v === 0 ? "axis" : "grid" }));
+      nodes.push(svg("text", { x: left - 5, y: y + 4, "text-anchor": "end", class: "y-label" }, v));
     }
-    nodes.push(svg("line", { x1: left, x2: width - 4, y1: top + plotH, y2: top + plotH, class: "axis" }));
     const start = answer.start || 0;
     const bucket = answer.bucket_s || 60;
     for (let i = 0; i < n; i++) {
       const s = ok[i] || 0, f = bad[i] || 0;
-      const x = left + i * step + 1;
-      const hS = (s / peak) * plotH, hF = (f / peak) * plotH;
+      const x = left + i * step + 0.5;
+      // A minute with any job shows at least 2 px of it: 3 failures beside 1,004 successes
+      // would otherwise be a fraction of a pixel (the tooltip gives the exact counts).
+      const visible = (count) => (count > 0 ? Math.max((count / yMax) * plotH, 2) : 0);
+      const hS = visible(s), hF = visible(f);
       const group = svg("g", { "data-minute": i });
       group.append(svg("title", {}, minuteText(start + i * bucket) + ": " + s + " succeeded, " + f + " failed"));
       if (s > 0) group.append(svg("rect", { x, y: top + plotH - hS, width: barW, height: hS, class: "bar-succeeded" }));
@@ -249,11 +286,32 @@
       group.append(svg("rect", { x, y: top, width: barW, height: plotH, fill: "transparent" }));
       nodes.push(group);
     }
-    const labels = [[0, "start"], [Math.floor(n / 2), "middle"], [n - 1, "end"]];
-    for (const [i, anchor] of labels) {
-      nodes.push(svg("text", { x: left + i * step + step / 2, y: height - 4, "text-anchor": anchor }, minuteText(start + i * bucket)));
+    // x labels at whole 5, 10, 15 or 30 minutes (UTC, as the legend says), as many as fit
+    // without touching; one whose box would leave the plot's width is left out.
+    const textW = 5 * CHAR_W, gap = 14;
+    const every = [5, 10, 15, 30, 60].find((k) => (k * step) >= textW + gap) || 60;
+    let lastEnd = -Infinity;
+    for (let i = 0; i < n; i++) {
+      const epoch = start + i * bucket;
+      if (Math.round(epoch / 60) % every !== 0) continue;
+      const x = left + i * step + step / 2;
+      // Not under the y labels, not past the right edge, not on the previous label.
+      if (x - textW / 2 < left || x + textW / 2 > width || x - textW / 2 < lastEnd + gap) continue;
+      nodes.push(svg("text", { x, y: height - 5, "text-anchor": "middle", class: "x-label" }, clockText(epoch)));
+      lastEnd = x + textW / 2;
     }
-    $("throughput-chart").replaceChildren(...nodes);
+    chart.replaceChildren(...nodes);
+  }
+
+  if (typeof ResizeObserver === "function") {
+    let drawnWidth = 0;
+    new ResizeObserver(() => {
+      const width = Math.round($("throughput-chart").clientWidth);
+      if (lastChart && width !== drawnWidth) {
+        drawnWidth = width;
+        drawChart(lastChart);
+      }
+    }).observe($("throughput-chart"));
   }
 
   // -- jobs of a queue --------------------------------------------------------------------
@@ -340,7 +398,7 @@
     field(items, "Retried", retried(job.retries));
     field(items, "Created", when(createdAt(job)));
     field(items, "Updated", when(job.updated_at));
-    if (job.cancel_requested) field(items, "Cancel", "requested");
+    if (job.cancel_requested && (job.state === "queued" || job.state === "running")) field(items, "Cancel", "requested");
     $("detail-fields").replaceChildren(...items);
     // Arguments and result: read again only when the job or its state changed (an S3 value's
     // preview costs the dashboard server a ranged GET).
@@ -464,7 +522,7 @@
   async function refreshAll() {
     try {
       await Promise.all([refreshQueues(), refreshJobs(), refreshJob(), refreshThroughput()]);
-      $("refreshed").textContent = "updated " + new Date().toLocaleTimeString();
+      $("refreshed").textContent = "updated " + new Date().toISOString().slice(11, 19) + " UTC";
     } catch (e) {
       $("refreshed").textContent = "refresh failed: " + e.message;
     }

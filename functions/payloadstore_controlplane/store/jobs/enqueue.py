@@ -150,24 +150,34 @@ class EnqueueSteps(StoreBase):
         self, namespace: str, candidates: list[tuple[str, int]]
     ) -> tuple[str, str] | None:
         """The first of `candidates` ((job id, its ms)) indexed as an inline job of the namespace:
-        (job id, queue), or None. Read-only, one round trip (every index is in the namespace's
-        slot)."""
+        (job id, queue), or None; or the job its key's field names (ids carry the enqueue's ms, so
+        only an older control plane's keyed ids are a minute's chars + the tail). Read-only, one
+        round trip, two when a key field names a job (every index is in the namespace's slot)."""
         if not candidates:
             return None
-        # One HMGET per index hour, as the enqueue script looks them up.
+        # One HMGET per index hour, as the enqueue script looks them up: the candidate ids (a
+        # minute's chars + the tail: jobs of an older control plane) and the key field, which
+        # holds the time chars of the key's newest job (ids carry the enqueue's ms).
+        tail = candidates[0][0][10:]
+        oldest = candidates[-1][0][:10]
         by_index: dict[str, list[str]] = {}
         for job_id, ms in candidates:
             by_index.setdefault(keys.inline_index(namespace, ms), []).append(job_id)
         pipe = self._r.pipeline(transaction=False)
         for index, ids in by_index.items():
-            pipe.hmget(index, ids)
+            pipe.hmget(index, [*ids, "k" + tail])
         found: dict[str, bytes | str] = {}
-        for ids, queues in zip(by_index.values(), pipe.execute(), strict=True):
+        keyed: list[tuple[str, str]] = []  # (index, job id) named by a key field
+        for (index, ids), values in zip(by_index.items(), pipe.execute(), strict=True):
+            *queues, chars = values
             found.update((i, q) for i, q in zip(ids, queues, strict=True) if q is not None)
-        for job_id, _ in candidates:  # newest first
-            if job_id in found:
-                return job_id, text(found[job_id])
-        return None
+            if chars is not None and text(chars) >= oldest:
+                keyed.append((index, text(chars) + tail))
+        for index, job_id in sorted(keyed, key=lambda k: k[1], reverse=True):  # newest first
+            queue = found.get(job_id) or self._r.hget(index, job_id)
+            if queue is not None:
+                return job_id, text(queue)
+        return next(((j, text(found[j])) for j, _ in candidates if j in found), None)
 
     def queued_inline(self, namespace: str, job_id: str, job_ms: int) -> str | None:
         """Queue of an inline job that is (or was) queued and has no hash, from the index."""

@@ -29,7 +29,8 @@
 -- reply) is answered 'created' again without a second entry; with a key it is 'exists'.
 --
 -- A repeated key is found with one HGET per index hash of the window (the hash of the job's
--- hour holds `k<tail>` -> the minute chars of the newest job of that key), not one field per
+-- hour holds `k<tail>` -> the time chars of the newest job of that key: a keyed job's id is its
+-- enqueue's ms chars + the tail; an older control plane's, its minute's), not one field per
 -- candidate minute: 61 minutes of an hour window were 61 lookups, each a scan of the hash
 -- while it is a listpack (up to hash-max-listpack-entries jobs an hour), ~250 us of the
 -- server's one thread per enqueue at 300 jobs an hour. Minutes before the marker may hold jobs
