@@ -80,15 +80,25 @@ _DELETED_FIELD = {PayloadKind.ARGS: "pd", PayloadKind.RESULT: "rd"}
 
 
 def schedule_consume(
-    namespace: str, job_id: str, kind: PayloadKind, key: str, delay_s: float, deps: Deps
+    namespace: str,
+    job_id: str,
+    kind: PayloadKind,
+    key: str,
+    delay_s: float,
+    deps: Deps,
+    *,
+    read: bool = False,
 ) -> None:
     """Record the S3 key of a `consume` namespace's job for deletion `delay_s` from now (the
     scheduled function deletes what is due), and the same time on the job's hash, which answers
     a read past it (`refuse_consumed`). A key already scheduled keeps its first time: a re-read
-    of a result within the grace does not push its deletion back."""
+    of a result within the grace does not push its deletion back.
+
+    Both writes are allow-oom and acknowledged (store/jobs/consume.py); `read`: the caller is
+    a read, which reports no write done, so a replica that lags does not fail it."""
     due_ms = int((deps.clock() + delay_s) * 1000)
-    deps.jobs.schedule_deletions(namespace, [key], due_ms)
-    deps.jobs.mark_consumed(job_id, _DELETED_FIELD[kind], due_ms)
+    deps.jobs.schedule_deletions(namespace, [key], due_ms, lag_ok=read)
+    deps.jobs.mark_consumed(job_id, _DELETED_FIELD[kind], due_ms, lag_ok=read)
     logger.info(
         "consume scheduled",
         extra={"namespace": namespace, "job_id": job_id, "kind": kind.value, "in_s": delay_s},

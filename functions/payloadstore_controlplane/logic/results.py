@@ -89,6 +89,7 @@ def get_result(p: Principal, job_id: str, wait_s: float, deps: Deps) -> ResultRe
             ref.key,
             deps.settings.consume_result_grace_s,
             deps,
+            read=True,
         )
     return ResultResponse(
         job_id=job_id,
