@@ -34,6 +34,7 @@ from .blobs import downloads as blob_downloads
 from .context import Deps, Principal, issue_record, load_job, payload_ref
 from .downloads import download_for
 from .guard import memory_state, refuse_inline
+from .kept_errors import kept_error
 from .lifecycle import CANCELLED_ERROR_TYPE, cancelled_error, lease_mismatch
 from .payload_keys import key_for, parse_key
 from .policy import refuse_inline_never, schedule_consume
@@ -341,6 +342,8 @@ def post_result(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> None
             raise Conflict("resultRef.key is not this job's issued result key")
         verify_uploaded(body.resultRef, issued, deps, policy=p.policy)
 
+    if form == "error":
+        done_value = kept_error(p, job_id, str(done_value), deps)
     outcome = _complete(job_id, body, new_state, form, done_value, digest, deps)
     _settle(p, job_id, outcome, deps)
     _completed(outcome, new_state, form, size)
@@ -412,6 +415,9 @@ def _post_at_once(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> bo
     ):
         return False
     new_state, form, size, done_value, digest = _result_form(body, deps)
+    if form == "error":
+        # inline `never`: the text goes to S3 first; the digest stays the whole error's.
+        done_value = kept_error(p, job_id, str(done_value), deps)
     outcome = _complete(
         job_id, body, new_state, form, done_value, digest, deps, namespace=p.namespace
     )
@@ -515,7 +521,7 @@ def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps)
             JobStatus.PAYLOAD_CORRUPT,
             post_digest("corrupt", error_json),
             now_ms,
-            error_json,
+            kept_error(p, job_id, error_json, deps),
             "error",
             lease=report.lease,
         )
@@ -542,7 +548,7 @@ def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps)
         max_requeues,
         post_digest("lost", "payload_lost"),
         now_ms,
-        error_json,
+        kept_error(p, job_id, error_json, deps),
         lease=report.lease,
     )
     metrics_count("PayloadLost")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import json
 
 from ..models.api import EnqueueResponse, JobError, JobStatusResponse, ResultResponse
 from ..models.domain import JobStatus, PayloadKind, Tier, job_id_time_s
@@ -14,6 +13,7 @@ from ..store.records import JobRecord
 from .blobs import downloads
 from .context import Deps, Principal, load_job, payload_ref
 from .downloads import download_for
+from .kept_errors import error_of
 from .policy import refuse_consumed, schedule_consume
 
 
@@ -25,7 +25,8 @@ def _error(job: JobRecord, deps: Deps) -> JobError | None:
     if job.result_kind != "e":
         return None
     raw = _done_value(job, deps)
-    return JobError.model_validate(json.loads(raw)) if raw else None
+    # An `inline: never` namespace's error is read back from S3 (logic/kept_errors.py).
+    return error_of(raw, deps) if raw else None
 
 
 def _result_ref(job: JobRecord, deps: Deps):
