@@ -144,23 +144,35 @@ MAX_DELETE_CALLS = 20
 
 def drain_consumed(namespaces: list[str], deps: Deps, *, limit: int = 1000) -> int:
     """Delete the due objects of each namespace (S3 DeleteObjects), then forget them; what S3
-    could not delete stays due for the next run. Returns how many were deleted."""
+    could not delete stays due for the next run. Returns how many were deleted.
+
+    The MAX_DELETE_CALLS of a run go round the namespaces with keys due, one call each per
+    round, starting each minute at another namespace: a busy namespace (or one early in the
+    alphabet) never spends them all while others wait (issue 43)."""
     now_ms = int(deps.clock() * 1000)
+    order = list(namespaces)
+    if order:
+        start = (now_ms // 60_000) % len(order)
+        order = order[start:] + order[:start]
     deleted = 0
     calls = 0
-    for ns in namespaces:
-        while calls < MAX_DELETE_CALLS:
+    while order and calls < MAX_DELETE_CALLS:
+        more = []
+        for ns in order:
+            if calls >= MAX_DELETE_CALLS:
+                break
             due = deps.jobs.due_deletions(ns, now_ms, limit)
             if not due:
-                break
+                continue
             calls += 1
             failed = set(deps.objects.delete_many(due))
             done = [k for k in due if k not in failed]
             deps.jobs.forget_deletions(ns, done)
             deleted += len(done)
-            if failed or len(due) < limit:
-                break
+            if not failed and len(due) == limit:
+                more.append(ns)
+        order = more
     if deleted:
         metrics_count("ConsumedDeleted", deleted)
-        logger.info("consumed payloads deleted", extra={"deleted": deleted})
+        logger.info("consumed payloads deleted", extra={"deleted": deleted, "calls": calls})
     return deleted
