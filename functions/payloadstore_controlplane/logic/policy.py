@@ -88,16 +88,23 @@ def schedule_consume(
     deps: Deps,
     *,
     read: bool = False,
+    object_outlives_s: float = 0.0,
 ) -> None:
     """Record the S3 key of a `consume` namespace's job for deletion `delay_s` from now (the
     scheduled function deletes what is due), and the same time on the job's hash, which answers
     a read past it (`refuse_consumed`). A key already scheduled keeps its first time: a re-read
     of a result within the grace does not push its deletion back.
 
+    `object_outlives_s`: the object itself is deleted that much after reads start answering
+    410 (a result: the last download URL handed out expires PRESIGN_TTL_S after it, and a
+    download started with it gets CONSUME_RESULT_GRACE_S more to finish, so a long download
+    never loses its object mid-read).
+
     Both writes are allow-oom and acknowledged (store/jobs/consume.py); `read`: the caller is
     a read, which reports no write done, so a replica that lags does not fail it."""
     due_ms = int((deps.clock() + delay_s) * 1000)
-    deps.jobs.schedule_deletions(namespace, [key], due_ms, lag_ok=read)
+    delete_ms = due_ms + int(object_outlives_s * 1000)
+    deps.jobs.schedule_deletions(namespace, [key], delete_ms, lag_ok=read)
     deps.jobs.mark_consumed(job_id, _DELETED_FIELD[kind], due_ms, lag_ok=read)
     logger.info(
         "consume scheduled",

@@ -91,6 +91,8 @@ def get_result(p: Principal, job_id: str, wait_s: float, deps: Deps) -> ResultRe
             deps.settings.consume_result_grace_s,
             deps,
             read=True,
+            # A download URL handed out before the 410s start must find its object.
+            object_outlives_s=deps.settings.presign_ttl_s + deps.settings.consume_result_grace_s,
         )
     return ResultResponse(
         job_id=job_id,
