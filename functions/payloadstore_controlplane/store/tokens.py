@@ -295,8 +295,11 @@ class TokenStore:
                     )
                 elif "namespace" in value and "role" in value:
                     values[name] = value
-        self._policies = policies
-        self._cache = (now, values)
+        with self._by_name_lock:
+            # A read given up on (REFRESH_GIVE_UP_S) that ends after a newer one keeps out.
+            if self._cache is None or self._cache[0] <= now:
+                self._policies = policies
+                self._cache = (now, values)
         return values
 
     # -- namespace policies (models/policy.py), kept beside the tokens -------------------------
