@@ -164,3 +164,50 @@ def test_a_7d_post_re_sent_after_a_503_keeps_the_record_for_7_days(full_redis, m
         assert full_redis.pttl(key) > week_ms - 60_000, key
     # And a repeat sets the same end-based expiry, never a later one
     assert full_redis.pttl(keys.job(job_id)) <= ttl_first
+
+
+@pytest.mark.parametrize("retention", ["consume", "7d"])
+def test_a_posts_retention_marks_are_scripts_followed_by_wait(full_redis, settings_env, retention):
+    import threading
+
+    # Given handlers that acknowledge writes once a replica holds them (REDIS_MIN_REPLICA_ACKS)
+    url = full_redis.connection_pool.connection_kwargs
+    settings_env(
+        REDIS_URL=f"redis://{url['host']}:{url['port']}",
+        REDIS_MIN_REPLICA_ACKS="1",
+        REDIS_REPLICA_ACK_TIMEOUT_MS="20",
+    )
+    cp = _namespace(retention)
+    _, result, job_id = _run_to_s3_result(cp)
+    # When the daemon posts the result, watched by MONITOR
+    seen: list[str] = []
+    in_lua: list[str] = []
+    ready = threading.Event()
+
+    def watch() -> None:
+        with full_redis.monitor() as m:
+            ready.set()
+            for command in m.listen():
+                if command.get("client_type") == "lua":
+                    in_lua.append(command["command"])
+                    continue
+                seen.append(command["command"])
+                if command["command"].startswith("ECHO stop"):
+                    return
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    ready.wait(5)
+    time.sleep(0.2)
+    assert cp.post_result(job_id, {"resultRef": result}).status == 204
+    full_redis.execute_command("ECHO", "stop")
+    watcher.join(10)
+    # Then no retention mark is a plain command outside a script: ZADD, HSETNX and EXPIRE run
+    # only inside EVALSHA, each of which is followed by a WAIT on the same connection
+    plain = [c for c in seen if c.split(" ", 1)[0] in ("ZADD", "HSETNX", "EXPIRE", "PEXPIREAT")]
+    assert plain == [], plain
+    scripts = [c for c in seen if c.startswith("EVALSHA")]
+    waits = [c for c in seen if c.startswith("WAIT")]
+    assert scripts and len(waits) >= len(scripts), (scripts, waits)
+    marks = {"consume": "ZADD", "7d": "PEXPIREAT"}[retention]
+    assert any(c.startswith(marks) for c in in_lua), in_lua
