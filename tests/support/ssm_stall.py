@@ -2,13 +2,16 @@
 
 `mode` is read per connection: "pass" forwards to the upstream as is; "stall" reads the request
 and never answers (Parameter Store unreachable: the caller's socket timeout ends it); "throttle"
-answers 400 ThrottlingException, as SSM does past its per-account rate. Connections held by a
+answers 400 ThrottlingException, as SSM does past its per-account rate; "slow_listing" forwards
+every call but holds each GetParametersByPath page `page_delay_s` first (a listing of many
+pages, progressing). Connections held by a
 stall are closed when the proxy stops. Listens on 127.0.0.1 only; threads of this process."""
 
 from __future__ import annotations
 
 import socket
 import threading
+import time
 
 _THROTTLED_BODY = b'{"__type":"ThrottlingException","message":"Rate exceeded"}'
 THROTTLED = (
@@ -25,6 +28,7 @@ class SsmStall:
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.endpoint = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
         self.mode = "pass"
+        self.page_delay_s = 0.35
         self.requests = 0
         self._held: list[socket.socket] = []
         self._stop = threading.Event()
@@ -51,7 +55,11 @@ class SsmStall:
             finally:
                 client.close()
             return
+        first = client.recv(65536)
+        if mode == "slow_listing" and b"GetParametersByPath" in first:
+            time.sleep(self.page_delay_s)
         upstream = socket.create_connection(self._upstream, timeout=10)
+        upstream.sendall(first)
         threading.Thread(target=_pump, args=(client, upstream), daemon=True).start()
         _pump(upstream, client)
 

@@ -10,11 +10,13 @@ package imports every event source it knows), and SSM is called through a botoco
 from __future__ import annotations
 
 import os
+import time
 from functools import lru_cache
 
 from ..observability import lambda_entry, logger, metrics_count
 from ..store.tokens import (
     DEFAULT_STALE_MAX_S,
+    REQUEST_BUDGET_S,
     TokenStore,
     TokenStoreUnavailable,
     process_token_store,
@@ -64,8 +66,10 @@ def all_routes_arn(method_arn: str) -> str:
 @lambda_entry
 def lambda_handler(event: dict, context):
     token = bearer(event.get("headers") or {})
+    # Every SSM wait of this request ends by then (store/tokens.py): an answer within 1 s.
+    deadline = time.monotonic() + REQUEST_BUDGET_S
     try:
-        info = token_store().lookup(token) if token else None
+        info = token_store().lookup(token, deadline) if token else None
         policy = token_store().policy(info.namespace) if info is not None else None
     except TokenStoreUnavailable as e:
         # Nothing answers for this token (no usable listing, or a token the listing does not

@@ -14,9 +14,10 @@ ration is spent is refused (401) until the next listing or a later lookup. A rev
 stops working within TOKEN_CACHE_S plus API Gateway's authorizer cache TTL (see
 docs/operations.md, "Revoking a token").
 
-SSM failing or throttled (issue 43): no reader waits on SSM longer than SSM_WAIT_S. The listing
-is refreshed by a thread of its own; a caller waits for it at most SSM_WAIT_S, and past that (or
-when the refresh failed) answers from the last good listing while it is younger than
+SSM failing or throttled (issue 43): no reader waits on a silent SSM longer than SSM_WAIT_S.
+The listing is refreshed by a thread of its own; a caller waits for it at most SSM_WAIT_S (one
+with no listing to fall back on, for as long as its pages keep coming, each within SSM_WAIT_S),
+and past that (or when the refresh failed) answers from the last good listing while it is younger than
 TOKEN_CACHE_S + TOKEN_STALE_MAX_S (`on_stale` is told: the authorizer's TokenListingStale
 metric). After a failed read SSM is left alone for RETRY_AFTER_FAILURE_S, so a stall costs one
 wait per container, not one per request. With no usable listing (a cold container, or one past
@@ -27,7 +28,6 @@ a token minted since is not known (docs/operations.md, "When SSM fails").
 
 from __future__ import annotations
 
-import builtins
 import hashlib
 import hmac
 import json
@@ -54,6 +54,11 @@ MAX_BY_NAME = 4096
 NOT_FOUND = "ParameterNotFound"
 # How long one request waits for SSM at most (the authorizer answers within 1 s).
 SSM_WAIT_S = 0.8
+# A caller with no listing to fall back on waits for the read while its pages keep coming
+# (each within SSM_WAIT_S), at most this long in all.
+LISTING_WAIT_MAX_S = 10.0
+# All the SSM waits of one authorizer request together.
+REQUEST_BUDGET_S = 0.85
 # After a failed read, SSM is not asked again for this long (per container).
 RETRY_AFTER_FAILURE_S = 5.0
 # A refresh still running after this long is given up on, and a new one started.
@@ -143,6 +148,9 @@ class TokenStore:
         # The listing's refresh under way (or the last one), and when SSM may be asked again.
         self._refresh: _Read | None = None
         self._retry_at = 0.0
+        # When the refresh under way last got a page: a listing of many pages that still
+        # progresses is slow, not stalled (no stale answer is counted meanwhile).
+        self._page_at = 0.0
         self._cache: tuple[float, dict[str, dict]] | None = None
         self._policies: dict[str, NamespacePolicy] = {}
         # hash -> (read at, value or None for unknown): the by-name lookups' answers.
@@ -185,7 +193,8 @@ class TokenStore:
         else:
             if not re.fullmatch(r"[0-9a-f]{8,64}", token_or_id):
                 raise TokenStoreError("give the token or its id (hex prefix of its hash, 8+ chars)")
-            listed = bounded(self._list_names, "the token listing")
+            # The listing read as the authorizer's is (waited for while its pages come).
+            listed = [self._parameter_name(h) for h in self._load(force=True)]
             names = [n for n in listed if n.rsplit("/", 1)[-1].startswith(token_or_id)]
         removed = 0
         for name in names:
@@ -202,13 +211,6 @@ class TokenStore:
             for h, v in self._load(force=True).items()
         ]
 
-    # `list` is also a method of this class: the builtin is spelled out below it.
-    def _list_names(self) -> builtins.list[str]:
-        names: builtins.list[str] = []
-        for page in self._ssm.get_paginator("get_parameters_by_path").paginate(Path=self._path):
-            names.extend(p["Name"] for p in page["Parameters"])
-        return names
-
     def _load(self, force: bool = False, *, quiet: bool = False) -> dict[str, dict]:
         """Every stored token, {hash: value}, read from SSM at most once per cache_s. Read with
         the client's own paginator (Powertools' SSMProvider would import boto3 at cold start),
@@ -223,7 +225,7 @@ class TokenStore:
             return self._cache[1]  # type: ignore[index]  # _fresh() is true only with a cache
         read = self._start_refresh(asked_at, force)
         if read is not None:
-            read.done.wait(max(read.started + SSM_WAIT_S - time.monotonic(), 0.0))
+            self._wait(read, progressing=self._cache is None or force)
             if read.done.is_set() and read.error is None:
                 return read.value
         cached = self._cache
@@ -236,9 +238,23 @@ class TokenStore:
         if cached[0] >= asked_at:
             return cached[1]
         why = "slow" if read is not None and not read.done.is_set() else "failed"
+        if why == "slow" and time.monotonic() - self._page_at < SSM_WAIT_S:
+            return cached[1]  # pages still come: a long listing, not a stall
         if self.on_stale is not None and not quiet:
             self.on_stale(asked_at - cached[0], why)
         return cached[1]
+
+    def _wait(self, read: _Read, *, progressing: bool) -> None:
+        """Wait for the read until SSM_WAIT_S after it started; with `progressing` (no listing
+        to answer from otherwise), for as long as its pages keep coming, each within
+        SSM_WAIT_S, up to LISTING_WAIT_MAX_S: a stalled SSM still ends the wait in SSM_WAIT_S."""
+        read.done.wait(max(read.started + SSM_WAIT_S - time.monotonic(), 0.0))
+        while progressing and not read.done.is_set():
+            now = time.monotonic()
+            left = min(self._page_at + SSM_WAIT_S, read.started + LISTING_WAIT_MAX_S) - now
+            if left <= 0:
+                return
+            read.done.wait(left)
 
     def _start_refresh(self, asked_at: float, force: bool) -> _Read | None:
         """The listing's read to wait for: the one under way, or a new one; None while SSM is
@@ -254,14 +270,13 @@ class TokenStore:
             if not force and asked_at < self._retry_at:
                 return None
             now = time.monotonic()
+            self._page_at = now
             self._refresh = _in_thread(lambda: self._read_or_back_off(now), now)
             return self._refresh
 
     def _ssm_failing(self, now: float) -> bool:
-        """SSM failed a moment ago, or the listing's read hangs past SSM_WAIT_S."""
-        read = self._refresh
-        hanging = read is not None and not read.done.is_set() and now - read.started > SSM_WAIT_S
-        return now < self._retry_at or hanging
+        """SSM failed a moment ago (its reads are left alone for RETRY_AFTER_FAILURE_S)."""
+        return now < self._retry_at
 
     def _read_or_back_off(self, now: float) -> dict[str, dict]:
         try:
@@ -281,6 +296,7 @@ class TokenStore:
         policies: dict[str, NamespacePolicy] = {}
         paginator = self._ssm.get_paginator("get_parameters_by_path")
         for page in paginator.paginate(Path=self._path):
+            self._page_at = time.monotonic()
             for parameter in page.get("Parameters", []):
                 try:
                     value = json.loads(parameter["Value"])
@@ -310,7 +326,7 @@ class TokenStore:
         self._load(quiet=True)
         return self._policies.get(namespace, NamespacePolicy())
 
-    def read_policy(self, namespace: str) -> NamespacePolicy:
+    def read_policy(self, namespace: str, *, wait_s: float = SSM_WAIT_S) -> NamespacePolicy:
         """The namespace's stored policy, read now (GetParameter), for the admin's answers."""
         if not NAMESPACE_RE.match(namespace or ""):
             raise TokenStoreError(f"invalid namespace {namespace!r}: use [a-z0-9_-], 1-63 chars")
@@ -318,6 +334,7 @@ class TokenStore:
             answer = bounded(
                 lambda: self._ssm.get_parameter(Name=self._policy_name(namespace)),
                 "the policy read",
+                wait_s,
             )
         except TokenStoreUnavailable:
             raise
@@ -370,23 +387,24 @@ class TokenStore:
     def _policy_name(self, namespace: str) -> str:
         return f"{self._path}/{POLICY_PARAMETER_PREFIX}{namespace}"
 
-    def lookup(self, token: str) -> TokenInfo | None:
+    def lookup(self, token: str, deadline: float | None = None) -> TokenInfo | None:
         """The token's namespace and role, or None. The final compare is constant time.
 
         The listing (read at most once per cache_s) answers for every token it holds; a token
         it does not know is read by name (one GetParameter), within the per-container ration,
-        and the answer, found or not, is remembered (see the module docstring)."""
+        and the answer, found or not, is remembered (see the module docstring). The by-name
+        read ends by `deadline` (time.monotonic(): the request's SSM budget)."""
         if not token or not token.startswith(TOKEN_PREFIX) or len(token) > 128:
             return None
         presented = hash_token(token)
         match = _match(presented, self._load())
         if match is None:
-            match = self._by_name_lookup(presented)
+            match = self._by_name_lookup(presented, deadline)
         if match is None:
             return None
         return TokenInfo(match["namespace"], match["role"], token_id_of(presented))
 
-    def _by_name_lookup(self, presented: str) -> dict | None:
+    def _by_name_lookup(self, presented: str, deadline: float | None = None) -> dict | None:
         now = time.monotonic()
         with self._by_name_lock:
             known = self._by_name.get(presented)
@@ -396,7 +414,7 @@ class TokenStore:
                     return value
             if not self._take_ration(now):
                 return None
-        value = self._read_one(presented)
+        value = self._read_one(presented, _left(deadline, SSM_WAIT_S))
         with self._by_name_lock:
             if len(self._by_name) >= MAX_BY_NAME:
                 for stale in list(self._by_name)[: MAX_BY_NAME // 4]:
@@ -414,7 +432,7 @@ class TokenStore:
         self._ration -= 1.0
         return True
 
-    def _read_one(self, token_hash: str) -> dict | None:
+    def _read_one(self, token_hash: str, wait_s: float = SSM_WAIT_S) -> dict | None:
         """The one parameter named by the hash (GetParameter), or None when there is none.
         Within SSM_WAIT_S, and not at all while SSM is left alone after a failure:
         TokenStoreUnavailable (whether the token exists is not known)."""
@@ -424,6 +442,7 @@ class TokenStore:
             answer = bounded(
                 lambda: self._ssm.get_parameter(Name=self._parameter_name(token_hash)),
                 "a token read",
+                wait_s,
             )
         except TokenStoreUnavailable:
             raise
@@ -438,6 +457,14 @@ class TokenStore:
         if not isinstance(value, dict) or "namespace" not in value or "role" not in value:
             return None
         return value
+
+
+def _left(deadline: float | None, at_most: float) -> float:
+    """What is left of a request's SSM budget, at most `at_most` (a little, once it is spent:
+    a read that answers at once still answers)."""
+    if deadline is None:
+        return at_most
+    return min(max(deadline - time.monotonic(), 0.01), at_most)
 
 
 def _error_code(e: Exception) -> str:
