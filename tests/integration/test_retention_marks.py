@@ -211,3 +211,23 @@ def test_a_posts_retention_marks_are_scripts_followed_by_wait(full_redis, settin
     assert scripts and len(waits) >= len(scripts), (scripts, waits)
     marks = {"consume": "ZADD", "7d": "PEXPIREAT"}[retention]
     assert any(c.startswith(marks) for c in in_lua), in_lua
+
+
+def test_a_result_wait_with_redis_past_maxmemory_answers_202_then_200(full_redis):
+    import threading
+
+    # Given a running job (any namespace) and Redis past its maxmemory
+    cp = _namespace("2d")
+    _, result, job_id = _run_to_s3_result(cp)
+    _past_maxmemory(full_redis)
+    # When the client waits for its result (Redis refuses BLMOVE, flagged denyoom)
+    pending = cp.result(job_id, wait=1)
+    # Then the wait answers 202 pending after it, not 503
+    assert pending.status == 202, pending.raw_body
+    # And a wait during which the daemon's result lands answers 200 with it
+    poster = threading.Timer(0.5, lambda: cp.post_result(job_id, {"resultRef": result}))
+    poster.start()
+    done = cp.result(job_id, wait=2)
+    poster.join()
+    assert done.status == 200, done.raw_body
+    assert done.json["resultRef"]["key"] == result["key"]
