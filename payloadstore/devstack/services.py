@@ -481,7 +481,7 @@ class MotoServer:
 
 def warm_ssm(endpoint: str, timeout_s: float = 30.0, region: str = "us-east-1") -> None:
     """One SSM call, waited for: moto builds its SSM backend on the first one (~6 s here), and
-    the token store waits at most 0.8 s for SSM (store/tokens.py), so the stack's first
+    the token store waits at most 0.7 s for SSM (store/tokens.py), so the stack's first
     authorizer call would otherwise find SSM "stalled"."""
     import json
     import urllib.request

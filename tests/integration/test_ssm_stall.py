@@ -86,7 +86,7 @@ def test_a_known_token_is_allowed_within_1s_while_ssm_fails(
     # And SSM is not asked once per request (one stalled read, then left alone a while)
     assert stall.requests < 10
     # And the stale answers are counted (the TokenListingStale alarm's metric): each one once
-    # SSM has given no page for 0.8 s
+    # SSM has given no page for 0.7 s
     assert len(answers) - 1 <= stale_counts(capsys.readouterr().out) <= len(answers)
     # When SSM is back, Then the listing is read again and no stale answer follows
     stall.mode = "pass"

@@ -53,12 +53,12 @@ MISS_READ_BURST = 10
 MAX_BY_NAME = 4096
 NOT_FOUND = "ParameterNotFound"
 # How long one request waits for SSM at most (the authorizer answers within 1 s).
-SSM_WAIT_S = 0.8
+SSM_WAIT_S = 0.7
 # A caller with no listing to fall back on waits for the read while its pages keep coming
 # (each within SSM_WAIT_S), at most this long in all.
 LISTING_WAIT_MAX_S = 10.0
 # All the SSM waits of one authorizer request together.
-REQUEST_BUDGET_S = 0.85
+REQUEST_BUDGET_S = 0.8
 # After a failed read, SSM is not asked again for this long (per container).
 RETRY_AFTER_FAILURE_S = 5.0
 # A refresh still running after this long is given up on, and a new one started.
@@ -137,12 +137,16 @@ class TokenStore:
         *,
         stale_max_s: float = DEFAULT_STALE_MAX_S,
         on_stale: Callable[[float, str], None] | None = None,
+        ssm_wait_s: float = SSM_WAIT_S,
     ):
         self._ssm = ssm_client
         self._path = path.rstrip("/")
         self._cache_s = cache_s
         # The last good listing answers this long past cache_s while SSM fails.
         self._stale_max_s = stale_max_s
+        # How long a caller waits on a silent SSM (an operator's CLI, not behind API Gateway,
+        # may wait longer than a request).
+        self._wait_s = ssm_wait_s
         # Told (listing's age in s, why) each time the last good listing answers instead of SSM.
         self.on_stale = on_stale
         # The listing's refresh under way (or the last one), and when SSM may be asked again.
@@ -233,12 +237,12 @@ class TokenStore:
             if read is not None and read.done.is_set() and read.error is not None:
                 raise TokenStoreUnavailable(f"SSM failed: {read.error}") from read.error
             raise TokenStoreUnavailable(
-                f"SSM did not answer within {SSM_WAIT_S:g} s and no listing is usable"
+                f"SSM did not answer within {self._wait_s:g} s and no listing is usable"
             )
         if cached[0] >= asked_at:
             return cached[1]
         why = "slow" if read is not None and not read.done.is_set() else "failed"
-        if why == "slow" and time.monotonic() - self._page_at < SSM_WAIT_S:
+        if why == "slow" and time.monotonic() - self._page_at < self._wait_s:
             return cached[1]  # pages still come: a long listing, not a stall
         if self.on_stale is not None and not quiet:
             self.on_stale(asked_at - cached[0], why)
@@ -248,10 +252,11 @@ class TokenStore:
         """Wait for the read until SSM_WAIT_S after it started; with `progressing` (no listing
         to answer from otherwise), for as long as its pages keep coming, each within
         SSM_WAIT_S, up to LISTING_WAIT_MAX_S: a stalled SSM still ends the wait in SSM_WAIT_S."""
-        read.done.wait(max(read.started + SSM_WAIT_S - time.monotonic(), 0.0))
+        read.done.wait(max(read.started + self._wait_s - time.monotonic(), 0.0))
         while progressing and not read.done.is_set():
             now = time.monotonic()
-            left = min(self._page_at + SSM_WAIT_S, read.started + LISTING_WAIT_MAX_S) - now
+            cap = max(LISTING_WAIT_MAX_S, self._wait_s)
+            left = min(self._page_at + self._wait_s, read.started + cap) - now
             if left <= 0:
                 return
             read.done.wait(left)
@@ -326,7 +331,7 @@ class TokenStore:
         self._load(quiet=True)
         return self._policies.get(namespace, NamespacePolicy())
 
-    def read_policy(self, namespace: str, *, wait_s: float = SSM_WAIT_S) -> NamespacePolicy:
+    def read_policy(self, namespace: str, *, wait_s: float | None = None) -> NamespacePolicy:
         """The namespace's stored policy, read now (GetParameter), for the admin's answers."""
         if not NAMESPACE_RE.match(namespace or ""):
             raise TokenStoreError(f"invalid namespace {namespace!r}: use [a-z0-9_-], 1-63 chars")
@@ -334,7 +339,7 @@ class TokenStore:
             answer = bounded(
                 lambda: self._ssm.get_parameter(Name=self._policy_name(namespace)),
                 "the policy read",
-                wait_s,
+                self._wait_s if wait_s is None else wait_s,
             )
         except TokenStoreUnavailable:
             raise
@@ -414,7 +419,7 @@ class TokenStore:
                     return value
             if not self._take_ration(now):
                 return None
-        value = self._read_one(presented, _left(deadline, SSM_WAIT_S))
+        value = self._read_one(presented, _left(deadline, self._wait_s))
         with self._by_name_lock:
             if len(self._by_name) >= MAX_BY_NAME:
                 for stale in list(self._by_name)[: MAX_BY_NAME // 4]:
@@ -432,7 +437,7 @@ class TokenStore:
         self._ration -= 1.0
         return True
 
-    def _read_one(self, token_hash: str, wait_s: float = SSM_WAIT_S) -> dict | None:
+    def _read_one(self, token_hash: str, wait_s: float | None = None) -> dict | None:
         """The one parameter named by the hash (GetParameter), or None when there is none.
         Within SSM_WAIT_S, and not at all while SSM is left alone after a failure:
         TokenStoreUnavailable (whether the token exists is not known)."""
@@ -442,7 +447,7 @@ class TokenStore:
             answer = bounded(
                 lambda: self._ssm.get_parameter(Name=self._parameter_name(token_hash)),
                 "a token read",
-                wait_s,
+                self._wait_s if wait_s is None else wait_s,
             )
         except TokenStoreUnavailable:
             raise
