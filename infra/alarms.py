@@ -2,7 +2,8 @@
 
 - custom metrics the functions emit (EMF, the stage's namespace): PayloadCorrupt,
   DeliveryLimitExceeded (a job whose daemons died at each of MAX_DELIVERIES deliveries),
-  ReplicaAcksBelowTarget (a shard taking writes on fewer replicas than REDIS_MIN_REPLICA_ACKS);
+  ReplicaAcksBelowTarget (a shard taking writes on fewer replicas than REDIS_MIN_REPLICA_ACKS),
+  TokenListingStale (the authorizer answering from its last good token listing: SSM failing);
 - every function (generic over routes.FUNCTIONS): Lambda errors, throttles, duration near timeout;
   the authorizer's errors are its own function's errors (every guarded route fails with them);
 - the API: 5xx;
@@ -33,6 +34,9 @@ DELIVERY_LIMIT_METRIC = "DeliveryLimitExceeded"
 # Emitted (at most once a second per node and container) while a shard has fewer online
 # replicas than REDIS_MIN_REPLICA_ACKS: its acknowledged writes are on fewer copies than asked.
 REPLICA_ACKS_BELOW_TARGET_METRIC = "ReplicaAcksBelowTarget"
+# Emitted per request the authorizer answers from its last good token listing because SSM
+# failed, throttled or hung (store/tokens.py): revocations are not seen meanwhile.
+TOKEN_LISTING_STALE_METRIC = "TokenListingStale"
 API_5XX_THRESHOLD = 5  # per 5 minutes: more than a blip while Redis fails over
 REDIS_MEMORY_PERCENT = 80  # leaves room to add a shard before writes are refused
 REDIS_ENGINE_CPU_PERCENT = 90  # Redis runs commands on one thread: past this, latency climbs
@@ -106,6 +110,15 @@ class Alarms(Construct):
             description="a Redis shard has fewer online replicas than REDIS_MIN_REPLICA_ACKS "
             "(its replica was promoted, died or is still syncing): its writes are acknowledged "
             "on fewer copies until ElastiCache has replaced the replica (docs/deploying.md)",
+            threshold=0,
+        )
+        self.add(
+            "TokenListingStale",
+            self.custom_metric(TOKEN_LISTING_STALE_METRIC, period=FIVE_MINUTES),
+            description="the authorizer answered from its last good token listing: SSM Parameter "
+            "Store failed, throttled or hung; a token revoked meanwhile still works, one minted "
+            "meanwhile is not known yet, and past TOKEN_STALE_MAX_S requests fail "
+            "(docs/operations.md, 'When SSM fails')",
             threshold=0,
         )
         self.add(

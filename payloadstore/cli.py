@@ -402,7 +402,8 @@ def token_store(
     ssm = boto3.client(
         "ssm", endpoint_url=endpoint, region_name=region or os.environ.get("AWS_REGION") or None
     )
-    return TokenStore(ssm, path, cache_s=0)
+    # An operator's command may wait on SSM longer than the authorizer's 0.8 s (a cold client).
+    return TokenStore(ssm, path, cache_s=0, ssm_wait_s=30.0)
 
 
 _token_options = [

@@ -525,11 +525,29 @@ class MotoServer:
             f"moto server on port {self.port}",
             self.proc,
         )
+        warm_ssm(self.endpoint, timeout_s)
         return self
 
     def stop(self, timeout_s: float = 10.0) -> None:
         terminate(self.proc, timeout_s)
         self.proc = None
+
+
+def warm_ssm(endpoint: str, timeout_s: float = 30.0, region: str = "us-east-1") -> None:
+    """One SSM call, waited for: moto builds its SSM backend on the first one (~6 s here), and
+    the token store waits at most 0.7 s for SSM (store/tokens.py), so the stack's first
+    authorizer call would otherwise find SSM "stalled"."""
+    import json
+    import urllib.request
+
+    from payloadstore_controlplane.store.aws_http import SsmHttpClient
+
+    client = SsmHttpClient(region, endpoint, (LOCAL_ACCESS_KEY_ID, LOCAL_SECRET_ACCESS_KEY, None))
+    body = json.dumps({"Path": "/warm-up"}).encode()
+    headers = client.signed_headers("GetParametersByPath", body)
+    request = urllib.request.Request(endpoint + "/", data=body, headers=headers, method="POST")
+    with urllib.request.urlopen(request, timeout=timeout_s) as answer:
+        answer.read()
 
 
 def local_aws_env(endpoint: str, region: str = "us-east-1") -> dict[str, str]:

@@ -4,7 +4,6 @@ headers and enforces the stack's S3 and KMS grants)."""
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import pytest
@@ -210,7 +209,11 @@ def _succeed_through_s3(cp: ControlPlane, args: bytes, result: bytes) -> tuple[d
     return ref, result_ref, job_id
 
 
-def test_consume_deletes_a_succeeded_jobs_args_and_a_read_result(consume_ns, s3_client):
+def test_consume_deletes_a_succeeded_jobs_args_and_a_read_result(
+    consume_ns, s3_client, monkeypatch
+):
+    from payloadstore_controlplane.runtime import clock
+
     # Given a `consume` namespace's job that succeeded, args and result in S3
     args_ref, result_ref, job_id = _succeed_through_s3(consume_ns, b"A" * 400, b"R" * 500)
     bucket = args_ref["bucket"]
@@ -225,8 +228,10 @@ def test_consume_deletes_a_succeeded_jobs_args_and_a_read_result(consume_ns, s3_
     _run_scheduled()
     again = consume_ns.result(job_id)
     assert requests.get(again.json["download"]["url"], timeout=30).content == b"R" * 500
-    # Then after the grace the scheduled function deletes the result object
-    time.sleep(1.2)
+    # Then once the grace is over and the last download URL has expired (PRESIGN_TTL_S) with
+    # the grace again to finish a download, the scheduled function deletes the result object
+    real_now = clock.now()
+    monkeypatch.setattr(clock, "now", lambda: real_now + 900 + 2 * 1 + 1)
     _run_scheduled()
     assert not _exists(s3_client, bucket, result_ref["key"])
 
@@ -253,8 +258,9 @@ def test_consume_a_re_read_past_the_grace_is_410_result_consumed(
     assert args.status == 410, args.raw_body
     assert args.error["code"] == "arguments_consumed"
     assert args.error["reason"] == "arguments_consumed"
-    # When the grace is over and the scheduled function deleted the result object
-    monkeypatch.setattr(clock, "now", lambda: real_now + 2)
+    # When the grace is over, the last download URL expired (PRESIGN_TTL_S) and the grace
+    # again passed, and the scheduled function deleted the result object
+    monkeypatch.setattr(clock, "now", lambda: real_now + 900 + 2 * 1 + 1)
     _run_scheduled()
     assert not _exists(s3_client, bucket, result_ref["key"])
     # Then a re-read of the result answers 410 result_consumed, saying when it was deleted
@@ -545,3 +551,30 @@ def test_a_finished_job_of_a_7d_namespace_keeps_its_record_for_7_days(
     assert kms_ns.result(week_job).json["state"] == "succeeded"
     monkeypatch.setattr(clock, "now", lambda: real_now + 7 * 86_400 + 60)
     assert kms_ns.presign_get(week_result["key"]).status == 410
+
+
+def test_consume_a_download_started_within_the_grace_keeps_its_object(
+    consume_ns, s3_client, monkeypatch
+):
+    from payloadstore_controlplane.runtime import clock
+
+    # Given a `consume` namespace's job whose result was read (grace 1 s here), its answer's
+    # download URL valid PRESIGN_TTL_S (900 s)
+    _, result_ref, job_id = _succeed_through_s3(consume_ns, b"A" * 400, b"R" * 500)
+    real_now = clock.now()
+    monkeypatch.setattr(clock, "now", lambda: real_now)
+    read = consume_ns.result(job_id)
+    assert read.status == 200, read.raw_body
+    # When the grace is over and the scheduled function runs (the next minute), while a long
+    # download through that URL is still going
+    monkeypatch.setattr(clock, "now", lambda: real_now + 61)
+    _run_scheduled()
+    # Then the object is still there for it: the download gets the bytes
+    assert requests.get(read.json["download"]["url"], timeout=30).content == b"R" * 500
+    # And a new read answers 410 result_consumed all the same (no new URL is handed out)
+    late = consume_ns.result(job_id)
+    assert (late.status, late.error["code"]) == (410, "result_consumed")
+    # When that URL has expired and the grace passed once more, Then the object is deleted
+    monkeypatch.setattr(clock, "now", lambda: real_now + 900 + 2 * 1 + 1)
+    _run_scheduled()
+    assert not _exists(s3_client, result_ref["bucket"], result_ref["key"])

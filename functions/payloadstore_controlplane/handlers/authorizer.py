@@ -10,20 +10,39 @@ package imports every event source it knows), and SSM is called through a botoco
 from __future__ import annotations
 
 import os
+import time
 from functools import lru_cache
 
-from ..observability import lambda_entry, logger
-from ..store.tokens import TokenStore, process_token_store
+from ..observability import lambda_entry, logger, metrics_count
+from ..store.tokens import (
+    DEFAULT_STALE_MAX_S,
+    REQUEST_BUDGET_S,
+    TokenStore,
+    TokenStoreUnavailable,
+    process_token_store,
+)
+
+
+def _listing_stale(age_s: float, why: str) -> None:
+    # The TokenListingStale alarm (infra/alarms.py); docs/operations.md, "When SSM fails".
+    metrics_count("TokenListingStale")
+    logger.warning(
+        "token listing served stale: SSM failed or was slow",
+        extra={"listing_age_s": round(age_s, 1), "why": why},
+    )
 
 
 @lru_cache(maxsize=1)
 def token_store() -> TokenStore:
     # The store (its SSM client and cache) lives in store/tokens.py, below the handler module:
     # the local gateway runs many instances of this module at once and they share it there.
-    return process_token_store(
+    store = process_token_store(
         os.environ.get("TOKEN_PARAMETER_PATH", "/payloadstore/tokens"),
         int(os.environ.get("TOKEN_CACHE_S", "60")),
+        float(os.environ.get("TOKEN_STALE_MAX_S", str(DEFAULT_STALE_MAX_S))),
     )
+    store.on_stale = _listing_stale
+    return store
 
 
 def bearer(headers: dict[str, str]) -> str | None:
@@ -47,8 +66,17 @@ def all_routes_arn(method_arn: str) -> str:
 @lambda_entry
 def lambda_handler(event: dict, context):
     token = bearer(event.get("headers") or {})
-    info = token_store().lookup(token) if token else None
-    if info is None:
+    # Every SSM wait of this request ends by then (store/tokens.py): an answer within 1 s.
+    deadline = time.monotonic() + REQUEST_BUDGET_S
+    try:
+        info = token_store().lookup(token, deadline) if token else None
+        policy = token_store().policy(info.namespace) if info is not None else None
+    except TokenStoreUnavailable as e:
+        # Nothing answers for this token (no usable listing, or a token the listing does not
+        # hold): an authorizer error, which API Gateway does not cache, within SSM_WAIT_S.
+        logger.error("token store unavailable", extra={"error": str(e)})
+        raise
+    if info is None or policy is None:
         logger.info("token refused", extra={"path": event.get("path")})
         # API Gateway answers 401 for exactly this message.
         raise Exception("Unauthorized")  # noqa: TRY002 - the Lambda authorizer contract
@@ -70,6 +98,6 @@ def lambda_handler(event: dict, context):
             "namespace": info.namespace,
             "role": info.role,
             "token_id": info.token_id,
-            **token_store().policy(info.namespace).to_context(),
+            **policy.to_context(),
         },
     }

@@ -34,6 +34,7 @@ from .blobs import downloads as blob_downloads
 from .context import Deps, Principal, issue_record, load_job, payload_ref
 from .downloads import download_for
 from .guard import memory_state, refuse_inline
+from .kept_errors import kept_error
 from .lifecycle import CANCELLED_ERROR_TYPE, cancelled_error, lease_mismatch
 from .payload_keys import key_for, parse_key
 from .policy import keep_for_class, refuse_inline_never, schedule_consume
@@ -332,6 +333,9 @@ def post_result(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> None
     if job.state != JobStatus.RUNNING:
         # Idempotent repeat of the same post: no-op. Anything else cannot change the outcome.
         if job.state != JobStatus.QUEUED and job.accepted_post == digest:
+            # The first post may have been answered 503 after it was stored (its marks
+            # refused or not acknowledged): the repeat writes them again (idempotent).
+            _retention_marks(p, job_id, JobStatus(job.state), deps)
             return
         raise Conflict(f"job {job_id} is {job.state}; it accepts no other result")
 
@@ -346,26 +350,44 @@ def post_result(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> None
             raise Conflict("resultRef.key is not this job's issued result key")
         verify_uploaded(body.resultRef, issued, deps, policy=p.policy)
 
+    if form == "error":
+        done_value = kept_error(p, job_id, str(done_value), deps)
     outcome = _complete(job_id, body, new_state, form, done_value, digest, deps)
     _settle(p, job_id, outcome, deps)
     _completed(outcome, new_state, form, size)
-    _consume_args(p, job_id, outcome, deps)
-    _keep_for_retention(p, job_id, outcome, deps)
+    _marks_of(p, job_id, outcome, deps)
 
 
-def _keep_for_retention(p: Principal, job_id: str, outcome: object, deps: Deps) -> None:
+def _marks_of(p: Principal, job_id: str, outcome: object, deps: Deps) -> None:
+    """The retention marks of a post that ended the job, or of a repeat of that post (SamePost:
+    the first one may have been answered 503 after its end was stored, before its marks)."""
+    if isinstance(outcome, Completed):
+        _retention_marks(p, job_id, outcome.state, deps)
+    elif isinstance(outcome, SamePost) and outcome.state:
+        _retention_marks(p, job_id, JobStatus(outcome.state), deps)
+
+
+def _retention_marks(p: Principal, job_id: str, state: JobStatus, deps: Deps) -> None:
+    """What the namespace's retention asks of a job that ended in `state`. Each mark is
+    idempotent (a repeat writes the same time again) and acknowledged like the end itself
+    (store/jobs/consume.py), so the post answers 204 only once they are stored."""
+    _consume_args(p, job_id, state, deps)
+    _keep_for_retention(p, job_id, state, deps)
+
+
+def _keep_for_retention(p: Principal, job_id: str, state: JobStatus, deps: Deps) -> None:
     """Retention `7d`/`30d`: a finished job's record lives as long as its namespace keeps its
     payloads, so its status, result and downloads stay readable that long (Redis holds the
     record that much longer: docs/operations.md, "Namespace policies")."""
-    if isinstance(outcome, Completed) and p.policy.outlives_records:
-        deps.jobs.keep_finished_job(job_id, p.policy.retention_s)
+    if state.terminal and p.policy.outlives_records:
+        deps.jobs.keep_finished_job(job_id, p.policy.retention_s, int(deps.clock() * 1000))
 
 
-def _consume_args(p: Principal, job_id: str, outcome: object, deps: Deps) -> None:
+def _consume_args(p: Principal, job_id: str, state: JobStatus, deps: Deps) -> None:
     """Retention `consume`: a job that succeeded needs its arguments no more; they are deleted
     CONSUME_ARGS_GRACE_S from now (a failed job keeps them for the lifecycle's 2 days, so it
     can be retried). The key derives from the job id: an inline job's is simply not there."""
-    if p.policy.consume and isinstance(outcome, Completed) and outcome.state is JobStatus.SUCCEEDED:
+    if p.policy.consume and state is JobStatus.SUCCEEDED:
         schedule_consume(
             p.namespace,
             job_id,
@@ -401,6 +423,9 @@ def _post_at_once(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> bo
     ):
         return False
     new_state, form, size, done_value, digest = _result_form(body, deps)
+    if form == "error":
+        # inline `never`: the text goes to S3 first; the digest stays the whole error's.
+        done_value = kept_error(p, job_id, str(done_value), deps)
     outcome = _complete(
         job_id, body, new_state, form, done_value, digest, deps, namespace=p.namespace
     )
@@ -410,8 +435,7 @@ def _post_at_once(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> bo
     _settle(p, job_id, outcome, deps)
     if isinstance(outcome, Completed):
         _completed(outcome, new_state, form, size)
-        _consume_args(p, job_id, outcome, deps)
-        _keep_for_retention(p, job_id, outcome, deps)
+    _marks_of(p, job_id, outcome, deps)
     return True
 
 
@@ -505,7 +529,7 @@ def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps)
             JobStatus.PAYLOAD_CORRUPT,
             post_digest("corrupt", error_json),
             now_ms,
-            error_json,
+            kept_error(p, job_id, error_json, deps),
             "error",
             lease=report.lease,
         )
@@ -533,7 +557,7 @@ def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps)
         max_requeues,
         post_digest("lost", "payload_lost"),
         now_ms,
-        error_json,
+        kept_error(p, job_id, error_json, deps),
         lease=report.lease,
     )
     metrics_count("PayloadLost")

@@ -6,6 +6,7 @@ daemon whose lease lapsed cannot overwrite the result that was accepted."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 import time
 
@@ -22,6 +23,15 @@ def key_for(job_id: str, kind: PayloadKind, attempt: int | None = None) -> str:
     day = time.strftime("%Y/%m/%d", time.gmtime(job_id_time_s(job_id)))
     suffix = f"-{attempt}" if kind is PayloadKind.RESULT and attempt and attempt > 1 else ""
     return f"{PAYLOAD_PREFIX}{day}/{job_id}/{kind.value}{suffix}"
+
+
+def error_key(job_id: str, error_json: str) -> str:
+    """The key of a job's error kept in S3 (`inline: never`): `…/<job_id>/error-<16 hex>`, the
+    hex of the error's sha256, so a re-sent post writes the same object and a refused post (a
+    stale lease) never overwrites the error the job ended with. No presign ever names it."""
+    day = time.strftime("%Y/%m/%d", time.gmtime(job_id_time_s(job_id)))
+    digest = hashlib.sha256(error_json.encode()).hexdigest()[:16]
+    return f"{PAYLOAD_PREFIX}{day}/{job_id}/error-{digest}"
 
 
 def parse_key(key: str | None) -> tuple[str, PayloadKind] | None:

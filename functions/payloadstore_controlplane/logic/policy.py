@@ -101,15 +101,32 @@ _DELETED_FIELD = {PayloadKind.ARGS: "pd", PayloadKind.RESULT: "rd"}
 
 
 def schedule_consume(
-    namespace: str, job_id: str, kind: PayloadKind, key: str, delay_s: float, deps: Deps
+    namespace: str,
+    job_id: str,
+    kind: PayloadKind,
+    key: str,
+    delay_s: float,
+    deps: Deps,
+    *,
+    read: bool = False,
+    object_outlives_s: float = 0.0,
 ) -> None:
     """Record the S3 key of a `consume` namespace's job for deletion `delay_s` from now (the
     scheduled function deletes what is due), and the same time on the job's hash, which answers
     a read past it (`refuse_consumed`). A key already scheduled keeps its first time: a re-read
-    of a result within the grace does not push its deletion back."""
+    of a result within the grace does not push its deletion back.
+
+    `object_outlives_s`: the object itself is deleted that much after reads start answering
+    410 (a result: the last download URL handed out expires PRESIGN_TTL_S after it, and a
+    download started with it gets CONSUME_RESULT_GRACE_S more to finish, so a long download
+    never loses its object mid-read).
+
+    Both writes are allow-oom and acknowledged (store/jobs/consume.py); `read`: the caller is
+    a read, which reports no write done, so a replica that lags does not fail it."""
     due_ms = int((deps.clock() + delay_s) * 1000)
-    deps.jobs.schedule_deletions(namespace, [key], due_ms)
-    deps.jobs.mark_consumed(job_id, _DELETED_FIELD[kind], due_ms)
+    delete_ms = due_ms + int(object_outlives_s * 1000)
+    deps.jobs.schedule_deletions(namespace, [key], delete_ms, lag_ok=read)
+    deps.jobs.mark_consumed(job_id, _DELETED_FIELD[kind], due_ms, lag_ok=read)
     logger.info(
         "consume scheduled",
         extra={"namespace": namespace, "job_id": job_id, "kind": kind.value, "in_s": delay_s},
@@ -155,23 +172,35 @@ MAX_DELETE_CALLS = 20
 
 def drain_consumed(namespaces: list[str], deps: Deps, *, limit: int = 1000) -> int:
     """Delete the due objects of each namespace (S3 DeleteObjects), then forget them; what S3
-    could not delete stays due for the next run. Returns how many were deleted."""
+    could not delete stays due for the next run. Returns how many were deleted.
+
+    The MAX_DELETE_CALLS of a run go round the namespaces with keys due, one call each per
+    round, starting each minute at another namespace: a busy namespace (or one early in the
+    alphabet) never spends them all while others wait (issue 43)."""
     now_ms = int(deps.clock() * 1000)
+    order = list(namespaces)
+    if order:
+        start = (now_ms // 60_000) % len(order)
+        order = order[start:] + order[:start]
     deleted = 0
     calls = 0
-    for ns in namespaces:
-        while calls < MAX_DELETE_CALLS:
+    while order and calls < MAX_DELETE_CALLS:
+        more = []
+        for ns in order:
+            if calls >= MAX_DELETE_CALLS:
+                break
             due = deps.jobs.due_deletions(ns, now_ms, limit)
             if not due:
-                break
+                continue
             calls += 1
             failed = set(deps.objects.delete_many(due))
             done = [k for k in due if k not in failed]
             deps.jobs.forget_deletions(ns, done)
             deleted += len(done)
-            if failed or len(due) < limit:
-                break
+            if not failed and len(due) == limit:
+                more.append(ns)
+        order = more
     if deleted:
         metrics_count("ConsumedDeleted", deleted)
-        logger.info("consumed payloads deleted", extra={"deleted": deleted})
+        logger.info("consumed payloads deleted", extra={"deleted": deleted, "calls": calls})
     return deleted

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import json
 
 from ..models.api import EnqueueResponse, JobError, JobStatusResponse, ResultResponse
 from ..models.domain import JobStatus, PayloadKind, PayloadRef, Tier, job_id_time_s
@@ -13,6 +12,7 @@ from ..store.records import JobRecord
 from .blobs import downloads
 from .context import Deps, Principal, load_job, payload_ref
 from .downloads import download_for
+from .kept_errors import error_of
 from .policy import refuse_consumed, schedule_consume
 
 
@@ -24,7 +24,8 @@ def _error(job: JobRecord, deps: Deps) -> JobError | None:
     if job.result_kind != "e":
         return None
     raw = _done_value(job, deps)
-    return JobError.model_validate(json.loads(raw)) if raw else None
+    # An `inline: never` namespace's error is read back from S3 (logic/kept_errors.py).
+    return error_of(raw, deps) if raw else None
 
 
 def _result_ref(job: JobRecord, deps: Deps):
@@ -81,6 +82,9 @@ def answered(p: Principal, job_id: str, ref: PayloadRef | None, deps: Deps) -> N
             ref.key,
             deps.settings.consume_result_grace_s,
             deps,
+            read=True,
+            # A download URL handed out before the 410s start must find its object.
+            object_outlives_s=deps.settings.presign_ttl_s + deps.settings.consume_result_grace_s,
         )
 
 

@@ -120,6 +120,9 @@ class Settings(BaseModel):
     s3_endpoint_url: str | None = None
     token_parameter_path: str = "/payloadstore/tokens"
     token_cache_s: int = Field(60, ge=0)
+    # While SSM fails, the authorizer's last good token listing answers this long past
+    # TOKEN_CACHE_S (store/tokens.py; docs/operations.md, "When SSM fails").
+    token_stale_max_s: int = Field(900, ge=0, le=86_400)
     # Namespace policies (models/policy.py): the stack's own KMS key (kms_key `stack`), and the
     # other keys its roles are granted on (comma-separated ARNs, the payloadstore:kmsKeys flag).
     kms_key_arn: str | None = None
@@ -277,6 +280,7 @@ SETTINGS_ENV: dict[str, str] = {
     "s3_endpoint_url": "S3_ENDPOINT_URL",
     "token_parameter_path": "TOKEN_PARAMETER_PATH",
     "token_cache_s": "TOKEN_CACHE_S",
+    "token_stale_max_s": "TOKEN_STALE_MAX_S",
     "kms_key_arn": "KMS_KEY_ARN",
     "kms_key_arns": "KMS_KEY_ARNS",
     "consume_args_grace_s": "CONSUME_ARGS_GRACE_S",

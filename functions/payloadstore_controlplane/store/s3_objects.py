@@ -880,6 +880,40 @@ class S3Objects:
             raise _storage_error(e, "get object tagging") from e
         return {t["Key"]: t["Value"] for t in r.get("TagSet", [])}
 
+    def put_small(
+        self,
+        key: str,
+        body: bytes,
+        content_type: str,
+        policy_headers: dict[str, str] | None = None,
+    ) -> None:
+        """PutObject of a small body the control plane writes itself (an error of an
+        `inline: never` namespace), with the namespace's tag and encryption (policy headers)."""
+        try:
+            self._s3.put_object(
+                Bucket=self.bucket,
+                Key=key,
+                Body=body,
+                ContentType=content_type,
+                **upload_params(policy_headers),
+            )
+        except (ClientError, BotoCoreError) as e:
+            raise _storage_error(e, "put object") from e
+
+    def read_small(self, key: str) -> bytes | None:
+        """GetObject of a small object the control plane wrote (put_small), or None when it is
+        gone."""
+        try:
+            r = self._s3.get_object(Bucket=self.bucket, Key=key)
+            return r["Body"].read()
+        except ClientError as e:
+            code = e.response.get("Error", {}).get("Code")
+            if code in ("404", "NoSuchKey", "NotFound"):
+                return None
+            raise _storage_error(e, "get object") from e
+        except BotoCoreError as e:
+            raise _storage_error(e, "get object") from e
+
     def delete_many(self, keys: list[str]) -> list[str]:
         """DeleteObjects (up to 1000 keys a call); the keys S3 could not delete. A key that is
         already gone counts as deleted, as S3 answers."""

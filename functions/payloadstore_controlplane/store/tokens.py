@@ -13,11 +13,21 @@ default) while every known token keeps working from the listing. A token first s
 ration is spent is refused (401) until the next listing or a later lookup. A revoked token
 stops working within TOKEN_CACHE_S plus API Gateway's authorizer cache TTL (see
 docs/operations.md, "Revoking a token").
+
+SSM failing or throttled (issue 43): no reader waits on a silent SSM longer than SSM_WAIT_S.
+The listing is refreshed by a thread of its own; a caller waits for it at most SSM_WAIT_S (one
+with no listing to fall back on, for as long as its pages keep coming, each within SSM_WAIT_S),
+and past that (or when the refresh failed) answers from the last good listing while it is younger than
+TOKEN_CACHE_S + TOKEN_STALE_MAX_S (`on_stale` is told: the authorizer's TokenListingStale
+metric). After a failed read SSM is left alone for RETRY_AFTER_FAILURE_S, so a stall costs one
+wait per container, not one per request. With no usable listing (a cold container, or one past
+the stale bound), and for by-name reads and the admin's reads, a read that does not answer
+within SSM_WAIT_S raises TokenStoreUnavailable. While stale, a revoked token keeps working and
+a token minted since is not known (docs/operations.md, "When SSM fails").
 """
 
 from __future__ import annotations
 
-import builtins
 import hashlib
 import hmac
 import json
@@ -25,6 +35,7 @@ import re
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +52,19 @@ MISS_READ_BURST = 10
 # Remembered by-name answers per container, at most (junk hashes past it push out the oldest).
 MAX_BY_NAME = 4096
 NOT_FOUND = "ParameterNotFound"
+# How long one request waits for SSM at most (the authorizer answers within 1 s).
+SSM_WAIT_S = 0.7
+# A caller with no listing to fall back on waits for the read while its pages keep coming
+# (each within SSM_WAIT_S), at most this long in all.
+LISTING_WAIT_MAX_S = 10.0
+# All the SSM waits of one authorizer request together.
+REQUEST_BUDGET_S = 0.8
+# After a failed read, SSM is not asked again for this long (per container).
+RETRY_AFTER_FAILURE_S = 5.0
+# A refresh still running after this long is given up on, and a new one started.
+REFRESH_GIVE_UP_S = 30.0
+# How long past TOKEN_CACHE_S the last good listing answers while SSM fails (TOKEN_STALE_MAX_S).
+DEFAULT_STALE_MAX_S = 900
 NAMESPACE_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 ROLES = ("client", "daemon")
 
@@ -56,6 +80,46 @@ class TokenStoreError(RuntimeError):
     pass
 
 
+class TokenStoreUnavailable(TokenStoreError):
+    """SSM failed, throttled or did not answer within SSM_WAIT_S, and nothing else answers."""
+
+
+class _Read:
+    """One read of SSM on a thread of its own: its answer, or its error, once `done` is set."""
+
+    def __init__(self, started: float):
+        self.started = started
+        self.done = threading.Event()
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+
+def _in_thread(fn: Callable[[], Any], started: float) -> _Read:
+    read = _Read(started)
+
+    def run() -> None:
+        try:
+            read.value = fn()
+        except BaseException as e:  # noqa: BLE001 - handed to whoever waits on it
+            read.error = e
+        finally:
+            read.done.set()
+
+    threading.Thread(target=run, name="ssm-read", daemon=True).start()
+    return read
+
+
+def bounded(fn: Callable[[], Any], what: str, wait_s: float = SSM_WAIT_S) -> Any:
+    """fn()'s answer if it comes within wait_s; TokenStoreUnavailable otherwise (the thread is
+    left to finish on its own: its socket timeouts end it)."""
+    read = _in_thread(fn, time.monotonic())
+    if not read.done.wait(wait_s):
+        raise TokenStoreUnavailable(f"SSM did not answer {what} within {wait_s:g} s")
+    if read.error is not None:
+        raise read.error
+    return read.value
+
+
 def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
@@ -65,10 +129,32 @@ def token_id_of(token_hash: str) -> str:
 
 
 class TokenStore:
-    def __init__(self, ssm_client: Any, path: str, cache_s: int = 60):
+    def __init__(
+        self,
+        ssm_client: Any,
+        path: str,
+        cache_s: int = 60,
+        *,
+        stale_max_s: float = DEFAULT_STALE_MAX_S,
+        on_stale: Callable[[float, str], None] | None = None,
+        ssm_wait_s: float = SSM_WAIT_S,
+    ):
         self._ssm = ssm_client
         self._path = path.rstrip("/")
         self._cache_s = cache_s
+        # The last good listing answers this long past cache_s while SSM fails.
+        self._stale_max_s = stale_max_s
+        # How long a caller waits on a silent SSM (an operator's CLI, not behind API Gateway,
+        # may wait longer than a request).
+        self._wait_s = ssm_wait_s
+        # Told (listing's age in s, why) each time the last good listing answers instead of SSM.
+        self.on_stale = on_stale
+        # The listing's refresh under way (or the last one), and when SSM may be asked again.
+        self._refresh: _Read | None = None
+        self._retry_at = 0.0
+        # When the refresh under way last got a page: a listing of many pages that still
+        # progresses is slow, not stalled (no stale answer is counted meanwhile).
+        self._page_at = 0.0
         self._cache: tuple[float, dict[str, dict]] | None = None
         self._policies: dict[str, NamespacePolicy] = {}
         # hash -> (read at, value or None for unknown): the by-name lookups' answers.
@@ -111,7 +197,9 @@ class TokenStore:
         else:
             if not re.fullmatch(r"[0-9a-f]{8,64}", token_or_id):
                 raise TokenStoreError("give the token or its id (hex prefix of its hash, 8+ chars)")
-            names = [n for n in self._list_names() if n.rsplit("/", 1)[-1].startswith(token_or_id)]
+            # The listing read as the authorizer's is (waited for while its pages come).
+            listed = [self._parameter_name(h) for h in self._load(force=True)]
+            names = [n for n in listed if n.rsplit("/", 1)[-1].startswith(token_or_id)]
         removed = 0
         for name in names:
             try:
@@ -127,26 +215,80 @@ class TokenStore:
             for h, v in self._load(force=True).items()
         ]
 
-    # `list` is also a method of this class: the builtin is spelled out below it.
-    def _list_names(self) -> builtins.list[str]:
-        names: builtins.list[str] = []
-        for page in self._ssm.get_paginator("get_parameters_by_path").paginate(Path=self._path):
-            names.extend(p["Name"] for p in page["Parameters"])
-        return names
-
-    def _load(self, force: bool = False) -> dict[str, dict]:
+    def _load(self, force: bool = False, *, quiet: bool = False) -> dict[str, dict]:
         """Every stored token, {hash: value}, read from SSM at most once per cache_s. Read with
-        the client's own paginator (Powertools' SSMProvider would import boto3 at cold start)."""
+        the client's own paginator (Powertools' SSMProvider would import boto3 at cold start),
+        on a thread of its own: a caller waits for it at most SSM_WAIT_S, then answers from the
+        last good listing within its bound, or raises TokenStoreUnavailable (module docstring).
+        `force` (the admin's list) never answers a listing older than the call. A read is
+        waited for until SSM_WAIT_S after it started, whoever waits: callers that come later
+        while it hangs answer at once. `quiet`: a second look in the same request (its policy),
+        not told to `on_stale` again."""
         asked_at = time.monotonic()
         if not force and self._fresh(asked_at):
             return self._cache[1]  # type: ignore[index]  # _fresh() is true only with a cache
+        read = self._start_refresh(asked_at, force)
+        if read is not None:
+            self._wait(read, progressing=self._cache is None or force)
+            if read.done.is_set() and read.error is None:
+                return read.value
+        cached = self._cache
+        if force or cached is None or asked_at - cached[0] >= self._cache_s + self._stale_max_s:
+            if read is not None and read.done.is_set() and read.error is not None:
+                raise TokenStoreUnavailable(f"SSM failed: {read.error}") from read.error
+            raise TokenStoreUnavailable(
+                f"SSM did not answer within {self._wait_s:g} s and no listing is usable"
+            )
+        if cached[0] >= asked_at:
+            return cached[1]
+        why = "slow" if read is not None and not read.done.is_set() else "failed"
+        if why == "slow" and time.monotonic() - self._page_at < self._wait_s:
+            return cached[1]  # pages still come: a long listing, not a stall
+        if self.on_stale is not None and not quiet:
+            self.on_stale(asked_at - cached[0], why)
+        return cached[1]
+
+    def _wait(self, read: _Read, *, progressing: bool) -> None:
+        """Wait for the read until SSM_WAIT_S after it started; with `progressing` (no listing
+        to answer from otherwise), for as long as its pages keep coming, each within
+        SSM_WAIT_S, up to LISTING_WAIT_MAX_S: a stalled SSM still ends the wait in SSM_WAIT_S."""
+        read.done.wait(max(read.started + self._wait_s - time.monotonic(), 0.0))
+        while progressing and not read.done.is_set():
+            now = time.monotonic()
+            cap = max(LISTING_WAIT_MAX_S, self._wait_s)
+            left = min(self._page_at + self._wait_s, read.started + cap) - now
+            if left <= 0:
+                return
+            read.done.wait(left)
+
+    def _start_refresh(self, asked_at: float, force: bool) -> _Read | None:
+        """The listing's read to wait for: the one under way, or a new one; None while SSM is
+        left alone after a failure (RETRY_AFTER_FAILURE_S), unless `force`."""
         with self._load_lock:
-            cached = self._cache
-            # Another caller read the store while this one waited: a read that started after
-            # this call is fresh enough even for `force`.
-            if cached is not None and (cached[0] >= asked_at or not force and self._fresh()):
-                return cached[1]
-            return self._read(time.monotonic())
+            read = self._refresh
+            if read is not None and not read.done.is_set():
+                fresh_enough = not force or read.started >= asked_at
+                if fresh_enough and asked_at - read.started < REFRESH_GIVE_UP_S:
+                    return read
+            elif read is not None and read.error is None and read.started >= asked_at:
+                return read  # a read that started after this call is fresh enough
+            if not force and asked_at < self._retry_at:
+                return None
+            now = time.monotonic()
+            self._page_at = now
+            self._refresh = _in_thread(lambda: self._read_or_back_off(now), now)
+            return self._refresh
+
+    def _ssm_failing(self, now: float) -> bool:
+        """SSM failed a moment ago (its reads are left alone for RETRY_AFTER_FAILURE_S)."""
+        return now < self._retry_at
+
+    def _read_or_back_off(self, now: float) -> dict[str, dict]:
+        try:
+            return self._read(now)
+        except BaseException:
+            self._retry_at = time.monotonic() + RETRY_AFTER_FAILURE_S
+            raise
 
     def _fresh(self, now: float | None = None) -> bool:
         cached = self._cache
@@ -159,6 +301,7 @@ class TokenStore:
         policies: dict[str, NamespacePolicy] = {}
         paginator = self._ssm.get_paginator("get_parameters_by_path")
         for page in paginator.paginate(Path=self._path):
+            self._page_at = time.monotonic()
             for parameter in page.get("Parameters", []):
                 try:
                     value = json.loads(parameter["Value"])
@@ -173,8 +316,11 @@ class TokenStore:
                     )
                 elif "namespace" in value and "role" in value:
                     values[name] = value
-        self._policies = policies
-        self._cache = (now, values)
+        with self._by_name_lock:
+            # A read given up on (REFRESH_GIVE_UP_S) that ends after a newer one keeps out.
+            if self._cache is None or self._cache[0] <= now:
+                self._policies = policies
+                self._cache = (now, values)
         return values
 
     # -- namespace policies (models/policy.py), kept beside the tokens -------------------------
@@ -182,15 +328,21 @@ class TokenStore:
     def policy(self, namespace: str) -> NamespacePolicy:
         """The namespace's policy, read with the tokens (the same listing, the same cache);
         the defaults when none was set."""
-        self._load()
+        self._load(quiet=True)
         return self._policies.get(namespace, NamespacePolicy())
 
-    def read_policy(self, namespace: str) -> NamespacePolicy:
+    def read_policy(self, namespace: str, *, wait_s: float | None = None) -> NamespacePolicy:
         """The namespace's stored policy, read now (GetParameter), for the admin's answers."""
         if not NAMESPACE_RE.match(namespace or ""):
             raise TokenStoreError(f"invalid namespace {namespace!r}: use [a-z0-9_-], 1-63 chars")
         try:
-            answer = self._ssm.get_parameter(Name=self._policy_name(namespace))
+            answer = bounded(
+                lambda: self._ssm.get_parameter(Name=self._policy_name(namespace)),
+                "the policy read",
+                self._wait_s if wait_s is None else wait_s,
+            )
+        except TokenStoreUnavailable:
+            raise
         except Exception as e:
             if _error_code(e) == NOT_FOUND or type(e).__name__ == NOT_FOUND:
                 return NamespacePolicy()
@@ -240,23 +392,24 @@ class TokenStore:
     def _policy_name(self, namespace: str) -> str:
         return f"{self._path}/{POLICY_PARAMETER_PREFIX}{namespace}"
 
-    def lookup(self, token: str) -> TokenInfo | None:
+    def lookup(self, token: str, deadline: float | None = None) -> TokenInfo | None:
         """The token's namespace and role, or None. The final compare is constant time.
 
         The listing (read at most once per cache_s) answers for every token it holds; a token
         it does not know is read by name (one GetParameter), within the per-container ration,
-        and the answer, found or not, is remembered (see the module docstring)."""
+        and the answer, found or not, is remembered (see the module docstring). The by-name
+        read ends by `deadline` (time.monotonic(): the request's SSM budget)."""
         if not token or not token.startswith(TOKEN_PREFIX) or len(token) > 128:
             return None
         presented = hash_token(token)
         match = _match(presented, self._load())
         if match is None:
-            match = self._by_name_lookup(presented)
+            match = self._by_name_lookup(presented, deadline)
         if match is None:
             return None
         return TokenInfo(match["namespace"], match["role"], token_id_of(presented))
 
-    def _by_name_lookup(self, presented: str) -> dict | None:
+    def _by_name_lookup(self, presented: str, deadline: float | None = None) -> dict | None:
         now = time.monotonic()
         with self._by_name_lock:
             known = self._by_name.get(presented)
@@ -266,7 +419,7 @@ class TokenStore:
                     return value
             if not self._take_ration(now):
                 return None
-        value = self._read_one(presented)
+        value = self._read_one(presented, _left(deadline, self._wait_s))
         with self._by_name_lock:
             if len(self._by_name) >= MAX_BY_NAME:
                 for stale in list(self._by_name)[: MAX_BY_NAME // 4]:
@@ -284,14 +437,24 @@ class TokenStore:
         self._ration -= 1.0
         return True
 
-    def _read_one(self, token_hash: str) -> dict | None:
-        """The one parameter named by the hash (GetParameter), or None when there is none."""
+    def _read_one(self, token_hash: str, wait_s: float | None = None) -> dict | None:
+        """The one parameter named by the hash (GetParameter), or None when there is none.
+        Within SSM_WAIT_S, and not at all while SSM is left alone after a failure:
+        TokenStoreUnavailable (whether the token exists is not known)."""
+        if self._ssm_failing(time.monotonic()):
+            raise TokenStoreUnavailable("SSM is failing: a token not listed is not known")
         try:
-            answer = self._ssm.get_parameter(Name=self._parameter_name(token_hash))
+            answer = bounded(
+                lambda: self._ssm.get_parameter(Name=self._parameter_name(token_hash)),
+                "a token read",
+                self._wait_s if wait_s is None else wait_s,
+            )
+        except TokenStoreUnavailable:
+            raise
         except Exception as e:
             if _error_code(e) == NOT_FOUND:
                 return None
-            raise
+            raise TokenStoreUnavailable(f"SSM failed: {e}") from e
         try:
             value = json.loads(answer["Parameter"]["Value"])
         except (KeyError, TypeError, ValueError):
@@ -299,6 +462,14 @@ class TokenStore:
         if not isinstance(value, dict) or "namespace" not in value or "role" not in value:
             return None
         return value
+
+
+def _left(deadline: float | None, at_most: float) -> float:
+    """What is left of a request's SSM budget, at most `at_most` (a little, once it is spent:
+    a read that answers at once still answers)."""
+    if deadline is None:
+        return at_most
+    return min(max(deadline - time.monotonic(), 0.01), at_most)
 
 
 def _error_code(e: Exception) -> str:
@@ -320,7 +491,9 @@ def _match(presented: str, stored: dict[str, dict]) -> dict | None:
 
 
 @built_once(maxsize=8)
-def process_token_store(path: str, cache_s: int) -> TokenStore:
+def process_token_store(
+    path: str, cache_s: int, stale_max_s: float = DEFAULT_STALE_MAX_S
+) -> TokenStore:
     """This process's token store: one SSM client and one cache, whichever handler instance asks.
 
     The client reads the tokens with one SigV4-signed HTTPS request of its own (store/aws_http.py:
@@ -333,5 +506,10 @@ def process_token_store(path: str, cache_s: int) -> TokenStore:
     if client is None:
         import botocore.session
 
-        return TokenStore(botocore.session.get_session().create_client("ssm"), path, cache_s)
-    return TokenStore(client, path, cache_s=cache_s)
+        return TokenStore(
+            botocore.session.get_session().create_client("ssm"),
+            path,
+            cache_s,
+            stale_max_s=stale_max_s,
+        )
+    return TokenStore(client, path, cache_s=cache_s, stale_max_s=stale_max_s)

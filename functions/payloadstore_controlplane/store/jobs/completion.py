@@ -5,7 +5,10 @@ entry (namespace slot). Result waiters block on the done list."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
+
+import redis
 
 from ...models.domain import JobStatus
 from .. import keys
@@ -26,6 +29,8 @@ from ..records import (
 )
 from ._base import StoreBase
 
+# How often a result wait polls the done list while Redis refuses BLMOVE (past maxmemory).
+DONE_POLL_S = 0.1
 # How the result is kept (`rk`): inline bytes or error JSON in the done list, or the S3 key.
 _RESULT_KIND = {"inline": "i", "s3": "s", "error": "e"}
 
@@ -218,4 +223,19 @@ class CompletionSteps(StoreBase):
         key = keys.done(job_id)
         if timeout_s <= 0:
             return bool(self._r.exists(key))
-        return self._r.blmove(key, key, timeout_s, "RIGHT", "LEFT") is not None
+        try:
+            return self._r.blmove(key, key, timeout_s, "RIGHT", "LEFT") is not None
+        except redis.exceptions.OutOfMemoryError:
+            # Redis flags BLMOVE denyoom (though moving an element onto its own list adds
+            # nothing): past maxmemory it refuses the wait, and a result read must not fail
+            # because Redis is full (issue 43). EXISTS is allowed: poll it until the timeout.
+            return self._poll_done(key, timeout_s)
+
+    def _poll_done(self, key: str, timeout_s: float) -> bool:
+        deadline = self._mono() + timeout_s
+        while not self._r.exists(key):
+            left = deadline - self._mono()
+            if left <= 0:
+                return False
+            time.sleep(min(DONE_POLL_S, left))
+        return True
