@@ -1,0 +1,40 @@
+"""Every answer stays under Lambda's 6 MB whatever the request holds (issue 43): what an answer
+echoes from its request is bounded where it is read, so a request with oversized values gets a
+clear 422, never a 502 from an answer Lambda refuses. Real handlers, real Redis."""
+
+from __future__ import annotations
+
+from payloadstore_controlplane.models.limits import LAMBDA_RESPONSE_LIMIT
+from tests.integration.test_batch import statuses
+
+
+def test_jobs_status_with_oversized_job_ids_is_refused_not_answered_past_6_mb(cp):
+    # Given a request for 100 (BATCH_MAX_JOBS) job ids of 40,000 characters each: a 4 MB body,
+    # inside what Lambda takes; answered as unknown ids, each echoed twice (its id and its
+    # message), plus the `unanswered` ids, the answer would weigh ~6.6 MB
+    ids = [f"{i:03d}".ljust(40_000, "X") for i in range(100)]
+    # When a client asks for their statuses
+    r = statuses(cp, ids)
+    # Then the answer is a clear 422 naming the ids, under Lambda's 6 MB
+    assert r.proxy_bytes <= LAMBDA_RESPONSE_LIMIT, (r.status, r.proxy_bytes)
+    assert r.status == 422, r.raw_body[:300]
+    assert r.error["code"] == "invalid_request"
+    assert "job_ids" in r.raw_body
+
+
+def test_jobs_status_with_one_oversized_job_id_is_refused_not_answered_past_6_mb(cp):
+    # Given one job id of 3.5 million characters (the first status is always answered)
+    ids = ["X" * 3_500_000]
+    # When a client asks for its status
+    r = statuses(cp, ids)
+    # Then the answer is a 422 under Lambda's 6 MB, not the id echoed twice (7 MB)
+    assert r.proxy_bytes <= LAMBDA_RESPONSE_LIMIT, (r.status, r.proxy_bytes)
+    assert r.status == 422, r.raw_body[:300]
+
+
+def test_jobs_status_of_unknown_ids_of_ordinary_length_still_answers_each(cp):
+    # Given an id of a job that does not exist, of an ordinary length
+    r = statuses(cp, ["0" * 26, "Y" * 64])
+    # Then each is answered on its own, as before
+    assert r.status == 200, r.raw_body[:300]
+    assert [j["error"]["code"] for j in r.json["jobs"]] == ["not_found", "not_found"]
