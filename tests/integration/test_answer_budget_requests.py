@@ -38,3 +38,26 @@ def test_jobs_status_of_unknown_ids_of_ordinary_length_still_answers_each(cp):
     # Then each is answered on its own, as before
     assert r.status == 200, r.raw_body[:300]
     assert [j["error"]["code"] for j in r.json["jobs"]] == ["not_found", "not_found"]
+
+
+def test_a_body_with_many_unknown_fields_is_refused_under_6_mb(cp):
+    # Given a 1.3 MB jobs:status body with 100,000 fields the route does not take, each a
+    # validation error of its own
+    body = {"job_ids": ["0" * 26], **{f"k{i}": 0 for i in range(100_000)}}
+    # When it is sent
+    r = cp.call("jobs", "POST", "/v1/namespaces/{ns}/jobs:status", {"ns": cp.ns}, body=body)
+    # Then the answer is a 422 that says what is wrong, under Lambda's 6 MB
+    assert r.proxy_bytes <= LAMBDA_RESPONSE_LIMIT, (r.status, r.proxy_bytes)
+    assert r.status == 422, r.raw_body[:300]
+    assert r.error["code"] == "invalid_request"
+    assert "k0" in r.error["message"]
+
+
+def test_a_body_with_an_oversized_unknown_field_name_is_refused_under_6_mb(cp):
+    # Given a body whose one unknown field has a 3.5 million character name
+    body = {"job_ids": ["0" * 26], "k" * 3_500_000: 0}
+    # When it is sent
+    r = cp.call("jobs", "POST", "/v1/namespaces/{ns}/jobs:status", {"ns": cp.ns}, body=body)
+    # Then the answer is a 422 under Lambda's 6 MB, the name not echoed whole
+    assert r.proxy_bytes <= LAMBDA_RESPONSE_LIMIT, (r.status, r.proxy_bytes)
+    assert r.status == 422, r.raw_body[:300]
