@@ -61,3 +61,22 @@ def test_a_body_with_an_oversized_unknown_field_name_is_refused_under_6_mb(cp):
     # Then the answer is a 422 under Lambda's 6 MB, the name not echoed whole
     assert r.proxy_bytes <= LAMBDA_RESPONSE_LIMIT, (r.status, r.proxy_bytes)
     assert r.status == 422, r.raw_body[:300]
+
+
+def test_a_batch_with_an_oversized_unknown_field_name_is_refused_under_6_mb(cp):
+    # Given a batch body beside whose `jobs` is one unknown field named with 1.2 million
+    # backslashes (2.4 MB of body; a name quoted back with repr() doubles each, and JSON twice
+    # more: ~9.6 MB)
+    body = {"jobs": [{"payloadInline": "AQ=="}], "\\" * 1_200_000: 0}
+    # When it is sent
+    r = cp.call(
+        "jobs",
+        "POST",
+        "/v1/namespaces/{ns}/queues/{queue}/jobs:batch",
+        {"ns": cp.ns, "queue": cp.queue},
+        body=body,
+    )
+    # Then the answer is a 422 naming an unknown field, under Lambda's 6 MB
+    assert r.proxy_bytes <= LAMBDA_RESPONSE_LIMIT, (r.status, r.proxy_bytes)
+    assert r.status == 422, r.raw_body[:300]
+    assert r.error["message"].startswith("unknown fields")

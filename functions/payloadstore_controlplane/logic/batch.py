@@ -112,7 +112,12 @@ def enqueue_batch(p: Principal, queue: str, body: dict, deps: Deps) -> BatchEnqu
     if not isinstance(items, list) or not items:
         raise Unprocessable('body must be {"jobs": [...]} with at least one job')
     if set(body) - {"jobs"}:
-        raise Unprocessable(f"unknown fields: {sorted(set(body) - {'jobs'})}")
+        # Named in part: quoted back whole, a body's field names could take the answer past
+        # Lambda's 6 MB (repr doubles each backslash, JSON twice more).
+        unknown = sorted(set(body) - {"jobs"})
+        named = [n if len(n) <= 100 else n[:100] + "..." for n in unknown[:5]]
+        more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+        raise Unprocessable(f"unknown fields: {named}{more}")
     if len(items) > s.batch_max_jobs:
         raise Unprocessable(f"{len(items)} jobs in one batch; BATCH_MAX_JOBS={s.batch_max_jobs}")
     parsed: list[BatchJobIn | BatchItemError] = []
