@@ -80,3 +80,36 @@ def test_a_batch_with_an_oversized_unknown_field_name_is_refused_under_6_mb(cp):
     assert r.proxy_bytes <= LAMBDA_RESPONSE_LIMIT, (r.status, r.proxy_bytes)
     assert r.status == 422, r.raw_body[:300]
     assert r.error["message"].startswith("unknown fields")
+
+
+def test_jobs_status_of_del_heavy_errors_beside_1000_ids_answers_under_6_mb(cp, settings_env):
+    import base64
+
+    # Given BATCH_MAX_JOBS at its largest (1000), 11 jobs failed with the largest error text all
+    # of DEL (0x7f: 7 bytes each in the proxy answer), and 989 ids of 64 emoji each (~900 B
+    # each in `unanswered`)
+    settings_env(BATCH_MAX_JOBS="1000")
+    items = [{"payloadInline": base64.b64encode(bytes([i])).decode()} for i in range(11)]
+    r = cp.call(
+        "jobs",
+        "POST",
+        "/v1/namespaces/{ns}/queues/{queue}/jobs:batch",
+        {"ns": cp.ns, "queue": cp.queue},
+        body={"jobs": items},
+    )
+    assert r.status == 200, r.raw_body[:300]
+    failed = []
+    for _ in range(11):
+        job_id = cp.poll().json["job_id"]
+        error = {"type": "E", "message": "\x7f" * 16_384, "traceback": "\x7f" * 65_536}
+        assert cp.post_result(job_id, {"error": error}).status == 204
+        failed.append(job_id)
+    ids = failed + [f"{i:03d}" + "😀" * 61 for i in range(989)]
+    # When a client asks for all their statuses
+    r = statuses(cp, ids)
+    # Then the answer is under Lambda's 6 MB, a prefix of the ids answered, the rest unanswered
+    assert r.status == 200, r.raw_body[:300]
+    assert r.proxy_bytes <= LAMBDA_RESPONSE_LIMIT, r.proxy_bytes
+    answered = [j["job_id"] for j in r.json["jobs"]]
+    assert answered and answered == ids[: len(answered)]
+    assert r.json["unanswered"] == ids[len(answered) :]
