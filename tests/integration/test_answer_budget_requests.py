@@ -113,3 +113,31 @@ def test_jobs_status_of_del_heavy_errors_beside_1000_ids_answers_under_6_mb(cp, 
     answered = [j["job_id"] for j in r.json["jobs"]]
     assert answered and answered == ids[: len(answered)]
     assert r.json["unanswered"] == ids[len(answered) :]
+
+
+def test_a_batch_wait_with_refused_items_beside_the_largest_result_answers_under_6_mb(
+    cp, settings_env
+):
+    import base64
+    import os
+
+    from payloadstore_controlplane.models.limits import largest_inline_threshold
+    from tests.integration.test_enqueue_wait import batch_wait, daemon
+
+    # Given the largest INLINE_THRESHOLD, a daemon answering a result of that size (~5.2 MB in
+    # the answer), and a batch of that job beside 20 items refused for an unknown field with a
+    # 100,000-character name each (2 MB of body)
+    size = largest_inline_threshold()
+    settings_env(INLINE_THRESHOLD=str(size))
+    result = os.urandom(size)
+    worker = daemon(cp, 1, lambda mine, job: {"resultInline": base64.b64encode(result).decode()})
+    refused = [{"payloadInline": "AQ==", f"{i:02d}".ljust(100_000, "x"): 0} for i in range(20)]
+    # When the batch is enqueued with ?wait
+    r = batch_wait(cp, 10, [{"payloadInline": "AQ=="}, *refused])
+    worker.join(10)
+    # Then the answer is under Lambda's 6 MB: the job answers its id, each refused item why
+    assert r.status == 200, r.raw_body[:300]
+    assert r.proxy_bytes <= LAMBDA_RESPONSE_LIMIT, r.proxy_bytes
+    jobs = r.json["jobs"]
+    assert jobs[0]["job_id"] and len(jobs) == 21
+    assert all(j["error"]["code"] == "invalid_request" for j in jobs[1:])

@@ -34,7 +34,10 @@ STATUS_RECHECK_S = 0.2
 def _summarize(e: ValidationError) -> str:
     parts = []
     for err in e.errors()[:3]:
-        loc = ".".join(str(x) for x in err.get("loc", ()))
+        # A location part cut: an unknown field's name is the item's, of any length.
+        loc = ".".join(
+            str(x) if len(str(x)) <= 100 else str(x)[:100] + "..." for x in err.get("loc", ())
+        )
         parts.append(f"{loc or 'item'}: {err.get('msg', 'invalid')}")
     return "; ".join(parts)
 
