@@ -1,6 +1,8 @@
 """Every answer stays under Lambda's 6 MB whatever the request holds (issue 43): what an answer
 echoes from its request is bounded where it is read, so a request with oversized values gets a
-clear 422, never a 502 from an answer Lambda refuses. Real handlers, real Redis."""
+clear 422, never a 502 from an answer Lambda refuses; and what a request adds beside stored
+data (ids listed back, refused items beside results) is charged to the answer's budget. Real
+handlers, real Redis."""
 
 from __future__ import annotations
 
