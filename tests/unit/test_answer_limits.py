@@ -133,6 +133,30 @@ def test_error_text_of_any_characters_is_charged_what_the_proxy_answer_holds():
     assert delivery_bytes(status) == len(json.dumps(body)) + 1
 
 
+def test_error_text_of_every_ascii_and_escaped_character_is_charged_what_the_answer_holds():
+    # Given a job status whose error holds every character from NUL to DEL (DEL, 0x7f, is
+    # ASCII, yet JSON written as ASCII escapes it as \u007f: 7 bytes in the proxy answer) and
+    # the line separators JSON escapes too
+    from payloadstore_controlplane.models.api import JobError, JobStatusResponse
+    from payloadstore_controlplane.models.limits import escaped_len
+
+    text = ("".join(chr(c) for c in range(128)) + "\u2028\u2029\x80\xff") * 200
+    status = JobStatusResponse(
+        job_id="01JD0000000000000000000000",
+        queue="q",
+        state="failed",
+        attempts=1,
+        tier="inline",
+        error=JobError(type="ValueError", message=text, traceback=text),
+    )
+    # When Powertools writes the body and the runtime the proxy answer around it
+    meta = status.model_dump_json()
+    body = json.dumps(json.loads(meta), separators=(",", ":"))
+    # Then the charge is exactly what the body string takes in the proxy answer
+    assert escaped_len(meta) == len(json.dumps(body))
+    assert delivery_bytes(status) == len(json.dumps(body)) + 1
+
+
 def test_a_page_of_the_queue_listing_at_its_heaviest_fits_the_budget():
     # Given the heaviest queue figures there can be: a 63-character name, 20-digit counts
     from payloadstore_controlplane.logic.queues import QUEUE_LIST_PAGE

@@ -34,11 +34,39 @@ REDIS_UNAVAILABLE = (
 )
 
 
-def _summarize(errors: list[dict]) -> str:
+# A 422 lists this many problems, each location part and message cut to VALIDATION_TEXT_MAX
+# characters: the answer echoes the request (an unknown field's name, one error per item), and
+# a body of 100,000 unknown fields, or one with a 3.5 MB name, would take it past Lambda's 6 MB.
+VALIDATION_ERRORS_LISTED = 20
+VALIDATION_TEXT_MAX = 200
+
+
+def _cut(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > VALIDATION_TEXT_MAX:
+        return value[:VALIDATION_TEXT_MAX] + "..."
+    return value
+
+
+def _listed(errors: list) -> list[dict]:
+    """The first VALIDATION_ERRORS_LISTED problems as the answer names them: where, what, which."""
+    return [
+        {
+            "loc": [_cut(x) for x in err.get("loc", ())],
+            "msg": _cut(err.get("msg", "invalid")),
+            "type": err.get("type"),
+        }
+        for err in errors[:VALIDATION_ERRORS_LISTED]
+    ]
+
+
+def _summarize(errors: list[dict], total: int | None = None) -> str:
     parts = []
     for err in errors[:5]:
         loc = ".".join(str(x) for x in err.get("loc", ()) if x not in ("body",))
         parts.append(f"{loc or 'body'}: {err.get('msg', 'invalid')}")
+    more = (total or 0) - min(len(errors), 5)
+    if parts and more > 0:
+        parts.append(f"and {more} more")
     return "; ".join(parts) or "invalid request"
 
 
@@ -219,15 +247,19 @@ def new_resolver() -> APIGatewayRestResolver:
 
     @app.exception_handler(RequestValidationError)
     def _request_invalid(e: RequestValidationError):
-        errors = [
-            {k: v for k, v in err.items() if k in ("loc", "msg", "type")} for err in e.errors()
-        ]
-        return error_response(422, "invalid_request", _summarize(errors), details=errors)
+        found = list(e.errors())
+        errors = _listed(found)
+        return error_response(
+            422, "invalid_request", _summarize(errors, len(found)), details=errors
+        )
 
     @app.exception_handler(ValidationError)
     def _model_invalid(e: ValidationError):
-        errors = [{"loc": err["loc"], "msg": err["msg"], "type": err["type"]} for err in e.errors()]
-        return error_response(422, "invalid_request", _summarize(errors), details=errors)
+        found = e.errors()
+        errors = _listed(found)
+        return error_response(
+            422, "invalid_request", _summarize(errors, len(found)), details=errors
+        )
 
     @app.exception_handler(redis.RedisError)
     def _redis_down(e: redis.RedisError):

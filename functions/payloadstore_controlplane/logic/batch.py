@@ -3,6 +3,7 @@ many jobs at once with a short wait for the first of them to finish."""
 
 from __future__ import annotations
 
+import json
 import time
 
 from pydantic import ValidationError
@@ -19,7 +20,7 @@ from ..models.api import (
     b64_bytes,
 )
 from ..models.errors import NotFound, PayloadStoreError, PayloadTooLarge, Unprocessable
-from ..models.limits import DELIVERIES_BUDGET, delivery_bytes
+from ..models.limits import DELIVERIES_BUDGET, delivery_bytes, escaped_len
 from ..observability import logger
 from .blobs import packed
 from .context import Deps, Principal
@@ -33,7 +34,10 @@ STATUS_RECHECK_S = 0.2
 def _summarize(e: ValidationError) -> str:
     parts = []
     for err in e.errors()[:3]:
-        loc = ".".join(str(x) for x in err.get("loc", ()))
+        # A location part cut: an unknown field's name is the item's, of any length.
+        loc = ".".join(
+            str(x) if len(str(x)) <= 100 else str(x)[:100] + "..." for x in err.get("loc", ())
+        )
         parts.append(f"{loc or 'item'}: {err.get('msg', 'invalid')}")
     return "; ".join(parts)
 
@@ -112,7 +116,12 @@ def enqueue_batch(p: Principal, queue: str, body: dict, deps: Deps) -> BatchEnqu
     if not isinstance(items, list) or not items:
         raise Unprocessable('body must be {"jobs": [...]} with at least one job')
     if set(body) - {"jobs"}:
-        raise Unprocessable(f"unknown fields: {sorted(set(body) - {'jobs'})}")
+        # Named in part: quoted back whole, a body's field names could take the answer past
+        # Lambda's 6 MB (repr doubles each backslash, JSON twice more).
+        unknown = sorted(set(body) - {"jobs"})
+        named = [n if len(n) <= 100 else n[:100] + "..." for n in unknown[:5]]
+        more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+        raise Unprocessable(f"unknown fields: {named}{more}")
     if len(items) > s.batch_max_jobs:
         raise Unprocessable(f"{len(items)} jobs in one batch; BATCH_MAX_JOBS={s.batch_max_jobs}")
     parsed: list[BatchJobIn | BatchItemError] = []
@@ -168,14 +177,19 @@ def jobs_status(p: Principal, req: JobsStatusRequest, deps: Deps) -> JobsStatusR
     The answer keeps its byte budget (models/limits.py: 100 failed jobs with 80 KiB of error
     text each would be 8 MB, a 502 from Lambda every time): the statuses come in request order
     up to the first that would not fit; the ids from there on are `unanswered` (not read), for
-    the caller to ask again, and such an answer is given at once, without waiting (only error
-    text fills it, and a job with an error has ended). The first status is always answered: one
+    the caller to ask again (their weight is kept free for that list), and such an answer is
+    given at once, without waiting (only error text fills it, and a job with an error has
+    ended). The first status is always answered: one
     job's error text is bounded far below the budget."""
     s = deps.settings
     if len(req.job_ids) > s.batch_max_jobs:
         raise Unprocessable(f"{len(req.job_ids)} job ids; BATCH_MAX_JOBS={s.batch_max_jobs}")
     wait_s = min(req.wait_s, s.result_max_wait_s)
     deadline = time.monotonic() + wait_s
+    # What the ids from i on weigh listed in `unanswered`: the cut keeps room for them.
+    rest = [0] * (len(req.job_ids) + 1)
+    for i in range(len(req.job_ids) - 1, -1, -1):
+        rest[i] = rest[i + 1] + escaped_len(json.dumps(req.job_ids[i], ensure_ascii=False)) + 1
     while True:
         answers: list = []
         any_terminal = False
@@ -191,7 +205,7 @@ def jobs_status(p: Principal, req: JobsStatusRequest, deps: Deps) -> JobsStatusR
                 )
                 any_terminal = True  # nothing to wait for: answer now
             left -= delivery_bytes(answer)
-            if left < 0 and answers:
+            if left < rest[i + 1] and answers:
                 logger.info(
                     "status answer full",
                     extra={"answered": i, "unanswered": len(req.job_ids) - i},

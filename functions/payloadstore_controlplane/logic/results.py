@@ -162,7 +162,10 @@ def with_results(p: Principal, answers: list, wait_s: float, deps: Deps) -> list
     jobs after it are not waited on: each answers its id with `waited: false`."""
     # One wait for the whole batch, capped as a single result wait is (RESULT_MAX_WAIT_S).
     deadline = deps.clock() + min(wait_s, deps.settings.result_max_wait_s)
-    left = DELIVERIES_BUDGET
+    # The refused items' answers are in it too, wherever they stand: charged first.
+    left = DELIVERIES_BUDGET - sum(
+        delivery_bytes(a) for a in answers if not isinstance(a, EnqueueResponse)
+    )
     failed = False
     out = []
     for answer in answers:

@@ -793,8 +793,16 @@ class BatchEnqueueResponse(WireModel):
     )
 
 
+# A job id is 26 characters; an id longer than this is refused (422) rather than echoed: each
+# unknown id comes back twice in its answer, plus once in `unanswered`, and unbounded ids would
+# take the answer past Lambda's 6 MB however the statuses are budgeted.
+STATUS_JOB_ID_MAX = 64
+
+
 class JobsStatusRequest(_Strict):
-    job_ids: list[str] = Field(min_length=1, description="at most BATCH_MAX_JOBS job ids")
+    job_ids: list[Annotated[str, Field(max_length=STATUS_JOB_ID_MAX)]] = Field(
+        min_length=1, description="at most BATCH_MAX_JOBS job ids, each at most 64 characters"
+    )
     wait_s: float = Field(
         0.0,
         ge=0,

@@ -59,8 +59,9 @@ def escaped_len(text: str) -> int:
     """The bytes JSON text (as pydantic writes it, UTF-8) takes once it is the body string of
     the proxy answer: json.dumps escapes `"`, `\\` and control characters and writes each
     non-ASCII character as one `\\uXXXX` (a surrogate pair: two), whose backslash the body
-    string escapes once more (one byte each, counted here)."""
-    size = len(json.dumps(text))
+    string escapes once more (one byte each, counted here). DEL (0x7f) too: ASCII (so not counted
+    with the others), yet pydantic writes it as it is and ASCII JSON as `\\u007f`."""
+    size = len(json.dumps(text)) + text.count("\x7f")
     if not text.isascii():
         non_ascii = len(text) - len(text.encode("ascii", "ignore"))
         astral = len(text.encode("utf-16-le")) // 2 - len(text)
