@@ -93,7 +93,7 @@ def keep_for_class(p: Principal, job_id: str, deps: Deps) -> None:
     payload lost or corrupt, as well as by a result post) keeps its record as long as its
     namespace keeps its payloads, so it can be read, listed and retried that long."""
     if p.policy.outlives_records:
-        deps.jobs.keep_finished_job(job_id, p.policy.retention_s)
+        deps.jobs.keep_finished_job(job_id, p.policy.retention_s, int(deps.clock() * 1000))
 
 
 # The job hash field that remembers when a consumed payload is deleted (store/keys.py).
