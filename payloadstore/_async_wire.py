@@ -28,6 +28,7 @@ from ._wire import (
     HeartbeatAnswer,
     JobInfo,
     JobPage,
+    LeasesAnswer,
     PayloadRef,
     PolledJob,
     PurgeAnswer,
@@ -310,6 +311,11 @@ class AsyncWire:
 
     async def heartbeat(self, job_id: str, lease: str) -> HeartbeatAnswer:
         return await self.send(_wire.heartbeat(self.namespace, job_id, lease))
+
+    async def leases(
+        self, daemon_id: str, held: Mapping[str, str], *, wait_s: float
+    ) -> LeasesAnswer:
+        return await self.send(_wire.leases(self.namespace, daemon_id, held, wait_s=wait_s))
 
     async def cancel_job(self, job_id: str) -> CancelAnswer:
         return await self.send(_wire.cancel_job(self.namespace, job_id))

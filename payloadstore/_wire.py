@@ -372,6 +372,20 @@ class HeartbeatAnswer:
 
 
 @dataclass(frozen=True)
+class LeasesAnswer:
+    """`POST /v1/daemon/leases`: the renewed leases' expiry, and which jobs to stop."""
+
+    lease_expires_in_s: float
+    cancel_requested: tuple[str, ...] = ()
+    #: jobs whose lease is not current (delivered again, ended, gone): stop, post nothing
+    lost: tuple[str, ...] = ()
+    #: answered early for a cancel of a job the request did not name: renew again with all
+    woken: bool = False
+    #: time.monotonic() when this answer was read
+    received_at: float | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
 class CancelAnswer:
     """`DELETE .../jobs/{job_id}`: `cancelled` (it was queued) or `running` + cancel requested."""
 
@@ -957,6 +971,17 @@ def parse_heartbeat(response: httpx.Response) -> HeartbeatAnswer:
     )
 
 
+def parse_leases(response: httpx.Response) -> LeasesAnswer:
+    body = _json(response)
+    return LeasesAnswer(
+        lease_expires_in_s=float(body["lease_expires_in_s"]),
+        cancel_requested=tuple(str(j) for j in body.get("cancel_requested") or ()),
+        lost=tuple(str(j) for j in body.get("lost") or ()),
+        woken=bool(body.get("woken")),
+        received_at=time.monotonic(),
+    )
+
+
 def cancelled_already(job_id: str) -> Callable[[httpx.Response], CancelAnswer | None]:
     """A retried cancel's `409 {error: {code: conflict, state: cancelled}}`: the job is cancelled,
     by the earlier attempt whose answer was lost (or by another caller meanwhile), so the cancel
@@ -1437,6 +1462,33 @@ def heartbeat(namespace: str, job_id: str, lease: str) -> Call[HeartbeatAnswer]:
     )
 
 
+# The most leases one leases long-poll renews (the control plane's MAX_LEASES).
+MAX_LEASES = 256
+
+
+def leases(
+    namespace: str, daemon_id: str, held: Mapping[str, str], *, wait_s: float
+) -> Call[LeasesAnswer]:
+    """Renew every lease of `held` (job id -> lease, 1..256), then wait up to `wait_s` for a
+    client to cancel one of the daemon's jobs (answered at once then). A control plane before
+    the route answers 404 or 403 (API Gateway's answer to an unknown path)."""
+    if not 1 <= len(held) <= MAX_LEASES:
+        raise ValueError(f"leases renews 1..{MAX_LEASES} leases (got {len(held)})")
+    return Call(
+        "POST",
+        "/v1/daemon/leases",
+        "renew leases",
+        parse_leases,
+        json={
+            "namespace": namespace,
+            "daemon_id": daemon_id,
+            "leases": [{"job_id": j, "lease": lease} for j, lease in held.items()],
+            "wait_s": wait_s,
+        },
+        timeout_s=wait_s + 20.0,
+    )
+
+
 # The states a queue's jobs are listed by (`failed`: every terminal state but succeeded and
 # cancelled), and the most jobs one page holds.
 LIST_STATES = ("queued", "running", "failed", "cancelled", "succeeded")
@@ -1797,6 +1849,9 @@ class Wire:
 
     def heartbeat(self, job_id: str, lease: str) -> HeartbeatAnswer:
         return self.send(heartbeat(self.namespace, job_id, lease))
+
+    def leases(self, daemon_id: str, held: Mapping[str, str], *, wait_s: float) -> LeasesAnswer:
+        return self.send(leases(self.namespace, daemon_id, held, wait_s=wait_s))
 
     def cancel_job(self, job_id: str) -> CancelAnswer:
         return self.send(cancel_job(self.namespace, job_id))
