@@ -40,6 +40,7 @@ from ._wire import (
     UploadGrant,
     http_kwargs,
     raise_error,
+    refused_on_a_limit,
     retried_answer,
     unreachable,
 )
@@ -72,6 +73,8 @@ class AsyncWire:
         )
         self.retry = retry or RetryPolicy()
         self._sleep = sleep
+        #: called when the control plane refuses on a limit (the client's config is stale then)
+        self.on_limit_refused: Callable[[], None] | None = None
 
     async def aclose(self) -> None:
         if self._owns_http:
@@ -106,6 +109,8 @@ class AsyncWire:
                     answer = retried_answer(call, attempt, response)
                     if answer is not None:
                         return answer
+                    if self.on_limit_refused is not None and refused_on_a_limit(response):
+                        self.on_limit_refused()
                     raise_error(call, response)
                 log.warning(
                     "retrying what=%s status=%d attempt=%d delay_s=%.2f",

@@ -634,6 +634,19 @@ def error_for(call: Call[Any], response: httpx.Response) -> Exception:
     return error
 
 
+# Refusals on a limit or a policy that `/v1/config` tells: after one, the client reads the
+# config again (the stack's settings may have changed since it was read).
+LIMIT_CODES = frozenset({"payload_too_large", "inline_never", "policy_mismatch"})
+
+
+def refused_on_a_limit(response: httpx.Response) -> bool:
+    """413 (a size over a cap), or a refusal that names a setting or policy of the config."""
+    if response.status_code == 413:
+        return True
+    code, _ = error_body(response)
+    return code in LIMIT_CODES
+
+
 def raise_error(call: Call[Any], response: httpx.Response) -> NoReturn:
     """Raise `error_for(...)`, chained from httpx's own HTTPStatusError for the response."""
     try:
@@ -1618,6 +1631,8 @@ class Wire:
         )
         self.retry = retry or RetryPolicy()
         self._sleep = sleep
+        #: called when the control plane refuses on a limit (the client's config is stale then)
+        self.on_limit_refused: Callable[[], None] | None = None
 
     def close(self) -> None:
         if self._owns_http:
@@ -1652,6 +1667,8 @@ class Wire:
                     answer = retried_answer(call, attempt, response)
                     if answer is not None:
                         return answer
+                    if self.on_limit_refused is not None and refused_on_a_limit(response):
+                        self.on_limit_refused()
                     raise_error(call, response)
                 log.warning(
                     "retrying what=%s status=%d attempt=%d delay_s=%.2f",

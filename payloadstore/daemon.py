@@ -70,6 +70,7 @@ from .errors import (
     PayloadCorrupt,
     PayloadLost,
     PayloadStoreError,
+    PayloadTooLarge,
     PolicyMismatch,
     ServiceUnavailable,
 )
@@ -950,15 +951,20 @@ class Daemon:
                         blobs=blobs,
                         sent=encoded.blobs,
                     )
-                except (InlineUnavailable, InlineNever) as e:
+                except (InlineUnavailable, InlineNever, PayloadTooLarge) as e:
                     # Redis is above its high-water mark (or the namespace keeps nothing inline): the result goes through S3 instead.
+                    # (413: INLINE_THRESHOLD was lowered since the config was read.)
                     log.info(
                         "inline result refused, storing through S3 job_id=%s bytes=%d reason=%s",
                         job_id,
                         encoded.nbytes,
                         e.code,
                     )
-            elif encoded.nbytes > client.config.max_payload_bytes:
+            elif (
+                encoded.nbytes > client.config.max_payload_bytes
+                # The cap as the stack has it now, not as it was at the daemon's start.
+                and encoded.nbytes > client.refresh_config().max_payload_bytes
+            ):
                 limit = client.config.max_payload_bytes
                 return self._post_error(
                     job_id,
