@@ -229,7 +229,9 @@ class AsyncClient:
                         raise
                     log.warning("config not read again, keeping the one read before error=%s", e)
                 self._config_read = time.monotonic()
-            return self._config
+            config = self._config
+            assert config is not None  # read above, or the read raised
+            return config
 
     def config_is_stale(self) -> None:
         """Read `/v1/config` again before its next use."""
