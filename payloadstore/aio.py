@@ -530,6 +530,9 @@ class AsyncQueue:
         force_s3: bool,
     ) -> None:
         config = await self.client.config()
+        if any(p.encoded.nbytes > config.max_payload_bytes for p in planned):
+            # A cap raised since the config was read: not refused on the old one.
+            config = await self.client.config(refresh=True)
         payloads = await self.client.payloads()
 
         refs: dict[int, tuple[str, ...]] = {}
