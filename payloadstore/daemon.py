@@ -349,6 +349,9 @@ class _LeaseKeeper:
                 delay = min(MIN_HEARTBEAT_S * 5 * failures, wait_s)
                 log.warning("leases renewal failed error=%s delay_s=%.2f", e, delay)
                 time.sleep(delay)
+            except Exception:  # the keeper outlives any surprise: its jobs' leases depend on it
+                log.exception("leases renewal failed unexpectedly; trying again in 1 s")
+                time.sleep(1.0)
 
     def _apply(self, answer: LeasesAnswer, held: dict[str, _Held]) -> None:
         for job_id in answer.cancel_requested:
