@@ -350,6 +350,9 @@ class _LeaseKeeper:
                 log.warning("leases renewal failed error=%s delay_s=%.2f", e, delay)
                 time.sleep(delay)
             except Exception:  # the keeper outlives any surprise: its jobs' leases depend on it
+                with self.cond:
+                    if not any(j in self.held for j in held):
+                        continue  # e.g. the client closed after the daemon stopped
                 log.exception("leases renewal failed unexpectedly; trying again in 1 s")
                 time.sleep(1.0)
 
