@@ -475,7 +475,8 @@ def renew(m: Model, daemon: str) -> None:
     for h in held:
         if h.job_id not in lost:
             continue
-        _current_lease_refused(m, h, "leases renewal", Reply(409, {}, "lost", 0))
+        lost_reply = json.dumps({"error": {"code": "lost", "message": "answered lost"}})
+        _current_lease_refused(m, h, "leases renewal", Reply(409, {}, lost_reply, 0))
         if h in m.held[daemon]:
             m.held[daemon].remove(h)
 
