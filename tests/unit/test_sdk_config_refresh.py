@@ -58,3 +58,28 @@ def test_given_the_config_is_older_than_its_max_age_then_it_is_read_again_and_a_
     assert client.config.max_payload_bytes == 123456
     world.fail("GET", "/v1/config", *[httpx.Response(503) for _ in range(10)])
     assert client.config.max_payload_bytes == 123456
+
+
+def test_given_inline_threshold_lowered_since_the_daemon_read_it_when_posting_then_the_result_goes_through_s3():
+    import json
+
+    from tests.unit.test_sdk_daemon import daemon_for
+
+    # Given: a daemon that read INLINE_THRESHOLD 1024, lowered since (the post answers 413)
+    world = FakeWorld(inline_threshold=1024)
+    job = make_client(world).queue("q").add(1)
+    daemon = daemon_for(world)
+    assert daemon.client.config.inline_threshold == 1024
+    world.inline_threshold = 16
+    world.fail(
+        "POST",
+        f"/jobs/{job.job_id}/result",
+        httpx.Response(413, json={"error": {"code": "payload_too_large", "message": "inline"}}),
+    )
+    # When: its function returns 500 bytes
+    stats = daemon.run(lambda x: b"r" * 500, stop_when_idle=True)
+    # Then: the job succeeded through S3, and the config was read again
+    assert stats == {"succeeded": 1}
+    posts = [json.loads(r.content) for r in world.calls("POST", f"/jobs/{job.job_id}/result")]
+    assert "resultInline" in posts[0] and "resultRef" in posts[-1]
+    assert daemon.client.config.inline_threshold == 16
