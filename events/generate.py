@@ -151,6 +151,18 @@ def main() -> None:
             role="daemon",
             body={"namespace": "dev", "queues": ["default"], "wait_s": 1, "daemon_id": "daemon-1"},
         ),
+        "daemon_leases": event(
+            "POST",
+            "/v1/daemon/leases",
+            None,
+            role="daemon",
+            body={
+                "namespace": "dev",
+                "daemon_id": "daemon-1",
+                "leases": [{"job_id": JOB, "lease": LEASE}],
+                "wait_s": 1,
+            },
+        ),
         "daemon_poll_many": event(
             "POST",
             "/v1/daemon/poll",

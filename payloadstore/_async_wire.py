@@ -28,6 +28,7 @@ from ._wire import (
     HeartbeatAnswer,
     JobInfo,
     JobPage,
+    LeasesAnswer,
     PayloadRef,
     PolledJob,
     PurgeAnswer,
@@ -39,6 +40,7 @@ from ._wire import (
     UploadGrant,
     http_kwargs,
     raise_error,
+    refused_on_a_limit,
     retried_answer,
     unreachable,
 )
@@ -71,6 +73,8 @@ class AsyncWire:
         )
         self.retry = retry or RetryPolicy()
         self._sleep = sleep
+        #: called when the control plane refuses on a limit (the client's config is stale then)
+        self.on_limit_refused: Callable[[], None] | None = None
 
     async def aclose(self) -> None:
         if self._owns_http:
@@ -105,6 +109,8 @@ class AsyncWire:
                     answer = retried_answer(call, attempt, response)
                     if answer is not None:
                         return answer
+                    if self.on_limit_refused is not None and refused_on_a_limit(response):
+                        self.on_limit_refused()
                     raise_error(call, response)
                 log.warning(
                     "retrying what=%s status=%d attempt=%d delay_s=%.2f",
@@ -316,6 +322,11 @@ class AsyncWire:
 
     async def heartbeat(self, job_id: str, lease: str) -> HeartbeatAnswer:
         return await self.send(_wire.heartbeat(self.namespace, job_id, lease))
+
+    async def leases(
+        self, daemon_id: str, held: Mapping[str, str], *, wait_s: float
+    ) -> LeasesAnswer:
+        return await self.send(_wire.leases(self.namespace, daemon_id, held, wait_s=wait_s))
 
     async def cancel_job(self, job_id: str) -> CancelAnswer:
         return await self.send(_wire.cancel_job(self.namespace, job_id))

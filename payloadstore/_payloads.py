@@ -39,19 +39,24 @@ class Payloads:
         *,
         config: Callable[[], ServerConfig],
         retry: RetryPolicy,
+        refresh: Callable[[], ServerConfig] | None = None,
         progress: bool | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ):
         self.wire = wire
         self.s3_http = s3_http
         self._config = config
+        self._refresh = refresh
         self.retry = retry
         self.progress = progress
         self._sleep = sleep
 
     def check_size(self, size: int) -> None:
-        """PayloadTooLarge, before any presign, for bytes over MAX_PAYLOAD_BYTES."""
+        """PayloadTooLarge, before any presign, for bytes over MAX_PAYLOAD_BYTES (read again
+        first: a cap raised since the config was read does not refuse what it allows)."""
         limit = self._config().max_payload_bytes
+        if size > limit and self._refresh is not None:
+            limit = self._refresh().max_payload_bytes
         if size > limit:
             raise PayloadTooLarge(
                 f"payload is {size} bytes ({size / 2**20:.1f} MiB) encoded, over the "

@@ -379,6 +379,20 @@ class HeartbeatAnswer:
 
 
 @dataclass(frozen=True)
+class LeasesAnswer:
+    """`POST /v1/daemon/leases`: the renewed leases' expiry, and which jobs to stop."""
+
+    lease_expires_in_s: float
+    cancel_requested: tuple[str, ...] = ()
+    #: jobs whose lease is not current (delivered again, ended, gone): stop, post nothing
+    lost: tuple[str, ...] = ()
+    #: answered early for a cancel of a job the request did not name: renew again with all
+    woken: bool = False
+    #: time.monotonic() when this answer was read
+    received_at: float | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
 class CancelAnswer:
     """`DELETE .../jobs/{job_id}`: `cancelled` (it was queued) or `running` + cancel requested."""
 
@@ -625,6 +639,19 @@ def error_for(call: Call[Any], response: httpx.Response) -> Exception:
     if isinstance(error, (ApiError, PayloadConsumed)):
         error.details = error_details(response)
     return error
+
+
+# Refusals on a limit or a policy that `/v1/config` tells: after one, the client reads the
+# config again (the stack's settings may have changed since it was read).
+LIMIT_CODES = frozenset({"payload_too_large", "inline_never", "policy_mismatch"})
+
+
+def refused_on_a_limit(response: httpx.Response) -> bool:
+    """413 (a size over a cap), or a refusal that names a setting or policy of the config."""
+    if response.status_code == 413:
+        return True
+    code, _ = error_body(response)
+    return code in LIMIT_CODES
 
 
 def raise_error(call: Call[Any], response: httpx.Response) -> NoReturn:
@@ -986,6 +1013,17 @@ def parse_heartbeat(response: httpx.Response) -> HeartbeatAnswer:
         lease_expires_at=float(body["lease_expires_at"]),
         cancel_requested=bool(body.get("cancel_requested")),
         lease_expires_in_s=_seconds(body.get("lease_expires_in_s")),
+        received_at=time.monotonic(),
+    )
+
+
+def parse_leases(response: httpx.Response) -> LeasesAnswer:
+    body = _json(response)
+    return LeasesAnswer(
+        lease_expires_in_s=float(body["lease_expires_in_s"]),
+        cancel_requested=tuple(str(j) for j in body.get("cancel_requested") or ()),
+        lost=tuple(str(j) for j in body.get("lost") or ()),
+        woken=bool(body.get("woken")),
         received_at=time.monotonic(),
     )
 
@@ -1485,6 +1523,33 @@ def heartbeat(namespace: str, job_id: str, lease: str) -> Call[HeartbeatAnswer]:
     )
 
 
+# The most leases one leases long-poll renews (the control plane's MAX_LEASES).
+MAX_LEASES = 256
+
+
+def leases(
+    namespace: str, daemon_id: str, held: Mapping[str, str], *, wait_s: float
+) -> Call[LeasesAnswer]:
+    """Renew every lease of `held` (job id -> lease, 1..256), then wait up to `wait_s` for a
+    client to cancel one of the daemon's jobs (answered at once then). A control plane before
+    the route answers 404 or 403 (API Gateway's answer to an unknown path)."""
+    if not 1 <= len(held) <= MAX_LEASES:
+        raise ValueError(f"leases renews 1..{MAX_LEASES} leases (got {len(held)})")
+    return Call(
+        "POST",
+        "/v1/daemon/leases",
+        "renew leases",
+        parse_leases,
+        json={
+            "namespace": namespace,
+            "daemon_id": daemon_id,
+            "leases": [{"job_id": j, "lease": lease} for j, lease in held.items()],
+            "wait_s": wait_s,
+        },
+        timeout_s=wait_s + 20.0,
+    )
+
+
 # The states a queue's jobs are listed by (`failed`: every terminal state but succeeded and
 # cancelled), and the most jobs one page holds.
 LIST_STATES = ("queued", "running", "failed", "cancelled", "succeeded")
@@ -1638,6 +1703,8 @@ class Wire:
         )
         self.retry = retry or RetryPolicy()
         self._sleep = sleep
+        #: called when the control plane refuses on a limit (the client's config is stale then)
+        self.on_limit_refused: Callable[[], None] | None = None
 
     def close(self) -> None:
         if self._owns_http:
@@ -1672,6 +1739,8 @@ class Wire:
                     answer = retried_answer(call, attempt, response)
                     if answer is not None:
                         return answer
+                    if self.on_limit_refused is not None and refused_on_a_limit(response):
+                        self.on_limit_refused()
                     raise_error(call, response)
                 log.warning(
                     "retrying what=%s status=%d attempt=%d delay_s=%.2f",
@@ -1873,6 +1942,9 @@ class Wire:
 
     def heartbeat(self, job_id: str, lease: str) -> HeartbeatAnswer:
         return self.send(heartbeat(self.namespace, job_id, lease))
+
+    def leases(self, daemon_id: str, held: Mapping[str, str], *, wait_s: float) -> LeasesAnswer:
+        return self.send(leases(self.namespace, daemon_id, held, wait_s=wait_s))
 
     def cancel_job(self, job_id: str) -> CancelAnswer:
         return self.send(cancel_job(self.namespace, job_id))

@@ -20,6 +20,7 @@ Encoding (the codec), tiering and the batch planning of `map` are shared with `C
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 import uuid
@@ -73,18 +74,21 @@ from .client import (
     RESULT_WAIT_SLICE_S,
     DoneAndPending,
     JobHandle,
+    config_due,
     enqueue_unconfirmed,
     job_error,
     read_devstack,
 )
 from .errors import (
     INLINE_REFUSED,
+    AuthError,
     BlobSourceGone,
     ConfigError,
     ConflictError,
     InlineNever,
     InlineUnavailable,
     PayloadStoreError,
+    PayloadTooLarge,
     PolicyMismatch,
     ResultTimeout,
     ServiceUnavailable,
@@ -92,6 +96,8 @@ from .errors import (
 )
 
 __all__ = ["AsyncClient", "AsyncJob", "AsyncQueue"]
+
+log = logging.getLogger("payloadstore")
 
 
 def _result_blobs(wire: Any, job_id: str) -> Any:
@@ -150,7 +156,9 @@ class AsyncClient:
         self._owns_s3 = s3_http is None
         self.s3_http = s3_http or httpx.Client(timeout=httpx.Timeout(300.0, connect=10.0))
         self._config: ServerConfig | None = None
+        self._config_read = 0.0  # as Client: time.monotonic() of the read, -inf when stale
         self._config_lock = asyncio.Lock()
+        self.wire.on_limit_refused = self.config_is_stale
         self._payloads: Payloads | None = None
         self._blobs: BlobStore | None = None
 
@@ -207,12 +215,28 @@ class AsyncClient:
 
     # -- user API -----------------------------------------------------------------------------
 
-    async def config(self) -> ServerConfig:
-        """The fleet's settings from `/v1/config`, fetched once per client."""
+    async def config(self, *, refresh: bool = False) -> ServerConfig:
+        """As `Client.config`: read at first use, again once CONFIG_MAX_AGE_S old, after a
+        refusal on a limit, or now with `refresh=True`."""
         async with self._config_lock:
-            if self._config is None:
-                self._config = await self.wire.config()
-            return self._config
+            if refresh:
+                self.config_is_stale()
+            if self._config is None or config_due(self._config_read):
+                cached = self._config
+                try:
+                    self._config = await self.wire.config()
+                except PayloadStoreError as e:
+                    if cached is None or isinstance(e, AuthError):
+                        raise
+                    log.warning("config not read again, keeping the one read before error=%s", e)
+                self._config_read = time.monotonic()
+            config = self._config
+            assert config is not None  # read above, or the read raised
+            return config
+
+    def config_is_stale(self) -> None:
+        """Read `/v1/config` again before its next use."""
+        self._config_read = float("-inf")
 
     async def payloads(self) -> Payloads:
         """The shared S3 transfer code, bound to this client's loop (call from the loop)."""
@@ -221,7 +245,8 @@ class AsyncClient:
             self._payloads = Payloads(
                 _OnLoop(self.wire, asyncio.get_running_loop()),  # type: ignore[arg-type]  # Wire's calls, blocking
                 self.s3_http,
-                config=lambda: config,
+                # The latest config read (the awaited reads refresh it), never a copy.
+                config=lambda: self._config or config,
                 retry=self.retry,
                 progress=self.progress,
             )
@@ -419,11 +444,14 @@ class AsyncQueue:
                         self.name, encoded.tobytes(), idempotency_key=key, blobs=blobs, wait_s=wait
                     ),
                 )
-            except (InlineUnavailable, InlineNever):
+            except (InlineUnavailable, InlineNever, PayloadTooLarge):
+                # (413: INLINE_THRESHOLD was lowered since the config was read; read again.)
                 enqueued = await self._enqueue_through_s3(encoded, progress, blobs, wait)
             except ServiceUnavailable as e:
                 raise enqueue_unconfirmed(self.name, e, idempotency_key=key) from e
         else:
+            if size > config.max_payload_bytes:
+                await client.config(refresh=True)  # a cap raised since: not refused on the old one
             (await client.payloads()).check_size(size)
             enqueued = await self._enqueue_through_s3(encoded, progress, blobs, wait)
         job = AsyncJob(client, enqueued.job_id, tier=enqueued.tier, queue=self.name)
@@ -509,6 +537,9 @@ class AsyncQueue:
         force_s3: bool,
     ) -> None:
         config = await self.client.config()
+        if any(p.encoded.nbytes > config.max_payload_bytes for p in planned):
+            # A cap raised since the config was read: not refused on the old one.
+            config = await self.client.config(refresh=True)
         payloads = await self.client.payloads()
 
         refs: dict[int, tuple[str, ...]] = {}

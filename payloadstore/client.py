@@ -61,6 +61,7 @@ from ._wire import (
 from .errors import (
     INLINE_REFUSED,
     ApiError,
+    AuthError,
     ConfigError,
     EnqueueUnconfirmed,
     InlineNever,
@@ -70,6 +71,7 @@ from .errors import (
     PayloadCorrupt,
     PayloadLost,
     PayloadStoreError,
+    PayloadTooLarge,
     PolicyMismatch,
     ResultTimeout,
     ServiceUnavailable,
@@ -195,6 +197,7 @@ class Client:
             self.wire,
             self.s3_http,
             config=lambda: self.config,
+            refresh=lambda: self.refresh_config(),
             retry=self.retry,
             progress=progress,
             sleep=sleep,
@@ -204,7 +207,9 @@ class Client:
             self.wire, self.s3_http, retry=self.retry, sleep=sleep, config=lambda: self.config
         )
         self._config: ServerConfig | None = None
+        self._config_read = 0.0  # time.monotonic() of the read; -inf: read again before use
         self._config_lock = threading.Lock()
+        self.wire.on_limit_refused = self.config_is_stale
 
     # -- construction -------------------------------------------------------------------------
 
@@ -274,11 +279,23 @@ class Client:
 
     @property
     def config(self) -> ServerConfig:
-        """The fleet's settings from `/v1/config`, fetched once per client."""
+        """The fleet's settings from `/v1/config`: read at first use, again once CONFIG_MAX_AGE_S
+        old, and again after the control plane refused a call on a limit (413, inline_never,
+        policy_mismatch): the stack's settings may change under a running client."""
         with self._config_lock:
-            if self._config is None:
-                self._config = self.wire.config()
+            if self._config is None or config_due(self._config_read):
+                self._config = read_config(self.wire.config, self._config)
+                self._config_read = time.monotonic()
             return self._config
+
+    def config_is_stale(self) -> None:
+        """Read `/v1/config` again before its next use."""
+        self._config_read = float("-inf")
+
+    def refresh_config(self) -> ServerConfig:
+        """`/v1/config` read now (e.g. before refusing a size the cached limits do not allow)."""
+        self.config_is_stale()
+        return self.config
 
     def blob(self, source: Any) -> Blob:
         """Store content once in this namespace: `source` is bytes, a path (`str` or
@@ -627,8 +644,9 @@ class Queue:
                     ),
                     idempotency_key=key,
                 )
-            except (InlineUnavailable, InlineNever) as e:
+            except (InlineUnavailable, InlineNever, PayloadTooLarge) as e:
                 # Redis is above its high-water mark (or the namespace keeps nothing inline): the same bytes go through S3 instead.
+                # (413: INLINE_THRESHOLD was lowered since the config was read; read again.)
                 log.info(
                     "inline refused, storing through S3 queue=%s bytes=%d reason=%s",
                     self.name,
@@ -892,6 +910,26 @@ class Job(JobHandle):
 
 # Purge calls a queue may take (each works up to ~10 s on the control plane).
 MAX_PURGE_CALLS = 100
+# A client or daemon reads `/v1/config` again at most this often (besides after a refusal on a
+# limit, and before refusing a size): a changed MAX_PAYLOAD_BYTES or INLINE_THRESHOLD reaches
+# long-running processes within minutes.
+CONFIG_MAX_AGE_S = 300.0
+
+
+def config_due(read_at: float) -> bool:
+    return time.monotonic() - read_at >= CONFIG_MAX_AGE_S
+
+
+def read_config(fetch: Callable[[], ServerConfig], cached: ServerConfig | None) -> ServerConfig:
+    """A fresh read, or (only for a periodic re-read that fails) the cached config: a control
+    plane that is briefly unreachable does not fail the calls that merely consult it."""
+    try:
+        return fetch()
+    except PayloadStoreError as e:
+        if cached is None or isinstance(e, AuthError):
+            raise
+        log.warning("config not read again, keeping the one read before error=%s", e)
+        return cached
 
 
 def job_pages(

@@ -7,15 +7,23 @@
 
     daemon.run()          # until SIGTERM/SIGINT; the job in hand is finished first
 
-Each delivery comes with a lease. While a job is in hand the Daemon heartbeats it about every
-VISIBILITY_TIMEOUT_S/3 (a third of `lease_expires_in_s`, the lease's remaining seconds in the poll
-and heartbeat answers, counted on `time.monotonic()` from when each answer arrived: the daemon's
-wall clock plays no part), so a long function is not handed to another daemon. When the
-heartbeat answer says `cancel_requested`, the Daemon stops waiting for the function and ends the
-job `cancelled` (the function's thread is left to finish; it can check
-`payloadstore.current_job().cancel_requested` to stop early). When the control plane answers
-`lease_mismatch`, the job was taken from this daemon (its lease ran out and it was delivered
-again): the Daemon stops and posts nothing for it.
+Each delivery comes with a lease. While it holds jobs the Daemon keeps one leases long-poll open
+(`POST /v1/daemon/leases`, a thread of its own): each call renews every lease it holds and then
+waits up to LEASES_WAIT_S (20 s), answering at once when a client cancels one of its jobs. So a
+cancel reaches the daemon within about a second, and a busy daemon makes one such call per 20 s
+whatever its job count. A job younger than LEASES_GRACE_S is not waited on yet (a daemon of
+short jobs makes no such calls at all): a cancel requested before then is answered by the first
+call. Against a control plane without the route the Daemon heartbeats each job about every
+VISIBILITY_TIMEOUT_S/3 instead (a third of `lease_expires_in_s`, counted on `time.monotonic()`
+from when each answer arrived: the daemon's wall clock plays no part).
+
+When a cancel is requested the Daemon stops waiting for the function and ends the job
+`cancelled` at once, whether or not the function looks: its thread is left to run to its end
+(Python cannot stop a thread), its return value or exception is dropped, and the Daemon goes on
+to its next job meanwhile. A function that should stop early checks
+`payloadstore.current_job().cancel_requested`. When a lease is lost (`lost` in the answer, or
+`lease_mismatch`: its lease ran out and the job was delivered again) the Daemon stops waiting
+the same way and posts nothing for it.
 
 A job's payload `{"args": [...], "kwargs": {...}}` (what `Queue.add` sends) becomes
 `fn(*args, **kwargs)`; any other payload value (e.g. from another client) is passed as `fn(value)`.
@@ -39,9 +47,18 @@ from enum import StrEnum
 from typing import Any
 
 from . import codec
-from ._wire import MAX_POLL_JOBS, HeartbeatAnswer, NextJobs, PolledJob, polled_job
+from ._wire import (
+    MAX_LEASES,
+    MAX_POLL_JOBS,
+    HeartbeatAnswer,
+    LeasesAnswer,
+    NextJobs,
+    PolledJob,
+    polled_job,
+)
 from .client import Client
 from .errors import (
+    ApiError,
     AuthError,
     BlobSourceGone,
     ConfigError,
@@ -54,6 +71,7 @@ from .errors import (
     PayloadCorrupt,
     PayloadLost,
     PayloadStoreError,
+    PayloadTooLarge,
     PolicyMismatch,
     ServiceUnavailable,
 )
@@ -96,6 +114,11 @@ MIN_HEARTBEAT_S = 0.2
 # third of the longest lease assumed (the control plane's default VISIBILITY_TIMEOUT_S).
 FALLBACK_MIN_HEARTBEAT_S = 1.0
 FALLBACK_MAX_LEASE_S = 300.0
+# The leases long-poll: how long each call waits for a cancel (the control plane caps it at
+# POLL_MAX_WAIT_S, 20 s by default: one call per 20 s per busy daemon), and how old a job must be
+# before it is waited on (a cancel of a younger job is answered by the first call after it).
+LEASES_WAIT_S = 20.0
+LEASES_GRACE_S = 1.0
 
 _current = threading.local()
 
@@ -112,6 +135,8 @@ class CurrentJob:
         self._lost = threading.Event()
         self._changed = threading.Event()
         self._finishing = threading.Event()  # the outcome is being posted: heartbeats are moot
+        self._ran_s: float | None = None  # the function's own time, once it returned or was left
+        self._logged = ""  # the outcome its line was logged with (as it was posted)
 
     @property
     def cancel_requested(self) -> bool:
@@ -206,6 +231,158 @@ class _Heartbeat:
         self.stopped.set()
         if self.thread is not None:
             self.thread.join(timeout=5)
+
+
+def route_missing(e: PayloadStoreError) -> bool:
+    """A control plane without the route: 404 (no such route) or API Gateway's 403 without an
+    error code ("Missing Authentication Token" for an unknown path)."""
+    if isinstance(e, AuthError):
+        return e.status == 403 and not e.code
+    return isinstance(e, ApiError) and e.status == 404
+
+
+class _Held:
+    def __init__(self, job: PolledJob, current: CurrentJob):
+        self.job = job
+        self.current = current
+        self.added = time.monotonic()
+        self.heartbeat: _Heartbeat | None = None  # after a fall back to per-job heartbeats
+
+    def renewable(self) -> bool:
+        """Still worth a renewal: not being posted, not cancelled, not lost (the daemon is done
+        waiting for those; their leases need no keeping and the control plane would answer
+        each call at once for them)."""
+        c = self.current
+        return not (c._finishing.is_set() or c.cancel_requested or c.lease_lost)
+
+    def grace(self) -> float:
+        lease = _Heartbeat.interval(self.job)
+        return LEASES_GRACE_S if lease is None else min(LEASES_GRACE_S, lease)
+
+
+class _LeaseKeeper:
+    """One leases long-poll per daemon while it holds jobs (a thread that ends when it holds
+    none): renews every lease, and stops the jobs a client cancels or whose lease was lost."""
+
+    def __init__(self, daemon: Daemon):
+        self.daemon = daemon
+        self.cond = threading.Condition()
+        self.held: dict[str, _Held] = {}
+        self.thread: threading.Thread | None = None
+        # None: not known yet (the first call says); False: per-job heartbeats instead.
+        self.supported: bool | None = None
+        self.calls = 0
+
+    def keep(self, job: PolledJob, current: CurrentJob) -> Callable[[], None]:
+        """Keep the job's lease while it is in hand; returns the stop."""
+        if job.lease is None:
+            return lambda: None  # a control plane without leases
+        if self.supported is False:
+            return _Heartbeat(self.daemon, job, current).start().stop
+        entry = _Held(job, current)
+        with self.cond:
+            self.held[job.job_id] = entry
+            if self.thread is None:
+                self.thread = threading.Thread(
+                    target=self._run, name="payloadstore-leases", daemon=True
+                )
+                self.thread.start()
+            self.cond.notify_all()
+        return lambda: self._release(job.job_id)
+
+    def _release(self, job_id: str) -> None:
+        with self.cond:
+            entry = self.held.pop(job_id, None)
+            self.cond.notify_all()
+        if entry is not None and entry.heartbeat is not None:
+            entry.heartbeat.stop()
+
+    def _due(self) -> dict[str, _Held] | None:
+        """Wait until a held job is past its grace (the first call of all at once: it tells
+        whether the control plane has the route); the jobs to renew, or None when none is held
+        (the thread then ends)."""
+        with self.cond:
+            while True:
+                if not self.held:
+                    self.thread = None
+                    return None
+                due = {j: e for j, e in self.held.items() if e.renewable()}
+                if not due:
+                    # Every job is being posted or stopped: woken when one is released or
+                    # added (a second, at most, re-checks the ones being posted).
+                    self.cond.wait(1.0)
+                    continue
+                if self.supported is None:
+                    return due
+                now = time.monotonic()
+                left = min(e.added + e.grace() for e in due.values()) - now
+                if left <= 0:
+                    return due
+                self.cond.wait(left)
+
+    def _run(self) -> None:
+        failures = 0
+        while (held := self._due()) is not None:
+            intervals = [_Heartbeat.interval(e.job) for e in held.values()]
+            wait_s = min([LEASES_WAIT_S, *(i for i in intervals if i is not None)])
+            ids = list(held)
+            chunks = [ids[i : i + MAX_LEASES] for i in range(0, len(ids), MAX_LEASES)]
+            try:
+                for n, chunk in enumerate(chunks):
+                    answer = self.daemon.client.wire.leases(
+                        self.daemon.daemon_id,
+                        {j: held[j].job.lease or "" for j in chunk},
+                        # Only the last call waits: the others renew and answer at once.
+                        wait_s=wait_s if n == len(chunks) - 1 else 0.0,
+                    )
+                    self.calls += 1
+                    self.supported = True
+                    self._apply(answer, held)
+                failures = 0
+            except PayloadStoreError as e:
+                if self.supported is None and route_missing(e):
+                    log.info("control plane without the leases route: heartbeating each job")
+                    self._fall_back()
+                    return
+                with self.cond:
+                    if not any(j in self.held for j in held):
+                        continue  # those jobs are done with: nothing to keep
+                # Keep trying: the leases are good until they expire, and a later call may land.
+                failures += 1
+                delay = min(MIN_HEARTBEAT_S * 5 * failures, wait_s)
+                log.warning("leases renewal failed error=%s delay_s=%.2f", e, delay)
+                time.sleep(delay)
+            except Exception:  # the keeper outlives any surprise: its jobs' leases depend on it
+                with self.cond:
+                    if not any(j in self.held for j in held):
+                        continue  # e.g. the client closed after the daemon stopped
+                log.exception("leases renewal failed unexpectedly; trying again in 1 s")
+                time.sleep(1.0)
+
+    def _apply(self, answer: LeasesAnswer, held: dict[str, _Held]) -> None:
+        for job_id in answer.cancel_requested:
+            entry = held.get(job_id)
+            if entry is not None and not entry.current.cancel_requested:
+                log.info("cancel requested job_id=%s", job_id)
+                entry.current._cancel.set()
+                entry.current._changed.set()
+        for job_id in answer.lost:
+            entry = held.get(job_id)
+            if entry is None or entry.current._finishing.is_set():
+                continue  # our own result just ended the delivery
+            with self.cond:
+                still = self.held.get(job_id) is entry
+            if still:
+                log.warning("job taken from this daemon job_id=%s reason=lease lost", job_id)
+                entry.current._lost.set()
+                entry.current._changed.set()
+
+    def _fall_back(self) -> None:
+        with self.cond:
+            self.supported = False
+            self.thread = None
+            for entry in self.held.values():
+                entry.heartbeat = _Heartbeat(self.daemon, entry.job, entry.current).start()
 
 
 # Failing checks a daemon starts anyway, because taking jobs is what clears them: a Redis past its
@@ -321,6 +498,7 @@ class Daemon:
         # daemon then polls for every job as before.
         self._result_next = True
         self._in_hand = 0  # jobs taken (in a worker's hand or handed over) and not done yet
+        self._leases = _LeaseKeeper(self)
 
     # -- registration and control ---------------------------------------------------------------
 
@@ -642,7 +820,7 @@ class Daemon:
         if fn is None:
             raise ValueError("no function: pass process(message, fn) or register one")
         job = message if isinstance(message, PolledJob) else polled_job(message)
-        started = time.monotonic()
+        self._held.polled = job
         try:
             outcome = self._process(job, fn)
         except (AuthError, ConfigError):
@@ -650,30 +828,46 @@ class Daemon:
         except Exception:  # one job's error never stops the daemon
             log.exception("job abandoned on an unexpected error job_id=%s", job.job_id)
             outcome = ABANDONED
+        finally:
+            self._held.polled = None
         with self._lock:
             self.stats[outcome] += 1
+        current = getattr(self._held, "ended", None)
+        self._held.ended = None
+        if current is None or current.job_id != job.job_id:
+            self._log_job(job, None, outcome)  # nothing was posted (taken, abandoned)
+        elif current._logged != outcome:
+            log.info(
+                "job job_id=%s outcome=%s (posted as %s)", job.job_id, outcome, current._logged
+            )
+        return outcome
+
+    def _log_job(self, job: PolledJob, current: CurrentJob | None, outcome: str) -> None:
+        """The job's line, once its outcome is known: `seconds` is the function's own time
+        (0 when it never ran), logged as the outcome is posted, not when the post's answer
+        (which may wait for the next job) comes back."""
+        ran_s = None if current is None else current._ran_s
         log.info(
             "job job_id=%s queue=%s tier=%s seconds=%.3f outcome=%s attempt=%s",
             job.job_id,
             job.queue,
             "inline" if job.payload_inline is not None else "s3",
-            time.monotonic() - started,
+            ran_s or 0.0,
             outcome,
             job.attempt,
         )
-        return outcome
 
     def _process(self, job: PolledJob, fn: Callable[..., Any]) -> str:
         current = CurrentJob(job.job_id, job.queue, job.attempt, job.lease)
         self._held.job = current
-        heartbeat = _Heartbeat(self, job, current).start()
+        release = self._leases.keep(job, current)
         try:
             # Its blobs stay in the host's cache (another process's eviction skips them) from
             # before they are fetched until the result is posted.
             with self.client.blobs.pinned(job.raw.get("blobs")):
                 return self._process_held(job, fn, current)
         finally:
-            heartbeat.stop()
+            release()
             self._held.job = None
 
     def _process_held(self, job: PolledJob, fn: Callable[..., Any], current: CurrentJob) -> str:  # noqa: C901 - one delivery from payload to post: each failure mode is a branch the docs list
@@ -784,15 +978,20 @@ class Daemon:
                         blobs=blobs,
                         sent=encoded.blobs,
                     )
-                except (InlineUnavailable, InlineNever) as e:
+                except (InlineUnavailable, InlineNever, PayloadTooLarge) as e:
                     # Redis is above its high-water mark (or the namespace keeps nothing inline): the result goes through S3 instead.
+                    # (413: INLINE_THRESHOLD was lowered since the config was read.)
                     log.info(
                         "inline result refused, storing through S3 job_id=%s bytes=%d reason=%s",
                         job_id,
                         encoded.nbytes,
                         e.code,
                     )
-            elif encoded.nbytes > client.config.max_payload_bytes:
+            elif (
+                encoded.nbytes > client.config.max_payload_bytes
+                # The cap as the stack has it now, not as it was at the daemon's start.
+                and encoded.nbytes > client.refresh_config().max_payload_bytes
+            ):
                 limit = client.config.max_payload_bytes
                 return self._post_error(
                     job_id,
@@ -833,10 +1032,15 @@ class Daemon:
             log.error("result not stored job_id=%s error=%s", job_id, e)
             return ABANDONED
 
-    def _mark_finishing(self) -> None:
+    def _mark_finishing(self, outcome: str) -> None:
         held = getattr(self._held, "job", None)
         if held is not None:
             held._finishing.set()
+            polled = getattr(self._held, "polled", None)
+            if not held._logged and polled is not None and polled.job_id == held.job_id:
+                self._log_job(polled, held, outcome)
+                held._logged = outcome
+                self._held.ended = held
 
     def _call(  # noqa: C901 - runs the function with cancel, lease loss and timeouts watched, one branch each
         self, fn: Callable[..., Any], args: list, kwargs: dict, current: CurrentJob
@@ -865,18 +1069,23 @@ class Daemon:
 
         runner = threading.Thread(target=target, name=f"payloadstore-job-{current.job_id}")
         runner.daemon = True
+        started = time.monotonic()
         runner.start()
         while True:
             current._changed.wait()
             current._changed.clear()
             if done.is_set():
                 break
+            if current.lease_lost or current.cancel_requested:
+                # The function's time so far: the daemon stops waiting for it here.
+                current._ran_s = time.monotonic() - started
             if current.lease_lost:
                 log.warning("job taken, not waiting for its function job_id=%s", current.job_id)
                 return TAKEN, None, None
             if current.cancel_requested:
                 log.info("job cancelled, not waiting for its function job_id=%s", current.job_id)
                 return CANCELLED, None, None
+        current._ran_s = time.monotonic() - started
         error = box.get("error")
         if error is not None:
             if not isinstance(error, Exception):
@@ -933,7 +1142,7 @@ class Daemon:
         `sent`: the result's blobs: one the namespace let go since this process uploaded it
         (`409 unknown_blob`) is checked or uploaded again from its source and the post sent once
         more; with its source gone, the job fails `BlobUploadFailed`."""
-        self._mark_finishing()
+        self._mark_finishing(outcome)
         wire = self.client.wire
         try:
             self._with_next(
@@ -1029,7 +1238,7 @@ class Daemon:
         lease: str | None = None,
         crc64nvme: tuple[str | None, str | None] = (None, None),
     ) -> None:
-        self._mark_finishing()
+        self._mark_finishing(state)
         wire = self.client.wire
         try:
             self._with_next(

@@ -279,6 +279,23 @@ HEARTBEAT = Route(
     },
     body=JSON,
 )
+LEASES = Route(
+    "POST",
+    "/v1/daemon/leases",
+    "daemon",
+    (DAEMON,),
+    "daemon_leases",
+    responses={
+        200: (
+            "LeasesResponse",
+            (
+                "the leases renewed; answered after wait_s, or at once when a cancel of one of "
+                "the daemon's jobs is requested or a lease is not current"
+            ),
+        ),
+    },
+    body=JSON,
+)
 CONFIG = Route(
     "GET",
     "/v1/config",
@@ -477,6 +494,7 @@ ROUTES: tuple[Route, ...] = (
     RESULT_POST,
     FAILURE,
     HEARTBEAT,
+    LEASES,
     CONFIG,
     HEALTH,
     HEALTH_DETAILS,

@@ -15,6 +15,8 @@ LINE = re.compile(
     r"1M 100 MiB jobs \$[\d.]+, fixed \$[\d.]+/month"
     # issue 35: the same jobs in a namespace with retention consume, at most $90
     r", 1M 100 MiB jobs under consume \$(?P<consume>[\d.]+)"
+    # issue 44: a busy daemon's leases long-poll (cancel within seconds), per hour
+    r", busy daemon \$(?P<busy>[\d.]+)/hour"
 )
 
 

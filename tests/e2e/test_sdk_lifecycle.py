@@ -66,23 +66,16 @@ def test_given_daemon_clocks_off_by_2x_the_visibility_timeout_when_a_long_job_ru
             time=lambda: real_time() + skew * vt, monotonic=time.monotonic, sleep=time.sleep
         ),
     )
-    # Each delivery's arrival and each heartbeat's departure, on the monotonic clock.
+    # Each renewal's departure (the leases long-poll's calls), on the monotonic clock.
     sent: list[float] = []
     wire = daemon_client.wire
-    poll, beat = wire.poll, wire.heartbeat
+    renew = wire.leases
 
-    def recorded_poll(*args, **kwargs):
-        got = poll(*args, **kwargs)
-        if got is not None:
-            sent.append(time.monotonic())
-        return got
-
-    def recorded_beat(*args, **kwargs):
+    def recorded_renew(*args, **kwargs):
         sent.append(time.monotonic())
-        return beat(*args, **kwargs)
+        return renew(*args, **kwargs)
 
-    monkeypatch.setattr(wire, "poll", recorded_poll)
-    monkeypatch.setattr(wire, "heartbeat", recorded_beat)
+    monkeypatch.setattr(wire, "leases", recorded_renew)
     runs: list[str] = []
 
     def long_job(tag):
@@ -101,11 +94,14 @@ def test_given_daemon_clocks_off_by_2x_the_visibility_timeout_when_a_long_job_ru
     assert runs == ["x"]
     assert job.status().attempts == 1
     assert sum(first.stats.values()) + sum(second.stats.values()) == 1
-    # And: its daemon beat about every third of the lease from each answer (not at the lease's
-    # very end, as a clock behind made it, nor every 0.2 s, as a clock ahead made it)
+    # And: its daemon renewed about every third of the lease (each long-poll waits that long:
+    # not to the lease's very end, as a clock behind made heartbeats, nor every 0.2 s, as a
+    # clock ahead made them)
     gaps = [b - a for a, b in itertools.pairwise(sent)]
     assert len(gaps) >= 5, gaps
-    assert all(0.6 * vt / 3 <= gap <= 1.5 * vt / 3 for gap in gaps), gaps
+    assert all(0.6 * vt / 3 <= gap <= 1.5 * vt / 3 for gap in gaps), str(
+        [round(g, 3) for g in gaps]
+    )
 
 
 def test_given_a_lapsed_lease_when_another_daemon_took_the_job_then_the_first_posts_nothing(

@@ -38,6 +38,7 @@ SWARM_KEYS = (
     "enqueue_again",
     "poll",
     "heartbeat",
+    "leases",
     "finish",
     "forget",
     "cancel",
@@ -323,6 +324,7 @@ class Runner:
             "enqueue_again": 0.3,
             "poll": 3.0,
             "heartbeat": 1.0 if any(held.values()) else 0.0,
+            "leases": 0.7 if any(held.values()) else 0.0,
             "finish": 3.5 if any(held.values()) else 0.0,
             "forget": 0.3 if any(held.values()) else 0.0,
             "cancel": 1.0 if njobs else 0.0,
@@ -358,6 +360,8 @@ class Runner:
                 "queues": ["q1"] if rng.random() < 0.8 else ["q1", "q2"],
                 "max_jobs": rng.choice([None, None, 2]),
             }
+        if name == "leases":
+            return name, {"daemon": daemon}
         if name in ("heartbeat", "forget"):
             return name, {"daemon": daemon, "hold": rng.randrange(4)}
         if name == "finish":

@@ -11,7 +11,7 @@ What an operation checks of its own answers (the rest is invariants.py):
 - no answer is a 5xx;
 - a delivery carries its job's own arguments and its full blob list;
 - a daemon that still holds the current lease (the job hash says so after the answer) has its
-  heartbeat, presign, parts and result post accepted;
+  heartbeat, leases renewal, presign, parts and result post accepted;
 - an Idempotency-Key sent again answers the job it created.
 """
 
@@ -28,7 +28,14 @@ import requests
 
 from tests.races.sched import SCHEDULER, unhooked
 from tests.races.world import MiB
-from tests.support.control_plane import ControlPlane, Reply, cancel, heartbeat, sha256_hex
+from tests.support.control_plane import (
+    ControlPlane,
+    Reply,
+    cancel,
+    heartbeat,
+    leases,
+    sha256_hex,
+)
 
 QUEUES = ("q1", "q2")
 DAEMONS = ("d1", "d2")
@@ -453,6 +460,27 @@ def beat(m: Model, daemon: str, hold: int) -> None:
         m.held[daemon].remove(h)
 
 
+def renew(m: Model, daemon: str) -> None:
+    """The daemon's leases long-poll (wait 0): every delivery it holds renewed in one call. A
+    delivery answered `lost` is dropped (the daemon stops); one the job hash still says is
+    current must not be."""
+    held = list(m.held[daemon])
+    if not held:
+        return
+    r = _no_5xx(m, "leases", leases(m.cp, daemon, {h.job_id: h.lease for h in held}))
+    if r.status != 200:
+        m.violation("refused", f"leases of {daemon} answered {r.status}: {r.raw_body[:240]}")
+        return
+    lost = set(r.json.get("lost") or ())
+    for h in held:
+        if h.job_id not in lost:
+            continue
+        lost_reply = json.dumps({"error": {"code": "lost", "message": "answered lost"}})
+        _current_lease_refused(m, h, "leases renewal", Reply(409, {}, lost_reply, 0))
+        if h in m.held[daemon]:
+            m.held[daemon].remove(h)
+
+
 def finish(m: Model, daemon: str, hold: int, how: str, next: int = 0) -> None:
     """The held delivery ends: inline | s3 | multipart result, error, payload_lost,
     cancelled (the error type a daemon posts after a cancel request). `next` > 0: the post asks
@@ -578,6 +606,7 @@ OPERATIONS: dict[str, Callable[..., None]] = {
     "policy": policy,
     "poll": poll,
     "heartbeat": beat,
+    "leases": renew,
     "finish": finish,
     "forget": forget,
 }

@@ -12,7 +12,7 @@ above INLINE_THRESHOLD with fresh random bytes at every run, so each attempt's r
 with `kill_after_store`, the daemon SIGKILLs itself at attempt 1 right after the Daemon uploaded
 that result to S3 and before it posts it).
 
-Every heartbeat the Daemon sends is appended to `<state dir>/beats/<pid>.log` with the real
+Every heartbeat the Daemon sends (and every lease its leases long-poll renews) is appended to `<state dir>/beats/<pid>.log` with the real
 (unskewed) time it was sent and how much of the lease was left then, by the control plane's own
 expiry (same host, so the same clock); the ledger checks the schedule from it.
 
@@ -124,7 +124,7 @@ def _lease_expiry(answer: object, raw: dict | None, received: float) -> float | 
 def instrument(client: Client, pause_file: Path | None) -> None:
     """Wrap the client's poll, heartbeat and result upload for the suite's faults and checks."""
     wire, payloads = client.wire, client.payloads
-    poll, heartbeat, store = wire.poll, wire.heartbeat, payloads.store
+    poll, heartbeat, leases, store = wire.poll, wire.heartbeat, wire.leases, payloads.store
     beats = STATE_DIR / "beats" / f"{os.getpid()}.log"
 
     def paused_poll(*a, **kw):
@@ -150,6 +150,27 @@ def instrument(client: Client, pause_file: Path | None) -> None:
         _append(beats, f"{job_id} {sent:.3f} {left} ok")
         return answer
 
+    def logged_leases(daemon_id, held, *a, **kw):
+        """The leases long-poll renews every job it names: one beat line per job, as a
+        heartbeat would write."""
+        sent = REAL_TIME()
+        lefts = {}
+        for job_id in held:
+            expires = LEASE_EXPIRES.get(job_id)
+            lefts[job_id] = f"{expires - sent:.3f}" if expires else "?"
+        try:
+            answer = leases(daemon_id, held, *a, **kw)
+        except Exception as e:
+            for job_id, left in lefts.items():
+                _append(beats, f"{job_id} {sent:.3f} {left} error:{type(e).__name__}")
+            raise
+        # Renewed when the call began: the answer may come a whole wait later.
+        for job_id, left in lefts.items():
+            if job_id not in answer.lost:
+                LEASE_EXPIRES[job_id] = sent + answer.lease_expires_in_s
+            _append(beats, f"{job_id} {sent:.3f} {left} ok")
+        return answer
+
     def store_then_maybe_die(encoded, kind, *a, **kw):
         out = store(encoded, kind, *a, **kw)
         job_id = kw.get("job_id")
@@ -164,6 +185,7 @@ def instrument(client: Client, pause_file: Path | None) -> None:
 
     wire.poll = paused_poll  # type: ignore[method-assign]  # the suite's instrumentation
     wire.heartbeat = logged_heartbeat  # type: ignore[method-assign]  # the suite's instrumentation
+    wire.leases = logged_leases  # type: ignore[method-assign]  # the suite's instrumentation
     payloads.store = store_then_maybe_die  # type: ignore[method-assign]  # the suite's instrumentation
 
 

@@ -306,6 +306,20 @@ def heartbeat(cp: ControlPlane, job_id: str, body: dict) -> Reply:
     )
 
 
+def leases(
+    cp: ControlPlane, daemon_id: str, held: dict[str, str], wait_s: float = 0.0, **kw
+) -> Reply:
+    """POST /v1/daemon/leases: renew `held` (job id -> lease), then wait up to `wait_s` for a
+    cancel of one of the daemon's jobs."""
+    body = {
+        "namespace": cp.ns,
+        "daemon_id": daemon_id,
+        "leases": [{"job_id": j, "lease": lease} for j, lease in held.items()],
+        "wait_s": wait_s,
+    }
+    return cp.call("daemon", "POST", "/v1/daemon/leases", None, role="daemon", body=body, **kw)
+
+
 def cancel(cp: ControlPlane, job_id: str, role: str = "client") -> Reply:
     """DELETE …/jobs/{job_id} (a client cancelling its job)."""
     return cp.call(

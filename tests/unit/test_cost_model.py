@@ -167,3 +167,23 @@ def test_the_cost_line_has_the_four_figures_in_dollars():
         r"1M 100 MiB jobs \$[\d.]+, fixed \$[\d.]+/month",
         line,
     )
+
+
+def test_a_busy_daemon_hour_prices_its_one_leases_long_poll():
+    # Given a busy daemon whose leases long-poll (a 20 s wait each) is in flight all the time
+    shape = Shape(functions=FUNCTIONS, api_methods=17)
+    poll = model.Route("daemon", 5.0, 300)
+    auth = model.Route("authorizer", 3.0, 0)
+    lines = model.busy_daemon_hour(shape, 3.0, 1.0, poll, auth)
+    # Then the hour holds the daemon function 3,600 s and is 180 API requests
+    held = lines[0][1]
+    assert held == pytest.approx(3600 * FUNCTIONS["daemon"].gb * FUNCTIONS["daemon"].gb_s_price)
+    assert lines[2][0] == "API Gateway: 180 requests"
+    # And the cost line carries it after the existing figures
+    line = model.cost_line(7.756, 17.651, 216.43, 116.04, 82.5, total(lines))
+    assert line.startswith(
+        "cost: idle daemon (concurrency 8) $7.76/month, 1M inline jobs $17.65, "
+        "1M 100 MiB jobs $216.43, fixed $116.04/month, 1M 100 MiB jobs under consume $82.50, "
+        "busy daemon $"
+    )
+    assert line.endswith("/hour") and 0.001 < total(lines) < 0.05

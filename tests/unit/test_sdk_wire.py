@@ -21,6 +21,7 @@ from payloadstore import (
     LeaseMismatch,
     PayloadConsumed,
     PayloadLost,
+    PayloadTooLarge,
     RetryPolicy,
     ServiceUnavailable,
     _wire,
@@ -581,3 +582,49 @@ def test_given_wait_on_an_enqueue_when_the_job_ended_then_its_result_rides_along
     assert queued.result is None and isinstance(refused, _wire.ItemRefused)
     # Without a wait the request is as before
     assert _wire.enqueue_inline("team", "q", b"\x01", idempotency_key="k").params is None
+
+
+def test_given_held_leases_when_renewing_then_one_call_names_them_all_and_the_answer_is_typed():
+    rec = Recorder(
+        httpx.Response(
+            200,
+            json={
+                "lease_expires_at": 1.0,
+                "lease_expires_in_s": 300.0,
+                "cancel_requested": ["J2"],
+                "lost": ["J3"],
+                "woken": False,
+            },
+        )
+    )
+    wire = wire_with(rec)
+    answer = wire.leases("d-1", {"J1": "L1", "J2": "L2", "J3": "L3"}, wait_s=20)
+    sent = rec.requests[0]
+    assert (sent.method, sent.url.path) == ("POST", "/v1/daemon/leases")
+    assert json.loads(sent.content) == {
+        "namespace": "team",
+        "daemon_id": "d-1",
+        "leases": [
+            {"job_id": "J1", "lease": "L1"},
+            {"job_id": "J2", "lease": "L2"},
+            {"job_id": "J3", "lease": "L3"},
+        ],
+        "wait_s": 20,
+    }
+    assert (answer.cancel_requested, answer.lost, answer.woken) == (("J2",), ("J3",), False)
+    assert answer.lease_expires_in_s == 300.0 and answer.received_at is not None
+    with pytest.raises(ValueError):
+        wire.leases("d-1", {}, wait_s=0)
+
+
+def test_given_a_refusal_on_a_limit_then_the_wire_says_so_once_and_raises():
+    said: list[str] = []
+    rec = Recorder(error(413, "payload_too_large"), error(409, "conflict"))
+    wire = wire_with(rec)
+    wire.on_limit_refused = lambda: said.append("stale")
+    with pytest.raises(PayloadTooLarge):
+        wire.presign_put(size=10, kind="args", sha256=None)
+    assert said == ["stale"]
+    with pytest.raises(ConflictError):
+        wire.cancel_job("J1")
+    assert said == ["stale"]

@@ -2,6 +2,8 @@
 
 - an idle daemon process (Daemon with concurrency 1 and 8, default wait_s, side by side on their
   own queues) for `idle_s`: polls per minute and the share of the time a poll is in flight;
+- a busy daemon process (concurrency 4, four jobs running through the same window): its leases
+  long-poll's calls per minute and the share of the time one is in flight, and any heartbeat;
 - the calls each job makes at steady load, by route, client's and daemon's: `jobs` inline jobs,
   `s3_jobs` S3-tier jobs of 1 MiB (a single PUT) and `s3_jobs` of 100 MiB (a multipart upload),
   each through `queue.call` (enqueue-and-wait) with a Daemon serving them that fetches its next
@@ -141,10 +143,17 @@ def _size(value) -> int:
     return len(value)
 
 
-def idle_figures(calls, since: float, until: float) -> tuple[float, float]:
-    """(polls per minute, share of the time a poll is in flight) over the polls that started
-    and ended within [since, until], from the first one's start to the last one's end."""
-    polls = sorted((s, e) for key, _, s, e in calls if key == POLL and s >= since and e <= until)
+def _sleep_for(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
+def idle_figures(calls, since: float, until: float, route: str = "") -> tuple[float, float]:
+    """(polls per minute, share of the time a poll is in flight) over the polls (or the calls
+    of `route`) that started and ended within [since, until], from the first one's start to
+    the last one's end."""
+    route = route or POLL
+    polls = sorted((s, e) for key, _, s, e in calls if key == route and s >= since and e <= until)
     if not polls:
         return 0.0, 0.0
     start, stop = polls[0][0], max(e for _, e in polls)
@@ -177,11 +186,18 @@ class Measured:
     # enqueue's round trip (median, ms): the job's time on the daemon, seen by the client.
     enqueue_wait_held_ms: float = 0.0
     enqueue_wait_held_ms_s3: float = 0.0  # the same for a 100 MiB job
+    # A busy daemon (BUSY_JOBS jobs in hand through the idle window): its leases long-poll.
+    busy_jobs: int = 0
+    busy_leases_per_min: float = 0.0
+    busy_in_flight: float = 0.0
+    busy_other_calls: dict[str, int] = field(default_factory=dict)
 
 
 # Once per client or daemon process, not per job.
 PER_PROCESS = frozenset({"GET /v1/config", "GET /v1/health"})
 POLL = "POST /v1/daemon/poll"
+LEASES = "POST /v1/daemon/leases"
+BUSY_JOBS = 4
 ENQUEUE = "POST /v1/namespaces/{ns}/queues/{queue}/jobs"
 
 
@@ -257,9 +273,26 @@ def measure(idle_s: float = 60.0, jobs: int = 20, s3_jobs: int = 3) -> Measured:
         for c, log in idle_logs.items():
             client = make_client(stack, "daemon", log)
             daemons.append((start_daemon(client, f"cost-idle-{c}", c, _size), client))
+        # A busy daemon beside them: BUSY_JOBS jobs that run through the whole window.
+        busy_log = CallLog()
+        busy_client = make_client(stack, "daemon", busy_log)
+        busy_daemon = start_daemon(busy_client, "cost-busy", BUSY_JOBS, _sleep_for)
+        daemons.append((busy_daemon, busy_client))
+        feeder = make_client(stack, "client", CallLog())
+        busy_jobs = [feeder.queue("cost-busy").add(idle_s + 3.0) for _ in range(BUSY_JOBS)]
+        while any(j.status().state == "queued" for j in busy_jobs):
+            time.sleep(0.1)
         window_start = time.monotonic()
         time.sleep(idle_s)
         window_end = time.monotonic()
+        busy_calls = busy_log.snapshot()
+        busy_per_min, busy_share = idle_figures(busy_calls, window_start, window_end, LEASES)
+        busy_other = dict(
+            Counter(
+                x[0] for x in busy_calls if x[0] != LEASES and window_start <= x[2] <= window_end
+            )
+        )
+        feeder.close()
         polls, held, other = {}, {}, {}
         for c, log in idle_logs.items():
             calls = log.snapshot()
@@ -347,4 +380,8 @@ def measure(idle_s: float = 60.0, jobs: int = 20, s3_jobs: int = 3) -> Measured:
         s3_single_bytes=single_bytes,
         enqueue_wait_held_ms=round(max(wait_ms - plain_ms, 0.0), 1),
         enqueue_wait_held_ms_s3=round(max(wait_ms_s3 - plain_ms, 0.0), 1),
+        busy_jobs=BUSY_JOBS,
+        busy_leases_per_min=round(busy_per_min, 2),
+        busy_in_flight=round(busy_share, 3),
+        busy_other_calls=busy_other,
     )

@@ -117,6 +117,9 @@ class Usage:
     # tier -> what an enqueue that waits for its job holds the jobs function beyond a plain
     # enqueue (ms, measured): priced as I/O wait of that call.
     enqueue_wait_held_ms: dict[str, float] = field(default_factory=dict)
+    # A busy daemon's leases long-poll: calls per minute, share of the time one is in flight.
+    busy_leases_per_min: float = 0.0
+    busy_in_flight: float = 0.0
 
 
 Lines = list[tuple[str, float]]
@@ -252,6 +255,38 @@ def idle_daemon(
     ]
 
 
+def busy_daemon_hour(
+    shape: Shape, calls_per_min: float, in_flight: float, leases: Route, authorizer: Route
+) -> Lines:
+    """One busy daemon process for an hour, beyond its jobs' own calls: its leases long-poll
+    (one at a time) holds the daemon function for its wait and is an API request each; the
+    authorizer runs at most once per cache period of its token."""
+    fn = shape.functions[leases.function]
+    calls = calls_per_min * 60
+    held_s = in_flight * 3600
+    auth_fn = shape.functions[authorizer.function]
+    auth_calls = min(calls_per_min, 60 / AUTHORIZER_CACHE_S) * 60
+    auth_route = Route(
+        authorizer.function, authorizer.cpu_ms, authorizer.log_bytes, AUTHORIZER_IO_MS
+    )
+    per_call = dict(api_call_cost(leases, shape, XRAY_IDLE_FRACTION))
+    return [
+        (
+            f"Lambda GB-s: {fn.memory_mb} MB {fn.architecture} held {held_s:,.0f} s",
+            held_s * fn.gb * fn.gb_s_price,
+        ),
+        (f"Lambda requests: {calls:,.0f} leases calls", calls * price("lambda_request")),
+        (f"API Gateway: {calls:,.0f} requests", calls * price("apigw_rest_request")),
+        (
+            f"authorizer: {auth_calls:,.0f} calls (API Gateway caches {AUTHORIZER_CACHE_S} s)",
+            lambda_cost(auth_fn, billed_ms(auth_route, auth_fn), auth_calls)
+            + log_cost(auth_calls * LAMBDA_PLATFORM_LOG_BYTES),
+        ),
+        (f"X-Ray: {calls:,.0f} traces", calls * XRAY_IDLE_FRACTION * price("xray_trace")),
+        ("CloudWatch Logs", calls * per_call["CloudWatch Logs"]),
+    ]
+
+
 def workload(
     shape: Shape,
     calls: dict[str, float],
@@ -331,7 +366,12 @@ def sqs_idle_consumer(pollers: int = 1) -> Lines:
 
 
 def cost_line(
-    idle8: float, inline: float, s3: float, fixed: float, consume: float | None = None
+    idle8: float,
+    inline: float,
+    s3: float,
+    fixed: float,
+    consume: float | None = None,
+    busy_hour: float | None = None,
 ) -> str:
     line = (
         f"cost: idle daemon (concurrency 8) ${idle8:.2f}/month, 1M inline jobs ${inline:.2f}, "
@@ -339,4 +379,6 @@ def cost_line(
     )
     if consume is not None:
         line += f", 1M 100 MiB jobs under consume ${consume:.2f}"
+    if busy_hour is not None:
+        line += f", busy daemon ${busy_hour:.4f}/hour"
     return line

@@ -65,6 +65,7 @@ class Figures:
     sqs_s3: Lines
     sqs_idle: dict[int, Lines]
     line: str
+    busy: Lines = dataclasses.field(default_factory=list)
 
 
 def bench_route(bench: dict, name: str) -> Route:
@@ -186,8 +187,12 @@ def figures(shape: Shape, usage: Usage, bench: dict) -> Figures:
         {**s3_requests(S3_PAYLOAD), "delete": 1 / 1000},
         storage_days=model.S3_CONSUME_HOURS / 24,
     )
+    # The leases long-poll is a waiting daemon-function call, priced as an empty poll's.
+    busy = model.busy_daemon_hour(
+        shape, usage.busy_leases_per_min, usage.busy_in_flight, poll, auth
+    )
     line = model.cost_line(
-        total(idle[8]), total(inline), total(s3), total(fixed), total(s3_consume)
+        total(idle[8]), total(inline), total(s3), total(fixed), total(s3_consume), total(busy)
     )
     return Figures(
         fixed=fixed,
@@ -199,6 +204,7 @@ def figures(shape: Shape, usage: Usage, bench: dict) -> Figures:
         sqs_s3=model.sqs_workload(JOBS, S3_PAYLOAD),
         sqs_idle={1: model.sqs_idle_consumer(1), 8: model.sqs_idle_consumer(8)},
         line=line,
+        busy=busy,
     )
 
 
@@ -242,6 +248,11 @@ def render(shape: Shape, usage: Usage, bench: dict, measured: dict, f: Figures) 
         (
             f"| idle daemon process, concurrency 8, per month | {usd(idle8)} | "
             f"{usd(total(f.sqs_idle[1]))} (one poller) to {usd(total(f.sqs_idle[8]))} (8) |"
+        ),
+        (
+            f"| busy daemon process (jobs in hand), per hour beyond its jobs' calls | "
+            f"{usd(total(f.busy))} | $0.00 (a visibility change per job only when it nears "
+            "its timeout) |"
         ),
         f"| 1 M inline jobs | {usd(total(f.inline))} | {usd(total(f.sqs_inline))} |",
         f"| 1 M 100 MiB jobs | {usd(total(f.s3))} | {usd(total(f.sqs_s3))} |",
@@ -419,10 +430,34 @@ def render(shape: Shape, usage: Usage, bench: dict, measured: dict, f: Figures) 
             f"| {c} | {usage.idle_polls_per_min[c]:g} | {usage.idle_in_flight[c]:.3f} | "
             f"{', '.join(f'{k} x{v}' for k, v in others.items()) or 'none'} |"
         )
+    doc += [
+        "",
+        (
+            f"Busy daemon process ({measured.get('busy_jobs', 0)} jobs in hand through the same "
+            "window, concurrency 4): its leases long-poll renews every lease and brings a "
+            "cancel at once, one call at a time whatever its job count (a heartbeat per job "
+            "every VISIBILITY_TIMEOUT_S/3 before: 36 calls per job-hour with the default 300 s):"
+        ),
+        "",
+        "| leases calls per minute | share of time one is in flight | other calls |",
+        "|---:|---:|---|",
+        (
+            f"| {usage.busy_leases_per_min:g} | {usage.busy_in_flight:.3f} | "
+            + (
+                ", ".join(f"{k} x{v}" for k, v in (measured.get("busy_other_calls") or {}).items())
+                or "none"
+            )
+            + " |"
+        ),
+    ]
     doc += ["", "## The figures, line by line", ""]
     doc += lines_table("fixed, per month (as synthesized with the default flags)", f.fixed)
     for c in sorted(f.idle):
         doc += [""] + lines_table(f"idle daemon process, concurrency {c}, per month", f.idle[c])
+    doc += [""] + lines_table(
+        "busy daemon process, per hour (its leases long-poll; its jobs' calls are priced per job)",
+        f.busy,
+    )
     doc += [""] + lines_table("1 M inline jobs", f.inline)
     doc += [""] + lines_table("1 M 100 MiB jobs (small inline results)", f.s3)
     doc += [""] + lines_table(
@@ -527,4 +562,6 @@ def usage_from(measured: dict) -> Usage:
             "inline": float(measured.get("enqueue_wait_held_ms") or 0.0),
             "s3": float(measured.get("enqueue_wait_held_ms_s3") or 0.0),
         },
+        busy_leases_per_min=float(measured.get("busy_leases_per_min") or 0.0),
+        busy_in_flight=float(measured.get("busy_in_flight") or 0.0),
     )

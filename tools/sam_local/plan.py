@@ -426,6 +426,11 @@ def prepare_api(world: World, fx: Fixture) -> Prepared:
             notes.append(f"queued a job in {','.join(body['queues'])}")
         if lease is not None and "lease" in body:
             body["lease"] = lease
+        if lease is not None and isinstance(body.get("leases"), list):
+            # The leases long-poll names its jobs' leases in a list.
+            for held in body["leases"]:
+                if isinstance(held, dict) and held.get("job_id") == job_id:
+                    held["lease"] = lease
 
         def real_refs(node: dict) -> None:
             ref_key = node.get("key")

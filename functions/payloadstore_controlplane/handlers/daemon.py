@@ -9,12 +9,14 @@ from aws_lambda_powertools.event_handler.openapi.params import Body
 from .. import routes
 from ..logic.context import Principal
 from ..logic.daemon import poll, poll_many, post_result, report_failure
-from ..logic.lifecycle import heartbeat
+from ..logic.lifecycle import heartbeat, renew_leases
 from ..logic.once import next_once
 from ..models.api import (
     FailureReport,
     HeartbeatRequest,
     HeartbeatResponse,
+    LeasesRequest,
+    LeasesResponse,
     NextPoll,
     PollManyResponse,
     PollRequest,
@@ -113,6 +115,17 @@ def register(app) -> None:
         p: Principal, ns: str, job_id: str, body: Annotated[HeartbeatRequest, Body()]
     ) -> HeartbeatResponse:
         return json_response(200, heartbeat(p, job_id, body, get_deps()))
+
+    @route(
+        app,
+        routes.LEASES,
+        summary="Renew every lease the daemon holds, then wait up to wait_s; answers at once "
+        "when a client cancels one of its jobs (one long-poll per busy daemon, in place of a "
+        "heartbeat per job)",
+    )
+    def leases(p: Principal, body: Annotated[LeasesRequest, Body()]) -> LeasesResponse:
+        # The wait ends in time to answer, whatever the renewals and the cold start took.
+        return json_response(200, renew_leases(p, body, capped_wait(app, body.wait_s), get_deps()))
 
 
 app = new_resolver()

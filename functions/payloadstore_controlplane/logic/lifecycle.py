@@ -7,21 +7,34 @@ visibility timeout ahead, in the job hash (which poll checks before any redelive
 queue group's pending list (XCLAIM ... JUSTID restarts the entry's idle clock, so pollers do not
 even try to reclaim it).
 
+Leases long-poll (`POST /v1/daemon/leases`): one call per busy daemon renews every lease it
+holds (as a heartbeat each), then waits on the daemon's cancel list (keys.cancels) up to
+POLL_MAX_WAIT_S, answering early when a cancel of one of its jobs is requested. A busy daemon
+makes one such call per POLL_MAX_WAIT_S whatever its job count, in place of a heartbeat per job
+every VISIBILITY_TIMEOUT_S/3.
+
 Cancel: a queued job ends `cancelled` at once and is never delivered; a running job gets
-`cancel_requested`, which its daemon learns from the next heartbeat answer (it then posts the
-error type `Cancelled` and the job ends `cancelled`); a job whose daemon died with a cancel
-requested ends `cancelled` at its next delivery instead of running again.
+`cancel_requested` and its holder's cancel list gets the job id, which wakes the daemon's
+leases long-poll (or the next heartbeat answer says it): the daemon then posts the error type
+`Cancelled` and the job ends `cancelled`. A job whose daemon died with a cancel requested ends
+`cancelled` at its next delivery instead of running again.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
 
-from ..models.api import CancelResponse, HeartbeatRequest, HeartbeatResponse
+from ..models.api import (
+    CancelResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    LeasesRequest,
+    LeasesResponse,
+)
 from ..models.domain import JobStatus, job_id_time_s
-from ..models.errors import Conflict, LeaseMismatch, NotFound
+from ..models.errors import Conflict, Forbidden, LeaseMismatch, NotFound
 from ..observability import bind_job, logger, metrics_count
-from ..store.records import CancelledQueued, Ended, HeartbeatTaken, Missing, dumps
+from ..store.records import CancelledQueued, CancelRequested, Ended, HeartbeatTaken, Missing, dumps
 from .context import Deps, Principal, find_job
 from .policy import keep_for_class
 
@@ -51,6 +64,66 @@ def heartbeat(p: Principal, job_id: str, body: HeartbeatRequest, deps: Deps) -> 
         lease_expires_at=expires_ms / 1000,
         lease_expires_in_s=float(deps.settings.visibility_timeout_s),
         cancel_requested=beat.cancel_requested,
+    )
+
+
+def _renew(
+    p: Principal, held: dict[str, str], expires_ms: int, deps: Deps
+) -> tuple[list[str], list[str]]:
+    """Renew each (job id -> lease) as a heartbeat does: (cancel requested, lost) job ids."""
+    cancelled: list[str] = []
+    lost: list[str] = []
+    for job_id, lease in held.items():
+        beat = deps.jobs.heartbeat(job_id, p.namespace, lease, expires_ms)
+        if not isinstance(beat, HeartbeatTaken):
+            lost.append(job_id)
+            continue
+        if beat.entry_id and beat.queue and beat.consumer:
+            deps.jobs.touch_entry(p.namespace, beat.queue, beat.entry_id, beat.consumer)
+        if beat.cancel_requested:
+            cancelled.append(job_id)
+    return cancelled, lost
+
+
+def renew_leases(p: Principal, req: LeasesRequest, wait_s: float, deps: Deps) -> LeasesResponse:
+    """Renew every lease of the request, then wait up to `wait_s` (already capped by the
+    invocation) for a cancel of one of the daemon's jobs; answer at once when one is found."""
+    if req.namespace != p.namespace:
+        raise Forbidden("token does not belong to this namespace")
+    s = deps.settings
+    held = {h.job_id: h.lease for h in req.leases}
+    wait_s = min(wait_s, req.wait_s, s.poll_max_wait_s)
+    deadline = deps.clock() + wait_s
+    expires_ms = int((deps.clock() + s.visibility_timeout_s) * 1000)
+    cancelled, lost = _renew(p, held, expires_ms, deps)
+    woken = False
+    while not cancelled and not lost:
+        left = deadline - deps.clock()
+        if left <= 0:
+            break
+        popped = deps.jobs.wait_signal(p.namespace, req.daemon_id, left)
+        if not popped:
+            break
+        mine = {j: held[j] for j in popped if j in held}
+        cancelled, lost = _renew(p, mine, expires_ms, deps)
+        # A job id this request does not name: a job the daemon took since it sent it.
+        woken = bool(cancelled or lost) or any(j not in held for j in popped)
+        if woken:
+            break
+    if cancelled or lost:
+        # Their wake-ups are answered here: left in the list, each would end the daemon's next
+        # long-poll at once for a job it no longer names.
+        deps.jobs.forget_signals(p.namespace, req.daemon_id, cancelled + lost)
+        logger.info(
+            "leases long-poll answered",
+            extra={"daemon_id": req.daemon_id, "cancelled": len(cancelled), "lost": len(lost)},
+        )
+    return LeasesResponse(
+        lease_expires_at=expires_ms / 1000,
+        lease_expires_in_s=float(s.visibility_timeout_s),
+        cancel_requested=cancelled,
+        lost=lost,
+        woken=woken,
     )
 
 
@@ -106,7 +179,19 @@ def cancel(p: Principal, job_id: str, deps: Deps) -> CancelResponse:
         return CancelResponse(job_id=job_id, state=JobStatus.CANCELLED)
     metrics_count("JobsCancelled", was="running")
     logger.info("cancel requested for a running job")
+    if isinstance(outcome, CancelRequested) and outcome.consumer:
+        _wake_holder(p, job_id, outcome.consumer, deps)
     return CancelResponse(job_id=job_id, state=JobStatus.RUNNING, cancel_requested=True)
+
+
+def _wake_holder(p: Principal, job_id: str, consumer: str, deps: Deps) -> None:
+    """Wake the holding daemon's leases long-poll. The cancel is recorded whatever happens
+    here: a wake-up that fails leaves it to the daemon's next renewal (POLL_MAX_WAIT_S later)."""
+    try:
+        deps.jobs.signal_cancel(p.namespace, consumer, job_id, deps.settings.visibility_timeout_s)
+    except Exception as e:  # noqa: BLE001 - the cancel stands; logged and counted
+        logger.warning("cancel wake-up not sent", extra={"error": type(e).__name__})
+        metrics_count("CancelWakeFailed")
 
 
 @lru_cache(maxsize=1)

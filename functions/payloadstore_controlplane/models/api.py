@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
 from .domain import (
+    JOB_ID_RE,
     NAME_RE,
     JobStatus,
     OmitsNull,
@@ -470,6 +471,54 @@ class HeartbeatResponse(WireModel):
     )
     cancel_requested: bool = Field(
         description="a client asked to cancel: stop, and post the error type Cancelled"
+    )
+
+
+# The most leases one leases long-poll renews (a daemon holding more sends several, one waiting).
+MAX_LEASES = 256
+
+
+class HeldLease(_Strict):
+    job_id: str = Field(pattern=JOB_ID_RE.pattern)
+    lease: Lease
+
+
+class LeasesRequest(_Strict):
+    """POST /v1/daemon/leases: one long-poll per busy daemon in place of a heartbeat per job."""
+
+    namespace: str
+    daemon_id: str = Field(
+        pattern=r"^[A-Za-z0-9_.:-]{1,64}$",
+        description="the daemon_id its polls gave (the jobs' consumer): its cancels wake this",
+    )
+    leases: list[HeldLease] = Field(min_length=1, max_length=MAX_LEASES)
+    wait_s: float = Field(
+        20.0,
+        ge=0,
+        le=60,
+        description="how long to wait for a cancel of one of the daemon's jobs after renewing "
+        "them (capped by POLL_MAX_WAIT_S and the invocation's time left)",
+    )
+
+
+class LeasesResponse(WireModel):
+    lease_expires_at: float = Field(
+        description="epoch seconds of the renewed leases' expiry; renew well before it"
+    )
+    lease_expires_in_s: float = Field(
+        description="the renewed leases' remaining seconds (VISIBILITY_TIMEOUT_S) when renewed"
+    )
+    cancel_requested: list[str] = Field(
+        description="jobs of the request a client asked to cancel: stop, post the error type "
+        "Cancelled"
+    )
+    lost: list[str] = Field(
+        description="jobs of the request whose lease is not current (delivered again, ended or "
+        "gone): stop, post nothing"
+    )
+    woken: bool = Field(
+        description="answered before wait_s because a cancel of one of the daemon's jobs was "
+        "requested (maybe of a job not in this request: renew again with all of them)"
     )
 
 

@@ -104,6 +104,15 @@ def queue_names(namespace: str) -> str:
     return f"{PREFIX}:{{ns:{namespace}}}:queues"
 
 
+def cancels(namespace: str, daemon_id: str) -> str:
+    """LIST of job ids whose cancel was requested while this daemon (`d`, its consumer name)
+    held them: the cancel route pushes (lifecycle_signal.lua), the daemon's leases long-poll
+    BLPOPs it and answers early. Only a wake-up: the job hash's `cr` is the truth, so a lost or
+    stale element costs at most one early answer. Expires VISIBILITY_TIMEOUT_S after its last
+    push. In the namespace's slot."""
+    return f"{PREFIX}:{{ns:{namespace}}}:c:{daemon_id}"
+
+
 def namespaces() -> str:
     """SET of the namespaces that enqueued or polled (tag `{namespaces}`, a slot of its own): the
     metrics function's list of namespaces, so it never lists the token store. Added once per

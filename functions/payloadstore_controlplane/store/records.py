@@ -433,7 +433,9 @@ class EndedEntry:
 
 @dataclass(frozen=True)
 class CancelRequested:
-    """The job is running: its daemon learns of the cancel at its next heartbeat."""
+    """The job is running: its holder (`consumer`, the daemon's id) is woken to stop it."""
+
+    consumer: str = ""
 
 
 # -- encoding helpers shared by the store's modules ---------------------------------------

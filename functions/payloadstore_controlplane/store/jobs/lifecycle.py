@@ -106,7 +106,7 @@ class LifecycleSteps(StoreBase):
             case "cancelled":
                 return CancelledQueued(entry_id=reply[1], queue=reply[2], retries=number(reply[3]))
             case "requested":
-                return CancelRequested()
+                return CancelRequested(consumer=reply[1])
             case "terminal":
                 return Ended(reply[1])
         return Missing()
@@ -119,6 +119,36 @@ class LifecycleSteps(StoreBase):
             args=[job_id, max(created_ms - ENTRY_SEARCH_SLACK_MS, 0), INLINE_ENTRY_SEARCH],
         )
         return text(reply) or ""
+
+    def signal_cancel(self, namespace: str, daemon_id: str, job_id: str, ttl_s: int) -> None:
+        """Wake the leases long-poll of the daemon holding `job_id` (lifecycle_signal.lua). A
+        wake-up only, reported to nobody: no wait for replicas."""
+        self._run(
+            "lifecycle_signal", [keys.cancels(namespace, daemon_id)], [job_id, ttl_s], acked=False
+        )
+
+    def wait_signal(self, namespace: str, daemon_id: str, timeout_s: float) -> list[str]:
+        """Wait up to `timeout_s` for the daemon's cancel list to get an element; the job ids
+        it held (emptied: the caller reads the job hashes, which are the truth)."""
+        key = keys.cancels(namespace, daemon_id)
+        if timeout_s > 0:
+            # BLPOP's timeout 0 would block for ever: only ever called with time left.
+            popped = self._r.blpop([key], timeout=max(timeout_s, 0.001))
+            if popped is None:
+                return []
+            first = [text(popped[1])]
+        else:
+            first = []
+        rest = self._r.lpop(key, 64) or []
+        return first + [text(x) for x in rest]
+
+    def forget_signals(self, namespace: str, daemon_id: str, job_ids: list[str]) -> None:
+        """Drop the wake-ups of these jobs from the daemon's cancel list (answered already)."""
+        key = keys.cancels(namespace, daemon_id)
+        with self._r.pipeline(transaction=False) as pipe:
+            for job_id in job_ids:
+                pipe.lrem(key, 0, job_id)
+            pipe.execute()
 
     def prune_consumers(
         self, namespace: str, queues: list[str], idle_ms: int, every_s: float

@@ -6,10 +6,10 @@
 -- ARGV[2]  queue of a queued inline job that has no hash yet ('' otherwise)
 -- ARGV[3]  now_ms   ARGV[4] ttl_s   ARGV[5] error JSON   ARGV[6] its digest   ARGV[7] created_ms
 --
--- queued -> cancelled (the caller drops the entry); running -> running with `cr` = 1 (its
--- daemon learns it from the next heartbeat; a redelivery ends it cancelled instead).
+-- queued -> cancelled (the caller drops the entry); running -> running with `cr` = 1 (the
+-- caller wakes the holder `d`'s leases long-poll; a redelivery ends it cancelled instead).
 -- Re-sent after a lost reply (same now_ms, the job cancelled by it): answered as the first time.
--- Returns {'missing'} | {'legacy'} | {'terminal', state} | {'requested'}
+-- Returns {'missing'} | {'legacy'} | {'terminal', state} | {'requested', consumer}
 --       | {'cancelled', entry_id, queue, retries}   (retries: `rt`, for the ended-jobs index)
 local function finish()
   redis.call('HSET', KEYS[1], 's', 'cancelled', 'cr', '1', 'g', ARGV[6], 'rk', 'e', 'ua', ARGV[3])
@@ -27,13 +27,13 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
   return {'cancelled', '', ARGV[2], '0'}
 end
 if redis.call('HEXISTS', KEYS[1], 'state') == 1 then return {'legacy'} end
-local f = redis.call('HMGET', KEYS[1], 'n', 's', 'x', 'q', 'ua', 'rt')
+local f = redis.call('HMGET', KEYS[1], 'n', 's', 'x', 'q', 'ua', 'rt', 'd')
 if f[1] ~= ARGV[1] or f[2] == 'awaiting_upload' then return {'missing'} end
 local entry = f[3] or ''
 if entry == '*' then entry = '' end
 if f[2] == 'running' then
   redis.call('HSET', KEYS[1], 'cr', '1', 'ua', ARGV[3])
-  return {'requested'}
+  return {'requested', f[7] or ''}
 end
 if f[2] == 'cancelled' and f[5] == ARGV[3] then return {'cancelled', entry, f[4] or '', f[6] or '0'} end
 if f[2] ~= 'queued' then return {'terminal', f[2] or ''} end
