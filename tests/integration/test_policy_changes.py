@@ -466,3 +466,31 @@ def test_a_7d_job_that_ends_outside_a_result_post_keeps_its_record_7_days(how, s
     assert state in ("cancelled", "failed", how), state
     # Then its record is kept for the class's 7 days, as a result post's end is
     assert r.ttl(keys.job(job_id)) > 6 * DAY
+
+
+def test_a_blob_uploaded_again_after_a_key_change_is_not_promised_past_its_new_object(
+    small_multipart, r, s3_client, payload_bucket
+):
+    # Given a `30d` namespace's blob recorded under kms_key `none` (its record promises about
+    # 30 days), and a failed job that referenced it then
+    cp = namespace(NamespacePolicy("30d", "none"))
+    data = b"shared-table" * 700
+    sha = create_blob(cp, data)
+    job_id = enqueue_with_blobs(cp, [sha]).json["job_id"]
+    take(cp, job_id)
+    fail(cp, job_id)
+    # When the policy becomes `1d` with the stack's key, a client POSTs the blob (a fresh
+    # upload under the new policy) and PUTs it, but never POSTs again to have it verified
+    cp.policy = NamespacePolicy("1d", "stack")
+    answer = cp.blob(sha, len(data))
+    assert answer.status == 200 and answer.json["exists"] is False, answer.raw_body
+    assert put_presigned(answer.json["upload"], data).status_code == 200
+    key = f"blobs/{cp.ns}/{sha}"
+    assert tags(s3_client, payload_bucket, key) == {RETENTION_TAG: "1d"}
+    # Then the record no longer promises the 30 days of the object it replaced: it ends
+    # within the day the new object lives, before the margin
+    assert r.pttl(keys.blob(cp.ns, sha)) <= (DAY - MARGIN_S) * 1000
+    # And the job retried now needs the blob past that day: the renewer is told to keep it
+    assert retry(cp, job_id).status == 200
+    needs = {bytes(m).hex() for m in r.zrange(keys.blob_needs(cp.ns), 0, -1)}
+    assert sha in needs
