@@ -556,3 +556,46 @@ def test_a_multipart_result_verified_then_refused_503_is_stored_after_a_policy_c
     assert requests.get(answer["download"]["url"], timeout=60).content == data
     head = s3_client.head_object(Bucket=payload_bucket, Key=ref["key"])
     assert (head["ServerSideEncryption"], head["SSEKMSKeyId"]) == ("aws:kms", LOCAL_KMS_KEY_ARN)
+
+
+def test_a_crc64nvme_result_verified_then_refused_503_is_stored_after_a_policy_change(
+    small_multipart, monkeypatch, s3_client, payload_bucket
+):
+    from payloadstore_controlplane.logic import daemon
+    from payloadstore_controlplane.models.errors import ServiceUnavailable
+    from tests.integration.test_crc64nvme import crc, presign, put_parts, ref_of
+
+    # Given a running job whose daemon uploaded its 12 MiB result in CRC64NVME parts (the
+    # SDK's default) under SSE-S3, and whose post completed and verified the upload, then
+    # answered 503 before the result was stored
+    cp = namespace(NamespacePolicy("2d", "none"))
+    assert cp.enqueue(inline=b"\x01").status == 201
+    job_id = cp.poll().json["job_id"]
+    data = bytes(range(256)) * (12 * MiB // 256)
+    first = presign(cp, len(data), role="daemon", job_id=job_id, checksum_algorithm="CRC64NVME")
+    assert first.status == 200, first.raw_body
+    put_parts(first.json, data, PART)
+    ref = ref_of(first.json, len(data), crc64nvme=crc(data))
+    stored_for_real = daemon._complete
+
+    def unavailable(*args, **kwargs):
+        raise ServiceUnavailable("redis unreachable")
+
+    monkeypatch.setattr(daemon, "_complete", unavailable)
+    assert cp.post_result(job_id, {"resultRef": ref}).status == 503
+    monkeypatch.setattr(daemon, "_complete", stored_for_real)
+    # When the policy becomes the stack's key before the daemon posts again
+    cp.policy = NamespacePolicy("2d", "stack")
+    refused = cp.post_result(job_id, {"resultRef": ref})
+    assert refused.status == 409 and refused.error["code"] == "policy_mismatch", refused.raw_body
+    # Then the delivery's re-presign opens a fresh upload, and the result is stored
+    again = presign(cp, len(data), role="daemon", job_id=job_id, checksum_algorithm="CRC64NVME")
+    assert again.status == 200, again.raw_body
+    assert again.json["multipart"]["upload_id"] != first.json["multipart"]["upload_id"]
+    put_parts(again.json, data, PART)
+    stored = cp.post_result(job_id, {"resultRef": ref})
+    assert stored.status == 204, stored.raw_body
+    answer = cp.result(job_id).json
+    assert answer["state"] == "succeeded" and answer["resultRef"]["crc64nvme"] == crc(data)
+    head = s3_client.head_object(Bucket=payload_bucket, Key=first.json["key"])
+    assert (head["ServerSideEncryption"], head["SSEKMSKeyId"]) == ("aws:kms", LOCAL_KMS_KEY_ARN)
