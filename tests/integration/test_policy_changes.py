@@ -466,3 +466,136 @@ def test_a_7d_job_that_ends_outside_a_result_post_keeps_its_record_7_days(how, s
     assert state in ("cancelled", "failed", how), state
     # Then its record is kept for the class's 7 days, as a result post's end is
     assert r.ttl(keys.job(job_id)) > 6 * DAY
+
+
+def test_a_blob_uploaded_again_after_a_key_change_is_not_promised_past_its_new_object(
+    small_multipart, r, s3_client, payload_bucket
+):
+    # Given a `30d` namespace's blob recorded under kms_key `none` (its record promises about
+    # 30 days), and a failed job that referenced it then
+    cp = namespace(NamespacePolicy("30d", "none"))
+    data = b"shared-table" * 700
+    sha = create_blob(cp, data)
+    job_id = enqueue_with_blobs(cp, [sha]).json["job_id"]
+    take(cp, job_id)
+    fail(cp, job_id)
+    # When the policy becomes `1d` with the stack's key, a client POSTs the blob (a fresh
+    # upload under the new policy) and PUTs it, but never POSTs again to have it verified
+    cp.policy = NamespacePolicy("1d", "stack")
+    answer = cp.blob(sha, len(data))
+    assert answer.status == 200 and answer.json["exists"] is False, answer.raw_body
+    assert put_presigned(answer.json["upload"], data).status_code == 200
+    key = f"blobs/{cp.ns}/{sha}"
+    assert tags(s3_client, payload_bucket, key) == {RETENTION_TAG: "1d"}
+    # Then the record no longer promises the 30 days of the object it replaced: it ends
+    # within the day the new object lives, before the margin
+    assert r.pttl(keys.blob(cp.ns, sha)) <= (DAY - MARGIN_S) * 1000
+    # And the job retried now needs the blob past that day: the renewer is told to keep it
+    assert retry(cp, job_id).status == 200
+    needs = {bytes(m).hex() for m in r.zrange(keys.blob_needs(cp.ns), 0, -1)}
+    assert sha in needs
+
+
+def test_a_multipart_result_verified_then_refused_503_is_stored_after_a_policy_change(
+    small_multipart, monkeypatch, s3_client, payload_bucket
+):
+    from payloadstore_controlplane.logic import daemon
+    from payloadstore_controlplane.models.errors import ServiceUnavailable
+
+    # Given a running job whose daemon uploaded its 12 MiB result in parts under SSE-S3, and
+    # whose post completed and verified the upload, then answered 503 (Redis failed before
+    # the result was stored: the job still runs)
+    cp = namespace(NamespacePolicy("2d", "none"))
+    assert cp.enqueue(inline=b"\x01").status == 201
+    job_id = cp.poll().json["job_id"]
+    lease = cp.leases[job_id]
+    data = bytes(range(256)) * (12 * MiB // 256)
+
+    def upload_parts(presigned: dict) -> None:
+        mp = presigned["multipart"]
+        urls = ask_parts(
+            cp,
+            job_id,
+            part_specs(data, mp["part_bytes"]),
+            role="daemon",
+            kind="result",
+            lease=lease,
+        )
+        assert urls.status == 200, urls.raw_body
+        for url, chunk in zip(urls.json["parts"], split(data, PART), strict=True):
+            assert put_part(url, chunk).status_code == 200
+
+    first = cp.presign_put(len(data), sha256=None, role="daemon", job_id=job_id)
+    assert first.status == 200, first.raw_body
+    upload_parts(first.json)
+    ref = {"bucket": first.json["bucket"], "key": first.json["key"], "size": len(data)}
+    stored_for_real = daemon._complete
+
+    def unavailable(*args, **kwargs):
+        raise ServiceUnavailable("redis unreachable")
+
+    monkeypatch.setattr(daemon, "_complete", unavailable)
+    assert cp.post_result(job_id, {"resultRef": ref}).status == 503
+    monkeypatch.setattr(daemon, "_complete", stored_for_real)
+    assert cp.status(job_id).json["state"] == "running"
+    # When the policy becomes the stack's key before the daemon posts again
+    cp.policy = NamespacePolicy("2d", "stack")
+    refused = cp.post_result(job_id, {"resultRef": ref})
+    assert refused.status == 409 and refused.error["code"] == "policy_mismatch", refused.raw_body
+    # Then the delivery's re-presign opens a fresh upload under the current policy, and the
+    # result is stored in the same delivery, encrypted with the stack's key
+    again = cp.presign_put(len(data), sha256=None, role="daemon", job_id=job_id)
+    assert again.status == 200, again.raw_body
+    assert again.json["key"] == first.json["key"]
+    assert again.json["multipart"]["upload_id"] != first.json["multipart"]["upload_id"]
+    upload_parts(again.json)
+    stored = cp.post_result(job_id, {"resultRef": ref})
+    assert stored.status == 204, stored.raw_body
+    answer = cp.result(job_id).json
+    assert answer["state"] == "succeeded"
+    assert requests.get(answer["download"]["url"], timeout=60).content == data
+    head = s3_client.head_object(Bucket=payload_bucket, Key=ref["key"])
+    assert (head["ServerSideEncryption"], head["SSEKMSKeyId"]) == ("aws:kms", LOCAL_KMS_KEY_ARN)
+
+
+def test_a_crc64nvme_result_verified_then_refused_503_is_stored_after_a_policy_change(
+    small_multipart, monkeypatch, s3_client, payload_bucket
+):
+    from payloadstore_controlplane.logic import daemon
+    from payloadstore_controlplane.models.errors import ServiceUnavailable
+    from tests.integration.test_crc64nvme import crc, presign, put_parts, ref_of
+
+    # Given a running job whose daemon uploaded its 12 MiB result in CRC64NVME parts (the
+    # SDK's default) under SSE-S3, and whose post completed and verified the upload, then
+    # answered 503 before the result was stored
+    cp = namespace(NamespacePolicy("2d", "none"))
+    assert cp.enqueue(inline=b"\x01").status == 201
+    job_id = cp.poll().json["job_id"]
+    data = bytes(range(256)) * (12 * MiB // 256)
+    first = presign(cp, len(data), role="daemon", job_id=job_id, checksum_algorithm="CRC64NVME")
+    assert first.status == 200, first.raw_body
+    put_parts(first.json, data, PART)
+    ref = ref_of(first.json, len(data), crc64nvme=crc(data))
+    stored_for_real = daemon._complete
+
+    def unavailable(*args, **kwargs):
+        raise ServiceUnavailable("redis unreachable")
+
+    monkeypatch.setattr(daemon, "_complete", unavailable)
+    assert cp.post_result(job_id, {"resultRef": ref}).status == 503
+    monkeypatch.setattr(daemon, "_complete", stored_for_real)
+    # When the policy becomes the stack's key before the daemon posts again
+    cp.policy = NamespacePolicy("2d", "stack")
+    refused = cp.post_result(job_id, {"resultRef": ref})
+    assert refused.status == 409 and refused.error["code"] == "policy_mismatch", refused.raw_body
+    # Then the delivery's re-presign opens a fresh upload, and the result is stored
+    again = presign(cp, len(data), role="daemon", job_id=job_id, checksum_algorithm="CRC64NVME")
+    assert again.status == 200, again.raw_body
+    assert again.json["multipart"]["upload_id"] != first.json["multipart"]["upload_id"]
+    put_parts(again.json, data, PART)
+    stored = cp.post_result(job_id, {"resultRef": ref})
+    assert stored.status == 204, stored.raw_body
+    answer = cp.result(job_id).json
+    assert answer["state"] == "succeeded" and answer["resultRef"]["crc64nvme"] == crc(data)
+    head = s3_client.head_object(Bucket=payload_bucket, Key=first.json["key"])
+    assert (head["ServerSideEncryption"], head["SSEKMSKeyId"]) == ("aws:kms", LOCAL_KMS_KEY_ARN)

@@ -275,3 +275,49 @@ def extra_paths(world) -> None:
     assert cp.poll().json["job_id"] == consumed
     assert cp.post_result(consumed, {"resultInline": "AQ=="}).status == 204
     assert cp.result(consumed).status == 200
+
+    # A policy change of kms_key under a recorded blob: its POST cuts the old record to the
+    # class of the upload that replaces it (blobs_cap)
+    from payloadstore.devstack.s3_emulator import LOCAL_KMS_KEY_ARN
+    from payloadstore_controlplane.logic import daemon
+    from payloadstore_controlplane.models.errors import ServiceUnavailable
+    from tests.support.control_plane import create_blob
+
+    keyed = ControlPlane("kk")
+    small = create_blob(keyed, b"kept" * 900)
+    keyed.policy = NamespacePolicy("2d", LOCAL_KMS_KEY_ARN)
+    assert keyed.blob(small, 900 * 4).json["exists"] is False
+
+    # A multipart result completed and verified by a post that then answered 503, re-posted
+    # after a kms_key change: its kept completion is forgotten (presign_reopen)
+    keyed.policy = NamespacePolicy()
+    assert keyed.enqueue(inline=b"\x91\x03").status == 201
+    running = keyed.poll().json["job_id"]
+    result = os.urandom(part + 1000)
+    presigned = keyed.presign_put(len(result), sha256=None, role="daemon", job_id=running)
+    assert presigned.json.get("multipart"), presigned.raw_body
+    chunks = [result[:part], result[part:]]
+    specs = [
+        {"number": n + 1, "size": len(c), "sha256": sha256_hex(c)} for n, c in enumerate(chunks)
+    ]
+    urls = keyed.call(
+        "payloads", "POST", "/v1/namespaces/{ns}/payloads/parts", {"ns": keyed.ns},
+        body={"job_id": running, "kind": "result", "lease": keyed.leases[running],
+              "parts": specs}, role="daemon",
+    )  # fmt: skip
+    assert urls.status == 200, urls.raw_body
+    for u, chunk in zip(urls.json["parts"], chunks, strict=True):
+        assert requests.put(u["url"], data=chunk, headers=u["headers"], timeout=60).ok
+    ref = {"bucket": presigned.json["bucket"], "key": presigned.json["key"], "size": len(result)}
+
+    def unavailable(*args, **kwargs):
+        raise ServiceUnavailable("redis unreachable")
+
+    completing = daemon._complete
+    daemon._complete = unavailable  # type: ignore[assignment]
+    try:
+        assert keyed.post_result(running, {"resultRef": ref}).status == 503
+    finally:
+        daemon._complete = completing  # type: ignore[assignment]
+    keyed.policy = NamespacePolicy("2d", LOCAL_KMS_KEY_ARN)
+    assert keyed.post_result(running, {"resultRef": ref}).error["code"] == "policy_mismatch"

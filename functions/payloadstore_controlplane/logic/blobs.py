@@ -88,6 +88,7 @@ def ensure_blob(p: Principal, req: BlobRequest, deps: Deps) -> BlobResponse:
     if record is not None and record.policy not in (None, encryption_of(p.policy, deps)):
         # Verified under another encryption than the namespace's now: not its blob any more
         # (references to it are refused); the object is checked, and uploaded again.
+        _cap_for_replacement(p, sha, deps)
         record = None
     if record is not None:
         if record.size != size:
@@ -115,6 +116,18 @@ def ensure_blob(p: Principal, req: BlobRequest, deps: Deps) -> BlobResponse:
                 return _exists(sha, size, key, now + ttl_s)
             logger.info("blob found too close to its expiry, upload again", extra={"sha256": sha})
     return _upload(p, sha, size, now, deps, req.checksum_algorithm)
+
+
+def _cap_for_replacement(p: Principal, sha: str, deps: Deps) -> None:
+    """The record a retry still takes (verified under the encryption before a change) is about
+    to see its object replaced by an upload under the current policy, whose class may be
+    shorter (`30d` then `1d`): the record is cut to what any object written from now under
+    that class lives, so it never promises the old object's days (the renewer, reading the
+    record, would not copy the new object in time). A shorter record is left as it is."""
+    life = deps.settings.blob_lifetime(lifecycle_days({RETENTION_TAG: p.policy.retention}))
+    now = deps.clock()
+    if deps.jobs.cap_blob_record(p.namespace, sha, int(life.record_ttl_s(now, now) * 1000)):
+        logger.info("blob record cut to the class of its next upload", extra={"sha256": sha})
 
 
 def _meets_policy(

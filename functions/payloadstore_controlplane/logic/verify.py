@@ -129,7 +129,22 @@ def _check_completed_policy(
         if upload is not None:
             kind = issued.kind.value
             deps.jobs.drop_upload(issued.job_id, kind, upload.upload_id, issued.attempt)
+        elif issued.kind is PayloadKind.RESULT:
+            # Completed by an earlier post that then failed (a 503) before the result was
+            # stored: its kept completion is forgotten too, or the re-presign would answer
+            # "completed already" and the delivery could never store its result. (Arguments
+            # are left alone: their job may be queued already; a client presigns a new key.)
+            kept = _kept_completion(issued)
+            if kept:
+                deps.jobs.reopen_result_upload(issued.job_id, issued.attempt, kept)
         raise
+
+
+def _kept_completion(issued: IssueRecord) -> bytes:
+    """The checksum a multipart issue keeps once completed (raw), or b"" (none kept)."""
+    if issued.composite_sha256:
+        return bytes.fromhex(issued.composite_sha256)
+    return base64.b64decode(issued.crc64nvme) if issued.crc64nvme else b""
 
 
 def _check_size(size: int, issued: IssueRecord) -> None:
@@ -158,7 +173,7 @@ def _verify_multipart(
         # decides, against the whole-object CRC S3 checked at completion.
         info = deps.objects.head(issued.key)
         check_full_object(info, PartsPlan.of(issued), issued.crc64nvme)
-        _check_policy(issued.key, info, policy, deps)
+        _check_completed_policy(issued, None, info, policy, deps)
         return
     if issued.composite_sha256 is None:
         upload = deps.jobs.multipart_upload(issued.job_id, kind)

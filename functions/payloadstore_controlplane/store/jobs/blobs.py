@@ -79,6 +79,11 @@ class BlobSteps(StoreBase):
         value = f"{size}|{policy}" if policy else str(size)
         self._run("blobs_record", keys_, [value, max(int(ttl_ms), 1)])
 
+    def cap_blob_record(self, namespace: str, sha256: str, ttl_ms: int) -> bool:
+        """Shorten the blob's record to at most `ttl_ms` (blobs_cap.lua): whether it was."""
+        keys_ = [cast(str, keys.blob(namespace, sha256))]
+        return bool(self._run("blobs_cap", keys_, [max(int(ttl_ms), 1)]))
+
     def reference_blobs(
         self,
         namespace: str,

@@ -184,6 +184,11 @@ class PresignSteps(StoreBase):
         keys_ = [keys.job(job_id), keys.parts(job_id, kind)]
         self._run("completion_multipart", keys_, [_prefix(kind), "", upload_id, attempt or 0])
 
+    def reopen_result_upload(self, job_id: str, attempt: int | None, kept: bytes) -> bool:
+        """Forget the completion (`kept`, its checksum) of attempt `attempt`'s result upload
+        while the job still runs it (presign_reopen.lua): whether it was forgotten."""
+        return bool(self._run("presign_reopen", [keys.job(job_id)], [attempt or 0, kept]))
+
     def finish_multipart(
         self, job_id: str, kind: str, composite: bytes, upload_id: str, attempt: int | None
     ) -> bool:
