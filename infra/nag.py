@@ -134,6 +134,9 @@ def acknowledge_findings(stack: PayloadStoreStack) -> None:
         )
 
     # --- Cache ------------------------------------------------------------------------------------
+    if stack.cache.auth_secret is None:
+        # Serverless: no replication group, no AUTH secret; IAM authentication (cache.py).
+        return
     _ack(
         stack.cache.replication_group,
         "AwsSolutions-AEC5",
