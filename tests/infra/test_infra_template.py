@@ -112,44 +112,6 @@ def test_lifecycle_has_one_rule_per_retention_class_by_tag_and_prefix_backstops(
         assert rule["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 1}
 
 
-def test_the_stack_key_rotates_and_its_policy_allows_the_functions_for_payload_objects_only(
-    template,
-):
-    keys = resources(template, "AWS::KMS::Key")
-    assert len(keys) == 1
-    key = next(iter(keys.values()))
-    assert key["Properties"]["EnableKeyRotation"] is True
-    statements = key["Properties"]["KeyPolicy"]["Statement"]
-    ours = [s for s in statements if s.get("Sid") == "PayloadObjectsOnly"]
-    assert len(ours) == 1
-    statement = ours[0]
-    assert statement["Effect"] == "Allow"
-    assert sorted(statement["Action"]) == ["kms:Decrypt", "kms:GenerateDataKey"]
-    # Only the roles of the functions that presign, complete and copy objects
-    principals = statement["Principal"]["AWS"]
-    roles = [render(p) for p in (principals if isinstance(principals, list) else [principals])]
-    assert sorted(r.split(".")[0].split("Role")[0].rsplit("Functions", 1)[-1] for r in roles) == [
-        "Daemon",
-        "Jobs",
-        "Payloads",
-        # the blob renewer copies a KMS namespace's blob under its key again
-        "Renewals",
-    ]
-    # For objects under payloads/ and blobs/ only (S3 passes the object's ARN as context)
-    allowed = statement["Condition"]["StringLike"]["kms:EncryptionContext:aws:s3:arn"]
-    bucket_arn = f"<{_payload_bucket_id(template)}.Arn>"
-    assert sorted(render(a) for a in allowed) == [
-        f"{bucket_arn}/blobs/*",
-        f"{bucket_arn}/payloads/*",
-    ]
-    # No other statement lets anyone but the account root use the key
-    for other in statements:
-        if other is not statement:
-            assert "arn:" in render(other["Principal"]["AWS"]) and ":root" in render(
-                other["Principal"]["AWS"]
-            )
-
-
 def test_functions_know_the_stack_key(template):
     fn = template["Resources"]["PayloadsFunction"]
     env = fn["Properties"]["Environment"]["Variables"]
