@@ -29,7 +29,6 @@ from tests.support.infra import (
     ensure_cdk_cli,
 )
 
-
 # The shape most template tests read: the dev stage on nodes with full monitoring, i.e. every
 # resource the production shape has (replication group, AUTH secret, alarms, dashboard) under
 # the dev stage's names. The default dev stage (serverless, minimal) is `dev_default`.

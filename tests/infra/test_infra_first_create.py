@@ -44,7 +44,7 @@ def test_the_key_policy_names_no_role_only_the_account(request, fixture):
     template = request.getfixturevalue(fixture)
     if fixture == "dev_default":
         template = template.template
-    key_id, key = _key(template)
+    _key_id, key = _key(template)
     assert key["Properties"]["EnableKeyRotation"] is True
     # Then the key policy has one statement: the account root, which lets IAM administer it
     (statement,) = key["Properties"]["KeyPolicy"]["Statement"]

@@ -51,7 +51,7 @@ def test_serverless_functions_authenticate_with_iam(dev_default):
     ]
     user_id = user["Properties"]["UserId"]
     # The user group holds that user and is the cache's
-    (group_id, group) = next(iter(resources(template, "AWS::ElastiCache::UserGroup").items()))
+    (_group_id, group) = next(iter(resources(template, "AWS::ElastiCache::UserGroup").items()))
     assert user_id in group["Properties"]["UserIds"]
     assert user["Properties"]["UserName"] == user_id  # AWS: equal for IAM users
     for group_name in REDIS_FUNCTIONS:

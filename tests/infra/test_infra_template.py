@@ -324,7 +324,9 @@ def test_every_function_carries_the_settings_and_powertools_environment(template
         assert render(env["REDIS_AUTH_SECRET"]) == f"<{secret_id}>"
         # The stage's path and this stack's own id (a redeployed stage starts with no tokens)
         path = env["TOKEN_PARAMETER_PATH"]["Fn::Join"]
-        assert path[0] == "/" and path[1][0] == DEV.token_parameter_path == "/payloadstore/dev/tokens"
+        assert (
+            path[0] == "/" and path[1][0] == DEV.token_parameter_path == "/payloadstore/dev/tokens"
+        )
         # And the literal ones are valid settings equal to the documented defaults
         literal = {k: v for k, v in env.items() if isinstance(v, str)}
         parsed = Settings.from_env(
