@@ -178,9 +178,10 @@ sam-local: $(VENV)/.installed-test node redis
 
 # Issue 23, bounded (~1.5 min): control-plane calls measured on a local stack of its own (an idle
 # daemon for 60 s, then inline and 100 MiB jobs; COST_ARGS="--idle-s 30" for less), CPU and memory per call from
-# bench/function_cpu.json (bench/bench_function_cpu.py), the stack's shape from an in-process
-# synth, us-east-1 list prices (tools/cost/prices.py): writes docs/cost.md; the last line is
-# `cost: idle daemon (concurrency 8) $X/month, 1M inline jobs $Y, 1M 100 MiB jobs $Z, fixed $F/month`.
+# bench/function_cpu.json (bench/bench_function_cpu.py), the stack's shapes from in-process
+# synths (the dev stage as is, serverless; and -c payloadstore:stage=prod, nodes), us-east-1 list
+# prices (tools/cost/prices.py): writes docs/cost.md; the last line is `cost: idle daemon
+# (concurrency 8) $X/month, 1M inline jobs $Y, 1M 100 MiB jobs $Z, fixed dev $A/month, fixed prod $B/month, ...`.
 COST_ARGS ?=
 cost: $(VENV)/.installed-test redis
 	$(PY) -m tools.cost $(COST_ARGS)
