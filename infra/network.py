@@ -89,7 +89,7 @@ class Network(Construct):
             ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "https to VPC endpoints and S3 gateway endpoint"
         )
 
-        self.endpoints_sg = None
+        self.endpoints_sg: ec2.SecurityGroup | None = None
         if secrets_endpoint:
             self._add_secrets_endpoint()
 
@@ -106,21 +106,22 @@ class Network(Construct):
             cfn.add_property_override("AvailabilityZoneId", zone_id)
 
     def _add_secrets_endpoint(self) -> None:
-        self.endpoints_sg = ec2.SecurityGroup(
+        endpoints_sg = ec2.SecurityGroup(
             self,
             "EndpointsSg",
             vpc=self.vpc,
             description="payloadstore interface endpoints: https from the functions only",
             allow_all_outbound=False,
         )
-        self.endpoints_sg.add_ingress_rule(
+        endpoints_sg.add_ingress_rule(
             self.functions_sg, ec2.Port.tcp(443), "https from the control-plane functions"
         )
+        self.endpoints_sg = endpoints_sg
         self.vpc.add_interface_endpoint(
             "SecretsManager",
             service=ec2.InterfaceVpcEndpointAwsService.SECRETS_MANAGER,
             subnets=self.isolated,
-            security_groups=[self.endpoints_sg],
+            security_groups=[endpoints_sg],
             private_dns_enabled=True,
             open=False,
         )

@@ -153,7 +153,7 @@ class PayloadStoreStack(cdk.Stack):
             # Serverless: no WAIT (docs/deploying.md says what an acknowledgement means there).
             redis_min_replica_acks=self.cache.min_replica_acks,
             redis_iam=(self.cache.iam_cache_name, self.cache.iam_user_id)
-            if self.cache.iam_user_id
+            if self.cache.iam_cache_name and self.cache.iam_user_id
             else None,
             metrics_enabled=self.monitoring == "full",
             destroy_on_removal=destroy,
@@ -212,7 +212,7 @@ class PayloadStoreStack(cdk.Stack):
             stage_name=self.api.api.deployment_stage.stage_name,
             metrics_namespace=names.metrics_namespace,
             service=SERVICE_NAME,
-            redis_node_ids=self.cache.node_ids,
+            redis_node_ids=list(self.cache.node_ids),
             detailed_metrics=detailed_metrics_of(self),
             topic=self.alarms.topic,
             rerouted_metric="InlineRefused",
