@@ -24,9 +24,10 @@ for tool in node npm npx; do
 done
 
 # Nothing from the caller's Python or AWS set-up leaks in.
-clean_env=(env -u VIRTUAL_ENV -u PYTHONPATH -u PAYLOADSTORE_LAYER_CACHE -u JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION PATH="$no_node:$PATH")
+clean_env=(env -u VIRTUAL_ENV -u PYTHONPATH -u PAYLOADSTORE_LAYER_CACHE -u JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION)
+hidden_node=(PATH="$no_node:$PATH")
 started=$(date +%s)
-"${clean_env[@]}" make synth 2>&1 | tee "$work/synth.log"
+"${clean_env[@]}" "${hidden_node[@]}" make synth 2>&1 | tee "$work/synth.log"
 test -s cdk.out/PayloadStore-dev.template.json || { echo "error: make synth wrote no template" >&2; exit 1; }
 if grep -qi "end-of-life\|system .* was used" "$work/synth.log"; then
   echo "error: make synth used an end-of-life or system Node.js (see above)" >&2; exit 1
@@ -39,7 +40,7 @@ noaws="$work/no-aws"
 mkdir -p "$noaws"
 set +e
 "${clean_env[@]}" -u AWS_PROFILE -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY -u AWS_SESSION_TOKEN \
-  AWS_CONFIG_FILE="$noaws/config" AWS_SHARED_CREDENTIALS_FILE="$noaws/credentials" \
+  "${hidden_node[@]}" AWS_CONFIG_FILE="$noaws/config" AWS_SHARED_CREDENTIALS_FILE="$noaws/credentials" \
   AWS_EC2_METADATA_DISABLED=true make deploy > "$work/deploy.log" 2>&1
 deploy_rc=$?
 set -e
