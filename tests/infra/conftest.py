@@ -57,8 +57,11 @@ def _in_process(tmp_path_factory, extra: dict) -> InProcessSynth:
     return InProcessSynth(template, report, stack, outdir, time.monotonic() - started)
 
 
-def synth_template(outdir, extra: dict, *, stage_stack: str | None = None) -> dict:
-    """One more in-process synth (no nag) with `extra` context: its first stage's template."""
+def synth_template(
+    outdir, extra: dict, *, stage_stack: str | None = None, nag_report: list | None = None
+) -> dict:
+    """One more in-process synth with `extra` context: its first stage's template. With
+    `nag_report` (a list), cdk-nag runs too and its open findings are appended to it."""
     os.environ.update(CDK_ENV)
     from infra.app_factory import build_app, cdk_json_context
 
@@ -66,10 +69,18 @@ def synth_template(outdir, extra: dict, *, stage_stack: str | None = None) -> di
         **cdk_json_context(),
         "aws:cdk:bundling-stacks": [],
         "aws:cdk:disable-asset-staging": True,
+        "@aws-cdk/core:failSynthOnValidationErrors": False,
         **extra,
     }
-    app, stack = build_app(context=context, outdir=outdir, nag=False, builtin_validation=False)
+    app, stack = build_app(
+        context=context, outdir=outdir, nag=nag_report is not None, builtin_validation=False
+    )
     app.synth()
+    if nag_report is not None:
+        report = json.loads((outdir / "validation-report.json").read_text())
+        nag_report.extend(
+            v["ruleName"] for p in report["pluginReports"] for v in p.get("violations", [])
+        )
     return json.loads((outdir / f"{stage_stack or stack.stack_name}.template.json").read_text())
 
 

@@ -131,3 +131,34 @@ def test_zone_ids_that_are_not_two_distinct_ids_are_refused(bad):
     app = cdk.App(context={CTX_AVAILABILITY_ZONES: bad})
     with pytest.raises(ValueError, match="two or more distinct AZ ids"):
         availability_zone_ids_of(app)
+
+
+def test_with_an_account_and_region_synth_uses_the_accounts_looked_up_zones(tmp_path, monkeypatch):
+    from tests.infra.conftest import synth_template
+
+    # Given the CLI resolved an account and region (as `cdk deploy` does from credentials), and
+    # the account's AZ lookup (what the CLI caches in cdk.context.json)
+    monkeypatch.setenv("CDK_DEFAULT_ACCOUNT", "111122223333")
+    monkeypatch.setenv("CDK_DEFAULT_REGION", "eu-west-1")
+    lookup = "availability-zones:account=111122223333:region=eu-west-1"
+    findings: list[str] = []
+    template = synth_template(
+        tmp_path, {lookup: ["eu-west-1b", "eu-west-1c", "eu-west-1a"]}, nag_report=findings
+    )
+    # Then the subnets are in the account's first two zones, by name, not Fn::GetAZs
+    zones = sorted(
+        s["Properties"]["AvailabilityZone"]
+        for s in resources(template, "AWS::EC2::Subnet").values()
+    )
+    assert zones == ["eu-west-1b", "eu-west-1c"]
+    # And cdk-nag's acknowledgements still match the findings, whose ids now carry the account
+    # and region (else `make deploy`'s synth would fail on them)
+    assert findings == []
+
+
+def test_without_an_account_synth_leaves_the_zones_to_the_deploy(dev_default):
+    zones = [
+        s["Properties"]["AvailabilityZone"]
+        for s in resources(dev_default.template, "AWS::EC2::Subnet").values()
+    ]
+    assert all("Fn::Select" in z and "Fn::GetAZs" in json.dumps(z) for z in zones)
