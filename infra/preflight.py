@@ -31,6 +31,8 @@ from payloadstore_controlplane import concurrency
 # Fixed logical ids of the long-poll functions (infra/functions.py, function_logical_id).
 OWN_FUNCTIONS = {"daemon": "DaemonFunction", "jobs": "JobsFunction"}
 STACK_PREFIX = "PayloadStore"
+# infra/config.py DEFAULT_STAGE (not imported: the preflight runs before any CDK import).
+DEFAULT_STAGE = "dev"
 CREDENTIALS_HELP = (
     "configure credentials for the target account as for any `cdk deploy`: `aws configure`, "
     'AWS_PROFILE=<profile> (or CDK_ARGS="--profile <profile>"), or AWS_ACCESS_KEY_ID and '
@@ -147,6 +149,17 @@ def preflight(
         mode, overrides = wanted(context)
     except ValueError as e:
         raise PreflightError(f"error: {e}") from None
+    if (
+        mode == concurrency.AUTO
+        and stage == DEFAULT_STAGE
+        and not any(c is not None for c in overrides.values())
+    ):
+        # A dev stage is for trying things: reserving 70 % of the account for its long polls
+        # would starve every other function there (issue 45). An explicit N still reserves.
+        return concurrency.Decision(
+            reason=f"auto reserves nothing for the {DEFAULT_STAGE} stage; "
+            f"-c {concurrency.FLAG_MODE}=N reserves N"
+        )
     needs_account = mode != concurrency.OFF or any(c is not None for c in overrides.values())
     account = reader(stage) if (needs_account and reader is not None) else None
     try:

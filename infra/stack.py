@@ -15,6 +15,7 @@ from infra.cache import (
     DEV_REPLICAS_PER_SHARD,
     PRODUCTION_REPLICAS_PER_SHARD,
     RedisCache,
+    ServerlessValkeyCache,
 )
 from infra.config import (
     ADMIN_FUNCTION,
@@ -31,9 +32,13 @@ from infra.config import (
     CTX_THROTTLE_RATE,
     DEFAULT_OLDEST_JOB_AGE_ALARM_S,
     DEFAULT_STAGE,
+    REDIS_FUNCTIONS,
     SERVICE_NAME,
     StageNames,
+    availability_zone_ids_of,
+    cache_engine_of,
     cache_replicas_of,
+    cache_shape_of,
     cache_windows,
     context_bool,
     context_int,
@@ -41,13 +46,14 @@ from infra.config import (
     destroy_on_removal,
     detailed_metrics_of,
     kms_keys_of,
+    monitoring_of,
+    serverless_limits_of,
 )
 from infra.dashboard import OperationsDashboard
 from infra.functions import ControlPlaneFunctions, snap_start_entrypoints
 from infra.network import Network
 from infra.schedules import Schedules
 from infra.storage import PayloadStorage
-from payloadstore_controlplane.grants import KMS_ACTIONS
 from payloadstore_controlplane.routes import SCHEDULES
 
 
@@ -83,27 +89,54 @@ class PayloadStoreStack(cdk.Stack):
             "Storage",
             destroy_on_removal=destroy,
         )
-        self.network = Network(self, "Network", destroy_on_removal=destroy)
-        maintenance_window, snapshot_window = cache_windows(
-            context_str(self, CTX_CACHE_MAINTENANCE_WINDOW, DEFAULT_MAINTENANCE_WINDOW),
-            context_str(self, CTX_CACHE_SNAPSHOT_WINDOW, DEFAULT_SNAPSHOT_WINDOW),
-        )
-        self.cache = RedisCache(
+        self.cache_shape = cache_shape_of(self, stage)
+        self.monitoring = monitoring_of(self, stage)
+        engine = cache_engine_of(self)
+        self.network = Network(
             self,
-            "Cache",
-            vpc=self.network.vpc,
-            subnets=self.network.isolated,
-            clients=self.network.functions_sg,
-            replication_group_id=names.replication_group_id,
-            node_type=context_str(self, CTX_CACHE_NODE_TYPE, DEFAULT_NODE_TYPE),
-            shards=context_int(self, CTX_CACHE_SHARDS, 1),
-            replicas_per_shard=cache_replicas_of(
-                self, stage, PRODUCTION_REPLICAS_PER_SHARD, DEV_REPLICAS_PER_SHARD
-            ),
-            maintenance_window=maintenance_window,
-            snapshot_window=snapshot_window,
+            "Network",
             destroy_on_removal=destroy,
+            # Only the nodes' AUTH token is read from Secrets Manager inside the VPC.
+            secrets_endpoint=self.cache_shape == "nodes",
+            availability_zone_ids=availability_zone_ids_of(self),
         )
+        self.cache: RedisCache | ServerlessValkeyCache
+        if self.cache_shape == "serverless":
+            max_data_gb, max_ecpu = serverless_limits_of(self)
+            self.cache = ServerlessValkeyCache(
+                self,
+                "Cache",
+                vpc=self.network.vpc,
+                subnets=self.network.isolated,
+                clients=self.network.functions_sg,
+                cache_name=names.replication_group_id,
+                engine=engine,
+                max_data_gb=max_data_gb,
+                max_ecpu_per_second=max_ecpu,
+            )
+        else:
+            maintenance_window, snapshot_window = cache_windows(
+                context_str(self, CTX_CACHE_MAINTENANCE_WINDOW, DEFAULT_MAINTENANCE_WINDOW),
+                context_str(self, CTX_CACHE_SNAPSHOT_WINDOW, DEFAULT_SNAPSHOT_WINDOW),
+            )
+            self.cache = RedisCache(
+                self,
+                "Cache",
+                vpc=self.network.vpc,
+                subnets=self.network.isolated,
+                clients=self.network.functions_sg,
+                replication_group_id=names.replication_group_id,
+                node_type=context_str(self, CTX_CACHE_NODE_TYPE, DEFAULT_NODE_TYPE),
+                shards=context_int(self, CTX_CACHE_SHARDS, 1),
+                replicas_per_shard=cache_replicas_of(
+                    self, stage, PRODUCTION_REPLICAS_PER_SHARD, DEV_REPLICAS_PER_SHARD
+                ),
+                maintenance_window=maintenance_window,
+                snapshot_window=snapshot_window,
+                destroy_on_removal=destroy,
+                engine=engine,
+            )
+        auth_secret = self.cache.auth_secret
         self.functions = ControlPlaneFunctions(
             self,
             "Functions",
@@ -115,15 +148,20 @@ class PayloadStoreStack(cdk.Stack):
             bucket_name=self.storage.bucket.bucket_name,
             redis_url=self.cache.url,
             redis_cluster=True,
-            redis_auth_secret_arn=self.cache.auth_secret.secret_arn,
-            # Acknowledged means replicated: every reported write WAITs for a replica.
+            redis_auth_secret_arn=auth_secret.secret_arn if auth_secret is not None else None,
+            # Nodes: acknowledged means replicated, every reported write WAITs for a replica.
+            # Serverless: no WAIT (docs/deploying.md says what an acknowledgement means there).
             redis_min_replica_acks=self.cache.min_replica_acks,
+            redis_iam=(self.cache.iam_cache_name, self.cache.iam_user_id)
+            if self.cache.iam_cache_name and self.cache.iam_user_id
+            else None,
+            metrics_enabled=self.monitoring == "full",
             destroy_on_removal=destroy,
             kms_key_arn=self.storage.key.key_arn,
             extra_kms_keys=kms_keys_of(self),
         )
-        # The stack's key: its policy names the roles that presign, complete and copy.
-        self.storage.grant_key_use([self.functions.roles[group] for group in sorted(KMS_ACTIONS)])
+        for group in REDIS_FUNCTIONS:
+            self.cache.grant_connect(self.functions.roles[group])
         scheduled = {s.function for s in SCHEDULES}
         api_functions = {
             group: fn
@@ -156,8 +194,17 @@ class PayloadStoreStack(cdk.Stack):
             email=email,
             topic_arn=topic_arn,
             redis_node_type=context_str(self, CTX_CACHE_NODE_TYPE, DEFAULT_NODE_TYPE),
+            minimal=self.monitoring == "minimal",
+            serverless_cache_name=self.cache.iam_cache_name,
+            serverless_max_data_gb=getattr(self.cache, "max_data_gb", None),
         )
         self.schedules = Schedules(self, "Schedules", functions=self.functions.functions)
+        self.dashboard: OperationsDashboard | None = None
+        if self.monitoring == "full":
+            self._add_dashboard(names, stage)
+        self._add_outputs(names)
+
+    def _add_dashboard(self, names: StageNames, stage: str) -> None:
         self.dashboard = OperationsDashboard(
             self,
             "Dashboard",
@@ -165,7 +212,7 @@ class PayloadStoreStack(cdk.Stack):
             stage_name=self.api.api.deployment_stage.stage_name,
             metrics_namespace=names.metrics_namespace,
             service=SERVICE_NAME,
-            redis_node_ids=self.cache.node_ids,
+            redis_node_ids=list(self.cache.node_ids),
             detailed_metrics=detailed_metrics_of(self),
             topic=self.alarms.topic,
             rerouted_metric="InlineRefused",
@@ -174,6 +221,7 @@ class PayloadStoreStack(cdk.Stack):
             ),
         )
 
+    def _add_outputs(self, names: StageNames) -> None:
         cdk.CfnOutput(self, "ApiUrl", value=self.api.url, description="base URL of the v1 API")
         cdk.CfnOutput(
             self,
@@ -184,8 +232,9 @@ class PayloadStoreStack(cdk.Stack):
         cdk.CfnOutput(
             self,
             "TokenParameterPath",
-            value=names.token_parameter_path,
-            description="SSM Parameter Store path of the token store (one parameter per token hash)",
+            value=self.functions.token_path,
+            description="SSM Parameter Store path of this deployment's tokens (one parameter per "
+            "token hash)",
         )
         cdk.CfnOutput(
             self,
@@ -197,11 +246,12 @@ class PayloadStoreStack(cdk.Stack):
             self,
             "AdminFunctionName",
             value=self.functions.functions[ADMIN_FUNCTION].function_name,
-            description="invoke to mint or revoke tokens (aws lambda invoke)",
+            description="mint or revoke tokens: payloadstore admin --function <this> ...",
         )
-        cdk.CfnOutput(
-            self,
-            "RedisAuthSecretArn",
-            value=self.cache.auth_secret.secret_arn,
-            description="Secrets Manager secret holding the Redis AUTH token",
-        )
+        if self.cache.auth_secret is not None:
+            cdk.CfnOutput(
+                self,
+                "RedisAuthSecretArn",
+                value=self.cache.auth_secret.secret_arn,
+                description="Secrets Manager secret holding the Redis AUTH token",
+            )

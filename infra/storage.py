@@ -7,7 +7,6 @@ stack's own KMS key (rotation on), for namespaces whose policy is kms_key `stack
 from __future__ import annotations
 
 import aws_cdk as cdk
-from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
@@ -85,7 +84,13 @@ class PayloadStorage(Construct):
         destroy_on_removal: bool,
     ) -> None:
         super().__init__(scope, construct_id)
-        removal = cdk.RemovalPolicy.DESTROY if destroy_on_removal else cdk.RemovalPolicy.RETAIN
+        # Kept when the stack is deleted, except when it is deleted because its first create
+        # failed: a failed first deploy then leaves no bucket pair or key behind to clean up.
+        removal = (
+            cdk.RemovalPolicy.DESTROY
+            if destroy_on_removal
+            else cdk.RemovalPolicy.RETAIN_ON_UPDATE_OR_DELETE
+        )
 
         self.access_logs = s3.Bucket(
             self,
@@ -138,25 +143,14 @@ class PayloadStorage(Construct):
         )
 
         # The stack's own key, for namespaces with kms_key `stack`. Its policy keeps the
-        # account's root statement (IAM administers it) and lets each function role named in
-        # grant_key_use generate data keys and decrypt, for payload and blob objects only.
+        # account's root statement only, so IAM administers it: the function roles' own
+        # policies grant the use (functions.py, for payload and blob objects only). A key
+        # policy naming a role of the same stack fails the first create: KMS refuses a
+        # principal it cannot see yet, and CloudFormation does not retry that.
         self.key = kms.Key(
             self,
             "PayloadKey",
             description="payloadstore: SSE-KMS key of namespaces whose policy is kms_key stack",
             enable_key_rotation=True,
             removal_policy=removal,
-        )
-
-    def grant_key_use(self, roles: list[iam.IRole]) -> None:
-        """Key policy statement: these roles may use the stack's key through S3, for objects
-        under payloads/ and blobs/ only."""
-        self.key.add_to_resource_policy(
-            iam.PolicyStatement(
-                sid="PayloadObjectsOnly",
-                principals=[iam.ArnPrincipal(role.role_arn) for role in roles],
-                actions=list(KMS_OBJECT_ACTIONS),
-                resources=["*"],
-                conditions=kms_condition(self.bucket.bucket_arn),
-            )
         )

@@ -358,17 +358,45 @@ class LambdaTokenAdmin:
         return dict(body["policy"])
 
 
+STACK_PREFIX = "PayloadStore"
+
+
+def stack_outputs(stage: str, region: str | None = None, cloudformation: Any = None) -> dict:
+    """The outputs of the deployed stage `PayloadStore-<stage>` (ApiUrl, AdminFunctionName, ...),
+    read with boto3: no AWS CLI, no jq."""
+    if cloudformation is None:
+        import boto3
+
+        cloudformation = boto3.client("cloudformation", region_name=region)
+    name = f"{STACK_PREFIX}-{stage}"
+    try:
+        (stack,) = cloudformation.describe_stacks(StackName=name)["Stacks"]
+    except Exception as e:
+        raise ConfigError(f"cannot read the stack {name}: {e}") from e
+    return {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
+
+
+def admin_function_of(stage: str, region: str | None = None, cloudformation: Any = None) -> str:
+    outputs = stack_outputs(stage, region, cloudformation)
+    if "AdminFunctionName" not in outputs:
+        raise ConfigError(f"the stack {STACK_PREFIX}-{stage} has no AdminFunctionName output")
+    return outputs["AdminFunctionName"]
+
+
 def token_store(
     settings: Settings,
     path: str | None,
     ssm_endpoint: str | None,
     region: str | None,
     admin_function: str | None = None,
+    stage: str | None = None,
 ):
     """The token store over SSM (the local stack's emulator when .devstack.json is found, or
     --ssm-endpoint; else AWS with TOKEN_PARAMETER_PATH), through the local stack's package (the
     client SDK imports nothing of the control plane); or the deployed admin function when one is
-    named, which needs nothing but boto3."""
+    named, or the admin function of the deployed `stage`: both need nothing but boto3."""
+    if stage and not admin_function:
+        admin_function = admin_function_of(stage, region)
     if admin_function:
         return LambdaTokenAdmin(admin_function, region=region)
     try:
@@ -415,6 +443,12 @@ _token_options = [
         envvar="PAYLOADSTORE_ADMIN_FUNCTION",
         help="invoke this deployed admin Lambda instead of writing SSM [PAYLOADSTORE_ADMIN_FUNCTION]",
     ),
+    click.option(
+        "--stage",
+        envvar="PAYLOADSTORE_STAGE",
+        help="the deployed stage (stack PayloadStore-<stage>) whose admin Lambda to invoke "
+        "[PAYLOADSTORE_STAGE]",
+    ),
 ]
 
 
@@ -429,17 +463,40 @@ def token() -> None:
     """Mint and revoke bearer tokens (shown once, stored as sha256 hashes in SSM)."""
 
 
+@cli.command("stage-output")
+@click.argument("output", default="ApiUrl")
+@click.option("--stage", envvar="PAYLOADSTORE_STAGE", required=True, help="the deployed stage")
+@click.option("--region", help="AWS region (default: the environment's)")
+def stage_output(output: str, stage: str, region: str | None) -> None:
+    """Print one output of the deployed stage's stack (ApiUrl by default; AdminFunctionName,
+    PayloadBucketName, TokenParameterPath, ...): what `make smoke ENDPOINT=...` needs."""
+    try:
+        outputs = stack_outputs(stage, region)
+    except PayloadStoreError as e:
+        fail(e)
+    if output not in outputs:
+        fail(ConfigError(f"no output {output!r}; the stack has {', '.join(sorted(outputs))}"))
+    click.echo(outputs[output])
+
+
 @token.command("create")
 @click.option("--namespace", "-n", "token_namespace", required=True, help="the token's namespace")
 @click.option("--role", type=click.Choice(["client", "daemon"]), required=True)
 @with_token_options
 @click.pass_obj
 def token_create(
-    settings: Settings, token_namespace, role, param_path, ssm_endpoint, region, admin_function
+    settings: Settings,
+    token_namespace,
+    role,
+    param_path,
+    ssm_endpoint,
+    region,
+    admin_function,
+    stage,
 ) -> None:
     """Print a new token on stdout (it is not stored anywhere in plain text)."""
     try:
-        store = token_store(settings, param_path, ssm_endpoint, region, admin_function)
+        store = token_store(settings, param_path, ssm_endpoint, region, admin_function, stage)
         plain, info = store.mint(token_namespace, role)
     except PayloadStoreError as e:
         fail(e)
@@ -456,11 +513,11 @@ def token_create(
 @with_token_options
 @click.pass_obj
 def token_revoke(
-    settings: Settings, token_or_id, param_path, ssm_endpoint, region, admin_function
+    settings: Settings, token_or_id, param_path, ssm_endpoint, region, admin_function, stage
 ) -> None:
     """Revoke a token, given the token or its id (the hash prefix `token create` printed)."""
     try:
-        store = token_store(settings, param_path, ssm_endpoint, region, admin_function)
+        store = token_store(settings, param_path, ssm_endpoint, region, admin_function, stage)
         removed = store.revoke(token_or_id)
     except PayloadStoreError as e:
         fail(e)
@@ -475,10 +532,10 @@ def token_revoke(
 @token.command("list")
 @with_token_options
 @click.pass_obj
-def token_list(settings: Settings, param_path, ssm_endpoint, region, admin_function) -> None:
+def token_list(settings: Settings, param_path, ssm_endpoint, region, admin_function, stage) -> None:
     """List token ids with their namespace and role."""
     try:
-        store = token_store(settings, param_path, ssm_endpoint, region, admin_function)
+        store = token_store(settings, param_path, ssm_endpoint, region, admin_function, stage)
         infos = store.list()
     except PayloadStoreError as e:
         fail(e)
@@ -523,6 +580,7 @@ def namespace_policy(
     ssm_endpoint,
     region,
     admin_function,
+    stage,
 ) -> None:
     """Print the namespace's policy as JSON; with an option, change it first (the options left
     out keep their values). It applies to uploads presigned from then on (docs/operations.md)."""
@@ -532,7 +590,7 @@ def namespace_policy(
         if v is not None
     }
     try:
-        store = token_store(settings, param_path, ssm_endpoint, region, admin_function)
+        store = token_store(settings, param_path, ssm_endpoint, region, admin_function, stage)
         if isinstance(store, LambdaTokenAdmin):
             policy = store.policy(ns, changes)
         elif changes:

@@ -12,7 +12,7 @@ from tools.cost.prices import PRICES, READ
 DOC = Path(__file__).resolve().parents[2] / "docs" / "cost.md"
 LINE = re.compile(
     r"cost: idle daemon \(concurrency 8\) \$(?P<idle>[\d.]+)/month, 1M inline jobs \$[\d.]+, "
-    r"1M 100 MiB jobs \$[\d.]+, fixed \$[\d.]+/month"
+    r"1M 100 MiB jobs \$[\d.]+, fixed dev \$(?P<dev>[\d.]+)/month, fixed prod \$[\d.]+/month"
     # issue 35: the same jobs in a namespace with retention consume, at most $90
     r", 1M 100 MiB jobs under consume \$(?P<consume>[\d.]+)"
     # issue 44: a busy daemon's leases long-poll (cancel within seconds), per hour
@@ -28,6 +28,8 @@ def test_cost_doc_ends_with_the_cost_line_and_the_idle_daemon_meets_its_goal():
     assert float(match["idle"]) <= 8
     # The goal of issue 35: 1 M 100 MiB jobs under retention consume cost at most $90
     assert float(match["consume"]) <= 90
+    # The goal of issue 45: a dev stage's fixed month at most $12
+    assert float(match["dev"]) <= 12
 
 
 def test_cost_doc_is_current_with_the_prices_and_the_memory():

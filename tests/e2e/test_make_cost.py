@@ -12,7 +12,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 LINE = re.compile(
     r"cost: idle daemon \(concurrency 8\) \$(?P<idle>[\d.]+)/month, 1M inline jobs \$[\d.]+, "
-    r"1M 100 MiB jobs \$[\d.]+, fixed \$[\d.]+/month"
+    r"1M 100 MiB jobs \$[\d.]+, fixed dev \$(?P<dev>[\d.]+)/month, fixed prod \$[\d.]+/month"
     # issue 35: the same jobs in a namespace with retention consume, at most $90
     r", 1M 100 MiB jobs under consume \$(?P<consume>[\d.]+)"
     # issue 44: a busy daemon's leases long-poll (cancel within seconds), per hour

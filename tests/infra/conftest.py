@@ -29,9 +29,13 @@ from tests.support.infra import (
     ensure_cdk_cli,
 )
 
+# The shape most template tests read: the dev stage on nodes with full monitoring, i.e. every
+# resource the production shape has (replication group, AUTH secret, alarms, dashboard) under
+# the dev stage's names. The default dev stage (serverless, minimal) is `dev_default`.
+NODES_FULL = {"payloadstore:cache": "nodes", "payloadstore:monitoring": "full"}
 
-@pytest.fixture(scope="session")
-def synth(tmp_path_factory) -> InProcessSynth:
+
+def _in_process(tmp_path_factory, extra: dict) -> InProcessSynth:
     os.environ.update(CDK_ENV)
     from infra.app_factory import build_app, cdk_json_context
 
@@ -44,12 +48,51 @@ def synth(tmp_path_factory) -> InProcessSynth:
         "aws:cdk:disable-asset-staging": True,
         # Write the cdk-nag report instead of raising, so the nag test can say what failed.
         "@aws-cdk/core:failSynthOnValidationErrors": False,
+        **extra,
     }
     app, stack = build_app(context=context, outdir=outdir, builtin_validation=False)
     app.synth()
     template = json.loads((outdir / f"{STACK}.template.json").read_text())
     report = json.loads((outdir / "validation-report.json").read_text())
     return InProcessSynth(template, report, stack, outdir, time.monotonic() - started)
+
+
+def synth_template(
+    outdir, extra: dict, *, stage_stack: str | None = None, nag_report: list | None = None
+) -> dict:
+    """One more in-process synth with `extra` context: its first stage's template. With
+    `nag_report` (a list), cdk-nag runs too and its open findings are appended to it."""
+    os.environ.update(CDK_ENV)
+    from infra.app_factory import build_app, cdk_json_context
+
+    context = {
+        **cdk_json_context(),
+        "aws:cdk:bundling-stacks": [],
+        "aws:cdk:disable-asset-staging": True,
+        "@aws-cdk/core:failSynthOnValidationErrors": False,
+        **extra,
+    }
+    app, stack = build_app(
+        context=context, outdir=outdir, nag=nag_report is not None, builtin_validation=False
+    )
+    app.synth()
+    if nag_report is not None:
+        report = json.loads((outdir / "validation-report.json").read_text())
+        nag_report.extend(
+            v["ruleName"] for p in report["pluginReports"] for v in p.get("violations", [])
+        )
+    return json.loads((outdir / f"{stage_stack or stack.stack_name}.template.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def synth(tmp_path_factory) -> InProcessSynth:
+    return _in_process(tmp_path_factory, NODES_FULL)
+
+
+@pytest.fixture(scope="session")
+def dev_default(tmp_path_factory) -> InProcessSynth:
+    """The dev stage exactly as `make synth` makes it: no flags."""
+    return _in_process(tmp_path_factory, {})
 
 
 @pytest.fixture(scope="session")
@@ -72,6 +115,7 @@ def two_stages(tmp_path_factory) -> StagesSynth:
         "aws:cdk:disable-asset-staging": True,
         CTX_ALARM_EMAIL: "oncall@example.com",
         CTX_REMOVAL_POLICY: "destroy",
+        **NODES_FULL,
     }
     app, _ = build_app(
         context=context, outdir=outdir, nag=False, builtin_validation=False, stages=TWO_STAGES

@@ -32,14 +32,31 @@ def bad_request() -> ClientError:
     )  # fmt: skip
 
 
+def access_denied(operation: str) -> ClientError:
+    return ClientError(
+        {"Error": {"Code": "AccessDeniedException", "Message": "User: arn:aws:sts::111122223333:"
+                   f"assumed-role/setter/fn is not authorized to perform: apigateway:{operation}"}},
+        operation,
+    )  # fmt: skip
+
+
 class ApiGateway:
-    def __init__(self, current: str | None, refusals: int = 0):
+    def __init__(self, current: str | None, refusals: int = 0, denials: int = 0):
         self.current, self.refusals, self.updates = current, refusals, []
+        # The setter's own policy not yet propagated: the first `denials` calls are refused
+        self.denials = denials
+
+    def _denied(self, operation: str) -> None:
+        if self.denials:
+            self.denials -= 1
+            raise access_denied(operation)
 
     def get_account(self):
+        self._denied("GET")
         return {"cloudwatchRoleArn": self.current} if self.current else {}
 
     def update_account(self, patchOperations):
+        self._denied("PATCH")
         if self.refusals:
             self.refusals -= 1
             raise bad_request()
@@ -97,6 +114,29 @@ def test_a_new_role_refused_while_iam_propagates_is_retried_until_accepted():
     # Then the setter waits and tries again, and the deploy goes on
     assert apigw.updates == [OURS] and data["Action"] == "set"
     assert slept == [index.RETRY_S, index.RETRY_S]
+
+
+def test_access_denied_while_its_own_policy_propagates_is_retried_until_accepted():
+    # Given the setter's own freshly created policy is not yet visible: its first three calls
+    # (GetAccount twice, then UpdateAccount) answer AccessDenied (issue 45)
+    apigw = ApiGateway(current=None, denials=3)
+    data, slept = apply(apigw, Iam(set()))
+    # Then it waits and tries again instead of failing the first create
+    assert apigw.updates == [OURS] and data["Action"] == "set"
+    assert slept == [index.RETRY_S] * 3
+
+
+def test_access_denied_past_the_deadline_fails_with_the_reason():
+    now = [0.0]
+
+    def clock():
+        now[0] += index.RETRY_S
+        return now[0]
+
+    apigw = ApiGateway(current=None, denials=100)
+    with pytest.raises(ClientError, match="not authorized"):
+        apply(apigw, Iam(set()), deadline_s=35.0, clock=clock)
+    assert apigw.updates == []
 
 
 def test_refusals_past_the_deadline_fail_the_resource_with_the_reason():

@@ -60,6 +60,8 @@ def stack_with(context: dict, stage: str = "dev") -> dict:
             "aws:cdk:disable-asset-staging": True,
             "payloadstore:alarmEmail": "oncall@example.com",
             "payloadstore:stage": stage,
+            # the replication group's flags (the dev stage is serverless by default)
+            "payloadstore:cache": "nodes",
             **context,
         },
         nag=False,

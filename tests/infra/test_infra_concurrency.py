@@ -50,14 +50,35 @@ def account(limit: int, reserved_elsewhere: int = 0, own: int = 0):
     return lambda stage: settings
 
 
-def run_preflight(capsys, tmp_path, reader, *cdk_args: str) -> tuple[int, str, str, str]:
+def run_preflight(
+    capsys, tmp_path, reader, *cdk_args: str, stage: str = "prod"
+) -> tuple[int, str, str, str]:
+    """The preflight of a stage other than dev (auto reserves nothing for dev)."""
     out_file = tmp_path / "deploy.args"
     code = preflight.main(
-        ["--stage", "dev", "--write", str(out_file), "--", *cdk_args], reader=reader
+        ["--stage", stage, "--write", str(out_file), "--", *cdk_args], reader=reader
     )
     captured = capsys.readouterr()
     written = out_file.read_text().strip() if out_file.exists() else ""
     return code, captured.out, captured.err, written
+
+
+def test_auto_reserves_nothing_for_the_dev_stage_and_reads_no_account(capsys, tmp_path):
+    # Given a 1,000 account, where auto would reserve 400 + 300 for any other stage
+    def reader(stage):
+        raise AssertionError("the dev stage's auto must not need the account's settings")
+
+    # When `make deploy` runs for the dev stage (auto, its default)
+    code, out, _, written = run_preflight(capsys, tmp_path, reader, stage="dev")
+    # Then it reserves nothing, and says why in its line
+    assert code == 0
+    assert written == "-c payloadstore:reservedConcurrency=off"
+    assert out.strip().startswith("reserved concurrency: none (auto reserves nothing for the dev")
+    # And an explicit total still reserves for dev
+    code, out, _, written = run_preflight(
+        capsys, tmp_path, account(1000), "-c", "payloadstore:reservedConcurrency=70", stage="dev"
+    )
+    assert code == 0 and "payloadstore:reservedConcurrency=70" in written
 
 
 def test_a_new_account_with_a_limit_of_10_deploys_with_nothing_reserved_and_is_told_why(

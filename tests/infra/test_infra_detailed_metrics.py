@@ -43,6 +43,8 @@ def detailed_template(tmp_path_factory) -> dict:
         "aws:cdk:disable-asset-staging": True,
         "@aws-cdk/core:failSynthOnValidationErrors": False,
         "payloadstore:detailedMetrics": "on",
+        # the per-route widgets are the dashboard's (dev has none unless monitoring is full)
+        "payloadstore:monitoring": "full",
     }
     app, _ = build_app(context=context, outdir=outdir, builtin_validation=False, nag=False)
     app.synth()

@@ -17,9 +17,11 @@ def _plugin(report: dict) -> dict:
     return plugin
 
 
-def test_aws_solutions_checks_ran_and_found_no_unacknowledged_error(synth):
-    # Given the stack synthesized with AwsSolutionsChecks registered as a validation plugin
-    plugin = _plugin(synth.report)
+@pytest.mark.parametrize("shape", ["synth", "dev_default"])
+def test_aws_solutions_checks_ran_and_found_no_unacknowledged_error(request, shape):
+    # Given the stack (nodes; and the default dev stage, serverless) synthesized with
+    # AwsSolutionsChecks registered as a validation plugin
+    plugin = _plugin(request.getfixturevalue(shape).report)
     # Then every finding, error or warning, has been acknowledged
     open_findings = [
         (v["severity"], v["ruleName"], [c["constructPath"] for c in v["violatingConstructs"]])

@@ -35,7 +35,10 @@ pytestmark = pytest.mark.infra
 EVENTS = Path(__file__).resolve().parents[2] / "events"
 PLACEHOLDER_TOKEN = "pst_replace_with_a_minted_token"
 # The template's values that name AWS resources; everything else is used exactly as deployed.
-RESOURCE_BACKED = {"PAYLOAD_BUCKET", "REDIS_URL", "REDIS_AUTH_SECRET", "KMS_KEY_ARN"}
+# (The default dev stage is serverless: no AUTH secret; its token path carries the stack's id.)
+RESOURCE_BACKED = {"PAYLOAD_BUCKET", "REDIS_URL", "KMS_KEY_ARN", "TOKEN_PARAMETER_PATH"}
+# What a deployment's token path is under SAM, where the stack id has no value.
+LOCAL_TOKEN_PATH = "/payloadstore/dev/tokens/sam-local"
 # A database of its own on the session redis-server, emptied first: the events use fixed names
 # (namespace "dev", queue "default") that other suites may use too.
 REDIS_DB = 9
@@ -157,6 +160,9 @@ class DeployedFunction:
             "REDIS_MIN_REPLICA_ACKS": "0",
             # No KMS locally: kms_key `stack` takes the S3 emulator's stand-in key.
             "KMS_KEY_ARN": "",
+            # Local Redis takes no IAM token: no ElastiCache user to sign for.
+            "REDIS_IAM_USER": "",
+            "TOKEN_PARAMETER_PATH": LOCAL_TOKEN_PATH,
             "POWERTOOLS_TRACE_DISABLED": "true",
         }
         if not redis.cluster:

@@ -64,7 +64,9 @@ def _function_envs(template: dict) -> list[dict]:
 def _ssm_paths(template: dict) -> set[str]:
     paths = set()
     for env in _function_envs(template):
-        paths.add(env["TOKEN_PARAMETER_PATH"])
+        # The deployment's path: the stage's path joined with the stack's id (issue 45)
+        path = env["TOKEN_PARAMETER_PATH"]["Fn::Join"]
+        paths.add(path[1][0] + path[0] + "<stack id>")
     for policy in resources(template, "AWS::IAM::Policy").values():
         for s in policy["Properties"]["PolicyDocument"]["Statement"]:
             if any(a.startswith("ssm:") for a in as_list(s["Action"])):
@@ -120,7 +122,8 @@ def test_two_stages_in_one_app_share_no_physical_name_ssm_path_or_metric_identit
     # And the token stores are different paths, neither a prefix of the other
     dev_paths, prod_paths = _ssm_paths(dev), _ssm_paths(prod)
     assert dev_paths & prod_paths == set()
-    assert "/payloadstore/dev/tokens" in dev_paths and "/payloadstore/prod/tokens" in prod_paths
+    assert "/payloadstore/dev/tokens/<stack id>" in dev_paths
+    assert "/payloadstore/prod/tokens/<stack id>" in prod_paths
     for a in dev_paths:
         for b in prod_paths:
             assert not b.startswith(a.rstrip("*")) and not a.startswith(b.rstrip("*")), (a, b)
@@ -165,10 +168,7 @@ def test_admin_of_one_stage_cannot_touch_another_stages_tokens(two_stages):
             for r in as_list(s["Resource"])
         }
         prefix = "arn:<AWS::Partition>:ssm:<AWS::Region>:<AWS::AccountId>:parameter"
-        assert granted == {
-            f"{prefix}/payloadstore/{stage}/tokens",
-            f"{prefix}/payloadstore/{stage}/tokens/*",
-        }
+        assert granted == {f"{prefix}/payloadstore/{stage}/tokens/*"}
 
 
 # --- alarms need a destination ------------------------------------------------------------------
@@ -221,16 +221,18 @@ def test_dev_without_a_destination_still_gets_a_topic_and_an_email_subscribes_to
 
 # What `cdk destroy` does to each resource that holds data or outlives the stack on purpose.
 # Anything not listed is deleted with the stack.
+# Retained ones are RetainExceptOnCreate (issue 45): a failed first create leaves none behind.
 RETAIN_MODE = {
-    "AWS::S3::Bucket": "Retain",  # payloads (2-day lifecycle) and their access logs
-    "AWS::Logs::LogGroup": "Retain",  # function, API access/execution and VPC flow logs
+    "AWS::S3::Bucket": "RetainExceptOnCreate",  # payloads (2-day lifecycle), their access logs
+    "AWS::Logs::LogGroup": "RetainExceptOnCreate",  # function, API and VPC flow logs
     "AWS::ElastiCache::ReplicationGroup": "Snapshot",  # final snapshot, then deleted
-    "AWS::Lambda::LayerVersion": "Retain",  # old versions stay for functions being rolled back
+    # old versions stay for functions being rolled back
+    "AWS::Lambda::LayerVersion": "RetainExceptOnCreate",
     # the stack key of `kms_key: stack` namespaces: the retained bucket's objects need it to be
     # readable (a deleted KMS key makes them unreadable for good)
-    "AWS::KMS::Key": "Retain",
+    "AWS::KMS::Key": "RetainExceptOnCreate",
 }
-DESTROY_MODE = {"AWS::Lambda::LayerVersion": "Retain"}
+DESTROY_MODE = {"AWS::Lambda::LayerVersion": "RetainExceptOnCreate"}
 
 
 def _check_deletion_policies(template: dict, expected: dict[str, str]) -> None:
@@ -239,7 +241,9 @@ def _check_deletion_policies(template: dict, expected: dict[str, str]) -> None:
         want = expected.get(res["Type"], "Delete")
         got = res.get("DeletionPolicy", "Delete")
         assert got == want, f"{logical_id} ({res['Type']}): DeletionPolicy {got}, want {want}"
-        assert res.get("UpdateReplacePolicy", "Delete") == want, logical_id
+        # CloudFormation has no RetainExceptOnCreate for a replacement: Retain
+        replace_want = "Retain" if want == "RetainExceptOnCreate" else want
+        assert res.get("UpdateReplacePolicy", "Delete") == replace_want, logical_id
         seen.add(res["Type"])
     assert set(expected) <= seen
 
@@ -268,7 +272,7 @@ def test_default_teardown_deletes_redis_after_a_final_snapshot_and_retains_only_
     # subnet group, security group and VPC, and `cdk destroy` would fail on them). A log group
     # named after the API is not a use of it.
     for logical_id, res in template["Resources"].items():
-        if res.get("DeletionPolicy") != "Retain":
+        if res.get("DeletionPolicy") not in ("Retain", "RetainExceptOnCreate"):
             continue
         # A key policy naming the functions' roles does not hold them: IAM deletes a role a key
         # policy names (the policy then shows its unique id), so the key is not a use either.
@@ -279,9 +283,10 @@ def test_default_teardown_deletes_redis_after_a_final_snapshot_and_retains_only_
         }
         for ref in _refs(props):
             if ref in template["Resources"]:
-                assert template["Resources"][ref].get("DeletionPolicy") == "Retain", (
-                    f"retained {logical_id} uses {ref}, which cdk destroy deletes"
-                )
+                assert template["Resources"][ref].get("DeletionPolicy") in (
+                    "Retain",
+                    "RetainExceptOnCreate",
+                ), f"retained {logical_id} uses {ref}, which cdk destroy deletes"
     # And the AUTH secret goes with the cache: it is configuration, not data
     for secret in resources(template, "AWS::SecretsManager::Secret").values():
         assert secret.get("DeletionPolicy", "Delete") == "Delete"
@@ -304,8 +309,9 @@ def test_redis_uses_a_parameter_group_of_its_own_that_never_evicts(template):
     # Then the replication group uses our parameter group, not a default one
     assert group["Properties"]["CacheParameterGroupName"] == {"Ref": pg_id}
     props = pg["Properties"]
-    assert props["CacheParameterGroupFamily"] == "redis7"
-    assert group["Properties"]["EngineVersion"].startswith("7.")
+    # Valkey 8 by default (payloadstore:cacheEngine)
+    assert props["CacheParameterGroupFamily"] == "valkey8"
+    assert group["Properties"]["EngineVersion"].startswith("8.")
     # And it keeps cluster mode and never evicts (a lost key is a lost job)
     assert props["Properties"] == {"cluster-enabled": "yes", "maxmemory-policy": "noeviction"}
 

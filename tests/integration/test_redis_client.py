@@ -293,3 +293,49 @@ def test_tls_cluster_refuses_a_node_whose_name_the_certificate_does_not_carry(
         assert "certificate is not valid for '127.0.0.1'" in str(e.value), e.value
     finally:
         _stop(proc)
+
+
+# --- IAM authentication (ElastiCache Serverless): a fresh token at each connect ------------------
+
+
+def test_iam_auth_connects_as_the_user_with_the_signed_token_at_each_connect(
+    redis_server, monkeypatch
+):
+    from payloadstore_controlplane.store import elasticache_iam
+    from payloadstore_controlplane.store.redis_client import make_routed_redis
+
+    # Given a server where the functions' ElastiCache user accepts only its current token (the
+    # signature, here made deterministic: what ElastiCache checks is AWS's business)
+    user, cache = "payloadstore-dev-functions", "payloadstore-dev"
+    signed: list[str] = []
+
+    def token(cache_name, user_id, region, credentials, *, serverless=True, now=None):
+        signed.append(cache_name)
+        return f"{cache_name}/?Action=connect&User={user_id}&sig=ok"
+
+    monkeypatch.setattr(elasticache_iam, "iam_auth_token", token)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    admin = redis.Redis.from_url(redis_server.url)
+    admin.execute_command(
+        "ACL", "SETUSER", user, "on", f">{cache}/?Action=connect&User={user}&sig=ok",
+        "~*", "&*", "+@all",
+    )  # fmt: skip
+    try:
+        provider = elasticache_iam.IamCredentialProvider(cache, user, "us-east-1")
+        client = make_routed_redis(redis_server.url, credential_provider=provider)
+        # When the control plane's client connects (fast and blocking clients alike)
+        assert client.execute_command("ACL", "WHOAMI") == user.encode()
+        assert client.blmove("{iam-test}a", "{iam-test}b", 0.1, "RIGHT", "LEFT") is None
+        # Then each connection authenticated as the IAM user with a token signed for the cache
+        assert signed and set(signed) == {cache}
+        client.close()
+        # And a token the server does not accept is an authentication error, not a hang
+        admin.execute_command("ACL", "SETUSER", user, "resetpass", ">another")
+        stale = make_routed_redis(redis_server.url, credential_provider=provider)
+        with pytest.raises(redis.AuthenticationError):
+            stale.ping()
+        stale.close()
+    finally:
+        admin.execute_command("ACL", "DELUSER", user)
+        admin.close()

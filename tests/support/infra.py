@@ -50,7 +50,7 @@ def ensure_cdk_cli() -> Path:
         npm = shutil.which("npm")
         if npm is None:
             pytest.fail(
-                "npm not found: install Node.js 20+ to synthesize the stack with the pinned CDK CLI"
+                "npm not found: run the tests through make (its PATH has the venv's Node.js, .venv/node-bin)"
             )
         subprocess.run(
             [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],

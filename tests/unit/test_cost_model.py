@@ -99,7 +99,7 @@ def test_sqs_with_the_extended_client_costs_six_requests_a_job_and_an_hour_of_st
 
 def test_the_fixed_cost_prices_what_the_stack_creates():
     lines = model.fixed_monthly(SHAPE, {"metrics": Route("metrics", 1.0)})
-    assert item(lines, "ElastiCache: 2 x cache.t4g.small") == pytest.approx(46.08)
+    assert item(lines, "ElastiCache (redis): 2 x cache.t4g.small") == pytest.approx(46.08)
     assert item(lines, "VPC interface endpoints") == pytest.approx(28.80)
     assert item(lines, "NAT gateways: 0") == 0
     assert item(lines, "CloudWatch dashboards") == pytest.approx(3.00)
@@ -180,10 +180,52 @@ def test_a_busy_daemon_hour_prices_its_one_leases_long_poll():
     assert held == pytest.approx(3600 * FUNCTIONS["daemon"].gb * FUNCTIONS["daemon"].gb_s_price)
     assert lines[2][0] == "API Gateway: 180 requests"
     # And the cost line carries it after the existing figures
-    line = model.cost_line(7.756, 17.651, 216.43, 116.04, 82.5, total(lines))
+    line = model.cost_line(7.756, 17.651, 216.43, 116.04, 82.5, busy_hour=total(lines))
     assert line.startswith(
         "cost: idle daemon (concurrency 8) $7.76/month, 1M inline jobs $17.65, "
         "1M 100 MiB jobs $216.43, fixed $116.04/month, 1M 100 MiB jobs under consume $82.50, "
         "busy daemon $"
     )
     assert line.endswith("/hour") and 0.001 < total(lines) < 0.05
+
+
+def test_a_serverless_dev_stage_costs_its_minimum_data_and_at_most_12_dollars_fixed():
+    # Given the dev stage's shape: ElastiCache Serverless on Valkey, no interface endpoint, no
+    # secret, no dashboard, three alarm metrics, no EMF series (payloadstore:monitoring=minimal)
+    shape = Shape(
+        functions=FUNCTIONS,
+        cache_shape="serverless",
+        cache_engine="valkey",
+        cache_nodes=0,
+        interface_endpoints=0,
+        availability_zones=0,
+        alarm_metrics=3,
+        dashboards=0,
+        secrets=0,
+        kms_keys=1,
+        emf_metrics=False,
+        schedules={"metrics": 1.0},
+    )
+    lines = model.fixed_monthly(shape, {"metrics": Route("metrics", 1.0, 500)})
+    # Then the cache is Valkey's 100 MB minimum at $0.084 per GB-hour: $6.05 a month
+    assert item(lines, "ElastiCache Serverless (valkey)") == pytest.approx(0.1 * 0.084 * 720)
+    assert item(lines, "EMF custom metrics") == 0
+    # And the whole fixed month stays within the $12 of issue 45
+    assert total(lines) <= 12
+    # And a job on it adds its ECPUs at $0.0023 per million
+    (ecpu,) = model.serverless_ecpus(shape, 1_000_000, 100)
+    assert ecpu[1] == pytest.approx(1_000_000 * (model.ECPUS_PER_JOB + 2) * 0.0023 / 1e6)
+
+
+def test_valkey_nodes_are_priced_20_percent_below_redis():
+    redis = Shape(functions=FUNCTIONS, cache_engine="redis", cache_nodes=3)
+    valkey = Shape(functions=FUNCTIONS, cache_engine="valkey", cache_nodes=3)
+    hours = model.MONTH_H
+    assert model.cache_fixed(valkey, hours)[1] == pytest.approx(
+        0.8 * model.cache_fixed(redis, hours)[1]
+    )
+
+
+def test_the_cost_line_carries_the_dev_and_prod_fixed_months():
+    line = model.cost_line(7.756, 9.75, 216.43, 7.66, 63.9, fixed_prod=86.5)
+    assert ", fixed dev $7.66/month, fixed prod $86.50/month, 1M 100 MiB jobs under consume" in line

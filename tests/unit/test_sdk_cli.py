@@ -167,3 +167,43 @@ def test_the_dashboard_on_a_port_in_use_says_so_and_exits_2():
     # Then it says which address it could not take
     assert result.exit_code == 2
     assert f"cannot serve the dashboard on 127.0.0.1:{port}" in result.output
+
+
+class FakeCloudFormation:
+    """describe_stacks as CloudFormation answers it for a deployed stage."""
+
+    def __init__(self, outputs: dict[str, str]):
+        self.outputs = outputs
+        self.asked: list[str] = []
+
+    def describe_stacks(self, StackName: str) -> dict:
+        self.asked.append(StackName)
+        outs = [{"OutputKey": k, "OutputValue": v} for k, v in self.outputs.items()]
+        return {"Stacks": [{"StackName": StackName, "Outputs": outs}]}
+
+
+def test_given_a_stage_minting_invokes_its_admin_function_found_in_the_stack_outputs(monkeypatch):
+    # Given a deployed dev stage whose outputs name its admin function, and no AWS CLI or jq
+    cfn = FakeCloudFormation(
+        {"AdminFunctionName": "PayloadStore-dev-Admin-1A2B", "ApiUrl": "https://x/dev/"}
+    )
+    lam = FakeLambda({"token": "pst_new", "token_id": "0123456789ab", "namespace": "dev",
+                      "role": "client"})  # fmt: skip
+    clients = {"cloudformation": cfn, "lambda": lam}
+    monkeypatch.setattr("boto3.client", lambda service, region_name=None: clients[service])
+    # When the smoke's tokens are minted with the payloadstore command
+    result = CliRunner().invoke(
+        cli, ["token", "create", "-n", "dev", "--role", "client", "--stage", "dev"]
+    )
+    # Then the stage's admin function minted it, and stdout is the token alone
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == "pst_new"
+    assert cfn.asked == ["PayloadStore-dev"]
+    assert lam.events == [
+        ("PayloadStore-dev-Admin-1A2B", {"action": "mint", "namespace": "dev", "role": "client"})
+    ]
+    # And the endpoint comes from the same outputs
+    result = CliRunner().invoke(cli, ["stage-output", "--stage", "dev"])
+    assert result.exit_code == 0 and result.stdout.strip() == "https://x/dev/"
+    result = CliRunner().invoke(cli, ["stage-output", "Nope", "--stage", "dev"])
+    assert result.exit_code != 0 and "AdminFunctionName, ApiUrl" in result.output

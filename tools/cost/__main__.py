@@ -45,11 +45,12 @@ def main(argv: list[str] | None = None) -> int:
 
     from tools.cost import report
     from tools.cost.measure import measure
-    from tools.cost.shape import shape_of, synthesize
+    from tools.cost.shape import PROD_CONTEXT, shape_of, synthesize
 
     started = time.monotonic()
     bench = json.loads(args.bench.read_text())
     shape = shape_of(synthesize())
+    prod_shape = shape_of(synthesize(PROD_CONTEXT))
     # The local stack's processes log every call to the stdout they inherit: into a file, so
     # that this command prints its result and nothing else.
     log_path = REPO / "build" / "cost-measure.log" if args.keep_log else Path(os.devnull)
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.measured_json:
         args.measured_json.write_text(json.dumps(measured, indent=1) + "\n")
     usage = report.usage_from(measured)
-    figures = report.figures(shape, usage, bench)
+    figures = report.figures(shape, usage, bench, prod_shape)
     args.out.write_text(report.render(shape, usage, bench, measured, figures))
     print(f"wrote {args.out} in {time.monotonic() - started:.0f} s", file=sys.stderr)
     print(figures.line)

@@ -60,6 +60,15 @@ S3_CONSUME_HOURS = 1.0
 SQS_S3_HOURS = 1.0
 SQS_LONG_POLL_S = 20  # ReceiveMessage's longest wait
 SQS_CHUNK_BYTES = 64 * 1024
+# ElastiCache Serverless bills the data it holds from a minimum (Valkey 100 MB, Redis OSS 1 GB)
+# and ECPUs: 1 per simple command moving up to 1 KB, more for larger values and for scripts by
+# their vCPU time. A job is ~5 scripts and a few plain commands (ARCHITECTURE.md: ~313 us of
+# server time); counted here as ECPUS_PER_JOB plus 2 per KB of inline payload (written once,
+# read once). An estimate, not a measurement: AWS publishes no ECPU figure per script.
+SERVERLESS_MIN_GB = {"valkey": 0.1, "redis": 1.0}
+ECPUS_PER_JOB = 40
+# What the metrics function's run reads each minute (a few keys per queue).
+ECPUS_PER_SCHEDULED_RUN = 10
 
 
 @dataclass(frozen=True)
@@ -100,6 +109,12 @@ class Shape:
     api_methods: int = 0
     method_metrics: bool = False  # payloadstore:detailedMetrics (off by default)
     secrets: int = 1
+    # "nodes" (a replication group of cache_nodes nodes) or "serverless"; engine valkey|redis.
+    kms_keys: int = 0
+    cache_shape: str = "nodes"
+    cache_engine: str = "redis"
+    # payloadstore:monitoring=minimal turns the functions' EMF metrics off (no series billed).
+    emf_metrics: bool = True
     # Scheduled functions: group -> runs per minute (its EventBridge rule's rate).
     schedules: dict[str, float] = field(default_factory=lambda: {"metrics": 1.0})
     queues: int = 1
@@ -180,11 +195,10 @@ def fixed_monthly(shape: Shape, scheduled: dict[str, Route]) -> Lines:
     missing = set(shape.schedules) - set(scheduled)
     if missing:
         raise ValueError(f"no measured run for the scheduled function(s) {sorted(missing)}")
+    if not shape.emf_metrics:
+        emf = 0
     lines: Lines = [
-        (
-            f"ElastiCache: {shape.cache_nodes} x {shape.cache_node_type}",
-            shape.cache_nodes * price(shape.cache_node_type) * hours,
-        ),
+        cache_fixed(shape, hours),
         (
             f"VPC interface endpoints: {shape.interface_endpoints} x {shape.availability_zones} AZ",
             shape.interface_endpoints
@@ -210,14 +224,55 @@ def fixed_monthly(shape: Shape, scheduled: dict[str, Route]) -> Lines:
             "API Gateway per-method metrics: off (payloadstore:detailedMetrics=on adds them)",
             0.0,
         ),
-        (f"EMF custom metrics: {emf} series ({shape.queues} queue)", emf * price("custom_metric")),
+        (f"EMF custom metrics: {emf} series ({shape.queues} queue)", emf * price("custom_metric"))
+        if shape.emf_metrics
+        else ("EMF custom metrics: off (payloadstore:monitoring=full turns them on)", 0.0),
         (f"Secrets Manager: {shape.secrets} secret", shape.secrets * price("secret_month")),
+        (f"KMS: {shape.kms_keys} key (the stack's own)", shape.kms_keys * price("kms_key_month")),
     ]
     lines += [
         scheduled_monthly(group, per_minute, scheduled[group], shape)
         for group, per_minute in sorted(shape.schedules.items())
     ]
+    if shape.cache_shape == "serverless":
+        runs = sum(shape.schedules.values()) * MONTH_MIN
+        ecpus = runs * ECPUS_PER_SCHEDULED_RUN
+        lines.append(
+            (
+                f"ElastiCache Serverless ECPUs of the scheduled runs: {ecpus:,.0f}",
+                ecpus * price(f"serverless_{shape.cache_engine}_ecpu"),
+            )
+        )
     return lines
+
+
+def cache_fixed(shape: Shape, hours: float) -> tuple[str, float]:
+    """The cache with no traffic: its nodes, or a serverless cache's minimum data."""
+    if shape.cache_shape == "serverless":
+        gb = SERVERLESS_MIN_GB[shape.cache_engine]
+        return (
+            f"ElastiCache Serverless ({shape.cache_engine}): {gb:g} GB minimum of data",
+            gb * price(f"serverless_{shape.cache_engine}_gb_hour") * hours,
+        )
+    name = shape.cache_node_type
+    key = f"valkey:{name}" if shape.cache_engine == "valkey" else name
+    return (
+        f"ElastiCache ({shape.cache_engine}): {shape.cache_nodes} x {name}",
+        shape.cache_nodes * price(key) * hours,
+    )
+
+
+def serverless_ecpus(shape: Shape, jobs: float, inline_bytes: int = 0) -> Lines:
+    """A serverless cache's ECPUs for `jobs` jobs (ECPUS_PER_JOB's estimate)."""
+    if shape.cache_shape != "serverless":
+        return []
+    ecpus = jobs * (ECPUS_PER_JOB + 2 * math.ceil(inline_bytes / 1024))
+    return [
+        (
+            f"ElastiCache Serverless ECPUs: ~{ecpus / jobs:g} per job (estimate)",
+            ecpus * price(f"serverless_{shape.cache_engine}_ecpu"),
+        )
+    ]
 
 
 def idle_daemon(
@@ -371,11 +426,20 @@ def cost_line(
     s3: float,
     fixed: float,
     consume: float | None = None,
+    *,
+    fixed_prod: float | None = None,
     busy_hour: float | None = None,
 ) -> str:
+    """`fixed`: the dev stage's fixed month (the default synth); `fixed_prod`: the production
+    shape's (-c payloadstore:stage=prod), when given."""
+    fixed_part = (
+        f"fixed ${fixed:.2f}/month"
+        if fixed_prod is None
+        else f"fixed dev ${fixed:.2f}/month, fixed prod ${fixed_prod:.2f}/month"
+    )
     line = (
         f"cost: idle daemon (concurrency 8) ${idle8:.2f}/month, 1M inline jobs ${inline:.2f}, "
-        f"1M 100 MiB jobs ${s3:.2f}, fixed ${fixed:.2f}/month"
+        f"1M 100 MiB jobs ${s3:.2f}, {fixed_part}"
     )
     if consume is not None:
         line += f", 1M 100 MiB jobs under consume ${consume:.2f}"

@@ -57,6 +57,7 @@ S3_HEAD_CALLS = {"enqueue s3", "result post s3"}
 @dataclass(frozen=True)
 class Figures:
     fixed: Lines
+    fixed_prod: Lines | None
     idle: dict[int, Lines]
     inline: Lines
     s3: Lines
@@ -157,11 +158,22 @@ def priced_s3_calls(measured: dict) -> dict[str, float]:
     return calls
 
 
-def figures(shape: Shape, usage: Usage, bench: dict) -> Figures:
+INLINE_PAYLOAD = 100  # bytes: the inline job the SQS comparison prices too
+
+
+def figures(shape: Shape, usage: Usage, bench: dict, prod_shape: Shape | None = None) -> Figures:
+    """Every figure for `shape` (the dev stage as synthesized by default); the fixed month of
+    `prod_shape` (-c payloadstore:stage=prod) too, when given."""
     scheduled = {group: bench_route(bench, f"{group} (schedule)") for group in shape.schedules}
     poll = bench_route(bench, "poll empty (wait)")
     auth = bench_route(bench, "authorizer (cached token)")
     fixed = model.fixed_monthly(shape, scheduled)
+    fixed_prod = None
+    if prod_shape is not None:
+        prod_scheduled = {
+            group: bench_route(bench, f"{group} (schedule)") for group in prod_shape.schedules
+        }
+        fixed_prod = model.fixed_monthly(prod_shape, prod_scheduled)
     idle = {c: model.idle_daemon(shape, usage, c, poll, auth) for c in usage.idle_polls_per_min}
     held = usage.enqueue_wait_held_ms
     inline = model.workload(
@@ -169,7 +181,7 @@ def figures(shape: Shape, usage: Usage, bench: dict) -> Figures:
         usage.inline_calls,
         routes_for(bench, usage.inline_calls, "inline", held.get("inline", 0.0)),
         JOBS,
-    )
+    ) + model.serverless_ecpus(shape, JOBS, INLINE_PAYLOAD)
     s3 = model.workload(
         shape,
         usage.s3_calls,
@@ -177,7 +189,7 @@ def figures(shape: Shape, usage: Usage, bench: dict) -> Figures:
         JOBS,
         S3_PAYLOAD,
         s3_requests(S3_PAYLOAD),
-    )
+    ) + model.serverless_ecpus(shape, JOBS)
     s3_consume = model.workload(
         shape,
         usage.s3_calls,
@@ -186,16 +198,23 @@ def figures(shape: Shape, usage: Usage, bench: dict) -> Figures:
         S3_PAYLOAD,
         {**s3_requests(S3_PAYLOAD), "delete": 1 / 1000},
         storage_days=model.S3_CONSUME_HOURS / 24,
-    )
+    ) + model.serverless_ecpus(shape, JOBS)
     # The leases long-poll is a waiting daemon-function call, priced as an empty poll's.
     busy = model.busy_daemon_hour(
         shape, usage.busy_leases_per_min, usage.busy_in_flight, poll, auth
     )
     line = model.cost_line(
-        total(idle[8]), total(inline), total(s3), total(fixed), total(s3_consume), total(busy)
+        total(idle[8]),
+        total(inline),
+        total(s3),
+        total(fixed),
+        total(s3_consume),
+        fixed_prod=total(fixed_prod) if fixed_prod is not None else None,
+        busy_hour=total(busy),
     )
     return Figures(
         fixed=fixed,
+        fixed_prod=fixed_prod,
         idle=idle,
         inline=inline,
         s3=s3,
@@ -263,8 +282,15 @@ def render(shape: Shape, usage: Usage, bench: dict, measured: dict, f: Figures) 
         "",
         (
             "**Where we cost more, honestly.** SQS has no fixed cost; a stage costs "
-            f"{usd(total(f.fixed))} a month before the first job (ElastiCache and the interface "
-            f"endpoints are most of it). An idle daemon costs {usd(idle8)} a month against "
+            f"{usd(total(f.fixed))} a month before the first job as a dev stage (ElastiCache "
+            "Serverless's minimum is most of it)"
+            + (
+                f", {usd(total(f.fixed_prod))} in the production shape (the replication group, "
+                "its Secrets Manager endpoint, alarms and the dashboard)"
+                if f.fixed_prod is not None
+                else ""
+            )
+            + f". An idle daemon costs {usd(idle8)} a month against "
             f"{usd(total(f.sqs_idle[1]))} for an idle SQS consumer: each waiting poll holds a Lambda "
             f"function ({daemon.memory_mb} MB) for its whole wait, and is an API Gateway request. "
             f"Per job we cost {total(f.inline) / max(total(f.sqs_inline), 1e-9):.0f}x SQS for inline "
@@ -451,7 +477,15 @@ def render(shape: Shape, usage: Usage, bench: dict, measured: dict, f: Figures) 
         ),
     ]
     doc += ["", "## The figures, line by line", ""]
-    doc += lines_table("fixed, per month (as synthesized with the default flags)", f.fixed)
+    doc += lines_table(
+        "fixed, per month: the dev stage as synthesized with the default flags (serverless)",
+        f.fixed,
+    )
+    if f.fixed_prod is not None:
+        doc += [""] + lines_table(
+            "fixed, per month: -c payloadstore:stage=prod (a replication group, full monitoring)",
+            f.fixed_prod,
+        )
     for c in sorted(f.idle):
         doc += [""] + lines_table(f"idle daemon process, concurrency {c}, per month", f.idle[c])
     doc += [""] + lines_table(

@@ -39,9 +39,28 @@ def shape_of(template: dict) -> Shape:
         group = _group_of(res)
         if group is not None:
             functions[group] = Function(props["MemorySize"], props["Architectures"][0])
-    (cache,) = _of_type(template, "AWS::ElastiCache::ReplicationGroup")
-    cache_props = cache["Properties"]
-    nodes = cache_props.get("NumNodeGroups", 1) * (1 + cache_props.get("ReplicasPerNodeGroup", 0))
+    groups = _of_type(template, "AWS::ElastiCache::ReplicationGroup")
+    serverless = _of_type(template, "AWS::ElastiCache::ServerlessCache")
+    if serverless:
+        (cache,) = serverless
+        cache_props = cache["Properties"]
+        nodes, node_type = 0, "serverless"
+    else:
+        (cache,) = groups
+        cache_props = cache["Properties"]
+        nodes = cache_props.get("NumNodeGroups", 1) * (
+            1 + cache_props.get("ReplicasPerNodeGroup", 0)
+        )
+        node_type = cache_props["CacheNodeType"]
+    emf = not any(
+        r["Properties"]
+        .get("Environment", {})
+        .get("Variables", {})
+        .get("POWERTOOLS_METRICS_DISABLED")
+        == "true"
+        for r in _of_type(template, "AWS::Lambda::Function")
+        if _group_of(r) is not None
+    )
     endpoints = [
         r
         for r in _of_type(template, "AWS::EC2::VPCEndpoint")
@@ -54,8 +73,11 @@ def shape_of(template: dict) -> Shape:
     )
     return Shape(
         functions=functions,
-        cache_node_type=cache_props["CacheNodeType"],
+        cache_node_type=node_type,
         cache_nodes=nodes,
+        cache_shape="serverless" if serverless else "nodes",
+        cache_engine=cache_props.get("Engine", "redis"),
+        emf_metrics=emf,
         interface_endpoints=len(endpoints),
         availability_zones=azs,
         nat_gateways=len(_of_type(template, "AWS::EC2::NatGateway")),
@@ -64,6 +86,7 @@ def shape_of(template: dict) -> Shape:
         api_methods=len(_of_type(template, "AWS::ApiGateway::Method")),
         method_metrics=method_metrics,
         secrets=len(_of_type(template, "AWS::SecretsManager::Secret")),
+        kms_keys=len(_of_type(template, "AWS::KMS::Key")),
         schedules=schedules_of(template),
     )
 
@@ -90,6 +113,10 @@ def schedules_of(template: dict) -> dict[str, float]:
             if group is not None:
                 out[group] = out.get(group, 0.0) + 1 / minutes
     return out
+
+
+# The production shape `make cost` prices beside the default (dev) one.
+PROD_CONTEXT = {"payloadstore:stage": "prod", "payloadstore:alarmEmail": "oncall@example.com"}
 
 
 def synthesize(context: dict[str, Any] | None = None) -> dict:

@@ -336,6 +336,9 @@ def env_vars(template: dict, redis: Relay, s3: Relay, services: Services) -> dic
         "REDIS_MIN_REPLICA_ACKS": "0",
         # Under SAM the secret's Ref resolves to a logical id: no AUTH locally.
         "REDIS_AUTH_SECRET": "",
+        # The serverless shape signs IAM tokens for its ElastiCache user; the relay's
+        # redis-server takes none.
+        "REDIS_IAM_USER": "",
         # Under SAM the key's GetAtt resolves to no key: kms_key `stack` takes the local stand-in
         # the S3 emulator knows (models/policy.py) when this is empty.
         "KMS_KEY_ARN": "",

@@ -34,6 +34,7 @@ def get_deps() -> Deps:
         password,
         max(s.poll_max_wait_s, s.result_max_wait_s),
         s.redis_max_connections,
+        s.redis_iam,
     )
     return Deps(
         settings=s,

@@ -115,6 +115,12 @@ class Settings(BaseModel):
     redis_replica_ack_policy: ReplicaAckPolicy = ReplicaAckPolicy.CONNECTED
     # Secrets Manager ARN/name holding the ElastiCache AUTH token (deployed stacks only).
     redis_auth_secret: str | None = None
+    # IAM authentication (ElastiCache Serverless; store/elasticache_iam.py): the ElastiCache
+    # user id whose authentication mode is IAM, and the cache's name the token is signed for.
+    # Both set: every connection presents a fresh IAM token, no password.
+    redis_iam_user: str | None = None
+    redis_iam_cache: str | None = None
+    redis_iam_serverless: bool = True
     aws_region: str = "us-east-1"
     # Set locally (moto server); unset on AWS.
     s3_endpoint_url: str | None = None
@@ -131,6 +137,18 @@ class Settings(BaseModel):
     # a result this long after its first complete read (a re-read within it works).
     consume_args_grace_s: int = Field(0, ge=0, le=3600)
     consume_result_grace_s: int = Field(300, ge=0, le=86_400)
+
+    @property
+    def redis_iam(self) -> tuple[str, str, str, bool] | None:
+        """(cache name, user id, region, serverless) when connections authenticate with IAM."""
+        if not (self.redis_iam_user and self.redis_iam_cache):
+            return None
+        return (
+            self.redis_iam_cache,
+            self.redis_iam_user,
+            self.aws_region,
+            self.redis_iam_serverless,
+        )
 
     @property
     def stack_kms_key(self) -> str | None:
@@ -276,6 +294,9 @@ SETTINGS_ENV: dict[str, str] = {
     "redis_replica_ack_timeout_ms": "REDIS_REPLICA_ACK_TIMEOUT_MS",
     "redis_replica_ack_policy": "REDIS_REPLICA_ACK_POLICY",
     "redis_auth_secret": "REDIS_AUTH_SECRET",
+    "redis_iam_user": "REDIS_IAM_USER",
+    "redis_iam_cache": "REDIS_IAM_CACHE",
+    "redis_iam_serverless": "REDIS_IAM_SERVERLESS",
     "aws_region": "AWS_REGION",
     "s3_endpoint_url": "S3_ENDPOINT_URL",
     "token_parameter_path": "TOKEN_PARAMETER_PATH",

@@ -148,6 +148,7 @@ def make_redis(
     retries: int = FAST_RETRIES,
     ssl_ca_certs: str | None = None,
     max_connections: int = MAX_CONNECTIONS,
+    credential_provider: Any = None,
 ):
     """One client (single node or cluster) with the given reply timeout and retry count.
 
@@ -168,6 +169,11 @@ def make_redis(
         # the email parser to read it, ~5-10 ms of a cold start).
         "driver_info": DRIVER_INFO,
     }
+    if credential_provider is not None:
+        # IAM auth (store/elasticache_iam.py): a fresh (user, token) at every connect; no
+        # password or user name of the URL's.
+        connection_kwargs.update(password=None, username=None)
+        connection_kwargs["credential_provider"] = credential_provider
     if tls:
         connection_kwargs.update(
             ssl_cert_reqs="required", ssl_check_hostname=True, ssl_ca_certs=ssl_ca_certs
@@ -249,6 +255,7 @@ def make_routed_redis(
     max_block_s: float = 25.0,
     ssl_ca_certs: str | None = None,
     max_connections: int = MAX_CONNECTIONS,
+    credential_provider: Any = None,
 ) -> RoutedRedis:
     fast = make_redis(
         url,
@@ -256,6 +263,7 @@ def make_routed_redis(
         password=password,
         ssl_ca_certs=ssl_ca_certs,
         max_connections=max_connections,
+        credential_provider=credential_provider,
     )
     return RoutedRedis(
         fast,
@@ -267,6 +275,7 @@ def make_routed_redis(
             retries=0,
             ssl_ca_certs=ssl_ca_certs,
             max_connections=max_connections,
+            credential_provider=credential_provider,
         ),
     )
 
@@ -278,11 +287,21 @@ def cached_redis(
     password: str | None,
     max_block_s: float,
     max_connections: int = MAX_CONNECTIONS,
+    iam: tuple[str, str, str, bool] | None = None,
 ) -> RoutedRedis:
+    """`iam`: (cache name, ElastiCache user id, region, serverless) to authenticate with IAM
+    tokens (store/elasticache_iam.py) instead of a password."""
+    provider = None
+    if iam is not None:
+        from .elasticache_iam import IamCredentialProvider
+
+        cache_name, user_id, region, serverless = iam
+        provider = IamCredentialProvider(cache_name, user_id, region, serverless=serverless)
     return make_routed_redis(
         url,
         cluster=cluster,
         password=password,
         max_block_s=max_block_s,
         max_connections=max_connections,
+        credential_provider=provider,
     )
