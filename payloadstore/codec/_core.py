@@ -273,7 +273,7 @@ def _ignore_ext(code: int, data: bytes) -> None:
 
 def _refuse_bad_key(obj: Any, where: str, call: bool) -> None:
     """Raises CodecError naming the first map key of `obj` no reader can take as a key."""
-    found = _bad_key(obj, [])
+    found = _bad_key(obj, [], set())
     if found is None:
         return
     path, key = found
@@ -291,22 +291,27 @@ def _refuse_bad_key(obj: Any, where: str, call: bool) -> None:
     )
 
 
-def _bad_key(value: Any, path: list) -> tuple[list, Any] | None:
+def _bad_key(value: Any, path: list, seen: set[int]) -> tuple[list, Any] | None:
     """(path, key) of the first dict key in `value` that is a container (a tuple, frozenset,
-    ...), depth first; None when there is none. Only on the error path: it walks everything, as
-    deep as msgpack packs (a structure that holds itself ends there)."""
-    if len(path) > _MAX_DEPTH:
+    ...), depth first; None when there is none. Only on the error path: it walks each container
+    once (`seen`, by id), as deep as msgpack packs: a value that holds itself twice, or a
+    structure sharing its parts deeper than msgpack packs, would otherwise be a walk of 2**512
+    paths where msgpack refused it at once."""
+    if len(path) > _MAX_DEPTH or not isinstance(value, (dict, list, tuple)):
         return None
+    if id(value) in seen:
+        return None
+    seen.add(id(value))
     if isinstance(value, dict):
         for key, item in value.items():
             if isinstance(key, (tuple, frozenset, list, dict, set)):
                 return path, key
-            found = _bad_key(item, [*path, key])
+            found = _bad_key(item, [*path, key], seen)
             if found is not None:
                 return found
-    elif isinstance(value, (list, tuple)):
+    else:
         for i, item in enumerate(value):
-            found = _bad_key(item, [*path, i])
+            found = _bad_key(item, [*path, i], seen)
             if found is not None:
                 return found
     return None

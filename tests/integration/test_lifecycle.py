@@ -7,7 +7,9 @@ import base64
 import time
 
 import msgpack
+import pytest
 
+from payloadstore_controlplane.runtime import clock
 from payloadstore_controlplane.store import keys
 from tests.support.control_plane import cancel, heartbeat
 
@@ -255,6 +257,41 @@ def test_given_keyed_inline_jobs_when_one_is_cancelled_queued_then_its_entry_goe
     again = cp.poll(daemon_id="b")
     assert again.json["job_id"] == ids[1]
     assert base64.b64decode(again.json["payloadInline"]) == b"\x01"
+
+
+@pytest.mark.parametrize("clock_ahead_s", [0.0, 0.5])
+def test_given_a_busy_queue_when_a_job_enqueued_after_250_others_within_its_second_is_cancelled_then_it_leaves_the_queued_count_at_once(
+    cp, redis_view, monkeypatch, clock_ahead_s
+):
+    # Given a queue that took 250 jobs in the second before one more (a map of a few hundred
+    # calls enqueues that fast), all queued inline with no hash; the last one's id minted by a
+    # control plane whose clock is Redis's or half a second ahead of it
+    for _ in range(3):
+        items = [{"payloadInline": b64(b"\x05")} for _ in range(84)]
+        made = cp.call(
+            "jobs",
+            "POST",
+            "/v1/namespaces/{ns}/queues/{queue}/jobs:batch",
+            {"ns": cp.ns, "queue": cp.queue},
+            body={"jobs": items},
+        )
+        assert made.status == 200, made.raw_body
+    real_now = clock.now()
+    monkeypatch.setattr(clock, "now", lambda: real_now + clock_ahead_s)
+    job = cp.enqueue(raw=b"\x06").json["job_id"]
+    monkeypatch.undo()
+    stream = keys.queue(cp.ns, cp.queue)
+    assert redis_view.xlen(stream) == 253
+    # When that last job is cancelled
+    assert cancel(cp, job).json["state"] == "cancelled"
+    # Then it leaves the queue at once (its entry was found past the 250 before it)
+    assert redis_view.xlen(stream) == 252
+    assert (
+        cp.call(
+            "jobs", "GET", "/v1/namespaces/{ns}/queues/{queue}", {"ns": cp.ns, "queue": cp.queue}
+        ).json["queued"]
+        == 252
+    )
 
 
 def test_given_a_running_job_when_cancelled_then_202_the_heartbeat_says_so_and_cancelled_posts_end_it(

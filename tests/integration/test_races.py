@@ -725,3 +725,50 @@ def test_given_a_retry_before_a_failing_posts_settle_when_the_same_daemon_takes_
     # Then: if a dies now, the job is delivered again; before, the settle took a's entry for
     # the failed delivery's own (same consumer) and replaced it under the running job
     assert_redelivered_when_its_daemon_dies(cp, job, 2)
+
+
+def test_given_a_cancel_that_found_the_queued_entry_when_a_retry_lands_before_it_drops_it_then_the_job_runs(
+    cp: ControlPlane, monkeypatch
+):
+    # Given: a queued inline job (no hash yet) whose cancel has found its entry and is paused
+    # before it drops it (the job already reads cancelled)
+    job = cp.enqueue(raw=b"\x0c\x0d").json["job_id"]
+    cancelling = paused_at(
+        monkeypatch, RedisJobStore, "find_inline_entry", lambda: cancel(cp, job), after=True
+    )
+    assert cp.status(job).json["state"] == "cancelled"
+    # When: the client retries the job (answered queued), and then the cancel goes on
+    retried = retry(cp, job)
+    assert (retried.status, (retried.json or {}).get("state")) == (200, "queued"), retried.raw_body
+    assert cancelling.go().json["state"] == "cancelled"
+    # Then: the retried job is delivered once, with its arguments (not stranded queued)
+    answer = cp.poll(daemon_id="a")
+    assert answer.status == 200, f"the job was stranded: {answer.status} {answer.raw_body}"
+    assert answer.json["job_id"] == job
+    assert base64.b64decode(answer.json["payloadInline"]) == b"\x0c\x0d"
+    assert cp.poll(daemon_id="b").status == 204
+
+
+def test_given_a_cancel_that_found_the_queued_entry_when_a_poll_takes_it_first_then_nothing_runs_and_a_retry_does(
+    cp: ControlPlane, monkeypatch
+):
+    # Given: a queued inline job whose cancel has found its entry and is paused before it
+    # drops it
+    job = cp.enqueue(raw=b"\x0e\x0f").json["job_id"]
+    cancelling = paused_at(
+        monkeypatch, RedisJobStore, "find_inline_entry", lambda: cancel(cp, job), after=True
+    )
+    # When: a daemon polls first (it finds the job cancelled), and then the cancel goes on
+    assert cp.poll(daemon_id="a").status == 204
+    assert cancelling.go().json["state"] == "cancelled"
+    # Then: the cancelled job never ran, and a retry runs it once with its arguments
+    assert cp.status(job).json["state"] == "cancelled"
+    retried = retry(cp, job)
+    assert (retried.status, (retried.json or {}).get("state")) == (200, "queued"), retried.raw_body
+    answer = cp.poll(daemon_id="b")
+    assert answer.status == 200, f"the job was stranded: {answer.status} {answer.raw_body}"
+    assert (answer.json["job_id"], base64.b64decode(answer.json["payloadInline"])) == (
+        job,
+        b"\x0e\x0f",
+    )
+    assert cp.poll(daemon_id="c").status == 204

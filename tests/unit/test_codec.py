@@ -7,6 +7,7 @@ import enum
 import gc
 import hashlib
 import struct
+import time
 from collections import OrderedDict
 
 import msgpack
@@ -110,6 +111,25 @@ def test_self_referencing_structure_is_refused():
     # When encoded, Then a CodecError (not a crash) comes back
     with pytest.raises(codec.CodecError):
         codec.encode(loop)
+
+
+@pytest.mark.timeout(20)
+def test_a_structure_sharing_its_parts_past_the_depth_limit_is_refused_at_once():
+    # Given values msgpack refuses at once (nested past its depth limit) whose parts are shared:
+    # a list holding itself twice, and a chain of pairs of one list, with an unsupported value
+    loop: list = []
+    loop += [loop, loop]
+    chain: list = [object()]
+    for _ in range(40):
+        chain = [chain, chain]
+
+    # When encoded as a job's args, Then each is refused with a CodecError, not walked path by
+    # path (2**512 and 2**40 of them) looking for a bad dict key to name
+    for value, message in ((loop, "recursion limit"), (chain, "builtins.object")):
+        started = time.perf_counter()
+        with pytest.raises(codec.CodecError, match=message):
+            codec.encode({"args": [value], "kwargs": {}}, call=True)
+        assert time.perf_counter() - started < 5
 
 
 def test_large_array_is_a_separate_chunk_sharing_the_array_memory():

@@ -22,9 +22,9 @@ from ..records import (
 )
 from ._base import StoreBase
 
-# A cancel looks for a hashless inline job's entry from this long before its id's time (the
-# id's clock is the control plane's, the entry's Redis's) through at most this many entries; one
-# not found goes at its delivery, as before.
+# A cancel looks for a hashless inline job's entry from its id's time on, then back to this long
+# before it (the id's clock is the control plane's, the entry's Redis's), through at most this
+# many entries; one not found goes at its delivery, as before.
 ENTRY_SEARCH_SLACK_MS = 1000
 INLINE_ENTRY_SEARCH = 200
 
@@ -113,10 +113,10 @@ class LifecycleSteps(StoreBase):
 
     def find_inline_entry(self, namespace: str, queue: str, job_id: str, created_ms: int) -> str:
         """The queue entry of a queued inline job that has no hash (lifecycle_find_entry.lua):
-        its id, or '' when it is not within INLINE_ENTRY_SEARCH entries of its creation."""
+        its id, or '' when it is not within INLINE_ENTRY_SEARCH entries of its creation time."""
         reply = self._script("lifecycle_find_entry")(
             keys=[keys.queue(namespace, queue)],
-            args=[job_id, max(created_ms - ENTRY_SEARCH_SLACK_MS, 0), INLINE_ENTRY_SEARCH],
+            args=[job_id, created_ms, ENTRY_SEARCH_SLACK_MS, INLINE_ENTRY_SEARCH],
         )
         return text(reply) or ""
 
