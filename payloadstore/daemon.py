@@ -876,8 +876,9 @@ class Daemon:
                 return CANCELLED, None, None
         error = box.get("error")
         if error is not None:
-            if not isinstance(error, Exception):
-                raise error  # KeyboardInterrupt, SystemExit: the daemon's, not the job's
+            # Whatever the function raised is the job's, SystemExit and KeyboardInterrupt too:
+            # it ran on a thread of its own, where no signal lands (the daemon's signals reach
+            # the main thread), so a sys.exit() in a job fails that job, not the daemon.
             return FAILED, error, box.get("traceback")
         if current.lease_lost:
             return TAKEN, None, None
