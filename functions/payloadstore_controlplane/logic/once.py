@@ -18,6 +18,7 @@ import base64
 import contextlib
 import hashlib
 import json
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -100,6 +101,8 @@ def once(
 # How long the deliveries a post with `next` took are remembered for its repeat: above the
 # SDK's retries of one post (a few attempts, backoff capped at 5 s, each up to wait_s + 20 s).
 NEXT_TAKEN_TTL_S = 120
+# How often a repeat that arrived while its first post still waits looks for what it took.
+NEXT_RECHECK_S = 0.1
 
 
 def next_once(
@@ -110,9 +113,15 @@ def next_once(
     to this daemon, same lease), not a second batch while the first waits out
     VISIBILITY_TIMEOUT_S; a delivery since ended, cancelled or taken elsewhere is left out.
     The post itself is idempotent already (a repeat of the accepted post changes nothing)."""
-    if key is not None and not IDEMPOTENCY_KEY_RE.match(key):
+    if key is None:
+        return next_deliveries(p, nxt, wait_s, deps)
+    if not IDEMPOTENCY_KEY_RE.match(key):
         raise Unprocessable("invalid Idempotency-Key: use [A-Za-z0-9_.:-], 1-128 chars")
-    if key is not None:
+    # The first post claims the key before it waits: a repeat that arrives while it still waits
+    # (the daemon's connection was cut, the SDK sent the post again) waits for what it takes,
+    # rather than taking a second batch while the first one's goes to nobody.
+    deadline = time.monotonic() + wait_s
+    while not deps.jobs.next_claim(p.namespace, key, NEXT_TAKEN_TTL_S):
         taken = deps.jobs.next_taken(p.namespace, key)
         if taken is not None:
             again = [redelivery(p, job_id, lease, deps) for job_id, lease in taken]
@@ -121,12 +130,23 @@ def next_once(
                 "next deliveries answered again", extra={"taken": len(taken), "found": len(found)}
             )
             return found
-    found = next_deliveries(p, nxt, wait_s, deps)
-    if key is not None and found:
-        pairs = [(d.job_id, d.lease) for d in found if d.lease]
+        if time.monotonic() >= deadline:
+            return []  # the first still waits (its wait began earlier, so rarely)
+        time.sleep(min(NEXT_RECHECK_S, max(deadline - time.monotonic(), 0.0)))
+    try:
+        found = next_deliveries(p, nxt, max(deadline - time.monotonic(), 0.0), deps)
+    except BaseException:
         with contextlib.suppress(Exception):
-            # Not kept (Redis away): a repeat takes a new batch, as before keys.
+            deps.jobs.forget_next(p.namespace, key)
+        raise
+    pairs = [(d.job_id, d.lease) for d in found if d.lease]
+    with contextlib.suppress(Exception):
+        # Not kept (Redis away): a repeat waits out its wait and answers none, as the claim
+        # holds; the deliveries return after VISIBILITY_TIMEOUT_S.
+        if pairs:
             deps.jobs.remember_next(p.namespace, key, pairs, NEXT_TAKEN_TTL_S)
+        else:
+            deps.jobs.forget_next(p.namespace, key)  # took none: a repeat takes anew
     return found
 
 
