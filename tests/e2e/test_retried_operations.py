@@ -280,3 +280,34 @@ def test_a_result_post_with_next_sent_again_while_the_first_still_waits_gets_its
     (taken,) = answer
     daemon_client.wire.post_result(taken.job_id, inline=b"\x02", lease=taken.lease)
     assert client.job(taken.job_id).result(timeout=10) == 2
+
+
+def test_a_repeat_while_a_long_redrive_still_runs_gets_its_answer_within_the_sdks_retries(
+    local_gateway,
+):
+    from payloadstore._wire import redrive as redrive_call
+    from payloadstore_controlplane.logic.once import fingerprint
+    from payloadstore_controlplane.models.api import RedriveRequest
+    from payloadstore_controlplane.store import keys
+
+    # Given a redrive whose first request still runs (a redrive may take up to 10 s): its key
+    # claimed as operate_once.lua does, its answer kept 9 s later
+    client, _ = clients(local_gateway)
+    queue = unique_queue("ops-long-redrive")
+    key = "long-redrive-1"
+    record = keys.operation("dev", key)
+    body = RedriveRequest.model_validate({"limit": 2}).model_dump(mode="json")
+    print_ = fingerprint("redrive", {"queue": queue, "body": body})
+    r = local_gateway.redis_client()
+    r.hset(record, "f", print_)
+    r.pexpire(record, 60_000)
+    answered = threading.Timer(9.0, lambda: r.hset(record, "a", '200 {"retried":2,"skipped":0}'))
+    answered.start()
+    try:
+        # When the SDK sends its repeat (default retry policy), Then it gets the first answer,
+        # not ServiceUnavailable for an operation that was done (a new call, with a new key,
+        # would redrive 2 more)
+        answer = client.wire.send(redrive_call("dev", queue, limit=2, idempotency_key=key))
+    finally:
+        answered.cancel()
+    assert answer.retried == 2

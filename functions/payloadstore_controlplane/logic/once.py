@@ -8,7 +8,7 @@ and failed again retries it again. With the header, the first request claims the
 (operate_once.lua, on the namespace's slot); a repeat gets the first one's answer for
 IDEMPOTENCY_TTL_S, as an inline enqueue's repeat gets the same job. A repeat that arrives while
 the first still runs is `503` with `Retry-After` (retried by the SDKs until the answer is
-kept); the same key on another request (route, path or body) is `422`. A request that fails
+kept: the repeat waits first, up to REPEAT_WAIT_S, for that answer); the same key on another request (route, path or body) is `422`. A request that fails
 keeps nothing: its key may be sent again and runs then.
 """
 
@@ -40,6 +40,10 @@ M = TypeVar("M", bound=BaseModel)
 # How long a claim holds while its request runs: above the longest operation (redrive and purge
 # stop at 10 s, API Gateway answers within 29 s), so a repeat never runs beside the first.
 RUNNING_S = 60
+# How long a repeat waits for the answer of its first request, still running (capped by what
+# the invocation can afford): above the 10 s a redrive or purge may take.
+REPEAT_WAIT_S = 20.0
+REPEAT_RECHECK_S = 0.1
 
 
 def fingerprint(what: str, request: Any) -> str:
@@ -56,15 +60,25 @@ def once(
     model: type[M],
     deps: Deps,
     run: Callable[[], tuple[int, M]],
+    wait_s: float = 0.0,
 ) -> tuple[int, M]:
     """(status, answer) of `run()`, run at most once per `key` in the namespace; without a key,
-    `run()` as it is."""
+    `run()` as it is. A repeat that arrives while the first request runs waits up to `wait_s`
+    for its answer (503 after that)."""
     if key is None:
         return run()
     if not IDEMPOTENCY_KEY_RE.match(key):
         raise Unprocessable("invalid Idempotency-Key: use [A-Za-z0-9_.:-], 1-128 chars")
     print_ = fingerprint(what, request)
     state, answer = deps.jobs.operation_claim(p.namespace, key, print_, RUNNING_S)
+    # A repeat while the first runs (a cut connection, sent again at once) waits for its answer
+    # here: 503s alone would spend the SDK's few attempts (Retry-After 2 s each) within a
+    # redrive's or purge's 10 s, and the caller would be told to try again, with a new key, an
+    # operation that was done.
+    deadline = time.monotonic() + wait_s
+    while state == "running" and time.monotonic() < deadline:
+        time.sleep(min(REPEAT_RECHECK_S, max(deadline - time.monotonic(), 0.0)))
+        state, answer = deps.jobs.operation_claim(p.namespace, key, print_, RUNNING_S)
     if state == "answer" and answer:
         code, _, body = answer.partition(" ")
         return int(code), model.model_validate_json(body)
