@@ -218,18 +218,23 @@ def emit_value(value: Any, out: str | None) -> None:
 
 
 class Seconds(click.ParamType):
-    """A duration in seconds: a number >= 0 (`inf`: no limit); NaN and negatives are bad input
-    (exit 2), refused before any call."""
+    """A duration in seconds: a number >= `min_s` (`inf`: no limit, where `finite` is not
+    asked); NaN, infinities where a finite one is needed, and numbers below it are bad input
+    (exit 2), refused before any call (click's FloatRange lets NaN through)."""
 
     name = "seconds"
+
+    def __init__(self, min_s: float = 0.0, *, finite: bool = False):
+        self.min_s, self.finite = min_s, finite
 
     def convert(self, value: Any, param: Any, ctx: Any) -> float:
         try:
             seconds = float(value)
         except (TypeError, ValueError):
             self.fail(f"{value!r} is not a number of seconds", param, ctx)
-        if math.isnan(seconds) or seconds < 0:
-            self.fail(f"{value!r} is not a number of seconds >= 0", param, ctx)
+        if math.isnan(seconds) or seconds < self.min_s or (self.finite and math.isinf(seconds)):
+            kind = "a finite number" if self.finite else "a number"
+            self.fail(f"{value!r} is not {kind} of seconds >= {self.min_s:g}", param, ctx)
         return seconds
 
 
@@ -937,7 +942,7 @@ def load_function(spec: str):
 @click.option("--concurrency", "-c", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option(
     "--poll-wait",
-    type=click.FloatRange(min=0),
+    type=Seconds(0.0, finite=True),
     default=10.0,
     show_default=True,
     help="long-poll seconds",
@@ -1005,7 +1010,7 @@ def queues(settings: Settings, queue: str | None, as_json: bool) -> None:
 @cli.command()
 @click.option(
     "--interval",
-    type=click.FloatRange(min=0.1),
+    type=Seconds(0.1, finite=True),
     default=2.0,
     show_default=True,
     help="seconds between refreshes",
@@ -1044,7 +1049,7 @@ def top(settings: Settings, interval: float) -> None:
 )
 @click.option(
     "--refresh",
-    type=click.FloatRange(min=0.5),
+    type=Seconds(0.5, finite=True),
     default=3.0,
     show_default=True,
     help="seconds between the page's refreshes",

@@ -210,3 +210,31 @@ def test_every_bad_input_is_one_error_line_and_exit_2(argv, monkeypatch, capsys,
     assert exited.value.code == 2
     assert err.startswith("error: ") and len(err.splitlines()) == 1, err
     assert seen == []
+
+
+@pytest.mark.parametrize(
+    "argv, option",
+    [
+        (["top", "--interval", "nan"], "--interval"),
+        (["top", "--interval", "inf"], "--interval"),
+        (["dashboard", "--port", "0", "--refresh", "nan"], "--refresh"),
+        (["dashboard", "--port", "0", "--refresh", "inf"], "--refresh"),
+    ],
+)
+def test_a_nan_or_infinite_interval_is_one_error_line_naming_the_option_and_exit_2(
+    argv, option, monkeypatch, capsys, listener
+):
+    from payloadstore.cli import main
+
+    url, seen = listener
+    monkeypatch.setenv("PAYLOADSTORE_ENDPOINT", url)
+    monkeypatch.setenv("PAYLOADSTORE_TOKEN", "pst_t")
+    # When a refresh interval is NaN or infinite (a range check alone lets NaN through)
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    # Then the option is refused: one `error:` line naming it, exit 2, before any call
+    err = capsys.readouterr().err
+    assert exited.value.code == 2
+    assert err.startswith("error: ") and len(err.splitlines()) == 1, err
+    assert option in err
+    assert seen == []
