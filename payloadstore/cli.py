@@ -146,7 +146,8 @@ def json_safe(value: Any) -> Any:
     """A value JSON can hold, by the CLI's documented rule: NaN and the infinities as the strings
     "NaN", "Infinity", "-Infinity"; map keys as strings (bool and None as JSON writes them,
     numbers in their JSON form, bytes as their UTF-8 text or else `0x` + hex, anything else its
-    repr; a key that would repeat one already there is its repr); bytes as `{"bytes": N}`,
+    repr; a key that would repeat one already there is its repr, and if that repeats one too,
+    `<type>:<repr>`); bytes as `{"bytes": N}`,
     arrays as lists, other types as `json_default` has them."""
     if isinstance(value, float):
         if math.isfinite(value):
@@ -162,6 +163,13 @@ def json_safe(value: Any) -> Any:
             key = json_key(k)
             if key in out:
                 key = repr(k)
+            if key in out:
+                # repr alike too (1 after "1", 1.5 after "1.5"): the type names it, then a count
+                key = base = f"{type(k).__name__}:{repr(k)}"
+                n = 1
+                while key in out:
+                    n += 1
+                    key = f"{base}#{n}"
             out[key] = json_safe(v)
         return out
     if isinstance(value, (list, tuple)):

@@ -238,3 +238,16 @@ def test_a_nan_or_infinite_interval_is_one_error_line_naming_the_option_and_exit
     assert err.startswith("error: ") and len(err.splitlines()) == 1, err
     assert option in err
     assert seen == []
+
+
+def test_map_keys_that_print_alike_are_all_kept(capsys):
+    from payloadstore.cli import emit_value
+
+    # Given a map whose keys are distinct but print alike (a msgpack map may hold "1" and 1)
+    value = {"1": "str", 1: "int", "1.5": "str", 1.5: "float", "3": "str", 3: "int", b"3": "bytes"}
+    # When printed as a result
+    emit_value(value, None)
+    # Then every entry is there, each under its own key
+    printed = _strict(capsys.readouterr().out)
+    assert len(printed) == len(value)
+    assert sorted(printed.values()) == sorted(value.values())
