@@ -160,22 +160,26 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, dict):
         out: dict[str, Any] = {}
         for k, v in value.items():
-            key = json_key(k)
-            if key in out:
-                key = repr(k)
-            if key in out:
-                # repr alike too (1 after "1", 1.5 after "1.5"): the type names it, then a count
-                key = base = f"{type(k).__name__}:{repr(k)}"
-                n = 1
-                while key in out:
-                    n += 1
-                    key = f"{base}#{n}"
-            out[key] = json_safe(v)
+            out[unique_key(out, k)] = json_safe(v)
         return out
     if isinstance(value, (list, tuple)):
         return [json_safe(v) for v in value]
     converted = json_default(value)
     return converted if isinstance(converted, str) else json_safe(converted)
+
+
+def unique_key(out: dict[str, Any], k: Any) -> str:
+    """`k`'s JSON key, else (that one is taken) its repr, else (repr alike too: 1 after "1",
+    1.5 after "1.5") `<type>:<repr>`, then a count: no entry printed over another."""
+    for key in (json_key(k), repr(k)):
+        if key not in out:
+            return key
+    key = base = f"{type(k).__name__}:{k!r}"
+    n = 1
+    while key in out:
+        n += 1
+        key = f"{base}#{n}"
+    return key
 
 
 def json_safe_scalar(value: Any) -> Any:
