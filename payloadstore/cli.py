@@ -22,6 +22,7 @@ from typing import Any
 import click
 
 from ._blobs import Blob
+from ._payloads import write_into
 from .client import (
     DEFAULT_NAMESPACE,
     ENV_ENDPOINT,
@@ -217,14 +218,15 @@ def emit_value(value: Any, out: str | None) -> None:
     if isinstance(value, (bytes, bytearray, memoryview)):
         data = bytes(value)
         if out:
-            Path(out).write_bytes(data)
+            # Beside it, then renamed over it: a failed write leaves the old file whole.
+            write_into(out, data)
         else:
             sys.stdout.buffer.write(data)
             sys.stdout.flush()
         return
     text = dumps_json(value)
     if out:
-        Path(out).write_text(text + "\n")
+        write_into(out, (text + "\n").encode())
     else:
         click.echo(text)
 

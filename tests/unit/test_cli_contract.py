@@ -251,3 +251,30 @@ def test_map_keys_that_print_alike_are_all_kept(capsys):
     printed = _strict(capsys.readouterr().out)
     assert len(printed) == len(value)
     assert sorted(printed.values()) == sorted(value.values())
+
+
+@pytest.mark.parametrize("value", ['b"x" * 200_000', '["x" * 200_000]'], ids=["bytes", "json"])
+def test_out_keeps_the_old_file_whole_when_writing_the_result_fails(tmp_path, value):
+    import subprocess
+    import sys
+
+    # Given an --out file holding an older result, and a disk that takes no more than 64 KiB
+    # per file (RLIMIT_FSIZE: a write past it fails with EFBIG, as a full disk would)
+    out = tmp_path / "result.out"
+    out.write_bytes(b"the previous result")
+    script = (
+        "import resource, signal, sys\n"
+        "from payloadstore.cli import emit_value\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))\n"
+        f"emit_value({value}, sys.argv[1])\n"
+    )
+    # When the result is written there and the write fails midway
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(out)], check=False, capture_output=True, text=True
+    )
+    # Then the command failed, the old file is whole and no partial file is left (docs/sdk.md:
+    # written beside it and renamed over it)
+    assert done.returncode != 0 and "File too large" in done.stderr
+    assert out.read_bytes() == b"the previous result"
+    assert [p.name for p in tmp_path.iterdir()] == ["result.out"]
