@@ -668,6 +668,8 @@ def download_parts(
     crcs: list[tuple[int, int]] = [(0, 0)] * len(ranges)
     ok = False
     stop = threading.Event()
+    with _active_lock:
+        _active_stops.add(stop)
 
     def pause(seconds: float) -> None:
         # A range's backoff ends at once when the download is interrupted.
@@ -719,10 +721,26 @@ def download_parts(
         _verify(crcs, digests, crc64nvme=crc64nvme, expected=expected, key=key, job_id=job_id)
         ok = True
     finally:
+        with _active_lock:
+            _active_stops.discard(stop)
         reader.close()
         bar.close()
         writer.close(size, ok)
     return writer.buffer
+
+
+# The stop events of the downloads in progress, so that one call stops them all.
+_active_stops: set[threading.Event] = set()
+_active_lock = threading.Lock()
+
+
+def interrupt_transfers() -> None:
+    """Stop every multipart download of this process at its next slice (none starts a range
+    after it): a daemon's second signal, for the downloads on its worker threads, where no
+    KeyboardInterrupt lands (the main thread gets it)."""
+    with _active_lock:
+        for stop in _active_stops:
+            stop.set()
 
 
 def _verify(

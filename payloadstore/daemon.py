@@ -39,6 +39,7 @@ from enum import StrEnum
 from typing import Any
 
 from . import codec
+from ._multipart import interrupt_transfers
 from ._wire import MAX_POLL_JOBS, HeartbeatAnswer, NextJobs, PolledJob, polled_job
 from .client import Client
 from .errors import (
@@ -563,6 +564,9 @@ class Daemon:
         def on_signal(signum, frame):
             self._signals_seen += 1
             if self._signals_seen > 1:
+                # The worker threads' downloads (concurrency > 1) get no KeyboardInterrupt:
+                # stopped here, or leaving the process would wait for every range they queued.
+                interrupt_transfers()
                 raise KeyboardInterrupt(f"second {signal.Signals(signum).name}: stopping now")
             log.info(
                 "stopping signal=%s finishing jobs in hand (signal again to quit now)",

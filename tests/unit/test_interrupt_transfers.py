@@ -370,3 +370,53 @@ def test_a_download_into_a_directory_is_refused_before_any_range(
     # Then it is refused at once: no range fetched, nothing left beside it
     assert started == []
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_daemons_second_signal_stops_a_download_on_a_worker_thread_within_a_second(
+    slow_object, tmp_path, monkeypatch
+):
+    from payloadstore import Daemon
+    from tests.unit.sdk_fakes import FakeWorld, make_client
+
+    monkeypatch.setenv("PAYLOADSTORE_PART_WORKERS", "8")
+    url, data, started = slow_object
+    # Given a daemon's signal handlers, and a download on a worker thread (concurrency > 1: a
+    # KeyboardInterrupt reaches only the main thread)
+    daemon = Daemon(make_client(FakeWorld()), ["q"], concurrency=2)
+    restore = daemon._install_signals()
+    target = tmp_path / "args.bin"
+    ended: list[float] = []
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            fast_download_into(url, len(data), target)
+        except BaseException as e:  # noqa: BLE001 - looked at below
+            errors.append(e)
+        finally:
+            ended.append(time.monotonic())
+
+    thread = threading.Thread(target=worker, daemon=True)
+    try:
+        thread.start()
+        time.sleep(0.6)
+        # When SIGINT comes twice (the second: stop now)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)
+        interrupted_at = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1.0)
+    finally:
+        restore()
+    thread.join(timeout=10)
+    # Then the worker's download stopped within about a second, starting no range after it,
+    # and left no file
+    took = ended[0] - interrupted_at
+    after = sum(t > interrupted_at + 0.2 for t in started)
+    print(
+        f"second signal to stop (worker thread): {took:.3f} s; ranges started {len(started)}/{PARTS}"
+    )
+    assert errors and took < 1.0
+    assert after == 0
+    assert list(tmp_path.iterdir()) == []
