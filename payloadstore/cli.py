@@ -255,6 +255,24 @@ class Seconds(click.ParamType):
 SECONDS = Seconds()
 
 
+class OutPath(click.Path):
+    """A file to write the result into: not a directory, in a directory that exists, refused
+    before any call (else the job is enqueued and run, and its result lost at the end)."""
+
+    def __init__(self) -> None:
+        super().__init__(dir_okay=False)
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        path = super().convert(value, param, ctx)
+        parent = os.path.dirname(os.path.abspath(os.fspath(path)))
+        if not os.path.isdir(parent):
+            self.fail(f"{os.fspath(path)!r}: no directory {parent!r} to write it in", param, ctx)
+        return path
+
+
+OUT_PATH = OutPath()
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--endpoint", envvar=ENV_ENDPOINT, help=f"control-plane URL [{ENV_ENDPOINT}]")
 @click.option("--token", envvar=ENV_TOKEN, help=f"bearer token [{ENV_TOKEN}]")
@@ -596,7 +614,7 @@ def _kms_keys(settings: Settings, ssm_endpoint: str | None) -> dict:
 @click.option(
     "--wait", type=SECONDS, default=None, help="then wait up to S seconds and print the result"
 )
-@click.option("--out", type=click.Path(dir_okay=False), help="with --wait: write the result here")
+@click.option("--out", type=OUT_PATH, help="with --wait: write the result here")
 @click.option(
     "--progress/--no-progress",
     default=None,
@@ -736,9 +754,7 @@ def enqueue_lines(settings: Settings, queue: str, values: list[Any], progress) -
 @click.option(
     "--wait", type=SECONDS, default=0.0, show_default=True, help="seconds to wait for a pending job"
 )
-@click.option(
-    "--out", type=click.Path(dir_okay=False), help="write the result here (bytes raw, else JSON)"
-)
+@click.option("--out", type=OUT_PATH, help="write the result here (bytes raw, else JSON)")
 @click.option("--progress/--no-progress", default=None)
 @click.pass_obj
 def result(settings: Settings, job_id, wait, out, progress) -> None:

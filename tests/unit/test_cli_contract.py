@@ -194,6 +194,8 @@ def test_an_error_no_command_anticipated_is_still_one_line(monkeypatch, capsys):
         ["enqueue", "q"],
         ["enqueue", "q", "--json", "{"],
         ["no-such-command"],
+        ["enqueue", "q", "--json", "1", "--wait", "5", "--out", "/no/such/dir/result.json"],
+        ["result", "JOB", "--out", "/no/such/dir/result.bin"],
     ],
 )
 def test_every_bad_input_is_one_error_line_and_exit_2(argv, monkeypatch, capsys, listener):
