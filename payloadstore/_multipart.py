@@ -26,6 +26,7 @@ import hashlib
 import http.client
 import logging
 import os
+import stat
 import tempfile
 import threading
 import time
@@ -543,9 +544,12 @@ class _Writer:
             if isinstance(into, (str, os.PathLike)):
                 # Into a temporary file beside it, renamed over it once verified: a failed or
                 # interrupted download leaves the old file whole and no partial one.
-                self._path = os.fspath(into)
-                fd, self._temp = temp_beside(self._path)
-                self._file, self._own_file = os.fdopen(fd, "wb"), True
+                self._path = replaceable(os.fspath(into))
+                if self._path is None:
+                    self._file, self._own_file = open(into, "wb"), True  # noqa: SIM115
+                else:
+                    fd, self._temp = temp_beside(self._path)
+                    self._file, self._own_file = os.fdopen(fd, "wb"), True
             else:
                 self._file = into
             try:
@@ -590,6 +594,19 @@ class _Writer:
                         os.unlink(self._temp)
         if self._view is not None and self.buffer is not None:
             self._view.release()
+
+
+def replaceable(path: str) -> str | None:
+    """The file a write into `path` goes beside and is renamed over: `path`, or for a symlink
+    the file it names (the link stays, as `open(path, "wb")` would keep it); None for what is
+    no regular file (a FIFO, /dev/stdout, a device: written in place, never replaced; a
+    directory: refused by that open, before anything is fetched)."""
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+    except FileNotFoundError:
+        return real
+    return real if stat.S_ISREG(st.st_mode) else None
 
 
 def temp_beside(path: str) -> tuple[int, str]:
@@ -651,6 +668,8 @@ def download_parts(
     crcs: list[tuple[int, int]] = [(0, 0)] * len(ranges)
     ok = False
     stop = threading.Event()
+    with _active_lock:
+        _active_stops.add(stop)
 
     def pause(seconds: float) -> None:
         # A range's backoff ends at once when the download is interrupted.
@@ -702,10 +721,26 @@ def download_parts(
         _verify(crcs, digests, crc64nvme=crc64nvme, expected=expected, key=key, job_id=job_id)
         ok = True
     finally:
+        with _active_lock:
+            _active_stops.discard(stop)
         reader.close()
         bar.close()
         writer.close(size, ok)
     return writer.buffer
+
+
+# The stop events of the downloads in progress, so that one call stops them all.
+_active_stops: set[threading.Event] = set()
+_active_lock = threading.Lock()
+
+
+def interrupt_transfers() -> None:
+    """Stop every multipart download of this process at its next slice (none starts a range
+    after it): a daemon's second signal, for the downloads on its worker threads, where no
+    KeyboardInterrupt lands (the main thread gets it)."""
+    with _active_lock:
+        for stop in _active_stops:
+            stop.set()
 
 
 def _verify(

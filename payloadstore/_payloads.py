@@ -16,7 +16,7 @@ import httpx
 
 from . import codec
 from ._http import RetryPolicy
-from ._multipart import download_parts, temp_beside, upload_parts
+from ._multipart import download_parts, replaceable, temp_beside, upload_parts
 from ._transfer import download, expiry_epoch, upload
 from ._wire import DownloadGrant, PayloadRef, ServerConfig, UploadGrant, Wire
 from .errors import ApiError, PayloadTooLarge
@@ -263,7 +263,11 @@ def write_into(into: Any, data: bytes | bytearray | memoryview) -> None:
         memoryview(into).cast("B")[: len(data)] = data
     elif isinstance(into, (str, os.PathLike)):
         # Beside it, then renamed over it: a failed write (a full disk) leaves the old file whole.
-        path = os.fspath(into)
+        path = replaceable(os.fspath(into))
+        if path is None:  # a FIFO, a device: written in place
+            with open(into, "wb") as f:
+                f.write(data)
+            return
         fd, temp = temp_beside(path)
         try:
             with os.fdopen(fd, "wb") as f:

@@ -22,6 +22,7 @@ from typing import Any
 import click
 
 from ._blobs import Blob
+from ._payloads import write_into
 from .client import (
     DEFAULT_NAMESPACE,
     ENV_ENDPOINT,
@@ -152,7 +153,8 @@ def json_safe(value: Any) -> Any:
     """A value JSON can hold, by the CLI's documented rule: NaN and the infinities as the strings
     "NaN", "Infinity", "-Infinity"; map keys as strings (bool and None as JSON writes them,
     numbers in their JSON form, bytes as their UTF-8 text or else `0x` + hex, anything else its
-    repr; a key that would repeat one already there is its repr); bytes as `{"bytes": N}`,
+    repr; a key that would repeat one already there is its repr, and if that repeats one too,
+    `<type>:<repr>`); bytes as `{"bytes": N}`,
     arrays as lists, other types as `json_default` has them."""
     if isinstance(value, float):
         if math.isfinite(value):
@@ -165,15 +167,26 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, dict):
         out: dict[str, Any] = {}
         for k, v in value.items():
-            key = json_key(k)
-            if key in out:
-                key = repr(k)
-            out[key] = json_safe(v)
+            out[unique_key(out, k)] = json_safe(v)
         return out
     if isinstance(value, (list, tuple)):
         return [json_safe(v) for v in value]
     converted = json_default(value)
     return converted if isinstance(converted, str) else json_safe(converted)
+
+
+def unique_key(out: dict[str, Any], k: Any) -> str:
+    """`k`'s JSON key, else (that one is taken) its repr, else (repr alike too: 1 after "1",
+    1.5 after "1.5") `<type>:<repr>`, then a count: no entry printed over another."""
+    for key in (json_key(k), repr(k)):
+        if key not in out:
+            return key
+    key = base = f"{type(k).__name__}:{k!r}"
+    n = 1
+    while key in out:
+        n += 1
+        key = f"{base}#{n}"
+    return key
 
 
 def json_safe_scalar(value: Any) -> Any:
@@ -211,35 +224,59 @@ def emit_value(value: Any, out: str | None) -> None:
     if isinstance(value, (bytes, bytearray, memoryview)):
         data = bytes(value)
         if out:
-            Path(out).write_bytes(data)
+            # Beside it, then renamed over it: a failed write leaves the old file whole.
+            write_into(out, data)
         else:
             sys.stdout.buffer.write(data)
             sys.stdout.flush()
         return
     text = dumps_json(value)
     if out:
-        Path(out).write_text(text + "\n")
+        write_into(out, (text + "\n").encode())
     else:
         click.echo(text)
 
 
 class Seconds(click.ParamType):
-    """A duration in seconds: a number >= 0 (`inf`: no limit); NaN and negatives are bad input
-    (exit 2), refused before any call."""
+    """A duration in seconds: a number >= `min_s` (`inf`: no limit, where `finite` is not
+    asked); NaN, infinities where a finite one is needed, and numbers below it are bad input
+    (exit 2), refused before any call (click's FloatRange lets NaN through)."""
 
     name = "seconds"
+
+    def __init__(self, min_s: float = 0.0, *, finite: bool = False):
+        self.min_s, self.finite = min_s, finite
 
     def convert(self, value: Any, param: Any, ctx: Any) -> float:
         try:
             seconds = float(value)
         except (TypeError, ValueError):
             self.fail(f"{value!r} is not a number of seconds", param, ctx)
-        if math.isnan(seconds) or seconds < 0:
-            self.fail(f"{value!r} is not a number of seconds >= 0", param, ctx)
+        if math.isnan(seconds) or seconds < self.min_s or (self.finite and math.isinf(seconds)):
+            kind = "a finite number" if self.finite else "a number"
+            self.fail(f"{value!r} is not {kind} of seconds >= {self.min_s:g}", param, ctx)
         return seconds
 
 
 SECONDS = Seconds()
+
+
+class OutPath(click.Path):
+    """A file to write the result into: not a directory, in a directory that exists, refused
+    before any call (else the job is enqueued and run, and its result lost at the end)."""
+
+    def __init__(self) -> None:
+        super().__init__(dir_okay=False)
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        path = super().convert(value, param, ctx)
+        parent = os.path.dirname(os.path.abspath(os.fspath(path)))
+        if not os.path.isdir(parent):
+            self.fail(f"{os.fspath(path)!r}: no directory {parent!r} to write it in", param, ctx)
+        return path
+
+
+OUT_PATH = OutPath()
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -647,7 +684,7 @@ def _kms_keys(settings: Settings, ssm_endpoint: str | None) -> dict:
 @click.option(
     "--wait", type=SECONDS, default=None, help="then wait up to S seconds and print the result"
 )
-@click.option("--out", type=click.Path(dir_okay=False), help="with --wait: write the result here")
+@click.option("--out", type=OUT_PATH, help="with --wait: write the result here")
 @click.option(
     "--progress/--no-progress",
     default=None,
@@ -788,9 +825,7 @@ def enqueue_lines(settings: Settings, queue: str, values: list[Any], progress) -
 @click.option(
     "--wait", type=SECONDS, default=0.0, show_default=True, help="seconds to wait for a pending job"
 )
-@click.option(
-    "--out", type=click.Path(dir_okay=False), help="write the result here (bytes raw, else JSON)"
-)
+@click.option("--out", type=OUT_PATH, help="write the result here (bytes raw, else JSON)")
 @click.option("--progress/--no-progress", default=None)
 @click.pass_obj
 def result(settings: Settings, job_id, wait, out, progress) -> None:
@@ -1008,7 +1043,7 @@ def load_function(spec: str):
 @click.option("--concurrency", "-c", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option(
     "--poll-wait",
-    type=click.FloatRange(min=0),
+    type=Seconds(0.0, finite=True),
     default=10.0,
     show_default=True,
     help="long-poll seconds",
@@ -1076,7 +1111,7 @@ def queues(settings: Settings, queue: str | None, as_json: bool) -> None:
 @cli.command()
 @click.option(
     "--interval",
-    type=click.FloatRange(min=0.1),
+    type=Seconds(0.1, finite=True),
     default=2.0,
     show_default=True,
     help="seconds between refreshes",
@@ -1115,7 +1150,7 @@ def top(settings: Settings, interval: float) -> None:
 )
 @click.option(
     "--refresh",
-    type=click.FloatRange(min=0.5),
+    type=Seconds(0.5, finite=True),
     default=3.0,
     show_default=True,
     help="seconds between the page's refreshes",

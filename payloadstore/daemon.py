@@ -47,6 +47,7 @@ from enum import StrEnum
 from typing import Any
 
 from . import codec
+from ._multipart import interrupt_transfers
 from ._wire import (
     MAX_LEASES,
     MAX_POLL_JOBS,
@@ -744,6 +745,9 @@ class Daemon:
         def on_signal(signum, frame):
             self._signals_seen += 1
             if self._signals_seen > 1:
+                # The worker threads' downloads (concurrency > 1) get no KeyboardInterrupt:
+                # stopped here, or leaving the process would wait for every range they queued.
+                interrupt_transfers()
                 raise KeyboardInterrupt(f"second {signal.Signals(signum).name}: stopping now")
             log.info(
                 "stopping signal=%s finishing jobs in hand (signal again to quit now)",
@@ -1088,8 +1092,9 @@ class Daemon:
         current._ran_s = time.monotonic() - started
         error = box.get("error")
         if error is not None:
-            if not isinstance(error, Exception):
-                raise error  # KeyboardInterrupt, SystemExit: the daemon's, not the job's
+            # Whatever the function raised is the job's, SystemExit and KeyboardInterrupt too:
+            # it ran on a thread of its own, where no signal lands (the daemon's signals reach
+            # the main thread), so a sys.exit() in a job fails that job, not the daemon.
             return FAILED, error, box.get("traceback")
         if current.lease_lost:
             return TAKEN, None, None

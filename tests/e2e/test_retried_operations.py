@@ -5,6 +5,8 @@ answer and does nothing twice. Through the local gateway, with an injected trans
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 
 import httpx
@@ -215,3 +217,97 @@ def test_a_result_post_with_next_sent_again_gets_the_delivery_the_first_took(loc
     daemon_client.wire.post_result(second.job_id, inline=b"\x02", lease=taken.lease)
     assert second.result(timeout=10) == 2
     assert second.status().attempts == 1
+
+
+class CutWhileWaiting(httpx.BaseTransport):
+    """The first request whose path ends with `suffix` is sent, and its connection cut after
+    `cut_s` while the control plane still long-polls for its next jobs (the request runs on,
+    its answer goes nowhere); every other request goes through."""
+
+    def __init__(self, suffix: str, cut_s: float):
+        self.inner = httpx.HTTPTransport()
+        self.suffix, self.cut_s = suffix, cut_s
+        self.sent: list[httpx.Request] = []
+        self.first: threading.Thread | None = None
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if not request.url.path.endswith(self.suffix):
+            return self.inner.handle_request(request)
+        self.sent.append(request)
+        if self.first is not None:
+            return self.inner.handle_request(request)
+        request.read()
+        orphan = httpx.HTTPTransport()
+        self.first = threading.Thread(
+            target=lambda: orphan.handle_request(request).read(), daemon=True
+        )
+        self.first.start()
+        time.sleep(self.cut_s)
+        raise httpx.ReadError("connection reset by peer", request=request)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_a_result_post_with_next_sent_again_while_the_first_still_waits_gets_its_job(
+    local_gateway,
+):
+    from payloadstore._wire import NextJobs
+
+    # Given a job in a daemon's hand, its queue otherwise empty
+    client, daemon_client = clients(local_gateway)
+    queue = unique_queue("ops-cut-next")
+    first = client.queue(queue).add(1)
+    held = daemon_client.wire.poll([queue], wait_s=2, daemon_id="ops-test")
+    assert isinstance(held, PolledJob) and held.job_id == first.job_id
+    # When its result post, asking for the next job (waiting up to 4 s), has its connection cut
+    # while the control plane still waits, the SDK sends it again, and a job arrives meanwhile
+    transport = CutWhileWaiting(f"/jobs/{first.job_id}/result", cut_s=0.5)
+    worker = lossy_daemon_client(local_gateway, transport)
+    threading.Timer(1.5, lambda: client.queue(queue).add(2)).start()
+    answer = worker.wire.post_result(
+        first.job_id,
+        inline=b"\x01",
+        lease=held.lease,
+        next=NextJobs((queue,), max_jobs=1, wait_s=4, daemon_id="ops-test"),
+    )
+    assert transport.first is not None
+    transport.first.join(timeout=30)
+    # Then the answer the daemon gets carries that job: whichever of the two requests took it,
+    # it is not left leased to nobody until the visibility timeout
+    assert len(transport.sent) == 2
+    assert answer is not None and len(answer) == 1, answer
+    (taken,) = answer
+    daemon_client.wire.post_result(taken.job_id, inline=b"\x02", lease=taken.lease)
+    assert client.job(taken.job_id).result(timeout=10) == 2
+
+
+def test_a_repeat_while_a_long_redrive_still_runs_gets_its_answer_within_the_sdks_retries(
+    local_gateway,
+):
+    from payloadstore._wire import redrive as redrive_call
+    from payloadstore_controlplane.logic.once import fingerprint
+    from payloadstore_controlplane.models.api import RedriveRequest
+    from payloadstore_controlplane.store import keys
+
+    # Given a redrive whose first request still runs (a redrive may take up to 10 s): its key
+    # claimed as operate_once.lua does, its answer kept 9 s later
+    client, _ = clients(local_gateway)
+    queue = unique_queue("ops-long-redrive")
+    key = "long-redrive-1"
+    record = keys.operation("dev", key)
+    body = RedriveRequest.model_validate({"limit": 2}).model_dump(mode="json")
+    print_ = fingerprint("redrive", {"queue": queue, "body": body})
+    r = local_gateway.redis_client()
+    r.hset(record, "f", print_)
+    r.pexpire(record, 60_000)
+    answered = threading.Timer(9.0, lambda: r.hset(record, "a", '200 {"retried":2,"skipped":0}'))
+    answered.start()
+    try:
+        # When the SDK sends its repeat (default retry policy), Then it gets the first answer,
+        # not ServiceUnavailable for an operation that was done (a new call, with a new key,
+        # would redrive 2 more)
+        answer = client.wire.send(redrive_call("dev", queue, limit=2, idempotency_key=key))
+    finally:
+        answered.cancel()
+    assert answer.retried == 2

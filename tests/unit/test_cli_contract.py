@@ -195,6 +195,8 @@ def test_an_error_no_command_anticipated_is_still_one_line(monkeypatch, capsys):
         ["enqueue", "q"],
         ["enqueue", "q", "--json", "{"],
         ["no-such-command"],
+        ["enqueue", "q", "--json", "1", "--wait", "5", "--out", "/no/such/dir/result.json"],
+        ["result", "JOB", "--out", "/no/such/dir/result.bin"],
     ],
 )
 def test_every_bad_input_is_one_error_line_and_exit_2(argv, monkeypatch, capsys, listener):
@@ -211,3 +213,71 @@ def test_every_bad_input_is_one_error_line_and_exit_2(argv, monkeypatch, capsys,
     assert exited.value.code == 2
     assert err.startswith("error: ") and len(err.splitlines()) == 1, err
     assert seen == []
+
+
+@pytest.mark.parametrize(
+    "argv, option",
+    [
+        (["top", "--interval", "nan"], "--interval"),
+        (["top", "--interval", "inf"], "--interval"),
+        (["dashboard", "--port", "0", "--refresh", "nan"], "--refresh"),
+        (["dashboard", "--port", "0", "--refresh", "inf"], "--refresh"),
+    ],
+)
+def test_a_nan_or_infinite_interval_is_one_error_line_naming_the_option_and_exit_2(
+    argv, option, monkeypatch, capsys, listener
+):
+    from payloadstore.cli import main
+
+    url, seen = listener
+    monkeypatch.setenv("PAYLOADSTORE_ENDPOINT", url)
+    monkeypatch.setenv("PAYLOADSTORE_TOKEN", "pst_t")
+    # When a refresh interval is NaN or infinite (a range check alone lets NaN through)
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    # Then the option is refused: one `error:` line naming it, exit 2, before any call
+    err = capsys.readouterr().err
+    assert exited.value.code == 2
+    assert err.startswith("error: ") and len(err.splitlines()) == 1, err
+    assert option in err
+    assert seen == []
+
+
+def test_map_keys_that_print_alike_are_all_kept(capsys):
+    from payloadstore.cli import emit_value
+
+    # Given a map whose keys are distinct but print alike (a msgpack map may hold "1" and 1)
+    value = {"1": "str", 1: "int", "1.5": "str", 1.5: "float", "3": "str", 3: "int", b"3": "bytes"}
+    # When printed as a result
+    emit_value(value, None)
+    # Then every entry is there, each under its own key
+    printed = _strict(capsys.readouterr().out)
+    assert len(printed) == len(value)
+    assert sorted(printed.values()) == sorted(value.values())
+
+
+@pytest.mark.parametrize("value", ['b"x" * 200_000', '["x" * 200_000]'], ids=["bytes", "json"])
+def test_out_keeps_the_old_file_whole_when_writing_the_result_fails(tmp_path, value):
+    import subprocess
+    import sys
+
+    # Given an --out file holding an older result, and a disk that takes no more than 64 KiB
+    # per file (RLIMIT_FSIZE: a write past it fails with EFBIG, as a full disk would)
+    out = tmp_path / "result.out"
+    out.write_bytes(b"the previous result")
+    script = (
+        "import resource, signal, sys\n"
+        "from payloadstore.cli import emit_value\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))\n"
+        f"emit_value({value}, sys.argv[1])\n"
+    )
+    # When the result is written there and the write fails midway
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(out)], check=False, capture_output=True, text=True
+    )
+    # Then the command failed, the old file is whole and no partial file is left (docs/sdk.md:
+    # written beside it and renamed over it)
+    assert done.returncode != 0 and "File too large" in done.stderr
+    assert out.read_bytes() == b"the previous result"
+    assert [p.name for p in tmp_path.iterdir()] == ["result.out"]

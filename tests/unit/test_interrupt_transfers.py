@@ -289,3 +289,134 @@ def test_a_result_written_into_a_path_keeps_the_old_file_on_failure_and_its_mode
     fresh = tmp_path / "fresh.bin"
     write_into(fresh, b"x")
     assert fresh.stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def fast_download_into(url: str, size: int, into) -> None:
+    download_parts(
+        httpx.Client(),
+        {"url": url, "method": "GET", "expires_at": None},
+        size=size,
+        multipart={"part_bytes": PART, "part_count": PARTS},
+        presign_again=lambda: {"url": url},
+        retry=RetryPolicy(max_attempts=2, base_s=0.01),
+        into=into,
+    )
+
+
+@pytest.mark.parametrize("how", ["multipart", "inline"])
+def test_a_result_written_into_a_symlink_goes_to_its_target_and_the_link_stays(
+    slow_object, tmp_path, monkeypatch, how
+):
+    from payloadstore._payloads import write_into
+
+    monkeypatch.setattr(f"{__name__}.CHUNK_PAUSE_S", 0.0)
+    url, data, _ = slow_object
+    # Given a path that is a symlink to the file the user reads (latest.bin -> results/v1.bin)
+    (tmp_path / "results").mkdir()
+    real = tmp_path / "results" / "v1.bin"
+    real.write_bytes(b"the previous result")
+    link = tmp_path / "latest.bin"
+    link.symlink_to(real)
+    # When a result is written into the link
+    if how == "multipart":
+        fast_download_into(url, len(data), link)
+    else:
+        data = b"a small result"
+        write_into(link, data)
+    # Then the link is still a link, and the file it names holds the result (as open(path, "wb")
+    # would have it); no temporary file is left in either directory
+    assert link.is_symlink() and os.readlink(link) == str(real)
+    assert real.read_bytes() == data
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest.bin", "results"]
+    assert [p.name for p in real.parent.iterdir()] == ["v1.bin"]
+
+
+# Inline only: a multipart download writes its ranges out of order, so it needs a seekable
+# target (as before this change).
+@pytest.mark.parametrize("how", ["inline"])
+def test_a_result_written_into_a_fifo_goes_through_it(slow_object, tmp_path, monkeypatch, how):
+    from payloadstore._payloads import write_into
+
+    monkeypatch.setattr(f"{__name__}.CHUNK_PAUSE_S", 0.0)
+    url, data, _ = slow_object
+    # Given a named pipe another process reads (as /dev/stdout or a FIFO is)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    # When a result is written into it
+    if how == "multipart":
+        fast_download_into(url, len(data), fifo)
+    else:
+        data = b"a small result"
+        write_into(fifo, data)
+    reader.join(timeout=10)
+    # Then the reader got the bytes and the pipe is still a pipe (not replaced by a file)
+    assert got == [data]
+    assert fifo.is_fifo()
+    assert [p.name for p in tmp_path.iterdir()] == ["pipe"]
+
+
+def test_a_download_into_a_directory_is_refused_before_any_range(
+    slow_object, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(f"{__name__}.CHUNK_PAUSE_S", 0.0)
+    url, data, started = slow_object
+    # Given a path that is a directory
+    # When a multipart result is downloaded into it
+    with pytest.raises(IsADirectoryError):
+        fast_download_into(url, len(data), tmp_path)
+    # Then it is refused at once: no range fetched, nothing left beside it
+    assert started == []
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_daemons_second_signal_stops_a_download_on_a_worker_thread_within_a_second(
+    slow_object, tmp_path, monkeypatch
+):
+    from payloadstore import Daemon
+    from tests.unit.sdk_fakes import FakeWorld, make_client
+
+    monkeypatch.setenv("PAYLOADSTORE_PART_WORKERS", "8")
+    url, data, started = slow_object
+    # Given a daemon's signal handlers, and a download on a worker thread (concurrency > 1: a
+    # KeyboardInterrupt reaches only the main thread)
+    daemon = Daemon(make_client(FakeWorld()), ["q"], concurrency=2)
+    restore = daemon._install_signals()
+    target = tmp_path / "args.bin"
+    ended: list[float] = []
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            fast_download_into(url, len(data), target)
+        except BaseException as e:  # noqa: BLE001 - looked at below
+            errors.append(e)
+        finally:
+            ended.append(time.monotonic())
+
+    thread = threading.Thread(target=worker, daemon=True)
+    try:
+        thread.start()
+        time.sleep(0.6)
+        # When SIGINT comes twice (the second: stop now)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)
+        interrupted_at = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1.0)
+    finally:
+        restore()
+    thread.join(timeout=10)
+    # Then the worker's download stopped within about a second, starting no range after it,
+    # and left no file
+    took = ended[0] - interrupted_at
+    after = sum(t > interrupted_at + 0.2 for t in started)
+    print(
+        f"second signal to stop (worker thread): {took:.3f} s; ranges started {len(started)}/{PARTS}"
+    )
+    assert errors and took < 1.0
+    assert after == 0
+    assert list(tmp_path.iterdir()) == []

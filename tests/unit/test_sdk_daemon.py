@@ -761,3 +761,26 @@ def test_a_revoked_token_stops_the_daemon_with_its_error():
             lambda x: x, stop_when_idle=True
         )
     assert len(world.calls("POST", "/v1/daemon/poll")) == 1
+
+
+@pytest.mark.parametrize("raised", [SystemExit(3), KeyboardInterrupt()], ids=["exit", "interrupt"])
+def test_a_job_function_that_exits_fails_that_job_and_the_daemon_goes_on(raised):
+    # Given a function that calls sys.exit (a library's CLI entry point, say) or raises
+    # KeyboardInterrupt itself on its first job: on the job's own thread, so not a signal to the
+    # daemon (signals reach only the main thread)
+    world = FakeWorld()
+    client = make_client(world)
+    first, second = client.queue("q").add(1), client.queue("q").add(2)
+    daemon = Daemon(client, ["q"], wait_s=0, install_signal_handlers=False)
+
+    def fn(x):
+        if x == 1:
+            raise raised
+        return x * 10
+
+    # When the daemon runs until idle
+    stats = daemon.run(fn, stop_when_idle=True)
+    # Then that job failed with its error (posted), and the next one ran
+    assert stats == {"failed": 1, "succeeded": 1}
+    assert posted_result(world, first.job_id)["error"]["type"] == type(raised).__name__
+    assert codec.decode(base64.b64decode(posted_result(world, second.job_id)["resultInline"])) == 20

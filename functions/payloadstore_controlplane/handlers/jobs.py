@@ -10,7 +10,7 @@ from .. import routes
 from ..logic.context import Principal
 from ..logic.enqueue import enqueue
 from ..logic.lifecycle import cancel
-from ..logic.once import once
+from ..logic.once import REPEAT_WAIT_S, once
 from ..logic.results import get_result, job_status, with_result
 from ..models.api import (
     CancelResponse,
@@ -102,7 +102,10 @@ def register(app) -> None:
             return (202 if response.cancel_requested else 200), response
 
         key = idempotency_key(app)
-        status, answer = once(p, key, "cancel", {"job_id": job_id}, CancelResponse, deps, run)
+        wait_s = capped_wait(app, REPEAT_WAIT_S)
+        status, answer = once(
+            p, key, "cancel", {"job_id": job_id}, CancelResponse, deps, run, wait_s
+        )
         return json_response(status, answer)
 
     queues.register(app)

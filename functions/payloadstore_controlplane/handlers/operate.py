@@ -9,7 +9,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Query
 
 from .. import routes
 from ..logic.context import Principal
-from ..logic.once import once
+from ..logic.once import REPEAT_WAIT_S, once
 from ..logic.operate import list_jobs, purge, redrive, retry_job
 from ..models.api import (
     LIST_MAX_JOBS,
@@ -20,6 +20,7 @@ from ..models.api import (
     RedriveResponse,
     RetryResponse,
 )
+from ._budget import capped_wait
 from ._deps import get_deps
 from ._requests import idempotency_key, json_body
 from ._responses import json_response
@@ -61,6 +62,7 @@ def register(app) -> None:
             RetryResponse,
             deps,
             lambda: (200, retry_job(p, job_id, deps)),
+            capped_wait(app, REPEAT_WAIT_S),
         )
         return json_response(status, answer)
 
@@ -81,6 +83,7 @@ def register(app) -> None:
             RedriveResponse,
             deps,
             lambda: (200, redrive(p, queue, body, deps)),
+            capped_wait(app, REPEAT_WAIT_S),
         )
         return json_response(status, answer)
 
@@ -100,5 +103,6 @@ def register(app) -> None:
             PurgeResponse,
             deps,
             lambda: (200, purge(p, queue, deps)),
+            capped_wait(app, REPEAT_WAIT_S),
         )
         return json_response(status, answer)

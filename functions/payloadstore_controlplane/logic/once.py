@@ -8,7 +8,7 @@ and failed again retries it again. With the header, the first request claims the
 (operate_once.lua, on the namespace's slot); a repeat gets the first one's answer for
 IDEMPOTENCY_TTL_S, as an inline enqueue's repeat gets the same job. A repeat that arrives while
 the first still runs is `503` with `Retry-After` (retried by the SDKs until the answer is
-kept); the same key on another request (route, path or body) is `422`. A request that fails
+kept: the repeat waits first, up to REPEAT_WAIT_S, for that answer); the same key on another request (route, path or body) is `422`. A request that fails
 keeps nothing: its key may be sent again and runs then.
 """
 
@@ -18,6 +18,7 @@ import base64
 import contextlib
 import hashlib
 import json
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -39,6 +40,10 @@ M = TypeVar("M", bound=BaseModel)
 # How long a claim holds while its request runs: above the longest operation (redrive and purge
 # stop at 10 s, API Gateway answers within 29 s), so a repeat never runs beside the first.
 RUNNING_S = 60
+# How long a repeat waits for the answer of its first request, still running (capped by what
+# the invocation can afford): above the 10 s a redrive or purge may take.
+REPEAT_WAIT_S = 20.0
+REPEAT_RECHECK_S = 0.1
 
 
 def fingerprint(what: str, request: Any) -> str:
@@ -55,15 +60,25 @@ def once(
     model: type[M],
     deps: Deps,
     run: Callable[[], tuple[int, M]],
+    wait_s: float = 0.0,
 ) -> tuple[int, M]:
     """(status, answer) of `run()`, run at most once per `key` in the namespace; without a key,
-    `run()` as it is."""
+    `run()` as it is. A repeat that arrives while the first request runs waits up to `wait_s`
+    for its answer (503 after that)."""
     if key is None:
         return run()
     if not IDEMPOTENCY_KEY_RE.match(key):
         raise Unprocessable("invalid Idempotency-Key: use [A-Za-z0-9_.:-], 1-128 chars")
     print_ = fingerprint(what, request)
     state, answer = deps.jobs.operation_claim(p.namespace, key, print_, RUNNING_S)
+    # A repeat while the first runs (a cut connection, sent again at once) waits for its answer
+    # here: 503s alone would spend the SDK's few attempts (Retry-After 2 s each) within a
+    # redrive's or purge's 10 s, and the caller would be told to try again, with a new key, an
+    # operation that was done.
+    deadline = time.monotonic() + wait_s
+    while state == "running" and time.monotonic() < deadline:
+        time.sleep(min(REPEAT_RECHECK_S, max(deadline - time.monotonic(), 0.0)))
+        state, answer = deps.jobs.operation_claim(p.namespace, key, print_, RUNNING_S)
     if state == "answer" and answer:
         code, _, body = answer.partition(" ")
         return int(code), model.model_validate_json(body)
@@ -100,6 +115,8 @@ def once(
 # How long the deliveries a post with `next` took are remembered for its repeat: above the
 # SDK's retries of one post (a few attempts, backoff capped at 5 s, each up to wait_s + 20 s).
 NEXT_TAKEN_TTL_S = 120
+# How often a repeat that arrived while its first post still waits looks for what it took.
+NEXT_RECHECK_S = 0.1
 
 
 def next_once(
@@ -110,9 +127,15 @@ def next_once(
     to this daemon, same lease), not a second batch while the first waits out
     VISIBILITY_TIMEOUT_S; a delivery since ended, cancelled or taken elsewhere is left out.
     The post itself is idempotent already (a repeat of the accepted post changes nothing)."""
-    if key is not None and not IDEMPOTENCY_KEY_RE.match(key):
+    if key is None:
+        return next_deliveries(p, nxt, wait_s, deps)
+    if not IDEMPOTENCY_KEY_RE.match(key):
         raise Unprocessable("invalid Idempotency-Key: use [A-Za-z0-9_.:-], 1-128 chars")
-    if key is not None:
+    # The first post claims the key before it waits: a repeat that arrives while it still waits
+    # (the daemon's connection was cut, the SDK sent the post again) waits for what it takes,
+    # rather than taking a second batch while the first one's goes to nobody.
+    deadline = time.monotonic() + wait_s
+    while not deps.jobs.next_claim(p.namespace, key, NEXT_TAKEN_TTL_S):
         taken = deps.jobs.next_taken(p.namespace, key)
         if taken is not None:
             again = [redelivery(p, job_id, lease, deps) for job_id, lease in taken]
@@ -121,12 +144,23 @@ def next_once(
                 "next deliveries answered again", extra={"taken": len(taken), "found": len(found)}
             )
             return found
-    found = next_deliveries(p, nxt, wait_s, deps)
-    if key is not None and found:
-        pairs = [(d.job_id, d.lease) for d in found if d.lease]
+        if time.monotonic() >= deadline:
+            return []  # the first still waits (its wait began earlier, so rarely)
+        time.sleep(min(NEXT_RECHECK_S, max(deadline - time.monotonic(), 0.0)))
+    try:
+        found = next_deliveries(p, nxt, max(deadline - time.monotonic(), 0.0), deps)
+    except BaseException:
         with contextlib.suppress(Exception):
-            # Not kept (Redis away): a repeat takes a new batch, as before keys.
+            deps.jobs.forget_next(p.namespace, key)
+        raise
+    pairs = [(d.job_id, d.lease) for d in found if d.lease]
+    with contextlib.suppress(Exception):
+        # Not kept (Redis away): a repeat waits out its wait and answers none, as the claim
+        # holds; the deliveries return after VISIBILITY_TIMEOUT_S.
+        if pairs:
             deps.jobs.remember_next(p.namespace, key, pairs, NEXT_TAKEN_TTL_S)
+        else:
+            deps.jobs.forget_next(p.namespace, key)  # took none: a repeat takes anew
     return found
 
 

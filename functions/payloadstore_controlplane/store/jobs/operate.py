@@ -125,6 +125,17 @@ class OperateSteps(StoreBase):
         """Drop the claim of a request that failed (nothing to keep): a retry runs it anew."""
         self._run("operate_once", [keys.operation(namespace, key)], ["release", fingerprint, 0])
 
+    # The value of a next_taken key while its first post still takes its deliveries.
+    NEXT_RUNNING = "~"
+
+    def next_claim(self, namespace: str, key: str, keep_s: int) -> bool:
+        """Claim the key for the post with `next` that takes its deliveries (True); False when
+        an earlier post with it has (it runs, or `remember_next` kept what it took)."""
+        claimed = self._r.set(
+            keys.next_taken(namespace, key), self.NEXT_RUNNING, nx=True, ex=keep_s
+        )
+        return bool(claimed)
+
     def remember_next(
         self, namespace: str, key: str, taken: list[tuple[str, str]], keep_s: int
     ) -> None:
@@ -132,10 +143,15 @@ class OperateSteps(StoreBase):
         value = ",".join(f"{job_id}:{lease}" for job_id, lease in taken)
         self._r.set(keys.next_taken(namespace, key), value, ex=keep_s)
 
+    def forget_next(self, namespace: str, key: str) -> None:
+        """Drop the key of a post with `next` that took nothing: a repeat takes anew."""
+        self._r.delete(keys.next_taken(namespace, key))
+
     def next_taken(self, namespace: str, key: str) -> list[tuple[str, str]] | None:
-        """What `remember_next` kept for the key, or None (nothing taken, or expired)."""
+        """What `remember_next` kept for the key, or None (none kept yet: the first post still
+        takes its deliveries, or it took none, or expired)."""
         raw = self._r.get(keys.next_taken(namespace, key))
-        if raw is None:
+        if raw is None or text(raw) == self.NEXT_RUNNING:
             return None
         pairs = [item.partition(":") for item in text(raw).split(",") if item]
         return [(job_id, lease) for job_id, _, lease in pairs]
