@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import time
 from dataclasses import dataclass, field
@@ -29,7 +30,15 @@ from typing import Any
 from tests.races import invariants
 from tests.races.ops import DAEMONS, OPERATIONS, Model, describe
 from tests.races.sched import SCHEDULER, Op
-from tests.races.world import STALE_CONSUMER_IDLE_S, VISIBILITY_TIMEOUT_S, Stack, snapshot
+from tests.races.world import (
+    SETTING_VALUES,
+    STALE_CONSUMER_IDLE_S,
+    VISIBILITY_TIMEOUT_S,
+    Stack,
+    deploy,
+    deployed_defaults,
+    snapshot,
+)
 
 Decision = list[Any]
 MAX_IN_FLIGHT = 3
@@ -45,11 +54,14 @@ SWARM_KEYS = (
     "purge",
     "redrive",
     "policy",
+    "settings",
+    "blob",
     "status",
     "view",
     "inline",
     "s3",
     "multipart",
+    "large",
     "finish-inline",
     "finish-s3",
     "finish-multipart",
@@ -116,6 +128,7 @@ class Runner:
         cp = ControlPlane(namespace)
         cp.queue = "q1"
         self.model = Model(namespace, cp, world.client)
+        self.model.deploy = lambda values: deploy(world.clock, values)
         self.ops: dict[str, Op] = {}
         self.priority: dict[str, float] = {}
         self.prev: dict[str, str | None] = {}
@@ -138,6 +151,7 @@ class Runner:
 
         self.world.flush()
         self.world.clock.reset()
+        deployed_defaults(self.world.clock)
         forget_container_state()
         self._past_first_hour()
         for i in range(2):
@@ -330,6 +344,7 @@ class Runner:
             "purge": 0.7,
             "redrive": 0.6,
             "policy": 0.3,
+            "settings": 0.3,
             "status": 0.2 if njobs else 0.0,
             "view": 0.2 if njobs else 0.0,
             "blob": 0.1,
@@ -341,7 +356,13 @@ class Runner:
         daemon = rng.choice([d for d in DAEMONS if held[d]] or list(DAEMONS))
         if name == "enqueue":
             tier = self._weighted({"inline": 0.5, "s3": 0.42, "multipart": 0.08})
-            return name, {
+            # The largest inline payload the settings allow, now and then (more often when a
+            # deploy raised INLINE_THRESHOLD: what a lowered one must still deliver).
+            raised = int(os.environ.get("INLINE_THRESHOLD", "0")) > 262_144
+            large = tier == "inline" and rng.random() < (0.5 if raised else 0.1) * min(
+                self.swarm.get("large", 1.0), 2.0
+            )
+            params = {
                 "label": f"e{self.serial}",
                 "tier": tier,
                 "queue": queue,
@@ -349,6 +370,9 @@ class Runner:
                 "idem": tier == "inline" and rng.random() < 0.3,
                 "wait": rng.random() < 0.2,
             }
+            if large:
+                params["large"] = True
+            return name, params
         if name == "enqueue_again":
             return name, {"job": rng.randrange(8)}
         if name == "poll":
@@ -387,8 +411,12 @@ class Runner:
         if name == "policy":
             return name, {
                 "inline": rng.choice(["allowed", "allowed", "never"]),
-                "retention": rng.choice(["1d", "2d", "7d"]),
+                "retention": rng.choice(["consume", "1d", "2d", "2d", "7d", "30d"]),
+                "kms_key": rng.choice(["none", "none", "stack"]),
             }
+        if name == "settings":
+            setting = rng.choice(sorted(SETTING_VALUES))
+            return name, {"name": setting, "value": rng.choice(SETTING_VALUES[setting])}
         if name == "redrive":
             return name, {"queue": queue, "cancelled": rng.random() < 0.5}
         raise AssertionError(name)

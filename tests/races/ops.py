@@ -71,6 +71,14 @@ class Model:
     held: dict[str, list[Held]] = field(default_factory=lambda: {d: [] for d in DAEMONS})
     succeeded: set[str] = field(default_factory=set)  # result posts answered 204 (success)
     violations: list[tuple[str, str]] = field(default_factory=list)  # (kind, detail)
+    # Changes (RELIABILITY.md "Changes"): the namespace's policy as last set (None: the
+    # defaults), bumped `policy_gen` at each set; `deploy(values)` brings new settings.
+    policy: Any = None
+    policy_gen: int = 0
+    deploy: Callable[[dict[str, str]], None] | None = None
+    # Error texts posted while the namespace's policy was inline `never` from before the post
+    # to its answer: none of their bytes may rest in Redis.
+    never_texts: list[bytes] = field(default_factory=list)
 
     def intent(self, job_id: str) -> JobIntent | None:
         return next((i for i in self.intents if i.job_id == job_id), None)
@@ -88,10 +96,30 @@ def _step(what: str) -> None:
     SCHEDULER.checkpoint(what)
 
 
+# Lambda's synchronous response limit (6 MB), as it counts it: the whole proxy answer.
+LAMBDA_RESPONSE_LIMIT = 6 * 1024 * 1024
+
+
 def _no_5xx(m: Model, what: str, r: Reply) -> Reply:
-    if r.status >= 500:
+    """Every answer: no 5xx but a 503 with Retry-After (a dependency unavailable for a while,
+    by design: the caller retries), and nothing over Lambda's 6 MB (which API Gateway would
+    turn into a 502 after the handler had done its work: a poll's jobs leased, never told)."""
+    retry_after = {k.lower(): v for k, v in (r.headers or {}).items()}.get("retry-after")
+    if r.status >= 500 and not (r.status == 503 and retry_after):
         m.violation("server_error", f"{what} answered {r.status}: {r.raw_body[:300]}")
+    if r.proxy_bytes > LAMBDA_RESPONSE_LIMIT:
+        m.violation(
+            "answer_over_6mb",
+            f"{what} answered {r.status} with {r.proxy_bytes} bytes (Lambda's limit: "
+            f"{LAMBDA_RESPONSE_LIMIT}; API Gateway answers 502 instead)",
+        )
     return r
+
+
+def _setting(name: str) -> int:
+    import os
+
+    return int(os.environ[name])
 
 
 def _put(url: dict, data: bytes) -> int:
@@ -108,10 +136,18 @@ def _bytes_of(label: str, size: int) -> bytes:
 
 
 def enqueue(
-    m: Model, label: str, tier: str, queue: str, blobs: int, idem: bool, wait: bool = False
+    m: Model,
+    label: str,
+    tier: str,
+    queue: str,
+    blobs: int,
+    idem: bool,
+    wait: bool = False,
+    large: bool = False,
 ) -> None:
     """`wait`: enqueue-and-wait (`?wait=0`: the answer says whether the job already ended; a
-    longer wait would block the one running thread for its whole length)."""
+    longer wait would block the one running thread for its whole length). `large`: an inline
+    payload of INLINE_THRESHOLD bytes, the largest the settings deployed now allow."""
     shas = m.blobs[:blobs]
     intent = JobIntent(label, tier, queue, shas)
     m.intents.append(intent)
@@ -119,6 +155,9 @@ def enqueue(
     cp = m.cp
     if tier == "inline":
         intent.inline = f"inline:{label}".encode()
+        if large:
+            size = _setting("INLINE_THRESHOLD")
+            intent.inline = (intent.inline + b"\n" + _bytes_of(label, size))[:size]
         body: dict[str, Any] = {"payloadInline": base64.b64encode(intent.inline).decode()}
         headers = None
         if idem:
@@ -130,7 +169,8 @@ def enqueue(
         if tier == "s3":
             r = _no_5xx(m, "presign put", cp.presign_put(size, sha256=sha256_hex(data)))
             if r.status != 200:
-                m.violation("refused", f"presign of a fresh S3 payload answered {r.status}")
+                if not _over_a_limit(r):
+                    m.violation("refused", f"presign of a fresh S3 payload answered {r.status}")
                 return
             intent.job_id = r.json["job_id"]
             if _put(r.json, data) != 200:
@@ -139,7 +179,8 @@ def enqueue(
         else:
             r = _no_5xx(m, "presign put", cp.presign_put(size, sha256=None))
             if r.status != 200:
-                m.violation("refused", f"multipart presign answered {r.status}")
+                if not _over_a_limit(r):
+                    m.violation("refused", f"multipart presign answered {r.status}")
                 return
             intent.job_id = r.json["job_id"]
             if not _upload_parts(m, cp, r.json, data, role="client"):
@@ -164,8 +205,14 @@ def enqueue(
     if r.status in (200, 201):
         intent.job_id = r.json["job_id"]
         intent.acked = True
-    elif r.status < 500 and not _policy_refusal(r):
+    elif r.status < 500 and not _policy_refusal(r) and not _over_a_limit(r):
         m.violation("refused", f"enqueue {tier} answered {r.status}: {r.raw_body[:200]}")
+
+
+def _over_a_limit(r: Reply) -> bool:
+    """413: a payload over a limit a deploy lowered between the client's choice and its call
+    (INLINE_THRESHOLD, MAX_PAYLOAD_BYTES); nothing written, the client sends it otherwise."""
+    return r.status == 413
 
 
 def enqueue_again(m: Model, job: int) -> None:
@@ -344,23 +391,42 @@ def redrive(m: Model, queue: str, cancelled: bool) -> None:
     )
 
 
-def policy(m: Model, inline: str, retention: str) -> None:
+def policy(m: Model, inline: str, retention: str, kms_key: str | None = None) -> None:
     """The operator sets the namespace's policy (the admin function's set_policy): inline
-    payloads and results allowed or never, and the retention tag every upload is signed with."""
+    payloads and results allowed or never, the retention tag every upload is signed with, and
+    the KMS key (`none`, `stack`); a field left out keeps its value. From the next call on, the
+    authorizer's context carries it (tokens read uncached: TOKEN_CACHE_S=0)."""
     from payloadstore_controlplane.handlers import admin
+    from payloadstore_controlplane.models.policy import NamespacePolicy
     from tests.support.events import FakeLambdaContext
 
-    answer = admin.lambda_handler(
-        {
-            "action": "set_policy",
-            "namespace": m.namespace,
-            "inline": inline,
-            "retention": retention,
-        },
-        FakeLambdaContext(),
-    )
+    event = {"action": "set_policy", "namespace": m.namespace, "inline": inline}
+    event["retention"] = retention
+    if kms_key is not None:
+        event["kms_key"] = kms_key
+    answer = admin.lambda_handler(event, FakeLambdaContext())
     if "error" in answer:
         m.violation("refused", f"set_policy answered {answer}")
+        return
+    m.policy = NamespacePolicy(**answer["policy"])
+    m.cp.policy = m.policy
+    m.policy_gen += 1
+
+
+def settings(m: Model, name: str, value: str) -> None:
+    """A deploy with one setting changed, within what the settings allow: every container of
+    the control plane starts anew with it (settings, clients, caches), while the operations in
+    flight finish on the containers they started on, as they would on AWS."""
+    import os
+
+    from payloadstore_controlplane.models.settings import Settings
+
+    try:
+        Settings.from_env({**os.environ, name: value})
+    except Exception:  # noqa: BLE001 - not a value the settings allow beside the others
+        return
+    assert m.deploy is not None
+    m.deploy({name: value})
 
 
 # -- daemons -----------------------------------------------------------------------------------
@@ -389,7 +455,8 @@ def _check_delivery(m: Model, d: dict) -> None:
     job_id = d["job_id"]
     intent = m.intent(job_id)
     if intent is None and d.get("payloadInline"):
-        label = base64.b64decode(d["payloadInline"]).decode(errors="replace")
+        head = base64.b64decode(d["payloadInline"])[:200].split(b"\n", 1)[0]
+        label = head.decode(errors="replace")
         intent = m.by_label.get(label.removeprefix("inline:"))
         if intent is not None and intent.job_id is None:
             intent.job_id = job_id
@@ -429,7 +496,7 @@ def _policy_refusal(r: Reply) -> bool:
 
 def _current_lease_refused(m: Model, h: Held, what: str, r: Reply) -> None:
     """A refusal is a violation when the job still says this delivery holds it."""
-    if r.status < 400 or r.status >= 500 or _policy_refusal(r):
+    if r.status < 400 or r.status >= 500 or _policy_refusal(r) or _over_a_limit(r):
         return
     from payloadstore_controlplane.store import keys
 
@@ -576,6 +643,7 @@ OPERATIONS: dict[str, Callable[..., None]] = {
     "purge": purge,
     "redrive": redrive,
     "policy": policy,
+    "settings": settings,
     "poll": poll,
     "heartbeat": beat,
     "finish": finish,

@@ -50,6 +50,23 @@ SETTINGS = {
     "POLL_MAX_WAIT_S": "1",
     "RESULT_MAX_WAIT_S": "1",
     "REDIS_MIN_REPLICA_ACKS": "0",
+    # The settings a `settings` step changes (a deploy with new values), at their defaults: a
+    # run starts from these, whatever the run before it deployed.
+    "INLINE_THRESHOLD": "262144",
+    "MAX_PAYLOAD_BYTES": "104857600",
+    "RESULT_TTL_S": "172800",
+    "CONSUME_RESULT_GRACE_S": "300",
+}
+# The values a `settings` step may deploy, each within what the settings allow (the largest
+# INLINE_THRESHOLD is models/limits.py's largest_inline_threshold()).
+SETTING_VALUES = {
+    "INLINE_THRESHOLD": ["262144", "1000000", "3000000", "3883008"],
+    "MAX_PAYLOAD_BYTES": ["104857600", "16777216", "4194304"],
+    # RESULT_TTL_S is also the queue retention: the stream is trimmed of entries older than it,
+    # by the control plane's clock, which runs 1-2 h (and the run's clock moves) ahead of the
+    # entries' ids; a retention of a few hours would trim what is, in the run, seconds old.
+    "RESULT_TTL_S": ["172800", "86400", "28800"],
+    "CONSUME_RESULT_GRACE_S": ["300", "0", "3600"],
 }
 
 
@@ -221,6 +238,21 @@ def _hand_over_clocks(clock: Clock) -> None:
     cp_clock.now = clock.now  # type: ignore[assignment]
     deps = _deps.get_deps()
     deps.jobs._mono = clock.monotonic
+
+
+def deploy(clock: Clock, values: dict[str, str]) -> None:
+    """New settings, as a deploy brings them: every container starts cold with them (settings,
+    clients and caches built anew), the clocks still the explorer's."""
+    os.environ.update(values)
+    _hand_over_clocks(clock)
+    forget_container_state()
+
+
+def deployed_defaults(clock: Clock) -> None:
+    """A run starts on the default settings: redeployed when the run before changed them."""
+    changed = {k: v for k, v in SETTINGS.items() if os.environ.get(k) != v}
+    if changed:
+        deploy(clock, changed)
 
 
 def forget_container_state() -> None:
