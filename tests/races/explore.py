@@ -129,6 +129,7 @@ class Runner:
         cp.queue = "q1"
         self.model = Model(namespace, cp, world.client)
         self.model.deploy = lambda values: deploy(world.clock, values)
+        self.model.s3 = world.s3
         self.ops: dict[str, Op] = {}
         self.priority: dict[str, float] = {}
         self.prev: dict[str, str | None] = {}
@@ -347,7 +348,7 @@ class Runner:
             "settings": 0.3,
             "status": 0.2 if njobs else 0.0,
             "view": 0.2 if njobs else 0.0,
-            "blob": 0.1,
+            "blob": 0.4,
         }
         weights = {k: w * self.swarm.get(k, 1.0) for k, w in weights.items()}
         names = [k for k, w in weights.items() if w > 0]
@@ -371,7 +372,7 @@ class Runner:
                 "wait": rng.random() < 0.2,
             }
             if large:
-                params["large"] = True
+                params["large"] = rng.choice([True, 0.8])
             return name, params
         if name == "enqueue_again":
             return name, {"job": rng.randrange(8)}
@@ -405,7 +406,10 @@ class Runner:
         if name in ("status", "view"):
             return name, {"job": self._pick_job([])}
         if name == "blob":
-            return name, {"label": f"b{self.serial}"}
+            params = {"label": f"b{self.serial}"}
+            if rng.random() < 0.5 * min(self.swarm.get("multipart", 1.0), 1.0):
+                params["multipart"] = True
+            return name, params
         if name == "purge":
             return name, {"queue": queue}
         if name == "policy":
@@ -415,7 +419,8 @@ class Runner:
                 "kms_key": rng.choice(["none", "none", "stack"]),
             }
         if name == "settings":
-            setting = rng.choice(sorted(SETTING_VALUES))
+            # INLINE_THRESHOLD twice as often: what it lets in lives on after it is lowered.
+            setting = rng.choice(["INLINE_THRESHOLD", *sorted(SETTING_VALUES)])
             return name, {"name": setting, "value": rng.choice(SETTING_VALUES[setting])}
         if name == "redrive":
             return name, {"queue": queue, "cancelled": rng.random() < 0.5}

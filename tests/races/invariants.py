@@ -216,6 +216,72 @@ def key_fields_name_their_jobs(snap: Snapshot, prev, model: Model, busy: set[str
     ]
 
 
+# Seconds a record may seem to outlive its object by the clocks' grain (S3's Last-Modified is
+# whole seconds; a step's own calls take some).
+LIFETIME_SLACK_S = 60
+_object_cache: dict[tuple[str, str, int], tuple[str, str] | None] = {}
+
+
+def blob_records_within_their_objects(snap: Snapshot, prev, model: Model, busy: set[str]):
+    """No object deleted while a record promises it: a blob's record (what makes it
+    referenceable) expires no later than the lifecycle rule of its object's retention tag
+    deletes the object (written at Last-Modified, gone `days` lifecycle days later; no tag: the
+    `blobs/` backstop, the longest class). Compared in Redis's own time, which a record's TTL
+    counts in, and S3's (the same machine)."""
+    import time as _time
+
+    from botocore.exceptions import ClientError
+
+    from payloadstore_controlplane.models.policy import RETENTION_DAYS, RETENTION_TAG
+    from tests.races.world import BUCKET
+
+    s3 = model.s3
+    if s3 is None:
+        return []
+    out: list[Violation] = []
+    now = _time.time()
+    for sha, ttl_ms in snap.blob_ttl_ms.items():
+        if ttl_ms < 0:
+            continue
+        until = now + ttl_ms / 1000
+        key = f"blobs/{model.namespace}/{sha}"
+        cache_key = (model.namespace, sha, int(until // 10))
+        if cache_key not in _object_cache:
+            try:
+                head = s3.head_object(Bucket=BUCKET, Key=key)
+                tags = s3.get_object_tagging(Bucket=BUCKET, Key=key)["TagSet"]
+                tag = next((t["Value"] for t in tags if t["Key"] == RETENTION_TAG), "")
+                days = RETENTION_DAYS.get(tag, max(RETENTION_DAYS.values()))
+                expiry = head["LastModified"].timestamp() + days * 86_400
+                _object_cache[cache_key] = (f"{tag or 'untagged'}:{expiry}", "")
+            except ClientError:
+                _object_cache[cache_key] = None
+        found = _object_cache[cache_key]
+        if found is None:
+            out.append(
+                (
+                    "blob_object_gone",
+                    (f"blob {sha[:12]}… is recorded (for {ttl_ms / 86_400_000:.2f} days more) "
+                    "but its object is gone"),
+                )
+            )
+            continue
+        tag, expiry_s = found[0].split(":", 1)
+        expiry = float(expiry_s)
+        if until > expiry + LIFETIME_SLACK_S:
+            out.append(
+                (
+                    "blob_record_outlives_object",
+                    (f"blob {sha[:12]}…: its record promises it for "
+                    f"{(until - now) / 86_400:.2f} days, its object (tag {tag}) is deleted in "
+                    f"{(expiry - now) / 86_400:.2f}"),
+                )
+            )
+    if len(_object_cache) > 10_000:
+        _object_cache.clear()
+    return out
+
+
 INVARIANTS: list[Callable[..., list[Violation]]] = [
     state_edges,
     queued_and_running,
@@ -223,6 +289,7 @@ INVARIANTS: list[Callable[..., list[Violation]]] = [
     acked_writes,
     blobs_alive,
     key_fields_name_their_jobs,
+    blob_records_within_their_objects,
 ]
 
 

@@ -79,6 +79,7 @@ class Model:
     # Error texts posted while the namespace's policy was inline `never` from before the post
     # to its answer: none of their bytes may rest in Redis.
     never_texts: list[bytes] = field(default_factory=list)
+    s3: Any = None  # the explorer's own S3 client (the invariants read objects with it)
 
     def intent(self, job_id: str) -> JobIntent | None:
         return next((i for i in self.intents if i.job_id == job_id), None)
@@ -143,11 +144,12 @@ def enqueue(
     blobs: int,
     idem: bool,
     wait: bool = False,
-    large: bool = False,
+    large: bool | float = False,
 ) -> None:
     """`wait`: enqueue-and-wait (`?wait=0`: the answer says whether the job already ended; a
     longer wait would block the one running thread for its whole length). `large`: an inline
-    payload of INLINE_THRESHOLD bytes, the largest the settings deployed now allow."""
+    payload of INLINE_THRESHOLD bytes, the largest the settings deployed now allow (a number:
+    that fraction of it)."""
     shas = m.blobs[:blobs]
     intent = JobIntent(label, tier, queue, shas)
     m.intents.append(intent)
@@ -156,7 +158,7 @@ def enqueue(
     if tier == "inline":
         intent.inline = f"inline:{label}".encode()
         if large:
-            size = _setting("INLINE_THRESHOLD")
+            size = int(_setting("INLINE_THRESHOLD") * (1.0 if large is True else float(large)))
             intent.inline = (intent.inline + b"\n" + _bytes_of(label, size))[:size]
         body: dict[str, Any] = {"payloadInline": base64.b64encode(intent.inline).decode()}
         headers = None
@@ -340,15 +342,21 @@ def view(m: Model, job: int) -> None:
             m.violation("throughput", f"throughput answered {r.raw_body[:200]!r}")
 
 
-def create_blob(m: Model, label: str) -> None:
-    data = _bytes_of(label, 1024)
+def create_blob(m: Model, label: str, multipart: bool = False) -> None:
+    """A blob: one PUT, or (`multipart`) an upload in parts (its POST opens it, a parts call
+    signs each part, the POST after the parts completes and records it)."""
+    data = _bytes_of(label, MULTIPART_SIZE if multipart else 1024)
     sha = sha256_hex(data)
     r = _no_5xx(m, "blob", m.cp.blob(sha, len(data)))
     if r.status != 200:
-        m.violation("refused", f"blob create answered {r.status}")
+        if not _over_a_limit(r):
+            m.violation("refused", f"blob create answered {r.status}")
         return
     if not r.json["exists"]:
-        if _put(r.json["upload"], data) != 200:
+        if r.json.get("multipart"):
+            if not _upload_blob_parts(m, r.json["multipart"], sha, data):
+                return
+        elif _put(r.json["upload"], data) != 200:
             m.violation("refused", "blob upload refused")
             return
         r = _no_5xx(m, "blob again", m.cp.blob(sha, len(data)))
@@ -358,6 +366,34 @@ def create_blob(m: Model, label: str) -> None:
     if sha not in m.blobs:
         m.blobs.append(sha)
         m.blob_data[sha] = data
+
+
+def _upload_blob_parts(m: Model, spec: dict, sha: str, data: bytes) -> bool:
+    size = spec["part_bytes"]
+    chunks = [data[i : i + size] for i in range(0, len(data), size)]
+    parts = [
+        {"number": n, "size": len(c), "sha256": sha256_hex(c)} for n, c in enumerate(chunks, 1)
+    ]
+    r = _no_5xx(
+        m,
+        "blob parts",
+        m.cp.call(
+            "payloads",
+            "POST",
+            "/v1/namespaces/{ns}/payloads/parts",
+            {"ns": m.namespace},
+            body={"blob": sha, "parts": parts},
+        ),
+    )
+    if r.status != 200:
+        if r.status != 404:  # another uploader of the same content completed it first
+            m.violation("refused", f"parts of a blob's open upload answered {r.status}")
+        return False
+    for url, chunk in zip(r.json["parts"], chunks, strict=True):
+        if _put(url, chunk) != 200:
+            m.violation("refused", "a blob part upload to its presigned URL was refused")
+            return False
+    return True
 
 
 # -- operator ----------------------------------------------------------------------------------
@@ -404,7 +440,18 @@ def policy(m: Model, inline: str, retention: str, kms_key: str | None = None) ->
     event["retention"] = retention
     if kms_key is not None:
         event["kms_key"] = kms_key
-    answer = admin.lambda_handler(event, FakeLambdaContext())
+    from payloadstore_controlplane.store.aws_http import AwsRequestError
+
+    for _ in range(5):
+        # Parameter Store of the emulator, slow on a loaded machine: the operator tries again
+        # (a policy not set is no change; nothing of a job's depends on this call).
+        try:
+            answer = admin.lambda_handler(event, FakeLambdaContext())
+            break
+        except AwsRequestError:
+            continue
+    else:
+        return
     if "error" in answer:
         m.violation("refused", f"set_policy answered {answer}")
         return
@@ -523,56 +570,41 @@ def beat(m: Model, daemon: str, hold: int) -> None:
 def finish(m: Model, daemon: str, hold: int, how: str, next: int = 0) -> None:
     """The held delivery ends: inline | s3 | multipart result, error, payload_lost,
     cancelled (the error type a daemon posts after a cancel request). `next` > 0: the post asks
-    for that many next deliveries (result-and-next), which the daemon then holds."""
+    for that many next deliveries (result-and-next), which the daemon then holds.
+
+    A result post refused `policy_mismatch` (the namespace's policy changed since the upload)
+    is stored again under the policy now and posted once more, as the SDK's daemon does; a
+    delivery whose lease still holds must then have its result stored (`result_stranded`).
+    An error text or failure detail sent while the namespace's policy is inline `never` (from
+    before the post to its answer) must not rest in Redis (`inline_never_in_redis`)."""
     h = _held(m, daemon, hold, keep=False)
     if h is None:
         return
     cp = m.cp
     body: dict[str, Any] = {"lease": h.lease}
+    never_before = _inline_never(m)
+    gen_before = m.policy_gen
+    text = f"explorer error text of {h.job_id} attempt {h.attempt}".encode()
     if how in ("s3", "multipart"):
-        data = _bytes_of(f"result-{h.job_id}-{h.attempt}", 1024 if how == "s3" else MULTIPART_SIZE)
-        if how == "s3":
-            r = _no_5xx(
-                m,
-                "result presign",
-                cp.presign_put(
-                    len(data),
-                    role="daemon",
-                    job_id=h.job_id,
-                    sha256=sha256_hex(data),
-                    lease=h.lease,
-                ),
-            )
-        else:
-            r = _no_5xx(
-                m,
-                "result presign",
-                cp.presign_put(
-                    len(data), role="daemon", job_id=h.job_id, sha256=None, lease=h.lease
-                ),
-            )
-        _current_lease_refused(m, h, "result presign", r)
-        if r.status != 200:
+        ref = _store_result(m, h, how)
+        if ref is None:
             return
-        if how == "s3":
-            if _put(r.json, data) != 200:
-                m.violation("refused", "result upload refused")
-                return
-        else:
-            r2 = _upload_parts_daemon(m, cp, r.json, data, h)
-            if not r2:
-                return
-        body["resultRef"] = {"bucket": r.json["bucket"], "key": r.json["key"], "size": len(data)}
+        body["resultRef"] = ref
     elif how == "inline":
         body["resultInline"] = base64.b64encode(b"ok").decode()
     elif how in ("error", "cancelled"):
         body["error"] = {
             "type": "Cancelled" if how == "cancelled" else "ValueError",
-            "message": "explorer",
+            "message": text.decode(),
+            "traceback": "Traceback (most recent call last):\n  " + text.decode(),
         }
     ask = {"queues": ["q1"], "max_jobs": next, "wait_s": 0, "daemon_id": daemon} if next else None
     if how == "payload_lost":
-        report: dict[str, Any] = {"lease": h.lease, "state": "payload_lost", "detail": "explorer"}
+        report: dict[str, Any] = {
+            "lease": h.lease,
+            "state": "payload_lost",
+            "detail": text.decode(),
+        }
         if ask:
             report["next"] = ask
         r = _no_5xx(m, "payload_lost", cp.report(h.job_id, report))
@@ -581,16 +613,121 @@ def finish(m: Model, daemon: str, hold: int, how: str, next: int = 0) -> None:
         if ask:
             body["next"] = ask
         r = _no_5xx(m, f"result {how}", cp.post_result(h.job_id, body))
+        if (
+            how in ("s3", "multipart")
+            and r.status == 409
+            and r.error.get("code") == ("policy_mismatch")
+        ):
+            gen = m.policy_gen
+            ref = _store_result(m, h, how, again=True)
+            if ref is None:
+                return
+            body["resultRef"] = ref
+            r = _no_5xx(m, f"result {how} again", cp.post_result(h.job_id, body))
+            if _policy_refusal(r) and m.policy_gen == gen:
+                _still_holds_then(
+                    m,
+                    h,
+                    "result_stranded",
+                    f"result post ({how}) stored again under the policy now answered "
+                    f"{r.status} {r.error.get('code')}",
+                )
         _current_lease_refused(m, h, f"result post ({how})", r)
         if r.status in (200, 204) and how in ("inline", "s3", "multipart"):
             m.succeeded.add(h.job_id)
+    if (
+        how in ("error", "cancelled", "payload_lost")
+        and r.status in (200, 204)
+        and never_before
+        and m.policy_gen == gen_before
+    ):
+        m.never_texts.append(text)
+        where = _redis_holding(m, text)
+        if where:
+            m.violation(
+                "inline_never_in_redis",
+                f"the {how} of job {h.job_id}, posted while its namespace's policy is inline "
+                f"never, rests in Redis: {where}",
+            )
     if r.status == 200 and ask:
         for d in r.json["jobs"]:
             m.held[daemon].append(Held(d["job_id"], d["lease"], d["attempt"], daemon))
             _check_delivery(m, d)
 
 
-def _upload_parts_daemon(m: Model, cp: ControlPlane, presigned: dict, data: bytes, h: Held) -> bool:
+def _inline_never(m: Model) -> bool:
+    return m.policy is not None and m.policy.inline == "never"
+
+
+def _redis_holding(m: Model, needle: bytes) -> str | None:
+    """The first key of the whole Redis state whose value holds `needle` (None: none does)."""
+    r = m.redis
+    with unhooked():
+        if hasattr(r, "get_primaries"):
+            keys = list(r.scan_iter(count=1000, target_nodes=r.PRIMARIES))
+        else:
+            keys = list(r.scan_iter(count=1000))
+        for key in keys:
+            kind = r.type(key)
+            if kind == b"string":
+                values = [r.get(key) or b""]
+            elif kind == b"hash":
+                values = list(r.hgetall(key).values())
+            elif kind == b"list":
+                values = r.lrange(key, 0, -1)
+            elif kind == b"set":
+                values = list(r.smembers(key))
+            elif kind == b"zset":
+                values = r.zrange(key, 0, -1)
+            elif kind == b"stream":
+                values = [v for _, f in r.xrange(key) for v in f.values()]
+            else:
+                continue
+            if any(needle in v for v in values if isinstance(v, bytes)):
+                return key.decode("latin-1")
+    return None
+
+
+def _still_holds_then(m: Model, h: Held, kind: str, detail: str) -> None:
+    """A violation `kind` when the job still says this delivery holds it."""
+    from payloadstore_controlplane.store import keys
+
+    with unhooked():
+        f = m.redis.hmget(keys.job(h.job_id), ["s", "lt"])
+    if f[0] == b"running" and f[1] == h.lease.encode():
+        m.violation(kind, f"job {h.job_id} (attempt {h.attempt}, {h.daemon}): {detail}")
+
+
+def _store_result(m: Model, h: Held, how: str, again: bool = False) -> dict | None:
+    """Upload a result (s3: one PUT; multipart: in parts) through a presign for this delivery:
+    its reference, or None. `again`: the second upload after a refusal for a policy change,
+    which must succeed while the lease holds (`result_stranded`)."""
+    cp = m.cp
+    data = _bytes_of(f"result-{h.job_id}-{h.attempt}", 1024 if how == "s3" else MULTIPART_SIZE)
+    sha = sha256_hex(data) if how == "s3" else None
+    r = _no_5xx(
+        m,
+        "result presign",
+        cp.presign_put(len(data), role="daemon", job_id=h.job_id, sha256=sha, lease=h.lease),
+    )
+    _current_lease_refused(m, h, "result presign", r)
+    if r.status != 200:
+        return None
+    if how == "s3":
+        if _put(r.json, data) != 200:
+            if again:
+                _still_holds_then(m, h, "result_stranded", "its result upload was refused")
+            else:
+                m.violation("refused", "result upload refused")
+            return None
+    elif not _upload_parts_daemon(m, cp, r.json, data, h, again=again):
+        return None
+    return {"bucket": r.json["bucket"], "key": r.json["key"], "size": len(data)}
+
+
+def _upload_parts_daemon(
+    m: Model, cp: ControlPlane, presigned: dict, data: bytes, h: Held, again: bool = False
+) -> bool:
     mp = presigned["multipart"]
     size = mp["part_bytes"]
     chunks = [data[i : i + size] for i in range(0, len(data), size)]
@@ -619,7 +756,16 @@ def _upload_parts_daemon(m: Model, cp: ControlPlane, presigned: dict, data: byte
         return False
     for url, chunk in zip(r.json["parts"], chunks, strict=True):
         if _put(url, chunk) != 200:
-            m.violation("refused", "a result part upload was refused")
+            if again:
+                _still_holds_then(
+                    m,
+                    h,
+                    "result_stranded",
+                    f"a part of its result's upload {presigned['multipart'].get('upload_id')} "
+                    "was refused (presigned again after a policy change)",
+                )
+            else:
+                m.violation("refused", "a result part upload was refused")
             return False
     return True
 

@@ -291,6 +291,8 @@ class Snapshot:
     # Idempotency-Key fields of the inline index: (key tail, minute chars, whether the job id
     # they make is indexed in the same hash)
     key_fields: list[tuple[str, str, bool]] = field(default_factory=list)
+    # sha256 hex -> the blob record's time to live left (ms, Redis's clock), -1: none
+    blob_ttl_ms: dict[str, int] = field(default_factory=dict)
 
     def state(self, job_id: str) -> str | None:
         h = self.jobs.get(job_id)
@@ -326,6 +328,7 @@ def snapshot(world: Stack, namespace: str) -> Snapshot:
     blob_records: set[str] = set()
     kept_args: set[str] = set()
     kept_blobs: dict[str, bytes] = {}
+    blob_ttl_ms: dict[str, int] = {}
     ns_prefix = f"{keys.PREFIX}:{{ns:{namespace}}}:".encode()
     for key in world.scan(f"{keys.PREFIX}:{{ns:{namespace}}}:*"):
         rest = key[len(ns_prefix) :]
@@ -362,6 +365,7 @@ def snapshot(world: Stack, namespace: str) -> Snapshot:
                     inline_index[name] = value
         elif rest.startswith(b"b:"):
             blob_records.add(rest[2:].hex())
+            blob_ttl_ms[rest[2:].hex()] = r.pttl(key)
         elif rest.startswith(b"a:"):
             tail = rest[2:].decode("latin-1")
             if tail.endswith(":B"):
@@ -369,5 +373,13 @@ def snapshot(world: Stack, namespace: str) -> Snapshot:
             else:
                 kept_args.add(tail)
     return Snapshot(
-        jobs, entries, inline_index, blob_records, kept_args, kept_blobs, parts, key_fields
+        jobs,
+        entries,
+        inline_index,
+        blob_records,
+        kept_args,
+        kept_blobs,
+        parts,
+        key_fields,
+        blob_ttl_ms,
     )
