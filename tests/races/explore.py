@@ -69,6 +69,7 @@ SWARM_KEYS = (
     "finish-payload_lost",
     "finish-cancelled",
     "next",
+    "days",
 )
 
 
@@ -130,6 +131,7 @@ class Runner:
         self.model = Model(namespace, cp, world.client)
         self.model.deploy = lambda values: deploy(world.clock, values)
         self.model.s3 = world.s3
+        self.model.clock = world.clock.now
         self.ops: dict[str, Op] = {}
         self.priority: dict[str, float] = {}
         self.prev: dict[str, str | None] = {}
@@ -176,6 +178,7 @@ class Runner:
         kind = d[0]
         if kind == "advance":
             self.world.advance(float(d[1]))
+            self.model.shift_s = self.world.shift_s
             out.log.append(f"clock +{d[1]} s")
             return True
         if kind == "start":
@@ -302,6 +305,9 @@ class Runner:
             return ["advance", VISIBILITY_TIMEOUT_S + 1]
         if r < 0.63:
             return ["advance", STALE_CONSUMER_IDLE_S + 1]
+        if r < 0.63 + 0.004 * self.swarm.get("days", 1.0):
+            # Days pass (Redis's TTLs and the bucket's lifecycle with them).
+            return ["advance", rng.choice([1, 2, 7]) * 86_400]
         self.serial += 1
         name, params = self.choose_operation()
         return ["start", f"op{self.serial}", name, params]
@@ -421,7 +427,13 @@ class Runner:
         if name == "settings":
             # INLINE_THRESHOLD twice as often: what it lets in lives on after it is lowered.
             setting = rng.choice(["INLINE_THRESHOLD", *sorted(SETTING_VALUES)])
-            return name, {"name": setting, "value": rng.choice(SETTING_VALUES[setting])}
+            values = SETTING_VALUES[setting]
+            now = os.environ.get(setting)
+            if now != values[0] and rng.random() < 0.6:
+                # Back to the default, mostly: a limit raised then lowered under the jobs it
+                # let in (or a lowered one raised again) is where a change bites.
+                return name, {"name": setting, "value": values[0]}
+            return name, {"name": setting, "value": rng.choice(values)}
         if name == "redrive":
             return name, {"queue": queue, "cancelled": rng.random() < 0.5}
         raise AssertionError(name)

@@ -47,6 +47,11 @@ class JobIntent:
     job_id: str | None = None
     acked: bool = False  # an enqueue answered 201/200
     idem_key: str | None = None
+    # When it was enqueued (the explorer's clock) and how long it is promised to live: the
+    # shortest of its namespace's retention classes since (a shortened retention shortens the
+    # promise: an honest expiry) and the queue retention (RESULT_TTL_S) deployed since.
+    enqueued_at: float = 0.0
+    promise_s: float = float("inf")
 
 
 @dataclass
@@ -69,7 +74,8 @@ class Model:
     intents: list[JobIntent] = field(default_factory=list)
     by_label: dict[str, JobIntent] = field(default_factory=dict)
     held: dict[str, list[Held]] = field(default_factory=lambda: {d: [] for d in DAEMONS})
-    succeeded: set[str] = field(default_factory=set)  # result posts answered 204 (success)
+    # result posts answered 204 (success): job id -> when (the explorer's clock)
+    succeeded: dict[str, float] = field(default_factory=dict)
     violations: list[tuple[str, str]] = field(default_factory=list)  # (kind, detail)
     # Changes (RELIABILITY.md "Changes"): the namespace's policy as last set (None: the
     # defaults), bumped `policy_gen` at each set; `deploy(values)` brings new settings.
@@ -80,6 +86,24 @@ class Model:
     # to its answer: none of their bytes may rest in Redis.
     never_texts: list[bytes] = field(default_factory=list)
     s3: Any = None  # the explorer's own S3 client (the invariants read objects with it)
+    clock: Callable[[], float] = lambda: 0.0  # the explorer's clock (the handlers' now)
+    # Seconds by which the explorer moved Redis's TTLs and the objects' lifecycle ahead (days
+    # passed: world.Stack.advance); what Redis and S3 read as now is the machine's time + this.
+    shift_s: float = 0.0
+    told: dict[str, int] = field(default_factory=dict)  # job id -> deliveries a daemon was told
+    reported_lost: set[str] = field(default_factory=set)  # jobs a daemon reported payload_lost
+    result_ttl_s: float = 172_800.0  # RESULT_TTL_S deployed now
+
+    def past_promise(self, job_id: str, slack_s: float = 0.0) -> bool:
+        """Whether a job may be gone by now, by design: past what its class promised."""
+        intent = self.intent(job_id)
+        if intent is None:
+            return True
+        return self.clock() + slack_s >= intent.enqueued_at + intent.promise_s
+
+    def shorten_promises(self, seconds: float) -> None:
+        for i in self.intents:
+            i.promise_s = min(i.promise_s, seconds)
 
     def intent(self, job_id: str) -> JobIntent | None:
         return next((i for i in self.intents if i.job_id == job_id), None)
@@ -117,6 +141,15 @@ def _no_5xx(m: Model, what: str, r: Reply) -> Reply:
     return r
 
 
+def _class_s(m: Model) -> float:
+    """What the namespace's retention class promises now, in seconds (`consume`: its
+    backstop's two days)."""
+    from payloadstore_controlplane.models.policy import RETENTION_DAYS
+
+    retention = m.policy.retention if m.policy is not None else "2d"
+    return RETENTION_DAYS[retention] * 86_400.0
+
+
 def _setting(name: str) -> int:
     import os
 
@@ -151,7 +184,8 @@ def enqueue(
     payload of INLINE_THRESHOLD bytes, the largest the settings deployed now allow (a number:
     that fraction of it)."""
     shas = m.blobs[:blobs]
-    intent = JobIntent(label, tier, queue, shas)
+    intent = JobIntent(label, tier, queue, shas, enqueued_at=m.clock())
+    intent.promise_s = min(_class_s(m), m.result_ttl_s)
     m.intents.append(intent)
     m.by_label[label] = intent
     cp = m.cp
@@ -458,6 +492,7 @@ def policy(m: Model, inline: str, retention: str, kms_key: str | None = None) ->
     m.policy = NamespacePolicy(**answer["policy"])
     m.cp.policy = m.policy
     m.policy_gen += 1
+    m.shorten_promises(_class_s(m))
 
 
 def settings(m: Model, name: str, value: str) -> None:
@@ -474,6 +509,9 @@ def settings(m: Model, name: str, value: str) -> None:
         return
     assert m.deploy is not None
     m.deploy({name: value})
+    if name == "RESULT_TTL_S":
+        m.result_ttl_s = float(value)
+        m.shorten_promises(float(value))
 
 
 # -- daemons -----------------------------------------------------------------------------------
@@ -491,9 +529,17 @@ def poll(m: Model, daemon: str, queues: list[str], max_jobs: int | None) -> None
     r = _no_5xx(m, "poll", m.cp.call("daemon", "POST", "/v1/daemon/poll", role="daemon", body=body))
     if r.status != 200:
         return
-    deliveries = r.json.get("jobs", [r.json])
+    _told(m, daemon, r.json.get("jobs", [r.json]), r)
+
+
+def _told(m: Model, daemon: str, deliveries: list[dict], r: Reply) -> None:
+    """The daemon holds what it was told; an answer over Lambda's limit never reaches it (API
+    Gateway answers 502): its deliveries are leased but never told."""
+    if r.proxy_bytes > LAMBDA_RESPONSE_LIMIT:
+        return
     for d in deliveries:
         m.held[daemon].append(Held(d["job_id"], d["lease"], d["attempt"], daemon))
+        m.told[d["job_id"]] = m.told.get(d["job_id"], 0) + 1
         _check_delivery(m, d)
 
 
@@ -607,6 +653,7 @@ def finish(m: Model, daemon: str, hold: int, how: str, next: int = 0) -> None:
         }
         if ask:
             report["next"] = ask
+        m.reported_lost.add(h.job_id)
         r = _no_5xx(m, "payload_lost", cp.report(h.job_id, report))
         _current_lease_refused(m, h, "payload_lost report", r)
     else:
@@ -634,7 +681,7 @@ def finish(m: Model, daemon: str, hold: int, how: str, next: int = 0) -> None:
                 )
         _current_lease_refused(m, h, f"result post ({how})", r)
         if r.status in (200, 204) and how in ("inline", "s3", "multipart"):
-            m.succeeded.add(h.job_id)
+            m.succeeded.setdefault(h.job_id, m.clock())
     if (
         how in ("error", "cancelled", "payload_lost")
         and r.status in (200, 204)
@@ -650,9 +697,7 @@ def finish(m: Model, daemon: str, hold: int, how: str, next: int = 0) -> None:
                 f"never, rests in Redis: {where}",
             )
     if r.status == 200 and ask:
-        for d in r.json["jobs"]:
-            m.held[daemon].append(Held(d["job_id"], d["lease"], d["attempt"], daemon))
-            _check_delivery(m, d)
+        _told(m, daemon, r.json["jobs"], r)
 
 
 def _inline_never(m: Model) -> bool:

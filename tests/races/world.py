@@ -115,8 +115,11 @@ class Stack:
     client: Any  # the explorer's own Redis client (not hooked: it is no operation's)
     s3: Any
     clock: Clock = field(default_factory=Clock)
+    # Seconds Redis's TTLs and the objects' lifecycle were moved ahead by days passing.
+    shift_s: float = 0.0
 
     def flush(self) -> None:
+        self.shift_s = 0.0
         if self.cluster:
             self.client.flushall(target_nodes=self.client.PRIMARIES)
         else:
@@ -144,8 +147,11 @@ class Stack:
         return list(self.client.scan_iter(match=pattern, count=1000))
 
     def advance(self, seconds: float) -> None:
-        """Time passes: the clock, and every pending entry's idle time in Redis."""
+        """Time passes: the clock, and every pending entry's idle time in Redis; an hour or
+        more (days passing) also moves every key's TTL in Redis and the bucket's lifecycle."""
         self.clock.offset += seconds
+        if seconds >= 3600:
+            self._days_pass(seconds)
         add_ms = int(seconds * 1000)
         from payloadstore_controlplane.store import keys
 
@@ -166,6 +172,42 @@ class Stack:
                     idle=int(p["time_since_delivered"]) + add_ms,
                     justid=True,
                 )
+
+
+def _days_pass_impl(world: Stack, seconds: float) -> None:
+    """Redis's TTLs and the S3 lifecycle, `seconds` ahead: every key with a TTL has that much
+    less left (gone when nothing is left, as Redis would have expired it), and every object its
+    retention tag's rule would have deleted by then is deleted (the earliest the rule may: its
+    days after the object's last write; S3 itself rounds up to the next midnight UTC)."""
+    from payloadstore_controlplane.models.policy import RETENTION_DAYS, RETENTION_TAG
+
+    world.shift_s += seconds
+    cut_ms = int(seconds * 1000)
+    for key in world.scan("*"):
+        ttl = world.client.pttl(key)
+        if ttl is None or ttl < 0:
+            continue
+        if ttl <= cut_ms:
+            world.client.delete(key)
+        else:
+            world.client.pexpire(key, ttl - cut_ms)
+    now = time.time() + world.shift_s
+    token = None
+    while True:
+        kw = {"Bucket": BUCKET, **({"ContinuationToken": token} if token else {})}
+        page = world.s3.list_objects_v2(**kw)
+        for obj in page.get("Contents", []):
+            tags = world.s3.get_object_tagging(Bucket=BUCKET, Key=obj["Key"])["TagSet"]
+            tag = next((t["Value"] for t in tags if t["Key"] == RETENTION_TAG), "")
+            days = RETENTION_DAYS.get(tag, max(RETENTION_DAYS.values()))
+            if obj["LastModified"].timestamp() + days * 86_400 <= now:
+                world.s3.delete_object(Bucket=BUCKET, Key=obj["Key"])
+        token = page.get("NextContinuationToken")
+        if not token:
+            break
+
+
+Stack._days_pass = _days_pass_impl  # type: ignore[attr-defined]
 
 
 @contextlib.contextmanager
