@@ -6,7 +6,10 @@ A run is a list of decisions, each one of:
                                           call that leaves the process, and parks there)
     ["step", label]                       that operation makes its next call and runs on up to
                                           the one after (or its end)
-    ["advance", seconds]                  the clock moves (leases lapse, queues go idle)
+    ["cut", label]                        as step, but the connection of that Redis call is cut
+                                          once the command ran (its reply lost)
+    ["advance", seconds]                  the clock moves (leases lapse, queues go idle); an hour
+                                          or more: days pass (Redis's TTLs, the S3 lifecycle)
 After the last decision every operation still in flight runs to its end, in start order.
 
 Choosing: an operation in flight gets a random priority when it starts; the explorer steps the
@@ -70,6 +73,8 @@ SWARM_KEYS = (
     "finish-cancelled",
     "next",
     "days",
+    "cut",
+    "memory",
 )
 
 
@@ -198,11 +203,16 @@ class Runner:
         op = self.ops.get(label)
         if op is None or op.state != "parked":
             return False
+        if kind == "cut":
+            if not op.at.startswith("redis"):
+                return False
+            op.cut = True
         mid = self._mid_flight(exclude=op)
         call = _call_name(op)
         SCHEDULER.resume(op)
         out.interleavings += mid
-        out.log.append(f"  {label} {op.name}: {call} -> {self._where(op)}")
+        cut = " (its connection cut after the command ran)" if kind == "cut" else ""
+        out.log.append(f"  {label} {op.name}: {call}{cut} -> {self._where(op)}")
         self._reap(op)
         return True
 
@@ -300,6 +310,8 @@ class Runner:
             op = max(parked, key=lambda o: self.priority[o.label])
             if rng.random() < 0.25:
                 self.priority[op.label] = rng.random() * 0.5
+            if op.at.startswith("redis") and rng.random() < 0.01 * self.swarm.get("cut", 1.0):
+                return ["cut", op.label]
             return ["step", op.label]
         if r < 0.62:
             return ["advance", VISIBILITY_TIMEOUT_S + 1]
@@ -352,6 +364,7 @@ class Runner:
             "redrive": 0.6,
             "policy": 0.3,
             "settings": 0.3,
+            "memory": 0.15,
             "status": 0.2 if njobs else 0.0,
             "view": 0.2 if njobs else 0.0,
             "blob": 0.4,
@@ -424,6 +437,8 @@ class Runner:
                 "retention": rng.choice(["consume", "1d", "2d", "2d", "7d", "30d"]),
                 "kms_key": rng.choice(["none", "none", "stack"]),
             }
+        if name == "memory":
+            return name, {"full": not m.memory_full and rng.random() < 0.8}
         if name == "settings":
             # INLINE_THRESHOLD twice as often: what it lets in lives on after it is lowered.
             setting = rng.choice(["INLINE_THRESHOLD", *sorted(SETTING_VALUES)])

@@ -93,6 +93,7 @@ class Model:
     told: dict[str, int] = field(default_factory=dict)  # job id -> deliveries a daemon was told
     reported_lost: set[str] = field(default_factory=set)  # jobs a daemon reported payload_lost
     result_ttl_s: float = 172_800.0  # RESULT_TTL_S deployed now
+    memory_full: bool = False  # Redis at its maxmemory (the `memory` operation)
 
     def past_promise(self, job_id: str, slack_s: float = 0.0) -> bool:
         """Whether a job may be gone by now, by design: past what its class promised."""
@@ -241,14 +242,22 @@ def enqueue(
     if r.status in (200, 201):
         intent.job_id = r.json["job_id"]
         intent.acked = True
-    elif r.status < 500 and not _policy_refusal(r) and not _over_a_limit(r):
+    elif (
+        r.status < 500
+        and not _policy_refusal(r)
+        and not _over_a_limit(r)
+        # (days passed: a blob no job needed was let go; the client uploads it again)
+        and not (m.shift_s and r.error.get("code") == "unknown_blob")
+    ):
         m.violation("refused", f"enqueue {tier} answered {r.status}: {r.raw_body[:200]}")
 
 
 def _over_a_limit(r: Reply) -> bool:
-    """413: a payload over a limit a deploy lowered between the client's choice and its call
-    (INLINE_THRESHOLD, MAX_PAYLOAD_BYTES); nothing written, the client sends it otherwise."""
-    return r.status == 413
+    """Refusals by design: 413, a payload over a limit a deploy lowered between the client's
+    choice and its call (INLINE_THRESHOLD, MAX_PAYLOAD_BYTES; the client sends it otherwise);
+    a 503 (Redis full or cut off: _no_5xx checks its Retry-After; the client tries again).
+    Nothing is written either way."""
+    return r.status in (413, 503)
 
 
 def enqueue_again(m: Model, job: int) -> None:
@@ -303,7 +312,7 @@ def _upload_parts(
         ),
     )
     if r.status != 200:
-        if role == "client":
+        if role == "client" and not _over_a_limit(r):
             m.violation("refused", f"parts of a fresh upload answered {r.status}")
         return False
     for url, chunk in zip(r.json["parts"], chunks, strict=True):
@@ -395,7 +404,8 @@ def create_blob(m: Model, label: str, multipart: bool = False) -> None:
             return
         r = _no_5xx(m, "blob again", m.cp.blob(sha, len(data)))
         if r.status != 200 or not r.json["exists"]:
-            m.violation("refused", f"blob verify answered {r.status}: {r.raw_body[:200]}")
+            if not _over_a_limit(r):
+                m.violation("refused", f"blob verify answered {r.status}: {r.raw_body[:200]}")
             return
     if sha not in m.blobs:
         m.blobs.append(sha)
@@ -420,7 +430,8 @@ def _upload_blob_parts(m: Model, spec: dict, sha: str, data: bytes) -> bool:
         ),
     )
     if r.status != 200:
-        if r.status != 404:  # another uploader of the same content completed it first
+        if r.status != 404 and not _over_a_limit(r):
+            # (404: another uploader of the same content completed it first)
             m.violation("refused", f"parts of a blob's open upload answered {r.status}")
         return False
     for url, chunk in zip(r.json["parts"], chunks, strict=True):
@@ -493,6 +504,19 @@ def policy(m: Model, inline: str, retention: str, kms_key: str | None = None) ->
     m.cp.policy = m.policy
     m.policy_gen += 1
     m.shorten_promises(_class_s(m))
+
+
+def memory(m: Model, full: bool) -> None:
+    """Redis reaches its maxmemory (noeviction: every write that needs memory is refused with
+    OOM, as ElastiCache's is) or recovers (room again). Reads go on either way; a write refused
+    must be answered 503 with Retry-After, and nothing acknowledged lost."""
+    r = m.redis
+    with unhooked():
+        nodes = {"target_nodes": r.PRIMARIES} if hasattr(r, "get_primaries") else {}
+        r.config_set("maxmemory-policy", "noeviction", **nodes)
+        # 1 byte: below what every node holds, so the next write that needs memory is refused.
+        r.config_set("maxmemory", "1" if full else "0", **nodes)
+    m.memory_full = full
 
 
 def settings(m: Model, name: str, value: str) -> None:
@@ -835,6 +859,7 @@ OPERATIONS: dict[str, Callable[..., None]] = {
     "redrive": redrive,
     "policy": policy,
     "settings": settings,
+    "memory": memory,
     "poll": poll,
     "heartbeat": beat,
     "finish": finish,

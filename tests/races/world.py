@@ -121,8 +121,10 @@ class Stack:
     def flush(self) -> None:
         self.shift_s = 0.0
         if self.cluster:
+            self.client.config_set("maxmemory", "0", target_nodes=self.client.PRIMARIES)
             self.client.flushall(target_nodes=self.client.PRIMARIES)
         else:
+            self.client.config_set("maxmemory", "0")
             self.client.flushall()
         self.load_scripts()
 
