@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tests.races import invariants
-from tests.races.ops import DAEMONS, OPERATIONS, Model, describe
+from tests.races.ops import DAEMONS, OPERATIONS, Model, describe, started
 from tests.races.sched import SCHEDULER, Op
 from tests.races.world import (
     SETTING_VALUES,
@@ -136,7 +136,9 @@ class Runner:
         self.model = Model(namespace, cp, world.client)
         self.model.deploy = lambda values: deploy(world.clock, values)
         self.model.s3 = world.s3
-        self.model.clock = world.clock.now
+        # The model's time: the control plane's clock and the days stored data has aged.
+        self.model.clock = lambda: world.clock.now() + world.shift_s
+        self.model.written = world.written
         self.ops: dict[str, Op] = {}
         self.priority: dict[str, float] = {}
         self.prev: dict[str, str | None] = {}
@@ -189,7 +191,7 @@ class Runner:
         if kind == "start":
             _, label, name, params = d
             fn = OPERATIONS[name]
-            op = Op(label, name, lambda: fn(self.model, **params))
+            op = Op(label, name, lambda: started(self.model, lambda: fn(self.model, **params)))
             op.last_args = None
             self.ops[label] = op
             self.priority[label] = self.rng.random() if self.rng else 0.0
@@ -369,6 +371,15 @@ class Runner:
             "view": 0.2 if njobs else 0.0,
             "blob": 0.4,
         }
+        # A change bites what it lands under: a policy change is likelier while an upload is
+        # in flight, a deploy while jobs a raised limit let in are still queued.
+        if any(o.name in ("finish", "blob", "enqueue") and o.calls > 0 for o in self.ops.values()):
+            weights["policy"] *= 4
+        large_queued = [
+            j for j in self._jobs_in("queued") if len(m.jobs()[j].inline or b"") > 262_144
+        ]
+        if len(large_queued) >= 2:
+            weights["settings"] *= 4
         weights = {k: w * self.swarm.get(k, 1.0) for k, w in weights.items()}
         names = [k for k, w in weights.items() if w > 0]
         name = rng.choices(names, [weights[k] for k in names])[0]
@@ -440,8 +451,12 @@ class Runner:
         if name == "memory":
             return name, {"full": not m.memory_full and rng.random() < 0.8}
         if name == "settings":
-            # INLINE_THRESHOLD twice as often: what it lets in lives on after it is lowered.
+            # INLINE_THRESHOLD twice as often (what it lets in lives on after it is lowered),
+            # and mostly it while it is raised.
+            raised = os.environ.get("INLINE_THRESHOLD") != SETTING_VALUES["INLINE_THRESHOLD"][0]
             setting = rng.choice(["INLINE_THRESHOLD", *sorted(SETTING_VALUES)])
+            if raised and rng.random() < 0.5:
+                setting = "INLINE_THRESHOLD"
             values = SETTING_VALUES[setting]
             now = os.environ.get(setting)
             if now != values[0] and rng.random() < 0.6:

@@ -282,7 +282,7 @@ def blob_records_within_their_objects(snap: Snapshot, prev, model: Model, busy: 
                 tags = s3.get_object_tagging(Bucket=BUCKET, Key=key)["TagSet"]
                 tag = next((t["Value"] for t in tags if t["Key"] == RETENTION_TAG), "")
                 days = RETENTION_DAYS.get(tag, max(RETENTION_DAYS.values()))
-                expiry = head["LastModified"].timestamp() + days * 86_400
+                expiry = model.written(head["LastModified"].timestamp()) + days * 86_400
                 _object_cache[cache_key] = (f"{tag or 'untagged'}:{expiry}", "")
             except ClientError:
                 _object_cache[cache_key] = None

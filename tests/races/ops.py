@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -90,6 +91,7 @@ class Model:
     # Seconds by which the explorer moved Redis's TTLs and the objects' lifecycle ahead (days
     # passed: world.Stack.advance); what Redis and S3 read as now is the machine's time + this.
     shift_s: float = 0.0
+    written: Callable[[float], float] = lambda t: t  # world.Stack.written
     told: dict[str, int] = field(default_factory=dict)  # job id -> deliveries a daemon was told
     reported_lost: set[str] = field(default_factory=set)  # jobs a daemon reported payload_lost
     result_ttl_s: float = 172_800.0  # RESULT_TTL_S deployed now
@@ -113,7 +115,22 @@ class Model:
         return [i for i in self.intents if i.job_id]
 
     def violation(self, kind: str, detail: str) -> None:
+        if kind in ("refused", "lease_holder_refused", "result_stranded") and (
+            getattr(_op_started, "shift_s", self.shift_s) != self.shift_s
+        ):
+            # Days passed while the operation ran: its presigned URLs, issued keys and
+            # leases of days ago may be gone, honestly.
+            return
         self.violations.append((kind, detail))
+
+
+_op_started = threading.local()  # shift_s when this thread's operation started
+
+
+def started(m: Model, fn: Callable[[], None]) -> None:
+    """Run an operation, remembering how many days had passed when it started."""
+    _op_started.shift_s = m.shift_s
+    fn()
 
 
 def _step(what: str) -> None:

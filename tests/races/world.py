@@ -115,11 +115,18 @@ class Stack:
     client: Any  # the explorer's own Redis client (not hooked: it is no operation's)
     s3: Any
     clock: Clock = field(default_factory=Clock)
-    # Seconds Redis's TTLs and the objects' lifecycle were moved ahead by days passing.
+    # Seconds Redis's TTLs and the objects' lifecycle were moved ahead by days passing, and
+    # when (the machine's time) each move was made.
     shift_s: float = 0.0
+    shifts: list[tuple[float, float]] = field(default_factory=list)
+
+    def written(self, last_modified: float) -> float:
+        """An object's last write in the shifted time: the days that had passed by then added."""
+        return last_modified + sum(s for t, s in self.shifts if t <= last_modified)
 
     def flush(self) -> None:
         self.shift_s = 0.0
+        self.shifts = []
         if self.cluster:
             self.client.config_set("maxmemory", "0", target_nodes=self.client.PRIMARIES)
             self.client.flushall(target_nodes=self.client.PRIMARIES)
@@ -149,11 +156,15 @@ class Stack:
         return list(self.client.scan_iter(match=pattern, count=1000))
 
     def advance(self, seconds: float) -> None:
-        """Time passes: the clock, and every pending entry's idle time in Redis; an hour or
-        more (days passing) also moves every key's TTL in Redis and the bucket's lifecycle."""
-        self.clock.offset += seconds
+        """Time passes: the clock, and every pending entry's idle time in Redis. An hour or
+        more is days passing for what is stored: every key's TTL in Redis and the bucket's
+        lifecycle move on, the control plane's clock does not (Redis stamps stream entries with
+        the machine's time, which the explorer cannot move: a control plane days ahead would
+        find every new entry days old)."""
         if seconds >= 3600:
             self._days_pass(seconds)
+            return
+        self.clock.offset += seconds
         add_ms = int(seconds * 1000)
         from payloadstore_controlplane.store import keys
 
@@ -184,6 +195,7 @@ def _days_pass_impl(world: Stack, seconds: float) -> None:
     from payloadstore_controlplane.models.policy import RETENTION_DAYS, RETENTION_TAG
 
     world.shift_s += seconds
+    world.shifts.append((time.time(), seconds))
     cut_ms = int(seconds * 1000)
     for key in world.scan("*"):
         ttl = world.client.pttl(key)
@@ -202,7 +214,7 @@ def _days_pass_impl(world: Stack, seconds: float) -> None:
             tags = world.s3.get_object_tagging(Bucket=BUCKET, Key=obj["Key"])["TagSet"]
             tag = next((t["Value"] for t in tags if t["Key"] == RETENTION_TAG), "")
             days = RETENTION_DAYS.get(tag, max(RETENTION_DAYS.values()))
-            if obj["LastModified"].timestamp() + days * 86_400 <= now:
+            if world.written(obj["LastModified"].timestamp()) + days * 86_400 <= now:
                 world.s3.delete_object(Bucket=BUCKET, Key=obj["Key"])
         token = page.get("NextContinuationToken")
         if not token:
