@@ -44,6 +44,8 @@ def state_edges(snap: Snapshot, prev: dict[str, str | None], model: Model, busy:
         before, after = prev.get(job_id), snap.state(job_id)
         if before == after or after is None:
             continue  # a job that vanished is acked_writes' business
+        if model.past_promise(job_id):
+            continue  # what is left of a job past its promise (an index field) says nothing
         if after not in EDGES.get(before, set()):
             out.append(("state_edge", f"job {job_id} went {before} -> {after}"))
     return out
