@@ -411,7 +411,7 @@ class Runner:
             return name, {
                 "daemon": daemon,
                 "queues": ["q1"] if rng.random() < 0.8 else ["q1", "q2"],
-                "max_jobs": rng.choice([None, None, 2]),
+                "max_jobs": rng.choice([None, 2, 2] if len(large_queued) >= 2 else [None, None, 2]),
             }
         if name in ("heartbeat", "forget"):
             return name, {"daemon": daemon, "hold": rng.randrange(4)}

@@ -245,19 +245,21 @@ def enqueue(
         headers = None
     if shas:
         body["blobs"] = shas
-    if wait:
-        r = cp.call(
-            "jobs",
-            "POST",
-            "/v1/namespaces/{ns}/queues/{queue}/jobs",
-            {"ns": cp.ns, "queue": queue},
-            body=body,
-            headers=headers,
-            query={"wait": "0"},
-        )
-    else:
-        r = cp.enqueue(body=body, headers=headers, queue=queue)
-    r = _no_5xx(m, "enqueue", r)
+
+    def send() -> Reply:
+        if wait:
+            return cp.call(
+                "jobs",
+                "POST",
+                "/v1/namespaces/{ns}/queues/{queue}/jobs",
+                {"ns": cp.ns, "queue": queue},
+                body=body,
+                headers=headers,
+                query={"wait": "0"},
+            )
+        return cp.enqueue(body=body, headers=headers, queue=queue)
+
+    r = _resent_on_503(m, "enqueue", send)
     if r.status in (200, 201):
         intent.job_id = r.json["job_id"]
         intent.acked = True
@@ -269,6 +271,18 @@ def enqueue(
         and not (m.shift_s and r.error.get("code") == "unknown_blob")
     ):
         m.violation("refused", f"enqueue {tier} answered {r.status}: {r.raw_body[:200]}")
+
+
+def _resent_on_503(m: Model, what: str, send: Callable[[], Reply]) -> Reply:
+    """A call answered 503 with Retry-After is sent again, as the SDK does (up to 3 times):
+    what it did before the answer (a connection cut after its command ran) must be finished or
+    undone by the same call again."""
+    r = _no_5xx(m, what, send())
+    for _ in range(2):
+        if r.status != 503:
+            break
+        r = _no_5xx(m, f"{what} again", send())
+    return r
 
 
 def _over_a_limit(r: Reply) -> bool:
@@ -697,12 +711,12 @@ def finish(m: Model, daemon: str, hold: int, how: str, next: int = 0) -> None:
         if ask:
             report["next"] = ask
         m.reported_lost.add(h.job_id)
-        r = _no_5xx(m, "payload_lost", cp.report(h.job_id, report))
+        r = _resent_on_503(m, "payload_lost", lambda: cp.report(h.job_id, report))
         _current_lease_refused(m, h, "payload_lost report", r)
     else:
         if ask:
             body["next"] = ask
-        r = _no_5xx(m, f"result {how}", cp.post_result(h.job_id, body))
+        r = _resent_on_503(m, f"result {how}", lambda: cp.post_result(h.job_id, body))
         if (
             how in ("s3", "multipart")
             and r.status == 409
@@ -713,7 +727,7 @@ def finish(m: Model, daemon: str, hold: int, how: str, next: int = 0) -> None:
             if ref is None:
                 return
             body["resultRef"] = ref
-            r = _no_5xx(m, f"result {how} again", cp.post_result(h.job_id, body))
+            r = _resent_on_503(m, f"result {how} again", lambda: cp.post_result(h.job_id, body))
             if _policy_refusal(r) and m.policy_gen == gen:
                 _still_holds_then(
                     m,
