@@ -155,6 +155,9 @@ class Stack:
             return list(self.client.scan_iter(match=pattern, count=1000, target_nodes="primaries"))
         return list(self.client.scan_iter(match=pattern, count=1000))
 
+    def _days_pass(self, seconds: float) -> None:
+        _days_pass_impl(self, seconds)
+
     def advance(self, seconds: float) -> None:
         """Time passes: the clock, and every pending entry's idle time in Redis. An hour or
         more is days passing for what is stored: every key's TTL in Redis and the bucket's
@@ -219,9 +222,6 @@ def _days_pass_impl(world: Stack, seconds: float) -> None:
         token = page.get("NextContinuationToken")
         if not token:
             break
-
-
-Stack._days_pass = _days_pass_impl  # type: ignore[attr-defined]
 
 
 @contextlib.contextmanager
