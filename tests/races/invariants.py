@@ -251,7 +251,7 @@ def key_fields_name_their_jobs(snap: Snapshot, prev, model: Model, busy: set[str
 # Seconds a record may seem to outlive its object by the clocks' grain (S3's Last-Modified is
 # whole seconds; a step's own calls take some).
 LIFETIME_SLACK_S = 60
-_object_cache: dict[tuple[str, str, int], tuple[str, str] | None] = {}
+_object_cache: dict[tuple[str, str, int, float], tuple[str, str] | None] = {}
 
 
 def blob_records_within_their_objects(snap: Snapshot, prev, model: Model, busy: set[str]):
@@ -277,15 +277,20 @@ def blob_records_within_their_objects(snap: Snapshot, prev, model: Model, busy: 
             continue
         until = now + ttl_ms / 1000
         key = f"blobs/{model.namespace}/{sha}"
-        cache_key = (model.namespace, sha, int(until // 10))
+        cache_key = (model.namespace, sha, int(until // 10), model.shift_s)
         if cache_key not in _object_cache:
             try:
                 head = s3.head_object(Bucket=BUCKET, Key=key)
                 tags = s3.get_object_tagging(Bucket=BUCKET, Key=key)["TagSet"]
                 tag = next((t["Value"] for t in tags if t["Key"] == RETENTION_TAG), "")
                 days = RETENTION_DAYS.get(tag, max(RETENTION_DAYS.values()))
-                expiry = model.written(head["LastModified"].timestamp()) + days * 86_400
-                _object_cache[cache_key] = (f"{tag or 'untagged'}:{expiry}", "")
+                written = model.written(head["LastModified"].timestamp())
+                expiry = written + days * 86_400
+                # The days that passed since the write, which the handlers' clock did not see
+                # (world.Stack.advance): a record verified after them is that much too long by
+                # the explorer's doing, not theirs.
+                unseen = model.shift_s - (written - head["LastModified"].timestamp())
+                _object_cache[cache_key] = (f"{tag or 'untagged'}:{expiry}", str(unseen))
             except ClientError:
                 _object_cache[cache_key] = None
         found = _object_cache[cache_key]
@@ -302,7 +307,7 @@ def blob_records_within_their_objects(snap: Snapshot, prev, model: Model, busy: 
             continue
         tag, expiry_s = found[0].split(":", 1)
         expiry = float(expiry_s)
-        if until > expiry + LIFETIME_SLACK_S:
+        if until > expiry + LIFETIME_SLACK_S + float(found[1]):
             out.append(
                 (
                     "blob_record_outlives_object",
