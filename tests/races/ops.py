@@ -53,6 +53,9 @@ class JobIntent:
     # promise: an honest expiry) and the queue retention (RESULT_TTL_S) deployed since.
     enqueued_at: float = 0.0
     promise_s: float = float("inf")
+    # Its enqueue ended unanswered (503 each time it was sent, or days passed under it): never
+    # acknowledged, what it left half-written is no job anyone was promised.
+    unanswered: bool = False
 
 
 @dataclass
@@ -132,7 +135,14 @@ _op_started = threading.local()  # shift_s when this thread's operation started
 def started(m: Model, fn: Callable[[], None]) -> None:
     """Run an operation, remembering how many days had passed when it started."""
     _op_started.shift_s = m.shift_s
+    _op_started.model = m
     fn()
+
+
+def _days_passed_under() -> bool:
+    """Whether days passed while this thread's operation ran."""
+    m = getattr(_op_started, "model", None)
+    return m is not None and _op_started.shift_s != m.shift_s
 
 
 def _step(what: str) -> None:
@@ -260,7 +270,9 @@ def enqueue(
         return cp.enqueue(body=body, headers=headers, queue=queue)
 
     r = _resent_on_503(m, "enqueue", send)
-    if r.status in (200, 201):
+    if r.status == 503 or _days_passed_under():
+        intent.unanswered = True
+    elif r.status in (200, 201):
         intent.job_id = r.json["job_id"]
         intent.acked = True
     elif (
@@ -737,7 +749,12 @@ def finish(m: Model, daemon: str, hold: int, how: str, next: int = 0) -> None:
                     f"{r.status} {r.error.get('code')}",
                 )
         _current_lease_refused(m, h, f"result post ({how})", r)
-        if r.status in (200, 204) and how in ("inline", "s3", "multipart"):
+        # (a post days passed under: its job may be gone by design)
+        if (
+            r.status in (200, 204)
+            and how in ("inline", "s3", "multipart")
+            and not (_days_passed_under())
+        ):
             m.succeeded.setdefault(h.job_id, m.clock())
     if (
         how in ("error", "cancelled", "payload_lost")
