@@ -8,7 +8,7 @@ and deliveries by their position in the model's lists, resolved when the operati
 shrunk sequence that dropped an enqueue still names some job, or none: then it does nothing).
 
 What an operation checks of its own answers (the rest is invariants.py):
-- no answer is a 5xx;
+- no answer is a 5xx but a 503 with Retry-After (then sent again, as the SDK does), none over 6 MB;
 - a delivery carries its job's own arguments and its full blob list;
 - a daemon that still holds the current lease (the job hash says so after the answer) has its
   heartbeat, presign, parts and result post accepted;
