@@ -6,7 +6,10 @@ A run is a list of decisions, each one of:
                                           call that leaves the process, and parks there)
     ["step", label]                       that operation makes its next call and runs on up to
                                           the one after (or its end)
-    ["advance", seconds]                  the clock moves (leases lapse, queues go idle)
+    ["cut", label]                        as step, but the connection of that Redis call is cut
+                                          once the command ran (its reply lost)
+    ["advance", seconds]                  the clock moves (leases lapse, queues go idle); an hour
+                                          or more: days pass (Redis's TTLs, the S3 lifecycle)
 After the last decision every operation still in flight runs to its end, in start order.
 
 Choosing: an operation in flight gets a random priority when it starts; the explorer steps the
@@ -21,15 +24,24 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from tests.races import invariants
-from tests.races.ops import DAEMONS, OPERATIONS, Model, describe
+from tests.races.ops import DAEMONS, OPERATIONS, Model, describe, started
 from tests.races.sched import SCHEDULER, Op
-from tests.races.world import STALE_CONSUMER_IDLE_S, VISIBILITY_TIMEOUT_S, Stack, snapshot
+from tests.races.world import (
+    SETTING_VALUES,
+    STALE_CONSUMER_IDLE_S,
+    VISIBILITY_TIMEOUT_S,
+    Stack,
+    deploy,
+    deployed_defaults,
+    snapshot,
+)
 
 Decision = list[Any]
 MAX_IN_FLIGHT = 3
@@ -46,11 +58,14 @@ SWARM_KEYS = (
     "purge",
     "redrive",
     "policy",
+    "settings",
+    "blob",
     "status",
     "view",
     "inline",
     "s3",
     "multipart",
+    "large",
     "finish-inline",
     "finish-s3",
     "finish-multipart",
@@ -58,6 +73,9 @@ SWARM_KEYS = (
     "finish-payload_lost",
     "finish-cancelled",
     "next",
+    "days",
+    "cut",
+    "memory",
 )
 
 
@@ -117,6 +135,11 @@ class Runner:
         cp = ControlPlane(namespace)
         cp.queue = "q1"
         self.model = Model(namespace, cp, world.client)
+        self.model.deploy = lambda values: deploy(world.clock, values)
+        self.model.s3 = world.s3
+        # The model's time: the control plane's clock and the days stored data has aged.
+        self.model.clock = lambda: world.clock.now() + world.shift_s
+        self.model.written = world.written
         self.ops: dict[str, Op] = {}
         self.priority: dict[str, float] = {}
         self.prev: dict[str, str | None] = {}
@@ -139,6 +162,7 @@ class Runner:
 
         self.world.flush()
         self.world.clock.reset()
+        deployed_defaults(self.world.clock)
         forget_container_state()
         self._past_first_hour()
         for i in range(2):
@@ -162,12 +186,13 @@ class Runner:
         kind = d[0]
         if kind == "advance":
             self.world.advance(float(d[1]))
+            self.model.shift_s = self.world.shift_s
             out.log.append(f"clock +{d[1]} s")
             return True
         if kind == "start":
             _, label, name, params = d
             fn = OPERATIONS[name]
-            op = Op(label, name, lambda: fn(self.model, **params))
+            op = Op(label, name, lambda: started(self.model, lambda: fn(self.model, **params)))
             op.last_args = None
             self.ops[label] = op
             self.priority[label] = self.rng.random() if self.rng else 0.0
@@ -181,11 +206,16 @@ class Runner:
         op = self.ops.get(label)
         if op is None or op.state != "parked":
             return False
+        if kind == "cut":
+            if not op.at.startswith("redis"):
+                return False
+            op.cut = True
         mid = self._mid_flight(exclude=op)
         call = _call_name(op)
         SCHEDULER.resume(op)
         out.interleavings += mid
-        out.log.append(f"  {label} {op.name}: {call} -> {self._where(op)}")
+        cut = " (its connection cut after the command ran)" if kind == "cut" else ""
+        out.log.append(f"  {label} {op.name}: {call}{cut} -> {self._where(op)}")
         self._reap(op)
         return True
 
@@ -283,11 +313,16 @@ class Runner:
             op = max(parked, key=lambda o: self.priority[o.label])
             if rng.random() < 0.25:
                 self.priority[op.label] = rng.random() * 0.5
+            if op.at.startswith("redis") and rng.random() < 0.01 * self.swarm.get("cut", 1.0):
+                return ["cut", op.label]
             return ["step", op.label]
         if r < 0.62:
             return ["advance", VISIBILITY_TIMEOUT_S + 1]
         if r < 0.63:
             return ["advance", STALE_CONSUMER_IDLE_S + 1]
+        if r < 0.63 + 0.004 * self.swarm.get("days", 1.0):
+            # Days pass (Redis's TTLs and the bucket's lifecycle with them).
+            return ["advance", rng.choice([1, 2, 7]) * 86_400]
         self.serial += 1
         name, params = self.choose_operation()
         return ["start", f"op{self.serial}", name, params]
@@ -332,10 +367,21 @@ class Runner:
             "purge": 0.7,
             "redrive": 0.6,
             "policy": 0.3,
+            "settings": 0.3,
+            "memory": 0.15,
             "status": 0.2 if njobs else 0.0,
             "view": 0.2 if njobs else 0.0,
-            "blob": 0.1,
+            "blob": 0.4,
         }
+        # A change bites what it lands under: a policy change is likelier while an upload is
+        # in flight, a deploy while jobs a raised limit let in are still queued.
+        if any(o.name in ("finish", "blob", "enqueue") and o.calls > 0 for o in self.ops.values()):
+            weights["policy"] *= 4
+        large_queued = [
+            j for j in self._jobs_in("queued") if len(m.jobs()[j].inline or b"") > 262_144
+        ]
+        if len(large_queued) >= 2:
+            weights["settings"] *= 4
         weights = {k: w * self.swarm.get(k, 1.0) for k, w in weights.items()}
         names = [k for k, w in weights.items() if w > 0]
         name = rng.choices(names, [weights[k] for k in names])[0]
@@ -343,7 +389,13 @@ class Runner:
         daemon = rng.choice([d for d in DAEMONS if held[d]] or list(DAEMONS))
         if name == "enqueue":
             tier = self._weighted({"inline": 0.5, "s3": 0.42, "multipart": 0.08})
-            return name, {
+            # The largest inline payload the settings allow, now and then (more often when a
+            # deploy raised INLINE_THRESHOLD: what a lowered one must still deliver).
+            raised = int(os.environ.get("INLINE_THRESHOLD", "0")) > 262_144
+            large = tier == "inline" and rng.random() < (0.5 if raised else 0.1) * min(
+                self.swarm.get("large", 1.0), 2.0
+            )
+            params = {
                 "label": f"e{self.serial}",
                 "tier": tier,
                 "queue": queue,
@@ -351,6 +403,9 @@ class Runner:
                 "idem": tier == "inline" and rng.random() < 0.3,
                 "wait": rng.random() < 0.2,
             }
+            if large:
+                params["large"] = rng.choice([True, 0.8])
+            return name, params
         if name == "enqueue_again":
             return name, {"job": rng.randrange(8)}
         if name == "poll":
@@ -358,7 +413,7 @@ class Runner:
             return name, {
                 "daemon": daemon,
                 "queues": ["q1"] if rng.random() < 0.8 else ["q1", "q2"],
-                "max_jobs": rng.choice([None, None, 2]),
+                "max_jobs": rng.choice([None, 2, 2] if len(large_queued) >= 2 else [None, None, 2]),
             }
         if name == "leases":
             return name, {"daemon": daemon}
@@ -385,14 +440,34 @@ class Runner:
         if name in ("status", "view"):
             return name, {"job": self._pick_job([])}
         if name == "blob":
-            return name, {"label": f"b{self.serial}"}
+            params = {"label": f"b{self.serial}"}
+            if rng.random() < 0.5 * min(self.swarm.get("multipart", 1.0), 1.0):
+                params["multipart"] = True
+            return name, params
         if name == "purge":
             return name, {"queue": queue}
         if name == "policy":
             return name, {
                 "inline": rng.choice(["allowed", "allowed", "never"]),
-                "retention": rng.choice(["1d", "2d", "7d"]),
+                "retention": rng.choice(["consume", "1d", "2d", "2d", "7d", "30d"]),
+                "kms_key": rng.choice(["none", "none", "stack"]),
             }
+        if name == "memory":
+            return name, {"full": not m.memory_full and rng.random() < 0.8}
+        if name == "settings":
+            # INLINE_THRESHOLD twice as often (what it lets in lives on after it is lowered),
+            # and mostly it while it is raised.
+            raised = os.environ.get("INLINE_THRESHOLD") != SETTING_VALUES["INLINE_THRESHOLD"][0]
+            setting = rng.choice(["INLINE_THRESHOLD", *sorted(SETTING_VALUES)])
+            if raised and rng.random() < 0.5:
+                setting = "INLINE_THRESHOLD"
+            values = SETTING_VALUES[setting]
+            now = os.environ.get(setting)
+            if now != values[0] and rng.random() < 0.6:
+                # Back to the default, mostly: a limit raised then lowered under the jobs it
+                # let in (or a lowered one raised again) is where a change bites.
+                return name, {"name": setting, "value": values[0]}
+            return name, {"name": setting, "value": rng.choice(values)}
         if name == "redrive":
             return name, {"queue": queue, "cancelled": rng.random() < 0.5}
         raise AssertionError(name)

@@ -44,6 +44,8 @@ def state_edges(snap: Snapshot, prev: dict[str, str | None], model: Model, busy:
         before, after = prev.get(job_id), snap.state(job_id)
         if before == after or after is None:
             continue  # a job that vanished is acked_writes' business
+        if model.past_promise(job_id):
+            continue  # what is left of a job past its promise (an index field) says nothing
         if after not in EDGES.get(before, set()):
             out.append(("state_edge", f"job {job_id} went {before} -> {after}"))
     return out
@@ -63,8 +65,11 @@ def queued_and_running(snap: Snapshot, prev, model: Model, busy: set[str]):
     it) with its arguments still in it."""
     out: list[Violation] = []
     for job_id in set(snap.jobs) | set(snap.inline_index):
-        if job_id in busy:
+        if job_id in busy or model.past_promise(job_id):
             continue
+        intent = model.intent(job_id)
+        if intent is not None and intent.unanswered:
+            continue  # never acknowledged: its client was told nothing (ops.JobIntent)
         state = snap.state(job_id)
         h = snap.jobs.get(job_id, {})
         inline = h.get("t", b"i") == b"i"
@@ -143,6 +148,8 @@ def retryable_kept(snap: Snapshot, prev, model: Model, busy: set[str]):
     for job_id, h in snap.jobs.items():
         if job_id in busy or h.get("s", b"").decode() not in RETRYABLE:
             continue
+        if model.past_promise(job_id):
+            continue
         mine = [e for e in snap.entries_of(job_id)]
         if (
             h.get("t") == b"i"
@@ -169,12 +176,38 @@ def retryable_kept(snap: Snapshot, prev, model: Model, busy: set[str]):
 
 def acked_writes(snap: Snapshot, prev, model: Model, busy: set[str]):
     """What a client or daemon was told is done stays done: an enqueued job exists; a result
-    post answered 204 left the job succeeded."""
+    post answered 204 left the job succeeded. Both until the job is past its promise
+    (ops.Model.past_promise: the shortest retention class and queue retention it lived
+    under since its enqueue; a result, RESULT_TTL_S past its post): then gone is by design.
+
+    No acknowledged job lost: a job the control plane itself ends `payload_lost` (no daemon
+    reported it so) must be past its promise (`acked_job_lost`; an expiry of its class is an
+    honest end then, as `arguments_expired` is)."""
     out: list[Violation] = []
     for intent in model.intents:
-        if intent.acked and intent.job_id and snap.state(intent.job_id) is None:
+        if not (intent.acked and intent.job_id) or model.past_promise(intent.job_id):
+            continue
+        state = snap.state(intent.job_id)
+        if state is None:
             out.append(("acked_job_missing", f"enqueued job {intent.job_id} is gone"))
-    for job_id in model.succeeded:
+        elif (
+            state == "payload_lost"
+            and intent.job_id not in busy
+            and intent.job_id not in model.reported_lost
+        ):
+            out.append(
+                (
+                    "acked_job_lost",
+                    (
+                        f"job {intent.job_id} ended payload_lost with no daemon reporting it, "
+                        f"{model.clock() - intent.enqueued_at:.0f} s after its enqueue (promised "
+                        f"{intent.promise_s:.0f} s)"
+                    ),
+                )
+            )
+    for job_id, at in model.succeeded.items():
+        if snap.state(job_id) is None and model.clock() >= at + model.result_ttl_s:
+            continue  # its result's time is over
         if snap.state(job_id) != "succeeded":
             out.append(
                 (
@@ -190,6 +223,8 @@ def blobs_alive(snap: Snapshot, prev, model: Model, busy: set[str]):
     out: list[Violation] = []
     for intent in model.jobs():
         if intent.job_id in busy or snap.state(intent.job_id or "") not in ("queued", "running"):
+            continue
+        if model.past_promise(intent.job_id or ""):
             continue
         for sha in intent.blobs:
             if sha not in snap.blob_records:
@@ -216,6 +251,81 @@ def key_fields_name_their_jobs(snap: Snapshot, prev, model: Model, busy: set[str
     ]
 
 
+# Seconds a record may seem to outlive its object by the clocks' grain (S3's Last-Modified is
+# whole seconds; a step's own calls take some).
+LIFETIME_SLACK_S = 60
+_object_cache: dict[tuple[str, str, int, float], tuple[str, str] | None] = {}
+
+
+def blob_records_within_their_objects(snap: Snapshot, prev, model: Model, busy: set[str]):
+    """No object deleted while a record promises it: a blob's record (what makes it
+    referenceable) expires no later than the lifecycle rule of its object's retention tag
+    deletes the object (written at Last-Modified, gone `days` lifecycle days later; no tag: the
+    `blobs/` backstop, the longest class). Compared in Redis's own time, which a record's TTL
+    counts in, and S3's (the same machine)."""
+    import time as _time
+
+    from botocore.exceptions import ClientError
+
+    from payloadstore_controlplane.models.policy import RETENTION_DAYS, RETENTION_TAG
+    from tests.races.world import BUCKET
+
+    s3 = model.s3
+    if s3 is None:
+        return []
+    out: list[Violation] = []
+    now = _time.time() + model.shift_s
+    for sha, ttl_ms in snap.blob_ttl_ms.items():
+        if ttl_ms < 0:
+            continue
+        until = now + ttl_ms / 1000
+        key = f"blobs/{model.namespace}/{sha}"
+        cache_key = (model.namespace, sha, int(until // 10), model.shift_s)
+        if cache_key not in _object_cache:
+            try:
+                head = s3.head_object(Bucket=BUCKET, Key=key)
+                tags = s3.get_object_tagging(Bucket=BUCKET, Key=key)["TagSet"]
+                tag = next((t["Value"] for t in tags if t["Key"] == RETENTION_TAG), "")
+                days = RETENTION_DAYS.get(tag, max(RETENTION_DAYS.values()))
+                written = model.written(head["LastModified"].timestamp())
+                expiry = written + days * 86_400
+                # The days that passed since the write, which the handlers' clock did not see
+                # (world.Stack.advance): a record verified after them is that much too long by
+                # the explorer's doing, not theirs.
+                unseen = model.shift_s - (written - head["LastModified"].timestamp())
+                _object_cache[cache_key] = (f"{tag or 'untagged'}:{expiry}", str(unseen))
+            except ClientError:
+                _object_cache[cache_key] = None
+        found = _object_cache[cache_key]
+        if found is None:
+            out.append(
+                (
+                    "blob_object_gone",
+                    (
+                        f"blob {sha[:12]}… is recorded (for {ttl_ms / 86_400_000:.2f} days more) "
+                        "but its object is gone"
+                    ),
+                )
+            )
+            continue
+        tag, expiry_s = found[0].split(":", 1)
+        expiry = float(expiry_s)
+        if until > expiry + LIFETIME_SLACK_S + float(found[1]):
+            out.append(
+                (
+                    "blob_record_outlives_object",
+                    (
+                        f"blob {sha[:12]}…: its record promises it for "
+                        f"{(until - now) / 86_400:.2f} days, its object (tag {tag}) is deleted in "
+                        f"{(expiry - now) / 86_400:.2f}"
+                    ),
+                )
+            )
+    if len(_object_cache) > 10_000:
+        _object_cache.clear()
+    return out
+
+
 INVARIANTS: list[Callable[..., list[Violation]]] = [
     state_edges,
     queued_and_running,
@@ -223,6 +333,7 @@ INVARIANTS: list[Callable[..., list[Violation]]] = [
     acked_writes,
     blobs_alive,
     key_fields_name_their_jobs,
+    blob_records_within_their_objects,
 ]
 
 
@@ -254,12 +365,16 @@ def s3_after_run(world, model: Model, snap: Snapshot) -> list[Violation]:
 
     out: list[Violation] = []
     for job_id in sorted(model.succeeded):
+        if model.clock() >= model.succeeded[job_id] + model.result_ttl_s:
+            continue
         r = model.cp.result(job_id)
         ref = (r.json or {}).get("resultRef") if r.status == 200 else None
         if ref and not exists(ref["key"]):
             out.append(("acked_result_object_missing", f"job {job_id}: {ref['key']} is gone"))
     for intent in model.jobs():
         if snap.state(intent.job_id or "") not in ("queued", "running"):
+            continue
+        if model.past_promise(intent.job_id or ""):
             continue
         if intent.tier != "inline":
             r = model.cp.status(intent.job_id)
@@ -269,4 +384,32 @@ def s3_after_run(world, model: Model, snap: Snapshot) -> list[Violation]:
         for sha in intent.blobs:
             if not exists(f"blobs/{model.namespace}/{sha}"):
                 out.append(("blob_object_gone", f"job {intent.job_id}: blob {sha[:12]}… is gone"))
+    out += _stranded(model, snap)
+    return out
+
+
+def _stranded(model: Model, snap: Snapshot) -> list[Violation]:
+    """No acknowledged job stranded: one that ended failed `DeliveryLimitExceeded` was told to
+    daemons MAX_DELIVERIES times (each told delivery that lapsed counts; a delivery leased in
+    an answer no daemon got, over Lambda's 6 MB, does not)."""
+    from tests.races.world import SETTINGS
+
+    limit = int(SETTINGS["MAX_DELIVERIES"])
+    out: list[Violation] = []
+    for intent in model.jobs():
+        job_id = intent.job_id or ""
+        if snap.state(job_id) != "failed" or model.told.get(job_id, 0) >= limit:
+            continue
+        r = model.cp.status(job_id)
+        error = ((r.json or {}).get("error") or {}) if r.status == 200 else {}
+        if error.get("type") == "DeliveryLimitExceeded":
+            out.append(
+                (
+                    "acked_job_stranded",
+                    (
+                        f"job {job_id} failed DeliveryLimitExceeded, told to daemons "
+                        f"{model.told.get(job_id, 0)} times of {limit}"
+                    ),
+                )
+            )
     return out

@@ -8,7 +8,7 @@ and deliveries by their position in the model's lists, resolved when the operati
 shrunk sequence that dropped an enqueue still names some job, or none: then it does nothing).
 
 What an operation checks of its own answers (the rest is invariants.py):
-- no answer is a 5xx;
+- no answer is a 5xx but a 503 with Retry-After (then sent again, as the SDK does), none over 6 MB;
 - a delivery carries its job's own arguments and its full blob list;
 - a daemon that still holds the current lease (the job hash says so after the answer) has its
   heartbeat, leases renewal, presign, parts and result post accepted;
@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,6 +55,14 @@ class JobIntent:
     job_id: str | None = None
     acked: bool = False  # an enqueue answered 201/200
     idem_key: str | None = None
+    # When it was enqueued (the explorer's clock) and how long it is promised to live: the
+    # shortest of its namespace's retention classes since (a shortened retention shortens the
+    # promise: an honest expiry) and the queue retention (RESULT_TTL_S) deployed since.
+    enqueued_at: float = 0.0
+    promise_s: float = float("inf")
+    # Its enqueue ended unanswered (503 each time it was sent, or days passed under it): never
+    # acknowledged, what it left half-written is no job anyone was promised.
+    unanswered: bool = False
 
 
 @dataclass
@@ -76,8 +85,40 @@ class Model:
     intents: list[JobIntent] = field(default_factory=list)
     by_label: dict[str, JobIntent] = field(default_factory=dict)
     held: dict[str, list[Held]] = field(default_factory=lambda: {d: [] for d in DAEMONS})
-    succeeded: set[str] = field(default_factory=set)  # result posts answered 204 (success)
+    # result posts answered 204 (success): job id -> when (the explorer's clock)
+    succeeded: dict[str, float] = field(default_factory=dict)
     violations: list[tuple[str, str]] = field(default_factory=list)  # (kind, detail)
+    # Changes (RELIABILITY.md "Changes"): the namespace's policy as last set (None: the
+    # defaults), bumped `policy_gen` at each set; `deploy(values)` brings new settings.
+    policy: Any = None
+    policy_gen: int = 0
+    deploy: Callable[[dict[str, str]], None] | None = None
+    # Error texts posted while the namespace's policy was inline `never` from before the post
+    # to its answer: none of their bytes may rest in Redis.
+    never_texts: list[bytes] = field(default_factory=list)
+    s3: Any = None  # the explorer's own S3 client (the invariants read objects with it)
+    clock: Callable[[], float] = lambda: 0.0  # the explorer's clock (the handlers' now)
+    # Seconds by which the explorer moved Redis's TTLs and the objects' lifecycle ahead (days
+    # passed: world.Stack.advance); what Redis and S3 read as now is the machine's time + this.
+    shift_s: float = 0.0
+    written: Callable[[float], float] = lambda t: t  # world.Stack.written
+    told: dict[str, int] = field(default_factory=dict)  # job id -> deliveries a daemon was told
+    reported_lost: set[str] = field(default_factory=set)  # jobs a daemon reported payload_lost
+    result_ttl_s: float = 172_800.0  # RESULT_TTL_S deployed now
+    memory_full: bool = False  # Redis at its maxmemory (the `memory` operation)
+
+    def past_promise(self, job_id: str, slack_s: float = 0.0) -> bool:
+        """Whether a job may be gone by now, by design: past what its class promised."""
+        intent = self.intent(job_id)
+        if intent is None:
+            # (a job the model does not know by id: created in this run, so only days
+            # passing can have taken it past any promise)
+            return self.shift_s >= 86_400
+        return self.clock() + slack_s >= intent.enqueued_at + intent.promise_s
+
+    def shorten_promises(self, seconds: float) -> None:
+        for i in self.intents:
+            i.promise_s = min(i.promise_s, seconds)
 
     def intent(self, job_id: str) -> JobIntent | None:
         return next((i for i in self.intents if i.job_id == job_id), None)
@@ -86,7 +127,29 @@ class Model:
         return [i for i in self.intents if i.job_id]
 
     def violation(self, kind: str, detail: str) -> None:
+        if kind in ("refused", "lease_holder_refused", "result_stranded") and (
+            getattr(_op_started, "shift_s", self.shift_s) != self.shift_s
+        ):
+            # Days passed while the operation ran: its presigned URLs, issued keys and
+            # leases of days ago may be gone, honestly.
+            return
         self.violations.append((kind, detail))
+
+
+_op_started = threading.local()  # shift_s when this thread's operation started
+
+
+def started(m: Model, fn: Callable[[], None]) -> None:
+    """Run an operation, remembering how many days had passed when it started."""
+    _op_started.shift_s = m.shift_s
+    _op_started.model = m
+    fn()
+
+
+def _days_passed_under() -> bool:
+    """Whether days passed while this thread's operation ran."""
+    m = getattr(_op_started, "model", None)
+    return m is not None and _op_started.shift_s != m.shift_s
 
 
 def _step(what: str) -> None:
@@ -95,10 +158,39 @@ def _step(what: str) -> None:
     SCHEDULER.checkpoint(what)
 
 
+# Lambda's synchronous response limit (6 MB), as it counts it: the whole proxy answer.
+LAMBDA_RESPONSE_LIMIT = 6 * 1024 * 1024
+
+
 def _no_5xx(m: Model, what: str, r: Reply) -> Reply:
-    if r.status >= 500:
+    """Every answer: no 5xx but a 503 with Retry-After (a dependency unavailable for a while,
+    by design: the caller retries), and nothing over Lambda's 6 MB (which API Gateway would
+    turn into a 502 after the handler had done its work: a poll's jobs leased, never told)."""
+    retry_after = {k.lower(): v for k, v in (r.headers or {}).items()}.get("retry-after")
+    if r.status >= 500 and not (r.status == 503 and retry_after):
         m.violation("server_error", f"{what} answered {r.status}: {r.raw_body[:300]}")
+    if r.proxy_bytes > LAMBDA_RESPONSE_LIMIT:
+        m.violation(
+            "answer_over_6mb",
+            f"{what} answered {r.status} with {r.proxy_bytes} bytes (Lambda's limit: "
+            f"{LAMBDA_RESPONSE_LIMIT}; API Gateway answers 502 instead)",
+        )
     return r
+
+
+def _class_s(m: Model) -> float:
+    """What the namespace's retention class promises now, in seconds (`consume`: its
+    backstop's two days)."""
+    from payloadstore_controlplane.models.policy import RETENTION_DAYS
+
+    retention = m.policy.retention if m.policy is not None else "2d"
+    return RETENTION_DAYS[retention] * 86_400.0
+
+
+def _setting(name: str) -> int:
+    import os
+
+    return int(os.environ[name])
 
 
 def _put(url: dict, data: bytes) -> int:
@@ -115,17 +207,30 @@ def _bytes_of(label: str, size: int) -> bytes:
 
 
 def enqueue(
-    m: Model, label: str, tier: str, queue: str, blobs: int, idem: bool, wait: bool = False
+    m: Model,
+    label: str,
+    tier: str,
+    queue: str,
+    blobs: int,
+    idem: bool,
+    wait: bool = False,
+    large: bool | float = False,
 ) -> None:
     """`wait`: enqueue-and-wait (`?wait=0`: the answer says whether the job already ended; a
-    longer wait would block the one running thread for its whole length)."""
+    longer wait would block the one running thread for its whole length). `large`: an inline
+    payload of INLINE_THRESHOLD bytes, the largest the settings deployed now allow (a number:
+    that fraction of it)."""
     shas = m.blobs[:blobs]
-    intent = JobIntent(label, tier, queue, shas)
+    intent = JobIntent(label, tier, queue, shas, enqueued_at=m.clock())
+    intent.promise_s = min(_class_s(m), m.result_ttl_s)
     m.intents.append(intent)
     m.by_label[label] = intent
     cp = m.cp
     if tier == "inline":
         intent.inline = f"inline:{label}".encode()
+        if large:
+            size = int(_setting("INLINE_THRESHOLD") * (1.0 if large is True else float(large)))
+            intent.inline = (intent.inline + b"\n" + _bytes_of(label, size))[:size]
         body: dict[str, Any] = {"payloadInline": base64.b64encode(intent.inline).decode()}
         headers = None
         if idem:
@@ -137,7 +242,8 @@ def enqueue(
         if tier == "s3":
             r = _no_5xx(m, "presign put", cp.presign_put(size, sha256=sha256_hex(data)))
             if r.status != 200:
-                m.violation("refused", f"presign of a fresh S3 payload answered {r.status}")
+                if not _over_a_limit(r):
+                    m.violation("refused", f"presign of a fresh S3 payload answered {r.status}")
                 return
             intent.job_id = r.json["job_id"]
             if _put(r.json, data) != 200:
@@ -146,7 +252,8 @@ def enqueue(
         else:
             r = _no_5xx(m, "presign put", cp.presign_put(size, sha256=None))
             if r.status != 200:
-                m.violation("refused", f"multipart presign answered {r.status}")
+                if not _over_a_limit(r):
+                    m.violation("refused", f"multipart presign answered {r.status}")
                 return
             intent.job_id = r.json["job_id"]
             if not _upload_parts(m, cp, r.json, data, role="client"):
@@ -155,24 +262,54 @@ def enqueue(
         headers = None
     if shas:
         body["blobs"] = shas
-    if wait:
-        r = cp.call(
-            "jobs",
-            "POST",
-            "/v1/namespaces/{ns}/queues/{queue}/jobs",
-            {"ns": cp.ns, "queue": queue},
-            body=body,
-            headers=headers,
-            query={"wait": "0"},
-        )
-    else:
-        r = cp.enqueue(body=body, headers=headers, queue=queue)
-    r = _no_5xx(m, "enqueue", r)
-    if r.status in (200, 201):
+
+    def send() -> Reply:
+        if wait:
+            return cp.call(
+                "jobs",
+                "POST",
+                "/v1/namespaces/{ns}/queues/{queue}/jobs",
+                {"ns": cp.ns, "queue": queue},
+                body=body,
+                headers=headers,
+                query={"wait": "0"},
+            )
+        return cp.enqueue(body=body, headers=headers, queue=queue)
+
+    r = _resent_on_503(m, "enqueue", send)
+    if r.status == 503 or _days_passed_under():
+        intent.unanswered = True
+    elif r.status in (200, 201):
         intent.job_id = r.json["job_id"]
         intent.acked = True
-    elif r.status < 500 and not _policy_refusal(r):
+    elif (
+        r.status < 500
+        and not _policy_refusal(r)
+        and not _over_a_limit(r)
+        # (days passed: a blob no job needed was let go; the client uploads it again)
+        and not (m.shift_s and r.error.get("code") == "unknown_blob")
+    ):
         m.violation("refused", f"enqueue {tier} answered {r.status}: {r.raw_body[:200]}")
+
+
+def _resent_on_503(m: Model, what: str, send: Callable[[], Reply]) -> Reply:
+    """A call answered 503 with Retry-After is sent again, as the SDK does (up to 3 times):
+    what it did before the answer (a connection cut after its command ran) must be finished or
+    undone by the same call again."""
+    r = _no_5xx(m, what, send())
+    for _ in range(2):
+        if r.status != 503:
+            break
+        r = _no_5xx(m, f"{what} again", send())
+    return r
+
+
+def _over_a_limit(r: Reply) -> bool:
+    """Refusals by design: 413, a payload over a limit a deploy lowered between the client's
+    choice and its call (INLINE_THRESHOLD, MAX_PAYLOAD_BYTES; the client sends it otherwise);
+    a 503 (Redis full or cut off: _no_5xx checks its Retry-After; the client tries again).
+    Nothing is written either way."""
+    return r.status in (413, 503)
 
 
 def enqueue_again(m: Model, job: int) -> None:
@@ -227,7 +364,7 @@ def _upload_parts(
         ),
     )
     if r.status != 200:
-        if role == "client":
+        if role == "client" and not _over_a_limit(r):
             m.violation("refused", f"parts of a fresh upload answered {r.status}")
         return False
     for url, chunk in zip(r.json["parts"], chunks, strict=True):
@@ -300,24 +437,60 @@ def view(m: Model, job: int) -> None:
             m.violation("throughput", f"throughput answered {r.raw_body[:200]!r}")
 
 
-def create_blob(m: Model, label: str) -> None:
-    data = _bytes_of(label, 1024)
+def create_blob(m: Model, label: str, multipart: bool = False) -> None:
+    """A blob: one PUT, or (`multipart`) an upload in parts (its POST opens it, a parts call
+    signs each part, the POST after the parts completes and records it)."""
+    data = _bytes_of(label, MULTIPART_SIZE if multipart else 1024)
     sha = sha256_hex(data)
     r = _no_5xx(m, "blob", m.cp.blob(sha, len(data)))
     if r.status != 200:
-        m.violation("refused", f"blob create answered {r.status}")
+        if not _over_a_limit(r):
+            m.violation("refused", f"blob create answered {r.status}")
         return
     if not r.json["exists"]:
-        if _put(r.json["upload"], data) != 200:
+        if r.json.get("multipart"):
+            if not _upload_blob_parts(m, r.json["multipart"], sha, data):
+                return
+        elif _put(r.json["upload"], data) != 200:
             m.violation("refused", "blob upload refused")
             return
         r = _no_5xx(m, "blob again", m.cp.blob(sha, len(data)))
         if r.status != 200 or not r.json["exists"]:
-            m.violation("refused", f"blob verify answered {r.status}: {r.raw_body[:200]}")
+            if not _over_a_limit(r):
+                m.violation("refused", f"blob verify answered {r.status}: {r.raw_body[:200]}")
             return
     if sha not in m.blobs:
         m.blobs.append(sha)
         m.blob_data[sha] = data
+
+
+def _upload_blob_parts(m: Model, spec: dict, sha: str, data: bytes) -> bool:
+    size = spec["part_bytes"]
+    chunks = [data[i : i + size] for i in range(0, len(data), size)]
+    parts = [
+        {"number": n, "size": len(c), "sha256": sha256_hex(c)} for n, c in enumerate(chunks, 1)
+    ]
+    r = _no_5xx(
+        m,
+        "blob parts",
+        m.cp.call(
+            "payloads",
+            "POST",
+            "/v1/namespaces/{ns}/payloads/parts",
+            {"ns": m.namespace},
+            body={"blob": sha, "parts": parts},
+        ),
+    )
+    if r.status != 200:
+        if r.status != 404 and not _over_a_limit(r):
+            # (404: another uploader of the same content completed it first)
+            m.violation("refused", f"parts of a blob's open upload answered {r.status}")
+        return False
+    for url, chunk in zip(r.json["parts"], chunks, strict=True):
+        if _put(url, chunk) != 200:
+            m.violation("refused", "a blob part upload to its presigned URL was refused")
+            return False
+    return True
 
 
 # -- operator ----------------------------------------------------------------------------------
@@ -351,23 +524,70 @@ def redrive(m: Model, queue: str, cancelled: bool) -> None:
     )
 
 
-def policy(m: Model, inline: str, retention: str) -> None:
+def policy(m: Model, inline: str, retention: str, kms_key: str | None = None) -> None:
     """The operator sets the namespace's policy (the admin function's set_policy): inline
-    payloads and results allowed or never, and the retention tag every upload is signed with."""
+    payloads and results allowed or never, the retention tag every upload is signed with, and
+    the KMS key (`none`, `stack`); a field left out keeps its value. From the next call on, the
+    authorizer's context carries it (tokens read uncached: TOKEN_CACHE_S=0)."""
     from payloadstore_controlplane.handlers import admin
+    from payloadstore_controlplane.models.policy import NamespacePolicy
     from tests.support.events import FakeLambdaContext
 
-    answer = admin.lambda_handler(
-        {
-            "action": "set_policy",
-            "namespace": m.namespace,
-            "inline": inline,
-            "retention": retention,
-        },
-        FakeLambdaContext(),
-    )
+    event = {"action": "set_policy", "namespace": m.namespace, "inline": inline}
+    event["retention"] = retention
+    if kms_key is not None:
+        event["kms_key"] = kms_key
+    from payloadstore_controlplane.store.aws_http import AwsRequestError
+
+    for _ in range(5):
+        # Parameter Store of the emulator, slow on a loaded machine: the operator tries again
+        # (a policy not set is no change; nothing of a job's depends on this call).
+        try:
+            answer = admin.lambda_handler(event, FakeLambdaContext())
+            break
+        except AwsRequestError:
+            continue
+    else:
+        return
     if "error" in answer:
         m.violation("refused", f"set_policy answered {answer}")
+        return
+    m.policy = NamespacePolicy(**answer["policy"])
+    m.cp.policy = m.policy
+    m.policy_gen += 1
+    m.shorten_promises(_class_s(m))
+
+
+def memory(m: Model, full: bool) -> None:
+    """Redis reaches its maxmemory (noeviction: every write that needs memory is refused with
+    OOM, as ElastiCache's is) or recovers (room again). Reads go on either way; a write refused
+    must be answered 503 with Retry-After, and nothing acknowledged lost."""
+    r = m.redis
+    with unhooked():
+        nodes = {"target_nodes": r.PRIMARIES} if hasattr(r, "get_primaries") else {}
+        r.config_set("maxmemory-policy", "noeviction", **nodes)
+        # 1 byte: below what every node holds, so the next write that needs memory is refused.
+        r.config_set("maxmemory", "1" if full else "0", **nodes)
+    m.memory_full = full
+
+
+def settings(m: Model, name: str, value: str) -> None:
+    """A deploy with one setting changed, within what the settings allow: every container of
+    the control plane starts anew with it (settings, clients, caches), while the operations in
+    flight finish on the containers they started on, as they would on AWS."""
+    import os
+
+    from payloadstore_controlplane.models.settings import Settings
+
+    try:
+        Settings.from_env({**os.environ, name: value})
+    except Exception:  # noqa: BLE001 - not a value the settings allow beside the others
+        return
+    assert m.deploy is not None
+    m.deploy({name: value})
+    if name == "RESULT_TTL_S":
+        m.result_ttl_s = float(value)
+        m.shorten_promises(float(value))
 
 
 # -- daemons -----------------------------------------------------------------------------------
@@ -385,9 +605,17 @@ def poll(m: Model, daemon: str, queues: list[str], max_jobs: int | None) -> None
     r = _no_5xx(m, "poll", m.cp.call("daemon", "POST", "/v1/daemon/poll", role="daemon", body=body))
     if r.status != 200:
         return
-    deliveries = r.json.get("jobs", [r.json])
+    _told(m, daemon, r.json.get("jobs", [r.json]), r)
+
+
+def _told(m: Model, daemon: str, deliveries: list[dict], r: Reply) -> None:
+    """The daemon holds what it was told; an answer over Lambda's limit never reaches it (API
+    Gateway answers 502): its deliveries are leased but never told."""
+    if r.proxy_bytes > LAMBDA_RESPONSE_LIMIT:
+        return
     for d in deliveries:
         m.held[daemon].append(Held(d["job_id"], d["lease"], d["attempt"], daemon))
+        m.told[d["job_id"]] = m.told.get(d["job_id"], 0) + 1
         _check_delivery(m, d)
 
 
@@ -396,7 +624,8 @@ def _check_delivery(m: Model, d: dict) -> None:
     job_id = d["job_id"]
     intent = m.intent(job_id)
     if intent is None and d.get("payloadInline"):
-        label = base64.b64decode(d["payloadInline"]).decode(errors="replace")
+        head = base64.b64decode(d["payloadInline"])[:200].split(b"\n", 1)[0]
+        label = head.decode(errors="replace")
         intent = m.by_label.get(label.removeprefix("inline:"))
         if intent is not None and intent.job_id is None:
             intent.job_id = job_id
@@ -436,7 +665,7 @@ def _policy_refusal(r: Reply) -> bool:
 
 def _current_lease_refused(m: Model, h: Held, what: str, r: Reply) -> None:
     """A refusal is a violation when the job still says this delivery holds it."""
-    if r.status < 400 or r.status >= 500 or _policy_refusal(r):
+    if r.status < 400 or r.status >= 500 or _policy_refusal(r) or _over_a_limit(r):
         return
     from payloadstore_controlplane.store import keys
 
@@ -484,74 +713,168 @@ def renew(m: Model, daemon: str) -> None:
 def finish(m: Model, daemon: str, hold: int, how: str, next: int = 0) -> None:
     """The held delivery ends: inline | s3 | multipart result, error, payload_lost,
     cancelled (the error type a daemon posts after a cancel request). `next` > 0: the post asks
-    for that many next deliveries (result-and-next), which the daemon then holds."""
+    for that many next deliveries (result-and-next), which the daemon then holds.
+
+    A result post refused `policy_mismatch` (the namespace's policy changed since the upload)
+    is stored again under the policy now and posted once more, as the SDK's daemon does; a
+    delivery whose lease still holds must then have its result stored (`result_stranded`).
+    An error text or failure detail sent while the namespace's policy is inline `never` (from
+    before the post to its answer) must not rest in Redis (`inline_never_in_redis`)."""
     h = _held(m, daemon, hold, keep=False)
     if h is None:
         return
     cp = m.cp
     body: dict[str, Any] = {"lease": h.lease}
+    never_before = _inline_never(m)
+    gen_before = m.policy_gen
+    text = f"explorer error text of {h.job_id} attempt {h.attempt}".encode()
     if how in ("s3", "multipart"):
-        data = _bytes_of(f"result-{h.job_id}-{h.attempt}", 1024 if how == "s3" else MULTIPART_SIZE)
-        if how == "s3":
-            r = _no_5xx(
-                m,
-                "result presign",
-                cp.presign_put(
-                    len(data),
-                    role="daemon",
-                    job_id=h.job_id,
-                    sha256=sha256_hex(data),
-                    lease=h.lease,
-                ),
-            )
-        else:
-            r = _no_5xx(
-                m,
-                "result presign",
-                cp.presign_put(
-                    len(data), role="daemon", job_id=h.job_id, sha256=None, lease=h.lease
-                ),
-            )
-        _current_lease_refused(m, h, "result presign", r)
-        if r.status != 200:
+        ref = _store_result(m, h, how)
+        if ref is None:
             return
-        if how == "s3":
-            if _put(r.json, data) != 200:
-                m.violation("refused", "result upload refused")
-                return
-        else:
-            r2 = _upload_parts_daemon(m, cp, r.json, data, h)
-            if not r2:
-                return
-        body["resultRef"] = {"bucket": r.json["bucket"], "key": r.json["key"], "size": len(data)}
+        body["resultRef"] = ref
     elif how == "inline":
         body["resultInline"] = base64.b64encode(b"ok").decode()
     elif how in ("error", "cancelled"):
         body["error"] = {
             "type": "Cancelled" if how == "cancelled" else "ValueError",
-            "message": "explorer",
+            "message": text.decode(),
+            "traceback": "Traceback (most recent call last):\n  " + text.decode(),
         }
     ask = {"queues": ["q1"], "max_jobs": next, "wait_s": 0, "daemon_id": daemon} if next else None
     if how == "payload_lost":
-        report: dict[str, Any] = {"lease": h.lease, "state": "payload_lost", "detail": "explorer"}
+        report: dict[str, Any] = {
+            "lease": h.lease,
+            "state": "payload_lost",
+            "detail": text.decode(),
+        }
         if ask:
             report["next"] = ask
-        r = _no_5xx(m, "payload_lost", cp.report(h.job_id, report))
+        m.reported_lost.add(h.job_id)
+        r = _resent_on_503(m, "payload_lost", lambda: cp.report(h.job_id, report))
         _current_lease_refused(m, h, "payload_lost report", r)
     else:
         if ask:
             body["next"] = ask
-        r = _no_5xx(m, f"result {how}", cp.post_result(h.job_id, body))
+        r = _resent_on_503(m, f"result {how}", lambda: cp.post_result(h.job_id, body))
+        if (
+            how in ("s3", "multipart")
+            and r.status == 409
+            and r.error.get("code") == ("policy_mismatch")
+        ):
+            gen = m.policy_gen
+            ref = _store_result(m, h, how, again=True)
+            if ref is None:
+                return
+            body["resultRef"] = ref
+            r = _resent_on_503(m, f"result {how} again", lambda: cp.post_result(h.job_id, body))
+            if _policy_refusal(r) and m.policy_gen == gen:
+                _still_holds_then(
+                    m,
+                    h,
+                    "result_stranded",
+                    f"result post ({how}) stored again under the policy now answered "
+                    f"{r.status} {r.error.get('code')}",
+                )
         _current_lease_refused(m, h, f"result post ({how})", r)
-        if r.status in (200, 204) and how in ("inline", "s3", "multipart"):
-            m.succeeded.add(h.job_id)
+        # (a post days passed under: its job may be gone by design)
+        if (
+            r.status in (200, 204)
+            and how in ("inline", "s3", "multipart")
+            and not (_days_passed_under())
+        ):
+            m.succeeded.setdefault(h.job_id, m.clock())
+    if (
+        how in ("error", "cancelled", "payload_lost")
+        and r.status in (200, 204)
+        and never_before
+        and m.policy_gen == gen_before
+    ):
+        m.never_texts.append(text)
+        where = _redis_holding(m, text)
+        if where:
+            m.violation(
+                "inline_never_in_redis",
+                f"the {how} of job {h.job_id}, posted while its namespace's policy is inline "
+                f"never, rests in Redis: {where}",
+            )
     if r.status == 200 and ask:
-        for d in r.json["jobs"]:
-            m.held[daemon].append(Held(d["job_id"], d["lease"], d["attempt"], daemon))
-            _check_delivery(m, d)
+        _told(m, daemon, r.json["jobs"], r)
 
 
-def _upload_parts_daemon(m: Model, cp: ControlPlane, presigned: dict, data: bytes, h: Held) -> bool:
+def _inline_never(m: Model) -> bool:
+    return m.policy is not None and m.policy.inline == "never"
+
+
+def _redis_holding(m: Model, needle: bytes) -> str | None:
+    """The first key of the whole Redis state whose value holds `needle` (None: none does)."""
+    r = m.redis
+    with unhooked():
+        if hasattr(r, "get_primaries"):
+            keys = list(r.scan_iter(count=1000, target_nodes=r.PRIMARIES))
+        else:
+            keys = list(r.scan_iter(count=1000))
+        for key in keys:
+            kind = r.type(key)
+            if kind == b"string":
+                values = [r.get(key) or b""]
+            elif kind == b"hash":
+                values = list(r.hgetall(key).values())
+            elif kind == b"list":
+                values = r.lrange(key, 0, -1)
+            elif kind == b"set":
+                values = list(r.smembers(key))
+            elif kind == b"zset":
+                values = r.zrange(key, 0, -1)
+            elif kind == b"stream":
+                values = [v for _, f in r.xrange(key) for v in f.values()]
+            else:
+                continue
+            if any(needle in v for v in values if isinstance(v, bytes)):
+                return key.decode("latin-1")
+    return None
+
+
+def _still_holds_then(m: Model, h: Held, kind: str, detail: str) -> None:
+    """A violation `kind` when the job still says this delivery holds it."""
+    from payloadstore_controlplane.store import keys
+
+    with unhooked():
+        f = m.redis.hmget(keys.job(h.job_id), ["s", "lt"])
+    if f[0] == b"running" and f[1] == h.lease.encode():
+        m.violation(kind, f"job {h.job_id} (attempt {h.attempt}, {h.daemon}): {detail}")
+
+
+def _store_result(m: Model, h: Held, how: str, again: bool = False) -> dict | None:
+    """Upload a result (s3: one PUT; multipart: in parts) through a presign for this delivery:
+    its reference, or None. `again`: the second upload after a refusal for a policy change,
+    which must succeed while the lease holds (`result_stranded`)."""
+    cp = m.cp
+    data = _bytes_of(f"result-{h.job_id}-{h.attempt}", 1024 if how == "s3" else MULTIPART_SIZE)
+    sha = sha256_hex(data) if how == "s3" else None
+    r = _no_5xx(
+        m,
+        "result presign",
+        cp.presign_put(len(data), role="daemon", job_id=h.job_id, sha256=sha, lease=h.lease),
+    )
+    _current_lease_refused(m, h, "result presign", r)
+    if r.status != 200:
+        return None
+    if how == "s3":
+        if _put(r.json, data) != 200:
+            if again:
+                _still_holds_then(m, h, "result_stranded", "its result upload was refused")
+            else:
+                m.violation("refused", "result upload refused")
+            return None
+    elif not _upload_parts_daemon(m, cp, r.json, data, h, again=again):
+        return None
+    return {"bucket": r.json["bucket"], "key": r.json["key"], "size": len(data)}
+
+
+def _upload_parts_daemon(
+    m: Model, cp: ControlPlane, presigned: dict, data: bytes, h: Held, again: bool = False
+) -> bool:
     mp = presigned["multipart"]
     size = mp["part_bytes"]
     chunks = [data[i : i + size] for i in range(0, len(data), size)]
@@ -580,7 +903,16 @@ def _upload_parts_daemon(m: Model, cp: ControlPlane, presigned: dict, data: byte
         return False
     for url, chunk in zip(r.json["parts"], chunks, strict=True):
         if _put(url, chunk) != 200:
-            m.violation("refused", "a result part upload was refused")
+            if again:
+                _still_holds_then(
+                    m,
+                    h,
+                    "result_stranded",
+                    f"a part of its result's upload {presigned['multipart'].get('upload_id')} "
+                    "was refused (presigned again after a policy change)",
+                )
+            else:
+                m.violation("refused", "a result part upload was refused")
             return False
     return True
 
@@ -604,6 +936,8 @@ OPERATIONS: dict[str, Callable[..., None]] = {
     "purge": purge,
     "redrive": redrive,
     "policy": policy,
+    "settings": settings,
+    "memory": memory,
     "poll": poll,
     "heartbeat": beat,
     "leases": renew,

@@ -46,6 +46,9 @@ class Op:
         self.error_tb = ""
         self.thread: threading.Thread | None = None
         self.last_args: Any = None  # the arguments of the call it is parked before
+        # The connection of the call it is parked before is cut once the command has run:
+        # Redis did the work, its reply never comes (a connection killed mid-command).
+        self.cut = False
 
     def note(self, value: Any) -> None:
         """Remember every job id a call named or answered (its jobs are mid-change)."""
@@ -143,6 +146,14 @@ SCHEDULER = Scheduler()
 _installed = False
 
 
+def _cut_after(op: Op | None) -> None:
+    if op is not None and op.cut:
+        import redis
+
+        op.cut = False
+        raise redis.ConnectionError("Connection closed by server.")
+
+
 def install_hooks() -> None:
     """Park operation threads before every Redis and S3 call of this process (once)."""
     global _installed
@@ -163,6 +174,7 @@ def install_hooks() -> None:
             reply = original(self, *args, **kwargs)
             if op is not None:
                 op.note(reply)
+            _cut_after(op)
             return reply
 
         cls.execute_command = execute_command
@@ -177,6 +189,7 @@ def install_hooks() -> None:
             reply = original(self, *args, **kwargs)
             if op is not None:
                 op.note(reply)
+            _cut_after(op)
             return reply
 
         cls.execute = execute

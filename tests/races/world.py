@@ -50,6 +50,23 @@ SETTINGS = {
     "POLL_MAX_WAIT_S": "1",
     "RESULT_MAX_WAIT_S": "1",
     "REDIS_MIN_REPLICA_ACKS": "0",
+    # The settings a `settings` step changes (a deploy with new values), at their defaults: a
+    # run starts from these, whatever the run before it deployed.
+    "INLINE_THRESHOLD": "262144",
+    "MAX_PAYLOAD_BYTES": "104857600",
+    "RESULT_TTL_S": "172800",
+    "CONSUME_RESULT_GRACE_S": "300",
+}
+# The values a `settings` step may deploy, each within what the settings allow (the largest
+# INLINE_THRESHOLD is models/limits.py's largest_inline_threshold()).
+SETTING_VALUES = {
+    "INLINE_THRESHOLD": ["262144", "1000000", "3000000", "3883008"],
+    "MAX_PAYLOAD_BYTES": ["104857600", "16777216", "4194304"],
+    # RESULT_TTL_S is also the queue retention: the stream is trimmed of entries older than it,
+    # by the control plane's clock, which runs 1-2 h (and the run's clock moves) ahead of the
+    # entries' ids; a retention of a few hours would trim what is, in the run, seconds old.
+    "RESULT_TTL_S": ["172800", "86400", "28800"],
+    "CONSUME_RESULT_GRACE_S": ["300", "0", "3600"],
 }
 
 
@@ -98,11 +115,23 @@ class Stack:
     client: Any  # the explorer's own Redis client (not hooked: it is no operation's)
     s3: Any
     clock: Clock = field(default_factory=Clock)
+    # Seconds Redis's TTLs and the objects' lifecycle were moved ahead by days passing, and
+    # when (the machine's time) each move was made.
+    shift_s: float = 0.0
+    shifts: list[tuple[float, float]] = field(default_factory=list)
+
+    def written(self, last_modified: float) -> float:
+        """An object's last write in the shifted time: the days that had passed by then added."""
+        return last_modified + sum(s for t, s in self.shifts if t <= last_modified)
 
     def flush(self) -> None:
+        self.shift_s = 0.0
+        self.shifts = []
         if self.cluster:
+            self.client.config_set("maxmemory", "0", target_nodes=self.client.PRIMARIES)
             self.client.flushall(target_nodes=self.client.PRIMARIES)
         else:
+            self.client.config_set("maxmemory", "0")
             self.client.flushall()
         self.load_scripts()
 
@@ -126,8 +155,18 @@ class Stack:
             return list(self.client.scan_iter(match=pattern, count=1000, target_nodes="primaries"))
         return list(self.client.scan_iter(match=pattern, count=1000))
 
+    def _days_pass(self, seconds: float) -> None:
+        _days_pass_impl(self, seconds)
+
     def advance(self, seconds: float) -> None:
-        """Time passes: the clock, and every pending entry's idle time in Redis."""
+        """Time passes: the clock, and every pending entry's idle time in Redis. An hour or
+        more is days passing for what is stored: every key's TTL in Redis and the bucket's
+        lifecycle move on, the control plane's clock does not (Redis stamps stream entries with
+        the machine's time, which the explorer cannot move: a control plane days ahead would
+        find every new entry days old)."""
+        if seconds >= 3600:
+            self._days_pass(seconds)
+            return
         self.clock.offset += seconds
         add_ms = int(seconds * 1000)
         from payloadstore_controlplane.store import keys
@@ -149,6 +188,40 @@ class Stack:
                     idle=int(p["time_since_delivered"]) + add_ms,
                     justid=True,
                 )
+
+
+def _days_pass_impl(world: Stack, seconds: float) -> None:
+    """Redis's TTLs and the S3 lifecycle, `seconds` ahead: every key with a TTL has that much
+    less left (gone when nothing is left, as Redis would have expired it), and every object its
+    retention tag's rule would have deleted by then is deleted (the earliest the rule may: its
+    days after the object's last write; S3 itself rounds up to the next midnight UTC)."""
+    from payloadstore_controlplane.models.policy import RETENTION_DAYS, RETENTION_TAG
+
+    world.shift_s += seconds
+    world.shifts.append((time.time(), seconds))
+    cut_ms = int(seconds * 1000)
+    for key in world.scan("*"):
+        ttl = world.client.pttl(key)
+        if ttl is None or ttl < 0:
+            continue
+        if ttl <= cut_ms:
+            world.client.delete(key)
+        else:
+            world.client.pexpire(key, ttl - cut_ms)
+    now = time.time() + world.shift_s
+    token = None
+    while True:
+        kw = {"Bucket": BUCKET, **({"ContinuationToken": token} if token else {})}
+        page = world.s3.list_objects_v2(**kw)
+        for obj in page.get("Contents", []):
+            tags = world.s3.get_object_tagging(Bucket=BUCKET, Key=obj["Key"])["TagSet"]
+            tag = next((t["Value"] for t in tags if t["Key"] == RETENTION_TAG), "")
+            days = RETENTION_DAYS.get(tag, max(RETENTION_DAYS.values()))
+            if world.written(obj["LastModified"].timestamp()) + days * 86_400 <= now:
+                world.s3.delete_object(Bucket=BUCKET, Key=obj["Key"])
+        token = page.get("NextContinuationToken")
+        if not token:
+            break
 
 
 @contextlib.contextmanager
@@ -223,6 +296,21 @@ def _hand_over_clocks(clock: Clock) -> None:
     deps.jobs._mono = clock.monotonic
 
 
+def deploy(clock: Clock, values: dict[str, str]) -> None:
+    """New settings, as a deploy brings them: every container starts cold with them (settings,
+    clients and caches built anew), the clocks still the explorer's."""
+    os.environ.update(values)
+    _hand_over_clocks(clock)
+    forget_container_state()
+
+
+def deployed_defaults(clock: Clock) -> None:
+    """A run starts on the default settings: redeployed when the run before changed them."""
+    changed = {k: v for k, v in SETTINGS.items() if os.environ.get(k) != v}
+    if changed:
+        deploy(clock, changed)
+
+
 def forget_container_state() -> None:
     """What one container remembers between invocations (pending-scan cursors, upkeep pacing):
     forgotten between runs, as after a cold start."""
@@ -259,6 +347,8 @@ class Snapshot:
     # Idempotency-Key fields of the inline index: (key tail, minute chars, whether the job id
     # they make is indexed in the same hash)
     key_fields: list[tuple[str, str, bool]] = field(default_factory=list)
+    # sha256 hex -> the blob record's time to live left (ms, Redis's clock), -1: none
+    blob_ttl_ms: dict[str, int] = field(default_factory=dict)
 
     def state(self, job_id: str) -> str | None:
         h = self.jobs.get(job_id)
@@ -294,6 +384,7 @@ def snapshot(world: Stack, namespace: str) -> Snapshot:
     blob_records: set[str] = set()
     kept_args: set[str] = set()
     kept_blobs: dict[str, bytes] = {}
+    blob_ttl_ms: dict[str, int] = {}
     ns_prefix = f"{keys.PREFIX}:{{ns:{namespace}}}:".encode()
     for key in world.scan(f"{keys.PREFIX}:{{ns:{namespace}}}:*"):
         rest = key[len(ns_prefix) :]
@@ -330,6 +421,7 @@ def snapshot(world: Stack, namespace: str) -> Snapshot:
                     inline_index[name] = value
         elif rest.startswith(b"b:"):
             blob_records.add(rest[2:].hex())
+            blob_ttl_ms[rest[2:].hex()] = r.pttl(key)
         elif rest.startswith(b"a:"):
             tail = rest[2:].decode("latin-1")
             if tail.endswith(":B"):
@@ -337,5 +429,13 @@ def snapshot(world: Stack, namespace: str) -> Snapshot:
             else:
                 kept_args.add(tail)
     return Snapshot(
-        jobs, entries, inline_index, blob_records, kept_args, kept_blobs, parts, key_fields
+        jobs,
+        entries,
+        inline_index,
+        blob_records,
+        kept_args,
+        kept_blobs,
+        parts,
+        key_fields,
+        blob_ttl_ms,
     )
