@@ -277,10 +277,12 @@ class _LeaseKeeper:
         """Keep the job's lease while it is in hand; returns the stop."""
         if job.lease is None:
             return lambda: None  # a control plane without leases
-        if self.supported is False:
-            return _Heartbeat(self.daemon, job, current).start().stop
         entry = _Held(job, current)
         with self.cond:
+            # Read under the lock: a fall back between reading it and adding the job would leave
+            # the job to a keeper thread that no longer renews anything.
+            if self.supported is False:
+                return _Heartbeat(self.daemon, job, current).start().stop
             self.held[job.job_id] = entry
             if self.thread is None:
                 self.thread = threading.Thread(
