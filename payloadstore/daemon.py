@@ -994,19 +994,18 @@ class Daemon:
                 # The cap as the stack has it now, not as it was at the daemon's start.
                 and encoded.nbytes > client.refresh_config().max_payload_bytes
             ):
-                limit = client.config.max_payload_bytes
-                return self._post_error(
-                    job_id,
-                    "PayloadTooLarge",
-                    f"result is {encoded.nbytes} bytes encoded, over the {limit} byte cap "
-                    "(MAX_PAYLOAD_BYTES)",
-                    None,
-                    lease=lease,
-                )
+                return self._too_large(job_id, encoded.nbytes, client.config, lease)
             for first in (True, False):
-                ref, _ = client.payloads.store(
-                    encoded, "result", job_id=job_id, lease=lease, progress=self.progress
-                )
+                try:
+                    ref, _ = client.payloads.store(
+                        encoded, "result", job_id=job_id, lease=lease, progress=self.progress
+                    )
+                except PayloadTooLarge:
+                    # MAX_PAYLOAD_BYTES was lowered since the config was read: the job fails
+                    # on the cap the stack has now (abandoned, it would run again later).
+                    if encoded.nbytes <= client.refresh_config().max_payload_bytes:
+                        raise
+                    return self._too_large(job_id, encoded.nbytes, client.config, lease)
                 if current.lease_lost:
                     return TAKEN
                 try:
@@ -1033,6 +1032,16 @@ class Daemon:
         except (PayloadStoreError, OSError) as e:
             log.error("result not stored job_id=%s error=%s", job_id, e)
             return ABANDONED
+
+    def _too_large(self, job_id: str, nbytes: int, config: Any, lease: str | None) -> str:
+        limit = config.max_payload_bytes
+        return self._post_error(
+            job_id,
+            "PayloadTooLarge",
+            f"result is {nbytes} bytes encoded, over the {limit} byte cap (MAX_PAYLOAD_BYTES)",
+            None,
+            lease=lease,
+        )
 
     def _mark_finishing(self, outcome: str) -> None:
         held = getattr(self._held, "job", None)
