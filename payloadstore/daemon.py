@@ -283,6 +283,7 @@ class _LeaseKeeper:
             # the job to a keeper thread that no longer renews anything.
             if self.supported is False:
                 return _Heartbeat(self.daemon, job, current).start().stop
+            superseded = self.held.get(job.job_id)
             self.held[job.job_id] = entry
             if self.thread is None:
                 self.thread = threading.Thread(
@@ -290,13 +291,21 @@ class _LeaseKeeper:
                 )
                 self.thread.start()
             self.cond.notify_all()
-        return lambda: self._release(job.job_id)
+        if superseded is not None and not superseded.current._finishing.is_set():
+            # The job was delivered again (its lease ran out while it was in hand here): the
+            # older delivery's lease is gone, as a heartbeat's lease_mismatch would say.
+            log.warning("job taken from this daemon job_id=%s reason=delivered again", job.job_id)
+            superseded.current._lost.set()
+            superseded.current._changed.set()
+        return lambda: self._release(entry)
 
-    def _release(self, job_id: str) -> None:
+    def _release(self, entry: _Held) -> None:
         with self.cond:
-            entry = self.held.pop(job_id, None)
+            # Only this delivery's: the job may be held again under a newer one.
+            if self.held.get(entry.job.job_id) is entry:
+                del self.held[entry.job.job_id]
             self.cond.notify_all()
-        if entry is not None and entry.heartbeat is not None:
+        if entry.heartbeat is not None:
             entry.heartbeat.stop()
 
     def _due(self) -> dict[str, _Held] | None:

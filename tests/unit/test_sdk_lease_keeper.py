@@ -110,3 +110,49 @@ def _current(job):
     from payloadstore.daemon import CurrentJob
 
     return CurrentJob(job.job_id, job.queue, job.attempt, job.lease)
+
+
+def test_given_a_job_delivered_again_to_the_same_daemon_when_the_old_delivery_ends_then_the_new_ones_lease_is_still_kept():
+    import json
+
+    # Given: a control plane with the leases route (each call answered after 0.1 s), and a
+    # daemon of two workers holding job J's first delivery (lease L1)
+    world = FakeWorld()
+    bodies: list[dict] = []
+
+    def renewed(request):
+        bodies.append(json.loads(request.read()))
+        time.sleep(0.1)
+        return httpx.Response(
+            200,
+            json={
+                "lease_expires_at": time.time() + 300,
+                "lease_expires_in_s": 300.0,
+                "cancel_requested": [],
+                "lost": [],
+                "woken": False,
+            },
+        )
+
+    world.fail("POST", "/v1/daemon/leases", *[renewed for _ in range(1000)])
+    daemon = Daemon(make_client(world), ["q"], wait_s=0, install_signal_handlers=False)
+    keeper = daemon._leases
+    first = _job("JOBJ")
+    first_current = _current(first)
+    stop_first = keeper.keep(first, first_current)
+    # When: its lease ran out (the daemon was paused longer than the visibility timeout) and
+    # the other worker takes the job's next delivery (lease L2); then the first ends
+    again = polled_job({**first.raw, "lease": "L2", "attempt": 2})
+    stop_again = keeper.keep(again, _current(again))
+    stop_first()
+    try:
+        seen = len(bodies)
+        time.sleep(2.0)
+        # Then: the daemon keeps renewing the delivery it still runs (L2)
+        later = [lease for body in bodies[seen:] for lease in body["leases"]]
+        assert {"job_id": "JOBJ", "lease": "L2"} in later, later
+        # And: the first delivery was told its lease is gone (as a heartbeat's lease_mismatch
+        # told it before), so its worker stops waiting for it
+        assert first_current.lease_lost
+    finally:
+        stop_again()
