@@ -278,10 +278,13 @@ class _LeaseKeeper:
         """Keep the job's lease while it is in hand; returns the stop."""
         if job.lease is None:
             return lambda: None  # a control plane without leases
-        if self.supported is False:
-            return _Heartbeat(self.daemon, job, current).start().stop
         entry = _Held(job, current)
         with self.cond:
+            # Read under the lock: a fall back between reading it and adding the job would leave
+            # the job to a keeper thread that no longer renews anything.
+            if self.supported is False:
+                return _Heartbeat(self.daemon, job, current).start().stop
+            superseded = self.held.get(job.job_id)
             self.held[job.job_id] = entry
             if self.thread is None:
                 self.thread = threading.Thread(
@@ -289,13 +292,21 @@ class _LeaseKeeper:
                 )
                 self.thread.start()
             self.cond.notify_all()
-        return lambda: self._release(job.job_id)
+        if superseded is not None and not superseded.current._finishing.is_set():
+            # The job was delivered again (its lease ran out while it was in hand here): the
+            # older delivery's lease is gone, as a heartbeat's lease_mismatch would say.
+            log.warning("job taken from this daemon job_id=%s reason=delivered again", job.job_id)
+            superseded.current._lost.set()
+            superseded.current._changed.set()
+        return lambda: self._release(entry)
 
-    def _release(self, job_id: str) -> None:
+    def _release(self, entry: _Held) -> None:
         with self.cond:
-            entry = self.held.pop(job_id, None)
+            # Only this delivery's: the job may be held again under a newer one.
+            if self.held.get(entry.job.job_id) is entry:
+                del self.held[entry.job.job_id]
             self.cond.notify_all()
-        if entry is not None and entry.heartbeat is not None:
+        if entry.heartbeat is not None:
             entry.heartbeat.stop()
 
     def _due(self) -> dict[str, _Held] | None:
@@ -996,19 +1007,18 @@ class Daemon:
                 # The cap as the stack has it now, not as it was at the daemon's start.
                 and encoded.nbytes > client.refresh_config().max_payload_bytes
             ):
-                limit = client.config.max_payload_bytes
-                return self._post_error(
-                    job_id,
-                    "PayloadTooLarge",
-                    f"result is {encoded.nbytes} bytes encoded, over the {limit} byte cap "
-                    "(MAX_PAYLOAD_BYTES)",
-                    None,
-                    lease=lease,
-                )
+                return self._too_large(job_id, encoded.nbytes, client.config, lease)
             for first in (True, False):
-                ref, _ = client.payloads.store(
-                    encoded, "result", job_id=job_id, lease=lease, progress=self.progress
-                )
+                try:
+                    ref, _ = client.payloads.store(
+                        encoded, "result", job_id=job_id, lease=lease, progress=self.progress
+                    )
+                except PayloadTooLarge:
+                    # MAX_PAYLOAD_BYTES was lowered since the config was read: the job fails
+                    # on the cap the stack has now (abandoned, it would run again later).
+                    if encoded.nbytes <= client.refresh_config().max_payload_bytes:
+                        raise
+                    return self._too_large(job_id, encoded.nbytes, client.config, lease)
                 if current.lease_lost:
                     return TAKEN
                 try:
@@ -1035,6 +1045,16 @@ class Daemon:
         except (PayloadStoreError, OSError) as e:
             log.error("result not stored job_id=%s error=%s", job_id, e)
             return ABANDONED
+
+    def _too_large(self, job_id: str, nbytes: int, config: Any, lease: str | None) -> str:
+        limit = config.max_payload_bytes
+        return self._post_error(
+            job_id,
+            "PayloadTooLarge",
+            f"result is {nbytes} bytes encoded, over the {limit} byte cap (MAX_PAYLOAD_BYTES)",
+            None,
+            lease=lease,
+        )
 
     def _mark_finishing(self, outcome: str) -> None:
         held = getattr(self._held, "job", None)

@@ -174,3 +174,30 @@ def test_listing_retry_redrive_and_purge_run_on_a_cluster(cp, on_cluster):
     waiting = cp.enqueue(raw=b"\x09").json["job_id"]
     assert purge(cp).json == {"cancelled": 1, "remaining": 0}
     assert ids(list_jobs(cp, "cancelled")) == [waiting]
+
+
+def test_a_leases_long_poll_is_woken_by_a_cancel_on_a_cluster(cp, on_cluster, settings_env):
+    import threading
+
+    from tests.support.control_plane import cancel, leases
+
+    settings_env(VISIBILITY_TIMEOUT_S="300")
+    # Given: a daemon holding a running job, waiting in its leases long-poll (BLPOP on its
+    # cancel list, in the namespace's slot; the job hash in the job's)
+    job = cp.enqueue(raw=b"\x07").json["job_id"]
+    delivery = cp.poll(daemon_id="dc").json
+    assert delivery["job_id"] == job
+    answers = []
+    started = time.monotonic()
+    waiter = threading.Thread(
+        target=lambda: answers.append(leases(cp, "dc", {job: delivery["lease"]}, wait_s=10))
+    )
+    waiter.start()
+    time.sleep(0.5)
+    # When: a client cancels it
+    assert cancel(cp, job).status == 202
+    waiter.join(15)
+    # Then: the long-poll answered at once, naming it
+    assert answers and answers[0].status == 200, answers
+    assert answers[0].json["cancel_requested"] == [job]
+    assert time.monotonic() - started < 3.0

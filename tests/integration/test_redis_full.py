@@ -228,3 +228,34 @@ def batch_call(cp: ControlPlane, jobs: list[dict]):
         {"ns": cp.ns, "queue": cp.queue},
         body={"jobs": jobs},
     )
+
+
+def test_at_the_wall_a_daemon_keeps_its_leases_and_a_cancel_still_wakes_it(small_redis):
+    import threading
+    import time
+
+    from tests.support.control_plane import cancel, leases
+
+    # Given: a daemon holding a running job, and a Redis past its maxmemory (every denyoom
+    # write refused)
+    cp, r = small_redis(REDIS_MEMORY_HIGH_WATER_PCT="100", REDIS_MEMORY_HARD_PCT="100")
+    job = cp.enqueue(raw=b"\x01").json["job_id"]
+    delivery = cp.poll(daemon_id="dw").json
+    held = {job: delivery["lease"]}
+    over_the_wall(r)
+    # When: the daemon renews its leases
+    renewed = leases(cp, "dw", held, wait_s=0)
+    # Then: they are renewed (a daemon draining at the wall must not lose its jobs)
+    assert renewed.status == 200, renewed.raw_body
+    assert renewed.json["lost"] == []
+    # And when a client cancels the job while the daemon waits, the wait ends with it
+    answers = []
+    waiter = threading.Thread(target=lambda: answers.append(leases(cp, "dw", held, wait_s=10)))
+    started = time.monotonic()
+    waiter.start()
+    time.sleep(0.5)
+    asked = cancel(cp, job)
+    waiter.join(15)
+    assert asked.status == 202, asked.raw_body
+    assert answers and answers[0].json["cancel_requested"] == [job], answers
+    assert time.monotonic() - started < 3.0

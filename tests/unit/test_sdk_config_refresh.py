@@ -83,3 +83,27 @@ def test_given_inline_threshold_lowered_since_the_daemon_read_it_when_posting_th
     posts = [json.loads(r.content) for r in world.calls("POST", f"/jobs/{job.job_id}/result")]
     assert "resultInline" in posts[0] and "resultRef" in posts[-1]
     assert daemon.client.config.inline_threshold == 16
+
+
+def test_given_max_payload_bytes_lowered_since_the_daemon_read_it_when_a_result_is_over_it_then_the_job_fails_payload_too_large():
+    import json
+
+    from tests.unit.test_sdk_daemon import daemon_for
+
+    # Given: a daemon that read a 1 MiB cap, lowered to 10,000 bytes since (the presign of a
+    # larger result answers 413)
+    world = FakeWorld(max_payload_bytes=1 << 20, inline_threshold=1024)
+    job = make_client(world).queue("q").add(1)
+    daemon = daemon_for(world)
+    assert daemon.client.config.max_payload_bytes == 1 << 20
+    world.max_payload_bytes = 10_000
+    # When: its function returns 20,000 bytes
+    stats = daemon.run(lambda x: b"r" * 20_000, stop_when_idle=True)
+    # Then: the job failed PayloadTooLarge naming the cap the stack has now (not abandoned, to
+    # be run again a visibility timeout later), and the config was read again
+    assert stats == {"failed": 1}
+    (post,) = world.calls("POST", f"/jobs/{job.job_id}/result")
+    error = json.loads(post.content)["error"]
+    assert error["type"] == "PayloadTooLarge", error
+    assert "over the 10000 byte cap" in error["message"]
+    assert daemon.client.config.max_payload_bytes == 10_000
