@@ -545,6 +545,7 @@ def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps)
                 },
             )
             keep_for_class(p, job_id, deps)
+        _keep_again(p, job_id, outcome, deps)
         _settle(p, job_id, outcome, deps)
         return
 
@@ -607,4 +608,13 @@ def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps)
     if isinstance(lost, LostForGood):
         logger.warning("payload lost, job failed")
         keep_for_class(p, job_id, deps)
+    _keep_again(p, job_id, lost, deps)
     _settle(p, job_id, lost, deps)
+
+
+def _keep_again(p: Principal, job_id: str, outcome: object, deps: Deps) -> None:
+    """A failure report sent again after it ended the job: the first one may have been
+    answered 503 after its end was stored, before the record's longer life (`7d`/`30d`) was;
+    the repeat sets it (idempotent: the same end-based time), as a re-sent result post does."""
+    if isinstance(outcome, SamePost) and outcome.state and JobStatus(outcome.state).terminal:
+        keep_for_class(p, job_id, deps)
