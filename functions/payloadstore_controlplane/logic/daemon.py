@@ -294,7 +294,8 @@ def _drop_undelivered(
     )
     if state is not None:
         # Ended here (delivery cap, cancel): kept as long as a result post's end would be.
-        keep_for_class(p, entry.job_id, deps)
+        # A delivery step: the poll reports no write done, so a lagging replica fails nothing.
+        keep_for_class(p, entry.job_id, deps, lag_ok=True)
 
 
 def _result_form(
