@@ -417,6 +417,11 @@ def _post_at_once(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> bo
     step way, which answers exactly as it always has, in the same order."""
     if body.resultRef is not None or not JOB_ID_RE.match(job_id):
         return False
+    if body.error is not None and p.policy.inline_never:
+        # Its text goes to S3 before the end is stored: only once the job is known to be this
+        # namespace's, running under this lease (step by step), so a refused post (another
+        # namespace's job, none, a stale lease, an ended job) writes no object.
+        return False
     data = body.inline_bytes()
     if data is not None and (
         len(data) > deps.settings.inline_threshold
@@ -424,9 +429,6 @@ def _post_at_once(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> bo
     ):
         return False
     new_state, form, size, done_value, digest = _result_form(body, deps)
-    if form == "error":
-        # inline `never`: the text goes to S3 first; the digest stays the whole error's.
-        done_value = kept_error(p, job_id, str(done_value), deps)
     outcome = _complete(
         job_id, body, new_state, form, done_value, digest, deps, namespace=p.namespace
     )
