@@ -513,6 +513,9 @@ def _settle(p: Principal, job_id: str, outcome, deps: Deps) -> None:
 def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps) -> None:
     job = load_job(p, job_id, deps)
     now_ms = int(deps.clock() * 1000)
+    # inline `never`: the detail's object is written only for a report that may end the job
+    # (running, under its lease); a refused one writes none, a repeat finds the first's.
+    may_end = job.state == JobStatus.RUNNING and job.lease in (None, report.lease)
     if report.state == "payload_corrupt":
         # The checksum the reader verified: CRC64NVME (the transfer checksum) or sha256.
         crc = report.expected_crc64nvme or report.actual_crc64nvme
@@ -532,7 +535,7 @@ def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps)
             JobStatus.PAYLOAD_CORRUPT,
             post_digest("corrupt", error_json),
             now_ms,
-            kept_error(p, job_id, error_json, deps),
+            kept_error(p, job_id, error_json, deps, write=may_end),
             "error",
             lease=report.lease,
         )
@@ -561,7 +564,7 @@ def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps)
         max_requeues,
         post_digest("lost", "payload_lost"),
         now_ms,
-        kept_error(p, job_id, error_json, deps),
+        kept_error(p, job_id, error_json, deps, write=may_end),
         lease=report.lease,
     )
     metrics_count("PayloadLost")
