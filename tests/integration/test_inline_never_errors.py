@@ -135,3 +135,54 @@ def test_a_failure_reports_detail_in_an_inline_never_namespace_is_kept_in_s3(
     status = never_ns.status(job_id).json
     assert status["state"] == state
     assert status["error"]["message"] == detail
+
+
+def test_a_refused_error_post_writes_nothing_to_s3(never_ns, s3_client, payload_bucket):
+    # Given a running job of an inline `never` namespace, and a running job of another one
+    job_id = _running_job(never_ns)
+    lease = never_ns.leases[job_id]
+    other = ControlPlane("o" + uuid.uuid4().hex[:10], NamespacePolicy("7d", "stack", "never"))
+    theirs = _running_job(other)
+    error = {"type": "ValueError", "message": "bad " + secrets.token_hex(8), "traceback": "tb"}
+    # When this namespace's daemon posts an error for the other namespace's job, for a job
+    # that does not exist, and for its own job under a lease that is not the job's
+    refused = [
+        never_ns.post_result(theirs, {"error": error, "lease": other.leases[theirs]}),
+        never_ns.post_result("01" + theirs[2:-4] + "ZZZZ", {"error": error, "lease": lease}),
+        never_ns.post_result(job_id, {"error": error, "lease": "0" * len(lease)}),
+    ]
+    # Then each is refused, and no error object was written for any of them
+    assert [r.status for r in refused] == [404, 404, 409], [r.raw_body for r in refused]
+    for job in (theirs, "01" + theirs[2:-4] + "ZZZZ", job_id):
+        assert _kept_error_objects(s3_client, payload_bucket, job) == [], job
+    # And once the job ended with its error, another error for it is refused and leaves the
+    # one object it ended with
+    assert never_ns.post_result(job_id, {"error": error}).status == 204
+    kept = _kept_error_objects(s3_client, payload_bucket, job_id)
+    assert len(kept) == 1
+    again = never_ns.post_result(job_id, {"error": {**error, "message": "another"}})
+    assert again.status == 409, again.raw_body
+    assert _kept_error_objects(s3_client, payload_bucket, job_id) == kept
+
+
+def test_a_refused_failure_report_writes_nothing_to_s3(never_ns, s3_client, payload_bucket):
+    # Given a running job of an inline `never` namespace
+    job_id = _running_job(never_ns)
+    lease = never_ns.leases[job_id]
+    body = {"state": "payload_corrupt", "detail": "read " + secrets.token_hex(8)}
+    # When a daemon reports its failure under a lease that is not the job's
+    stale = never_ns.report(job_id, {**body, "lease": "0" * len(lease)})
+    # Then it is refused, and no error object is written
+    assert stale.status == 409, stale.raw_body
+    assert _kept_error_objects(s3_client, payload_bucket, job_id) == []
+    # And once the job ended with its report, another report for it is refused and leaves the
+    # one object it ended with
+    assert never_ns.report(job_id, body).status == 204
+    kept = _kept_error_objects(s3_client, payload_bucket, job_id)
+    assert len(kept) == 1
+    again = never_ns.report(job_id, {**body, "detail": "another"})
+    assert again.status == 409, again.raw_body
+    assert _kept_error_objects(s3_client, payload_bucket, job_id) == kept
+    # And the same report sent again is answered as before, with the same error
+    assert never_ns.report(job_id, body).status == 204
+    assert never_ns.status(job_id).json["error"]["message"] == body["detail"]

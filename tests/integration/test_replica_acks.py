@@ -198,6 +198,40 @@ def test_a_poll_during_a_replica_stall_answers_the_jobs_it_took(cp, acked, setti
         assert cp.result(job, wait=1).json["state"] == "succeeded"
 
 
+def test_a_poll_that_fails_a_7d_job_at_its_delivery_cap_answers_during_a_replica_stall(
+    cp, acked, settings_env
+):
+    from payloadstore_controlplane.models.policy import NamespacePolicy
+
+    # Given a `7d` namespace (a job that ends keeps its record 7 days) whose job's lease ran
+    # out at its last allowed delivery, its hash on another shard than the namespace's queues
+    settings_env(MAX_DELIVERIES="1", VISIBILITY_TIMEOUT_S="1")
+    cp.policy = NamespacePolicy("7d", "none", "allowed")
+    queue_shard, _ = _owner(acked, keys.queue_names(cp.ns))
+    for _ in range(20):
+        job = cp.enqueue(raw=b"\x05").json["job_id"]
+        assert cp.poll().status == 200
+        if _owner(acked, keys.job(job))[0] != queue_shard:
+            break
+        assert cp.post_result(job, {"resultInline": b64(b"\x00")}).status == 204
+    _, job_replica = _owner(acked, keys.job(job))
+    time.sleep(1.2)
+    # When a daemon polls with the replica of the job's shard stalled: the poll finds the job
+    # at its cap, ends it failed (DeliveryLimitExceeded) and keeps its record for the class
+    acked.stall(job_replica)
+    try:
+        polled = cp.poll()
+    finally:
+        acked.resume(job_replica)
+    # Then the poll answers as a poll does (nothing to deliver), not 503: a delivery step
+    # acknowledges no client write
+    assert polled.status == 204, polled.raw_body
+    acked.wait_healthy()
+    assert cp.status(job).json["state"] == "failed"
+    with RedisCluster.from_url(acked.url) as rc:
+        assert rc.pttl(keys.job(job)) > 7 * 86_400 * 1000 - 60_000
+
+
 def test_a_shard_whose_primary_never_returns_takes_writes_again(cp, acked, settings_env):
     # Given the primary that holds the namespace's queues, killed and never restarted
     primary, replica = _owner(acked, keys.queue_names(cp.ns))

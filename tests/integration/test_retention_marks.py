@@ -18,7 +18,7 @@ from payloadstore_controlplane.models.policy import NamespacePolicy
 from payloadstore_controlplane.store import keys
 from payloadstore_controlplane.store.redis_jobs import RedisJobStore
 from tests.integration.test_namespace_policy import _exists, _run_scheduled
-from tests.support.control_plane import ControlPlane, upload
+from tests.support.control_plane import ControlPlane, cancel, upload
 from tests.support.env import single_server_env
 
 
@@ -231,3 +231,61 @@ def test_a_result_wait_with_redis_past_maxmemory_answers_202_then_200(full_redis
     poster.join()
     assert done.status == 200, done.raw_body
     assert done.json["resultRef"]["key"] == result["key"]
+
+
+@pytest.mark.parametrize("state", ["payload_corrupt", "payload_lost"])
+def test_a_7d_failure_report_re_sent_after_a_503_keeps_the_record_for_7_days(
+    full_redis, monkeypatch, settings_env, state
+):
+    # Given a `7d` namespace's running job (a lost payload fails it at once)
+    settings_env(PAYLOAD_LOST_POLICY="fail")
+    cp = _namespace("7d")
+    job_id = cp.enqueue(ref=upload(cp, b"A" * 400)).json["job_id"]
+    assert cp.poll().status == 200
+    # And a failure report that ends it, stored, then answered 503 because the connection
+    # broke before the record's longer life was set
+    real = RedisJobStore.keep_finished_job
+    cut = {"left": 1}
+
+    def cut_once(self, *a, **kw):
+        if cut["left"]:
+            cut["left"] -= 1
+            raise redis.exceptions.ConnectionError("connection reset by peer")
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(RedisJobStore, "keep_finished_job", cut_once)
+    body = {"state": state, "detail": "checksum mismatch"}
+    assert cp.report(job_id, body).status == 503
+    assert cp.status(job_id).json["state"] == state
+    # When the daemon re-sends the same report
+    assert cp.report(job_id, body).status == 204
+    # Then the job's record (hash and done list) lives 7 days from its end, as a result post's
+    week_ms = 7 * 86_400 * 1000
+    for key in (keys.job(job_id), keys.done(job_id)):
+        assert full_redis.pttl(key) > week_ms - 60_000, key
+
+
+def test_a_7d_cancel_re_sent_after_a_503_keeps_the_record_for_7_days(full_redis, monkeypatch):
+    # Given a `7d` namespace's queued job, whose cancel was stored, then answered 503 because
+    # the connection broke before the record's longer life was set
+    cp = _namespace("7d")
+    job_id = cp.enqueue(ref=upload(cp, b"A" * 400)).json["job_id"]
+    real = RedisJobStore.keep_finished_job
+    cut = {"left": 1}
+
+    def cut_once(self, *a, **kw):
+        if cut["left"]:
+            cut["left"] -= 1
+            raise redis.exceptions.ConnectionError("connection reset by peer")
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(RedisJobStore, "keep_finished_job", cut_once)
+    assert cancel(cp, job_id).status == 503
+    assert cp.status(job_id).json["state"] == "cancelled"
+    # When the client sends the cancel again
+    again = cancel(cp, job_id)
+    # Then it is told the job is cancelled already (its first cancel worked)
+    assert again.status == 409 and again.error["state"] == "cancelled", again.raw_body
+    # And the job's record lives 7 days from its end, as a cancel answered 200 leaves it
+    week_ms = 7 * 86_400 * 1000
+    assert full_redis.pttl(keys.job(job_id)) > week_ms - 60_000

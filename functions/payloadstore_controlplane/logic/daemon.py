@@ -294,7 +294,8 @@ def _drop_undelivered(
     )
     if state is not None:
         # Ended here (delivery cap, cancel): kept as long as a result post's end would be.
-        keep_for_class(p, entry.job_id, deps)
+        # A delivery step: the poll reports no write done, so a lagging replica fails nothing.
+        keep_for_class(p, entry.job_id, deps, lag_ok=True)
 
 
 def _result_form(
@@ -416,6 +417,11 @@ def _post_at_once(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> bo
     step way, which answers exactly as it always has, in the same order."""
     if body.resultRef is not None or not JOB_ID_RE.match(job_id):
         return False
+    if body.error is not None and p.policy.inline_never:
+        # Its text goes to S3 before the end is stored: only once the job is known to be this
+        # namespace's, running under this lease (step by step), so a refused post (another
+        # namespace's job, none, a stale lease, an ended job) writes no object.
+        return False
     data = body.inline_bytes()
     if data is not None and (
         len(data) > deps.settings.inline_threshold
@@ -423,9 +429,6 @@ def _post_at_once(p: Principal, job_id: str, body: ResultPost, deps: Deps) -> bo
     ):
         return False
     new_state, form, size, done_value, digest = _result_form(body, deps)
-    if form == "error":
-        # inline `never`: the text goes to S3 first; the digest stays the whole error's.
-        done_value = kept_error(p, job_id, str(done_value), deps)
     outcome = _complete(
         job_id, body, new_state, form, done_value, digest, deps, namespace=p.namespace
     )
@@ -510,6 +513,9 @@ def _settle(p: Principal, job_id: str, outcome, deps: Deps) -> None:
 def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps) -> None:
     job = load_job(p, job_id, deps)
     now_ms = int(deps.clock() * 1000)
+    # inline `never`: the detail's object is written only for a report that may end the job
+    # (running, under its lease); a refused one writes none, a repeat finds the first's.
+    may_end = job.state == JobStatus.RUNNING and job.lease in (None, report.lease)
     if report.state == "payload_corrupt":
         # The checksum the reader verified: CRC64NVME (the transfer checksum) or sha256.
         crc = report.expected_crc64nvme or report.actual_crc64nvme
@@ -529,7 +535,7 @@ def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps)
             JobStatus.PAYLOAD_CORRUPT,
             post_digest("corrupt", error_json),
             now_ms,
-            kept_error(p, job_id, error_json, deps),
+            kept_error(p, job_id, error_json, deps, write=may_end),
             "error",
             lease=report.lease,
         )
@@ -545,6 +551,7 @@ def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps)
                 },
             )
             keep_for_class(p, job_id, deps)
+        _keep_again(p, job_id, outcome, deps)
         _settle(p, job_id, outcome, deps)
         return
 
@@ -557,7 +564,7 @@ def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps)
         max_requeues,
         post_digest("lost", "payload_lost"),
         now_ms,
-        kept_error(p, job_id, error_json, deps),
+        kept_error(p, job_id, error_json, deps, write=may_end),
         lease=report.lease,
     )
     metrics_count("PayloadLost")
@@ -607,4 +614,13 @@ def report_failure(p: Principal, job_id: str, report: FailureReport, deps: Deps)
     if isinstance(lost, LostForGood):
         logger.warning("payload lost, job failed")
         keep_for_class(p, job_id, deps)
+    _keep_again(p, job_id, lost, deps)
     _settle(p, job_id, lost, deps)
+
+
+def _keep_again(p: Principal, job_id: str, outcome: object, deps: Deps) -> None:
+    """A failure report sent again after it ended the job: the first one may have been
+    answered 503 after its end was stored, before the record's longer life (`7d`/`30d`) was;
+    the repeat sets it (idempotent: the same end-based time), as a re-sent result post does."""
+    if isinstance(outcome, SamePost) and outcome.state and JobStatus(outcome.state).terminal:
+        keep_for_class(p, job_id, deps)

@@ -24,15 +24,20 @@ KEPT_FIELD = "kept"
 ERROR_CONTENT_TYPE = "application/json"
 
 
-def kept_error(p: Principal, job_id: str, error_json: str, deps: Deps) -> str:
+def kept_error(
+    p: Principal, job_id: str, error_json: str, deps: Deps, *, write: bool = True
+) -> str:
     """What the done list keeps of an error: under `inline: never` the stub, once the error's
-    JSON is in S3 (the same key and bytes for a re-sent post); else the error JSON as is."""
+    JSON is in S3 (the same key and bytes for a re-sent post); else the error JSON as is.
+    `write=False`: a post the job will refuse (or a repeat of the one it ended with, whose
+    object is there already) writes no object; its stub names the same key."""
     if not p.policy.inline_never:
         return error_json
     key = error_key(job_id, error_json)
-    deps.objects.put_small(
-        key, error_json.encode(), ERROR_CONTENT_TYPE, policy_headers(p.policy, deps)
-    )
+    if write:
+        deps.objects.put_small(
+            key, error_json.encode(), ERROR_CONTENT_TYPE, policy_headers(p.policy, deps)
+        )
     return dumps({"type": json.loads(error_json).get("type", ""), KEPT_FIELD: key})
 
 

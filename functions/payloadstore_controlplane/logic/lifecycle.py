@@ -148,6 +148,10 @@ def cancel(p: Principal, job_id: str, deps: Deps) -> CancelResponse:
         # `state` in the error body: a client whose earlier cancel's answer was lost tells
         # "already cancelled" (its cancel worked) from "finished otherwise" without the text.
         state = outcome.state
+        if state == JobStatus.CANCELLED:
+            # That earlier cancel may have been answered 503 after the job ended, before its
+            # record's longer life (`7d`/`30d`) was set: set it now (idempotent, end-based).
+            keep_for_class(p, job_id, deps)
         raise Conflict(f"job {job_id} is {state}; it cannot be cancelled", state=state)
     if isinstance(outcome, CancelledQueued):
         if outcome.queue:

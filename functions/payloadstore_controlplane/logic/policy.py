@@ -88,12 +88,15 @@ def _mismatch(key: str, detail: str) -> None:
     )
 
 
-def keep_for_class(p: Principal, job_id: str, deps: Deps) -> None:
+def keep_for_class(p: Principal, job_id: str, deps: Deps, *, lag_ok: bool = False) -> None:
     """Retention `7d`/`30d`: a job that ended (cancelled, failed at the delivery cap, its
     payload lost or corrupt, as well as by a result post) keeps its record as long as its
-    namespace keeps its payloads, so it can be read, listed and retried that long."""
+    namespace keeps its payloads, so it can be read, listed and retried that long. `lag_ok`:
+    the caller is a poll, which reports no write done (a lagging replica does not fail it)."""
     if p.policy.outlives_records:
-        deps.jobs.keep_finished_job(job_id, p.policy.retention_s, int(deps.clock() * 1000))
+        deps.jobs.keep_finished_job(
+            job_id, p.policy.retention_s, int(deps.clock() * 1000), lag_ok=lag_ok
+        )
 
 
 # The job hash field that remembers when a consumed payload is deleted (store/keys.py).

@@ -49,9 +49,16 @@ class ConsumeSteps(StoreBase):
         score = self._r.zscore(keys.consume_due(namespace), object_key)
         return None if score is None else int(score)
 
-    def keep_finished_job(self, job_id: str, ttl_s: int, now_ms: int) -> None:
+    def keep_finished_job(
+        self, job_id: str, ttl_s: int, now_ms: int, *, lag_ok: bool = False
+    ) -> None:
         """A finished job of a namespace whose retention is longer than RESULT_TTL_S keeps its
         record (state, references, an inline result or error) for `ttl_s` from its end: its
         hash and done list (the job's slot), only ever lengthened (GT). `now_ms` stands for the
         end of a hash that has none."""
-        self._run("consume_keep", [keys.job(job_id), keys.done(job_id)], [ttl_s * 1000, now_ms])
+        self._run(
+            "consume_keep",
+            [keys.job(job_id), keys.done(job_id)],
+            [ttl_s * 1000, now_ms],
+            lag_ok=lag_ok,
+        )
