@@ -277,6 +277,13 @@ def enqueue(
         return cp.enqueue(body=body, headers=headers, queue=queue)
 
     r = _resent_on_503(m, "enqueue", send)
+    if r.status == 409 and r.error.get("code") == "unknown_blob":
+        # A blob verified under another KMS key than the namespace's now (a `kms_key` change):
+        # the SDK uploads it again under the current policy and sends the enqueue once more.
+        for sha in r.error.get("blobs") or []:
+            if sha in m.blob_data and not _upload_blob(m, sha, m.blob_data[sha]):
+                return
+        r = _resent_on_503(m, "enqueue after the blobs' upload", send)
     if r.status == 503 or _days_passed_under():
         intent.unanswered = True
     elif r.status in (200, 201):
@@ -447,11 +454,19 @@ def create_blob(m: Model, label: str, multipart: bool = False) -> None:
     signs each part, the POST after the parts completes and records it)."""
     data = _bytes_of(label, MULTIPART_SIZE if multipart else 1024)
     sha = sha256_hex(data)
+    if _upload_blob(m, sha, data) and sha not in m.blobs:
+        m.blobs.append(sha)
+        m.blob_data[sha] = data
+
+
+def _upload_blob(m: Model, sha: str, data: bytes) -> bool:
+    """POST .../blobs, upload what it asks for, POST again until it answers `exists`; False
+    (with a violation where it is one) when the blob could not be made."""
     r = _no_5xx(m, "blob", m.cp.blob(sha, len(data)))
     if r.status != 200:
         if not _over_a_limit(r):
             m.violation("refused", f"blob create answered {r.status}")
-        return
+        return False
     # A verification may answer a fresh upload instead (the object was signed under a policy
     # that has changed since: issue 43's defect 2): upload again, as the SDK's blob loop does.
     for _ in range(BLOB_UPLOAD_ROUNDS):
@@ -459,24 +474,22 @@ def create_blob(m: Model, label: str, multipart: bool = False) -> None:
             break
         if r.json.get("multipart"):
             if not _upload_blob_parts(m, r.json["multipart"], sha, data):
-                return
+                return False
         elif _put(r.json["upload"], data) != 200:
             m.violation("refused", "blob upload refused")
-            return
+            return False
         r = _no_5xx(m, "blob again", m.cp.blob(sha, len(data)))
         if r.status != 200:
             if not _over_a_limit(r):
                 m.violation("refused", f"blob verify answered {r.status}: {r.raw_body[:200]}")
-            return
+            return False
     if not r.json["exists"]:
         m.violation(
             "refused",
             f"blob still not verified after {BLOB_UPLOAD_ROUNDS} uploads: {r.raw_body[:200]}",
         )
-        return
-    if sha not in m.blobs:
-        m.blobs.append(sha)
-        m.blob_data[sha] = data
+        return False
+    return True
 
 
 def _upload_blob_parts(m: Model, spec: dict, sha: str, data: bytes) -> bool:
