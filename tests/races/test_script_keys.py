@@ -62,6 +62,18 @@ local function __check(command, ...)
     redis.log(redis.LOG_WARNING, '%(audit)s ' .. __name .. ' keyspace ' .. command)
     return
   end
+  -- SORT's BY and GET read the keys a pattern names, which COMMAND GETKEYS does not list.
+  local upper = string.upper(command)
+  if upper == 'SORT' or upper == 'SORT_RO' then
+    local args = {...}
+    for i = 2, #args do
+      local option = string.upper(tostring(args[i]))
+      if (option == 'BY' or option == 'GET') and args[i + 1] ~= nil and args[i + 1] ~= '#' then
+        redis.log(redis.LOG_WARNING,
+          '%(audit)s ' .. __name .. ' pattern ' .. command .. ' ' .. tostring(args[i + 1]))
+      end
+    end
+  end
   local ok, touched = pcall(redis.call, 'COMMAND', 'GETKEYS', command, ...)
   if ok then
     for _, k in ipairs(touched) do
@@ -185,6 +197,24 @@ def test_the_audit_sees_a_call_made_through_an_alias(audited_world):
     assert b"alias undeclared GET ps:{c}:aliased" in log
     assert b"alias undeclared GET ps:{c}:aliased-pcall" in log
     assert b"alias undeclared GET ps:{c}:indexed" in log
+
+
+def test_the_audit_sees_keys_a_sort_pattern_reads(audited_world):
+    # Given a script that sorts its declared list by, and gets, keys named by a pattern
+    world, log_path = audited_world
+    source = (
+        "redis.call('RPUSH', KEYS[1], 'a', 'b')\n"
+        "return redis.call('SORT', KEYS[1], 'BY', 'ps:{d}:w_*', 'GET', '#', 'GET', 'ps:{d}:v_*')"
+    )
+    script = world.client.register_script(audited("sorter", source))
+    # When it runs
+    script(keys=["ps:{d}:list"])
+    # Then the server's log names both patterns (COMMAND GETKEYS lists only the sorted key),
+    # and not GET's `#`, which is the element itself
+    log = log_path.read_bytes()
+    assert b"sorter pattern SORT ps:{d}:w_*" in log
+    assert b"sorter pattern SORT ps:{d}:v_*" in log
+    assert b"sorter pattern SORT #" not in log
 
 
 def extra_paths(world) -> None:
