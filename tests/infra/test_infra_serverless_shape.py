@@ -120,6 +120,14 @@ def test_the_engine_and_shape_flags(tmp_path):
     template = synth_template(tmp_path, {"payloadstore:cacheEngine": "redis"})
     (cache,) = resources(template, "AWS::ElastiCache::ServerlessCache").values()
     assert cache["Properties"]["Engine"] == "redis"
+    # And its Redis OSS user group keeps the `default` user such a group must have (off)
+    (group,) = resources(template, "AWS::ElastiCache::UserGroup").values()
+    names = {
+        u["Properties"]["UserName"]: u["Properties"]
+        for u in resources(template, "AWS::ElastiCache::User").values()
+    }
+    assert names["default"]["AccessString"].startswith("off")
+    assert len(group["Properties"]["UserIds"]) == 2
     with pytest.raises(ValueError, match="payloadstore:cache must be one of"):
         synth_template(tmp_path / "bad", {"payloadstore:cache": "cluster"})
     with pytest.raises(ValueError, match="cacheMaxEcpuPerSecond must be"):
