@@ -9,7 +9,7 @@ proof, so this test runs the workload and lets the server say what each script t
   prelude shadows `redis` with a local table whose call/pcall check first), first asks the
   server itself (`COMMAND GETKEYS`, the server's own key specs) which keys the command
   reaches, and logs any key not in KEYS; the prelude also logs declared keys of more than one
-  hash tag, and each run;
+  hash tag, code compiled at run time (loadstring, load: out of its sight), and each run;
 - the workload is the race explorer's (clients, daemons and an operator on the real handlers,
   every operation and every way a delivery ends) plus the few paths it does not take (a
   layout-1 job's conversion, the renewals function, a consumed result, a blob in parts);
@@ -89,6 +89,17 @@ local function __pcall(...) __check(...) return redis.pcall(...) end
 -- check: redis.call(...), `local call = redis.call`, redis['call']. The global table is
 -- read-only (it cannot be patched) and a text rewrite misses all but the first spelling.
 local redis = setmetatable({call = __call, pcall = __pcall}, {__index = redis})
+local _G = setmetatable({redis = redis}, {__index = _G})
+-- Code compiled at run time sees the global `redis`, out of the audit's sight: a finding.
+local __loadstring, __load = loadstring, load
+local function loadstring(...)
+  redis.log(redis.LOG_WARNING, '%(audit)s ' .. __name .. ' runtime-code loadstring')
+  return __loadstring(...)
+end
+local function load(...)
+  redis.log(redis.LOG_WARNING, '%(audit)s ' .. __name .. ' runtime-code load')
+  return __load(...)
+end
 """
 
 
@@ -215,6 +226,26 @@ def test_the_audit_sees_keys_a_sort_pattern_reads(audited_world):
     assert b"sorter pattern SORT ps:{d}:w_*" in log
     assert b"sorter pattern SORT ps:{d}:v_*" in log
     assert b"sorter pattern SORT #" not in log
+
+
+def test_the_audit_sees_code_compiled_at_run_time_and_calls_through_the_globals(audited_world):
+    # Given a script that reaches keys through code it compiles at run time (whose calls the
+    # prelude cannot check) and through the globals table
+    world, log_path = audited_world
+    source = (
+        'loadstring("return 1")()\n'
+        'local parts = {"return 2"}\n'
+        "load(function() return table.remove(parts) end)()\n"
+        "return _G.redis.call('GET', 'ps:{f}:through-globals')"
+    )
+    script = world.client.register_script(audited("compiler", source))
+    # When it runs
+    script(keys=["ps:{f}:one"])
+    # Then the server's log names the run-time code (a finding) and the undeclared key
+    log = log_path.read_bytes()
+    assert b"compiler runtime-code loadstring" in log
+    assert b"compiler runtime-code load" in log
+    assert b"compiler undeclared GET ps:{f}:through-globals" in log
 
 
 def extra_paths(world) -> None:
