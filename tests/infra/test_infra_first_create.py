@@ -50,6 +50,9 @@ def test_the_key_policy_names_no_role_only_the_account(request, fixture):
     (statement,) = key["Properties"]["KeyPolicy"]["Statement"]
     principal = render(statement["Principal"]["AWS"])
     assert principal.endswith(":root") and "Role" not in json.dumps(statement)
+    # And it delegates every action to IAM (kms:*), so the roles' own policies can grant
+    # GenerateDataKey and Decrypt: a root statement of admin actions only would not
+    assert statement["Effect"] == "Allow" and statement["Action"] == "kms:*"
 
 
 @pytest.mark.parametrize("fixture", ["template", "dev_default"])

@@ -120,7 +120,36 @@ def test_the_engine_and_shape_flags(tmp_path):
     template = synth_template(tmp_path, {"payloadstore:cacheEngine": "redis"})
     (cache,) = resources(template, "AWS::ElastiCache::ServerlessCache").values()
     assert cache["Properties"]["Engine"] == "redis"
+    # And its Redis OSS user group keeps the `default` user such a group must have (off)
+    (group,) = resources(template, "AWS::ElastiCache::UserGroup").values()
+    names = {
+        u["Properties"]["UserName"]: u["Properties"]
+        for u in resources(template, "AWS::ElastiCache::User").values()
+    }
+    assert names["default"]["AccessString"].startswith("off")
+    assert len(group["Properties"]["UserIds"]) == 2
     with pytest.raises(ValueError, match="payloadstore:cache must be one of"):
         synth_template(tmp_path / "bad", {"payloadstore:cache": "cluster"})
     with pytest.raises(ValueError, match="cacheMaxEcpuPerSecond must be"):
         synth_template(tmp_path / "ecpu", {"payloadstore:cacheMaxEcpuPerSecond": "10"})
+
+
+def test_valkey_user_group_holds_only_users_that_authenticate(dev_default):
+    """AWS (ElastiCache RBAC): a user group configured for the VALKEY engine can only contain
+    users with an authentication mechanism (password or IAM); a no-password `default` user in
+    it fails CreateUserGroup, and with it the stack's first create."""
+    template = dev_default.template
+    users = {
+        u["Properties"]["UserId"]: u["Properties"]
+        for u in resources(template, "AWS::ElastiCache::User").values()
+    }
+    # Given the dev stage's serverless cache on Valkey and its user group
+    (group,) = resources(template, "AWS::ElastiCache::UserGroup").values()
+    assert group["Properties"]["Engine"] == "valkey"
+    # Then every user of the group authenticates with a password or IAM
+    for user_id in group["Properties"]["UserIds"]:
+        user = users[render(user_id)]
+        assert user["AuthenticationMode"]["Type"] in ("iam", "password"), user
+        assert not user.get("NoPasswordRequired"), user
+    # And no user the group leaves out is created for nothing
+    assert sorted(users) == sorted(render(u) for u in group["Properties"]["UserIds"])

@@ -5,9 +5,11 @@ keys are in more than one slot; Redis Cluster refuses the second too. Reading th
 proof, so this test runs the workload and lets the server say what each script touched:
 
 - every script of the control plane (store/jobs/*.lua and the queue listing's) is registered
-  with an audit prelude: each `redis.call`/`redis.pcall` first asks the server itself
-  (`COMMAND GETKEYS`, the server's own key specs) which keys the command reaches, and logs any
-  key not in KEYS; the prelude also logs declared keys of more than one hash tag, and each run;
+  with an audit prelude: each `redis.call`/`redis.pcall`, however the body reaches it (the
+  prelude shadows `redis` with a local table whose call/pcall check first), first asks the
+  server itself (`COMMAND GETKEYS`, the server's own key specs) which keys the command
+  reaches, and logs any key not in KEYS; the prelude also logs declared keys of more than one
+  hash tag, code compiled at run time (loadstring, load: out of its sight), and each run;
 - the workload is the race explorer's (clients, daemons and an operator on the real handlers,
   every operation and every way a delivery ends) plus the few paths it does not take (a
   layout-1 job's conversion, the renewals function, a consumed result, a blob in parts);
@@ -20,7 +22,6 @@ from __future__ import annotations
 
 import os
 import random
-import re
 from pathlib import Path
 
 import pytest
@@ -31,8 +32,8 @@ from tests.races.world import race_stack
 
 AUDIT = "script-audit"
 
-# Inserted after a script's shebang line; `__call`/`__pcall` replace `redis.call`/`redis.pcall`
-# in its body. A key's hash tag is Redis Cluster's: the text between the first `{` and the
+# Inserted after a script's shebang line; the body then sees a local `redis` whose call/pcall
+# are `__call`/`__pcall`. A key's hash tag is Redis Cluster's: the text between the first `{` and the
 # next `}`, when not empty; else the whole key.
 PRELUDE = r"""
 local __name = '%(name)s'
@@ -61,6 +62,18 @@ local function __check(command, ...)
     redis.log(redis.LOG_WARNING, '%(audit)s ' .. __name .. ' keyspace ' .. command)
     return
   end
+  -- SORT's BY and GET read the keys a pattern names, which COMMAND GETKEYS does not list.
+  local upper = string.upper(command)
+  if upper == 'SORT' or upper == 'SORT_RO' then
+    local args = {...}
+    for i = 2, #args do
+      local option = string.upper(tostring(args[i]))
+      if (option == 'BY' or option == 'GET') and args[i + 1] ~= nil and args[i + 1] ~= '#' then
+        redis.log(redis.LOG_WARNING,
+          '%(audit)s ' .. __name .. ' pattern ' .. command .. ' ' .. tostring(args[i + 1]))
+      end
+    end
+  end
   local ok, touched = pcall(redis.call, 'COMMAND', 'GETKEYS', command, ...)
   if ok then
     for _, k in ipairs(touched) do
@@ -72,6 +85,21 @@ local function __check(command, ...)
 end
 local function __call(...) __check(...) return redis.call(...) end
 local function __pcall(...) __check(...) return redis.pcall(...) end
+-- From here on `redis` is this local table, so a body's every way to a command passes the
+-- check: redis.call(...), `local call = redis.call`, redis['call']. The global table is
+-- read-only (it cannot be patched) and a text rewrite misses all but the first spelling.
+local redis = setmetatable({call = __call, pcall = __pcall}, {__index = redis})
+local _G = setmetatable({redis = redis}, {__index = _G})
+-- Code compiled at run time sees the global `redis`, out of the audit's sight: a finding.
+local __loadstring, __load = loadstring, load
+local function loadstring(...)
+  redis.log(redis.LOG_WARNING, '%(audit)s ' .. __name .. ' runtime-code loadstring')
+  return __loadstring(...)
+end
+local function load(...)
+  redis.log(redis.LOG_WARNING, '%(audit)s ' .. __name .. ' runtime-code load')
+  return __load(...)
+end
 """
 
 
@@ -81,8 +109,6 @@ def audited(name: str, text: str) -> str:
     if text.startswith("#!"):
         head, _, body = text.partition("\n")
         head += "\n"
-    body = re.sub(r"\bredis\.pcall\(", "__pcall(", body)
-    body = re.sub(r"\bredis\.call\(", "__call(", body)
     return head + PRELUDE % {"name": name, "audit": AUDIT} + body
 
 
@@ -162,6 +188,64 @@ def test_the_audit_sees_an_undeclared_key_and_a_second_slot(audited_world):
     assert log.count(b"probe") > before
     assert b"probe undeclared GET ps:{b}:undeclared" in log
     assert b"probe cross-slot ps:{b}:two" in log
+
+
+def test_the_audit_sees_a_call_made_through_an_alias(audited_world):
+    # Given a script that reaches undeclared keys without writing `redis.call(`: through a
+    # local alias of redis.call, one of redis.pcall, and redis's table indexed by name
+    world, log_path = audited_world
+    source = (
+        "local call, pcall = redis.call, redis.pcall\n"
+        "call('GET', 'ps:{c}:aliased')\n"
+        "pcall('GET', 'ps:{c}:aliased-pcall')\n"
+        "return redis['call']('GET', 'ps:{c}:indexed')"
+    )
+    script = world.client.register_script(audited("alias", source))
+    # When it runs
+    script(keys=["ps:{c}:one"])
+    # Then the server's log names each undeclared key, as for a plain redis.call
+    log = log_path.read_bytes()
+    assert b"alias undeclared GET ps:{c}:aliased" in log
+    assert b"alias undeclared GET ps:{c}:aliased-pcall" in log
+    assert b"alias undeclared GET ps:{c}:indexed" in log
+
+
+def test_the_audit_sees_keys_a_sort_pattern_reads(audited_world):
+    # Given a script that sorts its declared list by, and gets, keys named by a pattern
+    world, log_path = audited_world
+    source = (
+        "redis.call('RPUSH', KEYS[1], 'a', 'b')\n"
+        "return redis.call('SORT', KEYS[1], 'BY', 'ps:{d}:w_*', 'GET', '#', 'GET', 'ps:{d}:v_*')"
+    )
+    script = world.client.register_script(audited("sorter", source))
+    # When it runs
+    script(keys=["ps:{d}:list"])
+    # Then the server's log names both patterns (COMMAND GETKEYS lists only the sorted key),
+    # and not GET's `#`, which is the element itself
+    log = log_path.read_bytes()
+    assert b"sorter pattern SORT ps:{d}:w_*" in log
+    assert b"sorter pattern SORT ps:{d}:v_*" in log
+    assert b"sorter pattern SORT #" not in log
+
+
+def test_the_audit_sees_code_compiled_at_run_time_and_calls_through_the_globals(audited_world):
+    # Given a script that reaches keys through code it compiles at run time (whose calls the
+    # prelude cannot check) and through the globals table
+    world, log_path = audited_world
+    source = (
+        'loadstring("return 1")()\n'
+        'local parts = {"return 2"}\n'
+        "load(function() return table.remove(parts) end)()\n"
+        "return _G.redis.call('GET', 'ps:{f}:through-globals')"
+    )
+    script = world.client.register_script(audited("compiler", source))
+    # When it runs
+    script(keys=["ps:{f}:one"])
+    # Then the server's log names the run-time code (a finding) and the undeclared key
+    log = log_path.read_bytes()
+    assert b"compiler runtime-code loadstring" in log
+    assert b"compiler runtime-code load" in log
+    assert b"compiler undeclared GET ps:{f}:through-globals" in log
 
 
 def extra_paths(world) -> None:
