@@ -276,6 +276,7 @@ def enqueue(
             )
         return cp.enqueue(body=body, headers=headers, queue=queue)
 
+    policy_at_start = m.cp.policy
     r = _resent_on_503(m, "enqueue", send)
     if r.status == 409 and r.error.get("code") == "unknown_blob":
         # A blob verified under another KMS key than the namespace's now (a `kms_key` change):
@@ -284,6 +285,15 @@ def enqueue(
             if sha in m.blob_data and not _upload_blob(m, sha, m.blob_data[sha]):
                 return
         r = _resent_on_503(m, "enqueue after the blobs' upload", send)
+        if (
+            r.status == 409
+            and r.error.get("code") == "unknown_blob"
+            and m.cp.policy != policy_at_start
+        ):
+            # The policy changed again while the blob was uploaded (its verification was
+            # authorized under the earlier one): refused, nothing written, as a policy
+            # refusal is; the SDK raises it to the caller.
+            return
     if r.status == 503 or _days_passed_under():
         intent.unanswered = True
     elif r.status in (200, 201):
