@@ -32,7 +32,6 @@ from tests.races.world import MiB
 from tests.support.control_plane import (
     ControlPlane,
     Reply,
-    cancel,
     heartbeat,
     leases,
     sha256_hex,
@@ -101,6 +100,8 @@ class Model:
     # Seconds by which the explorer moved Redis's TTLs and the objects' lifecycle ahead (days
     # passed: world.Stack.advance); what Redis and S3 read as now is the machine's time + this.
     shift_s: float = 0.0
+    # Idempotency-Keys handed out to operations (one per call, see _operation_key)
+    operation_keys: int = 0
     written: Callable[[float], float] = lambda t: t  # world.Stack.written
     told: dict[str, int] = field(default_factory=dict)  # job id -> deliveries a daemon was told
     reported_lost: set[str] = field(default_factory=set)  # jobs a daemon reported payload_lost
@@ -391,24 +392,48 @@ def _upload_parts(
     return True
 
 
+def _operation_key(m: Model, what: str) -> dict[str, str]:
+    """The Idempotency-Key header the SDK sends with an operation (issue 46): one per call, the
+    same on each re-send, so a re-sent call finishes what a cut connection left half done."""
+    m.operation_keys += 1
+    return {"Idempotency-Key": f"{m.namespace}-{what}-{m.operation_keys}"}
+
+
 def cancel_job(m: Model, job: int) -> None:
     jobs = m.jobs()
     if jobs:
-        _no_5xx(m, "cancel", cancel(m.cp, jobs[job % len(jobs)].job_id or ""))
+        jid = jobs[job % len(jobs)].job_id or ""
+        headers = _operation_key(m, "cancel")
+        _resent_on_503(
+            m,
+            "cancel",
+            lambda: m.cp.call(
+                "jobs",
+                "DELETE",
+                "/v1/namespaces/{ns}/jobs/{job_id}",
+                {"ns": m.namespace, "job_id": jid},
+                headers=headers,
+            ),
+        )
 
 
 def retry(m: Model, job: int) -> None:
+    """A retry, re-sent on a 503 with its Idempotency-Key as the SDK does: a retry whose
+    connection was cut between its job step and its queue step (the job `queued`, `x` = '*',
+    no entry yet) is finished by the re-send, which resumes it."""
     jobs = m.jobs()
     if jobs:
         jid = jobs[job % len(jobs)].job_id
-        _no_5xx(
+        headers = _operation_key(m, "retry")
+        _resent_on_503(
             m,
             "retry",
-            m.cp.call(
+            lambda: m.cp.call(
                 "jobs",
                 "POST",
                 "/v1/namespaces/{ns}/jobs/{job_id}/retry",
                 {"ns": m.namespace, "job_id": jid},
+                headers=headers,
             ),
         )
 
@@ -535,29 +560,33 @@ def _upload_blob_parts(m: Model, spec: dict, sha: str, data: bytes) -> bool:
 
 
 def purge(m: Model, queue: str) -> None:
-    _no_5xx(
+    headers = _operation_key(m, "purge")
+    _resent_on_503(
         m,
         "purge",
-        m.cp.call(
+        lambda: m.cp.call(
             "jobs",
             "POST",
             "/v1/namespaces/{ns}/queues/{queue}/purge",
             {"ns": m.namespace, "queue": queue},
+            headers=headers,
         ),
     )
 
 
 def redrive(m: Model, queue: str, cancelled: bool) -> None:
     states = ["failed", "payload_lost", "payload_corrupt"] + (["cancelled"] if cancelled else [])
-    _no_5xx(
+    headers = _operation_key(m, "redrive")
+    _resent_on_503(
         m,
         "redrive",
-        m.cp.call(
+        lambda: m.cp.call(
             "jobs",
             "POST",
             "/v1/namespaces/{ns}/queues/{queue}/redrive",
             {"ns": m.namespace, "queue": queue},
             body={"states": states},
+            headers=headers,
         ),
     )
 
@@ -735,6 +764,10 @@ def renew(m: Model, daemon: str) -> None:
     if not held:
         return
     r = _no_5xx(m, "leases", leases(m.cp, daemon, {h.job_id: h.lease for h in held}))
+    if r.status == 503:
+        # Redis unreachable or full (a cut connection, maxmemory): `_no_5xx` checked its
+        # Retry-After; the daemon renews again at its next round, as after any failed call.
+        return
     if r.status != 200:
         m.violation("refused", f"leases of {daemon} answered {r.status}: {r.raw_body[:240]}")
         return
