@@ -639,7 +639,7 @@ def ssm(m: Model, how: str, calls: int) -> None:
         except Exception:  # noqa: BLE001 - the emulator slow on a loaded machine: no change
             return
         stale: list[str] = []
-        metric = store.on_stale
+        metric = getattr(store, "on_stale", None)  # (none on a tree before issue 43)
 
         def on_stale(age_s: float, why: str) -> None:
             stale.append(why)

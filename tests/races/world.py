@@ -259,8 +259,9 @@ def race_stack(cluster: bool = False, workdir: Path | None = None) -> Iterator[S
         stack.callback(ssm.stop)
         from payloadstore_controlplane.store import tokens
 
-        stack.callback(setattr, tokens, "RETRY_AFTER_FAILURE_S", tokens.RETRY_AFTER_FAILURE_S)
-        tokens.RETRY_AFTER_FAILURE_S = SSM_RETRY_AFTER_FAILURE_S
+        if hasattr(tokens, "RETRY_AFTER_FAILURE_S"):  # (a tree before issue 43 has none)
+            stack.callback(setattr, tokens, "RETRY_AFTER_FAILURE_S", tokens.RETRY_AFTER_FAILURE_S)
+            tokens.RETRY_AFTER_FAILURE_S = SSM_RETRY_AFTER_FAILURE_S
         env = {
             **local_aws_env(s3srv.endpoint, REGION),
             "AWS_ENDPOINT_URL_SSM": ssm.endpoint,
