@@ -371,8 +371,9 @@ class Runner:
             "policy": 0.3,
             "settings": 0.3,
             "memory": 0.15,
-            # (each one takes about a second of real time: SSM_WAIT_S and the back-off)
-            "ssm": 0.1,
+            # (rare: each one takes up to a second of real time, SSM_WAIT_S and the back-off,
+            # where another operation takes milliseconds; `--weight ssm=N` dwells on it)
+            "ssm": 0.03,
             "status": 0.2 if njobs else 0.0,
             "view": 0.2 if njobs else 0.0,
             "blob": 0.4,
