@@ -76,6 +76,7 @@ SWARM_KEYS = (
     "days",
     "cut",
     "memory",
+    "ssm",
 )
 
 
@@ -137,6 +138,7 @@ class Runner:
         self.model = Model(namespace, cp, world.client)
         self.model.deploy = lambda values: deploy(world.clock, values)
         self.model.s3 = world.s3
+        self.model.ssm = world.ssm
         # The model's time: the control plane's clock and the days stored data has aged.
         self.model.clock = lambda: world.clock.now() + world.shift_s
         self.model.written = world.written
@@ -369,6 +371,9 @@ class Runner:
             "policy": 0.3,
             "settings": 0.3,
             "memory": 0.15,
+            # (rare: each one takes up to a second of real time, SSM_WAIT_S and the back-off,
+            # where another operation takes milliseconds; `--weight ssm=N` dwells on it)
+            "ssm": 0.03,
             "status": 0.2 if njobs else 0.0,
             "view": 0.2 if njobs else 0.0,
             "blob": 0.4,
@@ -454,6 +459,8 @@ class Runner:
             }
         if name == "memory":
             return name, {"full": not m.memory_full and rng.random() < 0.8}
+        if name == "ssm":
+            return name, {"how": rng.choice(["stall", "throttle"]), "calls": rng.choice([1, 2, 3])}
         if name == "settings":
             # INLINE_THRESHOLD twice as often (what it lets in lives on after it is lowered),
             # and mostly it while it is raised.

@@ -18,6 +18,7 @@ What an operation checks of its own answers (the rest is invariants.py):
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import threading
@@ -107,6 +108,7 @@ class Model:
     reported_lost: set[str] = field(default_factory=set)  # jobs a daemon reported payload_lost
     result_ttl_s: float = 172_800.0  # RESULT_TTL_S deployed now
     memory_full: bool = False  # Redis at its maxmemory (the `memory` operation)
+    ssm: Any = None  # the world's proxy in front of SSM (the `ssm` operation stalls it)
 
     def past_promise(self, job_id: str, slack_s: float = 0.0) -> bool:
         """Whether a job may be gone by now, by design: past what its class promised."""
@@ -638,6 +640,120 @@ def memory(m: Model, full: bool) -> None:
     m.memory_full = full
 
 
+# The authorizer answers within this long while SSM fails (store/tokens.py: it waits for SSM
+# SSM_WAIT_S, 0.7 s, then answers from its last good listing).
+SSM_ANSWER_S = 1.0
+# How long after a stall ends the listing must have been read again: the back-off after a
+# failed read (world.SSM_RETRY_AFTER_FAILURE_S), a read, and room for a loaded machine.
+SSM_RECOVER_S = 8.0
+
+
+def ssm(m: Model, how: str, calls: int) -> None:
+    """Parameter Store stalls (`stall`: the request never answered) or throttles every call
+    (`throttle`: 400 ThrottlingException), and `calls` requests go through the authorizer
+    handler itself with a client token of the namespace; then SSM answers again.
+
+    Before the stall the token is minted and the listing read once with SSM answering (the
+    container's last good listing holds it). While SSM fails each request must be allowed, for
+    the namespace, within SSM_ANSWER_S, never an authorizer error (API Gateway's 500 for every
+    caller): `ssm_stall_answer`. Once SSM answers again a request must be answered from a
+    listing read again, not the stale one, within SSM_RECOVER_S: `ssm_not_recovered`. The
+    authorizer is called in this thread with no Redis or S3 call of the scheduler's between:
+    the operation runs whole, so no parking adds to the time measured. The stall is undone and
+    the token revoked whatever happens (the other operations' SSM calls go through the same
+    proxy)."""
+    import time
+
+    from payloadstore_controlplane.handlers import authorizer
+    from payloadstore_controlplane.store.tokens import TokenStoreError
+
+    proxy = m.ssm
+    if proxy is None:
+        return
+    failing = "stalled" if how == "stall" else "throttled"
+    store = authorizer.token_store()
+    with unhooked():
+        try:
+            token, info = store.mint(m.namespace, "client")
+        except Exception:  # noqa: BLE001 - the emulator slow on a loaded machine: no change
+            return
+        stale: list[str] = []
+        metric = getattr(store, "on_stale", None)  # (none on a tree before issue 43)
+
+        def on_stale(age_s: float, why: str) -> None:
+            stale.append(why)
+            if metric is not None:
+                metric(age_s, why)
+
+        store.on_stale = on_stale
+        try:
+            try:
+                listed = {t.token_id for t in store.list()}
+            except TokenStoreError:
+                return  # no listing with SSM answering: nothing to fall back on, no stall
+            if info.token_id not in listed:
+                return
+            proxy.mode = how
+            try:
+                for i in range(calls):
+                    answer, took = _authorize(authorizer, token)
+                    context = answer.get("context", {}) if isinstance(answer, dict) else {}
+                    if context.get("namespace") != m.namespace or took >= SSM_ANSWER_S:
+                        m.violation(
+                            "ssm_stall_answer",
+                            f"request {i + 1} of {calls} with SSM {failing} answered in "
+                            f"{took:.2f} s (at most {SSM_ANSWER_S} s): {answer!r:.300}",
+                        )
+                        return
+                if not stale:
+                    m.violation(
+                        "ssm_stall_answer",
+                        f"SSM {failing}, yet no request was answered from the last good listing",
+                    )
+                    return
+            finally:
+                proxy.release()
+            until = time.monotonic() + SSM_RECOVER_S
+            while True:
+                before = len(stale)
+                answer, took = _authorize(authorizer, token)
+                context = answer.get("context", {}) if isinstance(answer, dict) else {}
+                if context.get("namespace") == m.namespace and len(stale) == before:
+                    return
+                if time.monotonic() >= until:
+                    m.violation(
+                        "ssm_not_recovered",
+                        f"{SSM_RECOVER_S} s after SSM {failing} and answered again, the "
+                        f"authorizer still answers from the stale listing: {answer!r:.300}",
+                    )
+                    return
+                time.sleep(0.05)
+        finally:
+            proxy.release()
+            store.on_stale = metric
+            # (a token left over, the emulator slow, is one more in the listing: no harm)
+            with contextlib.suppress(Exception):
+                store.revoke(token)
+
+
+def _authorize(authorizer: Any, token: str) -> tuple[Any, float]:
+    """The authorizer handler's answer for an API Gateway REQUEST event with `token` (or what
+    it raised: an authorizer error), and the wall time it took."""
+    import copy
+    import time
+
+    from tests.support.events import FakeLambdaContext, load_event
+
+    event = copy.deepcopy(load_event("authorizer_request"))
+    event["headers"] = {"Authorization": f"Bearer {token}"}
+    started = time.monotonic()
+    try:
+        answer: Any = authorizer.lambda_handler(event, FakeLambdaContext())
+    except Exception as e:  # noqa: BLE001 - an authorizer error: judged by the caller
+        answer = e
+    return answer, time.monotonic() - started
+
+
 def settings(m: Model, name: str, value: str) -> None:
     """A deploy with one setting changed, within what the settings allow: every container of
     the control plane starts anew with it (settings, clients, caches), while the operations in
@@ -1009,6 +1125,7 @@ OPERATIONS: dict[str, Callable[..., None]] = {
     "policy": policy,
     "settings": settings,
     "memory": memory,
+    "ssm": ssm,
     "poll": poll,
     "heartbeat": beat,
     "leases": renew,

@@ -32,6 +32,7 @@ from payloadstore.devstack.services import (
     local_aws_env,
 )
 from tests.support.env import patched_environ
+from tests.support.ssm_stall import SsmStall
 
 BUCKET = "payloadstore-races"
 REGION = "us-east-1"
@@ -57,6 +58,10 @@ SETTINGS = {
     "RESULT_TTL_S": "172800",
     "CONSUME_RESULT_GRACE_S": "300",
 }
+# How long a container leaves SSM alone after a failed read (store/tokens.py's
+# RETRY_AFTER_FAILURE_S, 5 s), scaled down as the explorer's other waits are: the `ssm`
+# operation waits it out, in real time, to see the listing read again after a stall.
+SSM_RETRY_AFTER_FAILURE_S = 0.3
 # The values a `settings` step may deploy, each within what the settings allow (the largest
 # INLINE_THRESHOLD is models/limits.py's largest_inline_threshold()).
 SETTING_VALUES = {
@@ -119,6 +124,9 @@ class Stack:
     # when (the machine's time) each move was made.
     shift_s: float = 0.0
     shifts: list[tuple[float, float]] = field(default_factory=list)
+    # The proxy in front of the emulator's SSM (tests/support/ssm_stall.py): every Parameter
+    # Store call of the handlers goes through it; the `ssm` operation stalls or throttles it.
+    ssm: Any = None
 
     def written(self, last_modified: float) -> float:
         """An object's last write in the shifted time: the days that had passed by then added."""
@@ -247,8 +255,16 @@ def race_stack(cluster: bool = False, workdir: Path | None = None) -> Iterator[S
             client = redis.Redis.from_url(url)
         s3srv = MotoServer(log_path=base / "s3.log").start()
         stack.callback(s3srv.stop)
+        ssm = SsmStall(s3srv.endpoint)
+        stack.callback(ssm.stop)
+        from payloadstore_controlplane.store import tokens
+
+        if hasattr(tokens, "RETRY_AFTER_FAILURE_S"):  # (a tree before issue 43 has none)
+            stack.callback(setattr, tokens, "RETRY_AFTER_FAILURE_S", tokens.RETRY_AFTER_FAILURE_S)
+            tokens.RETRY_AFTER_FAILURE_S = SSM_RETRY_AFTER_FAILURE_S
         env = {
             **local_aws_env(s3srv.endpoint, REGION),
+            "AWS_ENDPOINT_URL_SSM": ssm.endpoint,
             "PAYLOAD_BUCKET": BUCKET,
             "REDIS_URL": url,
             "REDIS_CLUSTER": "true" if cluster else "false",
@@ -269,7 +285,7 @@ def race_stack(cluster: bool = False, workdir: Path | None = None) -> Iterator[S
             config=Config(signature_version="s3v4"),
         )
         create_payload_bucket(s3, BUCKET)
-        world = Stack(cluster, url, s3srv.endpoint, client, s3)
+        world = Stack(cluster, url, s3srv.endpoint, client, s3, ssm=ssm)
         from payloadstore_controlplane.runtime import clock as cp_clock
 
         stack.callback(setattr, cp_clock, "now", cp_clock.now)

@@ -63,6 +63,14 @@ class SsmStall:
         threading.Thread(target=_pump, args=(client, upstream), daemon=True).start()
         _pump(upstream, client)
 
+    def release(self) -> None:
+        """SSM answers again: new connections are forwarded, and the ones a stall held are
+        closed (their callers see a cut connection, as when the stall ends in a reset)."""
+        self.mode = "pass"
+        held, self._held = self._held, []
+        for conn in held:
+            conn.close()
+
     def stop(self) -> None:
         self._stop.set()
         self._listener.close()
