@@ -22,9 +22,13 @@ from pathlib import Path
 import pytest
 import requests
 
-from payloadstore.devstack.services import free_port, port_is_open
+from payloadstore.devstack.services import find_redis_server, free_port, port_is_open
 
 pytestmark = pytest.mark.e2e
+
+# The server's binary name under the engine in use (PAYLOADSTORE_ENGINE: redis-server or
+# valkey-server), as the stack's child processes show it.
+SERVER = os.path.basename(find_redis_server(install=False))
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STATE_KEYS = {"endpoint", "s3_endpoint", "bucket", "redis_url", "namespaces"}
@@ -174,7 +178,7 @@ def test_make_dev_serves_the_api_and_ctrl_c_leaves_no_child(tmp_path, stacks):
     commands = [command_of(p) for p in children]
     redis_port = int(state["redis_url"].rsplit(":", 1)[1].split("/")[0])
     s3_port = int(state["s3_endpoint"].rsplit(":", 1)[1])
-    assert any("redis-server" in c and str(redis_port) in c for c in commands), commands
+    assert any(SERVER in c and str(redis_port) in c for c in commands), commands
     assert any(f"-p {s3_port}" in c for c in commands), commands  # the S3/SSM emulator
 
     # When the user presses Ctrl-C
@@ -241,7 +245,7 @@ def test_make_dev_on_a_cluster_runs_a_job_and_ctrl_c_leaves_no_node(tmp_path, st
     assert base64.b64decode(got.json()["resultInline"]) == b"done"
     # When the user presses Ctrl-C
     children = descendants(stack.proc.pid)
-    assert sum("redis-server" in command_of(p) for p in children) == len(nodes)
+    assert sum(SERVER in command_of(p) for p in children) == len(nodes)
     stack.ctrl_c()
     # Then no node nor any other process it started is left, and no node's port stays open
     assert [f"{p} {command_of(p)}" for p in children if alive(p)] == []
