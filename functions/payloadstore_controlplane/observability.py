@@ -155,6 +155,13 @@ EMITTED_METRICS = frozenset(
         # of `consume` namespaces deleted by the control plane
         "PolicyMismatch",
         "ConsumedDeleted",
+        # enqueue-and-wait: the job was queued, its wait failed (answered 201 waited: false)
+        "EnqueueWaitFailed",
+        # a cancel whose wake-up of the holder's leases long-poll failed (it arrives with the
+        # daemon's next renewal instead)
+        "CancelWakeFailed",
+        # the token store answered from its last good listing: SSM failed or throttled (alarm)
+        "TokenListingStale",
         # a Redis node with fewer online replicas than REDIS_MIN_REPLICA_ACKS (alarm)
         REPLICA_ACKS_BELOW_TARGET,
         QUEUE_DEPTH,

@@ -336,6 +336,15 @@ def extra_paths(world) -> None:
     old.entry(legacy, inline=b"\x01")
     assert cp.poll().json["job_id"] == legacy
 
+    # A running job cancelled: the cancel wakes its daemon's leases long-poll
+    # (lifecycle_signal)
+    running = cp.enqueue(inline=b"\x91\x04").json["job_id"]
+    assert cp.poll(daemon_id="d-cancel").json["job_id"] == running
+    cancelled = cp.call(
+        "jobs", "DELETE", "/v1/namespaces/{ns}/jobs/{job_id}", {"ns": cp.ns, "job_id": running}
+    )
+    assert cancelled.status == 202, cancelled.raw_body
+
     # An operator's purge sent with an Idempotency-Key (run once; its repeat answered)
     for _ in range(2):
         purged = cp.call(
