@@ -164,10 +164,15 @@ def instrument(client: Client, pause_file: Path | None) -> None:
             for job_id, left in lefts.items():
                 _append(beats, f"{job_id} {sent:.3f} {left} error:{type(e).__name__}")
             raise
-        # Renewed when the call began: the answer may come a whole wait later.
+        # The control plane renews as the call reaches it, then waits up to `wait_s` before it
+        # answers: the renewal was at `received - wait_s` at the earliest, and not before the
+        # call was sent. (Counting from `sent` alone made a call held up on its way, by a
+        # stalled gateway or Redis, look like a renewal that came after the lease had lapsed.)
+        received = REAL_TIME()
+        renewed = max(sent, received - float(kw.get("wait_s") or 0.0))
         for job_id, left in lefts.items():
             if job_id not in answer.lost:
-                LEASE_EXPIRES[job_id] = sent + answer.lease_expires_in_s
+                LEASE_EXPIRES[job_id] = renewed + answer.lease_expires_in_s
             _append(beats, f"{job_id} {sent:.3f} {left} ok")
         return answer
 
