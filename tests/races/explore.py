@@ -212,6 +212,7 @@ class Runner:
             if not op.at.startswith("redis"):
                 return False
             op.cut = True
+            self.model.cuts += 1
         mid = self._mid_flight(exclude=op)
         call = _call_name(op)
         SCHEDULER.resume(op)

@@ -103,6 +103,8 @@ class Model:
     shift_s: float = 0.0
     # Idempotency-Keys handed out to operations (one per call, see _operation_key)
     operation_keys: int = 0
+    # Connections cut in this run (a poll's delivery may have counted with its answer lost)
+    cuts: int = 0
     written: Callable[[float], float] = lambda t: t  # world.Stack.written
     told: dict[str, int] = field(default_factory=dict)  # job id -> deliveries a daemon was told
     reported_lost: set[str] = field(default_factory=set)  # jobs a daemon reported payload_lost
@@ -310,6 +312,11 @@ def enqueue(
         and not (m.shift_s and r.error.get("code") == "unknown_blob")
     ):
         m.violation("refused", f"enqueue {tier} answered {r.status}: {r.raw_body[:200]}")
+    else:
+        # Refused by design (a policy or limit changed under it): no job was acknowledged. An
+        # S3-tier enqueue refused on its re-send after its first try's job step ran leaves a
+        # `queued` record with no entry (RELIABILITY.md: left for issue 43), no one's job.
+        intent.unanswered = True
 
 
 def _resent_on_503(m: Model, what: str, send: Callable[[], Reply]) -> Reply:
