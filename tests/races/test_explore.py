@@ -6,26 +6,14 @@ invariant breaks at any step (RELIABILITY.md, "The race explorer")."""
 
 from __future__ import annotations
 
-import json
 import os
 import random
-from pathlib import Path
 
 import pytest
 
 from tests.races.explore import Runner
 from tests.races.sched import install_hooks
 from tests.races.world import race_stack
-
-# The kinds of the found sequences of defects not fixed on this tree yet (tests/races/found/,
-# their `open` field): a short exploration that meets one is an expected failure until then.
-OPEN = {
-    saved["kind"]: saved["open"]
-    for saved in (
-        json.loads(p.read_text()) for p in (Path(__file__).parent / "found").glob("*.json")
-    )
-    if saved.get("open")
-}
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +33,5 @@ def test_a_short_exploration_finds_no_violation(world):
         steps += out.steps
         interleavings += out.interleavings
         # Then nothing breaks
-        if out.violation is not None and out.violation[0] in OPEN:
-            pytest.xfail(f"{out.violation[0]}: {OPEN[out.violation[0]]}")
         assert out.violation is None, "\n".join([*out.log, f"violation: {out.violation}"])
     assert steps >= 300 and interleavings > 0

@@ -35,16 +35,7 @@ def _namespace() -> str:
     return f"t{next(_runs)}"
 
 
-def _case(path: Path):
-    """A sequence of a defect not fixed on this tree yet (`"open": "<why>"` in its file) is
-    expected to fail until the fix lands, then passes (xfail, not strict: the fixes land on
-    other branches; drop the field with the fix)."""
-    saved = json.loads(path.read_text())
-    marks = [pytest.mark.xfail(reason=saved["open"], strict=False)] if saved.get("open") else []
-    return pytest.param(path, marks=marks, id=path.stem)
-
-
-@pytest.mark.parametrize("path", [_case(p) for p in FOUND])
+@pytest.mark.parametrize("path", FOUND, ids=[p.stem for p in FOUND])
 def test_a_found_sequence_replays_without_a_violation(found_world, path):
     saved = json.loads(path.read_text())
     # Given the shrunk sequence that once broke an invariant (its defect: saved["defect"])
