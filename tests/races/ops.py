@@ -101,7 +101,7 @@ class Model:
     # Seconds by which the explorer moved Redis's TTLs and the objects' lifecycle ahead (days
     # passed: world.Stack.advance); what Redis and S3 read as now is the machine's time + this.
     shift_s: float = 0.0
-    # Idempotency-Keys handed out to operations (one per call, see _operation_key)
+    # Idempotency-Keys handed out to operations (one per call, see _operation)
     operation_keys: int = 0
     # Connections cut in this run (a poll's delivery may have counted with its answer lost)
     cuts: int = 0
@@ -401,29 +401,28 @@ def _upload_parts(
     return True
 
 
-def _operation_key(m: Model, what: str) -> dict[str, str]:
-    """The Idempotency-Key header the SDK sends with an operation (issue 46): one per call, the
-    same on each re-send, so a re-sent call finishes what a cut connection left half done."""
+def _operation(
+    m: Model, what: str, method: str, resource: str, params: dict, body: Any = None
+) -> Reply:
+    """An operator's call as the SDK makes it (issue 46): an Idempotency-Key of its own, the
+    same on each re-send after a 503, so a re-sent call finishes what a cut connection left
+    half done."""
     m.operation_keys += 1
-    return {"Idempotency-Key": f"{m.namespace}-{what}-{m.operation_keys}"}
+    headers = {"Idempotency-Key": f"{m.namespace}-{what}-{m.operation_keys}"}
+    return _resent_on_503(
+        m,
+        what,
+        lambda: m.cp.call(
+            "jobs", method, resource, {"ns": m.namespace, **params}, body=body, headers=headers
+        ),
+    )
 
 
 def cancel_job(m: Model, job: int) -> None:
     jobs = m.jobs()
     if jobs:
         jid = jobs[job % len(jobs)].job_id or ""
-        headers = _operation_key(m, "cancel")
-        _resent_on_503(
-            m,
-            "cancel",
-            lambda: m.cp.call(
-                "jobs",
-                "DELETE",
-                "/v1/namespaces/{ns}/jobs/{job_id}",
-                {"ns": m.namespace, "job_id": jid},
-                headers=headers,
-            ),
-        )
+        _operation(m, "cancel", "DELETE", "/v1/namespaces/{ns}/jobs/{job_id}", {"job_id": jid})
 
 
 def retry(m: Model, job: int) -> None:
@@ -433,18 +432,7 @@ def retry(m: Model, job: int) -> None:
     jobs = m.jobs()
     if jobs:
         jid = jobs[job % len(jobs)].job_id
-        headers = _operation_key(m, "retry")
-        _resent_on_503(
-            m,
-            "retry",
-            lambda: m.cp.call(
-                "jobs",
-                "POST",
-                "/v1/namespaces/{ns}/jobs/{job_id}/retry",
-                {"ns": m.namespace, "job_id": jid},
-                headers=headers,
-            ),
-        )
+        _operation(m, "retry", "POST", "/v1/namespaces/{ns}/jobs/{job_id}/retry", {"job_id": jid})
 
 
 def status(m: Model, job: int) -> None:
@@ -569,34 +557,18 @@ def _upload_blob_parts(m: Model, spec: dict, sha: str, data: bytes) -> bool:
 
 
 def purge(m: Model, queue: str) -> None:
-    headers = _operation_key(m, "purge")
-    _resent_on_503(
-        m,
-        "purge",
-        lambda: m.cp.call(
-            "jobs",
-            "POST",
-            "/v1/namespaces/{ns}/queues/{queue}/purge",
-            {"ns": m.namespace, "queue": queue},
-            headers=headers,
-        ),
-    )
+    _operation(m, "purge", "POST", "/v1/namespaces/{ns}/queues/{queue}/purge", {"queue": queue})
 
 
 def redrive(m: Model, queue: str, cancelled: bool) -> None:
     states = ["failed", "payload_lost", "payload_corrupt"] + (["cancelled"] if cancelled else [])
-    headers = _operation_key(m, "redrive")
-    _resent_on_503(
+    _operation(
         m,
         "redrive",
-        lambda: m.cp.call(
-            "jobs",
-            "POST",
-            "/v1/namespaces/{ns}/queues/{queue}/redrive",
-            {"ns": m.namespace, "queue": queue},
-            body={"states": states},
-            headers=headers,
-        ),
+        "POST",
+        "/v1/namespaces/{ns}/queues/{queue}/redrive",
+        {"queue": queue},
+        body={"states": states},
     )
 
 
