@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import threading
 import time
 
 import pytest
@@ -127,7 +128,9 @@ def test_given_a_redis_that_fills_up_when_submitting_many_inline_jobs_then_every
     small_redis, start_local_gateway, caplog
 ):
     # Given: no guard (marks at 100 %), so Redis itself refuses writes (OOM, noeviction), and a
-    # daemon slower than the client, so the queue grows into the wall
+    # daemon held inside its first job until the client has met the wall, so the queue grows into
+    # it however fast or slow the machine is (a daemon merely slower than the client drained the
+    # queue in time on a quiet CI machine, and the wall was never met)
     server, _ = small_redis
     caplog.set_level(logging.WARNING, logger="payloadstore")
     gateway = start_local_gateway(
@@ -139,22 +142,26 @@ def test_given_a_redis_that_fills_up_when_submitting_many_inline_jobs_then_every
         gateway, retry=RetryPolicy(max_attempts=3, base_s=0.05, max_retry_after_s=0.3)
     )
     queue = unique_queue("oom")
-    payloads = [os.urandom(128 << 10) for _ in range(48)]
+    # twice the headroom: with the daemon held, the wall is met whatever Redis's overhead
+    payloads = [os.urandom(128 << 10) for _ in range(2 * HEADROOM // (128 << 10))]
     returned, refused = [], []
+    wall_met = threading.Event()
 
-    def slow_digest(data):
-        # slow enough that the queue outgrows the daemon even when a loaded machine slows the
-        # client's enqueues (at 0.15 s a run beside other test suites never filled Redis)
-        time.sleep(0.3)
+    def held_digest(data):
+        assert wall_met.wait(timeout=120), "the client never finished submitting"
         return hashlib.sha256(data).hexdigest()
 
     # When
-    with daemon_thread(daemon_client, queue, slow_digest):
-        for payload in payloads:
-            try:
-                returned.append((client.queue(queue).add(payload), payload))
-            except ServiceUnavailable as e:  # EnqueueUnconfirmed is one
-                refused.append(e)
+    with daemon_thread(daemon_client, queue, held_digest):
+        try:
+            for payload in payloads:
+                try:
+                    returned.append((client.queue(queue).add(payload), payload))
+                except ServiceUnavailable as e:  # EnqueueUnconfirmed is one
+                    refused.append(e)
+                    wall_met.set()  # the daemon now drains, and later adds may get through
+        finally:
+            wall_met.set()
         # Then: every job the SDK returned runs to the right result (zero phantoms)
         for job, payload in returned:
             assert job.result(timeout=120) == hashlib.sha256(payload).hexdigest(), job
