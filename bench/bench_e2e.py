@@ -179,7 +179,7 @@ def single_put(stack, tokens: dict, size: int, crc: str) -> dict:
         return grant
     from payloadstore.devstack.s3_emulator import LOCAL_ACCESS_KEY_ID, LOCAL_SECRET_ACCESS_KEY
     from payloadstore_controlplane.store import sigv4
-    from payloadstore_controlplane.store.s3_objects import SigV4Presigner
+    from payloadstore_controlplane.store.s3.signer import SigV4Presigner
 
     headers = {
         "Content-Length": str(size),
@@ -541,6 +541,9 @@ def redis_bytes(stack, sizes: list[int]) -> list[dict]:
     from payloadstore_controlplane.handlers import payloads as payloads_fn
     from payloadstore_controlplane.models.policy import DEFAULT_RETENTION, RETENTION_TAG
     from payloadstore_controlplane.store import s3_objects
+    from payloadstore_controlplane.store.records import sha256_hex_to_b64
+    from payloadstore_controlplane.store.s3.multipart import UploadedPart
+    from payloadstore_controlplane.store.s3.objects import ObjectInfo
 
     ev = _events_module()
     ctx = FakeContext()
@@ -554,9 +557,9 @@ def redis_bytes(stack, sizes: list[int]) -> list[dict]:
 
     def head(self, key):
         size, sha = issued[key]
-        return s3_objects.ObjectInfo(
+        return ObjectInfo(
             size=size,
-            sha256_b64=sha if "-" in sha else s3_objects.sha256_hex_to_b64(sha),
+            sha256_b64=sha if "-" in sha else sha256_hex_to_b64(sha),
             content_type="application/msgpack",
         )
 
@@ -582,9 +585,7 @@ def redis_bytes(stack, sizes: list[int]) -> list[dict]:
             digest = hashlib.sha256(os.urandom(8)).digest()
             digests.append(digest)
             specs.append({"number": n, "size": length, "sha256": digest.hex()})
-            parts.append(
-                s3_objects.UploadedPart(n, length, f'"{n}"', base64.b64encode(digest).decode())
-            )
+            parts.append(UploadedPart(n, length, f'"{n}"', base64.b64encode(digest).decode()))
         for i in range(0, len(specs), 100):
             out = payloads_fn.lambda_handler(
                 ev.event(

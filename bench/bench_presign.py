@@ -43,7 +43,8 @@ def collect(n: int) -> dict:
     from botocore.config import Config
     from botocore.credentials import Credentials
 
-    from payloadstore_controlplane.store.s3_objects import S3Objects, sha256_hex_to_b64
+    from payloadstore_controlplane.store.records import sha256_hex_to_b64
+    from payloadstore_controlplane.store.s3_objects import S3Objects
 
     region, bucket = "us-east-1", "payloadstore-payloads"
     ours = S3Objects.for_region(region, None, bucket, 900)

@@ -60,16 +60,14 @@ from payloadstore_controlplane.models.domain import PayloadRef
 from payloadstore_controlplane.models.policy import DEFAULT_RETENTION, RETENTION_TAG
 from payloadstore_controlplane.models.settings import Settings
 from payloadstore_controlplane.store import keys
+from payloadstore_controlplane.store.records import sha256_hex_to_b64
 from payloadstore_controlplane.store.redis_client import make_redis
 from payloadstore_controlplane.store.redis_jobs import RedisJobStore
 from payloadstore_controlplane.store.redis_queues import RedisQueueStats
-from payloadstore_controlplane.store.s3_objects import (
-    ObjectInfo,
-    S3Objects,
-    UploadedPart,
-    cached_s3_client,
-    sha256_hex_to_b64,
-)
+from payloadstore_controlplane.store.s3.client import cached_s3_client
+from payloadstore_controlplane.store.s3.multipart import UploadedPart
+from payloadstore_controlplane.store.s3.objects import ObjectInfo
+from payloadstore_controlplane.store.s3_objects import S3Objects
 
 BUCKET = "payloadstore-payloads"
 NS = "bench"

@@ -40,7 +40,7 @@ def test_every_function_declares_the_local_endpoint_variables_empty(template):
 def test_deployed_values_mean_aws_endpoints(template, monkeypatch):
     import boto3
 
-    from payloadstore_controlplane.store.s3_objects import cached_s3_client
+    from payloadstore_controlplane.store.s3.client import cached_s3_client
 
     for logical_id, env in _deployed_literals(template).items():
         # Given a process with exactly the deployed values of the endpoint variables

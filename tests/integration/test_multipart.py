@@ -543,13 +543,14 @@ def test_parts_of_an_enqueued_job_are_409(cp, small_multipart):
 def test_a_completion_s3_refuses_aborts_the_upload(cp, small_multipart, monkeypatch, s3_client):
     # Given an upload whose parts match what was issued, but S3 refuses to complete them
     from payloadstore_controlplane.store import s3_objects
+    from payloadstore_controlplane.store.s3.multipart import CompletionRefused
 
     data = payload(12 * MiB)
     presigned = upload_all(cp, data)
     upload_id = presigned["multipart"]["upload_id"]
 
     def refuse(self, key, upload, parts):
-        raise s3_objects.CompletionRefused("InvalidPart")
+        raise CompletionRefused("InvalidPart")
 
     monkeypatch.setattr(s3_objects.S3Objects, "complete_multipart", refuse)
     # When the client enqueues it

@@ -9,7 +9,8 @@ import pytest
 from botocore.config import Config
 from botocore.credentials import Credentials
 
-from payloadstore_controlplane.store.s3_objects import S3Objects, SigV4Presigner
+from payloadstore_controlplane.store.s3.signer import SigV4Presigner
+from payloadstore_controlplane.store.s3_objects import S3Objects
 
 KEY = "payloads/2026/11/29/01KB7Z6Q3N4V8W2X5Y9Z0A1B2C/args"
 FROZEN = 1_764_400_000.0  # 2025-11-29T07:06:40Z
@@ -73,7 +74,7 @@ def test_presigned_put_and_get_equal_botocore(monkeypatch, region, endpoint, che
     )
     ours = S3Objects(client, "payloadstore-payloads", 900, SigV4Presigner(region, endpoint, creds))
     theirs = S3Objects(client, "payloadstore-payloads", 900)
-    monkeypatch.setattr("payloadstore_controlplane.store.s3_objects.time.time", lambda: FROZEN)
+    monkeypatch.setattr("payloadstore_controlplane.store.sigv4.time.time", lambda: FROZEN)
 
     # When both presign a PUT (size, type, checksum signed) and a GET
     put_ours = ours.presign_put(KEY, 8_388_608, "application/msgpack", checksum)

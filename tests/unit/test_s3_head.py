@@ -13,13 +13,10 @@ from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from payloadstore_controlplane.store.s3_objects import (
-    HeadConnections,
-    ObjectInfo,
-    S3Objects,
-    SigV4Presigner,
-    direct_head_allowed,
-)
+from payloadstore_controlplane.store.s3.connections import HeadConnections, direct_head_allowed
+from payloadstore_controlplane.store.s3.objects import ObjectInfo
+from payloadstore_controlplane.store.s3.signer import SigV4Presigner
+from payloadstore_controlplane.store.s3_objects import S3Objects
 
 KEY = "payloads/2026/11/29/01KB7Z6Q3N4V8W2X5Y9Z0A1B2C/args"
 SECRET = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"
@@ -289,7 +286,7 @@ def test_a_connection_idle_too_long_is_not_reused(fake_s3, monkeypatch):
     # since boot) must not decide whether the first connection looks idle.
     clock = [1000.0]
     monkeypatch.setattr(
-        "payloadstore_controlplane.store.s3_objects.time.monotonic", lambda: clock[0]
+        "payloadstore_controlplane.store.s3.connections.time.monotonic", lambda: clock[0]
     )
     server = fake_s3()
     objects = objects_for(server)

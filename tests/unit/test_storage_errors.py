@@ -5,7 +5,7 @@ from __future__ import annotations
 from botocore.exceptions import ClientError, EndpointConnectionError
 
 from payloadstore_controlplane.models.errors import ServiceUnavailable, UpstreamError
-from payloadstore_controlplane.store.s3_objects import _storage_error
+from payloadstore_controlplane.store.s3.errors import storage_error
 
 
 def client_error(code: str) -> ClientError:
@@ -18,12 +18,12 @@ def test_throttling_and_outages_are_retryable_503():
         client_error("ServiceUnavailable"),
         EndpointConnectionError(endpoint_url="http://s3"),
     ):
-        mapped = _storage_error(e, "head")
+        mapped = storage_error(e, "head")
         assert isinstance(mapped, ServiceUnavailable) and mapped.status == 503
         assert mapped.headers["Retry-After"]
 
 
 def test_refusals_are_502_naming_the_code():
-    mapped = _storage_error(client_error("AccessDenied"), "head")
+    mapped = storage_error(client_error("AccessDenied"), "head")
     assert isinstance(mapped, UpstreamError) and mapped.status == 502
     assert "AccessDenied" in mapped.message

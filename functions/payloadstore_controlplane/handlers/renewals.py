@@ -13,7 +13,8 @@ from dataclasses import replace
 from ..logic.renewals import renew_blobs
 from ..observability import lambda_entry
 from ..runtime.once import built_once
-from ..store.s3_objects import LazyS3Client, S3Objects
+from ..store.s3.client import LazyS3Client
+from ..store.s3_objects import S3Objects
 from ._deps import get_deps
 
 # A part of a multipart copy (COPY_PART_BYTES, 512 MiB by default) or a CopyObject of up to

@@ -41,7 +41,7 @@ from ..store.records import (
     PartsIssued,
     sha256_hex_to_b64,
 )
-from ..store.s3_objects import ObjectInfo
+from ..store.s3.objects import ObjectInfo
 from .context import Deps, Principal
 from .policy import check_object_policy, encryption_of, policy_headers
 from .presign import (

@@ -18,7 +18,7 @@ from ..models.policy import (
 )
 from ..observability import logger, metrics_count
 from ..store.records import JobRecord
-from ..store.s3_objects import ObjectInfo
+from ..store.s3.objects import ObjectInfo
 from .context import Deps, Principal
 
 

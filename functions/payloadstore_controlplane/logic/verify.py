@@ -25,7 +25,8 @@ from ..models.errors import Conflict, PolicyMismatch, Unprocessable
 from ..models.policy import NamespacePolicy
 from ..observability import logger
 from ..store.records import MultipartUpload, sha256_hex_to_b64
-from ..store.s3_objects import CompletionRefused, ObjectInfo, UploadedPart
+from ..store.s3.multipart import CompletionRefused, UploadedPart
+from ..store.s3.objects import ObjectInfo
 from .context import Deps
 from .lifecycle import lease_mismatch
 from .policy import check_object_policy

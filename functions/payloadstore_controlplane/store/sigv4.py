@@ -1,6 +1,6 @@
 """SigV4 (AWS4-HMAC-SHA256), computed in one place for every request signed in-process: the
 header-signed AWS JSON calls of `aws_http.py`, the S3 HEAD and the query-signed presigned URLs of
-`s3_objects.py`. Each caller's tests hold its output equal to botocore's signer
+`s3/signer.py`. Each caller's tests hold its output equal to botocore's signer
 (tests/unit/test_aws_http.py, test_s3_head.py, test_presign_signer.py)."""
 
 from __future__ import annotations
