@@ -44,9 +44,9 @@ from .errors import (
 log = logging.getLogger("payloadstore.daemon")
 
 
+# The posting half of a Daemon (its runner and the Daemon build on it). No docstring: the
+# Daemon's help is its own, not inherited from its parts.
 class _ResultPoster:
-    """The posting half of a Daemon (its runner and the Daemon build on it)."""
-
     # Set by Daemon.__init__.
     client: Client
     queues: list[str]

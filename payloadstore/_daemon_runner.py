@@ -61,9 +61,9 @@ def call_arguments(payload: Any) -> tuple[list, dict]:
     return [payload], {}
 
 
+# The polling and running half of a Daemon (the Daemon builds on it). No docstring: the
+# Daemon's help is its own, not inherited from its parts.
 class _JobRunner(_ResultPoster):
-    """The polling and running half of a Daemon (the Daemon builds on it)."""
-
     # Set by Daemon.__init__.
     concurrency: int
     wait_s: float
