@@ -11,7 +11,7 @@ import types
 import pytest
 
 import payloadstore
-import payloadstore.daemon
+import payloadstore._daemon_lease
 from payloadstore import Daemon, JobCancelled, JobFailed
 from payloadstore.daemon import TAKEN, _Heartbeat
 from payloadstore.errors import ConflictError
@@ -59,8 +59,9 @@ def test_given_daemon_clocks_off_by_2x_the_visibility_timeout_when_a_long_job_ru
     client, daemon_client = clients(gateway)
     queue = unique_queue("skew")
     real_time = time.time
+    # The wall clock is read where the lease keeper schedules its renewals.
     monkeypatch.setattr(
-        payloadstore.daemon,
+        payloadstore._daemon_lease,
         "time",
         types.SimpleNamespace(
             time=lambda: real_time() + skew * vt, monotonic=time.monotonic, sleep=time.sleep

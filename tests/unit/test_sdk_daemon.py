@@ -374,7 +374,7 @@ def _heartbeat_run(monkeypatch, clock_offset_s: float, *, new_server: bool, beat
 
     import httpx
 
-    from payloadstore import daemon as daemon_module
+    from payloadstore import _daemon_lease as lease_module
 
     def answer(body: dict) -> dict:
         now = real_time.time()
@@ -410,15 +410,16 @@ def _heartbeat_run(monkeypatch, clock_offset_s: float, *, new_server: bool, beat
         monotonic=real_time.monotonic,
         sleep=real_time.sleep,
     )
-    monkeypatch.setattr(daemon_module, "time", skewed)
+    # The wall clock is read where the lease keeper schedules its beats.
+    monkeypatch.setattr(lease_module, "time", skewed)
     delays: list = []
-    start = daemon_module._Heartbeat.start
+    start = lease_module._Heartbeat.start
 
     def recording_start(self):
         self.stopped = _RecordingEvent(delays)
         return start(self)
 
-    monkeypatch.setattr(daemon_module._Heartbeat, "start", recording_start)
+    monkeypatch.setattr(lease_module._Heartbeat, "start", recording_start)
     enough = threading.Event()
 
     def fn(x):
