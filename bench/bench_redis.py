@@ -45,7 +45,6 @@ os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
 
 import redis
 
-from payloadstore.devstack.services import RedisServer
 from payloadstore_controlplane.logic.context import Deps, Principal
 from payloadstore_controlplane.logic.daemon import poll, post_result
 from payloadstore_controlplane.logic.enqueue import enqueue
@@ -70,6 +69,7 @@ from payloadstore_controlplane.store.s3_objects import (
     cached_s3_client,
     sha256_hex_to_b64,
 )
+from payloadstore_devstack.services import RedisServer
 
 BUCKET = "payloadstore-payloads"
 NS = "bench"

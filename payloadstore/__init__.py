@@ -2,7 +2,7 @@
 
     from payloadstore import Client, Daemon
 
-Names are resolved on first use, so `import payloadstore.devstack` (the local stack, the test
+Names are resolved on first use, so `import payloadstore_devstack` (the local stack, the test
 fixtures) does not pull in httpx, msgpack or the codec.
 """
 

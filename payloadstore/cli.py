@@ -318,6 +318,7 @@ def dev(ctx: click.Context) -> None:
     import importlib.util
 
     needed = (
+        "payloadstore_devstack",
         "payloadstore_controlplane",
         "pydantic",
         "redis",
@@ -330,10 +331,11 @@ def dev(ctx: click.Context) -> None:
         fail(
             ConfigError(
                 "payloadstore dev needs the local stack's packages: "
-                f"pip install 'payloadstore[stack]' (missing: {', '.join(missing)})"
+                f"pip install 'payloadstore[stack]', or run make dev in a checkout "
+                f"(missing: {', '.join(missing)})"
             )
         )
-    from .devstack.stack import main as stack_main
+    from payloadstore_devstack.stack import main as stack_main
 
     sys.exit(stack_main(list(ctx.args)))
 
@@ -439,7 +441,7 @@ def token_store(
     try:
         import boto3
 
-        from .devstack.tokens import TokenStore
+        from payloadstore_devstack.tokens import TokenStore
     except ImportError as e:
         raise ConfigError(
             "token commands need the control plane's packages "
@@ -452,8 +454,8 @@ def token_store(
             # moto's server answers SSM on the same endpoint as S3.
             endpoint = read_devstack(found)[1]["s3_endpoint"]
     if endpoint:
-        from .devstack.services import local_aws_env
-        from .devstack.stack import DEV_TOKEN_PATH
+        from payloadstore_devstack.services import local_aws_env
+        from payloadstore_devstack.stack import DEV_TOKEN_PATH
 
         for name, value in local_aws_env(endpoint, region or "us-east-1").items():
             os.environ.setdefault(name, value)
@@ -648,7 +650,7 @@ def _kms_keys(settings: Settings, ssm_endpoint: str | None) -> dict:
     stack_key = os.environ.get("KMS_KEY_ARN") or None
     found = settings.devstack_file()
     if stack_key is None and (ssm_endpoint or (found is not None and found.exists())):
-        from .devstack.s3_emulator import LOCAL_KMS_KEY_ARN
+        from payloadstore_devstack.s3_emulator import LOCAL_KMS_KEY_ARN
 
         stack_key = LOCAL_KMS_KEY_ARN
     granted = tuple(k.strip() for k in os.environ.get("KMS_KEY_ARNS", "").split(",") if k.strip())

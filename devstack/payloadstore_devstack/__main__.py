@@ -1,7 +1,7 @@
-"""`python -m payloadstore.devstack`: the local stack of `make dev`."""
+"""`python -m payloadstore_devstack`: the local stack of `make dev`."""
 
 import sys
 
-from payloadstore.devstack.stack import main
+from payloadstore_devstack.stack import main
 
 sys.exit(main())

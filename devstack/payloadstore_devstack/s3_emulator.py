@@ -81,7 +81,7 @@ Requests signed in the `Authorization` header otherwise go to moto as they are (
 is not checked). The log line of each request carries its path only: query strings (signatures,
 credentials) never reach the log.
 
-Run: python -m payloadstore.devstack.s3_emulator -H 127.0.0.1 -p 5000
+Run: python -m payloadstore_devstack.s3_emulator -H 127.0.0.1 -p 5000
 """
 
 from __future__ import annotations

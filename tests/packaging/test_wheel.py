@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from payloadstore.devstack.services import free_port
+from payloadstore_devstack.services import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 # A real install of the wheel and its dependencies into a fresh venv (from pip's cache when warm):

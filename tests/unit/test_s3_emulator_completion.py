@@ -9,7 +9,7 @@ import threading
 import time
 from xml.etree import ElementTree
 
-from payloadstore.devstack import s3_emulator
+from payloadstore_devstack import s3_emulator
 
 RESULT = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<CompleteMultipartUploadResult>'
