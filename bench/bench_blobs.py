@@ -268,7 +268,7 @@ def drop_objects(stack: dict, prefix: str) -> None:
     """Delete the bench's objects before the stack stops (it would save them to its state dir)."""
     import boto3
 
-    from payloadstore_devstack.s3_emulator import LOCAL_ACCESS_KEY_ID, LOCAL_SECRET_ACCESS_KEY
+    from payloadstore_devstack.s3_credentials import LOCAL_ACCESS_KEY_ID, LOCAL_SECRET_ACCESS_KEY
 
     s3 = boto3.client(
         "s3",

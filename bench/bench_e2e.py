@@ -179,7 +179,7 @@ def single_put(stack, tokens: dict, size: int, crc: str) -> dict:
         return grant
     from payloadstore_controlplane.store import sigv4
     from payloadstore_controlplane.store.s3_objects import SigV4Presigner
-    from payloadstore_devstack.s3_emulator import LOCAL_ACCESS_KEY_ID, LOCAL_SECRET_ACCESS_KEY
+    from payloadstore_devstack.s3_credentials import LOCAL_ACCESS_KEY_ID, LOCAL_SECRET_ACCESS_KEY
 
     headers = {
         "Content-Length": str(size),

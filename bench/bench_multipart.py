@@ -77,7 +77,7 @@ def operator_urls(stack, key: str, body_path: Path, size: int) -> tuple[str, lis
     from payloadstore import _checksum
     from payloadstore_controlplane.store import sigv4
     from payloadstore_controlplane.store.s3_objects import SigV4Presigner
-    from payloadstore_devstack.s3_emulator import LOCAL_ACCESS_KEY_ID, LOCAL_SECRET_ACCESS_KEY
+    from payloadstore_devstack.s3_credentials import LOCAL_ACCESS_KEY_ID, LOCAL_SECRET_ACCESS_KEY
 
     crc = _checksum.EMPTY
     with open(body_path, "rb") as f:

@@ -650,7 +650,7 @@ def _kms_keys(settings: Settings, ssm_endpoint: str | None) -> dict:
     stack_key = os.environ.get("KMS_KEY_ARN") or None
     found = settings.devstack_file()
     if stack_key is None and (ssm_endpoint or (found is not None and found.exists())):
-        from payloadstore_devstack.s3_emulator import LOCAL_KMS_KEY_ARN
+        from payloadstore_devstack.s3_kms import LOCAL_KMS_KEY_ARN
 
         stack_key = LOCAL_KMS_KEY_ARN
     granted = tuple(k.strip() for k in os.environ.get("KMS_KEY_ARNS", "").split(",") if k.strip())

@@ -291,7 +291,7 @@ class LocalGateway:
         )
         outcome: dict[str, Any] = {}
         from payloadstore_controlplane.store.sigv4 import invocation_running_as
-        from payloadstore_devstack.s3_emulator import function_credentials
+        from payloadstore_devstack.s3_credentials import function_credentials
 
         # Each function signs with its own local keys, which the S3 emulator maps to that
         # function's grants (the CDK role's): a handler can do locally only what it could on AWS.

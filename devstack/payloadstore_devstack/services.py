@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 LOOPBACK = "127.0.0.1"
-# The emulator verifies presigned URLs against these (s3_emulator.py); the handlers sign with them.
+# The emulator verifies presigned URLs against these (s3_credentials.py, s3_sigv4.py); the
+# handlers sign with them.
 LOCAL_ACCESS_KEY_ID = "local"
 LOCAL_SECRET_ACCESS_KEY = "local-secret"
 

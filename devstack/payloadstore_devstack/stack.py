@@ -37,7 +37,7 @@ from payloadstore_devstack.gateway import (
     ensure_functions_on_path,
     serve_in_thread,
 )
-from payloadstore_devstack.s3_emulator import LOCAL_KMS_KEY_ARN
+from payloadstore_devstack.s3_kms import LOCAL_KMS_KEY_ARN
 from payloadstore_devstack.services import (
     BLOB_PREFIX,
     LOOPBACK,

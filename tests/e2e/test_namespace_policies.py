@@ -18,7 +18,7 @@ import pytest
 from payloadstore import Client
 from payloadstore_controlplane.models.policy import RETENTION_TAG
 from payloadstore_controlplane.store.tokens import TokenStore
-from payloadstore_devstack.s3_emulator import LOCAL_KMS_KEY_ARN
+from payloadstore_devstack.s3_kms import LOCAL_KMS_KEY_ARN
 from tests.e2e.sdk_helpers import daemon_thread, unique_queue
 from tests.support.env import single_server_env
 

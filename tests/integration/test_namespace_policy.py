@@ -11,7 +11,8 @@ import requests
 
 from payloadstore_controlplane.models.policy import RETENTION_TAG, NamespacePolicy
 from payloadstore_controlplane.store.sigv4 import invocation_running_as
-from payloadstore_devstack.s3_emulator import LOCAL_KMS_KEY_ARN, function_credentials
+from payloadstore_devstack.s3_credentials import function_credentials
+from payloadstore_devstack.s3_kms import LOCAL_KMS_KEY_ARN
 from tests.support.control_plane import ControlPlane, put_presigned, sha256_hex, upload
 from tests.support.events import FakeLambdaContext
 

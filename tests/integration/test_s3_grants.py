@@ -25,7 +25,8 @@ from payloadstore.errors import PayloadLost
 from payloadstore_controlplane import grants
 from payloadstore_controlplane.store.s3_objects import SigV4Presigner
 from payloadstore_controlplane.store.sigv4 import invocation_running_as
-from payloadstore_devstack.s3_emulator import GRANTS_ENV, function_credentials
+from payloadstore_devstack.s3_credentials import function_credentials
+from payloadstore_devstack.s3_grants import GRANTS_ENV
 from payloadstore_devstack.services import MotoServer, create_payload_bucket
 from tests.integration.conftest import reset_caches
 from tests.support.control_plane import upload

@@ -373,7 +373,7 @@ def extra_paths(world) -> None:
     # class of the upload that replaces it (blobs_cap)
     from payloadstore_controlplane.logic import daemon
     from payloadstore_controlplane.models.errors import ServiceUnavailable
-    from payloadstore_devstack.s3_emulator import LOCAL_KMS_KEY_ARN
+    from payloadstore_devstack.s3_kms import LOCAL_KMS_KEY_ARN
     from tests.support.control_plane import create_blob
 
     keyed = ControlPlane("kk")
