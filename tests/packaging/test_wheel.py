@@ -68,6 +68,9 @@ def installed(wheels, tmp_path_factory) -> tuple[Path, dict[str, str]]:
             "--no-compile",
             str(control_plane),
             str(devstack),
+            # The SDK's wheel as itself too: the local stack requires `payloadstore`, and pip
+            # (23.2, a fresh venv's) does not take a wheel named with extras for that.
+            str(wheel),
             f"{wheel}[stack]",
         ],
         timeout=1200,
