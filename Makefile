@@ -46,18 +46,20 @@ help:
 
 # One stamp per set of extras: `make dev` installs only [stack]; the targets that need more
 # (test, lint, docs; synth and deploy: [infra]) install their own set on top. A stamp is redone
-# when pyproject.toml changes. pip's own lines are filtered into one progress line per package;
-# the full log is in $(VENV)/pip-install.log.
+# when a pyproject.toml (the SDK's, functions/' or devstack/') changes. pip's own lines are
+# filtered into one progress line per package; the full log is in $(VENV)/pip-install.log.
 # The extras that include the control plane (`payloadstore-controlplane`, its own distribution in
-# functions/): pip takes it from there, beside the SDK, in the same install.
-CONTROLPLANE_EXTRAS := controlplane infra bench stack lint test dev
-$(VENV)/.installed-%: pyproject.toml functions/pyproject.toml
+# functions/) and those that include the local stack (`payloadstore-devstack`, in devstack/, which
+# needs the control plane too): pip takes them from there, beside the SDK, in the same install.
+CONTROLPLANE_EXTRAS := controlplane infra bench local stack lint test dev
+DEVSTACK_EXTRAS := bench local stack lint test dev
+$(VENV)/.installed-%: pyproject.toml functions/pyproject.toml devstack/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
 	  echo "error: payloadstore needs python3 3.11 or newer (found: $$($(PYTHON) --version 2>&1)); set PYTHON=/path/to/python3.11" >&2; exit 1; }
 	@test -x $(PY) && $(PY) -c 'import sys' 2>/dev/null || { echo "creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
 	@echo "installing payloadstore[$*] into $(VENV) (log: $(VENV)/pip-install.log)"
 	@start=$$(date +%s); set -o pipefail; \
-	$(PY) -m pip install --disable-pip-version-check $(if $(filter $*,$(CONTROLPLANE_EXTRAS)),-e ./functions) -e '.[$*]' 2>&1 | tee -a $(VENV)/pip-install.log \
+	$(PY) -m pip install --disable-pip-version-check $(if $(filter $*,$(CONTROLPLANE_EXTRAS)),-e ./functions) $(if $(filter $*,$(DEVSTACK_EXTRAS)),-e ./devstack) -e '.[$*]' 2>&1 | tee -a $(VENV)/pip-install.log \
 	  | { grep --line-buffered -E '^(Collecting|Installing collected|Successfully installed|Building|ERROR)' || true; } \
 	  | sed -u -E 's/^Collecting ([^ ]+).*/  collecting \1/; s/^Installing collected packages: (.{0,80}).*/  installing \1.../; s/^Successfully installed.*/  done/' \
 	  || { tail -n 40 $(VENV)/pip-install.log >&2; echo "error: pip install failed; full log in $(VENV)/pip-install.log" >&2; exit 1; }; \
@@ -79,20 +81,20 @@ $(NODE_STAMP): package.json package-lock.json $(VENV)/.installed-infra
 node: $(NODE_STAMP)
 
 redis: $(VENV)/.installed-stack
-	@$(PY) -m payloadstore.devstack.services find-redis
+	@$(PY) -m payloadstore_devstack.services find-redis
 
 # The dashboard's browser test: Debian's chromium package, installed with apt-get (its configured
 # sources) when missing and root; Playwright drives it, its own browser download is never used.
 chromium: $(VENV)/.installed-stack
-	@$(PY) -m payloadstore.devstack.services find-chromium
+	@$(PY) -m payloadstore_devstack.services find-chromium
 
 dev: $(VENV)/.installed-stack redis
-	$(PY) -m payloadstore.devstack
+	$(PY) -m payloadstore_devstack
 
 demo: $(VENV)/.installed-stack redis
-	$(PY) -m payloadstore.devstack.demo
+	$(PY) -m payloadstore_devstack.demo
 
-# Every S3 path once (payloadstore/devstack/smoke.py): against a deployed stack with ENDPOINT and
+# Every S3 path once (devstack/payloadstore_devstack/smoke.py): against a deployed stack with ENDPOINT and
 # its tokens, else against the local stack `make dev` runs (or one of its own). One line per
 # path, then `smoke: N passed, N failed`; SMOKE_ARGS="--only inline,retry" narrows it.
 SMOKE_ARGS ?=
@@ -101,7 +103,7 @@ smoke: $(VENV)/.installed-stack $(if $(ENDPOINT),,redis)
 	  echo "usage: make smoke [ENDPOINT=https://<api>/<stage> TOKEN=<client token> DAEMON_TOKEN=<daemon token>] [NAMESPACE=dev]" >&2; exit 2; }
 	@# Tokens go through the environment: not echoed by make, not visible in `ps`.
 	@PAYLOADSTORE_SMOKE_TOKEN="$(TOKEN)" PAYLOADSTORE_SMOKE_DAEMON_TOKEN="$(DAEMON_TOKEN)" \
-	  $(PY) -m payloadstore.devstack.smoke $(if $(ENDPOINT),--endpoint "$(ENDPOINT)") --namespace "$(NAMESPACE)" $(SMOKE_ARGS)
+	  $(PY) -m payloadstore_devstack.smoke $(if $(ENDPOINT),--endpoint "$(ENDPOINT)") --namespace "$(NAMESPACE)" $(SMOKE_ARGS)
 
 test: $(VENV)/.installed-test node redis chromium
 	$(PY) -m pytest $(PYTEST_ARGS)

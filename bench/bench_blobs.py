@@ -1,4 +1,4 @@
-"""Blobs (issue 25) over a local stack of its own (`python -m payloadstore.devstack`):
+"""Blobs (issue 25) over a local stack of its own (`python -m payloadstore_devstack`):
 
 1. a `queue.map` of N (1,000) jobs sharing one 256 MiB blob: bytes the client sent to S3 (the
    blob's PUT, counted on the wire), and the daemon's blob cache (downloads, hits);
@@ -268,7 +268,7 @@ def drop_objects(stack: dict, prefix: str) -> None:
     """Delete the bench's objects before the stack stops (it would save them to its state dir)."""
     import boto3
 
-    from payloadstore.devstack.s3_emulator import LOCAL_ACCESS_KEY_ID, LOCAL_SECRET_ACCESS_KEY
+    from payloadstore_devstack.s3_credentials import LOCAL_ACCESS_KEY_ID, LOCAL_SECRET_ACCESS_KEY
 
     s3 = boto3.client(
         "s3",

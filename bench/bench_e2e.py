@@ -177,9 +177,9 @@ def single_put(stack, tokens: dict, size: int, crc: str) -> dict:
     )
     if grant.get("url"):
         return grant
-    from payloadstore.devstack.s3_emulator import LOCAL_ACCESS_KEY_ID, LOCAL_SECRET_ACCESS_KEY
     from payloadstore_controlplane.store import sigv4
     from payloadstore_controlplane.store.s3.signer import SigV4Presigner
+    from payloadstore_devstack.s3_credentials import LOCAL_ACCESS_KEY_ID, LOCAL_SECRET_ACCESS_KEY
 
     headers = {
         "Content-Length": str(size),

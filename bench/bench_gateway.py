@@ -25,7 +25,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from payloadstore.devstack.gateway import LocalGateway, ensure_functions_on_path, serve_in_thread
+from payloadstore_devstack.gateway import LocalGateway, ensure_functions_on_path, serve_in_thread
 
 ensure_functions_on_path()
 from payloadstore_controlplane.routes import Route
@@ -110,7 +110,7 @@ def bench_stack(n: int) -> list[str]:
     lines = []
     for cache_s in ("0", "5"):
         tmp = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
-        from payloadstore.devstack.services import free_port
+        from payloadstore_devstack.services import free_port
 
         env = {
             "PAYLOADSTORE_PORT": str(free_port()),
@@ -123,7 +123,7 @@ def bench_stack(n: int) -> list[str]:
         import os
 
         proc = subprocess.Popen(
-            [sys.executable, "-m", "payloadstore.devstack"],
+            [sys.executable, "-m", "payloadstore_devstack"],
             env={**os.environ, **env},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -75,7 +75,7 @@ def _payload() -> tuple[bytes, bytes]:
 
 
 def _env(redis_url: str, log_level: str = "INFO") -> dict[str, str]:
-    from payloadstore.devstack.stack import handler_env
+    from payloadstore_devstack.stack import handler_env
 
     # S3 is never contacted by an inline job: the endpoint need not answer. Logs at INFO by
     # default, as deployed (written to /dev/null: formatting them is the cost), metrics off, as
@@ -98,9 +98,9 @@ class Handlers:
         assert spec and spec.loader
         self.ev = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(self.ev)
-        from payloadstore.devstack.gateway_events import LocalLambdaContext
         from payloadstore_controlplane.handlers import daemon, jobs
         from payloadstore_controlplane.observability import logger
+        from payloadstore_devstack.gateway_events import LocalLambdaContext
 
         self.jobs, self.daemon = jobs, daemon
         self.context_class = LocalLambdaContext
@@ -545,7 +545,7 @@ def run(
     one_core: bool = False,
 ) -> dict:
     """The figure on a redis-server of its own."""
-    from payloadstore.devstack.services import RedisServer
+    from payloadstore_devstack.services import RedisServer
 
     if one_core:
         # Before the server starts: it inherits the affinity.
@@ -589,7 +589,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if args.floor or args.server_time:
-        from payloadstore.devstack.services import RedisServer
+        from payloadstore_devstack.services import RedisServer
 
         if args.one_core:
             os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
@@ -613,7 +613,7 @@ def main() -> None:
                 server.stop()
         return
     if args.profile:
-        from payloadstore.devstack.services import RedisServer
+        from payloadstore_devstack.services import RedisServer
 
         with tempfile.TemporaryDirectory(prefix="bench-hot-") as tmp:
             server = RedisServer(data_dir=Path(tmp) / "redis").start()

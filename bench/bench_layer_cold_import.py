@@ -221,14 +221,14 @@ class LocalServices:
     def __enter__(self) -> Self:
         import boto3
 
-        from payloadstore.devstack.services import (
+        from payloadstore_controlplane.store.tokens import TokenStore
+        from payloadstore_devstack.services import (
             MotoServer,
             RedisServer,
             create_payload_bucket,
             local_aws_env,
         )
-        from payloadstore.devstack.stack import handler_env
-        from payloadstore_controlplane.store.tokens import TokenStore
+        from payloadstore_devstack.stack import handler_env
 
         self.redis = RedisServer(data_dir=self.tmp / "redis", appendonly=False).start()
         self.moto = MotoServer(log_path=self.tmp / "moto.log").start()

@@ -1,4 +1,4 @@
-"""Many jobs at once over a local stack of its own (`python -m payloadstore.devstack`):
+"""Many jobs at once over a local stack of its own (`python -m payloadstore_devstack`):
 
 1. enqueue 1,000 x 1 KiB jobs: `queue.map` (jobs:batch) against 1,000 sequential `add()` calls;
 2. end to end, 1,000 jobs run by a 4-thread daemon, results collected with `as_completed`;

@@ -75,9 +75,9 @@ def operator_urls(stack, key: str, body_path: Path, size: int) -> tuple[str, lis
     single-PUT presign signs them: the emulator checks the same checksum for both sides) and a
     GET of `key`, signed with the local operator key."""
     from payloadstore import _checksum
-    from payloadstore.devstack.s3_emulator import LOCAL_ACCESS_KEY_ID, LOCAL_SECRET_ACCESS_KEY
     from payloadstore_controlplane.store import sigv4
     from payloadstore_controlplane.store.s3.signer import SigV4Presigner
+    from payloadstore_devstack.s3_credentials import LOCAL_ACCESS_KEY_ID, LOCAL_SECRET_ACCESS_KEY
 
     crc = _checksum.EMPTY
     with open(body_path, "rb") as f:
@@ -244,8 +244,8 @@ def result_rss(stack, job_id: str, scratch: Path) -> dict:
 def collect(sizes_mib: list[int], repeat: int) -> dict:
     if shutil.which("curl") is None:
         raise SystemExit("curl is needed for the baseline (apt-get install curl)")
-    from payloadstore.devstack.services import free_port
-    from payloadstore.devstack.stack import DevStack
+    from payloadstore_devstack.services import free_port
+    from payloadstore_devstack.stack import DevStack
 
     os.environ["MAX_PAYLOAD_BYTES"] = str(MAX_PAYLOAD)
     tmp = Path(tempfile.mkdtemp(prefix="bench-mp-"))

@@ -37,10 +37,10 @@ def ulid(i: int) -> str:
 def main() -> None:
     import redis
 
-    from payloadstore.devstack.services import RedisServer
     from payloadstore_controlplane.store import keys
     from payloadstore_controlplane.store.redis_jobs import RedisJobStore
     from payloadstore_controlplane.store.redis_queues import RedisQueueStats
+    from payloadstore_devstack.services import RedisServer
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=5000)

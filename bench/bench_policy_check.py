@@ -41,14 +41,15 @@ def timed(fn, n: int) -> tuple[float, float]:
 def collect(n: int) -> dict:
     import boto3
 
-    from payloadstore.devstack.s3_emulator import LOCAL_KMS_KEY_ARN, function_credentials
-    from payloadstore.devstack.services import MotoServer, create_payload_bucket, local_aws_env
     from payloadstore_controlplane.logic.context import Deps
     from payloadstore_controlplane.logic.policy import check_object_policy
     from payloadstore_controlplane.models.policy import NamespacePolicy
     from payloadstore_controlplane.models.settings import Settings
     from payloadstore_controlplane.store.s3_objects import S3Objects
     from payloadstore_controlplane.store.sigv4 import invocation_running_as
+    from payloadstore_devstack.s3_credentials import function_credentials
+    from payloadstore_devstack.s3_kms import LOCAL_KMS_KEY_ARN
+    from payloadstore_devstack.services import MotoServer, create_payload_bucket, local_aws_env
 
     server = MotoServer().start()
     try:

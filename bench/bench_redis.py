@@ -45,7 +45,6 @@ os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
 
 import redis
 
-from payloadstore.devstack.services import RedisServer
 from payloadstore_controlplane.logic.context import Deps, Principal
 from payloadstore_controlplane.logic.daemon import poll, post_result
 from payloadstore_controlplane.logic.enqueue import enqueue
@@ -68,6 +67,7 @@ from payloadstore_controlplane.store.s3.client import cached_s3_client
 from payloadstore_controlplane.store.s3.multipart import UploadedPart
 from payloadstore_controlplane.store.s3.objects import ObjectInfo
 from payloadstore_controlplane.store.s3_objects import S3Objects
+from payloadstore_devstack.services import RedisServer
 
 BUCKET = "payloadstore-payloads"
 NS = "bench"

@@ -21,10 +21,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "functions"))
 
-from payloadstore.devstack.services import LocalRedisCluster
 from payloadstore_controlplane.store.records import InlineJob, inline_index_expiry_ms
 from payloadstore_controlplane.store.redis_client import make_routed_redis
 from payloadstore_controlplane.store.redis_jobs import RedisJobStore
+from payloadstore_devstack.services import LocalRedisCluster
 
 PAYLOAD = b"\x01" * 1024  # a 1 KiB inline job
 

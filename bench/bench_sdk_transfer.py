@@ -138,7 +138,7 @@ def collect(endpoint: str, sizes_mib: list[int], repeat: int) -> list[dict]:
     import boto3
     import httpx
 
-    from payloadstore.devstack.services import create_payload_bucket
+    from payloadstore_devstack.services import create_payload_bucket
 
     if shutil.which("curl") is None:
         raise SystemExit("curl is needed for the baseline (apt-get install curl)")
@@ -215,7 +215,7 @@ def main() -> None:
     if args.stub_hash:
         stub_hashing()
 
-    from payloadstore.devstack.services import MotoServer, local_aws_env
+    from payloadstore_devstack.services import MotoServer, local_aws_env
 
     with tempfile.TemporaryDirectory() as tmp:
         moto = MotoServer(log_path=Path(tmp) / "moto.log").start()

@@ -568,7 +568,7 @@ def main() -> None:
 
             import bench_sdk_transfer
 
-            from payloadstore.devstack.services import MotoServer, local_aws_env
+            from payloadstore_devstack.services import MotoServer, local_aws_env
 
             with tempfile.TemporaryDirectory() as tmp:
                 moto = MotoServer(log_path=Path(tmp) / "moto.log").start()

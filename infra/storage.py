@@ -18,7 +18,7 @@ from payloadstore_controlplane.models.policy import (
     RETENTION_TAG,
 )
 
-# The local stack (payloadstore.devstack.services) creates its bucket with the same rule; a test
+# The local stack (payloadstore_devstack.services) creates its bucket with the same rule; a test
 # keeps the two in step. Not imported from there: synth must not depend on the SDK package.
 PAYLOAD_PREFIX = "payloads/"
 # The prefix rules are the backstop for an object without a retention tag (one uploaded before

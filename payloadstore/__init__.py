@@ -2,8 +2,8 @@
 
     from payloadstore import Client, Daemon
 
-Names are resolved on first use, so `import payloadstore.devstack` (the local stack, the test
-fixtures) does not pull in httpx, msgpack or the codec.
+Names are resolved on first use, so importing the package, or one module of it (e.g.
+`payloadstore.errors`), does not pull in httpx, msgpack or the codec.
 """
 
 from __future__ import annotations

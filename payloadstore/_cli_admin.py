@@ -118,7 +118,7 @@ def token_store(
     try:
         import boto3
 
-        from .devstack.tokens import TokenStore
+        from payloadstore_devstack.tokens import TokenStore
     except ImportError as e:
         raise ConfigError(
             "token commands need the control plane's packages "
@@ -131,8 +131,8 @@ def token_store(
             # moto's server answers SSM on the same endpoint as S3.
             endpoint = read_devstack(found)[1]["s3_endpoint"]
     if endpoint:
-        from .devstack.services import local_aws_env
-        from .devstack.stack import DEV_TOKEN_PATH
+        from payloadstore_devstack.services import local_aws_env
+        from payloadstore_devstack.stack import DEV_TOKEN_PATH
 
         for name, value in local_aws_env(endpoint, region or "us-east-1").items():
             os.environ.setdefault(name, value)
@@ -327,7 +327,7 @@ def _kms_keys(settings: Settings, ssm_endpoint: str | None) -> dict:
     stack_key = os.environ.get("KMS_KEY_ARN") or None
     found = settings.devstack_file()
     if stack_key is None and (ssm_endpoint or (found is not None and found.exists())):
-        from .devstack.s3_emulator import LOCAL_KMS_KEY_ARN
+        from payloadstore_devstack.s3_kms import LOCAL_KMS_KEY_ARN
 
         stack_key = LOCAL_KMS_KEY_ARN
     granted = tuple(k.strip() for k in os.environ.get("KMS_KEY_ARNS", "").split(",") if k.strip())

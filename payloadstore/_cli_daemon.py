@@ -23,6 +23,7 @@ def dev(ctx: click.Context) -> None:
     import importlib.util
 
     needed = (
+        "payloadstore_devstack",
         "payloadstore_controlplane",
         "pydantic",
         "redis",
@@ -35,10 +36,11 @@ def dev(ctx: click.Context) -> None:
         fail(
             ConfigError(
                 "payloadstore dev needs the local stack's packages: "
-                f"pip install 'payloadstore[stack]' (missing: {', '.join(missing)})"
+                f"pip install 'payloadstore[stack]', or run make dev in a checkout "
+                f"(missing: {', '.join(missing)})"
             )
         )
-    from .devstack.stack import main as stack_main
+    from payloadstore_devstack.stack import main as stack_main
 
     sys.exit(stack_main(list(ctx.args)))
 

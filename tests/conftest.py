@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from payloadstore.devstack.services import (
+from payloadstore_devstack.services import (
     LocalRedisCluster,
     MotoServer,
     RedisServer,

@@ -1,5 +1,5 @@
 """A local stack for the benchmark scripts and the cost measurement: in this process
-(`local_stack`) or as `python -m payloadstore.devstack` in a child process (`start_stack`),
+(`local_stack`) or as `python -m payloadstore_devstack` in a child process (`start_stack`),
 its state in a directory of the caller's."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pathlib import Path
 @contextmanager
 def local_stack(tmp: Path) -> Iterator:
     """A DevStack running in this process under `tmp`, stopped (no snapshot) on exit."""
-    from payloadstore.devstack.services import free_port
-    from payloadstore.devstack.stack import DevStack
+    from payloadstore_devstack.services import free_port
+    from payloadstore_devstack.stack import DevStack
 
     stack = DevStack(
         state_dir=tmp / "stack", state_file=tmp / "stack.json", port=free_port()
@@ -32,7 +32,7 @@ def local_stack(tmp: Path) -> Iterator:
 def start_stack(tmp: Path) -> tuple[subprocess.Popen, dict]:
     """The local stack in a child process (its own GIL) under `tmp`, and its state file once
     written; the caller stops the process."""
-    from payloadstore.devstack.services import free_port
+    from payloadstore_devstack.services import free_port
 
     env = {
         **os.environ,
@@ -43,7 +43,7 @@ def start_stack(tmp: Path) -> tuple[subprocess.Popen, dict]:
         "POWERTOOLS_LOG_LEVEL": "WARNING",
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "payloadstore.devstack"],
+        [sys.executable, "-m", "payloadstore_devstack"],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

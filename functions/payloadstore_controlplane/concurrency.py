@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 # The CDK context flags (cdk.json or `-c`); the local gateway's stand-ins are in
-# payloadstore/devstack/gateway.py (LOCAL_CONCURRENCY_ENV).
+# devstack/payloadstore_devstack/gateway.py (LOCAL_CONCURRENCY_ENV).
 FLAG_MODE = "payloadstore:reservedConcurrency"
 FLAG_OVERRIDES: dict[str, str] = {
     "daemon": "payloadstore:daemonConcurrency",

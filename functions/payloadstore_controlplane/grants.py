@@ -1,7 +1,7 @@
 """The S3 grants of each function, as data: one table for the CDK roles and the local S3 emulator.
 
 `infra/functions.py` writes each function role's S3 statements from this table, and
-`payloadstore.devstack.s3_emulator` answers each function's requests (signed with that
+`payloadstore_devstack.s3_grants` answers each function's requests (signed with that
 function's local credentials) by the same table: 403 AccessDenied for an action the function
 lacks, and, as S3 does, 403 instead of 404 for a missing key when the caller (or the signer of
 a presigned URL) lacks s3:ListBucket on the bucket. So the local stack refuses what AWS would.

@@ -1,7 +1,7 @@
 """The v1 wire as data: one table shared by the handlers, the CDK API and the local gateway.
 
 Keeping the route -> function mapping here means `infra/` builds exactly the API that
-`payloadstore.devstack.gateway` serves locally, and both dispatch to the same handler strings.
+`payloadstore_devstack.gateway` serves locally, and both dispatch to the same handler strings.
 This is the only place a path is written: each handler registers with `@route(app, routes.X)`
 (handlers/_routing.py), which takes the path, method and roles from here.
 Nothing in this module may import boto3, redis or Powertools: CDK synth imports it.

@@ -1,6 +1,6 @@
 """End-to-end fixtures: the local gateway over real HTTP, in front of the real handlers.
 
-`local_gateway` runs `payloadstore.devstack.gateway` in a process of its own (as a Lambda
+`local_gateway` runs `payloadstore_devstack.gateway` in a process of its own (as a Lambda
 container would be), against the session's redis-server and moto server, with tokens minted
 for the namespaces `dev` and `sandbox`. Its Redis database is 1, so jobs left in db 0 by the
 integration tests never reach an e2e daemon, and its token path is private to the session.
@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from payloadstore.devstack.gateway import GatewayProcess
-from payloadstore.devstack.stack import handler_env, mint_tokens
+from payloadstore_devstack.gateway import GatewayProcess
+from payloadstore_devstack.stack import handler_env, mint_tokens
 
 E2E_REGION = "us-east-1"
 E2E_REDIS_DB = 1

@@ -19,7 +19,7 @@ from botocore.exceptions import ClientError
 
 from payloadstore import Client, codec
 from payloadstore._blob_cache import ENV_BLOB_CACHE
-from payloadstore.devstack.gateway import GatewayProcess
+from payloadstore_devstack.gateway import GatewayProcess
 from tests.e2e.sdk_helpers import daemon_thread, unique_queue
 from tests.support.emulator import scaled_days_emulator
 from tests.support.env import single_server_env

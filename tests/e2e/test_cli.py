@@ -243,7 +243,7 @@ def test_sigterm_lets_the_daemon_finish_its_job_then_exit_0(shell, local_gateway
 
 
 def test_dev_starts_the_local_stack_that_the_other_commands_find(tmp_path):
-    from payloadstore.devstack.services import free_port
+    from payloadstore_devstack.services import free_port
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PAYLOADSTORE_", "AWS_"))}
     state_file = tmp_path / ".devstack.json"

@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from payloadstore.devstack.services import ServiceError, find_chromium
 from payloadstore.errors import JobFailed
+from payloadstore_devstack.services import ServiceError, find_chromium
 from tests.e2e.sdk_helpers import clients, daemon_thread, unique_queue
 from tests.e2e.test_cli import Shell
 

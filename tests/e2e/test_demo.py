@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from payloadstore.devstack.demo import LARGE_BYTES, run_round_trip
+from payloadstore_devstack.demo import LARGE_BYTES, run_round_trip
 
 pytestmark = pytest.mark.e2e
 
@@ -38,7 +38,7 @@ def test_demo_without_a_running_stack_starts_and_stops_its_own(tmp_path):
         [
             sys.executable,
             "-m",
-            "payloadstore.devstack.demo",
+            "payloadstore_devstack.demo",
             "--state-file",
             str(tmp_path / "none.json"),
         ],

@@ -19,8 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from payloadstore.devstack.gateway import LocalGateway, serve_in_thread
 from payloadstore_controlplane.routes import MIN_COMPRESSION_BYTES, Route
+from payloadstore_devstack.gateway import LocalGateway, serve_in_thread
 
 pytestmark = pytest.mark.e2e
 
@@ -449,7 +449,7 @@ def test_cached_authorizer_result_is_reused_and_reevaluated_per_route(authorizer
 
 
 def test_port_taken_is_a_clear_error(authorizer):
-    from payloadstore.devstack.gateway import PortInUseError
+    from payloadstore_devstack.gateway import PortInUseError
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

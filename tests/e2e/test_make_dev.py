@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from payloadstore.devstack.services import find_redis_server, free_port, port_is_open
+from payloadstore_devstack.services import find_redis_server, free_port, port_is_open
 
 pytestmark = pytest.mark.e2e
 
@@ -254,7 +254,7 @@ def test_make_dev_on_a_cluster_runs_a_job_and_ctrl_c_leaves_no_node(tmp_path, st
 
 
 def test_restart_keeps_queued_jobs_their_s3_payloads_and_the_tokens(tmp_path, stacks):
-    command = [sys.executable, "-m", "payloadstore.devstack"]
+    command = [sys.executable, "-m", "payloadstore_devstack"]
     # Given a running stack with one inline job and one job whose args are in S3
     first = StackProcess(tmp_path, command)
     stacks.append(first)
@@ -334,7 +334,7 @@ def test_port_taken_is_one_clear_line_and_starts_nothing(tmp_path, stacks):
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        stack = StackProcess(tmp_path, [sys.executable, "-m", "payloadstore.devstack"], port=port)
+        stack = StackProcess(tmp_path, [sys.executable, "-m", "payloadstore_devstack"], port=port)
         stacks.append(stack)
         # When the stack starts
         code = stack.proc.wait(60)
@@ -348,7 +348,7 @@ def test_port_taken_is_one_clear_line_and_starts_nothing(tmp_path, stacks):
 
 def test_closing_the_terminal_stops_it_cleanly_too(tmp_path, stacks):
     # Given a running stack that holds an object in S3
-    stack = StackProcess(tmp_path, [sys.executable, "-m", "payloadstore.devstack"])
+    stack = StackProcess(tmp_path, [sys.executable, "-m", "payloadstore_devstack"])
     stacks.append(stack)
     stack.wait_ready()
     children = descendants(stack.proc.pid)
@@ -363,7 +363,7 @@ def test_closing_the_terminal_stops_it_cleanly_too(tmp_path, stacks):
 
 def test_a_killed_stack_takes_its_services_with_it(tmp_path, stacks):
     # Given a running stack
-    stack = StackProcess(tmp_path, [sys.executable, "-m", "payloadstore.devstack"])
+    stack = StackProcess(tmp_path, [sys.executable, "-m", "payloadstore_devstack"])
     stacks.append(stack)
     stack.wait_ready()
     children = descendants(stack.proc.pid)
@@ -379,13 +379,12 @@ def test_a_killed_stack_takes_its_services_with_it(tmp_path, stacks):
 
 
 def test_saved_objects_come_back_until_the_lifecycle_would_expire_them(s3_client, tmp_path):
-    from payloadstore.devstack.services import create_payload_bucket
-    from payloadstore.devstack.stack import restore_bucket, snapshot_bucket
-
     # Given a bucket with a payload (with its checksum, tagged with the default retention class
     # as every upload is), one of a 7-day namespace under a KMS key, and an object outside
     # payloads/
     from payloadstore_controlplane.models.policy import LOCAL_KMS_KEY_ARN
+    from payloadstore_devstack.services import create_payload_bucket
+    from payloadstore_devstack.stack import restore_bucket, snapshot_bucket
 
     source, target = f"snap-{uuid.uuid4().hex[:8]}", f"restore-{uuid.uuid4().hex[:8]}"
     create_payload_bucket(s3_client, source)
@@ -441,10 +440,10 @@ def test_saved_objects_come_back_until_the_lifecycle_would_expire_them(s3_client
 def test_tokens_minted_and_revoked_while_running_stay_so_after_a_restart(tmp_path, stacks):
     import boto3
 
-    from payloadstore.devstack.stack import DEV_REGION, DEV_TOKEN_PATH
     from payloadstore_controlplane.store.tokens import TokenStore
+    from payloadstore_devstack.stack import DEV_REGION, DEV_TOKEN_PATH
 
-    command = [sys.executable, "-m", "payloadstore.devstack"]
+    command = [sys.executable, "-m", "payloadstore_devstack"]
     first = StackProcess(tmp_path, command)
     stacks.append(first)
     state = first.wait_ready()
@@ -479,7 +478,7 @@ def test_tokens_minted_and_revoked_while_running_stay_so_after_a_restart(tmp_pat
 
 
 def test_a_second_stack_on_the_same_state_dir_is_refused(tmp_path, stacks):
-    command = [sys.executable, "-m", "payloadstore.devstack"]
+    command = [sys.executable, "-m", "payloadstore_devstack"]
     # Given a running stack
     first = StackProcess(tmp_path, command)
     stacks.append(first)

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from payloadstore import Client
-from payloadstore.devstack.s3_emulator import LOCAL_KMS_KEY_ARN
 from payloadstore_controlplane.models.policy import RETENTION_TAG
 from payloadstore_controlplane.store.tokens import TokenStore
+from payloadstore_devstack.s3_kms import LOCAL_KMS_KEY_ARN
 from tests.e2e.sdk_helpers import daemon_thread, unique_queue
 from tests.support.env import single_server_env
 
@@ -248,7 +248,7 @@ LIFECYCLE_BUCKET = "policy-lifecycle"
 @pytest.fixture(scope="module")
 def one_second_days(_gateway_services, redis_server, tmp_path_factory):
     """An emulator whose lifecycle days last a second, and a gateway in front of it."""
-    from payloadstore.devstack.gateway import GatewayProcess
+    from payloadstore_devstack.gateway import GatewayProcess
     from tests.support.emulator import scaled_days_emulator
 
     logs = Path(tmp_path_factory.mktemp("policy-lifecycle"))

@@ -11,9 +11,9 @@ import pytest
 import redis
 
 from payloadstore._http import RetryPolicy
-from payloadstore.devstack.services import RedisServer
 from payloadstore.errors import EnqueueUnconfirmed
 from payloadstore_controlplane.store import keys
+from payloadstore_devstack.services import RedisServer
 from tests.e2e.sdk_helpers import clients, daemon_thread, unique_queue
 from tests.support.env import single_server_env
 

@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from payloadstore import Client, RetryPolicy, ServiceUnavailable
-from payloadstore.devstack.services import RedisServer
+from payloadstore_devstack.services import RedisServer
 from tests.e2e.sdk_helpers import daemon_thread, unique_queue
 from tests.support.env import single_server_env
 

@@ -1,5 +1,5 @@
 """The README's quick start, run as written: the local stack as `make dev` starts it
-(`python -m payloadstore.devstack`), examples/worker.py in one process, examples/client.py in
+(`python -m payloadstore_devstack`), examples/worker.py in one process, examples/client.py in
 another, and the CLI daemon serving examples/tasks.py; each output compared with what the README
 says it prints. (tests/docs/test_readme.py checks the README quotes these files exactly.)"""
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from payloadstore.devstack.services import free_port
+from payloadstore_devstack.services import free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -60,7 +60,7 @@ def local_stack(tmp_path):
         [
             sys.executable,
             "-m",
-            "payloadstore.devstack",
+            "payloadstore_devstack",
             "--port",
             str(free_port()),
             "--state-dir",

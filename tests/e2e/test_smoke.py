@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from payloadstore.devstack.smoke import PATHS, ref_shape
+from payloadstore_devstack.smoke import PATHS, ref_shape
 
 pytestmark = pytest.mark.e2e
 
@@ -65,7 +65,7 @@ def test_smoke_with_a_wrong_token_fails_loudly_and_at_once(local_gateway):
         [
             sys.executable,
             "-m",
-            "payloadstore.devstack.smoke",
+            "payloadstore_devstack.smoke",
             "--endpoint",
             gw.url,
             "--token",

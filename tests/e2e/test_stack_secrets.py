@@ -21,14 +21,14 @@ URL_SECRETS = (b"X-Amz-Signature", b"X-Amz-Credential")
 
 def test_logs_hold_no_token_nor_presigned_url_after_a_demo(tmp_path, stacks):  # noqa: F811
     # Given the local stack, run as `make dev` runs it, with its own port and state dir
-    stack = StackProcess(tmp_path, [sys.executable, "-m", "payloadstore.devstack"])
+    stack = StackProcess(tmp_path, [sys.executable, "-m", "payloadstore_devstack"])
     stacks.append(stack)
     state = stack.wait_ready()
     tokens = [t.encode() for pair in state["namespaces"].values() for t in pair.values()]
     # When the demo pushes an inline and an 8 MiB (S3, presigned) job through a daemon
     env = {**os.environ, "PAYLOADSTORE_STATE_FILE": str(stack.state_file)}
     demo = subprocess.run(
-        [sys.executable, "-m", "payloadstore.devstack.demo", "--state-file", str(stack.state_file)],
+        [sys.executable, "-m", "payloadstore_devstack.demo", "--state-file", str(stack.state_file)],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,

@@ -16,12 +16,12 @@ import pytest
 
 from infra import preflight
 from infra.config import reserved_concurrency_of
-from payloadstore.devstack.gateway import local_concurrency_caps
 from payloadstore_controlplane.concurrency import (
     MIN_UNRESERVED,
     AccountConcurrency,
     decide,
 )
+from payloadstore_devstack.gateway import local_concurrency_caps
 from tests.infra.test_infra_snapstart import functions_by_group
 from tests.support.infra import CDK_ENV, STACK
 

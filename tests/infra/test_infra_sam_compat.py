@@ -200,7 +200,7 @@ class LocalRedis:
 def cluster_redis(tmp_path_factory):
     """A one-node Redis Cluster (all 16384 slots on one redis-server): the deployed functions run
     with REDIS_CLUSTER=true, so every key they touch in one command must share a slot."""
-    from payloadstore.devstack.services import find_redis_server, free_port, port_is_open
+    from payloadstore_devstack.services import find_redis_server, free_port, port_is_open
 
     port = free_port()
     workdir = tmp_path_factory.mktemp("redis-cluster")

@@ -321,7 +321,7 @@ def test_the_local_stack_redis_never_evicts_either(tmp_path):
     import redis
 
     from infra.cache import PARAMETERS
-    from payloadstore.devstack.services import RedisServer
+    from payloadstore_devstack.services import RedisServer
 
     server = RedisServer(tmp_path / "redis", appendonly=False).start()
     try:

@@ -121,7 +121,7 @@ def test_functions_know_the_stack_key(template):
 def test_lifecycle_matches_the_local_stack_bucket():
     # The local stack creates its bucket from its own constants: both must say the same thing.
     from infra import storage
-    from payloadstore.devstack import services
+    from payloadstore_devstack import services
 
     assert (
         storage.PAYLOAD_PREFIX,

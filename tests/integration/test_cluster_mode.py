@@ -13,7 +13,7 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from payloadstore.devstack.services import (
+from payloadstore_devstack.services import (
     find_redis_cli,
     find_redis_server,
     free_port,

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import uuid
 
-from payloadstore.devstack.s3_emulator import function_credentials
 from payloadstore_controlplane.store.sigv4 import invocation_running_as
+from payloadstore_devstack.s3_credentials import function_credentials
 
 
 def _exists(s3_client, bucket: str, key: str) -> bool:

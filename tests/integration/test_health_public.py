@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from payloadstore.devstack.services import create_payload_bucket
+from payloadstore_devstack.services import create_payload_bucket
 
 HEALTH = "/v1/health"
 DETAILS = "/v1/health/details"

@@ -10,8 +10,8 @@ import uuid
 
 import pytest
 
-from payloadstore.devstack.s3_emulator import LOCAL_KMS_KEY_ARN
 from payloadstore_controlplane.models.policy import RETENTION_TAG, NamespacePolicy
+from payloadstore_devstack.s3_kms import LOCAL_KMS_KEY_ARN
 from tests.support.control_plane import ControlPlane, upload
 
 

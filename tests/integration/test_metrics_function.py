@@ -86,7 +86,7 @@ def test_the_schedule_publishes_failed_jobs_and_counts_a_cancelled_queued_job_ou
 
 
 def test_the_local_stack_scheduler_runs_the_metrics_function_on_its_timer(cp):
-    from payloadstore.devstack.scheduler import Scheduler
+    from payloadstore_devstack.scheduler import Scheduler
 
     # Given the local stack's scheduler with its minute shrunk to 0.3 s
     cp.enqueue(raw=b"\x01")

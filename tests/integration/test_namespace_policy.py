@@ -9,9 +9,10 @@ import uuid
 import pytest
 import requests
 
-from payloadstore.devstack.s3_emulator import LOCAL_KMS_KEY_ARN, function_credentials
 from payloadstore_controlplane.models.policy import RETENTION_TAG, NamespacePolicy
 from payloadstore_controlplane.store.sigv4 import invocation_running_as
+from payloadstore_devstack.s3_credentials import function_credentials
+from payloadstore_devstack.s3_kms import LOCAL_KMS_KEY_ARN
 from tests.support.control_plane import ControlPlane, put_presigned, sha256_hex, upload
 from tests.support.events import FakeLambdaContext
 
@@ -60,8 +61,8 @@ def _exists(s3_client, bucket: str, key: str) -> bool:
 
 def _run_scheduled() -> dict:
     """The scheduled function (queue metrics and the `consume` deletions), as EventBridge runs it."""
-    from payloadstore.devstack.scheduler import scheduled_event
     from payloadstore_controlplane.handlers import metrics
+    from payloadstore_devstack.scheduler import scheduled_event
 
     with invocation_running_as(function_credentials("metrics")):
         return metrics.lambda_handler(scheduled_event("metrics", "us-east-1"), FakeLambdaContext())

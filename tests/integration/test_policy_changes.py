@@ -16,9 +16,9 @@ import msgpack
 import pytest
 import requests
 
-from payloadstore.devstack.s3_emulator import LOCAL_KMS_KEY_ARN
 from payloadstore_controlplane.models.policy import RETENTION_TAG, NamespacePolicy
 from payloadstore_controlplane.store import keys
+from payloadstore_devstack.s3_kms import LOCAL_KMS_KEY_ARN
 from tests.integration.test_blobs import blob_parts, chunks_of, specs
 from tests.integration.test_multipart import ask_parts, part_specs, put_part, split
 from tests.integration.test_operate import direct_redis, fail, purge, redrive, retry, take

@@ -15,7 +15,6 @@ import redis
 from redis.connection import PythonRespSerializer
 
 from infra.config import FUNCTION_TUNING
-from payloadstore.devstack.services import find_redis_server, free_port, port_is_open
 from payloadstore_controlplane.store.redis_client import (
     BLOCKING_MARGIN_S,
     FAST_SOCKET_TIMEOUT_S,
@@ -26,6 +25,7 @@ from payloadstore_controlplane.store.redis_client import (
     make_redis,
     make_routed_redis,
 )
+from payloadstore_devstack.services import find_redis_server, free_port, port_is_open
 from tests.support.env import single_server_env
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from payloadstore.devstack.services import RedisServer
 from payloadstore_controlplane.store import keys
+from payloadstore_devstack.services import RedisServer
 from tests.support.control_plane import ControlPlane, upload
 from tests.support.env import single_server_env
 

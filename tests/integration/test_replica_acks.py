@@ -1,6 +1,6 @@
 """Acknowledged means replicated (issue 22): with REDIS_MIN_REPLICA_ACKS every reported write
 waits for replicas (WAIT on the write's own connection and node), on a local Redis Cluster of
-3 primaries with 1 replica each (payloadstore.devstack.services.LocalRedisCluster).
+3 primaries with 1 replica each (payloadstore_devstack.services.LocalRedisCluster).
 
 The cluster is the module's: the failover test runs last and leaves it whole again (the old
 primary back as a replica)."""
@@ -15,8 +15,8 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from payloadstore.devstack.services import LocalRedisCluster
 from payloadstore_controlplane.store import keys
+from payloadstore_devstack.services import LocalRedisCluster
 
 b64 = lambda b: base64.b64encode(b).decode()
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from payloadstore.devstack.services import RedisServer
 from payloadstore_controlplane.models.policy import NamespacePolicy
 from payloadstore_controlplane.store import keys
 from payloadstore_controlplane.store.redis_jobs import RedisJobStore
+from payloadstore_devstack.services import RedisServer
 from tests.integration.test_namespace_policy import _exists, _run_scheduled
 from tests.support.control_plane import ControlPlane, cancel, upload
 from tests.support.env import single_server_env

@@ -21,12 +21,13 @@ from botocore.exceptions import ClientError
 
 from payloadstore._http import RetryPolicy
 from payloadstore._transfer import download
-from payloadstore.devstack.s3_emulator import GRANTS_ENV, function_credentials
-from payloadstore.devstack.services import MotoServer, create_payload_bucket
 from payloadstore.errors import PayloadLost
 from payloadstore_controlplane import grants
 from payloadstore_controlplane.store.s3.signer import SigV4Presigner
 from payloadstore_controlplane.store.sigv4 import invocation_running_as
+from payloadstore_devstack.s3_credentials import function_credentials
+from payloadstore_devstack.s3_grants import GRANTS_ENV
+from payloadstore_devstack.services import MotoServer, create_payload_bucket
 from tests.integration.conftest import reset_caches
 from tests.support.control_plane import upload
 from tests.support.env import patched_environ

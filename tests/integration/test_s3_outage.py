@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from payloadstore.devstack.services import free_port
 from payloadstore_controlplane.store import keys
+from payloadstore_devstack.services import free_port
 from tests.support.control_plane import upload
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from payloadstore.devstack.services import free_port
+from payloadstore_devstack.services import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 # A real install of the wheel and its dependencies into a fresh venv (from pip's cache when warm):
@@ -30,17 +30,19 @@ def run(args: list[str], **kwargs) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def wheels(tmp_path_factory) -> tuple[Path, Path]:
-    """(the SDK's wheel, the control plane's wheel), built from the checkout."""
+def wheels(tmp_path_factory) -> tuple[Path, Path, Path]:
+    """(the SDK's wheel, the control plane's wheel, the local stack's wheel), built from the
+    checkout."""
     out = tmp_path_factory.mktemp("wheel")
-    for project in (REPO, REPO / "functions"):
+    for project in (REPO, REPO / "functions", REPO / "devstack"):
         run(
             [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out)]
             + [str(project)]
         )
     (sdk,) = out.glob("payloadstore-0*.whl")
     (control_plane,) = out.glob("payloadstore_controlplane-*.whl")
-    return sdk, control_plane
+    (devstack,) = out.glob("payloadstore_devstack-*.whl")
+    return sdk, control_plane, devstack
 
 
 @pytest.fixture(scope="module")
@@ -50,9 +52,9 @@ def wheel(wheels) -> Path:
 
 @pytest.fixture(scope="module")
 def installed(wheels, tmp_path_factory) -> tuple[Path, dict[str, str]]:
-    """A fresh venv with the SDK's wheel and its `stack` extra (which takes the control plane's
-    wheel, given beside it); an environment that knows no checkout."""
-    wheel, control_plane = wheels
+    """A fresh venv with the SDK's wheel and its `stack` extra (which takes the local stack's and
+    the control plane's wheels, given beside it); an environment that knows no checkout."""
+    wheel, control_plane, devstack = wheels
     root = tmp_path_factory.mktemp("fresh")
     run([sys.executable, "-m", "venv", str(root / "venv")])
     python = root / "venv" / "bin" / "python"
@@ -65,6 +67,10 @@ def installed(wheels, tmp_path_factory) -> tuple[Path, dict[str, str]]:
             "--quiet",
             "--no-compile",
             str(control_plane),
+            str(devstack),
+            # The SDK's wheel as itself too: the local stack requires `payloadstore`, and pip
+            # (23.2, a fresh venv's) does not take a wheel named with extras for that.
+            str(wheel),
             f"{wheel}[stack]",
         ],
         timeout=1200,
@@ -87,10 +93,11 @@ def tops(wheel: Path) -> set[str]:
 
 def test_the_sdk_wheel_holds_the_sdk_alone(wheels):
     # Given the wheel a user who only wants the client installs
-    sdk, _ = wheels
+    sdk, _, _ = wheels
     names = zipfile.ZipFile(sdk).namelist()
-    # Then it has one top-level package: no control plane, no infra
+    # Then it has one top-level package: no control plane, no local stack, no infra
     assert tops(sdk) == {"payloadstore"}
+    assert not [n for n in names if "devstack" in n or "s3_emulator" in n]
     assert "payloadstore/py.typed" in names and "payloadstore/client.py" in names
     # And the dashboard's page travels with it (package data: no build step, no CDN)
     for name in ("index.html", "app.js", "app.css"):
@@ -98,13 +105,23 @@ def test_the_sdk_wheel_holds_the_sdk_alone(wheels):
 
 
 def test_the_control_plane_wheel_holds_the_control_plane_under_its_own_name(wheels):
-    _, control_plane = wheels
+    _, control_plane, _ = wheels
     names = zipfile.ZipFile(control_plane).namelist()
     assert tops(control_plane) == {"payloadstore_controlplane"}
     assert "payloadstore_controlplane/py.typed" in names
     assert "payloadstore_controlplane/handlers/jobs.py" in names
     # The store's Lua scripts travel with it (package data).
     assert "payloadstore_controlplane/store/jobs/delivery_take.lua" in names
+
+
+def test_the_local_stack_wheel_holds_the_stack_under_its_own_name(wheels):
+    _, _, devstack = wheels
+    names = zipfile.ZipFile(devstack).namelist()
+    # Then it has one top-level package, typed, with the emulator's modules and the gateway
+    assert tops(devstack) == {"payloadstore_devstack"}
+    assert "payloadstore_devstack/py.typed" in names
+    for module in ("__main__", "stack", "gateway", "s3_emulator", "s3_sigv4", "smoke", "demo"):
+        assert f"payloadstore_devstack/{module}.py" in names
 
 
 def test_the_cli_runs_from_the_installed_wheel(installed):
@@ -120,19 +137,23 @@ def test_every_handler_string_imports_from_the_installed_packages(installed):
     away, env = installed
     script = """
 import importlib, json
-import payloadstore_controlplane, payloadstore
+import payloadstore_controlplane, payloadstore, payloadstore_devstack
 from payloadstore_controlplane.routes import FUNCTIONS
 for handler in FUNCTIONS.values():
     module, _, attr = handler.rpartition(".")
     assert callable(getattr(importlib.import_module(module), attr)), handler
 print(json.dumps({"payloadstore_controlplane": payloadstore_controlplane.__file__, "payloadstore": payloadstore.__file__,
-                  "handlers": len(FUNCTIONS)}))
+                  "payloadstore_devstack": payloadstore_devstack.__file__, "handlers": len(FUNCTIONS)}))
 """
     done = run(["python", "-c", script], cwd=away, env=env)
     found = json.loads(done.stdout)
-    # Then both packages come from the venv, not from the checkout
+    # Then the three packages come from the venv, not from the checkout
     assert found["handlers"] >= 6
-    for path in (found["payloadstore_controlplane"], found["payloadstore"]):
+    for path in (
+        found["payloadstore_controlplane"],
+        found["payloadstore"],
+        found["payloadstore_devstack"],
+    ):
         assert "site-packages" in path and not path.startswith(str(REPO)), path
 
 

@@ -371,9 +371,9 @@ def extra_paths(world) -> None:
 
     # A policy change of kms_key under a recorded blob: its POST cuts the old record to the
     # class of the upload that replaces it (blobs_cap)
-    from payloadstore.devstack.s3_emulator import LOCAL_KMS_KEY_ARN
     from payloadstore_controlplane.logic import daemon
     from payloadstore_controlplane.models.errors import ServiceUnavailable
+    from payloadstore_devstack.s3_kms import LOCAL_KMS_KEY_ARN
     from tests.support.control_plane import create_blob
 
     keyed = ControlPlane("kk")

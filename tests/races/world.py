@@ -24,7 +24,7 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
-from payloadstore.devstack.services import (
+from payloadstore_devstack.services import (
     LocalRedisCluster,
     MotoServer,
     RedisServer,

@@ -2,7 +2,7 @@
 (issues 22 and 32), with a ledger of every acknowledged job and result.
 
 The stack: a local Redis Cluster of 3 primaries with one replica each, or two (`--replicas 2`,
-the production shape) (payloadstore.devstack.services.LocalRedisCluster), the S3 emulator, one
+the production shape) (payloadstore_devstack.services.LocalRedisCluster), the S3 emulator, one
 gateway in cluster mode with REDIS_MIN_REPLICA_ACKS (1 by default; `--acks 0` for the
 counterfactual), daemons that a supervisor restarts. Load: JOBS jobs (1 KiB inline, 300 KiB and
 2 MiB through S3) from 4 client threads. The fault, while the load runs: a replica of the shard
@@ -51,8 +51,8 @@ import time
 from pathlib import Path
 
 from payloadstore import Client, JobNotFound, PayloadStoreError, ResultTimeout, RetryPolicy
-from payloadstore.devstack.services import LocalRedisCluster, MotoServer, create_payload_bucket
-from payloadstore.devstack.services import local_aws_env as aws_env
+from payloadstore_devstack.services import LocalRedisCluster, MotoServer, create_payload_bucket
+from payloadstore_devstack.services import local_aws_env as aws_env
 from tests.reliability.run import CLIENT_THREADS, WORK, data_for, size_for
 from tests.reliability.stack import (
     BUCKET,
@@ -173,7 +173,7 @@ class Failover:
         client.close()
 
     def fault(self) -> None:
-        from payloadstore.devstack.gateway import ensure_functions_on_path
+        from payloadstore_devstack.gateway import ensure_functions_on_path
 
         ensure_functions_on_path()
         from redis.cluster import RedisCluster

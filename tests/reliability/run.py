@@ -464,7 +464,7 @@ class Run:
         """True when the job's id is in no entry of its queue stream (a phantom, not a slow job)."""
         import redis
 
-        from payloadstore.devstack.gateway import ensure_functions_on_path
+        from payloadstore_devstack.gateway import ensure_functions_on_path
 
         ensure_functions_on_path()
         from payloadstore_controlplane.store import keys

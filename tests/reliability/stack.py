@@ -22,8 +22,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from payloadstore.devstack.gateway import GatewayProcess
-from payloadstore.devstack.services import (
+from payloadstore_devstack.gateway import GatewayProcess
+from payloadstore_devstack.services import (
     MotoServer,
     RedisServer,
     create_payload_bucket,
@@ -32,7 +32,7 @@ from payloadstore.devstack.services import (
     port_is_open,
     terminate,
 )
-from payloadstore.devstack.stack import handler_env, mint_tokens
+from payloadstore_devstack.stack import handler_env, mint_tokens
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUCKET = "payloadstore-reliability"

@@ -13,8 +13,8 @@ import json
 import uuid
 from dataclasses import dataclass
 
-from payloadstore.devstack.s3_emulator import function_credentials
 from payloadstore_controlplane.store.sigv4 import invocation_running_as
+from payloadstore_devstack.s3_credentials import function_credentials
 from tests.support.events import FakeLambdaContext, api_event
 
 TOKEN_PATH = "/payloadstore-test/tokens"

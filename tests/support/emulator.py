@@ -15,8 +15,8 @@ def scaled_days_emulator(logs: Path, day_s: float, bucket: str) -> Iterator[tupl
     import boto3
     from botocore.config import Config
 
-    from payloadstore.devstack.s3_emulator import DAY_ENV
-    from payloadstore.devstack.services import (
+    from payloadstore_devstack.s3_lifecycle import DAY_ENV
+    from payloadstore_devstack.services import (
         LOCAL_ACCESS_KEY_ID,
         LOCAL_SECRET_ACCESS_KEY,
         MotoServer,

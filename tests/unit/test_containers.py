@@ -6,7 +6,7 @@ import sys
 import threading
 import time
 
-from payloadstore.devstack.containers import HandlerPool
+from payloadstore_devstack.containers import HandlerPool
 
 MODULE = """
 import threading

@@ -9,7 +9,7 @@ import threading
 import time
 from xml.etree import ElementTree
 
-from payloadstore.devstack import s3_emulator
+from payloadstore_devstack import s3_multipart
 
 RESULT = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<CompleteMultipartUploadResult>'
@@ -58,9 +58,9 @@ def _call(app, environ) -> tuple[str, bytes]:
 
 def test_a_slow_completion_answers_200_at_once_then_keeps_alive_then_the_result(monkeypatch):
     # Given a store that takes 2.5 s to assemble the object, and a keep-alive every 0.5 s
-    monkeypatch.setattr(s3_emulator, "KEEPALIVE_S", 0.5)
+    monkeypatch.setattr(s3_multipart, "KEEPALIVE_S", 0.5)
     store = SlowStore(2.5)
-    app = s3_emulator.MultipartChecksums(store)
+    app = s3_multipart.MultipartChecksums(store)
     # When the upload is completed
     status, body = _call(app, _environ("POST", "uploadId=u1"))
     # Then the answer is a 200 whose body is spaces after the declaration, then the result,
@@ -73,9 +73,9 @@ def test_a_slow_completion_answers_200_at_once_then_keeps_alive_then_the_result(
 
 def test_a_head_of_the_key_during_a_completion_waits_until_the_object_is_stored(monkeypatch):
     # Given a completion that takes 1.5 s
-    monkeypatch.setattr(s3_emulator, "KEEPALIVE_S", 0.2)
+    monkeypatch.setattr(s3_multipart, "KEEPALIVE_S", 0.2)
     store = SlowStore(1.5)
-    app = s3_emulator.MultipartChecksums(store)
+    app = s3_multipart.MultipartChecksums(store)
     completing = threading.Thread(target=_call, args=(app, _environ("POST", "uploadId=u2")))
     completing.start()
     time.sleep(0.3)
@@ -89,7 +89,7 @@ def test_a_head_of_the_key_during_a_completion_waits_until_the_object_is_stored(
 
 def test_a_quick_completion_answers_as_before(monkeypatch):
     store = SlowStore(0.0)
-    app = s3_emulator.MultipartChecksums(store)
+    app = s3_multipart.MultipartChecksums(store)
     status, body = _call(app, _environ("POST", "uploadId=u3"))
     assert status.startswith("200")
     assert body == RESULT

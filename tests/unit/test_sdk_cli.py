@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 
 import pytest
 from click.testing import CliRunner
@@ -207,3 +209,34 @@ def test_given_a_stage_minting_invokes_its_admin_function_found_in_the_stack_out
     assert result.exit_code == 0 and result.stdout.strip() == "https://x/dev/"
     result = CliRunner().invoke(cli, ["stage-output", "Nope", "--stage", "dev"])
     assert result.exit_code != 0 and "AdminFunctionName, ApiUrl" in result.output
+
+
+def test_given_no_local_stack_package_when_running_dev_then_one_error_line_names_the_extra(
+    monkeypatch,
+):
+    # Given an install without the local stack's distribution (payloadstore-devstack): a None in
+    # sys.modules makes its import fail as if it were not installed
+    monkeypatch.setitem(sys.modules, "payloadstore_devstack", None)
+    # When `payloadstore dev` runs
+    result = CliRunner().invoke(cli, ["dev", "--port", "1"])
+    # Then it exits 2 with one `error:` line saying how to get the stack, and starts nothing
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    assert "pip install 'payloadstore[stack]'" in lines[0] and "make dev" in lines[0]
+    assert "missing: payloadstore_devstack" in lines[0]
+
+
+def test_importing_the_sdk_and_its_cli_does_not_import_the_local_stack():
+    # Given a fresh interpreter
+    script = (
+        "import sys, payloadstore, payloadstore.cli, payloadstore.aio; "
+        "print(sorted(m for m in sys.modules if m.startswith('payloadstore_devstack')))"
+    )
+    # When the SDK, its async client and its CLI are imported
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False
+    )
+    # Then no module of the local stack was imported with them
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

@@ -162,7 +162,7 @@ def test_consistent_combinations_pass_the_cross_checks(env):
 
 def test_the_local_stack_environment_passes_the_cross_checks():
     # Given the functions' environment of the local stack (make dev, e2e, make reliability)
-    from payloadstore.devstack.stack import handler_env
+    from payloadstore_devstack.stack import handler_env
 
     env = handler_env(
         redis_url="redis://127.0.0.1:1/0", s3_endpoint="http://127.0.0.1:1", bucket="b-b"

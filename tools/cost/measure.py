@@ -31,7 +31,7 @@ MIB = 1 << 20
 
 def route_key(method: str, path: str) -> str:
     """'POST /v1/daemon/poll': the route a request went to (its API Gateway resource)."""
-    from payloadstore.devstack.gateway import compile_routes, match_route
+    from payloadstore_devstack.gateway import compile_routes, match_route
 
     if not _COMPILED:
         _COMPILED.extend(compile_routes(ROUTES))

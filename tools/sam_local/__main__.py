@@ -241,7 +241,7 @@ class Services:
 
     def lost(self) -> str | None:
         """Which service no longer answers (stopped or killed from outside), if any."""
-        from payloadstore.devstack.services import port_is_open
+        from payloadstore_devstack.services import port_is_open
 
         for what, port in (("Redis", self.redis_port), ("the S3/SSM emulator", self.s3_port)):
             if not port_is_open(port):
@@ -251,12 +251,12 @@ class Services:
 
 def start_services() -> Services:
     """Reuse a running `make dev` (SAM_LOCAL_STACK=<its state file>) or start a stack of ours."""
-    from payloadstore.devstack.gateway import configure_logging
-    from payloadstore.devstack.services import free_port
-    from payloadstore.devstack.stack import DEV_TOKEN_PATH, DevStack
+    from payloadstore_devstack.gateway import configure_logging
+    from payloadstore_devstack.services import free_port
+    from payloadstore_devstack.stack import DEV_TOKEN_PATH, DevStack
 
     def minter(ssm, path):
-        from payloadstore.devstack.gateway import ensure_functions_on_path
+        from payloadstore_devstack.gateway import ensure_functions_on_path
 
         ensure_functions_on_path()
         from payloadstore_controlplane.store.tokens import TokenStore

@@ -26,9 +26,9 @@ Credentials = tuple[str, str, str | None]
 # The credentials of the invocation running in this context, where its runtime says so. Never set
 # in Lambda: there the function's role keys are in its environment. The local gateway (and the
 # integration tests) run every function in one process, so each invocation runs under its own
-# function's local keys (payloadstore.devstack.s3_emulator.function_credentials), which the local
-# S3 emulator maps to that function's grants. A thread the handler starts itself begins with an
-# empty context and signs with the process's environment keys.
+# function's local keys (payloadstore_devstack.s3_credentials.function_credentials), which the
+# local S3 emulator maps to that function's grants. A thread the handler starts itself begins
+# with an empty context and signs with the process's environment keys.
 _invocation_credentials: ContextVar[Credentials | None] = ContextVar(
     "payloadstore_invocation_credentials", default=None
 )

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 LOOPBACK = "127.0.0.1"
-# The emulator verifies presigned URLs against these (s3_emulator.py); the handlers sign with them.
+# The emulator verifies presigned URLs against these (s3_credentials.py, s3_sigv4.py); the
+# handlers sign with them.
 LOCAL_ACCESS_KEY_ID = "local"
 LOCAL_SECRET_ACCESS_KEY = "local-secret"
 
@@ -507,7 +508,7 @@ class MotoServer:
             [
                 sys.executable,
                 "-m",
-                "payloadstore.devstack.s3_emulator",
+                "payloadstore_devstack.s3_emulator",
                 "-H",
                 LOOPBACK,
                 "-p",
@@ -625,12 +626,12 @@ def create_payload_bucket(s3, bucket: str) -> None:
 
 
 def _main(argv: list[str]) -> int:
-    """`python -m payloadstore.devstack.services find-redis|find-chromium`: the Makefile's
+    """`python -m payloadstore_devstack.services find-redis|find-chromium`: the Makefile's
     checks (each installs Debian's package when missing and root)."""
     finders = {"find-redis": find_redis_server, "find-chromium": find_chromium}
     if len(argv) != 1 or argv[0] not in finders:
         print(
-            "usage: python -m payloadstore.devstack.services find-redis|find-chromium",
+            "usage: python -m payloadstore_devstack.services find-redis|find-chromium",
             file=sys.stderr,
         )
         return 2

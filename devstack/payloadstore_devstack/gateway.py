@@ -34,14 +34,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from payloadstore.devstack.containers import HandlerPool
-from payloadstore.devstack.gateway_auth import (  # noqa: F401 - re-exported
+from payloadstore_devstack.containers import HandlerPool
+from payloadstore_devstack.gateway_auth import (  # noqa: F401 - re-exported
     AuthorizerEmulator,
     AuthorizerResult,
     evaluate_policy,
     method_arn,
 )
-from payloadstore.devstack.gateway_events import (  # noqa: F401 - re-exported
+from payloadstore_devstack.gateway_events import (  # noqa: F401 - re-exported
     ACCOUNT_ID,
     API_ID,
     LAMBDA_PAYLOAD_LIMIT_BYTES,
@@ -70,7 +70,7 @@ from payloadstore.devstack.gateway_events import (  # noqa: F401 - re-exported
     too_large,
     unauthorized,
 )
-from payloadstore.devstack.gateway_server import (  # noqa: F401 - re-exported
+from payloadstore_devstack.gateway_server import (  # noqa: F401 - re-exported
     DEFAULT_PORT,
     DRAIN_LIMIT_BYTES,
     GatewayServer,
@@ -290,8 +290,8 @@ class LocalGateway:
             log_group_name=f"/aws/lambda/{function_name}",
         )
         outcome: dict[str, Any] = {}
-        from payloadstore.devstack.s3_emulator import function_credentials
         from payloadstore_controlplane.store.sigv4 import invocation_running_as
+        from payloadstore_devstack.s3_credentials import function_credentials
 
         # Each function signs with its own local keys, which the S3 emulator maps to that
         # function's grants (the CDK role's): a handler can do locally only what it could on AWS.
@@ -445,7 +445,7 @@ class GatewayProcess:
     def start(self, timeout_s: float = 30.0) -> GatewayProcess:
         import subprocess
 
-        from payloadstore.devstack.services import (
+        from payloadstore_devstack.services import (
             ServiceError,
             free_port,
             open_private_log,
@@ -457,7 +457,7 @@ class GatewayProcess:
         args = [
             sys.executable,
             "-m",
-            "payloadstore.devstack.gateway",
+            "payloadstore_devstack.gateway",
             "--port",
             str(self.port),
             "--authorizer-cache-s",
@@ -493,7 +493,7 @@ class GatewayProcess:
         return self
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        from payloadstore.devstack.services import terminate
+        from payloadstore_devstack.services import terminate
 
         terminate(self.proc, timeout_s)
         self.proc = None
@@ -540,8 +540,8 @@ def main(argv: list[str] | None = None) -> int:
     gateway = LocalGateway(authorizer_cache_s=args.authorizer_cache_s, timeout_s=args.timeout_s)
     gateway.warm()
     if args.schedules:
-        from payloadstore.devstack.scheduler import Scheduler
         from payloadstore_controlplane.routes import SCHEDULES
+        from payloadstore_devstack.scheduler import Scheduler
 
         names = set(args.schedules.split(","))
         Scheduler(

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from payloadstore.devstack.gateway import (
+from payloadstore_devstack.gateway import (
     DEFAULT_PORT,
     LocalGateway,
     PortInUseError,
@@ -37,8 +37,8 @@ from payloadstore.devstack.gateway import (
     ensure_functions_on_path,
     serve_in_thread,
 )
-from payloadstore.devstack.s3_emulator import LOCAL_KMS_KEY_ARN
-from payloadstore.devstack.services import (
+from payloadstore_devstack.s3_kms import LOCAL_KMS_KEY_ARN
+from payloadstore_devstack.services import (
     BLOB_PREFIX,
     LOOPBACK,
     PAYLOAD_EXPIRATION_DAYS,
@@ -107,7 +107,7 @@ def handler_env(
 def mint_tokens(ssm: Any, token_path: str, namespaces=NAMESPACES) -> dict[str, dict[str, str]]:
     """A client and a daemon token per namespace: {ns: {client_token, daemon_token}}."""
     ensure_functions_on_path()
-    from payloadstore.devstack.tokens import TokenStore
+    from payloadstore_devstack.tokens import TokenStore
 
     store = TokenStore(ssm, token_path)
     return {ns: {f"{role}_token": store.mint(ns, role)[0] for role in ROLES} for ns in namespaces}
@@ -116,7 +116,7 @@ def mint_tokens(ssm: Any, token_path: str, namespaces=NAMESPACES) -> dict[str, d
 def register_tokens(ssm: Any, token_path: str, tokens: dict[str, dict[str, str]]) -> None:
     """Put known plain tokens back into a fresh token store (same layout TokenStore.mint writes)."""
     ensure_functions_on_path()
-    from payloadstore.devstack.tokens import hash_token
+    from payloadstore_devstack.tokens import hash_token
 
     for ns, pair in tokens.items():
         for role in ROLES:
@@ -359,7 +359,7 @@ class DevStack:
             failed = handler_class.gateway.warm()
             if failed:
                 log.warning("some handlers could not be imported groups=%s", ",".join(failed))
-            from payloadstore.devstack.scheduler import Scheduler
+            from payloadstore_devstack.scheduler import Scheduler
 
             self.scheduler = Scheduler(self.region, period_scale=self.schedule_scale).start()
             self.write_state_file()

@@ -9,7 +9,7 @@ import time
 import uuid
 from typing import Any
 
-log = logging.getLogger("payloadstore.devstack")
+log = logging.getLogger("payloadstore_devstack")
 
 
 def scheduled_event(function: str, region: str) -> dict:
@@ -43,7 +43,7 @@ class Scheduler:
         self.last_result: dict[str, Any] = {}
 
     def run_once(self, function: str) -> Any:
-        from payloadstore.devstack.gateway_events import LocalLambdaContext, import_handler
+        from payloadstore_devstack.gateway_events import LocalLambdaContext, import_handler
 
         handler = import_handler(self._functions[function])
         context = LocalLambdaContext(

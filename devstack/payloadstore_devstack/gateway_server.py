@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from payloadstore.devstack.gateway_events import IncomingRequest, gateway_response, too_large
+from payloadstore_devstack.gateway_events import IncomingRequest, gateway_response, too_large
 
 log = logging.getLogger("devstack.gateway")
 

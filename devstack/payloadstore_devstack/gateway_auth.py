@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from payloadstore.devstack.gateway_events import (
+from payloadstore_devstack.gateway_events import (
     ACCOUNT_ID,
     API_ID,
     STAGE,

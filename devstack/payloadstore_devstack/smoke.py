@@ -16,7 +16,7 @@ each line is a path a real job takes, checked against real S3.
 | retry | an S3 job whose function failed is retried (its args read from S3 again) and succeeds |
 | tampered upload | a presigned PUT of bytes other than those signed is refused by S3, and enqueueing that reference is refused (409 `not_uploaded`) |
 
-    python -m payloadstore.devstack.smoke [--endpoint URL --token T --daemon-token D]
+    python -m payloadstore_devstack.smoke [--endpoint URL --token T --daemon-token D]
         [--namespace dev] [--only inline,retry,...]
 
 Without --endpoint it uses the stack `make dev` runs, or starts one of its own (as `make demo`).
@@ -39,7 +39,7 @@ from typing import Any, Self
 
 import httpx
 
-from payloadstore.devstack.demo import (
+from payloadstore_devstack.demo import (
     INVERT,
     ByteCounter,
     CountingTransport,

@@ -216,7 +216,7 @@ def _running_stack(state_file: Path) -> dict | None:
 
 
 class TemporaryStack:
-    """`python -m payloadstore.devstack` in a temporary state dir on a free port: the handlers'
+    """`python -m payloadstore_devstack` in a temporary state dir on a free port: the handlers'
     own output goes to its log file, not into the demo's figures."""
 
     def __init__(self) -> None:
@@ -226,7 +226,7 @@ class TemporaryStack:
         self.state: dict = {}
 
     def start(self, timeout_s: float = 90.0) -> TemporaryStack:
-        from payloadstore.devstack.services import free_port
+        from payloadstore_devstack.services import free_port
 
         env = {
             **os.environ,
@@ -236,7 +236,7 @@ class TemporaryStack:
         }
         log = open(self.dir / "devstack.log", "ab")  # noqa: SIM115 - the child writes it until stop()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "payloadstore.devstack"],
+            [sys.executable, "-m", "payloadstore_devstack"],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
