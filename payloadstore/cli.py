@@ -22,16 +22,16 @@ from typing import Any
 import click
 
 from ._blobs import Blob
-from ._payloads import write_into
-from .client import (
+from ._client_core import (
     DEFAULT_NAMESPACE,
     ENV_ENDPOINT,
     ENV_NAMESPACE,
     ENV_TOKEN,
-    Client,
     find_devstack_file,
     read_devstack,
 )
+from ._payloads import write_into
+from .client import Client
 from .codec import CodecError
 from .errors import ConfigError, JobFailed, PayloadStoreError
 

@@ -89,8 +89,8 @@ class Call(Generic[T]):
 
 
 # Calls in a row whose next depends on the last answer (e.g. every page of a list): a generator
-# that yields each `Call`, is sent its answer, and returns the whole answer. A transport runs
-# it as it runs one call.
+# that yields each `Call`, is sent its answer (or thrown its typed error), and returns the
+# whole answer. A transport runs it as it runs one call.
 Conversation = Generator[Call[Any], Any, T]
 
 

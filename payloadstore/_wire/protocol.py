@@ -7,7 +7,8 @@ requests and sleeps the pauses these steps ask for; everything else is decided h
   retry, and returns the parsed answer or raises the typed error (`Call.errors`, `error_for`).
 - `Exchange`: a conversation (one call, or several in a row such as every page of a list) with
   each call's attempts, stepped by a transport: `reply(None)` first, then `reply(what came)`
-  for each step, until `Done`.
+  for each step, until `Done`. A call's answer is sent into the conversation, its typed error
+  thrown into it where it yielded the call.
 - `Route`: a route's method, written once (`_wire.routes.Routes`) for both transports: on a
   `SyncTransport` it answers; on an `AsyncTransport` it is a coroutine function with the same
   arguments (the route builder's, namespace aside).
@@ -25,6 +26,7 @@ from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar, overload
 import httpx
 
 from .._http import RetryPolicy, retry_delay
+from ..errors import PayloadStoreError
 from .parse import (
     Call,
     Conversation,
@@ -169,12 +171,18 @@ class Exchange(Generic[T]):
         attempts: Callable[[Call[Any]], Generator[Step, Reply, Any]],
     ) -> Generator[Step, Reply, T]:
         answer: Any = None
+        error: PayloadStoreError | None = None
         while True:
             try:
-                call = conversation.send(answer)
+                call = conversation.send(answer) if error is None else conversation.throw(error)
             except StopIteration as done:
                 return done.value
-            answer = yield from attempts(call)
+            try:
+                answer, error = (yield from attempts(call)), None
+            except PayloadStoreError as e:
+                # The conversation gets a call's typed error where it yielded the call: it may
+                # handle it (e.g. keep a config read before) or let it through.
+                answer, error = None, e
 
     def reply(self, reply: Reply) -> Step | Done[T]:
         """The next step, given what the last one brought (None to begin and after a pause)."""
