@@ -6,13 +6,11 @@ decided without I/O (`_wire.protocol`, `_wire.calls`, `_wire.parse`)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import httpx
 
-from ._http import RetryPolicy
-from ._wire.parse import CONNECT_TIMEOUT_S, Call, Conversation
+from ._wire.parse import Call, Conversation
 from ._wire.protocol import AsyncTransport, Done, Pause, Request, one
 from ._wire.routes import Routes
 
@@ -23,23 +21,13 @@ class AsyncWire(Routes, AsyncTransport):
     """The control plane for one namespace and one token, over `httpx.AsyncClient`: the same
     route methods as `Wire`, awaited."""
 
-    def __init__(
-        self,
-        endpoint: str,
-        token: str,
-        namespace: str,
-        *,
-        http: httpx.AsyncClient | None = None,
-        retry: RetryPolicy | None = None,
-        timeout_s: float = 30.0,
-        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
-    ):
-        super().__init__(endpoint, token, namespace, retry)
-        self._owns_http = http is None
-        self.http = http or httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S)
-        )
-        self._sleep = sleep
+    @staticmethod
+    def _new_http(timeout: httpx.Timeout) -> httpx.AsyncClient:
+        return httpx.AsyncClient(timeout=timeout)
+
+    @staticmethod
+    async def _default_sleep(seconds: float) -> None:
+        await asyncio.sleep(seconds)
 
     async def aclose(self) -> None:
         if self._owns_http:

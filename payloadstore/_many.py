@@ -204,13 +204,21 @@ class MapRun:
     The clients do the I/O: blob sends, uploads, and the batch calls (`enqueue`, a conversation
     their wire runs)."""
 
-    def __init__(self, calls_: Iterable[dict], concurrency: int, config: ServerConfig):
+    def __init__(
+        self,
+        calls_: Iterable[dict],
+        concurrency: int,
+        config: ServerConfig,
+        progress: bool | None,
+    ):
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
         window = max(config.batch_max_jobs, concurrency * 4)
         self._windows = planned_windows(calls_, window, encode_item)
         self.jobs: list[Any] = []
         self.errors: dict[int, Exception] = {}
+        #: the uploads' progress bars (on, off, or None: on for large ones when a terminal shows)
+        self.progress = progress
 
     def windows(self) -> Iterator[list[Planned]]:
         for planned in self._windows:

@@ -30,29 +30,15 @@ from typing import Any, Self
 
 import httpx
 
+from . import _client_core as core
 from ._async_wire import AsyncWire
 from ._blobs import Blob, BlobStore
 from ._client_core import (
     DEFAULT_MAP_CONCURRENCY,
     DEFAULT_NAMESPACE,
-    INLINE_REFUSALS,
-    RESULT_WAIT_SLICE_S,
-    Budget,
-    ConfigCache,
     DoneAndPending,
     JobHandle,
-    Waiting,
-    checked_settings,
-    devstack_settings,
-    encoded_call,
-    enqueue_unconfirmed,
-    env_namespace,
-    env_settings,
     job_error,
-    page_shown,
-    purge_all,
-    result_polls,
-    settings_from_env,
 )
 from ._http import RetryPolicy
 from ._many import ALL_COMPLETED, MapRun, Planned, Watch
@@ -126,7 +112,7 @@ class AsyncClient:
         progress: bool | None = None,
         timeout_s: float = 30.0,
     ):
-        checked_settings(endpoint, token, namespace)
+        core.checked_settings(endpoint, token, namespace)
         self.namespace = namespace
         self.retry = retry or RetryPolicy()
         self.progress = progress
@@ -135,7 +121,7 @@ class AsyncClient:
         )
         self._owns_s3 = s3_http is None
         self.s3_http = s3_http or httpx.Client(timeout=httpx.Timeout(300.0, connect=10.0))
-        self._configs = ConfigCache()
+        self._configs = core.ConfigCache()
         self._config_lock = asyncio.Lock()
         self.wire.on_limit_refused = self.config_is_stale
         self._payloads: Payloads | None = None
@@ -145,7 +131,8 @@ class AsyncClient:
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **kwargs: Any) -> AsyncClient:
-        return cls(*env_settings(environ), **kwargs)
+        """As `Client.from_env`."""
+        return cls(*core.env_settings(environ), **kwargs)
 
     @classmethod
     def from_devstack(
@@ -157,14 +144,14 @@ class AsyncClient:
         **kwargs: Any,
     ) -> AsyncClient:
         """As `Client.from_devstack`."""
-        return cls(*devstack_settings(path, namespace, role), **kwargs)
+        return cls(*core.devstack_settings(path, namespace, role), **kwargs)
 
     @classmethod
     def from_env_or_devstack(cls, *, role: str = "client", **kwargs: Any) -> AsyncClient:
         return (
             cls.from_env(**kwargs)
-            if settings_from_env()
-            else cls.from_devstack(namespace=env_namespace(), role=role, **kwargs)
+            if core.settings_from_env()
+            else cls.from_devstack(namespace=core.env_namespace(), role=role, **kwargs)
         )
 
     async def aclose(self) -> None:
@@ -278,7 +265,7 @@ class AsyncClient:
         return_when: str = ALL_COMPLETED,
     ) -> DoneAndPending:
         """As `Client.wait`."""
-        waiting = Waiting(jobs, return_when)
+        waiting = core.Waiting(jobs, return_when)
         with contextlib.suppress(WaitTimeout):
             async for job in self.as_completed(waiting.jobs, timeout):
                 if waiting.finished(job):
@@ -287,6 +274,8 @@ class AsyncClient:
 
 
 class AsyncQueue:
+    """`Queue` for asyncio: the same calls, awaited."""
+
     def __init__(self, client: AsyncClient, name: str):
         self.client = client
         self.name = name
@@ -301,7 +290,7 @@ class AsyncQueue:
         wire = self.client.wire
         while True:
             page = await wire.list_jobs(self.name, state=state, limit=limit, cursor=cursor)
-            if page_shown(page):
+            if core.page_shown(page):
                 yield page
             if page.next_cursor is None:
                 return
@@ -317,7 +306,7 @@ class AsyncQueue:
 
     async def purge(self) -> PurgeAnswer:
         """As `Queue.purge`."""
-        return await self.client.wire.run(purge_all(self.client.namespace, self.name))
+        return await self.client.wire.run(core.purge_all(self.client.namespace, self.name))
 
     async def stats(self) -> QueueInfo:
         return await self.client.wire.queue_stats(self.name)
@@ -333,9 +322,9 @@ class AsyncQueue:
     async def call(self, *args: Any, timeout: float | None = None, **kwargs: Any) -> Any:
         """As `Queue.call`: the function's value, in one call for a job that ends within the
         control plane's long-poll."""
-        budget = Budget(timeout)
-        wait = budget.enqueue_wait(RESULT_WAIT_SLICE_S)
-        job = await self._submit_encoded(encoded_call(args, kwargs), None, None, wait)
+        budget = core.Budget(timeout)
+        wait = budget.enqueue_wait(core.RESULT_WAIT_SLICE_S)
+        job = await self._submit_encoded(core.encoded_call(args, kwargs), None, None, wait)
         try:
             return await job.result(timeout=budget.left())
         except ResultTimeout as e:
@@ -351,8 +340,8 @@ class AsyncQueue:
         wait: float | None = None,
     ) -> AsyncJob:
         """As `Queue.submit`: only a job the control plane confirmed as queued is returned."""
-        budget = Budget(wait)
-        encoded = encoded_call(args, kwargs)
+        budget = core.Budget(wait)
+        encoded = core.encoded_call(args, kwargs)
         job = await self._submit_encoded(
             encoded, progress, idempotency_key, budget.enqueue_wait(None)
         )
@@ -381,11 +370,11 @@ class AsyncQueue:
                         self.name, encoded.tobytes(), idempotency_key=key, blobs=blobs, wait_s=wait
                     ),
                 )
-            except INLINE_REFUSALS:
+            except core.INLINE_REFUSALS:
                 # (413: INLINE_THRESHOLD was lowered since the config was read; read again.)
                 enqueued = await self._enqueue_through_s3(encoded, progress, blobs, wait)
             except ServiceUnavailable as e:
-                raise enqueue_unconfirmed(self.name, e, idempotency_key=key) from e
+                raise core.enqueue_unconfirmed(self.name, e, idempotency_key=key) from e
         else:
             if size > config.max_payload_bytes:
                 await client.config(refresh=True)  # a cap raised since: not refused on the old one
@@ -421,7 +410,7 @@ class AsyncQueue:
                 lambda: self.client.wire.enqueue_ref(self.name, ref, blobs=blobs, wait_s=wait),
             )
         except ServiceUnavailable as e:
-            raise enqueue_unconfirmed(self.name, e, job_id=job_id) from e
+            raise core.enqueue_unconfirmed(self.name, e, job_id=job_id) from e
 
     async def map(
         self,
@@ -447,11 +436,11 @@ class AsyncQueue:
     async def _map(
         self, calls: Iterable[dict], concurrency: int, progress: bool | None
     ) -> list[AsyncJob]:
-        run = MapRun(calls, concurrency, await self.client.config())
+        run = MapRun(calls, concurrency, await self.client.config(), progress)
         limit = asyncio.Semaphore(concurrency)
         for planned in run.windows():
-            await self._prepare(planned, limit, run, progress, force_s3=False)
-            await self._enqueue_planned(planned, limit, run, progress)
+            await self._prepare(planned, limit, run, force_s3=False)
+            await self._enqueue_planned(planned, limit, run)
         return run.result(self.name)
 
     async def _prepare(
@@ -459,7 +448,6 @@ class AsyncQueue:
         planned: list[Planned],
         limit: asyncio.Semaphore,
         run: MapRun,
-        progress: bool | None,
         *,
         force_s3: bool,
     ) -> None:
@@ -468,6 +456,7 @@ class AsyncQueue:
             # A cap raised since the config was read: not refused on the old one.
             config = await self.client.config(refresh=True)
         payloads = await self.client.payloads()
+        progress = run.progress
 
         async def upload(p: Planned, blobs: tuple[str, ...]) -> None:
             async with limit:
@@ -498,7 +487,6 @@ class AsyncQueue:
         planned: list[Planned],
         limit: asyncio.Semaphore,
         run: MapRun,
-        progress: bool | None,
         *,
         rerouted: bool = False,
         resent: bool = False,
@@ -516,17 +504,16 @@ class AsyncQueue:
             )
         )
         if reroute:
-            await self._prepare(reroute, limit, run, progress, force_s3=True)
-            await self._enqueue_planned(reroute, limit, run, progress, rerouted=True)
+            await self._prepare(reroute, limit, run, force_s3=True)
+            await self._enqueue_planned(reroute, limit, run, rerouted=True)
         if resend:
-            await self._resend(resend, limit, run, progress, rerouted=rerouted)
+            await self._resend(resend, limit, run, rerouted=rerouted)
 
     async def _resend(
         self,
         planned: list[Planned],
         limit: asyncio.Semaphore,
         run: MapRun,
-        progress: bool | None,
         *,
         rerouted: bool,
     ) -> None:
@@ -540,7 +527,7 @@ class AsyncQueue:
                 run.failed(p, e)
                 continue
             again.append(p)
-        await self._enqueue_planned(again, limit, run, progress, rerouted=rerouted, resent=True)
+        await self._enqueue_planned(again, limit, run, rerouted=rerouted, resent=True)
 
 
 class AsyncJob(JobHandle):
@@ -571,7 +558,7 @@ class AsyncJob(JobHandle):
         result already known is not asked for again)."""
         if self._answer is not None:
             return self._answer
-        polls = result_polls(self.client.namespace, self.job_id, timeout)
+        polls = core.result_polls(self.client.namespace, self.job_id, timeout)
         return await self.client.wire.run(polls)
 
     async def result_into(

@@ -21,30 +21,16 @@ from typing import Any, Self
 
 import httpx
 
+from . import _client_core as core
 from ._blobs import Blob, BlobStore
 from ._client_core import (
     DEFAULT_MAP_CONCURRENCY,
     DEFAULT_NAMESPACE,
-    INLINE_REFUSALS,
-    RESULT_WAIT_SLICE_S,
-    Budget,
-    ConfigCache,
     DoneAndPending,
     JobHandle,
-    Waiting,
-    checked_settings,
-    devstack_settings,
-    encoded_call,
-    enqueue_unconfirmed,
-    env_namespace,
-    env_settings,
     find_devstack_file,
     job_error,
-    page_shown,
-    purge_all,
     read_devstack,
-    result_polls,
-    settings_from_env,
 )
 from ._http import RetryPolicy
 from ._many import ALL_COMPLETED, FIRST_COMPLETED, MapRun, Planned, Watch
@@ -120,7 +106,7 @@ class Client:
         timeout_s: float = 30.0,
         sleep: Callable[[float], None] = time.sleep,
     ):
-        checked_settings(endpoint, token, namespace)
+        core.checked_settings(endpoint, token, namespace)
         self.namespace = namespace
         self.retry = retry or RetryPolicy()
         self.progress = progress
@@ -152,7 +138,7 @@ class Client:
         self.blobs = BlobStore(
             self.wire, self.s3_http, retry=self.retry, sleep=sleep, config=lambda: self.config
         )
-        self._configs = ConfigCache()
+        self._configs = core.ConfigCache()
         self._config_lock = threading.Lock()
         self.wire.on_limit_refused = self.config_is_stale
 
@@ -160,7 +146,9 @@ class Client:
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **kwargs: Any) -> Client:
-        return cls(*env_settings(environ), **kwargs)
+        """A client from $PAYLOADSTORE_ENDPOINT, $PAYLOADSTORE_TOKEN and $PAYLOADSTORE_NAMESPACE
+        (default `dev`), or from `environ` when given."""
+        return cls(*core.env_settings(environ), **kwargs)
 
     @classmethod
     def from_devstack(
@@ -172,14 +160,14 @@ class Client:
         **kwargs: Any,
     ) -> Client:
         """A client of the local stack, from the `.devstack.json` that `make dev` writes."""
-        return cls(*devstack_settings(path, namespace, role), **kwargs)
+        return cls(*core.devstack_settings(path, namespace, role), **kwargs)
 
     @classmethod
     def from_env_or_devstack(cls, *, role: str = "client", **kwargs: Any) -> Client:
         """Environment variables when set, else the local stack's file."""
-        if settings_from_env():
+        if core.settings_from_env():
             return cls.from_env(**kwargs)
-        return cls.from_devstack(namespace=env_namespace(), role=role, **kwargs)
+        return cls.from_devstack(namespace=core.env_namespace(), role=role, **kwargs)
 
     @property
     def api(self) -> Wire:
@@ -265,7 +253,7 @@ class Client:
     ) -> DoneAndPending:
         """Block until all jobs (or the first, FIRST_COMPLETED) finish or `timeout` passes;
         answer (done, not_done) as `concurrent.futures.wait` does. Never raises for a timeout."""
-        waiting = Waiting(jobs, return_when)
+        waiting = core.Waiting(jobs, return_when)
         with contextlib.suppress(WaitTimeout):
             for job in self.as_completed(waiting.jobs, timeout):
                 if waiting.finished(job):
@@ -274,6 +262,9 @@ class Client:
 
 
 class Queue:
+    """A queue of the namespace: enqueue calls of its daemons' function, read its jobs and
+    stats, redrive or purge it."""
+
     def __init__(self, client: Client, name: str):
         self.client = client
         self.name = name
@@ -301,7 +292,7 @@ class Queue:
         wire = self.client.wire
         while True:
             page = wire.list_jobs(self.name, state=state, limit=limit, cursor=cursor)
-            if page_shown(page):
+            if core.page_shown(page):
                 yield page
             if page.next_cursor is None:
                 return
@@ -320,7 +311,7 @@ class Queue:
     def purge(self) -> PurgeAnswer:
         """Cancel every queued job of the queue (running ones are left alone); calls again
         while the control plane says some remain and the last call cancelled any."""
-        return self.client.wire.run(purge_all(self.client.namespace, self.name))
+        return self.client.wire.run(core.purge_all(self.client.namespace, self.name))
 
     def map(
         self,
@@ -353,11 +344,11 @@ class Queue:
         return self._map(calls, concurrency, progress)
 
     def _map(self, calls: Iterable[dict], concurrency: int, progress: bool | None) -> list[Job]:
-        run = MapRun(calls, concurrency, self.client.config)
+        run = MapRun(calls, concurrency, self.client.config, progress)
         with ThreadPoolExecutor(concurrency, thread_name_prefix="payloadstore-map") as pool:
             for planned in run.windows():
-                self._prepare(planned, pool, run, progress, force_s3=False)
-                self._enqueue_planned(planned, pool, run, progress)
+                self._prepare(planned, pool, run, force_s3=False)
+                self._enqueue_planned(planned, pool, run)
         return run.result(self.name)
 
     def _prepare(
@@ -365,7 +356,6 @@ class Queue:
         planned: list[Planned],
         pool: ThreadPoolExecutor,
         run: MapRun,
-        progress: bool | None,
         *,
         force_s3: bool,
     ) -> None:
@@ -384,7 +374,10 @@ class Queue:
                 continue
             if p.index not in run.errors:
                 store = client.payloads.store
-                uploads[p.index] = (pool.submit(store, p.encoded, "args", progress=progress), blobs)
+                uploads[p.index] = (
+                    pool.submit(store, p.encoded, "args", progress=run.progress),
+                    blobs,
+                )
         for p in planned:
             if p.index not in uploads:
                 continue
@@ -399,7 +392,6 @@ class Queue:
         planned: list[Planned],
         pool: ThreadPoolExecutor,
         run: MapRun,
-        progress: bool | None,
         *,
         rerouted: bool = False,
         resent: bool = False,
@@ -412,8 +404,8 @@ class Queue:
         reroute, resend = client.wire.run(conversation)
         if reroute:
             # Redis is above its high-water mark: these bytes go through S3 instead.
-            self._prepare(reroute, pool, run, progress, force_s3=True)
-            self._enqueue_planned(reroute, pool, run, progress, rerouted=True)
+            self._prepare(reroute, pool, run, force_s3=True)
+            self._enqueue_planned(reroute, pool, run, rerouted=True)
         if resend:
             # A blob the namespace let go since this process sent it: check or upload it again
             # from its source, then send those items once more.
@@ -425,7 +417,7 @@ class Queue:
                     run.failed(p, e)
                     continue
                 again.append(p)
-            self._enqueue_planned(again, pool, run, progress, rerouted=rerouted, resent=True)
+            self._enqueue_planned(again, pool, run, rerouted=rerouted, resent=True)
 
     def add(self, *args: Any, wait: float | None = None, **kwargs: Any) -> Job:
         """Enqueue a call of the daemon's function with these arguments.
@@ -442,9 +434,9 @@ class Queue:
         ...). A job that ends within the control plane's long-poll (~20 s) costs one call: the
         enqueue answers its result. `timeout` is taken by `call` itself (a function keyword
         argument of that name goes through `submit(args, kwargs)` and `job.result()`)."""
-        budget = Budget(timeout)
+        budget = core.Budget(timeout)
         job = self.submit_encoded(
-            encoded_call(args, kwargs), wait=budget.enqueue_wait(RESULT_WAIT_SLICE_S)
+            core.encoded_call(args, kwargs), wait=budget.enqueue_wait(core.RESULT_WAIT_SLICE_S)
         )
         try:
             return job.result(timeout=budget.left())
@@ -467,9 +459,9 @@ class Queue:
         Returns only a job the control plane confirmed as queued; raises EnqueueUnconfirmed
         (a ServiceUnavailable) when it could not get that confirmation through every retry.
         """
-        budget = Budget(wait)
+        budget = core.Budget(wait)
         job = self.submit_encoded(
-            encoded_call(args, kwargs),
+            core.encoded_call(args, kwargs),
             progress=progress,
             idempotency_key=idempotency_key,
             wait=budget.enqueue_wait(None),
@@ -513,7 +505,7 @@ class Queue:
                     ),
                     idempotency_key=key,
                 )
-            except INLINE_REFUSALS as e:
+            except core.INLINE_REFUSALS as e:
                 # Redis is above its high-water mark (or the namespace keeps nothing inline): the same bytes go through S3 instead.
                 # (413: INLINE_THRESHOLD was lowered since the config was read; read again.)
                 log.info(
@@ -574,7 +566,7 @@ class Queue:
         except ServiceUnavailable as e:
             # Presign or upload refused (e.g. 503 redis_memory_full past the hard mark): no job
             # was made, and `submit` says so with the same typed error as an unanswered enqueue.
-            raise enqueue_unconfirmed(self.name, e, idempotency_key=idempotency_key) from e
+            raise core.enqueue_unconfirmed(self.name, e, idempotency_key=idempotency_key) from e
         # The upload is done once; enqueueing the same issued key again is idempotent on the
         # server, so the wire's retries never re-upload.
         return self._confirm(
@@ -600,7 +592,7 @@ class Queue:
         except InlineUnavailable:
             raise
         except ServiceUnavailable as e:
-            raise enqueue_unconfirmed(
+            raise core.enqueue_unconfirmed(
                 self.name, e, idempotency_key=idempotency_key, job_id=job_id
             ) from e
 
@@ -675,22 +667,18 @@ class Job(JobHandle):
         for again."""
         if self._answer is not None:
             return self._answer
-        return self.client.wire.run(result_polls(self.client.namespace, self.job_id, timeout))
+        return self.client.wire.run(core.result_polls(self.client.namespace, self.job_id, timeout))
 
     def _bytes_into(self, answer: ResultAnswer, into: Any, *, progress: bool | None) -> int:
         if answer.result_inline is not None:
             write_into(into, answer.result_inline)
             return len(answer.result_inline)
-        if answer.result_ref is not None:
-            self.client.payloads.fetch(
-                answer.result_ref,
-                job_id=self.job_id,
-                progress=progress,
-                grant=answer.download,
-                into=into,
-            )
-            return int(answer.result_ref.size or 0)
-        raise job_error(self.job_id, answer.state, answer.error)
+        ref = answer.result_ref
+        if ref is None:
+            raise job_error(self.job_id, answer.state, answer.error)
+        fetch = self.client.payloads.fetch
+        fetch(ref, job_id=self.job_id, progress=progress, grant=answer.download, into=into)
+        return int(ref.size or 0)
 
     def _value_from(self, answer: ResultAnswer, *, progress: bool | None, copy: bool) -> Any:
         store = self.client.blobs

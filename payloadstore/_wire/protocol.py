@@ -28,6 +28,7 @@ import httpx
 from .._http import RetryPolicy, retry_delay
 from ..errors import PayloadStoreError
 from .parse import (
+    CONNECT_TIMEOUT_S,
     Call,
     Conversation,
     http_kwargs,
@@ -41,6 +42,7 @@ log = logging.getLogger("payloadstore")
 
 T = TypeVar("T")
 P = ParamSpec("P")
+H = TypeVar("H", httpx.Client, httpx.AsyncClient)
 
 
 @dataclass(frozen=True)
@@ -119,17 +121,40 @@ def one(call: Call[T]) -> Conversation[T]:
     return (yield call)
 
 
-class Transport:
+class Transport(Generic[H]):
     """What both transports hold: the control plane's address, the token, the namespace of
-    every route, the retry policy, and whom to tell when the control plane refuses on a limit."""
+    every route, the retry policy, the HTTP client `H` and the sleep, and whom to tell when the
+    control plane refuses on a limit. A transport class says how to make its HTTP client
+    (`_new_http`) and how it sleeps by default (`_default_sleep`)."""
 
-    def __init__(self, endpoint: str, token: str, namespace: str, retry: RetryPolicy | None):
+    def __init__(
+        self,
+        endpoint: str,
+        token: str,
+        namespace: str,
+        *,
+        http: H | None = None,
+        retry: RetryPolicy | None = None,
+        timeout_s: float = 30.0,
+        sleep: Callable[[float], Any] | None = None,
+    ):
         self.endpoint = endpoint.rstrip("/")
         self.namespace = namespace
         self._token = token
         self.retry = retry or RetryPolicy()
+        self._owns_http = http is None
+        self.http: H = http or self._new_http(httpx.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S))
+        self._sleep = sleep or self._default_sleep
         #: called when the control plane refuses on a limit (the client's config is stale then)
         self.on_limit_refused: Callable[[], None] | None = None
+
+    @staticmethod
+    def _new_http(timeout: httpx.Timeout) -> H:
+        raise NotImplementedError
+
+    @staticmethod
+    def _default_sleep(seconds: float) -> Any:
+        raise NotImplementedError
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(endpoint={self.endpoint!r}, namespace={self.namespace!r})"
@@ -145,12 +170,12 @@ class Transport:
             self.on_limit_refused()
 
 
-class SyncTransport(Transport):
+class SyncTransport(Transport[httpx.Client]):
     def run(self, conversation: Conversation[T]) -> T:
         raise NotImplementedError
 
 
-class AsyncTransport(Transport):
+class AsyncTransport(Transport[httpx.AsyncClient]):
     async def run(self, conversation: Conversation[T]) -> T:
         raise NotImplementedError
 

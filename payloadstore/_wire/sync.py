@@ -5,13 +5,11 @@ the errors are decided without I/O (`_wire.protocol`, `_wire.calls`, `_wire.pars
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import TypeVar
 
 import httpx
 
-from .._http import RetryPolicy
-from .parse import CONNECT_TIMEOUT_S, Call, Conversation
+from .parse import Call, Conversation
 from .protocol import Done, Pause, Request, SyncTransport, one
 from .routes import Routes
 
@@ -25,23 +23,13 @@ class Wire(Routes, SyncTransport):
     (`payloadstore.errors`).
     """
 
-    def __init__(
-        self,
-        endpoint: str,
-        token: str,
-        namespace: str,
-        *,
-        http: httpx.Client | None = None,
-        retry: RetryPolicy | None = None,
-        timeout_s: float = 30.0,
-        sleep: Callable[[float], None] = time.sleep,
-    ):
-        super().__init__(endpoint, token, namespace, retry)
-        self._owns_http = http is None
-        self.http = http or httpx.Client(
-            timeout=httpx.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S)
-        )
-        self._sleep = sleep
+    @staticmethod
+    def _new_http(timeout: httpx.Timeout) -> httpx.Client:
+        return httpx.Client(timeout=timeout)
+
+    @staticmethod
+    def _default_sleep(seconds: float) -> None:
+        time.sleep(seconds)
 
     def close(self) -> None:
         if self._owns_http:
