@@ -12,7 +12,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -221,6 +221,16 @@ def page_shown(page: Any) -> bool:
 def encoded_call(args: tuple | list, kwargs: dict | None) -> Any:
     """A job's payload: its call, encoded once."""
     return codec.encode({"args": list(args), "kwargs": dict(kwargs or {})}, call=True)
+
+
+def item_calls(items: Iterable[Any]) -> Iterator[dict]:
+    """`map`'s calls: each item is the function's one argument."""
+    return ({"args": [item], "kwargs": {}} for item in items)
+
+
+def args_calls(items: Iterable[tuple | list]) -> Iterator[dict]:
+    """`starmap`'s calls: each item is the function's arguments (`fn(*item)`)."""
+    return ({"args": list(args), "kwargs": {}} for args in items)
 
 
 class Budget:

@@ -14,7 +14,10 @@ Control-plane calls go over `httpx.AsyncClient` through the same wire layer as t
 sha256 verification, re-presign on expiry, retries, progress bars), run in a worker thread:
 hashing and copying 100 MiB would hold the event loop for tens of milliseconds, and a second,
 async copy of that code would drift. Its presign calls hop back onto the event loop.
-Encoding (the codec), tiering and the batch planning of `map` are shared with `Client` too.
+What the two clients decide is written once, without I/O (`payloadstore._client_core`,
+`_many.MapRun`): settings, the config cache, the result long-poll, `wait=`/`timeout=`, map's
+planning and batch answers. Calls that only talk to the control plane are conversations the
+wire runs (`await self.wire.run(...)`); this module keeps the awaits and the worker threads.
 """
 
 from __future__ import annotations
@@ -420,8 +423,7 @@ class AsyncQueue:
         progress: bool | None = False,
     ) -> list[AsyncJob]:
         """As `Queue.map`: batches of inline items, S3 uploads `concurrency` at a time."""
-        calls = ({"args": [item], "kwargs": {}} for item in iterable)
-        return await self._map(calls, concurrency, progress)
+        return await self._map(core.item_calls(iterable), concurrency, progress)
 
     async def starmap(
         self,
@@ -430,8 +432,8 @@ class AsyncQueue:
         concurrency: int = DEFAULT_MAP_CONCURRENCY,
         progress: bool | None = False,
     ) -> list[AsyncJob]:
-        calls = ({"args": list(args), "kwargs": {}} for args in iterable)
-        return await self._map(calls, concurrency, progress)
+        """As `Queue.starmap`."""
+        return await self._map(core.args_calls(iterable), concurrency, progress)
 
     async def _map(
         self, calls: Iterable[dict], concurrency: int, progress: bool | None

@@ -4,6 +4,9 @@ A job's payload is its call, encoded once: `{"args": [...], "kwargs": {...}}` (s
 the value types). Encoded sizes up to the control plane's `inline_threshold` travel inline as a
 raw msgpack body; larger ones go straight to S3 through a presigned PUT (in parts above its
 `multipart_threshold`) and the job carries only the reference.
+
+What this client decides it shares with `AsyncClient`, written once without I/O
+(`payloadstore._client_core`, `_many.MapRun`); this module keeps the calls and the threads.
 """
 
 from __future__ import annotations
@@ -328,9 +331,7 @@ class Queue:
         Returns the Jobs in input order; raises BatchError (with `.jobs` and `.errors`) when any
         item was refused, after enqueuing all the others.
         """
-        return self._map(
-            ({"args": [item], "kwargs": {}} for item in iterable), concurrency, progress
-        )
+        return self._map(core.item_calls(iterable), concurrency, progress)
 
     def starmap(
         self,
@@ -340,8 +341,7 @@ class Queue:
         progress: bool | None = False,
     ) -> list[Job]:
         """`map` for argument tuples: each item is called as `fn(*item)`."""
-        calls = ({"args": list(args), "kwargs": {}} for args in iterable)
-        return self._map(calls, concurrency, progress)
+        return self._map(core.args_calls(iterable), concurrency, progress)
 
     def _map(self, calls: Iterable[dict], concurrency: int, progress: bool | None) -> list[Job]:
         run = MapRun(calls, concurrency, self.client.config, progress)
