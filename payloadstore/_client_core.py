@@ -24,7 +24,9 @@ from ._wire.parse import Conversation
 from .errors import (
     ApiError,
     AuthError,
+    BlobSourceGone,
     ConfigError,
+    ConflictError,
     EnqueueUnconfirmed,
     InlineNever,
     InlineUnavailable,
@@ -207,6 +209,13 @@ def purge_all(namespace: str, queue: str) -> Conversation[PurgeAnswer]:
         if not answer.remaining or not answer.cancelled:
             break
     return PurgeAnswer(cancelled=cancelled, remaining=answer.remaining)
+
+
+def restore_and_resend(error: ConflictError, blobs: Any) -> bool:
+    """Whether a refused call is sent once more after its blobs are checked or uploaded again
+    from their sources: `409 unknown_blob` (the namespace let a blob go since this process sent
+    it), for a call that named blobs whose sources are still at hand."""
+    return error.code == "unknown_blob" and bool(blobs) and not isinstance(error, BlobSourceGone)
 
 
 def page_shown(page: Any) -> bool:

@@ -60,7 +60,6 @@ from ._wire import (
     Throughput,
 )
 from .errors import (
-    BlobSourceGone,
     ConflictError,
     PayloadStoreError,
     PolicyMismatch,
@@ -223,7 +222,7 @@ class AsyncClient:
         try:
             return await call()
         except ConflictError as e:
-            if e.code != "unknown_blob" or not blobs or isinstance(e, BlobSourceGone):
+            if not core.restore_and_resend(e, blobs):
                 raise
             await asyncio.to_thread(self.blob_store().restore, blobs, e.details.get("blobs"))
         return await call()
