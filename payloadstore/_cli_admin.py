@@ -14,7 +14,7 @@ import click
 
 from ._cli_output import fail
 from ._cli_root import Settings, cli
-from .client import read_devstack
+from ._client_core import read_devstack
 from .errors import ConfigError, PayloadStoreError
 
 ENV_TOKEN_PARAMETER_PATH = "TOKEN_PARAMETER_PATH"

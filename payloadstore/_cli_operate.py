@@ -7,7 +7,7 @@ import click
 
 from ._cli_output import fail
 from ._cli_root import Settings, cli
-from .client import DEFAULT_NAMESPACE
+from ._client_core import DEFAULT_NAMESPACE
 from .errors import PayloadStoreError
 
 

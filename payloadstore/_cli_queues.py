@@ -10,7 +10,8 @@ import click
 
 from ._cli_output import fail
 from ._cli_root import Seconds, Settings, cli
-from .client import DEFAULT_NAMESPACE, Client
+from ._client_core import DEFAULT_NAMESPACE
+from .client import Client
 from .errors import ConfigError, PayloadStoreError
 
 

@@ -13,15 +13,15 @@ from typing import Any
 
 import click
 
-from .client import (
+from ._client_core import (
     DEFAULT_NAMESPACE,
     ENV_ENDPOINT,
     ENV_NAMESPACE,
     ENV_TOKEN,
-    Client,
     find_devstack_file,
     read_devstack,
 )
+from .client import Client
 from .errors import ConfigError
 
 

@@ -6,14 +6,28 @@ iterable into bounded windows and batches, what a refused item becomes, and how 
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from ._wire import CODE_ERRORS, BatchItem, ItemRefused, JobInfo, ServerConfig, status_error
-from .errors import ApiError, BatchError
+from ._wire import (
+    CODE_ERRORS,
+    BatchItem,
+    Enqueued,
+    ItemRefused,
+    JobInfo,
+    PayloadRef,
+    ServerConfig,
+    calls,
+    status_error,
+)
+from ._wire.parse import Conversation
+from .errors import INLINE_REFUSED, ApiError, BatchError, PayloadStoreError, WaitTimeout
+
+log = logging.getLogger("payloadstore")
 
 ALL_COMPLETED = "ALL_COMPLETED"
 FIRST_COMPLETED = "FIRST_COMPLETED"
@@ -140,8 +154,15 @@ class Watch:
         for job in jobs:
             self.pending.setdefault(job.job_id, []).append(job)
         self.started = time.monotonic()
+        self.timeout = timeout
         self.deadline = None if timeout is None else self.started + timeout
         self.chunk = max(1, chunk)
+
+    def check(self) -> None:
+        """WaitTimeout (with the jobs still pending) once `timeout` has run out."""
+        if self.expired():
+            pending = [j for js in self.pending.values() for j in js]
+            raise WaitTimeout(pending, self.timeout or 0.0, time.monotonic() - self.started)
 
     def remaining(self) -> float | None:
         return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
@@ -175,3 +196,102 @@ class Watch:
 
 def refused_as_error(answer: ItemRefused) -> ApiError:
     return item_error(answer, f"job {answer.job_id}")  # type: ignore[return-value]  # every class it picks is an ApiError
+
+
+class MapRun:
+    """One `map`/`starmap`: its items in bounded windows, the jobs in input order (None until
+    enqueued), each refused item's error, and the decisions on each item and each batch answer.
+    The clients do the I/O: blob sends, uploads, and the batch calls (`enqueue`, a conversation
+    their wire runs)."""
+
+    def __init__(
+        self,
+        calls_: Iterable[dict],
+        concurrency: int,
+        config: ServerConfig,
+        progress: bool | None,
+    ):
+        if concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        window = max(config.batch_max_jobs, concurrency * 4)
+        self._windows = planned_windows(calls_, window, encode_item)
+        self.jobs: list[Any] = []
+        self.errors: dict[int, Exception] = {}
+        #: the uploads' progress bars (on, off, or None: on for large ones when a terminal shows)
+        self.progress = progress
+
+    def windows(self) -> Iterator[list[Planned]]:
+        for planned in self._windows:
+            self.jobs.extend([None] * len(planned))
+            yield planned
+
+    def result(self, queue: str) -> list[Any]:
+        """The jobs, in input order; BatchError when any item was refused."""
+        raise_if_refused(self.jobs, self.errors, queue)
+        return self.jobs
+
+    def failed(self, p: Planned, error: Exception) -> None:
+        self.errors[p.index] = error
+
+    def placed_inline(
+        self,
+        p: Planned,
+        blobs: tuple[str, ...],
+        inline_limit: int,
+        check_size: Callable[[int], Any],
+        *,
+        force_s3: bool,
+    ) -> bool:
+        """Give `p` its inline batch item; False when it goes to S3 (to upload) or was refused
+        (its error noted: `p.index in errors`)."""
+        if not force_s3 and p.encoded.nbytes <= inline_limit:
+            p.item = replace(inline_item(p.encoded), blobs=blobs)
+            return True
+        try:
+            check_size(p.encoded.nbytes)
+        except PayloadStoreError as e:
+            self.failed(p, e)
+        return False
+
+    @staticmethod
+    def uploaded(p: Planned, ref: PayloadRef, blobs: tuple[str, ...]) -> None:
+        p.item = BatchItem(ref=ref, blobs=blobs)
+
+    def enqueue(
+        self,
+        namespace: str,
+        queue: str,
+        planned: list[Planned],
+        config: ServerConfig,
+        job: Callable[[Enqueued], Any],
+        *,
+        rerouted: bool,
+        resent: bool,
+    ) -> Conversation[tuple[list[Planned], list[Planned]]]:
+        """Enqueue the planned items that have their item, in batches; the jobs made by
+        `job(answer)`. Returns the items to store through S3 instead (inline refused: Redis
+        above its high-water mark) and those to send again once their blobs are restored (a
+        blob the namespace let go since this process sent it), each once."""
+        reroute: list[Planned] = []
+        resend: list[Planned] = []
+        for batch in split_batches([p for p in planned if p.item], config):
+            # Every one of the batch: only planned items that have their item were split.
+            items = [p.item for p in batch if p.item is not None]
+            try:
+                answers = yield calls.enqueue_batch(namespace, queue, items)
+            except PayloadStoreError as e:
+                for p in batch:
+                    self.failed(p, e)
+                continue
+            for p, answer in zip(batch, answers, strict=False):
+                if isinstance(answer, Enqueued):
+                    self.jobs[p.index] = job(answer)
+                elif answer.code in INLINE_REFUSED and not rerouted:
+                    reroute.append(p)
+                elif answer.code == "unknown_blob" and not resent and p.encoded.blobs:
+                    resend.append(p)
+                else:
+                    self.failed(p, item_error(answer, f"item {p.index} on queue {queue}"))
+        if reroute:
+            log.info("inline refused, storing through S3 queue=%s items=%d", queue, len(reroute))
+        return reroute, resend

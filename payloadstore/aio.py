@@ -14,43 +14,39 @@ Control-plane calls go over `httpx.AsyncClient` through the same wire layer as t
 sha256 verification, re-presign on expiry, retries, progress bars), run in a worker thread:
 hashing and copying 100 MiB would hold the event loop for tens of milliseconds, and a second,
 async copy of that code would drift. Its presign calls hop back onto the event loop.
-Encoding (the codec), tiering and the batch planning of `map` are shared with `Client` too.
+What the two clients decide is written once, without I/O (`payloadstore._client_core`,
+`_many.MapRun`): settings, the config cache, the result long-poll, `wait=`/`timeout=`, map's
+planning and batch answers. Calls that only talk to the control plane are conversations the
+wire runs (`await self.wire.run(...)`); this module keeps the awaits and the worker threads.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterable
-from dataclasses import replace
 from functools import partial
 from typing import Any, Self
 
 import httpx
 
-from . import codec
+from . import _client_core as core
 from ._async_wire import AsyncWire
 from ._blobs import Blob, BlobStore
-from ._http import RetryPolicy
-from ._many import (
-    ALL_COMPLETED,
-    FIRST_COMPLETED,
-    Planned,
-    Watch,
-    encode_item,
-    inline_item,
-    item_error,
-    planned_windows,
-    raise_if_refused,
-    return_when_value,
-    split_batches,
+from ._client_core import (
+    DEFAULT_MAP_CONCURRENCY,
+    DEFAULT_NAMESPACE,
+    DoneAndPending,
+    JobHandle,
+    job_error,
 )
+from ._http import RetryPolicy
+from ._many import ALL_COMPLETED, MapRun, Planned, Watch
 from ._payloads import Payloads, write_into
 from ._wire import (
-    BatchItem,
     Enqueued,
     JobInfo,
     JobPage,
@@ -63,32 +59,9 @@ from ._wire import (
     ServerConfig,
     Throughput,
 )
-from .client import (
-    DEFAULT_MAP_CONCURRENCY,
-    DEFAULT_NAMESPACE,
-    ENV_ENDPOINT,
-    ENV_NAMESPACE,
-    ENV_TOKEN,
-    MAX_PURGE_CALLS,
-    MIN_WAIT_LEFT_S,
-    RESULT_WAIT_SLICE_S,
-    DoneAndPending,
-    JobHandle,
-    config_due,
-    enqueue_unconfirmed,
-    job_error,
-    read_devstack,
-)
 from .errors import (
-    INLINE_REFUSED,
-    AuthError,
-    BlobSourceGone,
-    ConfigError,
     ConflictError,
-    InlineNever,
-    InlineUnavailable,
     PayloadStoreError,
-    PayloadTooLarge,
     PolicyMismatch,
     ResultTimeout,
     ServiceUnavailable,
@@ -141,12 +114,7 @@ class AsyncClient:
         progress: bool | None = None,
         timeout_s: float = 30.0,
     ):
-        if not endpoint:
-            raise ConfigError(f"no control-plane endpoint: pass endpoint= or set {ENV_ENDPOINT}")
-        if not token:
-            raise ConfigError(f"no token: pass token= or set {ENV_TOKEN}")
-        if not namespace:
-            raise ConfigError(f"no namespace: pass namespace= or set {ENV_NAMESPACE}")
+        core.checked_settings(endpoint, token, namespace)
         self.namespace = namespace
         self.retry = retry or RetryPolicy()
         self.progress = progress
@@ -155,8 +123,7 @@ class AsyncClient:
         )
         self._owns_s3 = s3_http is None
         self.s3_http = s3_http or httpx.Client(timeout=httpx.Timeout(300.0, connect=10.0))
-        self._config: ServerConfig | None = None
-        self._config_read = 0.0  # as Client: time.monotonic() of the read, -inf when stale
+        self._configs = core.ConfigCache()
         self._config_lock = asyncio.Lock()
         self.wire.on_limit_refused = self.config_is_stale
         self._payloads: Payloads | None = None
@@ -166,14 +133,8 @@ class AsyncClient:
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **kwargs: Any) -> AsyncClient:
-        env = os.environ if environ is None else environ
-        missing = [n for n in (ENV_ENDPOINT, ENV_TOKEN) if not env.get(n)]
-        if missing:
-            raise ConfigError(
-                f"set {' and '.join(missing)} (and {ENV_NAMESPACE}, default {DEFAULT_NAMESPACE})"
-            )
-        namespace = env.get(ENV_NAMESPACE) or DEFAULT_NAMESPACE
-        return cls(env[ENV_ENDPOINT], env[ENV_TOKEN], namespace, **kwargs)
+        """As `Client.from_env`."""
+        return cls(*core.env_settings(environ), **kwargs)
 
     @classmethod
     def from_devstack(
@@ -184,20 +145,16 @@ class AsyncClient:
         role: str = "client",
         **kwargs: Any,
     ) -> AsyncClient:
-        found, stack = read_devstack(path)
-        try:
-            token = stack["namespaces"][namespace][f"{role}_token"]
-            endpoint = stack["endpoint"]
-        except (KeyError, TypeError) as e:
-            raise ConfigError(f"{found} has no {role} token for namespace {namespace!r}") from e
-        return cls(endpoint, token, namespace, **kwargs)
+        """As `Client.from_devstack`."""
+        return cls(*core.devstack_settings(path, namespace, role), **kwargs)
 
     @classmethod
     def from_env_or_devstack(cls, *, role: str = "client", **kwargs: Any) -> AsyncClient:
-        if os.environ.get(ENV_ENDPOINT) or os.environ.get(ENV_TOKEN):
-            return cls.from_env(**kwargs)
-        namespace = os.environ.get(ENV_NAMESPACE) or DEFAULT_NAMESPACE
-        return cls.from_devstack(namespace=namespace, role=role, **kwargs)
+        return (
+            cls.from_env(**kwargs)
+            if core.settings_from_env()
+            else cls.from_devstack(namespace=core.env_namespace(), role=role, **kwargs)
+        )
 
     async def aclose(self) -> None:
         await self.wire.aclose()
@@ -221,22 +178,11 @@ class AsyncClient:
         async with self._config_lock:
             if refresh:
                 self.config_is_stale()
-            if self._config is None or config_due(self._config_read):
-                cached = self._config
-                try:
-                    self._config = await self.wire.config()
-                except PayloadStoreError as e:
-                    if cached is None or isinstance(e, AuthError):
-                        raise
-                    log.warning("config not read again, keeping the one read before error=%s", e)
-                self._config_read = time.monotonic()
-            config = self._config
-            assert config is not None  # read above, or the read raised
-            return config
+            return await self.wire.run(self._configs.read())
 
     def config_is_stale(self) -> None:
-        """Read `/v1/config` again before its next use."""
-        self._config_read = float("-inf")
+        """As `Client.config_is_stale`."""
+        self._configs.stale()
 
     async def payloads(self) -> Payloads:
         """The shared S3 transfer code, bound to this client's loop (call from the loop)."""
@@ -246,7 +192,7 @@ class AsyncClient:
                 _OnLoop(self.wire, asyncio.get_running_loop()),  # type: ignore[arg-type]  # Wire's calls, blocking
                 self.s3_http,
                 # The latest config read (the awaited reads refresh it), never a copy.
-                config=lambda: self._config or config,
+                config=lambda: self._configs.value or config,
                 retry=self.retry,
                 progress=self.progress,
             )
@@ -260,7 +206,7 @@ class AsyncClient:
                 self.s3_http,
                 retry=self.retry,
                 # (the config once fetched: blobs in parts are CRC64NVME uploads then)
-                config=lambda: self._config,
+                config=lambda: self._configs.value,
             )
         return self._blobs
 
@@ -276,7 +222,7 @@ class AsyncClient:
         try:
             return await call()
         except ConflictError as e:
-            if e.code != "unknown_blob" or not blobs or isinstance(e, BlobSourceGone):
+            if not core.restore_and_resend(e, blobs):
                 raise
             await asyncio.to_thread(self.blob_store().restore, blobs, e.details.get("blobs"))
         return await call()
@@ -309,9 +255,7 @@ class AsyncClient:
         """Each job as it finishes; WaitTimeout when `timeout` runs out first."""
         watch = Watch(jobs, timeout, (await self.config()).batch_max_jobs)
         while watch.pending:
-            if watch.expired():
-                pending = [j for js in watch.pending.values() for j in js]
-                raise WaitTimeout(pending, timeout or 0.0, time.monotonic() - watch.started)
+            watch.check()
             for ids, wait_s in watch.round():
                 for job in watch.apply(await self.wire.jobs_status(ids, wait_s=wait_s)):
                     yield job
@@ -322,20 +266,18 @@ class AsyncClient:
         timeout: float | None = None,
         return_when: str = ALL_COMPLETED,
     ) -> DoneAndPending:
-        jobs = list(jobs)
-        first = return_when_value(return_when) == FIRST_COMPLETED
-        done: set = set()
-        try:
-            async for job in self.as_completed(jobs, timeout):
-                done.add(job)
-                if first:
+        """As `Client.wait`."""
+        waiting = core.Waiting(jobs, return_when)
+        with contextlib.suppress(WaitTimeout):
+            async for job in self.as_completed(waiting.jobs, timeout):
+                if waiting.finished(job):
                     break
-        except WaitTimeout:
-            pass
-        return DoneAndPending(done, {j for j in jobs if j not in done})
+        return waiting.answer()
 
 
 class AsyncQueue:
+    """`Queue` for asyncio: the same calls, awaited."""
+
     def __init__(self, client: AsyncClient, name: str):
         self.client = client
         self.name = name
@@ -350,7 +292,7 @@ class AsyncQueue:
         wire = self.client.wire
         while True:
             page = await wire.list_jobs(self.name, state=state, limit=limit, cursor=cursor)
-            if page.jobs or page.next_cursor is None:
+            if core.page_shown(page):
                 yield page
             if page.next_cursor is None:
                 return
@@ -366,13 +308,7 @@ class AsyncQueue:
 
     async def purge(self) -> PurgeAnswer:
         """As `Queue.purge`."""
-        cancelled = 0
-        for _ in range(MAX_PURGE_CALLS):
-            answer = await self.client.wire.purge(self.name)
-            cancelled += answer.cancelled
-            if not answer.remaining or not answer.cancelled:
-                break
-        return PurgeAnswer(cancelled=cancelled, remaining=answer.remaining)
+        return await self.client.wire.run(core.purge_all(self.client.namespace, self.name))
 
     async def stats(self) -> QueueInfo:
         return await self.client.wire.queue_stats(self.name)
@@ -388,18 +324,13 @@ class AsyncQueue:
     async def call(self, *args: Any, timeout: float | None = None, **kwargs: Any) -> Any:
         """As `Queue.call`: the function's value, in one call for a job that ends within the
         control plane's long-poll."""
-        started = time.monotonic()
-        wait = RESULT_WAIT_SLICE_S if timeout is None else min(timeout, RESULT_WAIT_SLICE_S)
-        encoded = codec.encode({"args": list(args), "kwargs": dict(kwargs)}, call=True)
-        job = await self._submit_encoded(encoded, None, None, wait)
-        remaining = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
+        budget = core.Budget(timeout)
+        wait = budget.enqueue_wait(core.RESULT_WAIT_SLICE_S)
+        job = await self._submit_encoded(core.encoded_call(args, kwargs), None, None, wait)
         try:
-            return await job.result(timeout=remaining)
+            return await job.result(timeout=budget.left())
         except ResultTimeout as e:
-            # The enqueue waited too: the message states the whole wait, not what was left.
-            raise ResultTimeout(
-                job.job_id, timeout or 0.0, e.state, time.monotonic() - started
-            ) from None
+            raise budget.timed_out(job.job_id, e) from None
 
     async def submit(
         self,
@@ -411,16 +342,13 @@ class AsyncQueue:
         wait: float | None = None,
     ) -> AsyncJob:
         """As `Queue.submit`: only a job the control plane confirmed as queued is returned."""
-        started = time.monotonic()
-        encoded = codec.encode({"args": list(args), "kwargs": dict(kwargs or {})}, call=True)
+        budget = core.Budget(wait)
+        encoded = core.encoded_call(args, kwargs)
         job = await self._submit_encoded(
-            encoded,
-            progress,
-            idempotency_key,
-            None if wait is None else min(wait, RESULT_WAIT_SLICE_S),
+            encoded, progress, idempotency_key, budget.enqueue_wait(None)
         )
-        left = 0.0 if wait is None else wait - (time.monotonic() - started)
-        if not job.done and left > MIN_WAIT_LEFT_S:
+        left = budget.worth_waiting(job)
+        if left is not None:
             await job._wait_within(left)
         return job
 
@@ -444,20 +372,17 @@ class AsyncQueue:
                         self.name, encoded.tobytes(), idempotency_key=key, blobs=blobs, wait_s=wait
                     ),
                 )
-            except (InlineUnavailable, InlineNever, PayloadTooLarge):
+            except core.INLINE_REFUSALS:
                 # (413: INLINE_THRESHOLD was lowered since the config was read; read again.)
                 enqueued = await self._enqueue_through_s3(encoded, progress, blobs, wait)
             except ServiceUnavailable as e:
-                raise enqueue_unconfirmed(self.name, e, idempotency_key=key) from e
+                raise core.enqueue_unconfirmed(self.name, e, idempotency_key=key) from e
         else:
             if size > config.max_payload_bytes:
                 await client.config(refresh=True)  # a cap raised since: not refused on the old one
             (await client.payloads()).check_size(size)
             enqueued = await self._enqueue_through_s3(encoded, progress, blobs, wait)
-        job = AsyncJob(client, enqueued.job_id, tier=enqueued.tier, queue=self.name)
-        if enqueued.result is not None:
-            job._ended(enqueued.result)
-        return job
+        return AsyncJob._enqueued(client, enqueued, self.name)
 
     async def _enqueue_through_s3(
         self,
@@ -487,7 +412,7 @@ class AsyncQueue:
                 lambda: self.client.wire.enqueue_ref(self.name, ref, blobs=blobs, wait_s=wait),
             )
         except ServiceUnavailable as e:
-            raise enqueue_unconfirmed(self.name, e, job_id=job_id) from e
+            raise core.enqueue_unconfirmed(self.name, e, job_id=job_id) from e
 
     async def map(
         self,
@@ -497,8 +422,7 @@ class AsyncQueue:
         progress: bool | None = False,
     ) -> list[AsyncJob]:
         """As `Queue.map`: batches of inline items, S3 uploads `concurrency` at a time."""
-        calls = ({"args": [item], "kwargs": {}} for item in iterable)
-        return await self._map(calls, concurrency, progress)
+        return await self._map(core.item_calls(iterable), concurrency, progress)
 
     async def starmap(
         self,
@@ -507,32 +431,24 @@ class AsyncQueue:
         concurrency: int = DEFAULT_MAP_CONCURRENCY,
         progress: bool | None = False,
     ) -> list[AsyncJob]:
-        calls = ({"args": list(args), "kwargs": {}} for args in iterable)
-        return await self._map(calls, concurrency, progress)
+        """As `Queue.starmap`."""
+        return await self._map(core.args_calls(iterable), concurrency, progress)
 
     async def _map(
         self, calls: Iterable[dict], concurrency: int, progress: bool | None
     ) -> list[AsyncJob]:
-        if concurrency < 1:
-            raise ValueError("concurrency must be >= 1")
-        config = await self.client.config()
-        jobs: list[AsyncJob | None] = []
-        errors: dict[int, Exception] = {}
+        run = MapRun(calls, concurrency, await self.client.config(), progress)
         limit = asyncio.Semaphore(concurrency)
-        window = max(config.batch_max_jobs, concurrency * 4)
-        for planned in planned_windows(calls, window, encode_item):
-            jobs.extend([None] * len(planned))
-            await self._prepare(planned, limit, errors, progress, force_s3=False)
-            await self._enqueue_planned(planned, limit, jobs, errors, progress)
-        raise_if_refused(jobs, errors, self.name)
-        return jobs  # type: ignore[return-value]  # no None left: raise_if_refused raised otherwise
+        for planned in run.windows():
+            await self._prepare(planned, limit, run, force_s3=False)
+            await self._enqueue_planned(planned, limit, run)
+        return run.result(self.name)
 
     async def _prepare(
         self,
         planned: list[Planned],
         limit: asyncio.Semaphore,
-        errors: dict[int, Exception],
-        progress: bool | None,
+        run: MapRun,
         *,
         force_s3: bool,
     ) -> None:
@@ -541,84 +457,64 @@ class AsyncQueue:
             # A cap raised since the config was read: not refused on the old one.
             config = await self.client.config(refresh=True)
         payloads = await self.client.payloads()
+        progress = run.progress
 
-        refs: dict[int, tuple[str, ...]] = {}
-
-        async def upload(p: Planned) -> None:
+        async def upload(p: Planned, blobs: tuple[str, ...]) -> None:
             async with limit:
                 try:
                     ref, _ = await asyncio.to_thread(
                         payloads.store, p.encoded, "args", progress=progress
                     )
-                    p.item = BatchItem(ref=ref, blobs=refs.get(p.index, ()))
+                    run.uploaded(p, ref, blobs)
                 except PayloadStoreError as e:
-                    errors[p.index] = e
+                    run.failed(p, e)
 
         uploads = []
         for p in planned:
             try:
-                refs[p.index] = await self.client._send_blobs(p.encoded)
+                blobs = await self.client._send_blobs(p.encoded)
             except PayloadStoreError as e:
-                errors[p.index] = e
+                run.failed(p, e)
                 continue
-            if not force_s3 and p.encoded.nbytes <= config.inline_limit:
-                p.item = replace(inline_item(p.encoded), blobs=refs[p.index])
-                continue
-            try:
-                payloads.check_size(p.encoded.nbytes)
-            except PayloadStoreError as e:
-                errors[p.index] = e
-                continue
-            uploads.append(upload(p))
+            placed = run.placed_inline(
+                p, blobs, config.inline_limit, payloads.check_size, force_s3=force_s3
+            )
+            if not placed and p.index not in run.errors:
+                uploads.append(upload(p, blobs))
         await asyncio.gather(*uploads)
 
     async def _enqueue_planned(
         self,
         planned: list[Planned],
         limit: asyncio.Semaphore,
-        jobs: list[AsyncJob | None],
-        errors: dict[int, Exception],
-        progress: bool | None,
+        run: MapRun,
         *,
         rerouted: bool = False,
         resent: bool = False,
     ) -> None:
         client = self.client
-        reroute: list[Planned] = []
-        resend: list[Planned] = []
-        for batch in split_batches([p for p in planned if p.item], await client.config()):
-            # Every one of the batch: only planned items that have their item were split.
-            items = [p.item for p in batch if p.item is not None]
-            try:
-                answers = await client.wire.enqueue_batch(self.name, items)
-            except PayloadStoreError as e:
-                for p in batch:
-                    errors[p.index] = e
-                continue
-            for p, answer in zip(batch, answers, strict=False):
-                if isinstance(answer, Enqueued):
-                    jobs[p.index] = AsyncJob(
-                        client, answer.job_id, tier=answer.tier, queue=self.name
-                    )
-                elif answer.code in INLINE_REFUSED and not rerouted:
-                    reroute.append(p)
-                elif answer.code == "unknown_blob" and not resent and p.encoded.blobs:
-                    resend.append(p)
-                else:
-                    errors[p.index] = item_error(answer, f"item {p.index} on queue {self.name}")
+        reroute, resend = await client.wire.run(
+            run.enqueue(
+                client.namespace,
+                self.name,
+                planned,
+                await client.config(),
+                partial(AsyncJob._enqueued, client, queue=self.name),
+                rerouted=rerouted,
+                resent=resent,
+            )
+        )
         if reroute:
-            await self._prepare(reroute, limit, errors, progress, force_s3=True)
-            await self._enqueue_planned(reroute, limit, jobs, errors, progress, rerouted=True)
+            await self._prepare(reroute, limit, run, force_s3=True)
+            await self._enqueue_planned(reroute, limit, run, rerouted=True)
         if resend:
-            await self._resend(resend, limit, jobs, errors, progress, rerouted=rerouted)
+            await self._resend(resend, limit, run, rerouted=rerouted)
 
     async def _resend(
         self,
         planned: list[Planned],
         limit: asyncio.Semaphore,
-        jobs: list[AsyncJob | None],
-        errors: dict[int, Exception],
-        progress: bool | None,
+        run: MapRun,
         *,
         rerouted: bool,
     ) -> None:
@@ -629,12 +525,10 @@ class AsyncQueue:
             try:
                 await asyncio.to_thread(self.client.blob_store().restore, p.encoded.blobs)
             except PayloadStoreError as e:
-                errors[p.index] = e
+                run.failed(p, e)
                 continue
             again.append(p)
-        await self._enqueue_planned(
-            again, limit, jobs, errors, progress, rerouted=rerouted, resent=True
-        )
+        await self._enqueue_planned(again, limit, run, rerouted=rerouted, resent=True)
 
 
 class AsyncJob(JobHandle):
@@ -643,16 +537,11 @@ class AsyncJob(JobHandle):
     async def retry(self) -> RetryAnswer:
         """As `Job.retry`."""
         answer = await self.client.wire.retry_job(self.job_id)
-        self._result, self._has_result, self._last = None, False, None
-        self._answer = None
+        self._forget()
         return answer
 
     async def status(self) -> JobInfo:
-        status = await self.client.wire.job_status(self.job_id)
-        self._last = status
-        self.tier = self.tier or status.tier
-        self.queue = self.queue or status.queue
-        return status
+        return self._seen(await self.client.wire.job_status(self.job_id))
 
     async def payloads(self) -> JobPayloads:
         """As `Job.payloads`."""
@@ -670,18 +559,8 @@ class AsyncJob(JobHandle):
         result already known is not asked for again)."""
         if self._answer is not None:
             return self._answer
-        started = time.monotonic()
-        deadline = None if timeout is None else started + timeout
-        state: str | None = None
-        while True:
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            wait = RESULT_WAIT_SLICE_S if remaining is None else min(RESULT_WAIT_SLICE_S, remaining)
-            answer = await self.client.wire.job_result(self.job_id, wait_s=wait)
-            state = answer.state or state
-            if answer.done:
-                return answer
-            if deadline is not None and time.monotonic() >= deadline:
-                raise ResultTimeout(self.job_id, timeout or 0.0, state, time.monotonic() - started)
+        polls = core.result_polls(self.client.namespace, self.job_id, timeout)
+        return await self.client.wire.run(polls)
 
     async def result_into(
         self, into: Any, timeout: float | None = None, *, progress: bool | None = None
@@ -732,12 +611,4 @@ class AsyncJob(JobHandle):
             )
         else:
             raise job_error(self.job_id, answer.state, answer.error)
-        # Blobs in the result read through the GETs handed out with it.
-        reading = store.reading(downloads)
-        try:
-            value = codec.decode(data, copy=copy)
-        finally:
-            store.done_reading(reading)
-        if not copy:
-            self._result, self._has_result = value, True
-        return value
+        return self._decoded(store, downloads, data, copy)

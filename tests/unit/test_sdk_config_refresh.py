@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import httpx
 
+import payloadstore._client_core
 import payloadstore.client
 from tests.unit.sdk_fakes import FakeWorld, make_client
 
@@ -53,7 +54,7 @@ def test_given_the_config_is_older_than_its_max_age_then_it_is_read_again_and_a_
     assert client.config.max_payload_bytes == world.max_payload_bytes
     client.config  # noqa: B018 - fresh: no read
     assert config_reads(world) == 1
-    monkeypatch.setattr(payloadstore.client, "CONFIG_MAX_AGE_S", 0.0)
+    monkeypatch.setattr(payloadstore._client_core, "CONFIG_MAX_AGE_S", 0.0)
     world.max_payload_bytes = 123456
     assert client.config.max_payload_bytes == 123456
     world.fail("GET", "/v1/config", *[httpx.Response(503) for _ in range(10)])
