@@ -51,6 +51,8 @@ help:
 # The extras that include the control plane (`payloadstore-controlplane`, its own distribution in
 # functions/) and those that include the local stack (`payloadstore-devstack`, in devstack/, which
 # needs the control plane too): pip takes them from there, beside the SDK, in the same install.
+# The local stack requires `payloadstore` itself: the SDK is named bare (`-e .`) beside its
+# extras, since the pip of a fresh venv (23.2) does not count `.[stack]` as meeting it.
 CONTROLPLANE_EXTRAS := controlplane infra bench local stack lint test dev
 DEVSTACK_EXTRAS := bench local stack lint test dev
 $(VENV)/.installed-%: pyproject.toml functions/pyproject.toml devstack/pyproject.toml
@@ -59,7 +61,7 @@ $(VENV)/.installed-%: pyproject.toml functions/pyproject.toml devstack/pyproject
 	@test -x $(PY) && $(PY) -c 'import sys' 2>/dev/null || { echo "creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
 	@echo "installing payloadstore[$*] into $(VENV) (log: $(VENV)/pip-install.log)"
 	@start=$$(date +%s); set -o pipefail; \
-	$(PY) -m pip install --disable-pip-version-check $(if $(filter $*,$(CONTROLPLANE_EXTRAS)),-e ./functions) $(if $(filter $*,$(DEVSTACK_EXTRAS)),-e ./devstack) -e '.[$*]' 2>&1 | tee -a $(VENV)/pip-install.log \
+	$(PY) -m pip install --disable-pip-version-check $(if $(filter $*,$(CONTROLPLANE_EXTRAS)),-e ./functions) $(if $(filter $*,$(DEVSTACK_EXTRAS)),-e ./devstack -e .) -e '.[$*]' 2>&1 | tee -a $(VENV)/pip-install.log \
 	  | { grep --line-buffered -E '^(Collecting|Installing collected|Successfully installed|Building|ERROR)' || true; } \
 	  | sed -u -E 's/^Collecting ([^ ]+).*/  collecting \1/; s/^Installing collected packages: (.{0,80}).*/  installing \1.../; s/^Successfully installed.*/  done/' \
 	  || { tail -n 40 $(VENV)/pip-install.log >&2; echo "error: pip install failed; full log in $(VENV)/pip-install.log" >&2; exit 1; }; \

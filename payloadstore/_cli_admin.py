@@ -115,10 +115,12 @@ def token_store(
         admin_function = admin_function_of(stage, region)
     if admin_function:
         return LambdaTokenAdmin(admin_function, region=region)
+    # The deployed store needs the control plane alone (`payloadstore[controlplane]`); the local
+    # stack's emulator needs the local stack too (its credentials and token path, below).
     try:
         import boto3
 
-        from payloadstore_devstack.tokens import TokenStore
+        from payloadstore_controlplane.store.tokens import TokenStore
     except ImportError as e:
         raise ConfigError(
             "token commands need the control plane's packages "
@@ -131,8 +133,14 @@ def token_store(
             # moto's server answers SSM on the same endpoint as S3.
             endpoint = read_devstack(found)[1]["s3_endpoint"]
     if endpoint:
-        from payloadstore_devstack.services import local_aws_env
-        from payloadstore_devstack.stack import DEV_TOKEN_PATH
+        try:
+            from payloadstore_devstack.services import local_aws_env
+            from payloadstore_devstack.stack import DEV_TOKEN_PATH
+        except ImportError as e:
+            raise ConfigError(
+                "the local stack's token store needs the local stack's packages "
+                f"(pip install 'payloadstore[stack]'): {e}"
+            ) from e
 
         for name, value in local_aws_env(endpoint, region or "us-east-1").items():
             os.environ.setdefault(name, value)
@@ -327,7 +335,7 @@ def _kms_keys(settings: Settings, ssm_endpoint: str | None) -> dict:
     stack_key = os.environ.get("KMS_KEY_ARN") or None
     found = settings.devstack_file()
     if stack_key is None and (ssm_endpoint or (found is not None and found.exists())):
-        from payloadstore_devstack.s3_kms import LOCAL_KMS_KEY_ARN
+        from payloadstore_controlplane.models.policy import LOCAL_KMS_KEY_ARN
 
         stack_key = LOCAL_KMS_KEY_ARN
     granted = tuple(k.strip() for k in os.environ.get("KMS_KEY_ARNS", "").split(",") if k.strip())

@@ -1,6 +1,6 @@
-"""The control plane's token store, for the local stack and the CLI's token commands: the one
-place the SDK's package reaches into the control plane (`payloadstore-controlplane`, which the
-`[stack]` extra installs). A client that only enqueues and waits never imports this."""
+"""The control plane's token store, for the local stack (`payloadstore-controlplane`, which this
+distribution requires). The CLI's token commands import it from the control plane itself, so a
+deployed stage's store needs `payloadstore[controlplane]` alone, not the local stack."""
 
 from __future__ import annotations
 

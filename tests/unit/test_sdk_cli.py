@@ -240,3 +240,87 @@ def test_importing_the_sdk_and_its_cli_does_not_import_the_local_stack():
     # Then no module of the local stack was imported with them
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_given_the_control_plane_without_the_local_stack_token_list_reads_the_deployed_store(
+    tmp_path, monkeypatch
+):
+    from moto import mock_aws
+
+    from payloadstore_controlplane.store.tokens import TokenStore
+
+    # Given the control plane installed without the local stack (`payloadstore[controlplane]`,
+    # which docs/sdk.md names for the SSM modes), no .devstack.json, and a deployed stage's
+    # token path in SSM with one token minted
+    monkeypatch.setitem(sys.modules, "payloadstore_devstack", None)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PAYLOADSTORE_DEVSTACK", raising=False)
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_REGION": "us-east-1",
+        "TOKEN_PARAMETER_PATH": "/payloadstore/prod/tokens",
+    }.items():
+        monkeypatch.setenv(name, value)
+    with mock_aws():
+        import boto3
+
+        store = TokenStore(boto3.client("ssm"), "/payloadstore/prod/tokens", cache_s=0)
+        _, minted = store.mint("team", "daemon")
+        # When the tokens are listed
+        result = CliRunner().invoke(cli, ["token", "list"])
+    # Then the deployed store answers, as it did before the stack became its own distribution
+    assert result.exit_code == 0, result.output
+    assert minted.token_id in result.output and "team" in result.output
+
+
+def test_given_a_devstack_file_but_no_local_stack_token_commands_say_what_to_install(
+    tmp_path, monkeypatch
+):
+    # Given a .devstack.json here (a local stack's state) but no local stack installed
+    monkeypatch.setitem(sys.modules, "payloadstore_devstack", None)
+    monkeypatch.chdir(tmp_path)
+    for name in ("PAYLOADSTORE_DEVSTACK", "TOKEN_PARAMETER_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / ".devstack.json").write_text(
+        json.dumps({"endpoint": "http://127.0.0.1:1", "s3_endpoint": "http://127.0.0.1:2"})
+    )
+    for argv in (["token", "list"], ["namespace", "policy", "team"]):
+        # When a token or policy command runs
+        result = CliRunner().invoke(cli, argv)
+        # Then it exits 2 with one `error:` line naming the extra, no traceback
+        assert result.exit_code == 2, result.output
+        lines = result.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+        assert "pip install 'payloadstore[stack]'" in lines[0], lines[0]
+
+
+def test_given_the_control_plane_without_the_local_stack_a_policy_is_set_in_the_deployed_store(
+    tmp_path, monkeypatch
+):
+    from moto import mock_aws
+
+    # Given the control plane without the local stack, a deployed stage's token path, and a
+    # .devstack.json in the working directory (its key is the stack key a policy may name)
+    monkeypatch.setitem(sys.modules, "payloadstore_devstack", None)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".devstack.json").write_text(
+        json.dumps({"endpoint": "http://127.0.0.1:1", "s3_endpoint": "http://127.0.0.1:2"})
+    )
+    monkeypatch.delenv("PAYLOADSTORE_DEVSTACK", raising=False)
+    monkeypatch.delenv("KMS_KEY_ARN", raising=False)
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_REGION": "us-east-1",
+        "TOKEN_PARAMETER_PATH": "/payloadstore/prod/tokens",
+    }.items():
+        monkeypatch.setenv(name, value)
+    with mock_aws():
+        # When the namespace's retention is changed
+        result = CliRunner().invoke(cli, ["namespace", "policy", "team", "--retention", "7d"])
+    # Then the store takes it, as before the stack became its own distribution
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["retention"] == "7d"
