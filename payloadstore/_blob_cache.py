@@ -225,7 +225,7 @@ class BlobCache:
     ) -> tuple[int, str]:
         """Ranges of RANGE_BYTES, several at once, into `tmp`; then the whole file hashed."""
         from ._http import RetryPolicy
-        from ._multipart import download_parts
+        from ._multipart_download import download_parts
 
         def refused_again() -> dict:
             # The URL expired: the caller asks the control plane for a new one.

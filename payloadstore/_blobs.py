@@ -410,7 +410,7 @@ class BlobStore:
         """Every part of the blob's multipart upload, several at once (the payloads' code); a
         file is read by part, so memory stays a few parts whatever its size. A CRC64NVME upload
         (FULL_OBJECT: its first part URLs came with the answer) answers the whole blob's CRC."""
-        from ._multipart import FileParts, upload_parts
+        from ._multipart_upload import FileParts, upload_parts
 
         def ask(parts: list[dict]) -> dict:
             return self.wire.blob_parts(sha, parts)

@@ -16,7 +16,8 @@ import httpx
 
 from . import codec
 from ._http import RetryPolicy
-from ._multipart import download_parts, replaceable, temp_beside, upload_parts
+from ._multipart_download import download_parts, replaceable, temp_beside
+from ._multipart_upload import upload_parts
 from ._transfer import download, expiry_epoch, upload
 from ._wire import DownloadGrant, PayloadRef, ServerConfig, UploadGrant, Wire
 from .errors import ApiError, PayloadTooLarge

@@ -47,7 +47,7 @@ from enum import StrEnum
 from typing import Any
 
 from . import codec
-from ._multipart import interrupt_transfers
+from ._multipart_download import interrupt_transfers
 from ._wire import (
     MAX_LEASES,
     MAX_POLL_JOBS,
