@@ -12,13 +12,17 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 
-from ._transfer import SLICE_BYTES, Progress, want_progress
+from ._transfer import Progress, want_progress
 
 # Parts in flight at once (each a connection): PAYLOADSTORE_PART_WORKERS overrides.
 DEFAULT_WORKERS = 8
+# What a part hands to its socket, or reads from it, at a time: a quarter of a single transfer's
+# slice, since the parts in flight share the link (each moves a fraction as fast) and a stopped
+# transfer waits for the slice each part has in hand.
+PART_SLICE_BYTES = 256 * 1024
 
 
 def workers() -> int:
@@ -54,10 +58,15 @@ class PartsProgress:
         self._bar.close()
 
 
-def slices(data: memoryview | bytes) -> Iterable[memoryview]:
+def slices(
+    data: memoryview | bytes, halt: Callable[[], None] | None = None
+) -> Iterable[memoryview]:
+    """A part in PART_SLICE_BYTES views; `halt()` before each (it raises to stop the part)."""
     view = memoryview(data)
-    for start in range(0, len(view), SLICE_BYTES):
-        yield view[start : start + SLICE_BYTES]
+    for start in range(0, len(view), PART_SLICE_BYTES):
+        if halt is not None:
+            halt()
+        yield view[start : start + PART_SLICE_BYTES]
 
 
 def first_failure(futures: list[Future]) -> BaseException | None:

@@ -24,11 +24,17 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from . import _checksum
+from . import _cancel, _checksum
 from ._http import RetryPolicy
-from ._multipart import PartsProgress, composite_hex, first_failure, part_ranges, workers
+from ._multipart import (
+    PART_SLICE_BYTES,
+    PartsProgress,
+    composite_hex,
+    first_failure,
+    part_ranges,
+    workers,
+)
 from ._transfer import (
-    READ_SLICE_BYTES,
     S3_RETRY_STATUSES,
     ThreadConnections,
     _raise_refused,
@@ -119,7 +125,7 @@ class _Ranges(ThreadConnections):
             )
         filled = 0
         while filled < len(target):
-            n = response.readinto(target[filled : filled + READ_SLICE_BYTES])
+            n = response.readinto(target[filled : filled + PART_SLICE_BYTES])
             if not n:
                 break
             if landed is not None:
@@ -340,17 +346,23 @@ def download_parts(
         bar.update(length)
 
     try:
-        with ThreadPoolExecutor(
-            min(workers(), len(ranges)) or 1, thread_name_prefix="payload-range"
-        ) as pool:
+        # A cancel of this transfer (its awaiting task went away) sets `stop` too.
+        with (
+            _cancel.linked(stop),
+            ThreadPoolExecutor(
+                min(workers(), len(ranges)) or 1, thread_name_prefix="payload-range"
+            ) as pool,
+        ):
             futures = [pool.submit(fetch, i, s, n) for i, (_, s, n) in enumerate(ranges)]
             try:
                 wait(futures, return_when=FIRST_EXCEPTION)
                 failed = first_failure(futures)
                 if failed is not None:
+                    # (the ranges stopped because the caller cancelled: say so, not _Stopped)
+                    _cancel.checkpoint()
                     raise failed
             except BaseException:
-                # A failed range, Ctrl-C or SIGTERM: no range starts after this, and those in
+                # A failed range, a cancel, Ctrl-C or SIGTERM: no range starts after this, and those in
                 # flight stop at their next slice, so leaving the pool waits ~ one slice.
                 stop.set()
                 for f in futures:

@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from . import _checksum
+from . import _cancel, _checksum
 from ._http import RetryPolicy
 from ._multipart import PartsProgress, composite_hex, first_failure, part_ranges, slices, workers
 from ._transfer import (
@@ -167,11 +167,34 @@ class _Later:
         return self.read(self.start, self.length)
 
 
-def _wait_for_room(futures: list[Future], most: int) -> None:
+# How often the thread handing out parts looks for a cancel while it waits for the workers.
+POLL_S = 0.05
+
+
+def _wait_for_room(futures: list[Future], most: int, stop: threading.Event) -> None:
     pending = [f for f in futures if not f.done()]
     while len(pending) >= most:
-        wait(pending, return_when=FIRST_COMPLETED)
+        wait(pending, timeout=POLL_S, return_when=FIRST_COMPLETED)
+        _halt(stop)
         pending = [f for f in pending if not f.done()]
+
+
+def _wait_all(futures: list[Future], stop: threading.Event) -> None:
+    """Until every part is up or one failed; a cancel ends the wait at once."""
+    while True:
+        _, pending = wait(futures, timeout=POLL_S, return_when=FIRST_EXCEPTION)
+        failed = first_failure(futures)
+        if failed is not None:
+            raise failed
+        if not pending:
+            return
+        _halt(stop)
+
+
+def _halt(stop: threading.Event) -> None:
+    """TransferCancelled once the upload was stopped (its caller cancelled it)."""
+    if stop.is_set():
+        raise _cancel.TransferCancelled()
 
 
 def upload_parts(  # noqa: C901 - one loop: read, checksum, ask URLs in batches, submit
@@ -207,6 +230,17 @@ def upload_parts(  # noqa: C901 - one loop: read, checksum, ask URLs in batches,
     batch: list[tuple[int, memoryview | bytes | _Later, dict]] = []
     batch_size = FIRST_URL_BATCH
     ranges = part_ranges(size, part_bytes)
+    # Set when the caller cancels (or a part fails): no part starts after it, and those in
+    # flight stop at their next slice.
+    stop = threading.Event()
+
+    def pause(seconds: float) -> None:
+        # A part's backoff ends at once when the upload is stopped.
+        if sleep is time.sleep:
+            stop.wait(seconds)
+            _halt(stop)
+        else:
+            sleep(seconds)
 
     def spec_of(number: int, data: Any, length: int) -> dict:
         if crc:
@@ -218,16 +252,22 @@ def upload_parts(  # noqa: C901 - one loop: read, checksum, ask URLs in batches,
 
     def submit(number: int, data: Any) -> None:
         futures.append(
-            pool.submit(_put_part, s3, urls, number, data, retry=retry, sleep=sleep, bar=bar)
+            pool.submit(
+                _put_part, s3, urls, number, data, retry=retry, sleep=pause, bar=bar, stop=stop
+            )
         )
 
     try:
-        with ThreadPoolExecutor(workers(), thread_name_prefix="payload-part") as pool:
+        with (
+            _cancel.linked(stop),
+            ThreadPoolExecutor(workers(), thread_name_prefix="payload-part") as pool,
+        ):
             try:
                 for number, start, length in ranges:
+                    _halt(stop)
                     data: memoryview | bytes | _Later
                     if read_part is not None:
-                        _wait_for_room(futures, 2 * workers())
+                        _wait_for_room(futures, 2 * workers(), stop)
                         spec = spec_of(number, read_part(start, length), length)
                         data = _Later(read_part, start, length)
                     else:
@@ -248,11 +288,11 @@ def upload_parts(  # noqa: C901 - one loop: read, checksum, ask URLs in batches,
                     for n, d, _ in batch:
                         submit(n, d)
                     batch, batch_size = [], min(batch_size * 2, URL_BATCH_MAX)
-                wait(futures, return_when=FIRST_EXCEPTION)
-                failed = first_failure(futures)
-                if failed is not None:
-                    raise failed
+                _wait_all(futures, stop)
             except BaseException:
+                # A failed part, a cancel or Ctrl-C: no part starts after this, and those in
+                # flight stop at their next slice, so leaving the pool waits ~ one slice.
+                stop.set()
                 for f in futures:
                     f.cancel()
                 raise
@@ -272,9 +312,13 @@ def _put_part(
     retry: RetryPolicy,
     sleep: Callable[[float], None],
     bar: PartsProgress,
+    stop: threading.Event | None = None,
 ) -> None:
     """PUT one part with exactly its signed headers; retried alone (transport errors, 5xx), its
-    URL renewed on an expiry."""
+    URL renewed on an expiry. `stop` set: the part ends before its next slice."""
+    halt = (lambda: _halt(stop)) if stop is not None else None
+    if halt is not None:
+        halt()
     data = part() if isinstance(part, _Later) else part
     renewed_once = False
     for attempt in range(retry.max_attempts):
@@ -285,7 +329,7 @@ def _put_part(
             response = s3.request(
                 "PUT",
                 grant["url"],
-                content=slices(data),  # type: ignore[arg-type]  # memoryviews
+                content=slices(data, halt),  # type: ignore[arg-type]  # memoryviews
                 headers=headers,
             )
         except httpx.TransportError as e:

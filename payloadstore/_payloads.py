@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from . import codec
+from . import _cancel, codec
 from ._http import RetryPolicy
 from ._multipart_download import download_parts, replaceable, temp_beside
 from ._multipart_upload import upload_parts
@@ -119,6 +119,8 @@ class Payloads:
             )
             return latest[-1].raw
 
+        # (hashing a large payload took a while: a transfer cancelled meanwhile sends nothing)
+        _cancel.checkpoint()
         upload(
             self.s3_http,
             grant.raw,
@@ -219,6 +221,7 @@ class Payloads:
         A URL that S3 refuses as expired is replaced the same way."""
         if grant is None or not usable(grant):
             grant = self.wire.presign_get(ref.key, job_id=job_id)
+        _cancel.checkpoint()
         if ref.multipart and ref.size:
             got = download_parts(
                 self.s3_http,
