@@ -362,8 +362,8 @@ def download_parts(
                     _cancel.checkpoint()
                     raise failed
             except BaseException:
-                # A failed range, a cancel, Ctrl-C or SIGTERM: no range starts after this, and those in
-                # flight stop at their next slice, so leaving the pool waits ~ one slice.
+                # A failed range, a cancel, Ctrl-C or SIGTERM: no range starts after this, and
+                # those in flight stop at their next slice, so leaving the pool waits ~ one slice.
                 stop.set()
                 for f in futures:
                     f.cancel()
