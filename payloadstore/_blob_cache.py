@@ -45,6 +45,7 @@ from pathlib import Path
 
 import httpx
 
+from . import _cancel
 from ._transfer import s3_error
 from .errors import PayloadCorrupt, PayloadLost, ServiceUnavailable, TransferError
 
@@ -164,7 +165,7 @@ class BlobCache:
             except (httpx.TransportError, OSError) as e:
                 if attempt == ATTEMPTS - 1:
                     raise ServiceUnavailable(f"blob download failed: {e!r}") from e
-                time.sleep(0.5 * (attempt + 1))
+                _cancel.cancellable_sleep(time.sleep)(0.5 * (attempt + 1))
 
     def _download_once(self, sha: str, url: str, size: int | None, http: httpx.Client) -> None:
         tmp = self.root / "tmp" / f"{sha}.{os.getpid()}.{secrets.token_hex(4)}"
@@ -215,6 +216,8 @@ class BlobCache:
                 return length
             with open(tmp, "wb") as f:
                 for chunk in response.iter_bytes(READ_BYTES):
+                    # A cancelled read (its awaiting task went away) takes no further chunk.
+                    _cancel.checkpoint()
                     h.update(chunk)
                     f.write(chunk)
                     got += len(chunk)
@@ -225,7 +228,7 @@ class BlobCache:
     ) -> tuple[int, str]:
         """Ranges of RANGE_BYTES, several at once, into `tmp`; then the whole file hashed."""
         from ._http import RetryPolicy
-        from ._multipart import download_parts
+        from ._multipart_download import download_parts
 
         def refused_again() -> dict:
             # The URL expired: the caller asks the control plane for a new one.
@@ -247,6 +250,7 @@ class BlobCache:
         got = 0
         with open(tmp, "rb") as f:
             while chunk := f.read(READ_BYTES):
+                _cancel.checkpoint()
                 h.update(chunk)
                 got += len(chunk)
         return got, h.hexdigest()

@@ -32,6 +32,8 @@ from typing import IO, Any
 
 import httpx
 
+from . import _cancel
+from ._async_bridge import LoopThreadCall
 from ._http import RetryPolicy
 from ._transfer import s3_error
 from .errors import (
@@ -195,6 +197,7 @@ def _hash_stream(f: Any, copy_to: Any) -> tuple[str, int]:
     h = hashlib.sha256()
     size = 0
     while chunk := f.read(CHUNK_BYTES):
+        _cancel.checkpoint()
         h.update(chunk)
         size += len(chunk)
         if copy_to is not None:
@@ -206,10 +209,12 @@ def _chunks(local: Path | bytes) -> Iterator[bytes]:
     if isinstance(local, bytes):
         view = memoryview(local)
         for start in range(0, len(view), CHUNK_BYTES):
+            _cancel.checkpoint()
             yield bytes(view[start : start + CHUNK_BYTES])
         return
     with open(local, "rb") as f:
         while chunk := f.read(CHUNK_BYTES):
+            _cancel.checkpoint()
             yield chunk
 
 
@@ -410,7 +415,7 @@ class BlobStore:
         """Every part of the blob's multipart upload, several at once (the payloads' code); a
         file is read by part, so memory stays a few parts whatever its size. A CRC64NVME upload
         (FULL_OBJECT: its first part URLs came with the answer) answers the whole blob's CRC."""
-        from ._multipart import FileParts, upload_parts
+        from ._multipart_upload import FileParts, upload_parts
 
         def ask(parts: list[dict]) -> dict:
             return self.wire.blob_parts(sha, parts)
@@ -448,6 +453,7 @@ class BlobStore:
     def _upload(self, grant: dict, local: Path | bytes, size: int, sha: str) -> None:
         """One streamed PUT with exactly the signed headers; a failed attempt is sent again
         from the start (a 403, an expired URL, goes back to ask for a new one)."""
+        sleep = _cancel.cancellable_sleep(self._sleep)
         for attempt in range(self.retry.max_attempts):
             last = attempt == self.retry.max_attempts - 1
             try:
@@ -460,7 +466,7 @@ class BlobStore:
             except (httpx.TransportError, OSError) as e:
                 if last:
                     raise ServiceUnavailable(f"blob upload failed: {e!r}") from e
-                self._sleep(self.retry.backoff(attempt))
+                sleep(self.retry.backoff(attempt))
                 continue
             if response.status_code == 200:
                 with self._lock:
@@ -477,7 +483,7 @@ class BlobStore:
                     status=response.status_code,
                     code=code,
                 )
-            self._sleep(self.retry.backoff(attempt))
+            sleep(self.retry.backoff(attempt))
 
     # -- receiving ----------------------------------------------------------------------------
 
@@ -498,7 +504,18 @@ class BlobStore:
             if e.status != 403 or renew is None:
                 raise
             log.info("blob GET refused, asking for new URLs sha256=%s", sha[:16])
-            self.grant(renew())
+            try:
+                fresh = renew()
+            except LoopThreadCall as refused:
+                # An AsyncClient's result read in a coroutine: the new URLs come from the
+                # control plane through the event loop this thread is running.
+                raise LoopThreadCall(
+                    f"blob {sha}: its download URL was refused (expired), and asking for a new "
+                    "one cannot wait on the event loop's own thread (it would deadlock): read a "
+                    "result's blob from a worker thread, e.g. "
+                    "`path = await asyncio.to_thread(lambda: blob.path)`"
+                ) from refused
+            self.grant(fresh)
             return self.cache.get(sha, self._urls.get(sha), size=size, http=self.s3_http)
 
     def renewable(self, downloads: Any, renew: Any) -> None:

@@ -14,9 +14,10 @@ from typing import Any
 
 import httpx
 
-from . import codec
+from . import _cancel, codec
 from ._http import RetryPolicy
-from ._multipart import download_parts, replaceable, temp_beside, upload_parts
+from ._multipart_download import download_parts, replaceable, temp_beside
+from ._multipart_upload import upload_parts
 from ._transfer import download, expiry_epoch, upload
 from ._wire import DownloadGrant, PayloadRef, ServerConfig, UploadGrant, Wire
 from .errors import ApiError, PayloadTooLarge
@@ -118,6 +119,8 @@ class Payloads:
             )
             return latest[-1].raw
 
+        # (hashing a large payload took a while: a transfer cancelled meanwhile sends nothing)
+        _cancel.checkpoint()
         upload(
             self.s3_http,
             grant.raw,
@@ -218,6 +221,7 @@ class Payloads:
         A URL that S3 refuses as expired is replaced the same way."""
         if grant is None or not usable(grant):
             grant = self.wire.presign_get(ref.key, job_id=job_id)
+        _cancel.checkpoint()
         if ref.multipart and ref.size:
             got = download_parts(
                 self.s3_http,

@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from . import _checksum
+from . import _cancel, _checksum
 from ._http import RetryPolicy
 from .errors import PayloadCorrupt, PayloadLost, ServiceUnavailable, TransferError
 
@@ -115,11 +115,13 @@ class Progress:
 
 
 def iter_slices(chunks: Iterable[Any], progress: Progress | None = None) -> Iterator[memoryview]:
+    """The chunks in SLICE_BYTES views; a cancelled transfer stops before its next slice."""
     for chunk in chunks:
         view = chunk if isinstance(chunk, memoryview) else memoryview(chunk)
         if view.ndim != 1 or view.itemsize != 1:
             view = view.cast("B")
         for start in range(0, len(view), SLICE_BYTES):
+            _cancel.checkpoint()
             piece = view[start : start + SLICE_BYTES]
             if progress is not None:
                 progress.update(len(piece))
@@ -177,6 +179,7 @@ def upload(
     worked. A 403 from an expired URL asks the control plane for a new URL for the same key."""
     bar = Progress(size, desc, want_progress(progress, size))
     other_403_seen = False
+    sleep = _cancel.cancellable_sleep(sleep)
     try:
         for attempt in range(retry.max_attempts):
             last = attempt == retry.max_attempts - 1
@@ -269,6 +272,7 @@ def download(  # noqa: C901 - the download's retry loop: re-presign, resume, ver
     bar = Progress(size or 0, desc, want_progress(progress, size or 0))
     direct = direct_getter(s3)
     check = Check(crc64nvme, sha256)
+    sleep = _cancel.cancellable_sleep(sleep)
     try:
         for attempt in range(retry.max_attempts):
             last = attempt == retry.max_attempts - 1
@@ -374,6 +378,9 @@ class CrcHasher:
         self.advance(filled)
         return _checksum.to_b64(self._crc)
 
+    def abandon(self) -> None:
+        pass
+
 
 class NoHasher:
     def advance(self, filled: int) -> None:
@@ -381,6 +388,9 @@ class NoHasher:
 
     def finish(self, filled: int) -> str:
         return ""
+
+    def abandon(self) -> None:
+        pass
 
 
 class SliceHasher:
@@ -435,6 +445,15 @@ class SliceHasher:
             self._digest.update(self._view[self._hashed : filled])
             self._hashed = filled
         return self._digest.hexdigest()
+
+    def abandon(self) -> None:
+        """The download failed or was cancelled: the helper thread ends (no digest wanted)."""
+        if self._thread is not None:
+            with self._cond:
+                self._done = True
+                self._target = self._hashed
+                self._cond.notify_all()
+            self._thread.join()
 
 
 _ALLOC: list = []  # [(PyByteArray_FromStringAndSize, madvise or None)] once looked up; [None] if not
@@ -515,6 +534,8 @@ def _fill(
     filled = 0
     try:
         while filled < length:
+            # A cancelled transfer (its awaiting task went away) reads no further slice.
+            _cancel.checkpoint()
             n = read_into(view[filled : min(filled + READ_SLICE_BYTES, length)])
             if not n:
                 break
@@ -522,6 +543,9 @@ def _fill(
             bar.update(n)
             hasher.advance(filled)
         actual = hasher.finish(filled)
+    except BaseException:
+        hasher.abandon()
+        raise
     finally:
         view.release()
     return Filled(buffer, filled, actual)
@@ -720,7 +744,12 @@ class DirectGetter(ThreadConnections):
             )
         declared = response.getheader("content-length")
         length = size if size is not None else int(declared or 0)
-        got = _fill(response.readinto, length, bar, buffer, algorithm)
+        try:
+            got = _fill(response.readinto, length, bar, buffer, algorithm)
+        except BaseException:
+            # A cancel or an interrupt mid-body: the rest of it is still on this connection.
+            self.discard()
+            raise
         rest = response.read()  # whatever the server sent beyond the recorded size
         if response.will_close:
             self.discard()

@@ -34,6 +34,7 @@ from typing import Any, Self
 import httpx
 
 from . import _client_core as core
+from ._async_bridge import OnLoop
 from ._async_wire import AsyncWire
 from ._blobs import Blob, BlobStore
 from ._client_core import (
@@ -78,23 +79,6 @@ def _result_blobs(wire: Any, job_id: str) -> Any:
     return wire.job_result(job_id, wait_s=0).raw.get("blobs")
 
 
-class _OnLoop:
-    """A blocking facade of `AsyncWire` for the transfer code running in a worker thread: each
-    call is run on the client's event loop and waited for."""
-
-    def __init__(self, wire: AsyncWire, loop: asyncio.AbstractEventLoop):
-        self._wire = wire
-        self._loop = loop
-
-    def __getattr__(self, name: str) -> Any:
-        method = getattr(self._wire, name)
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            return asyncio.run_coroutine_threadsafe(method(*args, **kwargs), self._loop).result()
-
-        return call
-
-
 class AsyncClient:
     """The control plane for one namespace and one token, for asyncio code.
 
@@ -128,6 +112,7 @@ class AsyncClient:
         self.wire.on_limit_refused = self.config_is_stale
         self._payloads: Payloads | None = None
         self._blobs: BlobStore | None = None
+        self._on_loop: OnLoop | None = None
 
     # -- construction -------------------------------------------------------------------------
 
@@ -189,7 +174,7 @@ class AsyncClient:
         if self._payloads is None:
             config = await self.config()
             self._payloads = Payloads(
-                _OnLoop(self.wire, asyncio.get_running_loop()),  # type: ignore[arg-type]  # Wire's calls, blocking
+                self._loop_bridge(),  # type: ignore[arg-type]  # Wire's calls, blocking
                 self.s3_http,
                 # The latest config read (the awaited reads refresh it), never a copy.
                 config=lambda: self._configs.value or config,
@@ -202,7 +187,7 @@ class AsyncClient:
         """The blob uploads, GETs and cache of this client, bound to its loop (call from it)."""
         if self._blobs is None:
             self._blobs = BlobStore(
-                _OnLoop(self.wire, asyncio.get_running_loop()),
+                self._loop_bridge(),
                 self.s3_http,
                 retry=self.retry,
                 # (the config once fetched: blobs in parts are CRC64NVME uploads then)
@@ -210,10 +195,21 @@ class AsyncClient:
             )
         return self._blobs
 
+    def _loop_bridge(self) -> OnLoop:
+        """The blocking wire of the transfer threads, bound to the loop that first used it."""
+        if self._on_loop is None:
+            self._on_loop = OnLoop(self.wire, asyncio.get_running_loop())
+        return self._on_loop
+
+    async def _in_thread(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        """`fn` in a worker thread, stopped (at its next slice) when the awaiting task is
+        cancelled; RuntimeError at once from an event loop other than this client's."""
+        return await self._loop_bridge().run(fn, *args, **kwargs)
+
     async def blob(self, source: Any) -> Blob:
         """As `Client.blob`: store content once in this namespace (hashing and uploading run in
         a worker thread) and return its `Blob`."""
-        return await asyncio.to_thread(self.blob_store().put, source)
+        return await self._in_thread(self.blob_store().put, source)
 
     async def _resend_on_unknown(self, blobs: Any, call: Any) -> Any:
         """As BlobStore.resend_on_unknown, for an awaited call: on `409 unknown_blob` the
@@ -224,13 +220,13 @@ class AsyncClient:
         except ConflictError as e:
             if not core.restore_and_resend(e, blobs):
                 raise
-            await asyncio.to_thread(self.blob_store().restore, blobs, e.details.get("blobs"))
+            await self._in_thread(self.blob_store().restore, blobs, e.details.get("blobs"))
         return await call()
 
     async def _send_blobs(self, encoded: Any) -> tuple[str, ...]:
         if not getattr(encoded, "blobs", ()):
             return ()
-        return await asyncio.to_thread(self.blob_store().send, encoded.blobs)
+        return await self._in_thread(self.blob_store().send, encoded.blobs)
 
     def queue(self, name: str) -> AsyncQueue:
         return AsyncQueue(self, name)
@@ -405,7 +401,9 @@ class AsyncQueue:
         wait: float | None = None,
     ) -> Enqueued:
         payloads = await self.client.payloads()
-        ref, job_id = await asyncio.to_thread(payloads.store, encoded, "args", progress=progress)
+        ref, job_id = await self.client._in_thread(
+            payloads.store, encoded, "args", progress=progress
+        )
         try:
             return await self.client._resend_on_unknown(
                 getattr(encoded, "blobs", ()),
@@ -462,7 +460,7 @@ class AsyncQueue:
         async def upload(p: Planned, blobs: tuple[str, ...]) -> None:
             async with limit:
                 try:
-                    ref, _ = await asyncio.to_thread(
+                    ref, _ = await self.client._in_thread(
                         payloads.store, p.encoded, "args", progress=progress
                     )
                     run.uploaded(p, ref, blobs)
@@ -523,7 +521,7 @@ class AsyncQueue:
         again: list[Planned] = []
         for p in planned:
             try:
-                await asyncio.to_thread(self.client.blob_store().restore, p.encoded.blobs)
+                await self.client._in_thread(self.client.blob_store().restore, p.encoded.blobs)
             except PayloadStoreError as e:
                 run.failed(p, e)
                 continue
@@ -569,12 +567,12 @@ class AsyncJob(JobHandle):
         writable buffer, in bounded memory; the number of bytes written."""
         answer = await self._done_answer(timeout)
         if answer.result_inline is not None:
-            await asyncio.to_thread(write_into, into, answer.result_inline)
+            await self.client._in_thread(write_into, into, answer.result_inline)
             return len(answer.result_inline)
         if answer.result_ref is None:
             raise job_error(self.job_id, answer.state, answer.error)
         payloads = await self.client.payloads()
-        await asyncio.to_thread(
+        await self.client._in_thread(
             payloads.fetch,
             answer.result_ref,
             job_id=self.job_id,
@@ -602,7 +600,7 @@ class AsyncJob(JobHandle):
             data = answer.result_inline
         elif answer.result_ref is not None:
             payloads = await self.client.payloads()
-            data = await asyncio.to_thread(
+            data = await self.client._in_thread(
                 payloads.fetch,
                 answer.result_ref,
                 job_id=self.job_id,

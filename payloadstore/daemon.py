@@ -68,7 +68,7 @@ from ._daemon_lease import (
     route_missing,
 )
 from ._daemon_runner import _JobRunner, call_arguments, remote_type_name
-from ._multipart import interrupt_transfers
+from ._multipart_download import interrupt_transfers
 from .client import Client
 from .errors import ServiceUnavailable
 

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from payloadstore._http import RetryPolicy
-from payloadstore._multipart import download_parts
+from payloadstore._multipart_download import download_parts
 
 PART = 1 << 20
 PARTS = 64
@@ -167,7 +167,7 @@ def slow_sink() -> Iterator[tuple[str, list[float]]]:
 
 
 def test_ctrl_c_stops_a_multipart_upload_within_a_second(slow_sink, monkeypatch):
-    from payloadstore._multipart import upload_parts
+    from payloadstore._multipart_upload import upload_parts
 
     # Given a 64-part upload to a slow S3 (a guard: uploads already cancelled the parts not
     # started; the parts in flight finish, each within a round)
@@ -217,7 +217,7 @@ def test_ctrl_c_stops_a_multipart_upload_within_a_second(slow_sink, monkeypatch)
 CHILD = """
 import sys, httpx
 from payloadstore._http import RetryPolicy
-from payloadstore._multipart import download_parts
+from payloadstore._multipart_download import download_parts
 from payloadstore.cli import terminate_as_interrupt
 
 url, size, part, target = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]

@@ -1,4 +1,4 @@
-"""The SDK's multipart transfers (payloadstore/_multipart.py) against a fake S3 (httpx's
+"""The SDK's multipart transfers (payloadstore/_multipart*.py) against a fake S3 (httpx's
 MockTransport): parts retried alone, expired URLs re-presigned in one call, ranges verified by
 the composite sha256, bounded writes into a file."""
 
@@ -12,7 +12,9 @@ import httpx
 import pytest
 
 from payloadstore._http import RetryPolicy
-from payloadstore._multipart import composite_hex, download_parts, upload_parts
+from payloadstore._multipart import composite_hex
+from payloadstore._multipart_download import download_parts
+from payloadstore._multipart_upload import upload_parts
 from payloadstore.errors import PayloadCorrupt, TransferError
 
 PART = 1000
@@ -245,7 +247,7 @@ def test_a_file_is_read_by_part_with_few_parts_held_at_once(tmp_path, monkeypatc
     # Given a 40-part file, 2 part workers, and a reader that counts the parts read and not yet
     # uploaded
     monkeypatch.setenv("PAYLOADSTORE_PART_WORKERS", "2")
-    from payloadstore._multipart import FileParts
+    from payloadstore._multipart_upload import FileParts
 
     data = body(40 * PART - 11)
     path = tmp_path / "blob.bin"

@@ -1,0 +1,110 @@
+"""Stopping a transfer that runs in a worker thread, from outside it.
+
+An `AsyncClient` moves payload bytes in a worker thread; when the awaiting task is cancelled, the
+thread must stop too, not read on to the end of a 1 GiB object. The task's side sets a
+`CancelToken`; the transfer loops (`_transfer`, `_multipart`, `_blobs`, `_blob_cache`) call
+`checkpoint()` between slices and parts, which raises `TransferCancelled` once it is set.
+
+The token reaches the transfer code through a context variable (`cancelling`), bound in the
+worker thread's context: no signature between the client and the socket loop carries it. The
+threads of a multipart transfer's pool do not inherit contexts: their transfer links its own stop
+event to the token (`CancelToken.link`) before starting them.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+
+class TransferCancelled(BaseException):
+    """The transfer's caller went away (its task was cancelled): stop, and clean up on the way
+    out. A BaseException, as asyncio.CancelledError is: no retry loop or `except Exception`
+    swallows it."""
+
+
+class CancelToken:
+    """Set once, by the side that wants the transfer stopped; read by the transfer's loops."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._linked: list[threading.Event] = []
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._event.set()
+            linked = list(self._linked)
+        for event in linked:
+            event.set()
+
+    def is_cancelled(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to `seconds`, cut short by a cancel; True when cancelled."""
+        return self._event.wait(seconds)
+
+    @contextmanager
+    def link(self, event: threading.Event) -> Iterator[None]:
+        """`event` is set too when this token is cancelled (already set if it is), until the
+        block ends: a transfer's own stop event, read by its pool's threads."""
+        with self._lock:
+            self._linked.append(event)
+            if self._event.is_set():
+                event.set()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._linked.remove(event)
+
+
+_current: contextvars.ContextVar[CancelToken | None] = contextvars.ContextVar(
+    "payloadstore_cancel", default=None
+)
+
+
+def current() -> CancelToken | None:
+    """The token of the transfer this thread runs for, if anyone can cancel it."""
+    return _current.get()
+
+
+def bind(token: CancelToken | None) -> contextvars.Token:
+    """Make `token` the current one (in the caller's context; undo with `_current.reset`)."""
+    return _current.set(token)
+
+
+def checkpoint() -> None:
+    """TransferCancelled once the current transfer was cancelled; nothing otherwise."""
+    token = _current.get()
+    if token is not None and token.is_cancelled():
+        raise TransferCancelled()
+
+
+def cancellable_sleep(sleep: Callable[[float], None]) -> Callable[[float], None]:
+    """A retry's backoff that a cancel cuts short (the given `sleep` when it is not time.sleep:
+    a test's clock, which a cancel does not reach)."""
+    token = _current.get()
+    if token is None or sleep is not time.sleep:
+        return sleep
+
+    def pause(seconds: float) -> None:
+        if token.wait(seconds):
+            raise TransferCancelled()
+
+    return pause
+
+
+@contextmanager
+def linked(event: threading.Event) -> Iterator[None]:
+    """Within the block, a cancel of the current transfer sets `event` (a pool's stop)."""
+    token = _current.get()
+    if token is None:
+        yield
+        return
+    with token.link(event):
+        yield
