@@ -67,10 +67,8 @@ def _imports(module: str, path: Path, known: set[str]) -> set[str]:
                     anchor = anchor[: len(anchor) - (child.level - 1)]
                     base = ".".join([*anchor, base] if base else anchor)
                 for alias in child.names:
-                    # `from pkg import mod` imports pkg.mod when that is a module
-                    module_hit = resolve(f"{base}.{alias.name}") if base else None
-                    package_hit = resolve(base)
-                    hit = module_hit if module_hit != package_hit else package_hit
+                    # `from pkg import mod` imports pkg.mod when that is a module, else pkg
+                    hit = (resolve(f"{base}.{alias.name}") if base else None) or resolve(base)
                     if hit is not None:
                         targets.add(hit)
             visit(child)
