@@ -204,24 +204,21 @@ class MapRun:
     The clients do the I/O: blob sends, uploads, and the batch calls (`enqueue`, a conversation
     their wire runs)."""
 
-    def __init__(
-        self,
-        calls_: Iterable[dict],
-        concurrency: int,
-        config: ServerConfig,
-        progress: bool | None,
-    ):
+    def __init__(self, calls_: Iterable[dict], concurrency: int, progress: bool | None):
+        # Refused before the clients read the config: a wrong argument is no call, no retry.
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
-        window = max(config.batch_max_jobs, concurrency * 4)
-        self._windows = planned_windows(calls_, window, encode_item)
+        self._calls = calls_
+        self._concurrency = concurrency
         self.jobs: list[Any] = []
         self.errors: dict[int, Exception] = {}
         #: the uploads' progress bars (on, off, or None: on for large ones when a terminal shows)
         self.progress = progress
 
-    def windows(self) -> Iterator[list[Planned]]:
-        for planned in self._windows:
+    def windows(self, config: ServerConfig) -> Iterator[list[Planned]]:
+        """The items, encoded, in windows of a few batches (or of the uploads in flight)."""
+        window = max(config.batch_max_jobs, self._concurrency * 4)
+        for planned in planned_windows(self._calls, window, encode_item):
             self.jobs.extend([None] * len(planned))
             yield planned
 

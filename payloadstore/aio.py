@@ -435,9 +435,9 @@ class AsyncQueue:
     async def _map(
         self, calls: Iterable[dict], concurrency: int, progress: bool | None
     ) -> list[AsyncJob]:
-        run = MapRun(calls, concurrency, await self.client.config(), progress)
+        run = MapRun(calls, concurrency, progress)
         limit = asyncio.Semaphore(concurrency)
-        for planned in run.windows():
+        for planned in run.windows(await self.client.config()):
             await self._prepare(planned, limit, run, force_s3=False)
             await self._enqueue_planned(planned, limit, run)
         return run.result(self.name)

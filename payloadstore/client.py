@@ -344,9 +344,10 @@ class Queue:
         return self._map(core.args_calls(iterable), concurrency, progress)
 
     def _map(self, calls: Iterable[dict], concurrency: int, progress: bool | None) -> list[Job]:
-        run = MapRun(calls, concurrency, self.client.config, progress)
+        run = MapRun(calls, concurrency, progress)
+        config = self.client.config
         with ThreadPoolExecutor(concurrency, thread_name_prefix="payloadstore-map") as pool:
-            for planned in run.windows():
+            for planned in run.windows(config):
                 self._prepare(planned, pool, run, force_s3=False)
                 self._enqueue_planned(planned, pool, run)
         return run.result(self.name)

@@ -217,6 +217,27 @@ class Exchange(Generic[T]):
             return Done(done.value)
 
 
+def answered(annotation: Any) -> Any:
+    """What a builder's `Call[X]` or `Conversation[X]` return annotation answers: X (for each
+    member of a union of them). Annotations are strings here (postponed evaluation)."""
+    if not isinstance(annotation, str):
+        return annotation
+    members, depth, start = [], 0, 0
+    for i, char in enumerate(annotation):
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if char == "|" and depth == 0:
+            members.append(annotation[start:i].strip())
+            start = i + 1
+    members.append(annotation[start:].strip())
+    unwrapped = []
+    for member in members:
+        for wrapper in ("Call[", "Conversation["):
+            if member.startswith(wrapper) and member.endswith("]"):
+                member = member[len(wrapper) : -1]
+        unwrapped.append(member)
+    return " | ".join(unwrapped)
+
+
 class Route(Generic[P, T]):
     """A route's method on both transports, from its builder `build(namespace, ...)` (which
     returns a `Call` or a `Conversation`): `wire.route(...)` answers on a `SyncTransport`;
@@ -225,9 +246,13 @@ class Route(Generic[P, T]):
     def __init__(self, build: Callable[Concatenate[str, P], Call[T] | Conversation[T]]):
         self._build = build
         self._name = build.__name__
-        # What `inspect` and `help()` show of the method: the builder's, without the namespace.
+        # What `inspect` and `help()` show of the method: the builder's, without the namespace,
+        # answering what its call answers (the builder returns the `Call`, the method its answer).
         built = inspect.signature(build)
-        self.signature = built.replace(parameters=list(built.parameters.values())[1:])
+        self.signature = built.replace(
+            parameters=list(built.parameters.values())[1:],
+            return_annotation=answered(built.return_annotation),
+        )
 
     def __set_name__(self, owner: type, name: str) -> None:
         self._name = name

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+
+import httpx
 import pytest
 
-from payloadstore import codec
+from payloadstore import Client, RetryPolicy, codec
 from payloadstore._many import (
     LONG_WAIT_S,
     SHORT_WAIT_S,
@@ -16,6 +19,7 @@ from payloadstore._many import (
     windows,
 )
 from payloadstore._wire import BatchItem, ItemRefused, JobStatus, PayloadRef, ServerConfig
+from payloadstore.aio import AsyncClient
 
 
 def config(max_jobs=3, max_bytes=1000):
@@ -132,3 +136,45 @@ def test_map_windows_are_bounded_by_bytes_as_well_as_by_count():
     assert [[p.index for p in w] for w in small] == [[0, 1], [2, 3], [4]]
     huge = list(planned_windows(range(2), 9, lambda i, c: SimpleNamespace(nbytes=1 << 40)))
     assert [[p.index for p in w] for w in huge] == [[0], [1]]
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+@pytest.mark.parametrize("method", ["map", "starmap"])
+def test_given_a_concurrency_below_one_when_mapping_then_value_error_before_any_call(kind, method):
+    # Given: a control plane that would answer every call with a 503 (retried, slept on)
+    requests: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        requests.append(request)
+        return httpx.Response(503)
+
+    retry = RetryPolicy(max_attempts=2, base_s=0.0)
+    items = [(1,), (2,)]
+    # When: map or starmap with concurrency=0
+    with pytest.raises(ValueError, match="concurrency must be >= 1"):
+        if kind == "sync":
+            client = Client(
+                "http://cp.test",
+                "t",
+                "ns",
+                http=httpx.Client(transport=httpx.MockTransport(handler)),
+                retry=retry,
+                sleep=lambda s: None,
+            )
+            getattr(client.queue("q"), method)(items, concurrency=0)
+        else:
+
+            async def main() -> None:
+                transport = httpx.MockTransport(handler)
+                async with AsyncClient(
+                    "http://cp.test",
+                    "t",
+                    "ns",
+                    http=httpx.AsyncClient(transport=transport),
+                    retry=retry,
+                ) as client:
+                    await getattr(client.queue("q"), method)(items, concurrency=0)
+
+            asyncio.run(main())
+    # Then: refused as the argument it is, without reading the config first
+    assert requests == []

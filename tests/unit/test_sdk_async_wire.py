@@ -123,3 +123,26 @@ def test_given_max_jobs_when_polling_async_then_the_jobs_list_is_polled_jobs():
     jobs = asyncio.run(wire.poll(["q"], wait_s=0, daemon_id="d", max_jobs=2))
     assert [(j.job_id, j.lease, j.payload_inline) for j in jobs] == [("J1", "l1", b"\x01")]
     assert bodies[0]["max_jobs"] == 2
+
+
+def test_given_the_route_methods_when_inspected_then_they_show_the_answer_not_the_call():
+    # Given: one wire of each kind
+    sync = Wire("http://cp.test", "t", "team", http=httpx.Client())
+    asyn = AsyncWire("http://cp.test", "t", "team", http=httpx.AsyncClient())
+    names = [name for name in dir(Routes) if not name.startswith("_")]
+    for name in names:
+        # When: help() or an IDE reads a route method's signature
+        shown = {str(inspect.signature(getattr(w, name)).return_annotation) for w in (sync, asyn)}
+        # Then: what the method answers (as the methods written out did), on both wires alike
+        assert len(shown) == 1, name
+        (returned,) = shown
+        assert "Call[" not in returned and "Conversation[" not in returned, (name, returned)
+    answers = {
+        "cancel_job": "CancelAnswer",
+        "queue_list": "list[QueueInfo]",
+        "config": "ServerConfig",
+        "poll": "PolledJob | None | list[PolledJob]",
+        "blob": "dict[str, Any]",
+    }
+    for name, answer in answers.items():
+        assert inspect.signature(getattr(sync, name)).return_annotation == answer, name
