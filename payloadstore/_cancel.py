@@ -9,6 +9,10 @@ The token reaches the transfer code through a context variable (`cancelling`), b
 worker thread's context: no signature between the client and the socket loop carries it. The
 threads of a multipart transfer's pool do not inherit contexts: their transfer links its own stop
 event to the token (`CancelToken.link`) before starting them.
+
+A thread blocked in a socket read (a server gone silent) reaches no checkpoint until the read
+times out, minutes later, and `asyncio.run()` waits for that thread on its way out: the reads
+register a way to cut their connection (`on_cancel`), which the cancel calls.
 """
 
 from __future__ import annotations
@@ -32,14 +36,14 @@ class CancelToken:
     def __init__(self) -> None:
         self._event = threading.Event()
         self._lock = threading.Lock()
-        self._linked: list[threading.Event] = []
+        self._linked: list[Callable[[], None]] = []
 
     def cancel(self) -> None:
         with self._lock:
             self._event.set()
             linked = list(self._linked)
-        for event in linked:
-            event.set()
+        for callback in linked:
+            callback()
 
     def is_cancelled(self) -> bool:
         return self._event.is_set()
@@ -52,15 +56,23 @@ class CancelToken:
     def link(self, event: threading.Event) -> Iterator[None]:
         """`event` is set too when this token is cancelled (already set if it is), until the
         block ends: a transfer's own stop event, read by its pool's threads."""
+        with self.calling(event.set):
+            yield
+
+    @contextmanager
+    def calling(self, callback: Callable[[], None]) -> Iterator[None]:
+        """`callback` is called (by the cancelling thread; at once if already cancelled) when
+        this token is cancelled before the block ends. It must not raise."""
         with self._lock:
-            self._linked.append(event)
-            if self._event.is_set():
-                event.set()
+            self._linked.append(callback)
+            cancelled = self._event.is_set()
+        if cancelled:
+            callback()
         try:
             yield
         finally:
             with self._lock:
-                self._linked.remove(event)
+                self._linked.remove(callback)
 
 
 _current: contextvars.ContextVar[CancelToken | None] = contextvars.ContextVar(
@@ -97,6 +109,18 @@ def cancellable_sleep(sleep: Callable[[float], None]) -> Callable[[float], None]
             raise TransferCancelled()
 
     return pause
+
+
+@contextmanager
+def on_cancel(callback: Callable[[], None]) -> Iterator[None]:
+    """Within the block, a cancel of the current transfer calls `callback` (from the cancelling
+    thread): it cuts a connection whose blocked read no checkpoint reaches. It must not raise."""
+    token = _current.get()
+    if token is None:
+        yield
+        return
+    with token.calling(callback):
+        yield
 
 
 @contextmanager
