@@ -17,11 +17,14 @@ register a way to cut their connection (`on_cancel`), which the cancel calls.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 
 class TransferCancelled(BaseException):
@@ -132,3 +135,37 @@ def linked(event: threading.Event) -> Iterator[None]:
         return
     with token.link(event):
         yield
+
+
+def cut_connection(conn: Any) -> None:
+    """Shut an http.client connection's socket down from another thread (a cancel): a read
+    blocked on it returns at once (EOF or an OSError) instead of when the server speaks or the
+    read times out. Its own thread closes it afterwards."""
+    _shut(getattr(conn, "sock", None))
+
+
+class SentRequests:
+    """Marks the requests of one transfer (`extensions=`), so that a cancel (another thread)
+    can shut down the sockets they are sent on in an httpx client's own connection pool: a
+    send stuck on a full socket, or a wait for an answer, ends then. Nothing for a client whose
+    transport is not httpx's own (its connections are out of reach)."""
+
+    def __init__(self, client: Any):
+        self._client = client
+        self.extensions = {"payloadstore_transfer": self}
+
+    def cut(self) -> None:
+        pool = getattr(getattr(self._client, "_transport", None), "_pool", None)
+        for waiting in list(getattr(pool, "_requests", ())):
+            extensions = getattr(getattr(waiting, "request", None), "extensions", {})
+            if extensions.get("payloadstore_transfer") is not self:
+                continue
+            http11 = getattr(getattr(waiting, "connection", None), "_connection", None)
+            stream = getattr(http11, "_network_stream", None)
+            _shut(stream.get_extra_info("socket") if stream is not None else None)
+
+
+def _shut(sock: socket.socket | None) -> None:
+    if sock is not None:
+        with contextlib.suppress(OSError):  # closed meanwhile: nothing blocks on it
+            sock.shutdown(socket.SHUT_RDWR)

@@ -39,7 +39,6 @@ from ._transfer import (
     ThreadConnections,
     _raise_refused,
     client_ssl_context,
-    cut,
     fresh_buffer,
     plain_client,
     s3_error,
@@ -99,7 +98,7 @@ class _Ranges(ThreadConnections):
         with self._lock:
             self._cut = True
             for conn in self._connections:
-                cut(conn)
+                _cancel.cut_connection(conn)
 
     def read(
         self,

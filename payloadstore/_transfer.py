@@ -21,7 +21,6 @@ import http.client
 import logging
 import os
 import re
-import socket
 import ssl
 import sys
 import threading
@@ -181,6 +180,7 @@ def upload(
     bar = Progress(size, desc, want_progress(progress, size))
     other_403_seen = False
     sleep = _cancel.cancellable_sleep(sleep)
+    sending = _cancel.SentRequests(s3)
     try:
         for attempt in range(retry.max_attempts):
             last = attempt == retry.max_attempts - 1
@@ -190,13 +190,17 @@ def upload(
             if not any(k.lower() == "content-length" for k in headers):
                 headers["Content-Length"] = str(size)
             try:
-                response = s3.request(
-                    grant.get("method", "PUT"),
-                    grant["url"],
-                    content=iter_slices(chunks, bar),  # type: ignore[arg-type]  # memoryviews
-                    headers=headers,
-                )
+                # A cancel cuts its connection: a send or a wait for S3's answer ends with it.
+                with _cancel.on_cancel(sending.cut):
+                    response = s3.request(
+                        grant.get("method", "PUT"),
+                        grant["url"],
+                        content=iter_slices(chunks, bar),  # type: ignore[arg-type]  # memoryviews
+                        headers=headers,
+                        extensions=sending.extensions,
+                    )
             except httpx.TransportError as e:
+                _cancel.checkpoint()
                 if last:
                     raise ServiceUnavailable(f"upload to S3 failed: {e!r}") from e
                 delay = retry.backoff(attempt)
@@ -703,18 +707,6 @@ class ThreadConnections:
             conn.close()
 
 
-def cut(conn: http.client.HTTPConnection | None) -> None:
-    """Shut a connection's socket down from another thread (a cancel): a read blocked on it
-    returns at once (EOF or an OSError) instead of when the server speaks or the read times
-    out. Its own thread closes it afterwards."""
-    sock = getattr(conn, "sock", None)
-    if sock is not None:
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass  # closed meanwhile: nothing blocks on it
-
-
 class DirectGetter(ThreadConnections):
     """GETs a URL with http.client and reads the body into the caller's buffer (readinto: the
     socket writes into it, no chunk objects). One kept-alive connection per thread and host."""
@@ -729,7 +721,7 @@ class DirectGetter(ThreadConnections):
         """The body in a fresh buffer (status 200), or the error answer as an httpx.Response."""
         reading: list[http.client.HTTPConnection | None] = [None]
         # A cancel cuts the connection: a read blocked on a silent server ends with it.
-        with _cancel.on_cancel(lambda: cut(reading[0])):
+        with _cancel.on_cancel(lambda: _cancel.cut_connection(reading[0])):
             got, response = self._get(urlsplit(grant["url"]), reading, grant, size, bar, algorithm)
             if got is None:
                 return response

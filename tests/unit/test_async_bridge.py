@@ -10,6 +10,7 @@ import contextvars
 import hashlib
 import http.server
 import os
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ from payloadstore import _cancel
 from payloadstore._async_bridge import LoopThreadCall, OnLoop
 from payloadstore._http import RetryPolicy
 from payloadstore._multipart_download import download_parts
-from payloadstore._transfer import download
+from payloadstore._transfer import download, upload
 
 MiB = 1 << 20
 SIZE = 40 * MiB
@@ -286,3 +287,37 @@ def test_a_cancel_ends_a_ranged_download_blocked_on_a_silent_server(stalled_serv
     assert times["task"] - times["cancel"] < 1.0
     assert times["run"] - times["cancel"] < 1.0
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_cancel_ends_an_upload_blocked_on_a_silent_server():
+    # Given a 64 MiB PUT to a server that takes its connection but reads nothing and never
+    # answers: the worker thread blocks in a send once the socket's buffers are full
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    held: list[socket.socket] = []
+    threading.Thread(
+        target=lambda: [held.append(listener.accept()[0]) for _ in range(4)], daemon=True
+    ).start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/put"
+    data = os.urandom(64 * MiB)
+    try:
+        with httpx.Client(timeout=30) as client:
+            # When its task is cancelled
+            times = _cancel_stalled(
+                upload,
+                client,
+                {"url": url, "method": "PUT"},
+                [data],
+                len(data),
+                presign_again=lambda: {"url": url},
+                retry=RetryPolicy(max_attempts=3, base_s=0.01),
+            )
+    finally:
+        for conn in held:
+            conn.close()
+        listener.close()
+    # Then the blocked send ends with the cancel: the task and asyncio.run() return within a
+    # second, not after the 30 s write timeout
+    assert times["task"] - times["cancel"] < 1.0
+    assert times["run"] - times["cancel"] < 1.0
