@@ -79,6 +79,7 @@ class _Ranges(ThreadConnections):
         self._direct = plain_client(s3)
         self._connections: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
+        self._cut = False
 
     def _opened(self, conn: http.client.HTTPConnection) -> None:
         # Kept so that close() reaches the workers' connections too.
@@ -90,6 +91,14 @@ class _Ranges(ThreadConnections):
             for conn in self._connections:
                 conn.close()
             self._connections.clear()
+
+    def interrupt(self) -> None:
+        """Cut every worker's connection (a cancel): reads blocked on a silent server end now,
+        and no request goes out after this."""
+        with self._lock:
+            self._cut = True
+            for conn in self._connections:
+                _cancel.cut_connection(conn)
 
     def read(
         self,
@@ -108,12 +117,15 @@ class _Ranges(ThreadConnections):
         conn = self._connection(parts.scheme, parts.hostname or "", parts.port)
         try:
             conn.request("GET", path, headers={**headers, "Accept-Encoding": "identity"})
+            self._check_cut()
             response = conn.getresponse()
         except (OSError, http.client.HTTPException):
             # A kept-alive connection the server closed meanwhile: one fresh try.
             self.discard()
+            self._check_cut()
             conn = self._connection(parts.scheme, parts.hostname or "", parts.port)
             conn.request("GET", path, headers={**headers, "Accept-Encoding": "identity"})
+            self._check_cut()
             response = conn.getresponse()
         if response.status not in (200, 206):
             body = response.read()
@@ -137,6 +149,12 @@ class _Ranges(ThreadConnections):
         if response.will_close:
             self.discard()
         return None
+
+    def _check_cut(self) -> None:
+        """Interrupted while this worker connected (its socket was not there to cut)."""
+        if self._cut:
+            self.discard()
+            raise ConnectionAbortedError("the download was interrupted")
 
     def _read_httpx(
         self,
@@ -349,6 +367,7 @@ def download_parts(
         # A cancel of this transfer (its awaiting task went away) sets `stop` too.
         with (
             _cancel.linked(stop),
+            _cancel.on_cancel(reader.interrupt),
             ThreadPoolExecutor(
                 min(workers(), len(ranges)) or 1, thread_name_prefix="payload-range"
             ) as pool,

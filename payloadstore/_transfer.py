@@ -180,6 +180,7 @@ def upload(
     bar = Progress(size, desc, want_progress(progress, size))
     other_403_seen = False
     sleep = _cancel.cancellable_sleep(sleep)
+    sending = _cancel.SentRequests(s3)
     try:
         for attempt in range(retry.max_attempts):
             last = attempt == retry.max_attempts - 1
@@ -189,13 +190,17 @@ def upload(
             if not any(k.lower() == "content-length" for k in headers):
                 headers["Content-Length"] = str(size)
             try:
-                response = s3.request(
-                    grant.get("method", "PUT"),
-                    grant["url"],
-                    content=iter_slices(chunks, bar),  # type: ignore[arg-type]  # memoryviews
-                    headers=headers,
-                )
+                # A cancel cuts its connection: a send or a wait for S3's answer ends with it.
+                with _cancel.on_cancel(sending.cut):
+                    response = s3.request(
+                        grant.get("method", "PUT"),
+                        grant["url"],
+                        content=iter_slices(chunks, bar),  # type: ignore[arg-type]  # memoryviews
+                        headers=headers,
+                        extensions=sending.extensions,
+                    )
             except httpx.TransportError as e:
+                _cancel.checkpoint()
                 if last:
                     raise ServiceUnavailable(f"upload to S3 failed: {e!r}") from e
                 delay = retry.backoff(attempt)
@@ -293,6 +298,8 @@ def download(  # noqa: C901 - the download's retry loop: re-presign, resume, ver
             except (httpx.TransportError, OSError, http.client.HTTPException) as e:
                 if direct is not None:
                     direct.discard()
+                # (a cancel cuts the connection of a blocked read: that error is the cancel's)
+                _cancel.checkpoint()
                 if last:
                     raise ServiceUnavailable(f"download from S3 failed: {e!r}") from e
                 delay = retry.backoff(attempt)
@@ -542,6 +549,8 @@ def _fill(
             filled += n
             bar.update(n)
             hasher.advance(filled)
+        # (a cancel cuts the connection of a blocked read, which then ends as a short body)
+        _cancel.checkpoint()
         actual = hasher.finish(filled)
     except BaseException:
         hasher.abandon()
@@ -710,16 +719,39 @@ class DirectGetter(ThreadConnections):
         self, grant: dict, size: int | None, bar: Progress, algorithm: str | None = "sha256"
     ) -> Filled | httpx.Response:
         """The body in a fresh buffer (status 200), or the error answer as an httpx.Response."""
-        parts = urlsplit(grant["url"])
+        reading: list[http.client.HTTPConnection | None] = [None]
+        # A cancel cuts the connection: a read blocked on a silent server ends with it.
+        with _cancel.on_cancel(lambda: _cancel.cut_connection(reading[0])):
+            got, response = self._get(urlsplit(grant["url"]), reading, grant, size, bar, algorithm)
+            if got is None:
+                return response
+            rest = response.read()  # whatever the server sent beyond the recorded size
+            _cancel.checkpoint()
+        if response.will_close:
+            self.discard()
+        return _with_excess(got, rest, algorithm)
+
+    def _get(
+        self,
+        parts: Any,
+        reading: list[http.client.HTTPConnection | None],
+        grant: dict,
+        size: int | None,
+        bar: Progress,
+        algorithm: str | None,
+    ) -> tuple[Filled | None, Any]:
+        """(the body's first `size` bytes, the response) on 200; else (None, the answer)."""
         target = parts.path or "/"
         if parts.query:
             target += "?" + parts.query
-        conn = self._connection(parts.scheme, parts.hostname or "", parts.port)
+        conn = reading[0] = self._connection(parts.scheme, parts.hostname or "", parts.port)
         headers = {"Accept-Encoding": "identity"}
         method = grant.get("method", "GET")
         buffer = None
         try:
             conn.request(method, target, headers=headers)
+            # (cancelled while it connected: its socket was not there to cut)
+            _cancel.checkpoint()
             # The fresh buffer (zero-filled: page faults, ~1 GB/s) is made while S3 prepares
             # its answer, not after the first bytes came back.
             buffer = fresh_buffer(size) if size else None
@@ -729,14 +761,16 @@ class DirectGetter(ThreadConnections):
         except (OSError, http.client.HTTPException):
             # A kept-alive connection the server closed meanwhile: one fresh try, then raise.
             self.discard()
-            conn = self._connection(parts.scheme, parts.hostname or "", parts.port)
+            _cancel.checkpoint()
+            conn = reading[0] = self._connection(parts.scheme, parts.hostname or "", parts.port)
             conn.request(method, target, headers=headers)
+            _cancel.checkpoint()
             if conn.sock is not None:
                 conn.sock.settimeout(self._timeout)
             response = conn.getresponse()
         if response.status != 200:
             body = response.read()
-            return httpx.Response(
+            return None, httpx.Response(
                 response.status,
                 headers=response.getheaders(),
                 content=body,
@@ -745,12 +779,8 @@ class DirectGetter(ThreadConnections):
         declared = response.getheader("content-length")
         length = size if size is not None else int(declared or 0)
         try:
-            got = _fill(response.readinto, length, bar, buffer, algorithm)
+            return _fill(response.readinto, length, bar, buffer, algorithm), response
         except BaseException:
             # A cancel or an interrupt mid-body: the rest of it is still on this connection.
             self.discard()
             raise
-        rest = response.read()  # whatever the server sent beyond the recorded size
-        if response.will_close:
-            self.discard()
-        return _with_excess(got, rest, algorithm)

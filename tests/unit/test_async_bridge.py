@@ -10,6 +10,7 @@ import contextvars
 import hashlib
 import http.server
 import os
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -20,7 +21,8 @@ import pytest
 from payloadstore import _cancel
 from payloadstore._async_bridge import LoopThreadCall, OnLoop
 from payloadstore._http import RetryPolicy
-from payloadstore._transfer import download
+from payloadstore._multipart_download import download_parts
+from payloadstore._transfer import download, upload
 
 MiB = 1 << 20
 SIZE = 40 * MiB
@@ -185,3 +187,137 @@ def test_a_bridge_refuses_to_run_from_another_event_loop():
     # Then RuntimeError names the problem, at once
     with pytest.raises(RuntimeError, match="one AsyncClient per event loop"):
         asyncio.run(second())
+
+
+@pytest.fixture
+def stalled_server() -> Iterator[str]:
+    """A base URL whose server goes silent: `/headers` answers nothing, `/body` sends its
+    headers and 1 MiB of a 40 MiB body, then nothing (until the test ends), connection open."""
+    release = threading.Event()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            if self.path.startswith("/body"):
+                self.send_response(206 if self.headers.get("Range") else 200)
+                self.send_header("Content-Length", str(SIZE))
+                self.end_headers()
+                self.wfile.write(b"x" * MiB)
+                self.wfile.flush()
+            release.wait(60)
+            self.close_connection = True
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()
+
+
+def _cancel_stalled(fn, *args, **kwargs) -> dict[str, float]:
+    """asyncio.run() of `fn` in a bridge's worker thread, cancelled 0.5 s in: when the cancel
+    was sent, when the task ended, when asyncio.run() returned."""
+    times: dict[str, float] = {}
+
+    async def main() -> None:
+        bridge = OnLoop(Wire(), asyncio.get_running_loop())
+        task = asyncio.create_task(bridge.run(fn, *args, **kwargs))
+        await asyncio.sleep(0.5)
+        times["cancel"] = time.monotonic()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        times["task"] = time.monotonic()
+
+    asyncio.run(main())
+    times["run"] = time.monotonic()
+    print(
+        f"stalled: cancel->task {times['task'] - times['cancel']:.3f} s, "
+        f"cancel->asyncio.run {times['run'] - times['cancel']:.3f} s"
+    )
+    return times
+
+
+@pytest.mark.parametrize("stall", ["headers", "body"])
+def test_a_cancel_ends_a_direct_download_blocked_on_a_silent_server(stalled_server, stall):
+    # Given a download through the readinto path from a server gone silent (before its
+    # headers, or mid-body), the worker thread blocked in a socket read no slice check reaches
+    url = f"{stalled_server}/{stall}"
+    with httpx.Client(timeout=30) as client:
+        # When its task is cancelled
+        times = _cancel_stalled(
+            download,
+            client,
+            {"url": url, "method": "GET"},
+            size=SIZE,
+            sha256=None,
+            presign_again=lambda: {"url": url},
+            retry=RetryPolicy(max_attempts=3, base_s=0.01),
+        )
+    # Then the blocked read ends with the cancel: the task and asyncio.run() (which waits for
+    # the worker thread) return within a second, not after the 30 s read timeout
+    assert times["task"] - times["cancel"] < 1.0
+    assert times["run"] - times["cancel"] < 1.0
+
+
+def test_a_cancel_ends_a_ranged_download_blocked_on_a_silent_server(stalled_server, tmp_path):
+    # Given a download in 5 MiB ranges, several at once, from a server gone silent mid-body
+    url = f"{stalled_server}/body"
+    with httpx.Client(timeout=30) as client:
+        # When its task is cancelled
+        times = _cancel_stalled(
+            download_parts,
+            client,
+            {"url": url, "method": "GET"},
+            size=SIZE,
+            multipart={"part_bytes": 5 * MiB},
+            presign_again=lambda: {"url": url},
+            retry=RetryPolicy(max_attempts=3, base_s=0.01),
+            into=tmp_path / "out.bin",
+        )
+    # Then every blocked range read ends with it, and no partial file is left
+    assert times["task"] - times["cancel"] < 1.0
+    assert times["run"] - times["cancel"] < 1.0
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_cancel_ends_an_upload_blocked_on_a_silent_server():
+    # Given a 64 MiB PUT to a server that takes its connection but reads nothing and never
+    # answers: the worker thread blocks in a send once the socket's buffers are full
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    held: list[socket.socket] = []
+    threading.Thread(
+        target=lambda: [held.append(listener.accept()[0]) for _ in range(4)], daemon=True
+    ).start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/put"
+    data = os.urandom(64 * MiB)
+    try:
+        with httpx.Client(timeout=30) as client:
+            # When its task is cancelled
+            times = _cancel_stalled(
+                upload,
+                client,
+                {"url": url, "method": "PUT"},
+                [data],
+                len(data),
+                presign_again=lambda: {"url": url},
+                retry=RetryPolicy(max_attempts=3, base_s=0.01),
+            )
+    finally:
+        for conn in held:
+            conn.close()
+        listener.close()
+    # Then the blocked send ends with the cancel: the task and asyncio.run() return within a
+    # second, not after the 30 s write timeout
+    assert times["task"] - times["cancel"] < 1.0
+    assert times["run"] - times["cancel"] < 1.0
