@@ -30,6 +30,15 @@ class FakeLambda:
         return out
 
 
+def without_local_stack(monkeypatch) -> None:
+    """As if payloadstore_devstack were not installed: the package and every submodule an
+    earlier test imported (an import finds `payloadstore_devstack.services` in sys.modules
+    before it looks at the package)."""
+    for name in [n for n in sys.modules if n.split(".")[0] == "payloadstore_devstack"]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, "payloadstore_devstack", None)
+
+
 def test_given_the_admin_function_when_minting_then_it_is_invoked_with_the_mint_event():
     fake = FakeLambda(
         {"token": "pst_abc", "token_id": "0123456789ab", "namespace": "team", "role": "daemon"}
@@ -216,7 +225,7 @@ def test_given_no_local_stack_package_when_running_dev_then_one_error_line_names
 ):
     # Given an install without the local stack's distribution (payloadstore-devstack): a None in
     # sys.modules makes its import fail as if it were not installed
-    monkeypatch.setitem(sys.modules, "payloadstore_devstack", None)
+    without_local_stack(monkeypatch)
     # When `payloadstore dev` runs
     result = CliRunner().invoke(cli, ["dev", "--port", "1"])
     # Then it exits 2 with one `error:` line saying how to get the stack, and starts nothing
@@ -252,7 +261,7 @@ def test_given_the_control_plane_without_the_local_stack_token_list_reads_the_de
     # Given the control plane installed without the local stack (`payloadstore[controlplane]`,
     # which docs/sdk.md names for the SSM modes), no .devstack.json, and a deployed stage's
     # token path in SSM with one token minted
-    monkeypatch.setitem(sys.modules, "payloadstore_devstack", None)
+    without_local_stack(monkeypatch)
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("PAYLOADSTORE_DEVSTACK", raising=False)
     for name, value in {
@@ -279,7 +288,7 @@ def test_given_a_devstack_file_but_no_local_stack_token_commands_say_what_to_ins
     tmp_path, monkeypatch
 ):
     # Given a .devstack.json here (a local stack's state) but no local stack installed
-    monkeypatch.setitem(sys.modules, "payloadstore_devstack", None)
+    without_local_stack(monkeypatch)
     monkeypatch.chdir(tmp_path)
     for name in ("PAYLOADSTORE_DEVSTACK", "TOKEN_PARAMETER_PATH"):
         monkeypatch.delenv(name, raising=False)
@@ -303,7 +312,7 @@ def test_given_the_control_plane_without_the_local_stack_a_policy_is_set_in_the_
 
     # Given the control plane without the local stack, a deployed stage's token path, and a
     # .devstack.json in the working directory (its key is the stack key a policy may name)
-    monkeypatch.setitem(sys.modules, "payloadstore_devstack", None)
+    without_local_stack(monkeypatch)
     monkeypatch.chdir(tmp_path)
     (tmp_path / ".devstack.json").write_text(
         json.dumps({"endpoint": "http://127.0.0.1:1", "s3_endpoint": "http://127.0.0.1:2"})
