@@ -67,9 +67,6 @@ def queued_and_running(snap: Snapshot, prev, model: Model, busy: set[str]):
     for job_id in set(snap.jobs) | set(snap.inline_index):
         if job_id in busy or model.past_promise(job_id):
             continue
-        intent = model.intent(job_id)
-        if intent is not None and intent.unanswered:
-            continue  # never acknowledged: its client was told nothing (ops.JobIntent)
         state = snap.state(job_id)
         h = snap.jobs.get(job_id, {})
         inline = h.get("t", b"i") == b"i"

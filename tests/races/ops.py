@@ -60,9 +60,6 @@ class JobIntent:
     # promise: an honest expiry) and the queue retention (RESULT_TTL_S) deployed since.
     enqueued_at: float = 0.0
     promise_s: float = float("inf")
-    # Its enqueue ended unanswered (503 each time it was sent, or days passed under it): never
-    # acknowledged, what it left half-written is no job anyone was promised.
-    unanswered: bool = False
 
 
 @dataclass
@@ -299,9 +296,12 @@ def enqueue(
             # authorized under the earlier one): refused, nothing written, as a policy
             # refusal is; the SDK raises it to the caller.
             return
+    # An enqueue answered 503 each time it was sent (or one days passed under) acknowledged
+    # nothing; what it left half-written must still be no `queued` job without an entry: the
+    # invariants judge it as any other (queued_without_entry).
     if r.status == 503 or _days_passed_under():
-        intent.unanswered = True
-    elif r.status in (200, 201):
+        return
+    if r.status in (200, 201):
         intent.job_id = r.json["job_id"]
         intent.acked = True
     elif (
@@ -312,11 +312,8 @@ def enqueue(
         and not (m.shift_s and r.error.get("code") == "unknown_blob")
     ):
         m.violation("refused", f"enqueue {tier} answered {r.status}: {r.raw_body[:200]}")
-    else:
-        # Refused by design (a policy or limit changed under it): no job was acknowledged. An
-        # S3-tier enqueue refused on its re-send after its first try's job step ran leaves a
-        # `queued` record with no entry (RELIABILITY.md: left for issue 43), no one's job.
-        intent.unanswered = True
+    # Else refused by design (a policy or limit changed under it): no job was acknowledged, and
+    # what a first try cut off left must read as no job (judged by the invariants).
 
 
 def _resent_on_503(m: Model, what: str, send: Callable[[], Reply]) -> Reply:

@@ -18,7 +18,7 @@ JOB_SLOT = {
     "presign_args",
     "presign_result",
     "presign_count",
-    "enqueue_begin_ref",
+    "enqueue_settle_ref",
     "enqueue_record_entry",
     "delivery_start",
     "completion_complete",

@@ -27,6 +27,7 @@ from ..store.records import (
     OtherQueue,
     RefEnqueued,
     RefQueued,
+    RefResume,
     inline_index_expiry_ms,
 )
 from .blobs import check_referenced, packed, referenced, unknown_blob, unpacked
@@ -218,7 +219,20 @@ def _enqueue_ref(
     verify_uploaded(ref, issued, deps, policy=p.policy)
     refuse_enqueue(deps, namespace=p.namespace)
     now_ms = int(deps.clock() * 1000)
-    outcome = deps.jobs.begin_ref_enqueue(job_id, p.namespace, queue, now_ms)
+    # The entry first, then the job step that queues the job on it: the job and its queue are in
+    # two slots, and a request cut off between them (then not sent again, or sent again and
+    # refused for a policy or limit changed meanwhile) must not leave a job reading `queued`
+    # that no entry will ever deliver. What it leaves is the job as it was (awaiting_upload) and
+    # an entry no job names, which a poll drops.
+    min_id = max(now_ms - deps.settings.retention_s * 1000, 0)
+    stream_id = deps.jobs.append(
+        p.namespace, queue, job_id, inline=None, min_id_ms=min_id, blobs=blobs
+    )
+    outcome = deps.jobs.settle_ref_enqueue(job_id, p.namespace, queue, now_ms, stream_id)
+    if not isinstance(outcome, (RefQueued, RefResume)):
+        # Not this job's entry (an earlier request queued it, or it is no job of this
+        # namespace's): dropped now rather than by the poll that would meet it.
+        deps.jobs.drop_entry(p.namespace, queue, stream_id)
     match outcome:
         case OtherQueue(queue=other):
             raise Conflict(f"job {job_id} is already enqueued on queue {other}")
@@ -226,13 +240,6 @@ def _enqueue_ref(
             raise Conflict("payloadRef.key was not issued to this namespace as an args key")
         case RefEnqueued():
             return Enqueued(EnqueueResponse(job_id=job_id, tier=Tier.S3), created=False)
-    # Queued now, or resumed (an earlier request set the state but never recorded its entry):
-    # append now, and answer only once the entry exists.
-    min_id = max(now_ms - deps.settings.retention_s * 1000, 0)
-    stream_id = deps.jobs.append(
-        p.namespace, queue, job_id, inline=None, min_id_ms=min_id, blobs=blobs
-    )
-    deps.jobs.record_entry(job_id, stream_id)
     metrics_count("JobsEnqueued", tier=Tier.S3.value)
     metrics_bytes("PayloadBytes", issued.size, tier=Tier.S3.value, kind="args")
     logger.info("job enqueued", extra={"queue": queue, "tier": "s3", "size": issued.size})

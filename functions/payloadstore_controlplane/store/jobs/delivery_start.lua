@@ -22,6 +22,8 @@
 -- The hash lives at least RESULT_TTL_S past the lease's expiry: a job that waited long in its
 -- queue does not vanish while it runs (heartbeats move this on).
 -- Re-sent with the same lease (a reply lost to a timeout): answered as the first time.
+-- An entry of a job still `awaiting_upload` is answered 'wait' (its enqueue's job step may still
+-- come), or, past a grace, 'terminal' (a stray: dropped).
 -- Returns {'missing'} | {'legacy'} | {'terminal', state, retries} | {'stale'} | {'leased'}
 --       | {'wait'}
 --       | {'cancelled', retries} | {'limit', deliveries, retries}
@@ -46,6 +48,19 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
 end
 if redis.call('HEXISTS', KEYS[1], 'state') == 1 then return {'legacy'} end
 local s = redis.call('HGET', KEYS[1], 's')
+if s == 'awaiting_upload' then
+  -- An S3-tier enqueue appends its entry before its job step queues the job on it
+  -- (enqueue_settle_ref.lua): an entry met in between is left pending, taken again after the
+  -- visibility timeout. One older than SETTLE_GRACE_MS (by Redis's clock, which stamped the
+  -- entry id) is a stray of an enqueue that never got there (cut off, then refused or not sent
+  -- again): dropped as a terminal job's entry is. The grace is far beyond the jobs function's
+  -- timeout (28 s, API Gateway's 29 s), the longest a request can be between its two steps.
+  local SETTLE_GRACE_MS = 120000
+  local now = redis.call('TIME')
+  local age = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+              - tonumber(string.match(ARGV[1], '^(%d+)'))
+  if age < SETTLE_GRACE_MS then return {'wait'} end
+end
 if s ~= 'queued' and s ~= 'running' then
   return {'terminal', s, redis.call('HGET', KEYS[1], 'rt') or '0'}
 end
