@@ -45,7 +45,8 @@ def job_of(ref: dict) -> str:
 
 def assert_no_job_left(cp: ControlPlane, redis_view, job: str) -> None:
     """Nothing reads `queued` and nothing delivers the job: its record is as before the
-    enqueue (awaiting its enqueue), the client is told 404, a daemon gets no work."""
+    enqueue (awaiting its enqueue), the client is told 404, a daemon gets no work (an entry a
+    cut-off try appended is dropped)."""
     assert redis_view.hget(keys.job(job), "s") == b"awaiting_upload"
     assert cp.status(job).status == 404
     polled = cp.poll(wait_s=0)
@@ -80,7 +81,7 @@ def test_an_s3_enqueue_cut_off_and_refused_on_its_re_send_leaves_no_queued_job(
 
 
 @pytest.mark.parametrize("how", CUTS)
-def test_an_s3_enqueue_cut_off_and_never_sent_again_leaves_no_queued_job(
+def test_an_s3_enqueue_cut_off_and_never_sent_again_leaves_no_job_queued_without_an_entry(
     cp_env, redis_view, monkeypatch, how
 ):
     # Given an uploaded S3-tier payload whose enqueue is answered 503 (the connection broke at
@@ -91,8 +92,16 @@ def test_an_s3_enqueue_cut_off_and_never_sent_again_leaves_no_queued_job(
     cut_the_append_once(monkeypatch, how)
     assert cp.enqueue(ref=ref).status == 503
     # When the client (a wire client) never sends it again
-    # Then no job reads `queued` without an entry, and none is delivered
-    assert_no_job_left(cp, redis_view, job)
+    if how == "before_the_append":
+        # Then nothing was appended, and no job reads `queued`
+        assert_no_job_left(cp, redis_view, job)
+    else:
+        # Then the entry it appended (after its upload was verified) is the job's: a poll
+        # delivers it, as an inline enqueue answered 503 after its script ran is delivered
+        polled = cp.poll(wait_s=0)
+        assert polled.status == 200 and polled.json["job_id"] == job, polled.raw_body
+        assert cp.status(job).json["state"] == "running"
+        return
     # And a re-send, late, still enqueues it once
     late = cp.enqueue(ref=ref)
     assert late.status == 201, late.raw_body
@@ -100,20 +109,25 @@ def test_an_s3_enqueue_cut_off_and_never_sent_again_leaves_no_queued_job(
     assert cp.status(job).json["state"] == "queued"
 
 
-def test_an_entry_whose_enqueue_never_queued_its_job_is_dropped_after_the_grace(cp_env, redis_view):
-    # Given a job awaiting its enqueue and, in its queue, an entry naming it appended over two
-    # minutes ago by an enqueue that never got to its job step (cut off, never sent again)
+def test_a_poll_between_the_append_and_the_job_step_delivers_the_job_at_once(cp_env, monkeypatch):
+    # Given an uploaded S3-tier payload, and a daemon's poll that takes the entry the instant
+    # the enqueue appends it (a long-poll woken by the append), before the enqueue's job step
     cp = namespace()
-    job = job_of(upload(cp, b"\x07" * 3000))
-    stream = keys.queue(cp.ns, cp.queue)
-    seconds, micros = redis_view.time()
-    stray = f"{seconds * 1000 + micros // 1000 - 150_000}-0"
-    redis_view.xadd(stream, {"j": job}, id=stray)
-    redis_view.xgroup_create(stream, keys.CONSUMER_GROUP, id="0")
-    redis_view.sadd(keys.queue_names(cp.ns), cp.queue)
-    # When a daemon polls the queue
-    polled = cp.poll(wait_s=0)
-    # Then it gets no work, and the stray entry is gone; the job still awaits its enqueue
-    assert polled.status == 204, polled.raw_body
-    assert redis_view.xlen(stream) == 0
-    assert redis_view.hget(keys.job(job), "s") == b"awaiting_upload"
+    ref = upload(cp, b"\x07" * 3000)
+    job = job_of(ref)
+    real = RedisJobStore.settle_ref_enqueue
+    polled = {}
+
+    def poll_first(self, *a, **kw):
+        polled["reply"] = cp.poll(wait_s=0)
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(RedisJobStore, "settle_ref_enqueue", poll_first)
+    # When the client enqueues it
+    made = cp.enqueue(ref=ref)
+    # Then the poll got the job at once (not after a visibility timeout), and the enqueue
+    # answers 201 for it; the job runs once, on that entry
+    assert polled["reply"].status == 200 and polled["reply"].json["job_id"] == job
+    assert (made.status, made.json["job_id"]) == (201, job), made.raw_body
+    assert cp.status(job).json["state"] == "running"
+    assert cp.poll(wait_s=0).status == 204

@@ -254,7 +254,7 @@ def extra_paths(world) -> None:
     (presign_count), a daemon's S3 result (presign_result), an operator's look at inline
     arguments (operate_args), a result read in a `consume` namespace (consume_mark) and the
     renewals function (blobs_renewed); and the ones the explorer's seeds may miss (a layout-1
-    repeat, a queued inline job's cancel, a retry)."""
+    repeat, a queued inline job's cancel, a retry, a refused S3-tier enqueue)."""
     import base64
 
     import requests
@@ -436,3 +436,9 @@ def extra_paths(world) -> None:
     assert retried.status == 200, retried.raw_body
     queued = late.enqueue(inline=b"\x91\x05").json["job_id"]
     assert cancel(late, queued).status == 200
+
+    # An S3-tier enqueue refused for a policy changed since its upload (enqueue_refuse_ref)
+    late.policy = NamespacePolicy("1d")
+    uploaded = upload(late, os.urandom(3000))
+    late.policy = NamespacePolicy("7d")
+    assert late.enqueue(ref=uploaded).error["code"] == "policy_mismatch"

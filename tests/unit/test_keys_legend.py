@@ -19,6 +19,7 @@ JOB_SLOT = {
     "presign_result",
     "presign_count",
     "enqueue_settle_ref",
+    "enqueue_refuse_ref",
     "enqueue_record_entry",
     "delivery_start",
     "completion_complete",

@@ -70,14 +70,20 @@ def enqueue(
     validate_queue_name(queue)
     if (payload_inline is None) == (payload_ref is None):
         raise Unprocessable("give exactly one of payloadRef or payloadInline")
-    # 409 unknown_blob before anything is written; the blobs' need is recorded for the renewer.
-    check_referenced(p.namespace, blobs or (), deps, policy=p.policy)
-    refs = packed(blobs or ())
     if payload_inline is not None:
-        enqueued = _enqueue_inline(p, queue, payload_inline, idempotency_key, deps, refs)
+        # 409 unknown_blob before anything is written; the blobs' need is recorded for the
+        # renewer.
+        check_referenced(p.namespace, blobs or (), deps, policy=p.policy)
+        enqueued = _enqueue_inline(
+            p, queue, payload_inline, idempotency_key, deps, packed(blobs or ())
+        )
     else:
         assert payload_ref is not None
-        enqueued = _enqueue_ref(p, queue, payload_ref, deps, refs)
+        try:
+            check_referenced(p.namespace, blobs or (), deps, policy=p.policy)
+            enqueued = _enqueue_ref(p, queue, payload_ref, deps, packed(blobs or ()))
+        except PayloadStoreError as refused:
+            enqueued = _refused_ref(p, queue, payload_ref, refused, deps)
     # Listed for the metrics function once it has a job: a refused enqueue writes nothing.
     deps.queues.remember_namespace(p.namespace)
     return enqueued
@@ -220,10 +226,9 @@ def _enqueue_ref(
     refuse_enqueue(deps, namespace=p.namespace)
     now_ms = int(deps.clock() * 1000)
     # The entry first, then the job step that queues the job on it: the job and its queue are in
-    # two slots, and a request cut off between them (then not sent again, or sent again and
-    # refused for a policy or limit changed meanwhile) must not leave a job reading `queued`
-    # that no entry will ever deliver. What it leaves is the job as it was (awaiting_upload) and
-    # an entry no job names, which a poll drops.
+    # two slots, and a request cut off between them must not leave a job reading `queued` that
+    # no entry will ever deliver. What it leaves is the job as it was (awaiting_upload) and its
+    # entry, which a poll delivers as the job's, or drops if a re-send was refused since.
     min_id = max(now_ms - deps.settings.retention_s * 1000, 0)
     stream_id = deps.jobs.append(
         p.namespace, queue, job_id, inline=None, min_id_ms=min_id, blobs=blobs
@@ -246,6 +251,22 @@ def _enqueue_ref(
     return Enqueued(
         EnqueueResponse(job_id=job_id, tier=Tier.S3), created=isinstance(outcome, RefQueued)
     )
+
+
+def _refused_ref(
+    p: Principal, queue: str, ref: PayloadRef, refused: PayloadStoreError, deps: Deps
+) -> Enqueued:
+    """An S3-tier enqueue refused for good (4xx: a policy or limit changed since the upload, a
+    blob gone, a key not issued): an entry an earlier try of it appended before being cut off
+    must not run the job now refused (the job is marked: enqueue_refuse_ref.lua). A poll may have
+    met that entry first and queued the job on it: then the answer is the job, as a repeat's.
+    A 503 is only re-raised: the client sends the same enqueue again."""
+    parsed = parse_key(ref.key)
+    if refused.status >= 500 or parsed is None or parsed[1] is not PayloadKind.ARGS:
+        raise refused
+    if deps.jobs.refuse_ref_enqueue(parsed[0], p.namespace, queue):
+        return Enqueued(EnqueueResponse(job_id=parsed[0], tier=Tier.S3), created=False)
+    raise refused
 
 
 def _refused_item(

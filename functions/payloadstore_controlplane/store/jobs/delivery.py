@@ -213,9 +213,8 @@ class DeliverySteps(StoreBase):
             case "stale":
                 return StaleEntry()
             case "leased" | "wait":
-                # 'wait': a retried job's entry before the retry, not yet the retry's, or the
-                # entry of an S3-tier enqueue whose job step has not run yet: left pending as a
-                # live lease's is (delivery_start.lua).
+                # 'wait': a retried job's entry before the retry, not yet the retry's: left
+                # pending as a live lease's is (delivery_start.lua).
                 return Leased()
             case "terminal":
                 return Ended(reply[1], retries=number(reply[2]) if len(reply) > 2 else 0)

@@ -206,6 +206,15 @@ class EnqueueSteps(StoreBase):
                 return OtherQueue(reply[1])
         return Missing()
 
+    def refuse_ref_enqueue(self, job_id: str, namespace: str, queue: str) -> bool:
+        """An S3-tier enqueue of the job is refused: mark it so an entry an earlier try
+        appended is dropped, not run. True when the job is queued on `queue` already (a poll
+        met an earlier try's entry first): the refused request answers the job instead."""
+        reply = self._run_on_job(
+            "enqueue_refuse_ref", job_id, [keys.job(job_id)], [namespace, queue]
+        )
+        return decoded(reply)[0] == "queued"
+
     def append(
         self,
         namespace: str,
