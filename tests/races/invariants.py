@@ -27,7 +27,9 @@ RETRYABLE = {"failed", "payload_lost", "payload_corrupt", "cancelled"}
 # its first delivery, or cancelled by a cancel while queued).
 EDGES: dict[str | None, set[str]] = {
     None: {"awaiting_upload", "queued", "running", "cancelled"},
-    "awaiting_upload": {"queued"},
+    # -> running: a poll met the entry an S3-tier enqueue appended before its job step and
+    # queued the job on it as it delivered it (delivery_start.lua), one script.
+    "awaiting_upload": {"queued", "running"},
     "queued": {"running", "cancelled", "failed"},
     "running": {"running", "queued"} | TERMINAL,
     "failed": {"queued"},
