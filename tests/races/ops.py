@@ -54,6 +54,9 @@ class JobIntent:
     inline: bytes | None = None
     job_id: str | None = None
     acked: bool = False  # an enqueue answered 201/200
+    # Its enqueue's last answer was a refusal (a policy or limit changed under it): whatever an
+    # earlier try of it appended must never run (`refused_job_ran`).
+    refused: bool = False
     idem_key: str | None = None
     # When it was enqueued (the explorer's clock) and how long it is promised to live: the
     # shortest of its namespace's retention classes since (a shortened retention shortens the
@@ -295,6 +298,7 @@ def enqueue(
             # The policy changed again while the blob was uploaded (its verification was
             # authorized under the earlier one): refused, nothing written, as a policy
             # refusal is; the SDK raises it to the caller.
+            _refused(m, intent)
             return
     # An enqueue answered 503 each time it was sent (or one days passed under) acknowledged
     # nothing; what it left half-written must still be no `queued` job without an entry: the
@@ -312,8 +316,19 @@ def enqueue(
         and not (m.shift_s and r.error.get("code") == "unknown_blob")
     ):
         m.violation("refused", f"enqueue {tier} answered {r.status}: {r.raw_body[:200]}")
-    # Else refused by design (a policy or limit changed under it): no job was acknowledged, and
-    # what a first try cut off left must read as no job (judged by the invariants).
+    else:
+        # Refused by design (a policy or limit changed under it): no job was acknowledged, and
+        # what a first try cut off left must read as no job (judged by the invariants) and
+        # never run.
+        _refused(m, intent)
+
+
+def _refused(m: Model, intent: JobIntent) -> None:
+    intent.refused = True
+    if intent.job_id is not None and m.told.get(intent.job_id):
+        m.violation(
+            "refused_job_ran", f"job {intent.job_id} was delivered, its enqueue answered refused"
+        )
 
 
 def _resent_on_503(m: Model, what: str, send: Callable[[], Reply]) -> Reply:
@@ -791,6 +806,8 @@ def _check_delivery(m: Model, d: dict) -> None:
     if intent is None:
         m.violation("phantom", f"delivered job {job_id} was never enqueued")
         return
+    if intent.refused and not intent.acked:
+        m.violation("refused_job_ran", f"job {job_id} delivered after its enqueue was refused")
     got = sorted(b["sha256"] for b in d.get("blobs") or [])
     if got != sorted(intent.blobs):
         m.violation(
