@@ -101,6 +101,10 @@ class Model:
     # Seconds by which the explorer moved Redis's TTLs and the objects' lifecycle ahead (days
     # passed: world.Stack.advance); what Redis and S3 read as now is the machine's time + this.
     shift_s: float = 0.0
+    # Blobs whose last verification (POST .../blobs) had days pass inside it, between its HEAD
+    # of the object and its record: the handlers' clock saw none of them, so the record may
+    # promise an object the days deleted (the explorer's doing: a request lasts seconds).
+    blobs_verified_across_days: set[str] = field(default_factory=set)
     # Idempotency-Keys handed out to operations (one per call, see _operation)
     operation_keys: int = 0
     # Connections cut in this run (a poll's delivery may have counted with its answer lost)
@@ -503,10 +507,20 @@ def create_blob(m: Model, label: str, multipart: bool = False) -> None:
         m.blob_data[sha] = data
 
 
+def _verify_blob(m: Model, what: str, sha: str, size: int) -> Reply:
+    shift = m.shift_s
+    r = _no_5xx(m, what, m.cp.blob(sha, size))
+    if m.shift_s != shift:
+        m.blobs_verified_across_days.add(sha)
+    else:
+        m.blobs_verified_across_days.discard(sha)
+    return r
+
+
 def _upload_blob(m: Model, sha: str, data: bytes) -> bool:
     """POST .../blobs, upload what it asks for, POST again until it answers `exists`; False
     (with a violation where it is one) when the blob could not be made."""
-    r = _no_5xx(m, "blob", m.cp.blob(sha, len(data)))
+    r = _verify_blob(m, "blob", sha, len(data))
     if r.status != 200:
         if not _over_a_limit(r):
             m.violation("refused", f"blob create answered {r.status}")
@@ -522,7 +536,7 @@ def _upload_blob(m: Model, sha: str, data: bytes) -> bool:
         elif _put(r.json["upload"], data) != 200:
             m.violation("refused", "blob upload refused")
             return False
-        r = _no_5xx(m, "blob again", m.cp.blob(sha, len(data)))
+        r = _verify_blob(m, "blob again", sha, len(data))
         if r.status != 200:
             if not _over_a_limit(r):
                 m.violation("refused", f"blob verify answered {r.status}: {r.raw_body[:200]}")
