@@ -3,13 +3,22 @@ authorizer on every route that names roles, binary media types, throttling and a
 
 from __future__ import annotations
 
+import json
+
 import aws_cdk as cdk
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from payloadstore_controlplane.routes import BINARY_MEDIA_TYPES, MIN_COMPRESSION_BYTES, ROUTES
+from payloadstore_controlplane.routes import (
+    AUTHORIZER_UNAVAILABLE_RETRY_AFTER_S,
+    AUTHORIZER_UNAVAILABLE_STATUS,
+    BINARY_MEDIA_TYPES,
+    MIN_COMPRESSION_BYTES,
+    ROUTES,
+    authorizer_unavailable_body,
+)
 
 EXECUTION_LOG_RETENTION = logs.RetentionDays.ONE_MONTH
 # How long API Gateway reuses an authorizer answer for the same Authorization header. A revoked
@@ -103,6 +112,24 @@ class ControlPlaneApi(Construct):
             identity_sources=[apigw.IdentitySource.header("Authorization")],
             results_cache_ttl=AUTHORIZER_CACHE_TTL,
         )
+        # An authorizer that fails (raises: the token store unavailable to a cold container or
+        # one past TOKEN_STALE_MAX_S; times out; answers malformed) is by default a 500 for every
+        # caller. Answered instead as the dependency outage it is: 503 with Retry-After and the
+        # wire's error body, which clients retry (routes.py AUTHORIZER_UNAVAILABLE_*).
+        for kind, response_type in (
+            ("AuthorizerFailure", apigw.ResponseType.AUTHORIZER_FAILURE),
+            ("AuthorizerConfigurationError", apigw.ResponseType.AUTHORIZER_CONFIGURATION_ERROR),
+        ):
+            self.api.add_gateway_response(
+                f"{kind}Response",
+                type=response_type,
+                status_code=str(AUTHORIZER_UNAVAILABLE_STATUS),
+                response_headers={
+                    "Retry-After": f"'{AUTHORIZER_UNAVAILABLE_RETRY_AFTER_S}'",
+                    "Content-Type": "'application/json'",
+                },
+                templates={"application/json": json.dumps(authorizer_unavailable_body())},
+            )
         integrations: dict[str, apigw.LambdaIntegration] = {}
         self.methods: dict[tuple[str, str], apigw.Method] = {}
         for route in ROUTES:

@@ -53,11 +53,23 @@ class OutgoingResponse:
 class GatewayError(Exception):
     """An API Gateway-generated response (not from a handler)."""
 
-    def __init__(self, status: int, message: str | None, error_type: str):
+    def __init__(
+        self,
+        status: int,
+        message: str | None,
+        error_type: str,
+        *,
+        body: dict | None = None,
+        headers: tuple[tuple[str, str], ...] = (),
+    ):
         super().__init__(message)
         self.status = status
         self.message = message
         self.error_type = error_type
+        # A gateway response the stack configures (infra/api.py): its own body and headers
+        # instead of API Gateway's {"message"}.
+        self.body = body
+        self.headers = headers
 
 
 def missing_route() -> GatewayError:
@@ -95,8 +107,26 @@ def throttled() -> GatewayError:
 
 
 def authorizer_failure() -> GatewayError:
-    # API Gateway answers a broken authorizer with 500 and a null message.
-    return GatewayError(500, None, "AuthorizerConfigurationException")
+    # API Gateway answers a failed authorizer (raised, timed out, malformed answer) with 500 and a
+    # null message by default; the stack configures the AUTHORIZER_FAILURE and
+    # AUTHORIZER_CONFIGURATION_ERROR gateway responses as a 503 with Retry-After and the wire's
+    # error body (infra/api.py), which this answers too. Imported here, as LocalGateway imports
+    # the route table: the control plane's package is on the path once ensure_functions_on_path
+    # ran, not when this module is imported.
+    from payloadstore_controlplane.routes import (
+        AUTHORIZER_UNAVAILABLE_RETRY_AFTER_S,
+        AUTHORIZER_UNAVAILABLE_STATUS,
+        authorizer_unavailable_body,
+    )
+
+    body = authorizer_unavailable_body()
+    return GatewayError(
+        AUTHORIZER_UNAVAILABLE_STATUS,
+        body["error"]["message"],
+        "AuthorizerConfigurationException",
+        body=body,
+        headers=(("Retry-After", str(AUTHORIZER_UNAVAILABLE_RETRY_AFTER_S)),),
+    )
 
 
 def too_large() -> GatewayError:
@@ -108,13 +138,14 @@ def timed_out() -> GatewayError:
 
 
 def gateway_response(e: GatewayError, request_id: str) -> OutgoingResponse:
-    body = json.dumps({"message": e.message}).encode()
+    body = json.dumps(e.body if e.body is not None else {"message": e.message}).encode()
     return OutgoingResponse(
         e.status,
         [
             ("Content-Type", "application/json"),
             ("x-amzn-RequestId", request_id),
             ("x-amzn-ErrorType", e.error_type),
+            *e.headers,
         ],
         body,
     )

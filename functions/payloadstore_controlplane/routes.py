@@ -49,13 +49,14 @@ ResponseSpec = str | None | tuple[str | None, str]
 
 # Shared answers, by what the route has (the builder adds them unless the route lists the status):
 #   authorized   401 (no or unknown token: API Gateway's {"message"} or our error body),
-#                403 (another namespace, a role the route does not serve, or a gateway deny)
+#                403 (another namespace, a role the route does not serve, or a gateway deny),
+#                503 (the token store unavailable to the authorizer: AUTHORIZER_UNAVAILABLE)
 #   inputs       422 (path, query or body fails validation)
 #   body         400 (unparsable: not UTF-8/JSON, nested too deep), 413 (over 10 MB, the gateway),
 #                415 (a content type the route does not take)
 #   backend      503 (Redis or S3 unavailable; always with Retry-After)
 COMMON_ERRORS = {
-    "authorized": (401, 403),
+    "authorized": (401, 403, 503),
     "inputs": (422,),
     "body": (400, 413, 415, 422),
     "backend": (503,),
@@ -542,3 +543,30 @@ BINARY_MEDIA_TYPES = ("application/msgpack", "application/octet-stream")
 # least this many bytes is gzipped for a client that accepts it. Answers carrying presigned URLs
 # (~800 B) shrink by about 40%; smaller ones would barely shrink and are sent as they are.
 MIN_COMPRESSION_BYTES = 512
+
+
+# API Gateway's own answer when the authorizer fails: it raised (the token store unreachable on a
+# container with no listing to answer from: a cold one, or one past TOKEN_STALE_MAX_S), timed out
+# or answered malformed. By default API Gateway answers 500 for every caller; the stack sets the
+# AUTHORIZER_FAILURE and AUTHORIZER_CONFIGURATION_ERROR gateway responses to this (infra/api.py),
+# and the local gateway answers the same (devstack gateway_auth.py): a 503 a client retries after
+# Retry-After, as it does Redis's. Retry-After is the token store's own back-off after a failed
+# SSM read (store/tokens.py RETRY_AFTER_FAILURE_S): a retry sooner would meet the same container
+# still leaving SSM alone.
+AUTHORIZER_UNAVAILABLE_STATUS = 503
+AUTHORIZER_UNAVAILABLE_RETRY_AFTER_S = 5
+AUTHORIZER_UNAVAILABLE_CODE = "token_store_unavailable"
+AUTHORIZER_UNAVAILABLE_MESSAGE = (
+    "the token store is unavailable to the authorizer (Parameter Store failing); "
+    "retry after Retry-After seconds"
+)
+
+
+def authorizer_unavailable_body() -> dict:
+    """The answer's body: the wire's error shape (ErrorResponse)."""
+    return {
+        "error": {
+            "code": AUTHORIZER_UNAVAILABLE_CODE,
+            "message": AUTHORIZER_UNAVAILABLE_MESSAGE,
+        }
+    }

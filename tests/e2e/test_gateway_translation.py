@@ -379,14 +379,19 @@ def test_explicit_deny_is_403(gateway):
     }
 
 
-def test_authorizer_crash_is_500(gateway):
+def test_authorizer_crash_is_the_configured_503(gateway):
+    # When the authorizer raises
     resp = requests.get(
         f"{gateway.url}/v1/namespaces/dev/thing",
         headers={"Authorization": "Bearer crash"},
         timeout=10,
     )
-    assert resp.status_code == 500
+    # Then the answer is the stack's AUTHORIZER_FAILURE / AUTHORIZER_CONFIGURATION_ERROR gateway
+    # response (infra/api.py): 503, Retry-After, the wire's error body
+    assert resp.status_code == 503
     assert resp.headers["x-amzn-ErrorType"] == "AuthorizerConfigurationException"
+    assert resp.headers["Retry-After"] == "5"
+    assert resp.json()["error"]["code"] == "token_store_unavailable"
 
 
 def test_allow_passes_the_authorizer_context_to_the_handler(gateway, authorizer):

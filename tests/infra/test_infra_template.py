@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from infra.config import SERVICE_NAME, StageNames
@@ -14,6 +16,7 @@ from payloadstore_controlplane.routes import (
     MIN_COMPRESSION_BYTES,
     ROUTES,
 )
+from payloadstore_controlplane.store.tokens import RETRY_AFTER_FAILURE_S
 from tests.infra.cfn import (
     api_paths,
     as_list,
@@ -566,6 +569,26 @@ def test_authorizer_guards_every_route_but_the_public_ones(template):
             assert method["AuthorizationType"] == "CUSTOM", route.path
             assert method["AuthorizerId"] == {"Ref": authorizer_id}, route.path
     assert [r.path for r in ROUTES if r.roles is None and r.path == "/v1/health"] == ["/v1/health"]
+
+
+def test_a_failing_authorizer_answers_503_with_retry_after_and_the_wire_error(template):
+    # Given the API's gateway responses, When the authorizer fails (it raised: the token store
+    # unavailable to a cold container or one past TOKEN_STALE_MAX_S; timed out; malformed)
+    responses = {
+        r["Properties"]["ResponseType"]: r["Properties"]
+        for r in resources(template, "AWS::ApiGateway::GatewayResponse").values()
+    }
+    # Then both kinds answer 503 (not API Gateway's default 500 for every caller), with the
+    # token store's back-off as Retry-After and the wire's error body with its code
+    for kind in ("AUTHORIZER_FAILURE", "AUTHORIZER_CONFIGURATION_ERROR"):
+        props = responses[kind]
+        assert props["StatusCode"] == "503", kind
+        headers = props["ResponseParameters"]
+        assert headers["gatewayresponse.header.Retry-After"] == f"'{int(RETRY_AFTER_FAILURE_S)}'"
+        assert headers["gatewayresponse.header.Content-Type"] == "'application/json'"
+        body = json.loads(props["ResponseTemplates"]["application/json"])
+        assert body["error"]["code"] == "token_store_unavailable"
+        assert body["error"]["message"]
 
 
 def test_api_accepts_msgpack_bodies_as_binary(template):

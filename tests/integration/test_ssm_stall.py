@@ -11,9 +11,11 @@ import time
 import uuid
 
 import pytest
+import requests
 
 from payloadstore_controlplane.handlers import admin, authorizer
-from payloadstore_controlplane.store.tokens import TokenStore
+from payloadstore_controlplane.store.tokens import RETRY_AFTER_FAILURE_S, TokenStore
+from payloadstore_devstack.gateway import LocalGateway, serve_in_thread
 from tests.support.events import FakeLambdaContext, load_event
 from tests.support.ssm_stall import SsmStall
 
@@ -168,3 +170,36 @@ def test_a_cold_authorizer_waits_for_a_long_listing_while_its_pages_come(
     assert isinstance(answer, dict), answer
     assert answer["context"]["namespace"] == "team-24"
     assert took > 0.35
+
+
+def _through_the_gateway(running, token: str, namespace: str):
+    url = f"{running.url}/v1/namespaces/{namespace}/jobs/01M97AH5F8Q3Q0CME4W53SRYBD"
+    return requests.get(url, headers={"Authorization": f"Bearer {token}"}, timeout=10)
+
+
+@pytest.mark.parametrize("container", ["cold", "past_the_stale_bound"])
+def test_behind_the_gateway_an_authorizer_without_a_listing_answers_503_with_retry_after(
+    ssm_env, stall, ssm_client, container
+):
+    # Given the local gateway (API Gateway's gateway responses as the stack configures them) and
+    # a known client token, whose authorizer container never read the listing (cold) or read it
+    # once and is then kept past TOKEN_STALE_MAX_S (listing refresh 1 s, kept 1 s past it)
+    path = ssm_env(TOKEN_CACHE_S="60" if container == "cold" else "1", TOKEN_STALE_MAX_S="1")
+    token, _ = TokenStore(ssm_client, path, cache_s=0).mint("team-g", "client")
+    running = serve_in_thread(LocalGateway(), "127.0.0.1", 0)
+    try:
+        if container == "past_the_stale_bound":
+            assert _through_the_gateway(running, token, "team-g").status_code == 404
+        # When Parameter Store stalls (past the bound) and the token calls a route
+        stall.mode = "stall"
+        if container == "past_the_stale_bound":
+            time.sleep(2.2)
+        resp, took = timed(_through_the_gateway, running, token, "team-g")
+    finally:
+        running.stop()
+    # Then the answer is a 503 the client retries (not API Gateway's 500 for every caller),
+    # with Retry-After (the authorizer's back-off from SSM) and the code, within 1 s
+    assert resp.status_code == 503, resp.text
+    assert resp.headers["Retry-After"] == str(int(RETRY_AFTER_FAILURE_S))
+    assert resp.json()["error"]["code"] == "token_store_unavailable"
+    assert took < ONE_SECOND + 0.5

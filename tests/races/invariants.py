@@ -27,7 +27,9 @@ RETRYABLE = {"failed", "payload_lost", "payload_corrupt", "cancelled"}
 # its first delivery, or cancelled by a cancel while queued).
 EDGES: dict[str | None, set[str]] = {
     None: {"awaiting_upload", "queued", "running", "cancelled"},
-    "awaiting_upload": {"queued"},
+    # -> running: a poll met the entry an S3-tier enqueue appended before its job step and
+    # queued the job on it as it delivered it (delivery_start.lua), one script.
+    "awaiting_upload": {"queued", "running"},
     "queued": {"running", "cancelled", "failed"},
     "running": {"running", "queued"} | TERMINAL,
     "failed": {"queued"},
@@ -67,9 +69,6 @@ def queued_and_running(snap: Snapshot, prev, model: Model, busy: set[str]):
     for job_id in set(snap.jobs) | set(snap.inline_index):
         if job_id in busy or model.past_promise(job_id):
             continue
-        intent = model.intent(job_id)
-        if intent is not None and intent.unanswered:
-            continue  # never acknowledged: its client was told nothing (ops.JobIntent)
         state = snap.state(job_id)
         h = snap.jobs.get(job_id, {})
         inline = h.get("t", b"i") == b"i"
@@ -305,6 +304,10 @@ def blob_records_within_their_objects(snap: Snapshot, prev, model: Model, busy: 
             except ClientError:
                 _object_cache[cache_key] = None
         found = _object_cache[cache_key]
+        if found is None and sha in model.blobs_verified_across_days:
+            # Deleted by days that passed inside the request that recorded it (between its HEAD
+            # and its record), which no request lives through and its clock did not see.
+            continue
         if found is None:
             out.append(
                 (

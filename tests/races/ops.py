@@ -54,15 +54,15 @@ class JobIntent:
     inline: bytes | None = None
     job_id: str | None = None
     acked: bool = False  # an enqueue answered 201/200
+    # Its enqueue's last answer was a refusal (a policy or limit changed under it): whatever an
+    # earlier try of it appended must never run (`refused_job_ran`).
+    refused: bool = False
     idem_key: str | None = None
     # When it was enqueued (the explorer's clock) and how long it is promised to live: the
     # shortest of its namespace's retention classes since (a shortened retention shortens the
     # promise: an honest expiry) and the queue retention (RESULT_TTL_S) deployed since.
     enqueued_at: float = 0.0
     promise_s: float = float("inf")
-    # Its enqueue ended unanswered (503 each time it was sent, or days passed under it): never
-    # acknowledged, what it left half-written is no job anyone was promised.
-    unanswered: bool = False
 
 
 @dataclass
@@ -101,6 +101,10 @@ class Model:
     # Seconds by which the explorer moved Redis's TTLs and the objects' lifecycle ahead (days
     # passed: world.Stack.advance); what Redis and S3 read as now is the machine's time + this.
     shift_s: float = 0.0
+    # Blobs whose last verification (POST .../blobs) had days pass inside it, between its HEAD
+    # of the object and its record: the handlers' clock saw none of them, so the record may
+    # promise an object the days deleted (the explorer's doing: a request lasts seconds).
+    blobs_verified_across_days: set[str] = field(default_factory=set)
     # Idempotency-Keys handed out to operations (one per call, see _operation)
     operation_keys: int = 0
     # Connections cut in this run (a poll's delivery may have counted with its answer lost)
@@ -298,10 +302,14 @@ def enqueue(
             # The policy changed again while the blob was uploaded (its verification was
             # authorized under the earlier one): refused, nothing written, as a policy
             # refusal is; the SDK raises it to the caller.
+            _refused(m, intent)
             return
+    # An enqueue answered 503 each time it was sent (or one days passed under) acknowledged
+    # nothing; what it left half-written must still be no `queued` job without an entry: the
+    # invariants judge it as any other (queued_without_entry).
     if r.status == 503 or _days_passed_under():
-        intent.unanswered = True
-    elif r.status in (200, 201):
+        return
+    if r.status in (200, 201):
         intent.job_id = r.json["job_id"]
         intent.acked = True
     elif (
@@ -313,10 +321,18 @@ def enqueue(
     ):
         m.violation("refused", f"enqueue {tier} answered {r.status}: {r.raw_body[:200]}")
     else:
-        # Refused by design (a policy or limit changed under it): no job was acknowledged. An
-        # S3-tier enqueue refused on its re-send after its first try's job step ran leaves a
-        # `queued` record with no entry (RELIABILITY.md: left for issue 43), no one's job.
-        intent.unanswered = True
+        # Refused by design (a policy or limit changed under it): no job was acknowledged, and
+        # what a first try cut off left must read as no job (judged by the invariants) and
+        # never run.
+        _refused(m, intent)
+
+
+def _refused(m: Model, intent: JobIntent) -> None:
+    intent.refused = True
+    if intent.job_id is not None and m.told.get(intent.job_id):
+        m.violation(
+            "refused_job_ran", f"job {intent.job_id} was delivered, its enqueue answered refused"
+        )
 
 
 def _resent_on_503(m: Model, what: str, send: Callable[[], Reply]) -> Reply:
@@ -491,10 +507,20 @@ def create_blob(m: Model, label: str, multipart: bool = False) -> None:
         m.blob_data[sha] = data
 
 
+def _verify_blob(m: Model, what: str, sha: str, size: int) -> Reply:
+    shift = m.shift_s
+    r = _no_5xx(m, what, m.cp.blob(sha, size))
+    if m.shift_s != shift:
+        m.blobs_verified_across_days.add(sha)
+    else:
+        m.blobs_verified_across_days.discard(sha)
+    return r
+
+
 def _upload_blob(m: Model, sha: str, data: bytes) -> bool:
     """POST .../blobs, upload what it asks for, POST again until it answers `exists`; False
     (with a violation where it is one) when the blob could not be made."""
-    r = _no_5xx(m, "blob", m.cp.blob(sha, len(data)))
+    r = _verify_blob(m, "blob", sha, len(data))
     if r.status != 200:
         if not _over_a_limit(r):
             m.violation("refused", f"blob create answered {r.status}")
@@ -510,7 +536,7 @@ def _upload_blob(m: Model, sha: str, data: bytes) -> bool:
         elif _put(r.json["upload"], data) != 200:
             m.violation("refused", "blob upload refused")
             return False
-        r = _no_5xx(m, "blob again", m.cp.blob(sha, len(data)))
+        r = _verify_blob(m, "blob again", sha, len(data))
         if r.status != 200:
             if not _over_a_limit(r):
                 m.violation("refused", f"blob verify answered {r.status}: {r.raw_body[:200]}")
@@ -794,6 +820,8 @@ def _check_delivery(m: Model, d: dict) -> None:
     if intent is None:
         m.violation("phantom", f"delivered job {job_id} was never enqueued")
         return
+    if intent.refused and not intent.acked:
+        m.violation("refused_job_ran", f"job {job_id} delivered after its enqueue was refused")
     got = sorted(b["sha256"] for b in d.get("blobs") or [])
     if got != sorted(intent.blobs):
         m.violation(

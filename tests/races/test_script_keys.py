@@ -253,7 +253,8 @@ def extra_paths(world) -> None:
     a blob in parts (blobs_upload, blobs_parts), a layout-1 job's conversion, a re-presign
     (presign_count), a daemon's S3 result (presign_result), an operator's look at inline
     arguments (operate_args), a result read in a `consume` namespace (consume_mark) and the
-    renewals function (blobs_renewed)."""
+    renewals function (blobs_renewed); and the ones the explorer's seeds may miss (a layout-1
+    repeat, a queued inline job's cancel, a retry, a refused S3-tier enqueue)."""
     import base64
 
     import requests
@@ -414,3 +415,30 @@ def extra_paths(world) -> None:
         daemon._complete = completing  # type: ignore[assignment]
     keyed.policy = NamespacePolicy("2d", LOCAL_KMS_KEY_ARN)
     assert keyed.post_result(running, {"resultRef": ref}).error["code"] == "policy_mismatch"
+
+    # Paths the explorer takes only as its state allows (a workload's seeds may miss them): a
+    # layout-1 inline job whose Idempotency-Key's first request never reached its queue, repeated
+    # (its append, then enqueue_record_entry); a queued inline job cancelled before it has a hash
+    # (lifecycle_find_entry); a failed job retried (operate_retry, operate_requeue)
+    from tests.integration.test_operate import fail, retry
+    from tests.support.control_plane import cancel
+
+    late = ControlPlane("kr")
+    layout1 = Layout1(world.client, late.ns, late.queue, BUCKET)
+    unappended = new_job_id()
+    layout1.job(unappended, tier="inline", size=2)
+    layout1.idempotency("order-9", unappended)
+    again = late.enqueue(raw=b"\x92\x01", headers={"Idempotency-Key": "order-9"})
+    assert (again.status, again.json["job_id"]) == (200, unappended), again.raw_body
+    assert late.poll().json["job_id"] == unappended
+    fail(late, unappended)
+    retried = retry(late, unappended)
+    assert retried.status == 200, retried.raw_body
+    queued = late.enqueue(inline=b"\x91\x05").json["job_id"]
+    assert cancel(late, queued).status == 200
+
+    # An S3-tier enqueue refused for a policy changed since its upload (enqueue_refuse_ref)
+    late.policy = NamespacePolicy("1d")
+    uploaded = upload(late, os.urandom(3000))
+    late.policy = NamespacePolicy("7d")
+    assert late.enqueue(ref=uploaded).error["code"] == "policy_mismatch"

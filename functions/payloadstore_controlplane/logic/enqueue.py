@@ -27,6 +27,7 @@ from ..store.records import (
     OtherQueue,
     RefEnqueued,
     RefQueued,
+    RefResume,
     inline_index_expiry_ms,
 )
 from .blobs import check_referenced, packed, referenced, unknown_blob, unpacked
@@ -69,14 +70,20 @@ def enqueue(
     validate_queue_name(queue)
     if (payload_inline is None) == (payload_ref is None):
         raise Unprocessable("give exactly one of payloadRef or payloadInline")
-    # 409 unknown_blob before anything is written; the blobs' need is recorded for the renewer.
-    check_referenced(p.namespace, blobs or (), deps, policy=p.policy)
-    refs = packed(blobs or ())
     if payload_inline is not None:
-        enqueued = _enqueue_inline(p, queue, payload_inline, idempotency_key, deps, refs)
+        # 409 unknown_blob before anything is written; the blobs' need is recorded for the
+        # renewer.
+        check_referenced(p.namespace, blobs or (), deps, policy=p.policy)
+        enqueued = _enqueue_inline(
+            p, queue, payload_inline, idempotency_key, deps, packed(blobs or ())
+        )
     else:
         assert payload_ref is not None
-        enqueued = _enqueue_ref(p, queue, payload_ref, deps, refs)
+        try:
+            check_referenced(p.namespace, blobs or (), deps, policy=p.policy)
+            enqueued = _enqueue_ref(p, queue, payload_ref, deps, packed(blobs or ()))
+        except PayloadStoreError as refused:
+            enqueued = _refused_ref(p, queue, payload_ref, refused, deps)
     # Listed for the metrics function once it has a job: a refused enqueue writes nothing.
     deps.queues.remember_namespace(p.namespace)
     return enqueued
@@ -218,7 +225,19 @@ def _enqueue_ref(
     verify_uploaded(ref, issued, deps, policy=p.policy)
     refuse_enqueue(deps, namespace=p.namespace)
     now_ms = int(deps.clock() * 1000)
-    outcome = deps.jobs.begin_ref_enqueue(job_id, p.namespace, queue, now_ms)
+    # The entry first, then the job step that queues the job on it: the job and its queue are in
+    # two slots, and a request cut off between them must not leave a job reading `queued` that
+    # no entry will ever deliver. What it leaves is the job as it was (awaiting_upload) and its
+    # entry, which a poll delivers as the job's, or drops if a re-send was refused since.
+    min_id = max(now_ms - deps.settings.retention_s * 1000, 0)
+    stream_id = deps.jobs.append(
+        p.namespace, queue, job_id, inline=None, min_id_ms=min_id, blobs=blobs
+    )
+    outcome = deps.jobs.settle_ref_enqueue(job_id, p.namespace, queue, now_ms, stream_id)
+    if not isinstance(outcome, (RefQueued, RefResume)):
+        # Not this job's entry (an earlier request queued it, or it is no job of this
+        # namespace's): dropped now rather than by the poll that would meet it.
+        deps.jobs.drop_entry(p.namespace, queue, stream_id)
     match outcome:
         case OtherQueue(queue=other):
             raise Conflict(f"job {job_id} is already enqueued on queue {other}")
@@ -226,19 +245,28 @@ def _enqueue_ref(
             raise Conflict("payloadRef.key was not issued to this namespace as an args key")
         case RefEnqueued():
             return Enqueued(EnqueueResponse(job_id=job_id, tier=Tier.S3), created=False)
-    # Queued now, or resumed (an earlier request set the state but never recorded its entry):
-    # append now, and answer only once the entry exists.
-    min_id = max(now_ms - deps.settings.retention_s * 1000, 0)
-    stream_id = deps.jobs.append(
-        p.namespace, queue, job_id, inline=None, min_id_ms=min_id, blobs=blobs
-    )
-    deps.jobs.record_entry(job_id, stream_id)
     metrics_count("JobsEnqueued", tier=Tier.S3.value)
     metrics_bytes("PayloadBytes", issued.size, tier=Tier.S3.value, kind="args")
     logger.info("job enqueued", extra={"queue": queue, "tier": "s3", "size": issued.size})
     return Enqueued(
         EnqueueResponse(job_id=job_id, tier=Tier.S3), created=isinstance(outcome, RefQueued)
     )
+
+
+def _refused_ref(
+    p: Principal, queue: str, ref: PayloadRef, refused: PayloadStoreError, deps: Deps
+) -> Enqueued:
+    """An S3-tier enqueue refused for good (4xx: a policy or limit changed since the upload, a
+    blob gone, a key not issued): an entry an earlier try of it appended before being cut off
+    must not run the job now refused (the job is marked: enqueue_refuse_ref.lua). A poll may have
+    met that entry first and queued the job on it: then the answer is the job, as a repeat's.
+    A 503 is only re-raised: the client sends the same enqueue again."""
+    parsed = parse_key(ref.key)
+    if refused.status >= 500 or parsed is None or parsed[1] is not PayloadKind.ARGS:
+        raise refused
+    if deps.jobs.refuse_ref_enqueue(parsed[0], p.namespace, queue):
+        return Enqueued(EnqueueResponse(job_id=parsed[0], tier=Tier.S3), created=False)
+    raise refused
 
 
 def _refused_item(

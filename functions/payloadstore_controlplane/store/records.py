@@ -199,17 +199,19 @@ class ResultIssuedBefore:
 
 @dataclass(frozen=True)
 class RefQueued:
-    """An S3-tier job went awaiting_upload -> queued: append its entry."""
+    """An S3-tier job went awaiting_upload -> queued on the entry its enqueue appended."""
 
 
 @dataclass(frozen=True)
 class RefResume:
-    """Queued by an earlier request that never recorded its entry: append it now."""
+    """Queued by an older control plane's request that never recorded its entry: the entry this
+    enqueue appended is the job's now."""
 
 
 @dataclass(frozen=True)
 class RefEnqueued:
-    """Queued and its entry recorded: a repeat."""
+    """Queued and its entry recorded by an earlier request: a repeat (the entry this one
+    appended is not the job's)."""
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,14 @@ no queue:
 - inline enqueue: one namespace-slot script (idempotency lookup in the inline index, XADD,
   index entry, queue set, the group of a new stream) -- all or nothing, so an answer with a job
   id means the entry exists.
-- S3 enqueue: job hash `awaiting_upload` -> `queued` (job slot) -> XADD (namespace slot) ->
-  record the entry id `x` if none is recorded yet (job slot). A retry of an enqueue whose `x`
-  is missing appends again; a delivery whose entry id is not the recorded `x` drops that entry,
-  so a doubled append never runs the job twice. An enqueue answers only after its own append.
+- S3 enqueue: XADD (namespace slot), only once the upload is verified -> job hash
+  `awaiting_upload` -> `queued` naming that entry `x`, in one step (job slot), so no job reads
+  `queued` without an entry. A request cut off in between leaves the job `awaiting_upload` and
+  its entry, which a poll queues and delivers as the job's (the entry was appended for a
+  verified upload), unless a re-send was refused since (`xr`, enqueue_refuse_ref.lua): then it
+  is dropped. A re-send whose job is queued already drops its own entry, and a delivery whose
+  entry id is not the recorded `x` drops that entry, so a doubled append never runs the job
+  twice. An enqueue answers only after its job step.
 - delivery: one namespace-slot script takes one entry (a timed-out delivery from the pending
   list, scanned from a cursor, else a new entry; never more than the one answered) -> job hash
   `running` (job slot); a crash in between leaves the entry pending, and the next scan hands it

@@ -22,6 +22,9 @@
 -- The hash lives at least RESULT_TTL_S past the lease's expiry: a job that waited long in its
 -- queue does not vanish while it runs (heartbeats move this on).
 -- Re-sent with the same lease (a reply lost to a timeout): answered as the first time.
+-- An entry of a job still `awaiting_upload` (its enqueue's job step has not run) queues the job
+-- and is delivered, unless an enqueue of the job was refused after it was appended ('terminal':
+-- dropped).
 -- Returns {'missing'} | {'legacy'} | {'terminal', state, retries} | {'stale'} | {'leased'}
 --       | {'wait'}
 --       | {'cancelled', retries} | {'limit', deliveries, retries}
@@ -46,6 +49,21 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
 end
 if redis.call('HEXISTS', KEYS[1], 'state') == 1 then return {'legacy'} end
 local s = redis.call('HGET', KEYS[1], 's')
+if s == 'awaiting_upload' and redis.call('HGET', KEYS[1], 'n') == ARGV[3] then
+  -- An S3-tier enqueue appends its entry only once the upload is verified, and its job step
+  -- (enqueue_settle_ref.lua) then queues the job on it. An entry met before that step (a
+  -- daemon's poll woken by the append, or an enqueue cut off between its steps and never sent
+  -- again) is the job's: queued here, then delivered below. Unless the job's enqueue was
+  -- refused after it was appended (a re-send refused for a policy or limit changed meanwhile:
+  -- `xr`, the refusal's time by Redis's clock, which stamps entry ids too): then it is a stray
+  -- of the refused enqueue, dropped as a terminal job's entry is.
+  local refused = tonumber(redis.call('HGET', KEYS[1], 'xr') or '-1')
+  if tonumber(string.match(ARGV[1], '^(%d+)')) > refused then
+    redis.call('HSET', KEYS[1], 's', 'queued', 'q', ARGV[4], 't', 's', 'ca', ARGV[2],
+               'ua', ARGV[2])
+    s = 'queued'
+  end
+end
 if s ~= 'queued' and s ~= 'running' then
   return {'terminal', s, redis.call('HGET', KEYS[1], 'rt') or '0'}
 end

@@ -1,7 +1,8 @@
-"""Enqueue: inline jobs in one namespace-slot script (enqueue_inline.lua); S3-tier jobs in
-three steps, job slot then namespace slot then job slot (enqueue_begin_ref.lua,
-enqueue_append.lua, enqueue_record_entry.lua), ordered so a crash in between is repaired by a
-retry and a job id is never handed out for a job that is in no queue."""
+"""Enqueue: inline jobs in one namespace-slot script (enqueue_inline.lua); S3-tier jobs in two
+steps, namespace slot then job slot (enqueue_append.lua, then enqueue_settle_ref.lua, which
+queues the job and names its entry at once), ordered so a job never reads `queued` without an
+entry, a crash in between is repaired by a re-send, and a job id is never handed out for a job
+that is in no queue."""
 
 from __future__ import annotations
 
@@ -183,22 +184,36 @@ class EnqueueSteps(StoreBase):
         """Queue of an inline job that is (or was) queued and has no hash, from the index."""
         return text(self._r.hget(keys.inline_index(namespace, job_ms), job_id))
 
-    def begin_ref_enqueue(
-        self, job_id: str, namespace: str, queue: str, now_ms: int
+    def settle_ref_enqueue(
+        self, job_id: str, namespace: str, queue: str, now_ms: int, stream_id: str
     ) -> RefQueued | RefResume | RefEnqueued | OtherQueue | Missing:
+        """Queue an S3-tier job on the entry its enqueue just appended (awaiting_upload ->
+        queued, `x` = that entry), in one job-slot step."""
         reply = self._run_on_job(
-            "enqueue_begin_ref", job_id, [keys.job(job_id)], [namespace, queue, now_ms]
+            "enqueue_settle_ref",
+            job_id,
+            [keys.job(job_id)],
+            [namespace, queue, now_ms, stream_id],
         )
         match reply[0]:
             case "created":
                 return RefQueued()
-            case "resume":
+            case "resumed":
                 return RefResume()
             case "exists":
                 return RefEnqueued()
             case "other_queue":
                 return OtherQueue(reply[1])
         return Missing()
+
+    def refuse_ref_enqueue(self, job_id: str, namespace: str, queue: str) -> bool:
+        """An S3-tier enqueue of the job is refused: mark it so an entry an earlier try
+        appended is dropped, not run. True when the job is queued on `queue` already (a poll
+        met an earlier try's entry first): the refused request answers the job instead."""
+        reply = self._run_on_job(
+            "enqueue_refuse_ref", job_id, [keys.job(job_id)], [namespace, queue]
+        )
+        return decoded(reply)[0] == "queued"
 
     def append(
         self,
