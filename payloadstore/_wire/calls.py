@@ -467,22 +467,10 @@ def post_result(
         body = {"resultRef": ref.to_request()}
     else:
         body = {"error": dict(error or {})}
-    if lease is not None:
-        body["lease"] = lease
     if blobs:
         body["blobs"] = list(blobs)
-    if next is not None:
-        body["next"] = next.to_wire()
-    return Call(
-        "POST",
-        ns_path(namespace, f"/jobs/{job_id}/result"),
-        f"post result of job {job_id}",
-        parse_next_jobs,
-        ok=frozenset({200, 204}),
-        json=body,
-        errors=_job_errors(),
-        timeout_s=None if next is None else next.wait_s + 20.0,
-        headers=_next_key(next),
+    return _delivery_post(
+        namespace, job_id, "result", f"post result of job {job_id}", body, lease, next
     )
 
 
@@ -501,8 +489,6 @@ def report_failure(
 ) -> Call[list[PolledJob] | None]:
     """payload_lost / payload_corrupt for the delivery; with `next` as `post_result`."""
     body: dict[str, Any] = {"state": state, "detail": detail}
-    if lease is not None:
-        body["lease"] = lease
     if expected_sha256:
         body["expected_sha256"] = expected_sha256
     if actual_sha256:
@@ -511,12 +497,30 @@ def report_failure(
         body["expected_crc64nvme"] = expected_crc64nvme
     if actual_crc64nvme:
         body["actual_crc64nvme"] = actual_crc64nvme
+    return _delivery_post(
+        namespace, job_id, "failure", f"report {state} for job {job_id}", body, lease, next
+    )
+
+
+def _delivery_post(
+    namespace: str,
+    job_id: str,
+    route: str,
+    what: str,
+    body: dict[str, Any],
+    lease: str | None,
+    next: NextJobs | None,
+) -> Call[list[PolledJob] | None]:
+    """A delivery's post (its result or its failure report): the lease and `next` in the body,
+    the next deliveries (or None) as the answer, and a wait as long as `next` asks for."""
+    if lease is not None:
+        body["lease"] = lease
     if next is not None:
         body["next"] = next.to_wire()
     return Call(
         "POST",
-        ns_path(namespace, f"/jobs/{job_id}/failure"),
-        f"report {state} for job {job_id}",
+        ns_path(namespace, f"/jobs/{job_id}/{route}"),
+        what,
         parse_next_jobs,
         ok=frozenset({200, 204}),
         json=body,
