@@ -13,7 +13,7 @@ import redis
 from payloadstore_controlplane.models.policy import NamespacePolicy
 from payloadstore_controlplane.store import keys
 from payloadstore_controlplane.store.redis_jobs import RedisJobStore
-from tests.support.control_plane import ControlPlane, upload
+from tests.support.control_plane import ControlPlane, cancel, upload
 
 # How the cut falls on the enqueue's append (enqueue_append.lua): before the command reached
 # Redis (its connection refused), or after it ran (its reply lost).
@@ -201,4 +201,27 @@ def test_an_enqueue_checked_while_a_re_send_is_refused_is_delivered_once_if_answ
     delivered += [r for r in (cp.poll(wait_s=0),) if r.status == 200]
     assert [r.json["job_id"] for r in delivered] == [job]
     assert cp.status(job).json["state"] == "running"
+    assert cp.poll(wait_s=0).status == 204
+
+
+def test_a_cancel_answered_404_for_a_cut_off_s3_enqueue_keeps_its_entry_from_running(
+    cp_env, redis_view, monkeypatch
+):
+    # Given an uploaded S3-tier payload whose enqueue appended its entry, then lost its reply
+    # (503)
+    cp = namespace()
+    ref = upload(cp, b"\x0c" * 3000)
+    job = job_of(ref)
+    cut_the_append_once(monkeypatch, "after_the_append")
+    assert cp.enqueue(ref=ref).status == 503
+    # When the client cancels the job instead of sending the enqueue again, and is told there
+    # is no such job
+    assert cancel(cp, job).status == 404
+    # Then no daemon runs it: the entry of the cut-off try is dropped
+    assert_no_job_left(cp, redis_view, job)
+    # And a re-send, late, still enqueues it once
+    late = cp.enqueue(ref=ref)
+    assert late.status == 201, late.raw_body
+    polled = cp.poll(wait_s=0)
+    assert polled.status == 200 and polled.json["job_id"] == job, polled.raw_body
     assert cp.poll(wait_s=0).status == 204
