@@ -13,7 +13,7 @@ import redis
 from payloadstore_controlplane.models.policy import NamespacePolicy
 from payloadstore_controlplane.store import keys
 from payloadstore_controlplane.store.redis_jobs import RedisJobStore
-from tests.support.control_plane import ControlPlane, upload
+from tests.support.control_plane import ControlPlane, cancel, upload
 
 # How the cut falls on the enqueue's append (enqueue_append.lua): before the command reached
 # Redis (its connection refused), or after it ran (its reply lost).
@@ -130,4 +130,98 @@ def test_a_poll_between_the_append_and_the_job_step_delivers_the_job_at_once(cp_
     assert polled["reply"].status == 200 and polled["reply"].json["job_id"] == job
     assert (made.status, made.json["job_id"]) == (201, job), made.raw_body
     assert cp.status(job).json["state"] == "running"
+    assert cp.poll(wait_s=0).status == 204
+
+
+def queue_ids_ahead_of_the_clock(cp: ControlPlane, redis_view, ahead_ms: int) -> None:
+    """The queue's last entry id `ahead_ms` past Redis's clock, as after a failover onto a
+    replica whose clock is behind the old primary's (or, in cluster mode, a queue's node whose
+    clock is ahead of the job's node): XADD then stamps new entries with that id's time."""
+    warm = cp.enqueue(ref=upload(cp, b"\x01" * 3000))
+    assert warm.status == 201, warm.raw_body
+    assert cp.poll(wait_s=0).status == 200
+    now_s, now_us = redis_view.time()
+    ahead = now_s * 1000 + now_us // 1000 + ahead_ms
+    redis_view.execute_command("XSETID", keys.queue(cp.ns, cp.queue), f"{ahead}-0")
+
+
+def test_a_refused_re_send_drops_a_cut_off_try_s_entry_whatever_the_queue_s_clock_says(
+    cp_env, redis_view, monkeypatch
+):
+    # Given a queue whose entry ids run a minute ahead of the job's clock, and an uploaded
+    # S3-tier payload whose enqueue appended its entry, then lost its reply (503)
+    cp = namespace()
+    queue_ids_ahead_of_the_clock(cp, redis_view, 60_000)
+    ref = upload(cp, b"\x09" * 3000)
+    job = job_of(ref)
+    cut_the_append_once(monkeypatch, "after_the_append")
+    assert cp.enqueue(ref=ref).status == 503
+    # When the namespace's retention changes and the re-send is refused
+    cp.policy = NamespacePolicy("7d")
+    again = cp.enqueue(ref=ref)
+    assert (again.status, again.error["code"]) == (409, "policy_mismatch"), again.raw_body
+    # Then the entry of the cut-off try never runs the job its client was told was refused
+    assert_no_job_left(cp, redis_view, job)
+
+
+def test_an_enqueue_checked_while_a_re_send_is_refused_is_delivered_once_if_answered_201(
+    cp_env, redis_view, monkeypatch
+):
+    # Given an uploaded S3-tier payload whose enqueue is being checked when a re-send of it,
+    # under a policy changed meanwhile, is refused, and a daemon's poll that meets the first
+    # enqueue's entry before its job step
+    cp = namespace()
+    ref = upload(cp, b"\x0b" * 3000)
+    job = job_of(ref)
+    from payloadstore_controlplane.logic import enqueue as enqueue_logic
+
+    real_verify = enqueue_logic.verify_uploaded
+    real_settle = RedisJobStore.settle_ref_enqueue
+    seen: dict = {"polls": []}
+
+    def refused_meanwhile(*a, **kw):
+        real_verify(*a, **kw)
+        if "refused" not in seen:
+            cp.policy = NamespacePolicy("7d")
+            seen["refused"] = cp.enqueue(ref=ref)
+            cp.policy = NamespacePolicy("1d")
+
+    def poll_first(self, *a, **kw):
+        seen["polls"].append(cp.poll(wait_s=0))
+        return real_settle(self, *a, **kw)
+
+    monkeypatch.setattr(enqueue_logic, "verify_uploaded", refused_meanwhile)
+    monkeypatch.setattr(RedisJobStore, "settle_ref_enqueue", poll_first)
+    # When the first enqueue goes on
+    made = cp.enqueue(ref=ref)
+    # Then the re-send was refused, and the first, answered 201, is delivered exactly once
+    assert seen["refused"].error["code"] == "policy_mismatch", seen["refused"].raw_body
+    assert (made.status, made.json["job_id"]) == (201, job), made.raw_body
+    delivered = [r for r in seen["polls"] if r.status == 200]
+    delivered += [r for r in (cp.poll(wait_s=0),) if r.status == 200]
+    assert [r.json["job_id"] for r in delivered] == [job]
+    assert cp.status(job).json["state"] == "running"
+    assert cp.poll(wait_s=0).status == 204
+
+
+def test_a_cancel_answered_404_for_a_cut_off_s3_enqueue_keeps_its_entry_from_running(
+    cp_env, redis_view, monkeypatch
+):
+    # Given an uploaded S3-tier payload whose enqueue appended its entry, then lost its reply
+    # (503)
+    cp = namespace()
+    ref = upload(cp, b"\x0c" * 3000)
+    job = job_of(ref)
+    cut_the_append_once(monkeypatch, "after_the_append")
+    assert cp.enqueue(ref=ref).status == 503
+    # When the client cancels the job instead of sending the enqueue again, and is told there
+    # is no such job
+    assert cancel(cp, job).status == 404
+    # Then no daemon runs it: the entry of the cut-off try is dropped
+    assert_no_job_left(cp, redis_view, job)
+    # And a re-send, late, still enqueues it once
+    late = cp.enqueue(ref=ref)
+    assert late.status == 201, late.raw_body
+    polled = cp.poll(wait_s=0)
+    assert polled.status == 200 and polled.json["job_id"] == job, polled.raw_body
     assert cp.poll(wait_s=0).status == 204

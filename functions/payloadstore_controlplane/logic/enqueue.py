@@ -15,6 +15,7 @@ from ..models.errors import (
     InlineUnavailable,
     PayloadStoreError,
     PayloadTooLarge,
+    ServiceUnavailable,
     Unprocessable,
 )
 from ..models.settings import Settings
@@ -27,6 +28,7 @@ from ..store.records import (
     OtherQueue,
     RefEnqueued,
     RefQueued,
+    RefRefusedMeanwhile,
     RefResume,
     inline_index_expiry_ms,
 )
@@ -207,6 +209,22 @@ def _legacy_repeat(
 def _enqueue_ref(
     p: Principal, queue: str, ref: PayloadRef, deps: Deps, blobs: bytes = b""
 ) -> Enqueued:
+    enqueued = _try_enqueue_ref(p, queue, ref, deps, blobs)
+    if enqueued is None:
+        # A concurrent enqueue of the job was refused while this one was checked (its entry is
+        # dropped): checked again from the start, answered as an enqueue sent now would be.
+        enqueued = _try_enqueue_ref(p, queue, ref, deps, blobs)
+    if enqueued is None:
+        raise ServiceUnavailable(
+            "a concurrent enqueue of this job was refused while this one was checked; send it again"
+        )
+    return enqueued
+
+
+def _try_enqueue_ref(
+    p: Principal, queue: str, ref: PayloadRef, deps: Deps, blobs: bytes
+) -> Enqueued | None:
+    """One try of an S3-tier enqueue; None when a refusal of the job overruled it."""
     parsed = parse_key(ref.key)
     if parsed is None or parsed[1] is not PayloadKind.ARGS:
         raise Conflict("payloadRef.key was not issued to this namespace as an args key")
@@ -229,15 +247,34 @@ def _enqueue_ref(
     # two slots, and a request cut off between them must not leave a job reading `queued` that
     # no entry will ever deliver. What it leaves is the job as it was (awaiting_upload) and its
     # entry, which a poll delivers as the job's, or drops if a re-send was refused since.
+    # The entry carries the job's refused enqueues this request read before its checks: a
+    # refusal since (a concurrent re-send refused for a policy changed meanwhile) overrules it,
+    # and neither a poll nor the job step below queues the job on it.
     min_id = max(now_ms - deps.settings.retention_s * 1000, 0)
+    refusals = job.enqueue_refusals
     stream_id = deps.jobs.append(
-        p.namespace, queue, job_id, inline=None, min_id_ms=min_id, blobs=blobs
+        p.namespace, queue, job_id, inline=None, min_id_ms=min_id, blobs=blobs, refusals=refusals
     )
-    outcome = deps.jobs.settle_ref_enqueue(job_id, p.namespace, queue, now_ms, stream_id)
+    outcome = deps.jobs.settle_ref_enqueue(job_id, p.namespace, queue, now_ms, stream_id, refusals)
     if not isinstance(outcome, (RefQueued, RefResume)):
-        # Not this job's entry (an earlier request queued it, or it is no job of this
-        # namespace's): dropped now rather than by the poll that would meet it.
+        # Not this job's entry (an earlier request queued it, a refusal overruled this try, or
+        # it is no job of this namespace's): dropped now rather than by the poll that would
+        # meet it.
         deps.jobs.drop_entry(p.namespace, queue, stream_id)
+        return _not_this_entry(job_id, outcome)
+    metrics_count("JobsEnqueued", tier=Tier.S3.value)
+    metrics_bytes("PayloadBytes", issued.size, tier=Tier.S3.value, kind="args")
+    logger.info("job enqueued", extra={"queue": queue, "tier": "s3", "size": issued.size})
+    return Enqueued(
+        EnqueueResponse(job_id=job_id, tier=Tier.S3), created=isinstance(outcome, RefQueued)
+    )
+
+
+def _not_this_entry(
+    job_id: str, outcome: RefEnqueued | RefRefusedMeanwhile | OtherQueue | Missing
+) -> Enqueued | None:
+    """The answer of an S3-tier enqueue whose entry is not the job's: a repeat's, a conflict,
+    or None (a refusal of the job overruled this try)."""
     match outcome:
         case OtherQueue(queue=other):
             raise Conflict(f"job {job_id} is already enqueued on queue {other}")
@@ -245,12 +282,7 @@ def _enqueue_ref(
             raise Conflict("payloadRef.key was not issued to this namespace as an args key")
         case RefEnqueued():
             return Enqueued(EnqueueResponse(job_id=job_id, tier=Tier.S3), created=False)
-    metrics_count("JobsEnqueued", tier=Tier.S3.value)
-    metrics_bytes("PayloadBytes", issued.size, tier=Tier.S3.value, kind="args")
-    logger.info("job enqueued", extra={"queue": queue, "tier": "s3", "size": issued.size})
-    return Enqueued(
-        EnqueueResponse(job_id=job_id, tier=Tier.S3), created=isinstance(outcome, RefQueued)
-    )
+    return None
 
 
 def _refused_ref(

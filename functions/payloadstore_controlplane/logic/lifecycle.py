@@ -31,7 +31,7 @@ from ..models.api import (
     LeasesRequest,
     LeasesResponse,
 )
-from ..models.domain import JobStatus, job_id_time_s
+from ..models.domain import JOB_ID_RE, JobStatus, job_id_time_s
 from ..models.errors import Conflict, Forbidden, LeaseMismatch, NotFound
 from ..observability import bind_job, logger, metrics_count
 from ..store.records import CancelledQueued, CancelRequested, Ended, HeartbeatTaken, Missing, dumps
@@ -130,6 +130,20 @@ def renew_leases(p: Principal, req: LeasesRequest, wait_s: float, deps: Deps) ->
 def cancel(p: Principal, job_id: str, deps: Deps) -> CancelResponse:
     job = find_job(p.namespace, job_id, deps)
     if job is None:
+        unfinished = deps.jobs.get_job(job_id) if JOB_ID_RE.match(job_id) else None
+        if unfinished is not None and unfinished.state is JobStatus.AWAITING_UPLOAD:
+            # Not a job yet, maybe an S3-tier one still awaiting its enqueue's job step: an
+            # entry a cut-off enqueue appended must not run a job its client is told does not
+            # exist (lifecycle_cancel.lua overrules it as a refusal would; nothing else is
+            # written).
+            deps.jobs.cancel(
+                job_id,
+                p.namespace,
+                "",
+                int(deps.clock() * 1000),
+                cancelled_error(),
+                int(job_id_time_s(job_id) * 1000),
+            )
         raise NotFound(f"job {job_id} not found")
     bind_job(job_id)
     # A queued inline job has no hash before its first delivery (find_job read the index).

@@ -59,6 +59,7 @@ def decode_job(
         result_blobs=_result_blobs(f),
         args_deleted_ms=number(f.get("pd"), 0) or None,
         result_deleted_ms=number(f.get("rd"), 0) or None,
+        enqueue_refusals=number(f.get("xr")),
     )
 
 

@@ -46,8 +46,9 @@ live in the done list.
     ab  deliveries before the last retry (the delivery cap counts `a` - `ab` of them)
     rq  from a retry until the job's next delivery: the job's entry id before the retry, or 1
         when it had none of its own (a repeated retry is answered 'resume')
-    xr  while awaiting_upload: when an S3-tier enqueue of the job was refused (ms, Redis's
-        clock): an entry appended before it is a stray of a refused try, dropped, not queued
+    xr  while awaiting_upload: S3-tier enqueues of the job refused so far; an entry whose `r`
+        (the count its request read) is lower is a stray of an overruled try, dropped, not
+        queued
     pd  retention `consume`: when the    rd  retention `consume`: when the result
         args object is deleted (ms),          object is deleted (ms), set at its first
         set at the job's success              complete read (consume_mark.lua)
@@ -58,8 +59,8 @@ the entry, `cr` cancel requested (1). `a` is the delivery count. A queued inline
 creating one (`n`, `q`, `t`=i, `s`=cancelled, with the TTL) and dropping its entry, found near its id's
 time (lifecycle_find_entry.lua); delivery creates the hash only when
 none exists, queues an S3-tier job still awaiting_upload on the entry its enqueue appended before
-its job step (unless `xr` says an enqueue was refused since), and drops the entry of a job whose
-hash is in any other state but queued/running.
+its job step (unless `xr` says an enqueue was refused since its request read the job), and
+drops the entry of a job whose hash is in any other state but queued/running.
 
 The bucket is one per stack and the S3 key derives from job id + kind (`payload_keys.key_for`),
 so neither is stored. A job is created at args presign (state `awaiting_upload`), which replaces

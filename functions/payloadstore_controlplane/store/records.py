@@ -81,6 +81,8 @@ class JobRecord:
     # ms since epoch (None: not scheduled).
     args_deleted_ms: int | None = None
     result_deleted_ms: int | None = None
+    # While awaiting_upload: S3-tier enqueues of the job refused so far (`xr`).
+    enqueue_refusals: int = 0
 
 
 @dataclass(frozen=True)
@@ -107,12 +109,15 @@ class QueueEntry:
     job_id: str
     inline: bytes | None
     blobs: bytes = b""  # raw sha256s of the blobs the job references (field `B`)
+    # An S3-tier job's refused enqueues the request that appended it saw (field `r`).
+    refusals: int = 0
 
     @classmethod
     def parse(cls, queue: str, stream_id: str, fields: dict) -> QueueEntry:
         job = fields.get(b"j", fields.get(b"job", b""))
         inline = fields.get(b"b", fields.get(b"inline"))
-        return cls(queue, stream_id, text(job) or "", inline, fields.get(b"B") or b"")
+        refusals = int(fields.get(b"r") or 0)
+        return cls(queue, stream_id, text(job) or "", inline, fields.get(b"B") or b"", refusals)
 
 
 @dataclass(frozen=True)
@@ -206,6 +211,12 @@ class RefQueued:
 class RefResume:
     """Queued by an older control plane's request that never recorded its entry: the entry this
     enqueue appended is the job's now."""
+
+
+@dataclass(frozen=True)
+class RefRefusedMeanwhile:
+    """An enqueue of the job was refused after this request read the job, before its job step:
+    the entry it appended is dropped (a poll may drop it already) and the job left as it was."""
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,9 @@ no queue:
   `awaiting_upload` -> `queued` naming that entry `x`, in one step (job slot), so no job reads
   `queued` without an entry. A request cut off in between leaves the job `awaiting_upload` and
   its entry, which a poll queues and delivers as the job's (the entry was appended for a
-  verified upload), unless a re-send was refused since (`xr`, enqueue_refuse_ref.lua): then it
-  is dropped. A re-send whose job is queued already drops its own entry, and a delivery whose
+  verified upload), unless a re-send was refused since its request read the job (`xr` counts
+  refusals, the entry's `r` those its request saw; enqueue_refuse_ref.lua): then it is
+  dropped. A re-send whose job is queued already drops its own entry, and a delivery whose
   entry id is not the recorded `x` drops that entry, so a doubled append never runs the job
   twice. An enqueue answers only after its job step.
 - delivery: one namespace-slot script takes one entry (a timed-out delivery from the pending

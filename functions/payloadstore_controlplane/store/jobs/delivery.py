@@ -187,6 +187,7 @@ class DeliverySteps(StoreBase):
                 fixed_error_digest(limit_error),
                 cancel_error,
                 fixed_error_digest(cancel_error),
+                entry.refusals or "",
             ],
             lag_ok=True,
         )

@@ -7,6 +7,7 @@
 -- ARGV[7]  lease               ARGV[8]  lease expiry (ms)                   ARGV[9] consumer
 -- ARGV[10] max_deliveries      ARGV[11] limit error JSON                    ARGV[12] its digest
 -- ARGV[13] cancel error JSON   ARGV[14] its digest
+-- ARGV[15] the entry's `r`: the job's refused enqueues its appending request saw ('' none)
 --
 -- queued -> running, or running (lease expired) -> running: a new lease (`lt`), its expiry
 -- (`lx`) and the consumer holding the entry (`d`); the attempt count `a` goes up by one.
@@ -23,8 +24,8 @@
 -- queue does not vanish while it runs (heartbeats move this on).
 -- Re-sent with the same lease (a reply lost to a timeout): answered as the first time.
 -- An entry of a job still `awaiting_upload` (its enqueue's job step has not run) queues the job
--- and is delivered, unless an enqueue of the job was refused after it was appended ('terminal':
--- dropped).
+-- and is delivered, unless an enqueue of the job was refused after its appending request read
+-- the job ('terminal': dropped).
 -- Returns {'missing'} | {'legacy'} | {'terminal', state, retries} | {'stale'} | {'leased'}
 --       | {'wait'}
 --       | {'cancelled', retries} | {'limit', deliveries, retries}
@@ -53,12 +54,13 @@ if s == 'awaiting_upload' and redis.call('HGET', KEYS[1], 'n') == ARGV[3] then
   -- An S3-tier enqueue appends its entry only once the upload is verified, and its job step
   -- (enqueue_settle_ref.lua) then queues the job on it. An entry met before that step (a
   -- daemon's poll woken by the append, or an enqueue cut off between its steps and never sent
-  -- again) is the job's: queued here, then delivered below. Unless the job's enqueue was
-  -- refused after it was appended (a re-send refused for a policy or limit changed meanwhile:
-  -- `xr`, the refusal's time by Redis's clock, which stamps entry ids too): then it is a stray
-  -- of the refused enqueue, dropped as a terminal job's entry is.
-  local refused = tonumber(redis.call('HGET', KEYS[1], 'xr') or '-1')
-  if tonumber(string.match(ARGV[1], '^(%d+)')) > refused then
+  -- again) is the job's: queued here, then delivered below. Unless an enqueue of the job was
+  -- refused after the appending request read the job (a re-send refused for a policy or limit
+  -- changed meanwhile: `xr` counts refusals, the entry's `r` those its request saw; a count,
+  -- as the entry's id and this step come from two nodes' clocks in cluster mode): then it is
+  -- a stray of an overruled try, dropped as a terminal job's entry is.
+  local refused = tonumber(redis.call('HGET', KEYS[1], 'xr') or '0')
+  if tonumber(ARGV[15] ~= '' and ARGV[15] or '0') >= refused then
     redis.call('HSET', KEYS[1], 's', 'queued', 'q', ARGV[4], 't', 's', 'ca', ARGV[2],
                'ua', ARGV[2])
     s = 'queued'

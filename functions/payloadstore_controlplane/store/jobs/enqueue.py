@@ -20,6 +20,7 @@ from ..records import (
     OtherQueue,
     RefEnqueued,
     RefQueued,
+    RefRefusedMeanwhile,
     RefResume,
     text,
 )
@@ -185,19 +186,28 @@ class EnqueueSteps(StoreBase):
         return text(self._r.hget(keys.inline_index(namespace, job_ms), job_id))
 
     def settle_ref_enqueue(
-        self, job_id: str, namespace: str, queue: str, now_ms: int, stream_id: str
-    ) -> RefQueued | RefResume | RefEnqueued | OtherQueue | Missing:
+        self,
+        job_id: str,
+        namespace: str,
+        queue: str,
+        now_ms: int,
+        stream_id: str,
+        refusals: int = 0,
+    ) -> RefQueued | RefResume | RefEnqueued | RefRefusedMeanwhile | OtherQueue | Missing:
         """Queue an S3-tier job on the entry its enqueue just appended (awaiting_upload ->
-        queued, `x` = that entry), in one job-slot step."""
+        queued, `x` = that entry), in one job-slot step; `refusals`: the job's refused enqueues
+        the request saw before its append."""
         reply = self._run_on_job(
             "enqueue_settle_ref",
             job_id,
             [keys.job(job_id)],
-            [namespace, queue, now_ms, stream_id],
+            [namespace, queue, now_ms, stream_id, refusals],
         )
         match reply[0]:
             case "created":
                 return RefQueued()
+            case "refused":
+                return RefRefusedMeanwhile()
             case "resumed":
                 return RefResume()
             case "exists":
@@ -224,10 +234,19 @@ class EnqueueSteps(StoreBase):
         inline: bytes | None,
         min_id_ms: int,
         blobs: bytes = b"",
+        refusals: int = 0,
     ) -> str:
         """XADD the job's entry (creating the queue and its group at its first job); `blobs`:
-        the raw sha256s of the blobs it references, concatenated."""
-        args: list[Any] = [f"{min_id_ms}-0", queue, keys.CONSUMER_GROUP, job_id, blobs]
+        the raw sha256s of the blobs it references, concatenated; `refusals`: an S3-tier job's
+        refused enqueues its request saw (JobRecord.enqueue_refusals)."""
+        args: list[Any] = [
+            f"{min_id_ms}-0",
+            queue,
+            keys.CONSUMER_GROUP,
+            job_id,
+            blobs,
+            refusals or "",
+        ]
         if inline is not None:
             args.append(inline)
         # MINID ~ drops entries older than the retention (their jobs have expired anyway);

@@ -6,9 +6,11 @@
 -- KEYS[1]  job hash
 -- ARGV[1]  namespace   ARGV[2] queue
 --
--- A job still awaiting_upload gets `xr`, the refusal's time by Redis's clock (the clock of entry
--- ids): a poll drops an entry of the job appended before it (delivery_start.lua); a later
--- enqueue that is accepted queues the job and spends the mark (enqueue_settle_ref.lua).
+-- A job still awaiting_upload counts the refusal (`xr` + 1). Every S3-tier enqueue appends its
+-- entry with the count it read before its checks (field `r`): an entry with fewer is a try the
+-- refusal overruled, which a poll drops (delivery_start.lua) and whose job step queues nothing
+-- (enqueue_settle_ref.lua). A count, not a time: the entry's id comes from the queue's node and
+-- this step runs on the job's, whose clocks differ in cluster mode and across a failover.
 -- allow-oom: a few bytes, which keep a refused job from running.
 -- Returns {'refused'} | {'queued'} (already queued on that queue, on a recorded entry: a poll met
 -- an earlier try's entry first; the refused request answers the job instead)
@@ -17,8 +19,7 @@ if redis.call('HEXISTS', KEYS[1], 'state') == 1 then return {'refused'} end
 local f = redis.call('HMGET', KEYS[1], 'n', 's', 'q', 'x')
 if f[1] ~= ARGV[1] then return {'refused'} end
 if f[2] == 'awaiting_upload' then
-  local now = redis.call('TIME')
-  redis.call('HSET', KEYS[1], 'xr', tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000))
+  redis.call('HINCRBY', KEYS[1], 'xr', 1)
   return {'refused'}
 end
 if f[3] == ARGV[2] and f[4] then return {'queued'} end

@@ -9,6 +9,7 @@
 -- queued -> cancelled (the caller drops the entry); running -> running with `cr` = 1 (the
 -- caller wakes the holder `d`'s leases long-poll; a redelivery ends it cancelled instead).
 -- Re-sent after a lost reply (same now_ms, the job cancelled by it): answered as the first time.
+-- awaiting_upload -> awaiting_upload, a refusal counted (`xr`): 'missing'.
 -- Returns {'missing'} | {'legacy'} | {'terminal', state} | {'requested', consumer}
 --       | {'cancelled', entry_id, queue, retries}   (retries: `rt`, for the ended-jobs index)
 local function finish()
@@ -28,7 +29,14 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
 end
 if redis.call('HEXISTS', KEYS[1], 'state') == 1 then return {'legacy'} end
 local f = redis.call('HMGET', KEYS[1], 'n', 's', 'x', 'q', 'ua', 'rt', 'd')
-if f[1] ~= ARGV[1] or f[2] == 'awaiting_upload' then return {'missing'} end
+if f[1] ~= ARGV[1] then return {'missing'} end
+if f[2] == 'awaiting_upload' then
+  -- No job yet (404), and none from an enqueue sent before this cancel: an entry a cut-off try
+  -- appended is overruled as a refused re-send's is (`xr`, enqueue_refuse_ref.lua), so the
+  -- client told "no such job" never sees it run; an enqueue sent after is accepted.
+  redis.call('HINCRBY', KEYS[1], 'xr', 1)
+  return {'missing'}
+end
 local entry = f[3] or ''
 if entry == '*' then entry = '' end
 if f[2] == 'running' then
