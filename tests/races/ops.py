@@ -58,6 +58,9 @@ class JobIntent:
     # earlier try of it appended must never run (`refused_job_ran`).
     refused: bool = False
     idem_key: str | None = None
+    # The days passed (Model.shift_s) when it was sent: an Idempotency-Key lives
+    # IDEMPOTENCY_TTL_S (at most 6 h), so once days pass the same key may make a new job.
+    idem_shift_s: float = 0.0
     # When it was enqueued (the explorer's clock) and how long it is promised to live: the
     # shortest of its namespace's retention classes since (a shortened retention shortens the
     # promise: an honest expiry) and the queue retention (RESULT_TTL_S) deployed since.
@@ -244,6 +247,7 @@ def enqueue(
         headers = None
         if idem:
             intent.idem_key = f"idem-{label}"
+            intent.idem_shift_s = m.shift_s
             headers = {"Idempotency-Key": intent.idem_key}
     else:
         size = 2048 if tier == "s3" else MULTIPART_SIZE
@@ -356,8 +360,10 @@ def _over_a_limit(r: Reply) -> bool:
 
 
 def enqueue_again(m: Model, job: int) -> None:
-    """The same Idempotency-Key again (a client whose answer was lost): the same job."""
-    keyed = [i for i in m.intents if i.idem_key and i.acked]
+    """The same Idempotency-Key again (a client whose answer was lost): the same job, while the
+    key lives (IDEMPOTENCY_TTL_S, at most 6 h): a key sent before days passed may have expired,
+    and its re-send is a new job by design, so it is not sent again."""
+    keyed = [i for i in m.intents if i.idem_key and i.acked and i.idem_shift_s == m.shift_s]
     if not keyed:
         return
     intent = keyed[job % len(keyed)]
