@@ -1,4 +1,4 @@
-#!lua
+#!lua flags=allow-oom
 -- operate_requeue: the namespace-slot half of a retry: the retried job gets exactly one
 -- deliverable entry with its whole arguments (inline bytes, blob list).
 --
@@ -35,7 +35,10 @@
 --    (the job was cancelled while queued): relied on as in 2.
 -- 5. Otherwise the entry is gone unsettled (trimmed past the retention): an S3-tier job gets an
 --    entry with no blob list, an inline one nothing (its bytes are gone).
--- Default flags: refused before it starts when Redis is full.
+-- allow-oom: it finishes a retry whose job step (operate_retry.lua) already made the job
+-- `queued`; refused when Redis is full, the job read `queued` with no entry to deliver it, and a
+-- later redrive (another key) skips a queued job. It adds at most one entry of one job's kept
+-- arguments (at most INLINE_THRESHOLD bytes), and only after a job step that Redis accepted.
 -- Returns the entry id appended | '' nothing appended (an entry of the job's runs it).
 local rec = redis.call('GET', KEYS[5])
 if rec then
