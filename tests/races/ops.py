@@ -517,9 +517,9 @@ def _verify_blob(m: Model, what: str, sha: str, size: int) -> Reply:
     shift = m.shift_s
     r = _no_5xx(m, what, m.cp.blob(sha, size))
     if m.shift_s != shift:
+        # Kept for the run: a later verification that finds the record standing answers
+        # `exists` without recording again, so the record made across days stays (seed 9402).
         m.blobs_verified_across_days.add(sha)
-    else:
-        m.blobs_verified_across_days.discard(sha)
     return r
 
 
