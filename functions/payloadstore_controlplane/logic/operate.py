@@ -316,8 +316,8 @@ def redrive(p: Principal, queue: str, body: RedriveRequest, deps: Deps) -> Redri
                 if (
                     job is None
                     or job.namespace != p.namespace
-                    or job.state not in states
-                    or job.retries != entry.retries
+                    or (job.state not in states or job.retries != entry.retries)
+                    and not _retry_half_done(job, entry.retries)
                 ):
                     continue
                 if retried >= body.limit or deps.clock() >= deadline:
@@ -331,6 +331,16 @@ def redrive(p: Principal, queue: str, body: RedriveRequest, deps: Deps) -> Redri
                 break
     logger.info("queue redriven", extra={"queue": queue, "retried": retried, "skipped": skipped})
     return RedriveResponse(retried=retried, skipped=skipped)
+
+
+def _retry_half_done(job: JobRecord, ended_retries: int) -> bool:
+    """A retry of this ended entry's job ran its job step (the job `queued` for one retry more,
+    `x` = '*') and not its queue step (a lost connection, or Redis full): a redrive sent again,
+    or any later one, finishes it (`_retry` resumes it), or the job would read `queued` with no
+    entry to deliver it, and no redrive would take it again."""
+    return (
+        job.state is JobStatus.QUEUED and job.retries == ended_retries + 1 and job.stream_id == "*"
+    )
 
 
 # -- purge ---------------------------------------------------------------------------------
