@@ -335,11 +335,16 @@ def redrive(p: Principal, queue: str, body: RedriveRequest, deps: Deps) -> Redri
 
 def _retry_half_done(job: JobRecord, ended_retries: int) -> bool:
     """A retry of this ended entry's job ran its job step (the job `queued` for one retry more,
-    `x` = '*') and not its queue step (a lost connection, or Redis full): a redrive sent again,
-    or any later one, finishes it (`_retry` resumes it), or the job would read `queued` with no
-    entry to deliver it, and no redrive would take it again."""
+    `x` = '*', `rq` set) and not its queue step (a lost connection, or Redis full): a redrive
+    sent again, or any later one, finishes it (`_retry` resumes it), or the job would read
+    `queued` with no entry to deliver it, and no redrive would take it again. A job requeued by
+    a payload_lost report since (`x` = '*' too, no `rq`: its old entry runs it) is not one: its
+    retry would be refused `queued`, and the redrive would count it skipped."""
     return (
-        job.state is JobStatus.QUEUED and job.retries == ended_retries + 1 and job.stream_id == "*"
+        job.state is JobStatus.QUEUED
+        and job.retry_queued
+        and job.retries == ended_retries + 1
+        and job.stream_id == "*"
     )
 
 

@@ -55,6 +55,7 @@ def decode_job(
         done=done,
         done_read=done_read,
         retries=number(f.get("rt")),
+        retry_queued=f.get("rq") is not None,
         args_size=number(f.get("pz"), 0) or None,
         result_blobs=_result_blobs(f),
         args_deleted_ms=number(f.get("pd"), 0) or None,

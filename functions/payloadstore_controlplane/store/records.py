@@ -72,6 +72,9 @@ class JobRecord:
     done_read: bool = field(default=False, repr=False)
     # Times retried (POST .../retry, redrive).
     retries: int = 0
+    # Queued by a retry no delivery has started yet (`rq`, operate_retry.lua): its job step
+    # ran; a retry sent again is answered 'resume'. False for a payload_lost requeue.
+    retry_queued: bool = False
     # The args' size in bytes (both tiers; unknown for an inline job cancelled before its
     # first delivery).
     args_size: int | None = None
