@@ -9,6 +9,8 @@ from __future__ import annotations
 import base64
 import json
 import re
+import shutil
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +19,7 @@ import msgpack
 import pytest
 
 from payloadstore import Client
+from payloadstore._top import format_age
 from payloadstore.dashboard import CSRF_HEADER, ClientBackend, Dashboard
 from payloadstore.dashboard.backend import without_urls
 from tests.support.dashboard import post, request
@@ -501,3 +504,29 @@ def test_a_download_of_something_else_is_refused(dashboard):
     assert request(dashboard, "GET", f"/api/jobs/{JOB}/other/download").status == 404
     assert request(dashboard, "GET", "/api/jobs/not-a-job/args/download").status == 400
     assert request(dashboard, "POST", f"/api/jobs/{JOB}/args/download").status in (403, 405)
+
+
+def _node() -> str:
+    """The Node.js `make test` puts in the venv (`make node`), else one on PATH."""
+    venv_node = STATIC.parents[2] / ".venv" / "node-bin" / "node"
+    found = str(venv_node) if venv_node.exists() else shutil.which("node")
+    assert found, "no Node.js: `make node` installs the venv's (the page's own code runs in it)"
+    return found
+
+
+def test_the_page_floors_ages_as_the_cli_does():
+    # Given the page's own age() (app.js) and the CLI's format_age (queues, top)
+    source = (STATIC / "app.js").read_text()
+    match = re.search(r"\n  function age\(seconds\) \{\n.*?\n  \}\n", source, re.DOTALL)
+    assert match, "app.js has no age(seconds) function"
+    samples = [0, 0.4, 59.6, 60, 99.9, 100, 3599.5, 3600, 5400, 7199, 7200, 86399]
+    # When both render the same ages
+    script = match.group(0) + f"\nconsole.log(JSON.stringify({json.dumps(samples)}.map(age)));"
+    page = json.loads(
+        subprocess.run(
+            [_node(), "-e", script], capture_output=True, text=True, check=True, timeout=30
+        ).stdout
+    )
+    # Then the page reads each as the CLI does: floored (59.6 s is 59s, never 60s)
+    assert page == [format_age(s) for s in samples]
+    assert page[2] == "59s"

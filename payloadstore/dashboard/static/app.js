@@ -88,7 +88,7 @@
   function age(seconds) {
     if (seconds === null || seconds === undefined) return "-";
     const s = Math.max(0, seconds);
-    if (s < 60) return s.toFixed(0) + "s";
+    if (s < 60) return Math.floor(s) + "s";  // floored, as `queues` and `top` (59.6 s is not a minute)
     if (s < 3600) return Math.floor(s / 60) + "m" + String(Math.floor(s % 60)).padStart(2, "0") + "s";
     if (s < 86400) return Math.floor(s / 3600) + "h" + String(Math.floor((s % 3600) / 60)).padStart(2, "0") + "m";
     return Math.floor(s / 86400) + "d" + String(Math.floor((s % 86400) / 3600)).padStart(2, "0") + "h";
