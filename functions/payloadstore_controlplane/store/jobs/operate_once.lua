@@ -1,6 +1,12 @@
+#!lua flags=allow-oom
 -- operate_once: one client operation per Idempotency-Key (redrive, purge, retry, cancel). The
 -- first request claims the key; a request sent again with it (its answer was lost) gets the
 -- first one's answer, and nothing is done twice.
+-- allow-oom: the operations behind it end jobs (cancel, purge: memory freed) or move a job's
+-- kept arguments into its queue (retry, redrive; ~100 B more each), and a retry cut between its
+-- job step and its queue step is finished only by a re-send: refused here when Redis is full,
+-- every keyed re-send answered 503 and the job read `queued` with no entry. A claim is ~100 B,
+-- dropped when its request fails, kept with its answer for the key's hour when it succeeds.
 --
 -- KEYS[1]  the key's record (keys.operation): HASH f = request fingerprint, a = the answer
 --          ('<status> <json>'), absent while the first request runs

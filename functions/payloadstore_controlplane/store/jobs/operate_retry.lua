@@ -1,4 +1,4 @@
-#!lua
+#!lua flags=allow-oom
 -- operate_retry: a client retries a failed or cancelled job (job slot).
 --
 -- KEYS[1]  job hash   KEYS[2] done list
@@ -15,7 +15,11 @@
 -- outcome (`g`, `rk`, the done list), `cr`, `l`, `lx`, `d`. The hash lives at least ttl_s from
 -- now. A retry of a job still queued from a retry (`rq`) is answered 'resume' with the same
 -- facts (the caller's requeue then finds its own record and appends nothing more, or appends
--- what a crash left undone). Default flags: refused before it starts when Redis is full.
+-- what a crash left undone). allow-oom: a retry adds a few fields and drops the end's done list
+-- (its error text), and its queue step moves the kept arguments into the queue
+-- (operate_requeue.lua): no payload byte more. Refused when Redis is full, the resume of a retry
+-- cut between its steps could never run, and the job read `queued` with no entry until memory
+-- came back and somebody sent the retry again.
 -- Returns {'missing'} | {'legacy'} | {'refused', state}
 --       | {'ok' | 'resume', attempts, retries, tier, queue, previous entry id ('' none)}
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing'} end
