@@ -92,3 +92,51 @@ def test_a_keyed_cancel_ends_a_queued_job_when_redis_is_full(full_redis_cp):
     assert reply.status == 200, reply.raw_body
     assert cp.status(job).json["state"] == "cancelled"
     assert cp.poll().status == 204
+
+
+def test_keyed_operations_under_a_full_redis_keep_nothing_per_key(full_redis_cp):
+    cp, r = full_redis_cp
+    # Given a running job, an empty queue, and Redis past its maxmemory
+    job = cp.enqueue(inline=b"\x01").json["job_id"]
+    take(cp, job)
+    over_the_wall(r)
+    assert cp.enqueue(inline=b"\x02").status == 503
+    # When clients send 200 purges and 200 redrives of the empty queue and 200 cancels of the
+    # running job, each with a key of its own (measured after a first round: Redis caches each
+    # script once)
+    queue = {"ns": cp.ns, "queue": "empty"}
+    sent, answers = [], []
+    for n in range(-1, 200):
+        if n == 0:
+            before = r.info("memory")["used_memory"]
+        for method, resource, params in (
+            ("POST", "/v1/namespaces/{ns}/queues/{queue}/purge", queue),
+            ("POST", "/v1/namespaces/{ns}/queues/{queue}/redrive", queue),
+            ("DELETE", "/v1/namespaces/{ns}/jobs/{job_id}", {"ns": cp.ns, "job_id": job}),
+        ):
+            key = f"k{n}-{method}-{resource.rsplit('/', 1)[-1].strip('{}')}"
+            sent.append(key)
+            answers.append(keyed(cp, method, resource, params, key).status)
+    # Then each is answered (the cancel requested of the running job)
+    assert set(answers) <= {200, 202}, answers
+    # And Redis, full, keeps none of their keys: it grows by no record per request (~330 B
+    # each, kept for IDEMPOTENCY_TTL_S, before the fix: 600 keyed no-ops, ~200 KB past the wall)
+    assert [k for k in sent if r.exists(keys.operation(cp.ns, k))] == []
+    assert r.info("memory")["used_memory"] - before < 32_768
+
+
+def test_a_keyed_cancel_sent_again_under_a_full_redis_tells_its_cancel_worked(full_redis_cp):
+    cp, r = full_redis_cp
+    # Given a queued job, Redis past its maxmemory, and a keyed cancel of it done (its answer,
+    # the client's connection cut, never read)
+    job = cp.enqueue(inline=b"\x01").json["job_id"]
+    over_the_wall(r)
+    params = {"ns": cp.ns, "job_id": job}
+    assert keyed(cp, "DELETE", "/v1/namespaces/{ns}/jobs/{job_id}", params, "k-c").status == 200
+    # When the client sends it again with its key
+    again = keyed(cp, "DELETE", "/v1/namespaces/{ns}/jobs/{job_id}", params, "k-c")
+    # Then its answer tells the job is cancelled (the answer was not kept, Redis full: the
+    # repeat runs as one without a key does, and its conflict names the state)
+    assert again.status in (200, 409), again.raw_body
+    assert again.status == 200 or again.error["state"] == "cancelled"
+    assert cp.status(job).json["state"] == "cancelled"

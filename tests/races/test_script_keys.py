@@ -419,7 +419,8 @@ def extra_paths(world) -> None:
     # Paths the explorer takes only as its state allows (a workload's seeds may miss them): a
     # layout-1 inline job whose Idempotency-Key's first request never reached its queue, repeated
     # (its append, then enqueue_record_entry); a queued inline job cancelled before it has a hash
-    # (lifecycle_find_entry); a failed job retried (operate_retry, operate_requeue)
+    # (lifecycle_find_entry); a failed job retried (operate_retry, operate_requeue); a keyed
+    # cancel (operate_once's claim, operate_answer keeping its answer)
     from tests.integration.test_operate import fail, retry
     from tests.support.control_plane import cancel
 
@@ -436,6 +437,12 @@ def extra_paths(world) -> None:
     assert retried.status == 200, retried.raw_body
     queued = late.enqueue(inline=b"\x91\x05").json["job_id"]
     assert cancel(late, queued).status == 200
+    other = late.enqueue(inline=b"\x91\x06").json["job_id"]
+    keyed_cancel = late.call(
+        "jobs", "DELETE", "/v1/namespaces/{ns}/jobs/{job_id}", {"ns": late.ns, "job_id": other},
+        headers={"Idempotency-Key": "cancel-1"},
+    )  # fmt: skip
+    assert keyed_cancel.status == 200, keyed_cancel.raw_body
 
     # An S3-tier enqueue refused for a policy changed since its upload (enqueue_refuse_ref)
     late.policy = NamespacePolicy("1d")

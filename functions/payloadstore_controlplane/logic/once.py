@@ -9,7 +9,9 @@ and failed again retries it again. With the header, the first request claims the
 IDEMPOTENCY_TTL_S, as an inline enqueue's repeat gets the same job. A repeat that arrives while
 the first still runs is `503` with `Retry-After` (retried by the SDKs until the answer is
 kept: the repeat waits first, up to REPEAT_WAIT_S, for that answer); the same key on another request (route, path or body) is `422`. A request that fails
-keeps nothing: its key may be sent again and runs then.
+keeps nothing: its key may be sent again and runs then. Past Redis's maxmemory the claim still
+runs (a retry cut between its steps is finished by its re-send) but the answer is not kept: the
+request is answered, its claim dropped, and a repeat runs again as one without a key does.
 """
 
 from __future__ import annotations
@@ -100,13 +102,17 @@ def once(
         with contextlib.suppress(Exception):
             deps.jobs.operation_release(p.namespace, key, print_)
         raise
-    deps.jobs.operation_done(
+    kept = deps.jobs.operation_done(
         p.namespace,
         key,
         print_,
         f"{status} {result.model_dump_json()}",
         deps.settings.idempotency_ttl_s,
     )
+    if not kept:
+        # Redis is full: the answer is not kept (a record per request would grow it past its
+        # maxmemory), the claim is dropped, and a repeat runs again as one without a key.
+        logger.warning("operation answer not kept: redis memory full", extra={"what": what})
     return status, result
 
 

@@ -250,7 +250,7 @@ def idempotency(namespace: str, idempotency_key: str) -> str:
 def operation(namespace: str, idempotency_key: str) -> str:
     """HASH of a client operation sent with an Idempotency-Key (redrive, purge, retry, cancel):
     the request's fingerprint and, once it ended, its answer; expires after IDEMPOTENCY_TTL_S
-    (operate_once.lua)."""
+    (operate_once.lua; its answer: operate_answer.lua)."""
     return f"{PREFIX}:{{ns:{namespace}}}:op:{idempotency_key}"
 
 

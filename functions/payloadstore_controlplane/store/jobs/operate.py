@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import redis
+
 from ...models.domain import Tier
 from .. import keys
 from ..job_hash import decode_job
@@ -113,13 +115,21 @@ class OperateSteps(StoreBase):
 
     def operation_done(
         self, namespace: str, key: str, fingerprint: str, answer: str, keep_s: int
-    ) -> None:
-        """Keep the answer of a claimed request for `keep_s` (IDEMPOTENCY_TTL_S)."""
-        self._run(
-            "operate_once",
-            [keys.operation(namespace, key)],
-            ["done", fingerprint, keep_s * 1000, answer],
-        )
+    ) -> bool:
+        """Keep the answer of a claimed request for `keep_s` (IDEMPOTENCY_TTL_S)
+        (operate_answer.lua). False when Redis is full: the answer is not kept and the claim
+        is dropped (a repeat runs again, as one without a key), so keyed requests that free
+        nothing never grow a full Redis by a record each."""
+        try:
+            self._run(
+                "operate_answer",
+                [keys.operation(namespace, key)],
+                [fingerprint, keep_s * 1000, answer],
+            )
+        except redis.exceptions.OutOfMemoryError:
+            self.operation_release(namespace, key, fingerprint)
+            return False
+        return True
 
     def operation_release(self, namespace: str, key: str, fingerprint: str) -> None:
         """Drop the claim of a request that failed (nothing to keep): a retry runs it anew."""
