@@ -5,6 +5,7 @@ handlers, a real redis-server of its own and the S3 emulator over HTTP."""
 
 from __future__ import annotations
 
+import base64
 import uuid
 
 import pytest
@@ -15,7 +16,7 @@ from payloadstore_controlplane.store.redis_jobs import RedisJobStore
 from payloadstore_devstack.services import RedisServer
 from tests.integration.test_operate import fail, take
 from tests.integration.test_redis_full import over_the_wall
-from tests.support.control_plane import ControlPlane
+from tests.support.control_plane import ControlPlane, create_blob
 from tests.support.env import single_server_env
 
 NO_GUARD = {"REDIS_MEMORY_HIGH_WATER_PCT": "100", "REDIS_MEMORY_HARD_PCT": "100"}
@@ -140,3 +141,38 @@ def test_a_keyed_cancel_sent_again_under_a_full_redis_tells_its_cancel_worked(fu
     assert again.status in (200, 409), again.raw_body
     assert again.status == 200 or again.error["state"] == "cancelled"
     assert cp.status(job).json["state"] == "cancelled"
+
+
+def test_a_redrive_under_a_full_redis_retries_every_job_it_can(full_redis_cp):
+    cp, r = full_redis_cp
+    # Given seven failed jobs of a queue, the fourth referencing a blob, and Redis past its
+    # maxmemory (a retry of a job with blobs records their need first, which Redis refuses)
+    sha = create_blob(cp, b"blob-bytes")
+    blob_args = {"blobs": [sha], "payloadInline": base64.b64encode(b"\x91\x02").decode()}
+    older = [cp.enqueue(inline=b"\x91\x01").json["job_id"] for _ in range(3)]
+    with_blob = cp.enqueue(body=blob_args).json["job_id"]
+    newer = [cp.enqueue(inline=b"\x91\x01").json["job_id"] for _ in range(3)]
+    for job in [*older, with_blob, *newer]:
+        take(cp, job)
+        fail(cp, job)
+    over_the_wall(r)
+    # When the queue is redriven (with an Idempotency-Key, as the SDK sends one)
+    params = {"ns": cp.ns, "queue": cp.queue}
+    resource = "/v1/namespaces/{ns}/queues/{queue}/redrive"
+    reply = keyed(cp, "POST", resource, params, "k-redrive")
+    # Then every job without blobs is retried, the older ones too (before the fix the redrive
+    # stopped at the job with the blob: 503, the three newer retried, every re-send the same)
+    assert [cp.status(j).json["state"] for j in older + newer] == ["queued"] * 6
+    # And the job with the blob waits for room, untouched, and the answer says to try again
+    assert cp.status(with_blob).json["state"] == "failed"
+    assert (reply.status, reply.error["code"]) == (503, "redis_memory_full"), reply.raw_body
+    assert int(reply.headers["Retry-After"]) >= 1
+    # When Redis has room again and the redrive is sent again with its key
+    r.config_set("maxmemory", 16 * 1024 * 1024)
+    again = keyed(cp, "POST", resource, params, "k-redrive")
+    # Then it retries the job with the blob, and each of the seven is delivered once
+    assert again.status == 200, again.raw_body
+    assert again.json == {"retried": 1, "skipped": 0}
+    delivered = [cp.poll().json["job_id"] for _ in range(7)]
+    assert sorted(delivered) == sorted([*older, with_blob, *newer])
+    assert cp.poll().status == 204

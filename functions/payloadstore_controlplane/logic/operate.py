@@ -26,7 +26,7 @@ from ..models.api import (
     RetryResponse,
 )
 from ..models.domain import JobStatus, PayloadKind, Tier, job_id_time_s
-from ..models.errors import NotFound, NotRetryable, Unprocessable
+from ..models.errors import NotFound, NotRetryable, RedisMemoryFull, Unprocessable
 from ..models.limits import DELIVERIES_BUDGET, delivery_bytes
 from ..models.policy import RETENTION_DAYS, NamespacePolicy
 from ..observability import bind_job, logger, metrics_count
@@ -60,6 +60,8 @@ ENDED_READS = 3
 # answers what remains, redrive is called again for the rest.
 PURGE_BUDGET_S = 10.0
 REDRIVE_BUDGET_S = 10.0
+# Retry-After of a redrive that left jobs with blobs for lack of Redis memory.
+REDRIVE_RETRY_AFTER_S = 2
 
 
 def list_jobs(
@@ -305,7 +307,7 @@ def redrive(p: Principal, queue: str, body: RedriveRequest, deps: Deps) -> Redri
     validate_queue_name(queue)
     states = frozenset(JobStatus(s) for s in body.states)
     deadline = deps.clock() + REDRIVE_BUDGET_S
-    retried = skipped = 0
+    retried = skipped = waiting = 0
     for group in dict.fromkeys(GROUP_OF_STATE[s] for s in states):
         cursor = ""
         while retried < body.limit and deps.clock() < deadline:
@@ -327,9 +329,23 @@ def redrive(p: Principal, queue: str, body: RedriveRequest, deps: Deps) -> Redri
                     retried += 1
                 except NotRetryable:
                     skipped += 1
+                except RedisMemoryFull:
+                    # Redis full: the need of the job's blobs was refused before its retry
+                    # changed anything. The others go on (they need no byte more); the job
+                    # stays in its state for the redrive sent again.
+                    waiting += 1
             if not cursor:
                 break
-    logger.info("queue redriven", extra={"queue": queue, "retried": retried, "skipped": skipped})
+    logger.info(
+        "queue redriven",
+        extra={"queue": queue, "retried": retried, "skipped": skipped, "waiting": waiting},
+    )
+    if waiting:
+        raise RedisMemoryFull(
+            f"redis is out of memory: {retried} jobs retried, {waiting} that reference blobs "
+            "wait for room; send the redrive again shortly",
+            retry_after_s=REDRIVE_RETRY_AFTER_S,
+        )
     return RedriveResponse(retried=retried, skipped=skipped)
 
 

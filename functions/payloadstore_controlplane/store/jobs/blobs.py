@@ -17,6 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, cast
 
+import redis
+
+from ...models.errors import RedisMemoryFull
 from .. import keys
 from ..records import (
     BlobUploadRecord,
@@ -27,6 +30,9 @@ from ..records import (
     text,
 )
 from ._base import StoreBase, decoded
+
+# Retry-After of a blob reference Redis refused for memory (as for any OutOfMemoryError).
+REFERENCE_RETRY_AFTER_S = 2
 
 
 @dataclass(frozen=True)
@@ -104,7 +110,15 @@ class BlobSteps(StoreBase):
         ]
         args: list[Any] = [now_ms, need_ms, margin_ms, policy]
         args += [sha_raw(sha) for sha in sha256s]
-        missing = self._run("blobs_reference", keys_, args)
+        try:
+            missing = self._run("blobs_reference", keys_, args)
+        except redis.exceptions.OutOfMemoryError as e:
+            # Default flags: refused whole past maxmemory, nothing recorded. Told apart from
+            # other Redis errors, so a redrive leaves this job for later and goes on.
+            raise RedisMemoryFull(
+                "redis is out of memory: the need of a job's blobs is not recorded; retry shortly",
+                retry_after_s=REFERENCE_RETRY_AFTER_S,
+            ) from e
         return {sha256s[int(i) - 1] for i in missing or ()}
 
     def blob_needs(self, namespace: str) -> list[tuple[str, int]]:
