@@ -12,10 +12,10 @@ import pytest
 import redis
 
 from payloadstore_controlplane.store import keys
-from payloadstore_controlplane.store.redis_jobs import RedisJobStore
 from payloadstore_devstack.services import RedisServer
 from tests.integration.test_operate import fail, take
 from tests.integration.test_redis_full import over_the_wall
+from tests.integration.test_redrive_half_done import cut_once
 from tests.support.control_plane import ControlPlane, create_blob
 from tests.support.env import single_server_env
 
@@ -40,20 +40,6 @@ def keyed(cp: ControlPlane, method: str, resource: str, params: dict, key: str):
 def retry_keyed(cp: ControlPlane, job_id: str, key: str):
     params = {"ns": cp.ns, "job_id": job_id}
     return keyed(cp, "POST", "/v1/namespaces/{ns}/jobs/{job_id}/retry", params, key)
-
-
-def cut_once(monkeypatch, step: str) -> None:
-    """The next call of this store step never reaches Redis (its connection is reset)."""
-    real = getattr(RedisJobStore, step)
-    left = {"n": 1}
-
-    def cut(self, *a, **kw):
-        if left["n"]:
-            left["n"] -= 1
-            raise redis.exceptions.ConnectionError("connection reset by peer")
-        return real(self, *a, **kw)
-
-    monkeypatch.setattr(RedisJobStore, step, cut)
 
 
 def test_a_retry_cut_between_its_steps_is_finished_by_its_resend_when_redis_is_full(
