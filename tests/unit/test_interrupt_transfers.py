@@ -26,6 +26,18 @@ CHUNK = 64 * 1024
 CHUNK_PAUSE_S = 0.25 / (PART // CHUNK)
 
 
+@pytest.fixture(autouse=True)
+def ctrl_c_raises() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt, as in a terminal: a process started in the background
+    by a non-interactive shell (`make test &`, nohup) inherits SIGINT ignored, and Python then
+    installs no handler of its own."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 @pytest.fixture
 def slow_object() -> Iterator[tuple[str, bytes, list[float]]]:
     """(url, the object's bytes, the time.monotonic() each range request arrived)."""
