@@ -896,9 +896,17 @@ def renew(m: Model, daemon: str) -> None:
     """The daemon's leases long-poll (wait 0): every delivery it holds renewed in one call. A
     delivery answered `lost` is dropped (the daemon stops); one the job hash still says is
     current must not be."""
-    held = list(m.held[daemon])
-    if not held:
+    if not m.held[daemon]:
         return
+    # One lease per job, its newest delivery's, as a daemon's lease keeper holds one delivery
+    # per job. Two polls of one daemon in flight at once (the explorer's daemons, not the
+    # SDK's single poller) can hold a job twice, the older answered last: a request naming
+    # that stale lease is answered `lost`, rightly, and says nothing of the newer delivery.
+    newest: dict[str, Held] = {}
+    for h in m.held[daemon]:
+        if h.job_id not in newest or h.attempt > newest[h.job_id].attempt:
+            newest[h.job_id] = h
+    held = list(newest.values())
     r = _no_5xx(m, "leases", leases(m.cp, daemon, {h.job_id: h.lease for h in held}))
     if r.status == 503:
         # Redis unreachable or full (a cut connection, maxmemory): `_no_5xx` checked its
