@@ -8,12 +8,12 @@ from __future__ import annotations
 import uuid
 
 import pytest
-import redis
 
 from payloadstore_controlplane.models.policy import NamespacePolicy
 from payloadstore_controlplane.store import keys
 from payloadstore_controlplane.store.redis_jobs import RedisJobStore
 from tests.support.control_plane import ControlPlane, cancel, upload
+from tests.support.faults import cut_once
 
 # How the cut falls on the enqueue's append (enqueue_append.lua): before the command reached
 # Redis (its connection refused), or after it ran (its reply lost).
@@ -22,21 +22,6 @@ CUTS = ["before_the_append", "after_the_append"]
 
 def namespace() -> ControlPlane:
     return ControlPlane("hd" + uuid.uuid4().hex[:10], NamespacePolicy("1d"))
-
-
-def cut_the_append_once(monkeypatch, how: str) -> None:
-    real = RedisJobStore.append
-    left = {"n": 1}
-
-    def cut(self, *a, **kw):
-        if left["n"]:
-            left["n"] -= 1
-            if how == "after_the_append":
-                real(self, *a, **kw)
-            raise redis.exceptions.ConnectionError("connection reset by peer")
-        return real(self, *a, **kw)
-
-    monkeypatch.setattr(RedisJobStore, "append", cut)
 
 
 def job_of(ref: dict) -> str:
@@ -62,7 +47,7 @@ def test_an_s3_enqueue_cut_off_and_refused_on_its_re_send_leaves_no_queued_job(
     cp = namespace()
     ref = upload(cp, b"\x05" * 3000)
     job = job_of(ref)
-    cut_the_append_once(monkeypatch, how)
+    cut_once(monkeypatch, "append", after_it_ran=how == "after_the_append")
     first = cp.enqueue(ref=ref)
     assert first.status == 503, first.raw_body
     # When the namespace's retention becomes `7d` and the client sends the enqueue again
@@ -89,7 +74,7 @@ def test_an_s3_enqueue_cut_off_and_never_sent_again_leaves_no_job_queued_without
     cp = namespace()
     ref = upload(cp, b"\x06" * 3000)
     job = job_of(ref)
-    cut_the_append_once(monkeypatch, how)
+    cut_once(monkeypatch, "append", after_it_ran=how == "after_the_append")
     assert cp.enqueue(ref=ref).status == 503
     # When the client (a wire client) never sends it again
     if how == "before_the_append":
@@ -154,7 +139,7 @@ def test_a_refused_re_send_drops_a_cut_off_try_s_entry_whatever_the_queue_s_cloc
     queue_ids_ahead_of_the_clock(cp, redis_view, 60_000)
     ref = upload(cp, b"\x09" * 3000)
     job = job_of(ref)
-    cut_the_append_once(monkeypatch, "after_the_append")
+    cut_once(monkeypatch, "append", after_it_ran=True)
     assert cp.enqueue(ref=ref).status == 503
     # When the namespace's retention changes and the re-send is refused
     cp.policy = NamespacePolicy("7d")
@@ -212,7 +197,7 @@ def test_a_cancel_answered_404_for_a_cut_off_s3_enqueue_keeps_its_entry_from_run
     cp = namespace()
     ref = upload(cp, b"\x0c" * 3000)
     job = job_of(ref)
-    cut_the_append_once(monkeypatch, "after_the_append")
+    cut_once(monkeypatch, "append", after_it_ran=True)
     assert cp.enqueue(ref=ref).status == 503
     # When the client cancels the job instead of sending the enqueue again, and is told there
     # is no such job

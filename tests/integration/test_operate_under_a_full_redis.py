@@ -15,9 +15,9 @@ from payloadstore_controlplane.store import keys
 from payloadstore_devstack.services import RedisServer
 from tests.integration.test_operate import fail, take
 from tests.integration.test_redis_full import over_the_wall
-from tests.integration.test_redrive_half_done import cut_once
 from tests.support.control_plane import ControlPlane, create_blob
 from tests.support.env import single_server_env
+from tests.support.faults import cut_once
 
 NO_GUARD = {"REDIS_MEMORY_HIGH_WATER_PCT": "100", "REDIS_MEMORY_HARD_PCT": "100"}
 

@@ -5,25 +5,9 @@ counted skipped. The real handlers, a real redis-server and the S3 emulator over
 
 from __future__ import annotations
 
-import redis
-
 from payloadstore_controlplane.store import keys
-from payloadstore_controlplane.store.redis_jobs import RedisJobStore
 from tests.integration.test_operate import fail, redrive, retry, take
-
-
-def cut_once(monkeypatch, step: str) -> None:
-    """The next call of this store step never reaches Redis (its connection is refused)."""
-    real = getattr(RedisJobStore, step)
-    left = {"n": 1}
-
-    def cut(self, *a, **kw):
-        if left["n"]:
-            left["n"] -= 1
-            raise redis.exceptions.ConnectionError("connection reset by peer")
-        return real(self, *a, **kw)
-
-    monkeypatch.setattr(RedisJobStore, step, cut)
+from tests.support.faults import cut_once
 
 
 def failed_job(cp) -> str:

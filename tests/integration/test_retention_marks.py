@@ -15,11 +15,11 @@ import redis
 
 from payloadstore_controlplane.models.policy import NamespacePolicy
 from payloadstore_controlplane.store import keys
-from payloadstore_controlplane.store.redis_jobs import RedisJobStore
 from payloadstore_devstack.services import RedisServer
 from tests.integration.test_namespace_policy import _exists, _run_scheduled
 from tests.support.control_plane import ControlPlane, cancel, upload
 from tests.support.env import single_server_env
+from tests.support.faults import cut_once
 
 
 @pytest.fixture
@@ -114,16 +114,7 @@ def test_a_post_re_sent_after_a_503_schedules_the_arguments_deletion(
     cp = _namespace("consume")
     args, result, job_id = _run_to_s3_result(cp)
     body = {"resultRef": result} if form == "resultRef" else {"resultInline": "AQID"}
-    real = RedisJobStore.schedule_deletions
-    cut = {"left": 1}
-
-    def cut_once(self, *a, **kw):
-        if cut["left"]:
-            cut["left"] -= 1
-            raise redis.exceptions.ConnectionError("connection reset by peer")
-        return real(self, *a, **kw)
-
-    monkeypatch.setattr(RedisJobStore, "schedule_deletions", cut_once)
+    cut_once(monkeypatch, "schedule_deletions")
     first = cp.post_result(job_id, body)
     assert first.status == 503, first.raw_body
     assert cp.status(job_id).json["state"] == "succeeded"
@@ -142,16 +133,7 @@ def test_a_7d_post_re_sent_after_a_503_keeps_the_record_for_7_days(full_redis, m
     cp = _namespace("7d")
     _, result, job_id = _run_to_s3_result(cp)
     body = {"resultRef": result} if form == "resultRef" else {"resultInline": "AQID"}
-    real = RedisJobStore.keep_finished_job
-    cut = {"left": 1}
-
-    def cut_once(self, *a, **kw):
-        if cut["left"]:
-            cut["left"] -= 1
-            raise redis.exceptions.ConnectionError("connection reset by peer")
-        return real(self, *a, **kw)
-
-    monkeypatch.setattr(RedisJobStore, "keep_finished_job", cut_once)
+    cut_once(monkeypatch, "keep_finished_job")
     assert cp.post_result(job_id, body).status == 503
     # When the daemon re-sends the same post, twice
     assert cp.post_result(job_id, body).status == 204
@@ -244,16 +226,7 @@ def test_a_7d_failure_report_re_sent_after_a_503_keeps_the_record_for_7_days(
     assert cp.poll().status == 200
     # And a failure report that ends it, stored, then answered 503 because the connection
     # broke before the record's longer life was set
-    real = RedisJobStore.keep_finished_job
-    cut = {"left": 1}
-
-    def cut_once(self, *a, **kw):
-        if cut["left"]:
-            cut["left"] -= 1
-            raise redis.exceptions.ConnectionError("connection reset by peer")
-        return real(self, *a, **kw)
-
-    monkeypatch.setattr(RedisJobStore, "keep_finished_job", cut_once)
+    cut_once(monkeypatch, "keep_finished_job")
     body = {"state": state, "detail": "checksum mismatch"}
     assert cp.report(job_id, body).status == 503
     assert cp.status(job_id).json["state"] == state
@@ -270,16 +243,7 @@ def test_a_7d_cancel_re_sent_after_a_503_keeps_the_record_for_7_days(full_redis,
     # the connection broke before the record's longer life was set
     cp = _namespace("7d")
     job_id = cp.enqueue(ref=upload(cp, b"A" * 400)).json["job_id"]
-    real = RedisJobStore.keep_finished_job
-    cut = {"left": 1}
-
-    def cut_once(self, *a, **kw):
-        if cut["left"]:
-            cut["left"] -= 1
-            raise redis.exceptions.ConnectionError("connection reset by peer")
-        return real(self, *a, **kw)
-
-    monkeypatch.setattr(RedisJobStore, "keep_finished_job", cut_once)
+    cut_once(monkeypatch, "keep_finished_job")
     assert cancel(cp, job_id).status == 503
     assert cp.status(job_id).json["state"] == "cancelled"
     # When the client sends the cancel again
